@@ -1,0 +1,283 @@
+//! `gate`: render what a GitOps repository deploys, the way Argo CD would.
+//!
+//! Exit codes: 0 success; 1 the render failed (errors are printed one per line on stderr,
+//! nothing on stdout); 2 the command line was wrong.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use gitops_loop::render::{
+    self, RenderConfig, cache::RenderCache, inventory::Inventory, output, tools,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "gate",
+    version,
+    about = "Render and judge what a GitOps repository deploys"
+)]
+struct Cli {
+    /// Print nothing on stderr but errors.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Render every Application the repository generates at one revision.
+    Render {
+        #[command(flatten)]
+        render: RenderArgs,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Summary)]
+        format: Format,
+    },
+    /// Chart mirror maintenance.
+    Charts {
+        #[command(subcommand)]
+        command: ChartsCommand,
+    },
+    /// Show which helm and kubectl the gate would use.
+    Tools {
+        #[command(flatten)]
+        tools: ToolArgs,
+    },
+}
+
+#[derive(Subcommand)]
+enum ChartsCommand {
+    /// Pull every chart the repository's Applications use at a revision into the mirror
+    /// (`--charts DIR`), with helm's own pull (http(s) and OCI repositories).
+    Pull {
+        #[command(flatten)]
+        render: RenderArgs,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Summary,
+    Yaml,
+    Json,
+}
+
+#[derive(Args, Clone)]
+struct ToolArgs {
+    /// The helm binary (else $GATE_HELM, the project's target/tools, PATH).
+    #[arg(long)]
+    helm: Option<PathBuf>,
+    /// The kubectl binary used for Kustomize (else $GATE_KUBECTL, target/tools, PATH).
+    #[arg(long)]
+    kubectl: Option<PathBuf>,
+}
+
+#[derive(Args, Clone)]
+struct RenderArgs {
+    /// The git repository to read (its objects; the work tree is not used).
+    #[arg(long, default_value = ".")]
+    repo: PathBuf,
+    /// The revision to render: a branch, tag or commit.
+    #[arg(long, default_value = "HEAD")]
+    revision: String,
+    /// The repository's URL as Applications write it (default: the `origin` remote).
+    #[arg(long)]
+    repo_url: Option<String>,
+    /// Cluster inventory: the project's YAML, or Argo CD cluster Secrets.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    /// The chart mirror (`<repo-key>/<chart>/<version>/`).
+    #[arg(long)]
+    charts: Option<PathBuf>,
+    /// A local clone for another repository a source reads: URL=DIR (repeatable).
+    #[arg(long = "git-mirror", value_parser = parse_mirror)]
+    git_mirrors: Vec<(String, PathBuf)>,
+    #[command(flatten)]
+    tools: ToolArgs,
+    /// Render cache folder (default: $GATE_CACHE_DIR, $XDG_CACHE_HOME/gitops-gate, ~/.cache/gitops-gate).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Do not read or write the render cache.
+    #[arg(long)]
+    no_cache: bool,
+    /// Parallel helm/kustomize processes (default: the number of cores).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// How deep app-of-apps may nest.
+    #[arg(long, default_value_t = render::DEFAULT_MAX_DEPTH)]
+    max_depth: usize,
+}
+
+fn parse_mirror(text: &str) -> Result<(String, PathBuf), String> {
+    let (url, dir) = text.split_once('=').ok_or("expected URL=DIR")?;
+    Ok((url.to_string(), PathBuf::from(dir)))
+}
+
+fn find_tools(args: &ToolArgs, quiet: bool) -> Result<(tools::Tool, Option<tools::Tool>)> {
+    let helm = tools::find_tool("helm", args.helm.as_deref(), "GATE_HELM")?;
+    let kubectl = tools::find_tool("kubectl", args.kubectl.as_deref(), "GATE_KUBECTL").ok();
+    if !quiet {
+        eprintln!("gate: helm {} ({})", helm.path.display(), helm.source);
+    }
+    Ok((helm, kubectl))
+}
+
+fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
+    let (helm, kubectl) = find_tools(&args.tools, quiet)?;
+    let inventory = match &args.inventory {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read inventory {}", path.display()))?;
+            Inventory::parse(&text, &path.display().to_string())?
+        }
+        None => Inventory::default(),
+    };
+    if !args.repo.join(".git").exists() && !args.repo.join("HEAD").exists() {
+        anyhow::bail!("{} is not a git repository", args.repo.display());
+    }
+    let repo_url = args
+        .repo_url
+        .clone()
+        .or_else(|| render::git::origin_url(&args.repo));
+    let cache = if args.no_cache {
+        RenderCache::disabled()
+    } else {
+        args.cache_dir
+            .clone()
+            .or_else(RenderCache::default_dir)
+            .map(RenderCache::at)
+            .unwrap_or_default()
+    };
+    Ok(RenderConfig {
+        repo_dir: args.repo.clone(),
+        revision: args.revision.clone(),
+        repo_url,
+        inventory,
+        charts: args.charts.clone(),
+        git_mirrors: args.git_mirrors.clone(),
+        helm,
+        kubectl,
+        cache,
+        max_depth: args.max_depth,
+        jobs: args.jobs.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+        }),
+        pull_missing_charts: pull,
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Render {
+            render: args,
+            format,
+        } => {
+            let config = config(&args, cli.quiet, false)?;
+            let started = std::time::Instant::now();
+            match render::render(&config) {
+                Ok(rendering) => {
+                    let text = match format {
+                        Format::Summary => output::summary(&rendering),
+                        Format::Yaml => output::yaml_stream(&rendering),
+                        Format::Json => output::json(&rendering),
+                    };
+                    print!("{text}");
+                    if !text.ends_with('\n') {
+                        println!();
+                    }
+                    if !cli.quiet {
+                        let s = &rendering.stats;
+                        eprintln!(
+                            "gate: rendered {} applications in {} ms ({} unique renders: {} helm, {} kustomize, {} from cache; peak RSS {})",
+                            rendering.applications.len(),
+                            started.elapsed().as_millis(),
+                            s.unique_renders,
+                            s.helm_runs,
+                            s.kustomize_runs,
+                            s.cache_hits,
+                            peak_rss()
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(failure) => {
+                    eprintln!("{failure}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Command::Charts {
+            command: ChartsCommand::Pull { render: args },
+        } => {
+            if args.charts.is_none() {
+                anyhow::bail!("gate charts pull needs --charts DIR (the mirror to fill)");
+            }
+            let config = config(&args, cli.quiet, true)?;
+            match render::render(&config) {
+                Ok(rendering) => {
+                    if !cli.quiet {
+                        eprintln!(
+                            "gate: every chart of {} applications is in the mirror",
+                            rendering.applications.len()
+                        );
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(failure) => {
+                    eprintln!("{failure}");
+                    Ok(ExitCode::from(1))
+                }
+            }
+        }
+        Command::Tools { tools: args } => {
+            let (helm, kubectl) = find_tools(&args, true)?;
+            println!(
+                "helm {} at {} ({})",
+                helm.version(),
+                helm.path.display(),
+                helm.source
+            );
+            match kubectl {
+                Some(k) => println!(
+                    "kubectl {} at {} ({})",
+                    k.version(),
+                    k.path.display(),
+                    k.source
+                ),
+                None => println!(
+                    "kubectl: not found (Kustomize sources cannot render); run `cargo xtask tools`"
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The process's peak resident set (VmHWM), for the stats line and benchmarks.
+fn peak_rss() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l["VmHWM:".len()..].trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("gate: {error:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! The product library: the gate's render engine and verdict, the observer and Bosun.
+pub mod render;
+pub mod yaml;

@@ -1,0 +1,92 @@
+//! The persistent render cache: helm/kustomize output keyed by a digest of every input.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::git::hex;
+
+#[derive(Debug, Clone, Default)]
+pub struct RenderCache {
+    dir: Option<PathBuf>,
+}
+
+impl RenderCache {
+    pub fn disabled() -> Self {
+        RenderCache { dir: None }
+    }
+
+    pub fn at(dir: PathBuf) -> Self {
+        RenderCache { dir: Some(dir) }
+    }
+
+    /// `$GATE_CACHE_DIR`, else `$XDG_CACHE_HOME/gitops-gate`, else `~/.cache/gitops-gate`.
+    pub fn default_dir() -> Option<PathBuf> {
+        if let Some(dir) = std::env::var_os("GATE_CACHE_DIR").filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(dir));
+        }
+        if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(dir).join("gitops-gate"));
+        }
+        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("gitops-gate"))
+    }
+
+    fn path(&self, key: &str) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
+        Some(
+            dir.join("render")
+                .join(&key[..2.min(key.len())])
+                .join(format!("{key}.yaml")),
+        )
+    }
+
+    pub fn get(&self, key: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(key)?).ok()
+    }
+
+    /// Stores a render; a failure to write only costs a re-render next time.
+    pub fn put(&self, key: &str, text: &str) {
+        let Some(path) = self.path(key) else { return };
+        let Some(parent) = path.parent() else { return };
+        if std::fs::create_dir_all(parent).is_err() {
+            return;
+        }
+        // Write to a temporary file and rename, so a reader never sees half an entry.
+        if let Ok(mut file) = tempfile::NamedTempFile::new_in(parent) {
+            use std::io::Write;
+            if file.write_all(text.as_bytes()).is_ok() {
+                let _ = file.persist(&path);
+            }
+        }
+    }
+}
+
+/// A digest of every file below `dir` (relative paths and contents).
+pub fn digest_dir(dir: &Path) -> String {
+    let mut files = Vec::new();
+    collect(dir, dir, &mut files);
+    files.sort();
+    let mut hasher = Sha256::new();
+    for relative in files {
+        let content = std::fs::read(dir.join(&relative)).unwrap_or_default();
+        hasher.update(relative.as_bytes());
+        hasher.update([0]);
+        hasher.update((content.len() as u64).to_le_bytes());
+        hasher.update(&content);
+    }
+    hex(&hasher.finalize())
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            collect(root, &path, out);
+        } else if let Ok(relative) = path.strip_prefix(root) {
+            out.push(relative.to_string_lossy().into_owned());
+        }
+    }
+}

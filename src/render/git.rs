@@ -1,0 +1,399 @@
+//! A repository's tree at one revision, read from git objects (no checkout, no work tree).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+
+use sha2::{Digest, Sha256};
+
+/// Why a revision could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("{repo}: unknown revision {revision:?} (git: {stderr})")]
+    UnknownRevision {
+        repo: String,
+        revision: String,
+        stderr: String,
+    },
+    #[error("{repo}: git {args} failed: {stderr}")]
+    Command {
+        repo: String,
+        args: String,
+        stderr: String,
+    },
+    #[error("{repo}: could not run git: {source}")]
+    Spawn {
+        repo: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{repo}: unexpected output from git cat-file: {detail}")]
+    Protocol { repo: String, detail: String },
+    #[error("could not write the tree of {commit} to {dir}: {source}")]
+    Materialize {
+        commit: String,
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Every regular file of one commit, in memory, by repository-relative path.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// The repository the snapshot was read from.
+    pub repo_dir: PathBuf,
+    /// The full commit id the revision resolved to.
+    pub commit: String,
+    files: BTreeMap<String, Vec<u8>>,
+    /// Symbolic links are recorded but never followed or written out: a link can point outside
+    /// the repository, and nothing Argo CD deploys should depend on one.
+    symlinks: BTreeMap<String, String>,
+    materialized: OnceLock<Result<Arc<tempfile::TempDir>, String>>,
+}
+
+fn git(repo: &Path) -> Command {
+    let mut command = Command::new("git");
+    command.arg("-C").arg(repo).env("GIT_TERMINAL_PROMPT", "0");
+    command
+}
+
+fn run_git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
+    let output = git(repo)
+        .args(args)
+        .output()
+        .map_err(|source| GitError::Spawn {
+            repo: repo.display().to_string(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(GitError::Command {
+            repo: repo.display().to_string(),
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        });
+    }
+    Ok(output.stdout)
+}
+
+/// Resolves a revision (branch, tag, sha, `HEAD~1`) to a full commit id.
+pub fn resolve_commit(repo: &Path, revision: &str) -> Result<String, GitError> {
+    let spec = format!("{revision}^{{commit}}");
+    let output = git(repo)
+        .args(["rev-parse", "--verify", "--quiet", &spec])
+        .output()
+        .map_err(|source| GitError::Spawn {
+            repo: repo.display().to_string(),
+            source,
+        })?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+        return Err(GitError::UnknownRevision {
+            repo: repo.display().to_string(),
+            revision: revision.to_string(),
+            stderr: if stderr.is_empty() {
+                "no such commit".to_string()
+            } else {
+                stderr
+            },
+        });
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// The URL of the `origin` remote, if the repository has one.
+pub fn origin_url(repo: &Path) -> Option<String> {
+    run_git(repo, &["remote", "get-url", "origin"])
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out).trim().to_string())
+        .filter(|url| !url.is_empty())
+}
+
+/// The merge base of two revisions (the last commit both share).
+pub fn merge_base(repo: &Path, a: &str, b: &str) -> Result<String, GitError> {
+    let out = run_git(repo, &["merge-base", a, b])?;
+    Ok(String::from_utf8_lossy(&out).trim().to_string())
+}
+
+impl Snapshot {
+    /// Reads every file of `revision` from the object database.
+    pub fn load(repo: &Path, revision: &str) -> Result<Snapshot, GitError> {
+        let commit = resolve_commit(repo, revision)?;
+        let listing = run_git(repo, &["ls-tree", "-r", "-z", "--full-tree", &commit])?;
+        let mut blobs: Vec<(String, String, bool)> = Vec::new();
+        for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+            let entry = String::from_utf8_lossy(entry);
+            let Some((meta, path)) = entry.split_once('\t') else {
+                return Err(GitError::Protocol {
+                    repo: repo.display().to_string(),
+                    detail: format!("ls-tree line without a tab: {entry}"),
+                });
+            };
+            let mut parts = meta.split(' ');
+            let (mode, kind, oid) = (parts.next(), parts.next(), parts.next());
+            if kind != Some("blob") {
+                continue; // submodules (commit entries) are not part of this repository's tree
+            }
+            let (Some(mode), Some(oid)) = (mode, oid) else {
+                continue;
+            };
+            blobs.push((path.to_string(), oid.to_string(), mode == "120000"));
+        }
+        let contents = cat_blobs(repo, blobs.iter().map(|(_, oid, _)| oid.as_str()))?;
+        let mut files = BTreeMap::new();
+        let mut symlinks = BTreeMap::new();
+        for ((path, _, is_link), content) in blobs.into_iter().zip(contents) {
+            if is_link {
+                symlinks.insert(path, String::from_utf8_lossy(&content).to_string());
+            } else {
+                files.insert(path, content);
+            }
+        }
+        Ok(Snapshot {
+            repo_dir: repo.to_path_buf(),
+            commit,
+            files,
+            symlinks,
+            materialized: OnceLock::new(),
+        })
+    }
+
+    /// Builds a snapshot from files in memory (tests and synthetic repositories).
+    pub fn from_files(commit: &str, files: BTreeMap<String, Vec<u8>>) -> Snapshot {
+        Snapshot {
+            repo_dir: PathBuf::new(),
+            commit: commit.to_string(),
+            files,
+            symlinks: BTreeMap::new(),
+            materialized: OnceLock::new(),
+        }
+    }
+
+    pub fn read(&self, path: &str) -> Option<&[u8]> {
+        self.files.get(normalize(path).as_str()).map(Vec::as_slice)
+    }
+
+    pub fn read_string(&self, path: &str) -> Option<String> {
+        self.read(path)
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    }
+
+    pub fn exists(&self, path: &str) -> bool {
+        self.files.contains_key(normalize(path).as_str())
+    }
+
+    pub fn is_symlink(&self, path: &str) -> bool {
+        self.symlinks.contains_key(normalize(path).as_str())
+    }
+
+    /// Every file path, sorted.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.files.keys().map(String::as_str)
+    }
+
+    /// Every file below `dir` (recursively), as (path, content).
+    pub fn files_under<'a>(&'a self, dir: &str) -> impl Iterator<Item = (&'a str, &'a [u8])> {
+        let prefix = dir_prefix(dir);
+        self.files
+            .range(prefix.clone()..)
+            .take_while(move |(p, _)| p.starts_with(&prefix))
+            .map(|(p, c)| (p.as_str(), c.as_slice()))
+    }
+
+    /// Every directory of the tree (not the root), sorted.
+    pub fn directories(&self) -> Vec<String> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for path in self.files.keys().chain(self.symlinks.keys()) {
+            let mut current = path.as_str();
+            while let Some((parent, _)) = current.rsplit_once('/') {
+                if !dirs.insert(parent.to_string()) {
+                    break;
+                }
+                current = parent;
+            }
+        }
+        dirs.into_iter().collect()
+    }
+
+    pub fn is_dir(&self, dir: &str) -> bool {
+        let prefix = dir_prefix(dir);
+        prefix.is_empty()
+            || self
+                .files
+                .range(prefix.clone()..)
+                .next()
+                .is_some_and(|(p, _)| p.starts_with(&prefix))
+    }
+
+    /// A digest of every file below `dir`: equal digests mean equal trees.
+    pub fn digest_under(&self, dir: &str) -> String {
+        let mut hasher = Sha256::new();
+        let prefix = dir_prefix(dir);
+        for (path, content) in self.files_under(dir) {
+            hasher.update(&path.as_bytes()[prefix.len()..]);
+            hasher.update([0]);
+            hasher.update((content.len() as u64).to_le_bytes());
+            hasher.update(content);
+        }
+        hex(&hasher.finalize())
+    }
+
+    /// The tree written to a temporary directory, once per snapshot (helm and kustomize need
+    /// files on disk). Symbolic links are not written.
+    pub fn materialized_root(&self) -> Result<Arc<tempfile::TempDir>, GitError> {
+        let result = self.materialized.get_or_init(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("gate-tree-")
+                .tempdir()
+                .map_err(|e| e.to_string())?;
+            for (path, content) in &self.files {
+                let target = dir.path().join(path);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent).map_err(|e| format!("{path}: {e}"))?;
+                }
+                std::fs::write(&target, content).map_err(|e| format!("{path}: {e}"))?;
+            }
+            Ok(Arc::new(dir))
+        });
+        result.clone().map_err(|message| GitError::Materialize {
+            commit: self.commit.clone(),
+            dir: std::env::temp_dir().display().to_string(),
+            source: std::io::Error::other(message),
+        })
+    }
+}
+
+fn dir_prefix(dir: &str) -> String {
+    let dir = normalize(dir);
+    if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    }
+}
+
+/// Normalises a repository path: no leading `./` or `/`, no trailing `/`, `a/./b` -> `a/b`.
+/// `..` segments are resolved; a path that climbs out of the repository keeps its `..` so that
+/// it never matches a file (callers check [`escapes_root`]).
+pub fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|p| *p != "..") {
+                    parts.pop();
+                } else {
+                    parts.push("..");
+                }
+            }
+            other => parts.push(other),
+        }
+    }
+    parts.join("/")
+}
+
+/// True when a repository-relative path leaves the repository.
+pub fn escapes_root(path: &str) -> bool {
+    normalize(path).split('/').next() == Some("..")
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn cat_blobs<'a>(
+    repo: &Path,
+    oids: impl Iterator<Item = &'a str>,
+) -> Result<Vec<Vec<u8>>, GitError> {
+    let oids: Vec<String> = oids.map(str::to_string).collect();
+    if oids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let repo_name = repo.display().to_string();
+    let mut child = git(repo)
+        .args(["cat-file", "--batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| GitError::Spawn {
+            repo: repo_name.clone(),
+            source,
+        })?;
+    let mut stdin = child.stdin.take().ok_or_else(|| GitError::Protocol {
+        repo: repo_name.clone(),
+        detail: "no stdin".into(),
+    })?;
+    let request: String = oids.iter().map(|o| format!("{o}\n")).collect();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(request.as_bytes());
+    });
+    let stdout = child.stdout.take().ok_or_else(|| GitError::Protocol {
+        repo: repo_name.clone(),
+        detail: "no stdout".into(),
+    })?;
+    let mut reader = BufReader::new(stdout);
+    let mut contents = Vec::with_capacity(oids.len());
+    for oid in &oids {
+        let mut header = String::new();
+        reader
+            .read_line(&mut header)
+            .map_err(|e| GitError::Protocol {
+                repo: repo_name.clone(),
+                detail: e.to_string(),
+            })?;
+        let size: usize = header
+            .trim_end()
+            .rsplit(' ')
+            .next()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| GitError::Protocol {
+                repo: repo_name.clone(),
+                detail: format!("bad header for {oid}: {header:?}"),
+            })?;
+        let mut content = vec![0; size + 1];
+        reader
+            .read_exact(&mut content)
+            .map_err(|e| GitError::Protocol {
+                repo: repo_name.clone(),
+                detail: e.to_string(),
+            })?;
+        content.truncate(size);
+        contents.push(content);
+    }
+    let _ = writer.join();
+    let _ = child.wait();
+    Ok(contents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalize_paths() {
+        assert_eq!(normalize("./a/b/"), "a/b");
+        assert_eq!(normalize("a/../b"), "b");
+        assert_eq!(normalize("/a//b"), "a/b");
+        assert!(escapes_root("../x"));
+        assert!(escapes_root("a/../../x"));
+        assert!(!escapes_root("a/../x"));
+    }
+
+    #[test]
+    fn directories_and_files_under() {
+        let mut files = BTreeMap::new();
+        files.insert("a/b/c.yaml".to_string(), b"x".to_vec());
+        files.insert("a/d.yaml".to_string(), b"y".to_vec());
+        files.insert("ab.yaml".to_string(), b"z".to_vec());
+        let snap = Snapshot::from_files("0", files);
+        assert_eq!(snap.directories(), vec!["a", "a/b"]);
+        let under: Vec<_> = snap.files_under("a").map(|(p, _)| p).collect();
+        assert_eq!(under, vec!["a/b/c.yaml", "a/d.yaml"]);
+        assert!(snap.is_dir("a/b"));
+        assert!(!snap.is_dir("a/b/c.yaml"));
+    }
+}

@@ -1,0 +1,391 @@
+//! The clusters the repository deploys to: the project's own YAML, or Argo CD cluster Secrets.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::yaml;
+
+/// The server URL Argo CD uses for the cluster it runs in.
+pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
+/// The name Argo CD gives that cluster when no Secret names it.
+pub const IN_CLUSTER_NAME: &str = "in-cluster";
+/// Annotations the project reads from a cluster Secret: Argo CD learns these from the live
+/// cluster, an exported Secret does not carry them.
+pub const KUBE_VERSION_ANNOTATION: &str = "gitops-gate.io/kube-version";
+pub const API_VERSIONS_ANNOTATION: &str = "gitops-gate.io/api-versions";
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error(transparent)]
+    Yaml(#[from] yaml::YamlError),
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+}
+
+/// One destination cluster, as the clusters generator and helm see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub name: String,
+    pub server: String,
+    pub project: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// `x.y.z` as Argo CD passes it to helm (`v` and build suffixes removed), if known.
+    pub kube_version: Option<String>,
+    /// Discovery data: `group/version` and `group/version/Kind` entries, sorted, both forms.
+    pub api_versions: Vec<String>,
+    /// False for the implicit in-cluster destination, which has no Secret.
+    pub has_secret: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Inventory {
+    /// Clusters with a Secret (or listed in the project's inventory), in file order.
+    pub clusters: Vec<Cluster>,
+    /// Values for the implicit in-cluster destination and clusters that state nothing.
+    pub default_kube_version: Option<String>,
+    pub default_api_versions: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProjectDefaults {
+    kube_version: Option<String>,
+    #[serde(default)]
+    api_versions: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProjectCluster {
+    name: String,
+    server: String,
+    #[serde(default)]
+    project: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+    kube_version: Option<String>,
+    #[serde(default)]
+    api_versions: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProjectInventory {
+    #[serde(default)]
+    defaults: ProjectDefaults,
+    clusters: Vec<ProjectCluster>,
+}
+
+/// `v1.30.11+IKS` -> `1.30.11`, the way Argo CD's ParseGeneric reads a server version.
+pub fn parse_kube_version(raw: &str) -> Option<String> {
+    let trimmed = raw.trim().trim_start_matches('v');
+    let mut numbers = Vec::new();
+    for part in trimmed.split('.').take(3) {
+        let digits: String = part.chars().take_while(char::is_ascii_digit).collect();
+        if digits.is_empty() {
+            break;
+        }
+        numbers.push(digits.parse::<u64>().ok()?.to_string());
+        if digits.len() != part.len() {
+            break;
+        }
+    }
+    match numbers.len() {
+        0 => None,
+        1 => Some(format!("{}.0.0", numbers[0])),
+        2 => Some(format!("{}.{}.0", numbers[0], numbers[1])),
+        _ => Some(numbers.join(".")),
+    }
+}
+
+/// Expands `g/v/Kind` entries with their `g/v`, de-duplicates and sorts, as Argo CD does.
+pub fn expand_api_versions<'a>(entries: impl IntoIterator<Item = &'a String>) -> Vec<String> {
+    let mut set = std::collections::BTreeSet::new();
+    for entry in entries {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        set.insert(entry.to_string());
+        let parts: Vec<&str> = entry.split('/').collect();
+        match parts.len() {
+            // core: v1/Pod
+            2 if parts[1].starts_with(char::is_uppercase) => {
+                set.insert(parts[0].to_string());
+            }
+            3 => {
+                set.insert(format!("{}/{}", parts[0], parts[1]));
+            }
+            _ => {}
+        }
+    }
+    set.into_iter().collect()
+}
+
+impl Inventory {
+    /// Reads an inventory file: the project's format, a v1 List of Secrets, or Secrets as
+    /// multi-document YAML.
+    pub fn parse(text: &str, origin: &str) -> Result<Inventory, InventoryError> {
+        let documents = yaml::parse_documents(text, origin)?;
+        let invalid = |message: String| InventoryError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+        if documents.len() == 1 && documents[0].get("clusters").is_some() {
+            let project: ProjectInventory = serde_json::from_value(documents[0].clone())
+                .map_err(|e| invalid(format!("not an inventory: {e}")))?;
+            return Ok(Self::from_project(project));
+        }
+        let mut secrets = Vec::new();
+        for doc in documents {
+            if doc.get("kind").and_then(Value::as_str) == Some("List") {
+                secrets.extend(
+                    doc.get("items")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+            } else {
+                secrets.push(doc);
+            }
+        }
+        let mut inventory = Inventory::default();
+        for (index, secret) in secrets.iter().enumerate() {
+            if secret.get("kind").and_then(Value::as_str) != Some("Secret") {
+                return Err(invalid(format!(
+                    "item {index} is a {}, expected a cluster Secret or an inventory with `clusters:`",
+                    secret
+                        .get("kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("document without kind")
+                )));
+            }
+            let labels = string_map(secret.pointer("/metadata/labels"));
+            if labels
+                .get("argocd.argoproj.io/secret-type")
+                .map(String::as_str)
+                != Some("cluster")
+            {
+                continue; // other Secrets (repositories, credentials) are not clusters
+            }
+            let field = |key: &str| -> Result<Option<String>, InventoryError> {
+                secret_field(secret, key).map_err(|message| {
+                    invalid(format!("Secret {}: {message}", secret_name(secret)))
+                })
+            };
+            let server = field("server")?.ok_or_else(|| {
+                invalid(format!("Secret {} has no data.server", secret_name(secret)))
+            })?;
+            let name = field("name")?.unwrap_or_else(|| server.clone());
+            let annotations = string_map(secret.pointer("/metadata/annotations"));
+            let kube_version = annotations
+                .get(KUBE_VERSION_ANNOTATION)
+                .and_then(|v| parse_kube_version(v));
+            let api: Vec<String> = annotations
+                .get(API_VERSIONS_ANNOTATION)
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                .unwrap_or_default();
+            let cluster = Cluster {
+                name,
+                server,
+                project: field("project")?.unwrap_or_default(),
+                labels,
+                annotations,
+                kube_version,
+                api_versions: expand_api_versions(&api),
+                has_secret: true,
+            };
+            // Argo CD keys cluster Secrets by name: a second Secret with the same name wins.
+            inventory.clusters.retain(|c| c.name != cluster.name);
+            inventory.clusters.push(cluster);
+        }
+        Ok(inventory)
+    }
+
+    fn from_project(project: ProjectInventory) -> Inventory {
+        let defaults = project.defaults;
+        let default_kube_version = defaults
+            .kube_version
+            .as_deref()
+            .and_then(parse_kube_version);
+        let clusters = project
+            .clusters
+            .into_iter()
+            .map(|c| Cluster {
+                kube_version: c
+                    .kube_version
+                    .as_deref()
+                    .and_then(parse_kube_version)
+                    .or_else(|| default_kube_version.clone()),
+                api_versions: expand_api_versions(
+                    defaults.api_versions.iter().chain(&c.api_versions),
+                ),
+                name: c.name,
+                server: c.server,
+                project: c.project,
+                labels: c.labels,
+                annotations: c.annotations,
+                has_secret: true,
+            })
+            .collect();
+        Inventory {
+            clusters,
+            default_api_versions: expand_api_versions(&defaults.api_versions),
+            default_kube_version,
+        }
+    }
+
+    /// The in-cluster destination Argo CD always has, unless a Secret already names its server.
+    pub fn implicit_in_cluster(&self) -> Option<Cluster> {
+        if self.clusters.iter().any(|c| c.server == IN_CLUSTER_SERVER) {
+            return None;
+        }
+        Some(Cluster {
+            name: IN_CLUSTER_NAME.to_string(),
+            server: IN_CLUSTER_SERVER.to_string(),
+            project: String::new(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            kube_version: self.default_kube_version.clone(),
+            api_versions: self.default_api_versions.clone(),
+            has_secret: false,
+        })
+    }
+
+    /// Every valid destination: the listed clusters and the implicit in-cluster one.
+    pub fn destinations(&self) -> Vec<Cluster> {
+        let mut all = self.clusters.clone();
+        all.extend(self.implicit_in_cluster());
+        all
+    }
+
+    /// Finds an Application's destination by server URL or by cluster name.
+    pub fn destination(&self, server: Option<&str>, name: Option<&str>) -> Option<Cluster> {
+        let all = self.destinations();
+        match (
+            server.filter(|s| !s.is_empty()),
+            name.filter(|n| !n.is_empty()),
+        ) {
+            (Some(server), _) => {
+                let server = server.trim_end_matches('/');
+                all.into_iter()
+                    .find(|c| c.server.trim_end_matches('/') == server)
+            }
+            (None, Some(name)) => all.into_iter().find(|c| c.name == name),
+            (None, None) => None,
+        }
+    }
+}
+
+fn secret_name(secret: &Value) -> String {
+    secret
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("<unnamed>")
+        .to_string()
+}
+
+fn secret_field(secret: &Value, key: &str) -> Result<Option<String>, String> {
+    if let Some(v) = secret
+        .pointer(&format!("/stringData/{key}"))
+        .and_then(Value::as_str)
+    {
+        return Ok(Some(v.to_string()));
+    }
+    if let Some(v) = secret
+        .pointer(&format!("/data/{key}"))
+        .and_then(Value::as_str)
+    {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v.trim())
+            .map_err(|e| format!("data.{key} is not base64: {e}"))?;
+        return Ok(Some(String::from_utf8_lossy(&bytes).to_string()));
+    }
+    Ok(None)
+}
+
+fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
+    value
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v.to_string()),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kube_versions_parse_like_argo_cd() {
+        assert_eq!(
+            parse_kube_version("v1.30.11+IKS").as_deref(),
+            Some("1.30.11")
+        );
+        assert_eq!(parse_kube_version("1.29").as_deref(), Some("1.29.0"));
+        assert_eq!(
+            parse_kube_version("v1.33.4-eks-1234").as_deref(),
+            Some("1.33.4")
+        );
+        assert_eq!(parse_kube_version("latest"), None);
+    }
+
+    #[test]
+    fn api_versions_get_both_forms() {
+        let input = vec!["apps/v1/Deployment".to_string(), "v1/Pod".to_string()];
+        assert_eq!(
+            expand_api_versions(&input),
+            vec!["apps/v1", "apps/v1/Deployment", "v1", "v1/Pod"]
+        );
+    }
+
+    #[test]
+    fn secrets_become_clusters_and_in_cluster_stays_implicit() {
+        let text = r#"
+apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Secret
+  metadata:
+    name: prod
+    labels: {argocd.argoproj.io/secret-type: cluster, env: prod}
+    annotations: {gitops-gate.io/kube-version: "v1.31.2"}
+  data:
+    name: cHJvZA==
+    server: aHR0cHM6Ly9wcm9kLmV4YW1wbGU=
+- apiVersion: v1
+  kind: Secret
+  metadata: {name: repo, labels: {argocd.argoproj.io/secret-type: repository}}
+  stringData: {url: https://x}
+"#;
+        let inventory = Inventory::parse(text, "inv.yaml").unwrap();
+        assert_eq!(inventory.clusters.len(), 1);
+        assert_eq!(inventory.clusters[0].name, "prod");
+        assert_eq!(inventory.clusters[0].server, "https://prod.example");
+        assert_eq!(
+            inventory.clusters[0].kube_version.as_deref(),
+            Some("1.31.2")
+        );
+        assert_eq!(
+            inventory.implicit_in_cluster().map(|c| c.name),
+            Some("in-cluster".to_string())
+        );
+    }
+}

@@ -1,0 +1,481 @@
+//! ApplicationSet templating in both of Argo CD's modes.
+//!
+//! * fasttemplate (the default): `{{ key }}` is replaced by the string parameter `key`; an
+//!   unknown key, or a parameter that is not a string, is left verbatim.
+//! * `goTemplate: true`: Go `text/template` with Sprig. Rather than reimplement Go templates,
+//!   the project evaluates them with helm's own engine (the same Go library and the same Sprig),
+//!   one helm process per batch: every distinct template string becomes a named template, every
+//!   parameter set is rendered through `include`. Argo CD's additions are bridged: `normalize`
+//!   is provided as a named template, `<no value>` (which helm would blank) is preserved, and
+//!   `missingkey=error` is enforced by checking field references against the parameters.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::tools::Tool;
+
+/// The parameters of one generated Application.
+pub type Params = Map<String, Value>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateMode {
+    Fast,
+    Go { missing_key_error: bool },
+}
+
+impl TemplateMode {
+    pub fn is_go(&self) -> bool {
+        matches!(self, TemplateMode::Go { .. })
+    }
+}
+
+/// Replaces `{{ key }}` tags the way Argo CD's fasttemplate path does.
+pub fn fasttemplate(text: &str, params: &Params) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            return Err(format!(
+                "invalid template {text:?}: cannot find end tag \"}}}}\""
+            ));
+        };
+        let tag = &after[..end];
+        let key = tag.trim();
+        match params.get(key) {
+            Some(Value::String(value)) if !key.is_empty() => out.push_str(value),
+            _ => {
+                out.push_str("{{");
+                out.push_str(tag);
+                out.push_str("}}");
+            }
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Applies `f` to every string value and every map key of `value` (Argo CD templates keys too).
+pub fn map_strings(
+    value: &Value,
+    f: &mut dyn FnMut(&str) -> Result<String, String>,
+) -> Result<Value, String> {
+    Ok(match value {
+        Value::String(s) => Value::String(f(s)?),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| map_strings(v, f))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(object) => {
+            let mut out = Map::new();
+            for (k, v) in object {
+                out.insert(f(k)?, map_strings(v, f)?);
+            }
+            Value::Object(out)
+        }
+        other => other.clone(),
+    })
+}
+
+/// Collects every string value and key of `value` that contains a template action.
+pub fn collect_templates(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::String(s) => push_template(s, out),
+        Value::Array(items) => items.iter().for_each(|v| collect_templates(v, out)),
+        Value::Object(object) => {
+            for (k, v) in object {
+                push_template(k, out);
+                collect_templates(v, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn push_template(s: &str, out: &mut Vec<String>) {
+    if s.contains("{{") && !out.iter().any(|o| o == s) {
+        out.push(s.to_string());
+    }
+}
+
+const NO_VALUE_MARK: &str = "__GITOPS_GATE_NO_VALUE__";
+
+/// Renders `templates` (Go templates) once per parameter set, with helm's template engine.
+/// Returns, per parameter set, the rendered string for each template.
+pub fn go_render_batch(
+    helm: &Tool,
+    work: &Path,
+    templates: &[String],
+    param_sets: &[Params],
+    missing_key_error: bool,
+) -> Result<Vec<Vec<String>>, String> {
+    if templates.is_empty() || param_sets.is_empty() {
+        return Ok(vec![Vec::new(); param_sets.len()]);
+    }
+    if missing_key_error {
+        for template in templates {
+            for params in param_sets {
+                if let Some(key) = first_missing_key(template, params) {
+                    return Err(format!(
+                        "template {template:?}: map has no entry for key {key:?} (missingkey=error)"
+                    ));
+                }
+            }
+        }
+    }
+    for template in templates {
+        if mentions_function(template, "slugify") {
+            return Err(format!(
+                "template {template:?}: the Argo CD function `slugify` is not supported by the gate yet"
+            ));
+        }
+    }
+    let chart = work.join("gotemplate");
+    let templates_dir = chart.join("templates");
+    let io = |e: std::io::Error| {
+        format!(
+            "could not write the template chart in {}: {e}",
+            chart.display()
+        )
+    };
+    std::fs::create_dir_all(&templates_dir).map_err(io)?;
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: gotemplate\nversion: 0.0.0\n",
+    )
+    .map_err(io)?;
+    let mut defines = String::from(
+        "{{ define \"argocd.normalize\" }}{{ . | toString | lower | regexReplaceAll \"[^-a-z0-9.]\" \"-\" | trunc 253 | trimAll \"-.\" }}{{ end }}\n",
+    );
+    let mut names = Vec::new();
+    for (index, template) in templates.iter().enumerate() {
+        let name = format!("s{index}");
+        defines.push_str(&format!(
+            "{{{{ define \"{name}\" }}}}{}{{{{ end }}}}\n",
+            rewrite_function(template, "normalize", "include \"argocd.normalize\"")
+        ));
+        names.push(name);
+    }
+    std::fs::write(templates_dir.join("_strings.tpl"), defines).map_err(io)?;
+    let driver = format!(
+        "{{{{- $results := list -}}}}\n{{{{- range $p := .Values.params -}}}}\n{{{{- $row := list -}}}}\n{{{{- range $name := $.Values.names -}}}}\n{{{{- $row = append $row (include $name $p | replace \"<no value>\" \"{NO_VALUE_MARK}\") -}}}}\n{{{{- end -}}}}\n{{{{- $results = append $results $row -}}}}\n{{{{- end -}}}}\n{{{{ toJson (dict \"results\" $results) }}}}\n"
+    );
+    std::fs::write(templates_dir.join("out.yaml"), driver).map_err(io)?;
+    let values = serde_json::json!({ "params": param_sets, "names": names });
+    let values_path = work.join("gotemplate-values.json");
+    std::fs::write(&values_path, values.to_string()).map_err(io)?;
+
+    let output = helm
+        .command(&work.join("helm-home"))
+        .arg("template")
+        .arg("gotemplate")
+        .arg(&chart)
+        .arg("--values")
+        .arg(&values_path)
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", helm.path.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        return Err(explain_go_error(stderr.trim(), templates));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json_line = stdout
+        .lines()
+        .find(|l| l.starts_with("{\"results\""))
+        .ok_or_else(|| format!("helm printed no template results: {}", stdout.trim()))?;
+    let parsed: Value =
+        serde_json::from_str(json_line).map_err(|e| format!("template results: {e}"))?;
+    let rows = parsed["results"].as_array().cloned().unwrap_or_default();
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            row.as_array()
+                .map(|cells| {
+                    cells
+                        .iter()
+                        .map(|c| {
+                            c.as_str()
+                                .unwrap_or("")
+                                .replace(NO_VALUE_MARK, "<no value>")
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect())
+}
+
+fn explain_go_error(stderr: &str, templates: &[String]) -> String {
+    let line = stderr
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("Error"))
+        .unwrap_or(stderr);
+    // helm names our wrapper templates `s<N>`; show the ApplicationSet's own text instead.
+    for (index, template) in templates.iter().enumerate() {
+        if line.contains(&format!("\"s{index}\"")) {
+            let detail = line.rsplit(": ").next().unwrap_or(line);
+            let at = line.find("at <").map(|i| {
+                let rest = &line[i + 3..];
+                rest[..rest.find('>').map(|e| e + 1).unwrap_or(rest.len())].to_string()
+            });
+            return match at {
+                Some(at) => format!("template {template:?}: at {at}: {detail}"),
+                None => format!("template {template:?}: {detail}"),
+            };
+        }
+    }
+    let line = line.trim_start_matches("Error: ");
+    let line = line.split("_strings.tpl:").last().unwrap_or(line);
+    format!("go template: {line}")
+}
+
+/// Rewrites a bare function name inside template actions (outside string literals).
+fn rewrite_function(template: &str, function: &str, replacement: &str) -> String {
+    transform_actions(template, |action| {
+        let mut out = String::new();
+        let mut chars = action.char_indices().peekable();
+        let bytes = action.as_bytes();
+        let mut in_string: Option<char> = None;
+        while let Some((i, c)) = chars.next() {
+            if let Some(q) = in_string {
+                out.push(c);
+                if c == '\\' && q == '"' {
+                    if let Some((_, n)) = chars.next() {
+                        out.push(n);
+                    }
+                } else if c == q {
+                    in_string = None;
+                }
+                continue;
+            }
+            if c == '"' || c == '`' {
+                in_string = Some(c);
+                out.push(c);
+                continue;
+            }
+            let word_start = i == 0
+                || !is_ident(bytes[i - 1] as char) && bytes[i - 1] != b'.' && bytes[i - 1] != b'$';
+            if word_start && action[i..].starts_with(function) {
+                let end = i + function.len();
+                if end == action.len() || !is_ident(bytes[end] as char) {
+                    out.push_str(replacement);
+                    for _ in 1..function.len() {
+                        chars.next();
+                    }
+                    continue;
+                }
+            }
+            out.push(c);
+        }
+        out
+    })
+}
+
+fn mentions_function(template: &str, function: &str) -> bool {
+    rewrite_function(template, function, "\u{1}") != template
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+fn transform_actions(template: &str, mut f: impl FnMut(&str) -> String) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start + 2]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            out.push_str(after);
+            return out;
+        };
+        out.push_str(&f(&after[..end]));
+        out.push_str("}}");
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The first field reference (`.a.b`, `$.a.b`) at the top level of a Go template that does
+/// not resolve in `params`. References inside `range`/`with` blocks, where the dot moves, are
+/// not checked.
+pub fn first_missing_key(template: &str, params: &Params) -> Option<String> {
+    // One entry per open block: true when the block moves the dot (`range`, `with`, `define`).
+    let mut blocks: Vec<bool> = Vec::new();
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let end = after.find("}}")?;
+        let action = after[..end].trim_matches(|c: char| c == '-' || c.is_whitespace());
+        rest = &after[end + 2..];
+        if action.starts_with("/*") {
+            continue;
+        }
+        let first_word = action.split_whitespace().next().unwrap_or("");
+        let dot_moved = blocks.iter().any(|moves| *moves);
+        match first_word {
+            "end" => {
+                blocks.pop();
+                continue;
+            }
+            "range" | "with" | "define" | "block" => {
+                if !dot_moved && matches!(first_word, "range" | "with") {
+                    if let Some(missing) = missing_in_action(&action[first_word.len()..], params) {
+                        return Some(missing);
+                    }
+                }
+                blocks.push(true);
+                continue;
+            }
+            "if" => blocks.push(false),
+            _ => {}
+        }
+        if !dot_moved {
+            if let Some(missing) = missing_in_action(action, params) {
+                return Some(missing);
+            }
+        }
+    }
+    None
+}
+
+fn missing_in_action(action: &str, params: &Params) -> Option<String> {
+    let bytes = action.as_bytes();
+    let mut i = 0;
+    let mut in_string: Option<u8> = None;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if let Some(q) = in_string {
+            if c == b'\\' && q == b'"' {
+                i += 2;
+                continue;
+            }
+            if c == q {
+                in_string = None;
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' || c == b'`' {
+            in_string = Some(c);
+            i += 1;
+            continue;
+        }
+        let starts_chain = c == b'.'
+            && (i == 0 || matches!(bytes[i - 1], b' ' | b'(' | b'|' | b'\t' | b'$'))
+            && bytes
+                .get(i + 1)
+                .is_some_and(|n| n.is_ascii_alphabetic() || *n == b'_');
+        let after_variable =
+            i > 0 && bytes[i - 1] == b'$' && (i < 2 || !is_ident(bytes[i - 2] as char));
+        if starts_chain && (i == 0 || bytes[i - 1] != b'$' || after_variable) {
+            let mut j = i;
+            while j < bytes.len() && (is_ident(bytes[j] as char) || bytes[j] == b'.') {
+                j += 1;
+            }
+            let chain = &action[i + 1..j];
+            let mut current: Option<&Value> = None;
+            for (n, key) in chain.split('.').filter(|k| !k.is_empty()).enumerate() {
+                let next = if n == 0 {
+                    params.get(key)
+                } else {
+                    match current {
+                        Some(Value::Object(m)) => m.get(key),
+                        // Field access on a non-map is a different Go error; helm reports it.
+                        _ => break,
+                    }
+                };
+                match next {
+                    Some(v) => current = Some(v),
+                    None => return Some(key.to_string()),
+                }
+            }
+            i = j;
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn params(v: Value) -> Params {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn fasttemplate_leaves_unknown_keys_verbatim() {
+        let p = params(json!({"name": "prod", "values.tier": "gold"}));
+        assert_eq!(
+            fasttemplate("{{name}}-{{ values.tier }}", &p).unwrap(),
+            "prod-gold"
+        );
+        assert_eq!(
+            fasttemplate("{{ nope }}/{{name}}", &p).unwrap(),
+            "{{ nope }}/prod"
+        );
+        assert!(fasttemplate("{{name", &p).is_err());
+    }
+
+    #[test]
+    fn missing_keys_found_at_top_level_only() {
+        let p = params(json!({"path": {"basename": "web"}, "name": "x"}));
+        assert_eq!(first_missing_key("{{.path.basename}}-{{.name}}", &p), None);
+        assert_eq!(
+            first_missing_key("{{ .path.nope }}", &p).as_deref(),
+            Some("nope")
+        );
+        assert_eq!(
+            first_missing_key("{{ .cluster }}", &p).as_deref(),
+            Some("cluster")
+        );
+        assert_eq!(
+            first_missing_key("{{ index .metadata.labels \"env\" }}", &p).as_deref(),
+            Some("metadata")
+        );
+        assert_eq!(
+            first_missing_key("{{ range .path }}{{ .x }}{{ end }}", &p),
+            None
+        );
+        assert_eq!(first_missing_key("{{ \".nope\" }}", &p), None);
+        assert_eq!(first_missing_key("{{ $.name | upper }}", &p), None);
+    }
+
+    #[test]
+    fn normalize_is_rewritten_outside_strings() {
+        assert_eq!(
+            rewrite_function(
+                "{{ normalize .name }} {{ \"normalize\" }}",
+                "normalize",
+                "include \"n\""
+            ),
+            "{{ include \"n\" .name }} {{ \"normalize\" }}"
+        );
+        assert_eq!(
+            rewrite_function("{{ .normalize }}", "normalize", "X"),
+            "{{ .normalize }}"
+        );
+    }
+
+    #[test]
+    fn map_strings_templates_keys_and_values() {
+        let p = params(json!({"env": "prod"}));
+        let out = map_strings(
+            &json!({"labels": {"{{env}}": "{{env}}-x"}, "n": 1}),
+            &mut |s| fasttemplate(s, &p),
+        )
+        .unwrap();
+        assert_eq!(out, json!({"labels": {"prod": "prod-x"}, "n": 1}));
+    }
+}

@@ -1,0 +1,259 @@
+//! Finding the real `helm` and `kubectl` binaries, and saying which one is used.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where a tool was found, in the order they are tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolSource {
+    Flag,
+    Environment,
+    ProjectTools,
+    Path,
+}
+
+impl std::fmt::Display for ToolSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ToolSource::Flag => "command-line flag",
+            ToolSource::Environment => "environment",
+            ToolSource::ProjectTools => "cargo xtask tools",
+            ToolSource::Path => "PATH",
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Tool {
+    pub name: &'static str,
+    pub path: PathBuf,
+    pub source: ToolSource,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no {name} found: tried {tried}; run `cargo xtask tools` to install the pinned {name}, or pass --{name} PATH / set {env}"
+)]
+pub struct ToolNotFound {
+    pub name: &'static str,
+    pub env: &'static str,
+    pub tried: String,
+}
+
+/// The folder `cargo xtask tools` installs into, relative to the workspace.
+pub const PROJECT_TOOLS_DIR: &str = "target/tools";
+
+fn project_tool_candidates(name: &str) -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    // A binary built in this workspace sits in target/<profile>/; the tools sit in target/tools/.
+    if let Ok(exe) = std::env::current_exe() {
+        for ancestor in exe.ancestors().skip(1).take(3) {
+            if ancestor.file_name().is_some_and(|n| n == "target") {
+                candidates.push(ancestor.join("tools").join(name));
+            }
+        }
+    }
+    candidates.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(PROJECT_TOOLS_DIR)
+            .join(name),
+    );
+    candidates
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Finds `name` from a flag, an environment variable, the project's tools folder, then `PATH`.
+/// A flag or variable that names a missing binary is an error, not a reason to look elsewhere.
+pub fn find_tool(
+    name: &'static str,
+    flag: Option<&Path>,
+    env: &'static str,
+) -> Result<Tool, ToolNotFound> {
+    let env_value = std::env::var_os(env)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let path_var = std::env::var_os("PATH").unwrap_or_default();
+    find_tool_in(
+        name,
+        flag,
+        env,
+        env_value.as_deref(),
+        &project_tool_candidates(name),
+        &path_var,
+    )
+}
+
+fn find_tool_in(
+    name: &'static str,
+    flag: Option<&Path>,
+    env: &'static str,
+    env_value: Option<&Path>,
+    project: &[PathBuf],
+    path_var: &std::ffi::OsStr,
+) -> Result<Tool, ToolNotFound> {
+    let not_found = |tried: String| ToolNotFound { name, env, tried };
+    if let Some(path) = flag {
+        if is_executable(path) {
+            return Ok(Tool {
+                name,
+                path: path.to_path_buf(),
+                source: ToolSource::Flag,
+            });
+        }
+        return Err(not_found(format!(
+            "--{name} {} (not an executable file)",
+            path.display()
+        )));
+    }
+    if let Some(path) = env_value {
+        if is_executable(path) {
+            return Ok(Tool {
+                name,
+                path: path.to_path_buf(),
+                source: ToolSource::Environment,
+            });
+        }
+        return Err(not_found(format!(
+            "${env}={} (not an executable file)",
+            path.display()
+        )));
+    }
+    let mut tried = Vec::new();
+    for path in project {
+        if is_executable(path) {
+            return Ok(Tool {
+                name,
+                path: path.clone(),
+                source: ToolSource::ProjectTools,
+            });
+        }
+        tried.push(path.display().to_string());
+    }
+    for dir in std::env::split_paths(path_var) {
+        let path = dir.join(name);
+        if is_executable(&path) {
+            return Ok(Tool {
+                name,
+                path,
+                source: ToolSource::Path,
+            });
+        }
+    }
+    tried.push("PATH".to_string());
+    Err(not_found(tried.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_choices_must_exist() {
+        let err = find_tool_in(
+            "helm",
+            Some(Path::new("/nope/helm")),
+            "GATE_HELM",
+            None,
+            &[],
+            "".as_ref(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no helm found: tried --helm /nope/helm (not an executable file); run `cargo xtask tools` to install the pinned helm, or pass --helm PATH / set GATE_HELM"
+        );
+        let err = find_tool_in(
+            "helm",
+            None,
+            "GATE_HELM",
+            Some(Path::new("/nope/h")),
+            &[],
+            "".as_ref(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("$GATE_HELM=/nope/h"));
+    }
+
+    #[test]
+    fn falls_back_to_project_tools_then_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = find_tool_in(
+            "helm",
+            None,
+            "GATE_HELM",
+            None,
+            &[dir.path().join("helm")],
+            dir.path().as_os_str(),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("PATH"), "{err}");
+        let helm = dir.path().join("helm");
+        std::fs::write(&helm, "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&helm, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let found =
+            find_tool_in("helm", None, "GATE_HELM", None, &[], dir.path().as_os_str()).unwrap();
+        assert_eq!(found.source, ToolSource::Path);
+        let found = find_tool_in(
+            "helm",
+            None,
+            "GATE_HELM",
+            None,
+            &[helm.clone()],
+            "".as_ref(),
+        )
+        .unwrap();
+        assert_eq!(found.source, ToolSource::ProjectTools);
+    }
+}
+
+impl Tool {
+    /// A command for this tool with helm's per-user state redirected into `home`, so a user's
+    /// own repositories and plugins never change a render.
+    pub fn command(&self, home: &Path) -> Command {
+        let mut command = Command::new(&self.path);
+        command
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env_remove("HELM_KUBECONTEXT")
+            .env_remove("HELM_NAMESPACE")
+            .env_remove("KUBECONFIG");
+        command
+    }
+
+    /// The tool's own version line (`v4.1.4`), used in cache keys and messages.
+    pub fn version(&self) -> String {
+        let args: &[&str] = if self.name == "helm" {
+            &["version", "--short"]
+        } else {
+            &["version", "--client", "-o", "json"]
+        };
+        Command::new(&self.path)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).to_string();
+                if self.name == "helm" {
+                    text.trim().to_string()
+                } else {
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .ok()
+                        .and_then(|v| {
+                            v.pointer("/clientVersion/gitVersion")
+                                .and_then(|s| s.as_str().map(str::to_string))
+                        })
+                        .unwrap_or_else(|| text.trim().to_string())
+                }
+            })
+            .unwrap_or_else(|| "unknown".to_string())
+    }
+}

@@ -1,0 +1,95 @@
+//! YAML reading for everything the project parses: repository manifests, helm output, values.
+//!
+//! The crate is `serde-saphyr` (maintained, fuzzed, no unsafe, already in kube's tree), configured
+//! to read YAML the way Kubernetes and Helm do (YAML 1.1 booleans, `0755` as octal, duplicate keys
+//! rejected). Lossless edits (Bosun's apiVersion swap) live beside this in later modules.
+
+use serde_json::Value;
+
+/// A YAML document that could not be read, with where it came from.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{origin}:{line}: malformed YAML: {message}")]
+pub struct YamlError {
+    /// Where the text came from: a repository path, `helm template <chart>`, a values file.
+    pub origin: String,
+    /// 1-based line of the first error, 0 when the parser could not tell.
+    pub line: u64,
+    /// The parser's message, on one line.
+    pub message: String,
+}
+
+fn options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    // Kubernetes (sigs.k8s.io/yaml over go-yaml v2) and Helm read `0755` as octal.
+    options.legacy_octal_numbers = true;
+    options.with_snippet = false;
+    let mut budget = serde_saphyr::Budget::default();
+    // A chart can render thousands of objects into one stream.
+    budget.max_documents = 1_000_000;
+    options.budget = Some(budget);
+    options
+}
+
+fn error(origin: &str, err: serde_saphyr::Error) -> YamlError {
+    let line = err.location().map(|l| l.line()).unwrap_or(0);
+    let message = err.to_string();
+    // Keep the first line only: the message is shown as one line next to its origin.
+    let message = message.lines().next().unwrap_or("").trim().to_string();
+    YamlError {
+        origin: origin.to_string(),
+        line,
+        message,
+    }
+}
+
+/// Reads every non-empty document of a YAML stream as JSON values.
+pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Value>, YamlError> {
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, options()).map_err(|e| error(origin, e))?;
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Reads one YAML document (an empty text is `null`).
+pub fn parse_document(text: &str, origin: &str) -> Result<Value, YamlError> {
+    let mut documents = parse_documents(text, origin)?;
+    match documents.len() {
+        0 => Ok(Value::Null),
+        1 => Ok(documents.remove(0)),
+        n => Err(YamlError {
+            origin: origin.to_string(),
+            line: 0,
+            message: format!("expected one YAML document, found {n}"),
+        }),
+    }
+}
+
+/// Writes a value as YAML (used for human-readable output, never for files a person edits).
+pub fn to_string(value: &Value) -> String {
+    serde_saphyr::to_string(value).unwrap_or_else(|e| format!("# unserialisable value: {e}\n"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_kubernetes_flavoured_yaml() {
+        let docs = parse_documents("a: yes\nb: 0755\n---\n---\nc: [1]\n", "x.yaml").unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0]["a"], Value::Bool(true));
+        assert_eq!(docs[0]["b"], serde_json::json!(493));
+    }
+
+    #[test]
+    fn malformed_yaml_names_file_and_line() {
+        let err = parse_documents("a: 1\nb: [\n  c: d\n", "apps/x.yaml").unwrap_err();
+        assert_eq!(err.origin, "apps/x.yaml");
+        assert!(err.line >= 2, "{err}");
+        assert!(err.to_string().starts_with("apps/x.yaml:"));
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused() {
+        assert!(parse_documents("a: 1\na: 2\n", "d.yaml").is_err());
+    }
+}

@@ -1,0 +1,120 @@
+//! Shared test helpers: git repositories made from fixture folders, and the gate binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const SAMPLE_REPO_URL: &str = "https://git.example.test/platform/gitops.git";
+
+pub fn project_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn sample_dir() -> PathBuf {
+    project_root().join("scenarios/sample")
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.test",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?} failed in {}", dir.display());
+}
+
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("read fixture dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("type").is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// A git repository whose first commit (on `main`) holds the files of `fixture`.
+pub struct TestRepo {
+    pub dir: tempfile::TempDir,
+}
+
+impl TestRepo {
+    pub fn from_fixture(fixture: &Path) -> TestRepo {
+        let dir = tempfile::Builder::new()
+            .prefix("gate-test-repo-")
+            .tempdir()
+            .expect("tempdir");
+        copy_tree(fixture, dir.path());
+        git(dir.path(), &["init", "-q", "-b", "main"]);
+        git(dir.path(), &["add", "-A"]);
+        git(dir.path(), &["commit", "-q", "-m", "initial"]);
+        TestRepo { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Copies `overlay` over the tree (files only; `*.delete` marker files remove their
+    /// namesake) and commits on a new branch; returns the commit id.
+    pub fn commit_overlay(&self, overlay: &Path, branch: &str, message: &str) -> String {
+        git(self.path(), &["checkout", "-q", "-B", branch]);
+        apply_overlay(overlay, self.path());
+        git(self.path(), &["add", "-A"]);
+        git(
+            self.path(),
+            &["commit", "-q", "--allow-empty", "-m", message],
+        );
+        self.head()
+    }
+
+    pub fn head(&self) -> String {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(self.path())
+            .args(["rev-parse", "HEAD"])
+            .output()
+            .expect("git");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+fn apply_overlay(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).expect("read overlay") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().to_string_lossy().to_string();
+        let target = to.join(&name);
+        if entry.file_type().expect("type").is_dir() {
+            std::fs::create_dir_all(&target).expect("mkdir");
+            apply_overlay(&entry.path(), &target);
+        } else if let Some(original) = name.strip_suffix(".delete") {
+            let _ = std::fs::remove_file(to.join(original));
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// The gate binary with a private, empty render cache.
+pub fn gate(cache: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
+    command
+        .env("GATE_CACHE_DIR", cache)
+        .env_remove("GATE_HELM")
+        .env_remove("GATE_KUBECTL");
+    command
+}

