@@ -1,3 +1,4 @@
 //! The product library: the gate's render engine and verdict, the observer and Bosun.
+pub mod gate;
 pub mod render;
 pub mod yaml;

@@ -11,6 +11,8 @@
 //! Charts come from tests/render-cases/_charts (a mirror). The snapshot records the exit
 //! code, stdout and stderr (with temporary paths and commit ids redacted).
 
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
 mod common;
 
 use std::path::Path;

@@ -1,5 +1,7 @@
 //! The sample GitOps repository (scenarios/sample) rendered end to end with the real binaries.
 
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
 mod common;
 
 use assert_cmd::prelude::*;

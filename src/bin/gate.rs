@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use gitops_loop::gate;
 use gitops_loop::render::{
     self, RenderConfig, cache::RenderCache, inventory::Inventory, output, tools,
 };
@@ -33,6 +34,9 @@ enum Command {
     Render {
         #[command(flatten)]
         render: RenderArgs,
+        /// The revision to render: a branch, tag or commit.
+        #[arg(long, default_value = "HEAD")]
+        revision: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Summary)]
         format: Format,
@@ -41,6 +45,14 @@ enum Command {
     Charts {
         #[command(subcommand)]
         command: ChartsCommand,
+    },
+    /// Render the merge base and the head, diff them and judge the change.
+    /// Exit 0 green, 1 blocking findings, 2 could not decide.
+    Check {
+        #[command(flatten)]
+        render: RenderArgs,
+        #[command(flatten)]
+        check: CheckArgs,
     },
     /// Show which helm and kubectl the gate would use.
     Tools {
@@ -56,6 +68,9 @@ enum ChartsCommand {
     Pull {
         #[command(flatten)]
         render: RenderArgs,
+        /// The revision whose charts to pull.
+        #[arg(long, default_value = "HEAD")]
+        revision: String,
     },
 }
 
@@ -81,9 +96,6 @@ struct RenderArgs {
     /// The git repository to read (its objects; the work tree is not used).
     #[arg(long, default_value = ".")]
     repo: PathBuf,
-    /// The revision to render: a branch, tag or commit.
-    #[arg(long, default_value = "HEAD")]
-    revision: String,
     /// The repository's URL as Applications write it (default: the `origin` remote).
     #[arg(long)]
     repo_url: Option<String>,
@@ -112,6 +124,39 @@ struct RenderArgs {
     max_depth: usize,
 }
 
+#[derive(Args, Clone)]
+struct CheckArgs {
+    /// The merge base (default: computed from the head and the default branch).
+    #[arg(long)]
+    base: Option<String>,
+    /// The pull request's head commit.
+    #[arg(long, default_value = "HEAD")]
+    head: String,
+    /// The branch the change merges into (default: origin's HEAD, else main, else master).
+    #[arg(long)]
+    default_branch: Option<String>,
+    /// Write the full report (Markdown) here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Write the verdict, findings and diff as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Writes a file whole or not at all (temporary file in the same folder, then rename).
+fn write_atomically(path: &std::path::Path, content: &str) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    std::io::Write::write_all(&mut file, content.as_bytes())?;
+    file.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
 fn parse_mirror(text: &str) -> Result<(String, PathBuf), String> {
     let (url, dir) = text.split_once('=').ok_or("expected URL=DIR")?;
     Ok((url.to_string(), PathBuf::from(dir)))
@@ -126,7 +171,7 @@ fn find_tools(args: &ToolArgs, quiet: bool) -> Result<(tools::Tool, Option<tools
     Ok((helm, kubectl))
 }
 
-fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
+fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<RenderConfig> {
     let (helm, kubectl) = find_tools(&args.tools, quiet)?;
     let inventory = match &args.inventory {
         Some(path) => {
@@ -154,7 +199,7 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
     };
     Ok(RenderConfig {
         repo_dir: args.repo.clone(),
-        revision: args.revision.clone(),
+        revision: revision.to_string(),
         repo_url,
         inventory,
         charts: args.charts.clone(),
@@ -176,9 +221,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Render {
             render: args,
+            revision,
             format,
         } => {
-            let config = config(&args, cli.quiet, false)?;
+            let config = config(&args, &revision, cli.quiet, false)?;
             let started = std::time::Instant::now();
             match render::render(&config) {
                 Ok(rendering) => {
@@ -212,13 +258,39 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
         }
+        Command::Check {
+            render: args,
+            check,
+        } => {
+            let config = config(&args, &check.head, cli.quiet, false)?;
+            let revisions = gate::check::Revisions {
+                base: check.base.clone(),
+                head: check.head.clone(),
+                default_branch: check.default_branch.clone(),
+            };
+            let result = gate::check::check(&config, &revisions);
+            let (comment, full) = gate::report::render(&result);
+            let full = full.unwrap_or(comment);
+            if let Some(path) = &check.report {
+                write_atomically(path, &full)?;
+            }
+            if let Some(path) = &check.json {
+                write_atomically(path, &serde_json::to_string_pretty(&result)?)?;
+            }
+            print!("{full}");
+            Ok(ExitCode::from(result.verdict.outcome.exit_code()))
+        }
         Command::Charts {
-            command: ChartsCommand::Pull { render: args },
+            command:
+                ChartsCommand::Pull {
+                    render: args,
+                    revision,
+                },
         } => {
             if args.charts.is_none() {
                 anyhow::bail!("gate charts pull needs --charts DIR (the mirror to fill)");
             }
-            let config = config(&args, cli.quiet, true)?;
+            let config = config(&args, &revision, cli.quiet, true)?;
             match render::render(&config) {
                 Ok(rendering) => {
                     if !cli.quiet {

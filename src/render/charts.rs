@@ -126,20 +126,28 @@ fn ensure_dir(dir: &Path) -> Result<&Path, String> {
     Ok(dir)
 }
 
-/// helm prints `Error: ...` plus usage noise: keep the error.
+/// helm prints warnings, then `Error: ...` possibly followed by a list (schema errors): keep the
+/// error and its list, on one line (`first: item; item`).
 pub fn first_error_line(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    let error = lines
-        .iter()
-        .find(|l| l.starts_with("Error:"))
-        .or(lines.last())
-        .copied()
-        .unwrap_or("(no output)");
-    error.trim_start_matches("Error: ").to_string()
+    let Some(start) = lines.iter().position(|l| l.starts_with("Error:")) else {
+        return lines.last().copied().unwrap_or("(no output)").to_string();
+    };
+    let mut out = lines[start].trim_start_matches("Error:").trim().to_string();
+    for line in &lines[start + 1..] {
+        if let Some(item) = line.strip_prefix("- ") {
+            out.push_str(if out.ends_with(':') { " " } else { "; " });
+            out.push_str(item);
+        } else {
+            out.push(' ');
+            out.push_str(line);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -163,5 +171,14 @@ mod tests {
         assert_eq!(repo_key("https://x/../../etc"), "x/etc");
         assert!(is_oci("registry.example.test/charts"));
         assert!(!is_oci("https://charts.example.test"));
+    }
+
+    #[test]
+    fn helm_schema_errors_stay_on_one_line() {
+        let stderr = "walk.go:75: found symbolic link\nError: values don't meet the specifications of the schema(s) in the following chart(s):\nexternal-secrets:\n- at '/replicaCount': got string, want integer\n- at '': additional properties 'x' not allowed\n";
+        assert_eq!(
+            first_error_line(stderr),
+            "values don't meet the specifications of the schema(s) in the following chart(s): external-secrets: at '/replicaCount': got string, want integer; at '': additional properties 'x' not allowed"
+        );
     }
 }

@@ -38,6 +38,7 @@ use crate::yaml;
 pub const DEFAULT_MAX_DEPTH: usize = 8;
 
 /// Everything a render needs.
+#[derive(Clone)]
 pub struct RenderConfig {
     pub repo_dir: PathBuf,
     pub revision: String,

@@ -149,6 +149,51 @@ fn find_tool_in(
     Err(not_found(tried.join(", ")))
 }
 
+impl Tool {
+    /// A command for this tool with helm's per-user state redirected into `home`, so a user's
+    /// own repositories and plugins never change a render.
+    pub fn command(&self, home: &Path) -> Command {
+        let mut command = Command::new(&self.path);
+        command
+            .env("HELM_CACHE_HOME", home.join("cache"))
+            .env("HELM_CONFIG_HOME", home.join("config"))
+            .env("HELM_DATA_HOME", home.join("data"))
+            .env_remove("HELM_KUBECONTEXT")
+            .env_remove("HELM_NAMESPACE")
+            .env_remove("KUBECONFIG");
+        command
+    }
+
+    /// The tool's own version line (`v4.1.4`), used in cache keys and messages.
+    pub fn version(&self) -> String {
+        let args: &[&str] = if self.name == "helm" {
+            &["version", "--short"]
+        } else {
+            &["version", "--client", "-o", "json"]
+        };
+        Command::new(&self.path)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).to_string();
+                if self.name == "helm" {
+                    text.trim().to_string()
+                } else {
+                    serde_json::from_str::<serde_json::Value>(&text)
+                        .ok()
+                        .and_then(|v| {
+                            v.pointer("/clientVersion/gitVersion")
+                                .and_then(|s| s.as_str().map(str::to_string))
+                        })
+                        .unwrap_or_else(|| text.trim().to_string())
+                }
+            })
+            .unwrap_or_else(|| "unknown".to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,55 +250,10 @@ mod tests {
             None,
             "GATE_HELM",
             None,
-            &[helm.clone()],
+            std::slice::from_ref(&helm),
             "".as_ref(),
         )
         .unwrap();
         assert_eq!(found.source, ToolSource::ProjectTools);
-    }
-}
-
-impl Tool {
-    /// A command for this tool with helm's per-user state redirected into `home`, so a user's
-    /// own repositories and plugins never change a render.
-    pub fn command(&self, home: &Path) -> Command {
-        let mut command = Command::new(&self.path);
-        command
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .env_remove("HELM_KUBECONTEXT")
-            .env_remove("HELM_NAMESPACE")
-            .env_remove("KUBECONFIG");
-        command
-    }
-
-    /// The tool's own version line (`v4.1.4`), used in cache keys and messages.
-    pub fn version(&self) -> String {
-        let args: &[&str] = if self.name == "helm" {
-            &["version", "--short"]
-        } else {
-            &["version", "--client", "-o", "json"]
-        };
-        Command::new(&self.path)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| {
-                let text = String::from_utf8_lossy(&o.stdout).to_string();
-                if self.name == "helm" {
-                    text.trim().to_string()
-                } else {
-                    serde_json::from_str::<serde_json::Value>(&text)
-                        .ok()
-                        .and_then(|v| {
-                            v.pointer("/clientVersion/gitVersion")
-                                .and_then(|s| s.as_str().map(str::to_string))
-                        })
-                        .unwrap_or_else(|| text.trim().to_string())
-                }
-            })
-            .unwrap_or_else(|| "unknown".to_string())
     }
 }

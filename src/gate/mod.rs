@@ -1,0 +1,6 @@
+//! The gate's verdict: render at the merge base and the head, diff, apply the rules, report.
+
+pub mod check;
+pub mod diff;
+pub mod report;
+pub mod rules;

@@ -1,0 +1,476 @@
+//! The report: Markdown for people, machine blocks for Bosun, JSON for scripts.
+//!
+//! The report is the wire format for everything downstream. Its first line is an invisible
+//! marker. Every blocking finding a machine acts on is published a second time as a machine
+//! block, `<!-- gitops-gate:<name> <json> -->`, whose JSON has `-`, `<`, `>` and `&` escaped as
+//! `\u00XX`: nothing a chart renders (object names included) can end the comment or forge a
+//! block, and nothing outside a block is ever read as an instruction.
+
+use std::fmt::Write;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::diff::{AppStatus, DiffCounts, RenderDiff};
+use super::rules::{self, DroppedServedVersion, Finding, Severity};
+
+pub const MARKER: &str = "<!-- gitops-gate:report v1 -->";
+const BLOCK_PREFIX: &str = "<!-- gitops-gate:";
+/// GitHub's limit for a comment body.
+pub const COMMENT_LIMIT: usize = 65_536;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    /// Exit 0: nothing blocks.
+    Green,
+    /// Exit 1: at least one blocking finding.
+    Blocked,
+    /// Exit 2: the gate could not decide (a render failed, bad input): red, never green.
+    Undecided,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Green => 0,
+            Outcome::Blocked => 1,
+            Outcome::Undecided => 2,
+        }
+    }
+}
+
+/// The verdict as scripts (`--json`) and Bosun (the `verdict` block) read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    pub outcome: Outcome,
+    pub base: String,
+    pub head: String,
+    pub counts: DiffCounts,
+    /// Blocking findings per rule id.
+    pub blocking: std::collections::BTreeMap<String, usize>,
+    /// Manifests in the repository that declare a dropped version (what a repair would touch).
+    pub repository_consumers: usize,
+    /// Why the gate could not decide, when it could not.
+    pub errors: Vec<String>,
+}
+
+/// Everything published: the verdict, the findings, and the diff behind them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GateResult {
+    pub verdict: Verdict,
+    pub findings: Vec<Finding>,
+    pub diff: RenderDiff,
+}
+
+impl GateResult {
+    pub fn dropped(&self) -> Vec<DroppedServedVersion> {
+        self.findings
+            .iter()
+            .filter(|f| f.rule == rules::DROPPED_SERVED_VERSION)
+            .filter_map(|f| serde_json::from_value(f.evidence.clone()).ok())
+            .collect()
+    }
+}
+
+/// What a reader recovers from a published report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ParsedReport {
+    pub verdict: Verdict,
+    pub dropped: Vec<DroppedServedVersion>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReportError {
+    #[error("the comment does not start with the gate's marker")]
+    NoMarker,
+    #[error("the report has no verdict block")]
+    NoVerdict,
+    #[error("machine block {name:?} is not valid: {message}")]
+    BadBlock { name: String, message: String },
+}
+
+/// Serialises a machine block so its text contains no `-`, `<`, `>` or `&`.
+pub fn machine_block(name: &str, value: &impl Serialize) -> String {
+    let json = serde_json::to_string(value).unwrap_or_else(|_| "null".to_string());
+    let mut escaped = String::with_capacity(json.len());
+    for c in json.chars() {
+        match c {
+            '-' => escaped.push_str("\\u002d"),
+            '<' => escaped.push_str("\\u003c"),
+            '>' => escaped.push_str("\\u003e"),
+            '&' => escaped.push_str("\\u0026"),
+            other => escaped.push(other),
+        }
+    }
+    format!("{BLOCK_PREFIX}{name} {escaped} -->")
+}
+
+/// Every machine block of a report, in order, as (name, JSON).
+pub fn machine_blocks(markdown: &str) -> Result<Vec<(String, Value)>, ReportError> {
+    let mut blocks = Vec::new();
+    let mut rest = markdown;
+    while let Some(start) = rest.find(BLOCK_PREFIX) {
+        let after = &rest[start + BLOCK_PREFIX.len()..];
+        let Some(end) = after.find("-->") else { break };
+        let body = after[..end].trim();
+        rest = &after[end + 3..];
+        let (name, json) = body.split_once(' ').unwrap_or((body, ""));
+        if name.starts_with("report") {
+            continue; // the marker
+        }
+        let value: Value =
+            serde_json::from_str(json.trim()).map_err(|e| ReportError::BadBlock {
+                name: name.to_string(),
+                message: e.to_string(),
+            })?;
+        blocks.push((name.to_string(), value));
+    }
+    Ok(blocks)
+}
+
+/// Reads the verdict and the repair evidence back from a report's machine blocks.
+pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
+    if !markdown.starts_with(MARKER) {
+        return Err(ReportError::NoMarker);
+    }
+    let mut verdict = None;
+    let mut dropped = Vec::new();
+    for (name, value) in machine_blocks(markdown)? {
+        match name.as_str() {
+            "verdict" => {
+                verdict =
+                    Some(
+                        serde_json::from_value(value).map_err(|e| ReportError::BadBlock {
+                            name,
+                            message: e.to_string(),
+                        })?,
+                    );
+            }
+            "dropped" => {
+                dropped.push(
+                    serde_json::from_value(value).map_err(|e| ReportError::BadBlock {
+                        name,
+                        message: e.to_string(),
+                    })?,
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(ParsedReport {
+        verdict: verdict.ok_or(ReportError::NoVerdict)?,
+        dropped,
+    })
+}
+
+/// Text a chart or a repository controls, made safe for Markdown: no HTML, no comments.
+pub fn text(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// A code span when the text is plain, escaped text otherwise.
+pub fn code(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/:@+=,-[]\" ".contains(c))
+        && !s.contains('`')
+    {
+        format!("`{s}`")
+    } else {
+        text(s)
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+fn value_text(value: &Option<Value>) -> String {
+    match value {
+        None => "(absent)".to_string(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    }
+}
+
+/// Renders the report; the second value is the full report when the first had to be cut to
+/// fit a comment.
+pub fn render(result: &GateResult) -> (String, Option<String>) {
+    let head = head_section(result);
+    let blocks = blocks_section(result);
+    let details = details_section(result);
+    let full = format!("{head}{details}\n{blocks}");
+    if full.chars().count() <= COMMENT_LIMIT {
+        return (full, None);
+    }
+    let note = "\n_Details are cut to fit a comment; the full report is in the check run's output file (`gate check --report`)._\n";
+    let budget = COMMENT_LIMIT
+        .saturating_sub(head.chars().count() + blocks.chars().count() + note.chars().count() + 64);
+    let cut: String = details.chars().take(budget).collect();
+    let cut = match cut.rfind('\n') {
+        Some(i) => cut[..i].to_string(),
+        None => String::new(),
+    };
+    let closing = if cut.contains("<details>") {
+        "\n</details>\n"
+    } else {
+        ""
+    };
+    (format!("{head}{cut}{closing}{note}\n{blocks}"), Some(full))
+}
+
+fn head_section(result: &GateResult) -> String {
+    let v = &result.verdict;
+    let mut out = String::new();
+    let _ = writeln!(out, "{MARKER}");
+    let title = match v.outcome {
+        Outcome::Green => "passed",
+        Outcome::Blocked => "blocked",
+        Outcome::Undecided => "could not decide",
+    };
+    let _ = writeln!(out, "### addons-gate: {title}\n");
+    let c = &v.counts;
+    if v.outcome == Outcome::Undecided {
+        let _ = writeln!(
+            out,
+            "`{}` (merge base) → `{}` (head)\n",
+            short(&v.base),
+            short(&v.head)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "`{}` (merge base) → `{}` (head): {} Applications changed, {} added, {} removed; objects {} added, {} changed, {} removed.\n",
+            short(&v.base),
+            short(&v.head),
+            c.applications_changed,
+            c.applications_added,
+            c.applications_removed,
+            c.objects_added,
+            c.objects_changed,
+            c.objects_removed
+        );
+    }
+    if v.outcome == Outcome::Undecided {
+        let _ = writeln!(
+            out,
+            "The gate could not render this change, so nothing was compared. The check stays red until it renders.\n"
+        );
+        for error in &v.errors {
+            let (first, items) = split_error(error);
+            let _ = writeln!(out, "- {}", text(&first));
+            for item in items {
+                let _ = writeln!(out, "  - {}", code(&item));
+            }
+        }
+        out.push('\n');
+    }
+    // Render failures were quoted above, in full.
+    let blocking: Vec<&Finding> = result
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Blocking && f.rule != rules::RENDER_FAILED)
+        .collect();
+    if !blocking.is_empty() {
+        let _ = writeln!(out, "**Blocking**\n");
+    }
+    let dropped: Vec<&Finding> = blocking
+        .iter()
+        .copied()
+        .filter(|f| f.rule == rules::DROPPED_SERVED_VERSION)
+        .collect();
+    if !dropped.is_empty() {
+        let _ = writeln!(
+            out,
+            "A CustomResourceDefinition stopped serving a version. Anything still declaring it breaks on apply.\n"
+        );
+        for finding in dropped {
+            let Ok(evidence) =
+                serde_json::from_value::<DroppedServedVersion>(finding.evidence.clone())
+            else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "- CustomResourceDefinition/{}: no longer serves {}; {} manifests must move to {}",
+                code(&evidence.crd),
+                evidence.dropped.join(", "),
+                code(&evidence.kind),
+                code(&evidence.storage)
+            );
+            let files: Vec<String> = evidence
+                .consumers
+                .iter()
+                .map(|c| format!("{} ({} {})", code(&c.path), text(&c.kind), code(&c.name)))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  - {} manifest(s) in this repository still declare a dropped version, blocking until they move: {}",
+                evidence.consumers.len(),
+                files.join(", ")
+            );
+        }
+        out.push('\n');
+    }
+    for finding in blocking
+        .iter()
+        .filter(|f| f.rule != rules::DROPPED_SERVED_VERSION)
+    {
+        let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
+    }
+    let notes: Vec<&Finding> = result
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Note)
+        .collect();
+    if !notes.is_empty() {
+        let _ = writeln!(out, "\n**Notes**\n");
+        for finding in notes {
+            let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
+            if finding.rule == rules::ADDON_ADDED {
+                let _ = writeln!(
+                    out,
+                    "\n  | Application | cluster | namespace | renders from |\n  | --- | --- | --- | --- |"
+                );
+                for row in finding.evidence.as_array().into_iter().flatten() {
+                    let field =
+                        |k: &str| row.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                    let renders: Vec<String> = row
+                        .get("renders")
+                        .and_then(Value::as_array)
+                        .map(|r| r.iter().filter_map(Value::as_str).map(text).collect())
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "  | {} | {} | {} | {} |",
+                        code(&field("application")),
+                        code(&field("cluster")),
+                        code(&field("destinationNamespace")),
+                        renders.join("<br>")
+                    );
+                }
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+/// `first: item; item` (helm's schema error list) -> (first, items).
+fn split_error(error: &str) -> (String, Vec<String>) {
+    match error.find(": at '") {
+        Some(i) => {
+            let first = error[..i + 1].to_string();
+            let items = error[i + 2..].split("; ").map(str::to_string).collect();
+            (first, items)
+        }
+        None => (error.to_string(), Vec::new()),
+    }
+}
+
+fn details_section(result: &GateResult) -> String {
+    if result.verdict.outcome == Outcome::Undecided {
+        return String::new();
+    }
+    let diff = &result.diff;
+    if diff.applications.is_empty() {
+        return "\nThe render is identical at both commits.\n".to_string();
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n<details><summary>What this change deploys ({} Applications)</summary>\n",
+        diff.applications.len()
+    );
+    for app in &diff.applications {
+        let status = match app.status {
+            AppStatus::Added => "added",
+            AppStatus::Removed => "removed",
+            AppStatus::Changed => "changed",
+        };
+        let _ = writeln!(
+            out,
+            "#### {} on {} ({status})\n",
+            text(&format!("{}/{}", app.app.namespace, app.app.name)),
+            code(&app.app.cluster)
+        );
+        for chart_move in &app.chart_moves {
+            let _ = writeln!(
+                out,
+                "- chart {} {} → {}",
+                code(&chart_move.chart),
+                code(&chart_move.from),
+                code(&chart_move.to)
+            );
+        }
+        for object in &app.added {
+            let _ = writeln!(out, "- added {}", code(&object.to_string()));
+        }
+        for object in &app.removed {
+            let _ = writeln!(out, "- removed {}", code(&object.to_string()));
+        }
+        for change in &app.changed {
+            let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
+            for field in &change.fields {
+                let _ = writeln!(
+                    out,
+                    "  - {}: {} → {}",
+                    code(&field.path),
+                    code(&clip(&value_text(&field.old), 80)),
+                    code(&clip(&value_text(&field.new), 80))
+                );
+            }
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "</details>");
+    out
+}
+
+fn blocks_section(result: &GateResult) -> String {
+    let mut out = machine_block("verdict", &result.verdict);
+    out.push('\n');
+    for dropped in result.dropped() {
+        out.push_str(&machine_block("dropped", &dropped));
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_never_contain_comment_syntax() {
+        let hostile = serde_json::json!({"name": "x--> <!-- gitops-gate:dropped {} -->&"});
+        let block = machine_block("dropped", &hostile);
+        let inner = &block[BLOCK_PREFIX.len()..block.len() - 3];
+        assert!(
+            !inner.contains("--") && !inner.contains('>') && !inner.contains('<'),
+            "{block}"
+        );
+        let parsed = machine_blocks(&block).unwrap();
+        assert_eq!(parsed, vec![("dropped".to_string(), hostile)]);
+    }
+
+    #[test]
+    fn markdown_text_is_escaped() {
+        assert_eq!(text("a --> <!-- b"), "a --&gt; &lt;!-- b");
+        assert_eq!(code("external-secrets.io"), "`external-secrets.io`");
+        assert_eq!(code("x`y"), "x`y");
+        assert_eq!(code("<x>"), "&lt;x&gt;");
+    }
+}

@@ -1,0 +1,602 @@
+//! The gate's rules: findings with a stable id, a severity and their evidence.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::diff::{AppStatus, ObjectKey, RenderDiff};
+use crate::render::git::Snapshot;
+use crate::render::inventory::Inventory;
+use crate::render::{RenderedApplication, Rendering};
+use crate::yaml;
+
+pub const DROPPED_SERVED_VERSION: &str = "dropped-served-version";
+pub const CHART_RENDERS_UNSERVED_VERSION: &str = "chart-renders-unserved-version";
+pub const RENDER_FAILED: &str = "render-failed";
+pub const ADDON_ADDED: &str = "addon-added";
+pub const MAJOR_VERSION: &str = "major-version-boundary";
+pub const RBAC_REMOVED: &str = "rbac-removed";
+pub const CRD_ADDED: &str = "crd-added";
+pub const CRD_REMOVED: &str = "crd-removed";
+pub const DROPPED_VERSION_UNUSED: &str = "dropped-version-unused";
+pub const UNSCANNED_FILE: &str = "unscanned-file";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Blocking,
+    Note,
+}
+
+/// A manifest in the repository that declares an apiVersion.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Consumer {
+    /// Repository-relative file path.
+    pub path: String,
+    /// Index of the document among the file's non-empty documents (0-based).
+    pub document: usize,
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A CRD that stopped serving versions the repository still declares: the evidence a repair
+/// needs (the destination is the storage version at head).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DroppedServedVersion {
+    pub crd: String,
+    pub group: String,
+    pub kind: String,
+    pub dropped: Vec<String>,
+    pub served: Vec<String>,
+    pub storage: String,
+    pub clusters: Vec<String>,
+    pub consumers: Vec<Consumer>,
+}
+
+/// An object a chart renders with an apiVersion the target no longer serves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnservedRendered {
+    pub application: String,
+    pub cluster: String,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub served: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: String,
+    pub severity: Severity,
+    /// One line a person reads.
+    pub summary: String,
+    pub evidence: Value,
+}
+
+#[derive(Debug, Clone)]
+struct CrdInfo {
+    group: String,
+    kind: String,
+    served: BTreeSet<String>,
+    storage: String,
+}
+
+fn crds_by_cluster(rendering: &Rendering) -> BTreeMap<String, BTreeMap<String, CrdInfo>> {
+    let mut out: BTreeMap<String, BTreeMap<String, CrdInfo>> = BTreeMap::new();
+    for app in &rendering.applications {
+        for object in &app.objects {
+            if let Some((name, info)) = crd_info(object) {
+                out.entry(app.cluster.name.clone())
+                    .or_default()
+                    .insert(name, info);
+            }
+        }
+    }
+    out
+}
+
+fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
+    if object.get("kind")?.as_str()? != "CustomResourceDefinition" {
+        return None;
+    }
+    if !object
+        .get("apiVersion")?
+        .as_str()?
+        .starts_with("apiextensions.k8s.io/")
+    {
+        return None;
+    }
+    let name = object.pointer("/metadata/name")?.as_str()?.to_string();
+    let group = object.pointer("/spec/group")?.as_str()?.to_string();
+    let kind = object.pointer("/spec/names/kind")?.as_str()?.to_string();
+    let mut served = BTreeSet::new();
+    let mut storage = String::new();
+    for version in object
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(v) = version.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        if version
+            .get("served")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+        {
+            served.insert(v.to_string());
+        }
+        if version
+            .get("storage")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+        {
+            storage = v.to_string();
+        }
+    }
+    Some((
+        name,
+        CrdInfo {
+            group,
+            kind,
+            served,
+            storage,
+        },
+    ))
+}
+
+/// Every manifest (a document with apiVersion and kind) in the repository's YAML files, outside
+/// chart templates and hidden folders, and the files that could not be read as YAML.
+#[derive(Debug, Default)]
+pub struct ManifestScan {
+    pub manifests: Vec<Consumer>,
+    /// (path, why)
+    pub unreadable: Vec<(String, String)>,
+}
+
+pub fn scan_manifests(snapshot: &Snapshot) -> ManifestScan {
+    let chart_dirs: Vec<&str> = snapshot
+        .paths()
+        .filter_map(|p| p.strip_suffix("Chart.yaml"))
+        .collect();
+    let mut manifests = Vec::new();
+    let mut unreadable = Vec::new();
+    for path in snapshot.paths() {
+        if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
+            continue;
+        }
+        if path.split('/').any(|s| s.starts_with('.'))
+            || chart_dirs.iter().any(|d| path.starts_with(d))
+        {
+            continue;
+        }
+        let text = String::from_utf8_lossy(snapshot.read(path).unwrap_or_default());
+        match yaml::parse_documents(&text, path) {
+            Ok(documents) => {
+                for (index, document) in documents.into_iter().enumerate() {
+                    let (Some(api_version), Some(kind)) = (
+                        document.get("apiVersion").and_then(Value::as_str),
+                        document.get("kind").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    let text = |p: &str| {
+                        document
+                            .pointer(p)
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    let consumer = Consumer {
+                        path: path.to_string(),
+                        document: index,
+                        api_version: api_version.to_string(),
+                        kind: kind.to_string(),
+                        namespace: text("/metadata/namespace"),
+                        name: text("/metadata/name"),
+                    };
+                    manifests.push(consumer);
+                }
+            }
+            Err(e) => {
+                unreadable.push((path.to_string(), format!("line {}: {}", e.line, e.message)))
+            }
+        }
+    }
+    ManifestScan {
+        manifests,
+        unreadable,
+    }
+}
+
+fn split_api_version(api_version: &str) -> (&str, &str) {
+    api_version.rsplit_once('/').unwrap_or(("", api_version))
+}
+
+/// The rules that compare two renderings.
+pub fn evaluate(
+    base: &Rendering,
+    head: &Rendering,
+    diff: &RenderDiff,
+    head_snapshot: &Snapshot,
+    inventory: &Inventory,
+) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let ManifestScan {
+        manifests,
+        unreadable,
+    } = scan_manifests(head_snapshot);
+    let base_crds = crds_by_cluster(base);
+    let head_crds = crds_by_cluster(head);
+
+    // dropped-served-version
+    let mut dropped_by_crd: BTreeMap<String, DroppedServedVersion> = BTreeMap::new();
+    for (cluster, head_map) in &head_crds {
+        let Some(base_map) = base_crds.get(cluster) else {
+            continue;
+        };
+        for (name, now) in head_map {
+            let Some(before) = base_map.get(name) else {
+                continue;
+            };
+            let dropped: Vec<String> = before.served.difference(&now.served).cloned().collect();
+            if dropped.is_empty() {
+                continue;
+            }
+            let entry =
+                dropped_by_crd
+                    .entry(name.clone())
+                    .or_insert_with(|| DroppedServedVersion {
+                        crd: name.clone(),
+                        group: now.group.clone(),
+                        kind: now.kind.clone(),
+                        dropped: Vec::new(),
+                        served: now.served.iter().cloned().collect(),
+                        storage: now.storage.clone(),
+                        clusters: Vec::new(),
+                        consumers: Vec::new(),
+                    });
+            for v in dropped {
+                if !entry.dropped.contains(&v) {
+                    entry.dropped.push(v);
+                }
+            }
+            entry.dropped.sort();
+            entry.clusters.push(cluster.clone());
+        }
+    }
+    for info in dropped_by_crd.values_mut() {
+        for consumer in &manifests {
+            let (group, version) = split_api_version(&consumer.api_version);
+            if group == info.group
+                && consumer.kind == info.kind
+                && info.dropped.iter().any(|d| d == version)
+            {
+                info.consumers.push(consumer.clone());
+            }
+        }
+        info.consumers.sort();
+        let evidence = serde_json::to_value(&*info).unwrap_or(Value::Null);
+        if info.consumers.is_empty() {
+            findings.push(Finding {
+                rule: DROPPED_VERSION_UNUSED.into(),
+                severity: Severity::Note,
+                summary: format!(
+                    "CustomResourceDefinition/{} no longer serves {}; nothing in this repository declares {}",
+                    info.crd,
+                    info.dropped.join(", "),
+                    if info.dropped.len() == 1 { "it" } else { "them" }
+                ),
+                evidence,
+            });
+        } else {
+            findings.push(Finding {
+                rule: DROPPED_SERVED_VERSION.into(),
+                severity: Severity::Blocking,
+                summary: format!(
+                    "CustomResourceDefinition/{}: no longer serves {}; {} manifests must move to {}",
+                    info.crd,
+                    info.dropped.join(", "),
+                    info.kind,
+                    info.storage
+                ),
+                evidence,
+            });
+        }
+    }
+
+    // chart-renders-unserved-version: new at head, not declared by any repository manifest.
+    // One finding per object, listing every Application (cluster) that renders it.
+    let base_unserved = unserved_objects(base, &base_crds, inventory);
+    let mut unserved: BTreeMap<(String, String, String), (UnservedRendered, Vec<String>)> =
+        BTreeMap::new();
+    for object in unserved_objects(head, &head_crds, inventory) {
+        let same = |o: &UnservedRendered| {
+            o.application == object.application
+                && o.cluster == object.cluster
+                && o.api_version == object.api_version
+                && o.kind == object.kind
+                && o.name == object.name
+        };
+        if base_unserved.iter().any(same) {
+            continue;
+        }
+        if manifests.iter().any(|c| {
+            c.api_version == object.api_version && c.kind == object.kind && c.name == object.name
+        }) {
+            continue;
+        }
+        let key = (
+            object.api_version.clone(),
+            object.kind.clone(),
+            object.name.clone(),
+        );
+        let entry = unserved
+            .entry(key)
+            .or_insert_with(|| (object.clone(), Vec::new()));
+        entry
+            .1
+            .push(format!("{} on {}", object.application, object.cluster));
+    }
+    for (_, (object, applications)) in unserved {
+        findings.push(Finding {
+            rule: CHART_RENDERS_UNSERVED_VERSION.into(),
+            severity: Severity::Blocking,
+            summary: format!(
+                "{} {} is rendered by a chart with apiVersion {}, which the target no longer serves (serves {}); no manifest in this repository declares it, so there are no values to change here ({})",
+                object.kind,
+                object.name,
+                object.api_version,
+                if object.served.is_empty() { "none".to_string() } else { object.served.join(", ") },
+                applications.join(", ")
+            ),
+            evidence: serde_json::json!({"object": object, "applications": applications}),
+        });
+    }
+
+    // addon-added: the expansion of every Application the change creates.
+    let added: Vec<&RenderedApplication> = diff
+        .applications
+        .iter()
+        .filter(|a| a.status == AppStatus::Added)
+        .filter_map(|a| {
+            head.applications.iter().find(|h| {
+                h.cluster.name == a.app.cluster
+                    && h.name == a.app.name
+                    && h.namespace == a.app.namespace
+            })
+        })
+        .collect();
+    if !added.is_empty() {
+        let rows: Vec<Value> = added
+            .iter()
+            .map(|app| {
+                serde_json::json!({
+                    "application": app.name,
+                    "namespace": app.namespace,
+                    "cluster": app.cluster.name,
+                    "destinationNamespace": app.destination_namespace,
+                    "renders": app.sources.iter().filter(|s| s.get("chart").is_some() || s.get("path").is_some()).map(crate::render::output::source_line).collect::<Vec<_>>(),
+                    "origin": app.origin.to_string(),
+                })
+            })
+            .collect();
+        findings.push(Finding {
+            rule: ADDON_ADDED.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "this change creates {} Application{}",
+                added.len(),
+                if added.len() == 1 { "" } else { "s" }
+            ),
+            evidence: Value::Array(rows),
+        });
+    }
+
+    // Notes a reviewer needs.
+    let mut majors: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
+    for app in &diff.applications {
+        for chart_move in &app.chart_moves {
+            if crosses_major(&chart_move.from, &chart_move.to) {
+                majors
+                    .entry((
+                        chart_move.chart.clone(),
+                        chart_move.from.clone(),
+                        chart_move.to.clone(),
+                    ))
+                    .or_default()
+                    .push(app.app.to_string());
+            }
+        }
+    }
+    for ((chart, from, to), apps) in majors {
+        findings.push(Finding {
+            rule: MAJOR_VERSION.into(),
+            severity: Severity::Note,
+            summary: format!("chart {chart} {from} → {to} crosses a major version boundary ({} Application{})", apps.len(), if apps.len() == 1 { "" } else { "s" }),
+            evidence: serde_json::json!({"chart": chart, "from": from, "to": to, "applications": apps}),
+        });
+    }
+    let rbac_kinds = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
+    let mut rbac_removed: Vec<String> = Vec::new();
+    let mut crds_added: BTreeSet<String> = BTreeSet::new();
+    let mut crds_removed: BTreeSet<String> = BTreeSet::new();
+    for app in &diff.applications {
+        for object in &app.removed {
+            if object.group == "rbac.authorization.k8s.io"
+                && rbac_kinds.contains(&object.kind.as_str())
+            {
+                rbac_removed.push(format!("{} ({})", object_label(object), app.app));
+            }
+            if object.kind == "CustomResourceDefinition" {
+                crds_removed.insert(object.name.clone());
+            }
+        }
+        for object in &app.added {
+            if object.kind == "CustomResourceDefinition" {
+                crds_added.insert(object.name.clone());
+            }
+        }
+    }
+    if !rbac_removed.is_empty() {
+        findings.push(Finding {
+            rule: RBAC_REMOVED.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "{} RBAC object{} removed",
+                rbac_removed.len(),
+                if rbac_removed.len() == 1 { "" } else { "s" }
+            ),
+            evidence: serde_json::json!(rbac_removed),
+        });
+    }
+    for (rule, set, verb) in [
+        (CRD_ADDED, &crds_added, "added"),
+        (CRD_REMOVED, &crds_removed, "removed"),
+    ] {
+        if !set.is_empty() {
+            findings.push(Finding {
+                rule: rule.into(),
+                severity: Severity::Note,
+                summary: format!(
+                    "{} CustomResourceDefinition{} {verb}",
+                    set.len(),
+                    if set.len() == 1 { "" } else { "s" }
+                ),
+                evidence: serde_json::json!(set),
+            });
+        }
+    }
+    for (path, message) in unreadable {
+        findings.push(Finding {
+            rule: UNSCANNED_FILE.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "{path} could not be read as YAML and was not scanned for apiVersions ({message})"
+            ),
+            evidence: serde_json::json!({"path": path}),
+        });
+    }
+    findings.sort_by(|a, b| (a.severity, &a.rule).cmp(&(b.severity, &b.rule)));
+    findings
+}
+
+fn object_label(object: &ObjectKey) -> String {
+    format!(
+        "{} {}",
+        object.kind,
+        if object.namespace.is_empty() {
+            object.name.clone()
+        } else {
+            format!("{}/{}", object.namespace, object.name)
+        }
+    )
+}
+
+/// Objects rendered with an apiVersion their cluster does not serve: a CRD of that group and
+/// kind at this render without that version served, or a built-in group the inventory lists
+/// without that version.
+fn unserved_objects(
+    rendering: &Rendering,
+    crds: &BTreeMap<String, BTreeMap<String, CrdInfo>>,
+    inventory: &Inventory,
+) -> Vec<UnservedRendered> {
+    let mut out = Vec::new();
+    for app in &rendering.applications {
+        let cluster_crds = crds.get(&app.cluster.name);
+        let cluster = inventory
+            .destinations()
+            .into_iter()
+            .find(|c| c.name == app.cluster.name);
+        for object in &app.objects {
+            let (Some(api_version), Some(kind)) = (
+                object.get("apiVersion").and_then(Value::as_str),
+                object.get("kind").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let (group, version) = split_api_version(api_version);
+            if group.is_empty() {
+                continue;
+            }
+            let crd =
+                cluster_crds.and_then(|m| m.values().find(|c| c.group == group && c.kind == kind));
+            let served: Option<Vec<String>> = match crd {
+                Some(crd) => {
+                    (!crd.served.contains(version)).then(|| crd.served.iter().cloned().collect())
+                }
+                None => cluster.as_ref().and_then(|c| {
+                    let versions: Vec<String> = c
+                        .api_versions
+                        .iter()
+                        .filter_map(|entry| {
+                            let (g, rest) = entry.split_once('/')?;
+                            (g == group && !rest.contains('/')).then(|| rest.to_string())
+                        })
+                        .collect();
+                    (!versions.is_empty() && !versions.iter().any(|v| v == version))
+                        .then_some(versions)
+                }),
+            };
+            if let Some(served) = served {
+                let text = |p: &str| {
+                    object
+                        .pointer(p)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                out.push(UnservedRendered {
+                    application: format!("{}/{}", app.namespace, app.name),
+                    cluster: app.cluster.name.clone(),
+                    api_version: api_version.to_string(),
+                    kind: kind.to_string(),
+                    namespace: text("/metadata/namespace"),
+                    name: text("/metadata/name"),
+                    served,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// True when a version move crosses a major boundary (for 0.x, a minor change counts).
+pub fn crosses_major(from: &str, to: &str) -> bool {
+    let parse = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.trim_start_matches('v').split(['.', '-', '+']);
+        Some((
+            parts.next()?.parse().ok()?,
+            parts.next().and_then(|m| m.parse().ok()).unwrap_or(0),
+        ))
+    };
+    match (parse(from), parse(to)) {
+        (Some((a_major, a_minor)), Some((b_major, b_minor))) => {
+            a_major != b_major || (a_major == 0 && a_minor != b_minor)
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn major_boundaries() {
+        assert!(crosses_major("0.10.3", "2.10.0"));
+        assert!(crosses_major("0.10.3", "0.11.0"));
+        assert!(!crosses_major("1.19.2", "1.19.3"));
+        assert!(!crosses_major("3.4.0", "3.5.0"));
+        assert!(crosses_major("v3.4.0", "4.0.0"));
+    }
+}

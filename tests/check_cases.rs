@@ -1,0 +1,97 @@
+//! Data-driven `gate check` tests on the sample repository: every folder in tests/check-cases/
+//! is one pull request. `base/` (optional) is committed on `main` over the sample repository,
+//! `head/` on the branch `pr`; the gate compares the merge base with `pr`. The snapshot holds
+//! the exit code, the report as published, and the JSON verdict.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    description: String,
+}
+
+pub fn redact_shas(text: &str, shas: &[String]) -> String {
+    let mut out = text.to_string();
+    for (index, sha) in shas.iter().enumerate() {
+        out = out
+            .replace(sha, &format!("[SHA{index}]"))
+            .replace(&sha[..7], &format!("[SHA{index}]"));
+    }
+    out
+}
+
+#[test]
+fn check_cases() {
+    let root = common::project_root().join("tests/check-cases");
+    insta::glob!(root.as_path(), "*/case.yaml", |case_path| {
+        let case_dir = case_path.parent().expect("case dir");
+        let case: Case = serde_saphyr::from_str(&std::fs::read_to_string(case_path).expect("read"))
+            .expect("case.yaml");
+        let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+        if case_dir.join("base").is_dir() {
+            repo.commit_overlay(&case_dir.join("base"), "main", "base change");
+        }
+        let base = repo.head();
+        let head = repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
+        let cache = tempfile::tempdir().expect("cache");
+        let out = tempfile::tempdir().expect("out");
+        let output = common::gate(cache.path())
+            .args([
+                "--quiet",
+                "check",
+                "--head",
+                "pr",
+                "--default-branch",
+                "main",
+            ])
+            .args(["--repo-url", common::SAMPLE_REPO_URL])
+            .arg("--repo")
+            .arg(repo.path())
+            .arg("--inventory")
+            .arg(common::sample_dir().join("inventory.yaml"))
+            .arg("--charts")
+            .arg(common::sample_dir().join("charts"))
+            .arg("--report")
+            .arg(out.path().join("report.md"))
+            .arg("--json")
+            .arg(out.path().join("verdict.json"))
+            .output()
+            .expect("gate runs");
+        let report = std::fs::read_to_string(out.path().join("report.md")).expect("report written");
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout),
+            report,
+            "stdout is the full report"
+        );
+        let verdict: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.path().join("verdict.json")).expect("json"),
+        )
+        .expect("json");
+        // The machine blocks carry the same verdict the JSON does.
+        let parsed = gitops_loop::gate::report::parse(&report).expect("report parses");
+        assert_eq!(
+            serde_json::to_value(&parsed.verdict).unwrap(),
+            verdict["verdict"]
+        );
+        let shas = [base, head];
+        let snapshot = format!(
+            "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}",
+            case.description.trim(),
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stderr).trim(),
+            redact_shas(&report, &shas),
+            redact_shas(
+                &serde_json::to_string_pretty(&verdict["verdict"]).unwrap(),
+                &shas
+            ),
+            serde_json::to_string_pretty(&verdict["findings"]).unwrap(),
+        );
+        insta::assert_snapshot!(snapshot);
+    });
+}

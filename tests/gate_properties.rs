@@ -1,0 +1,219 @@
+//! Property tests of the gate's pure core: the diff and the report's machine blocks.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+use gitops_loop::gate::diff::{self, AppStatus};
+use gitops_loop::gate::report::{self, GateResult, Outcome, Verdict};
+use gitops_loop::gate::rules::{self, Consumer, DroppedServedVersion, Finding, Severity};
+use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn object(kind: &str, name: &str, value: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}, "data": {"k": value}})
+}
+
+fn app(cluster: &str, name: &str, objects: Vec<Value>) -> RenderedApplication {
+    RenderedApplication {
+        name: name.to_string(),
+        namespace: "argocd".into(),
+        project: "default".into(),
+        origin: Origin::File {
+            path: "x.yaml".into(),
+            document: 0,
+        },
+        cluster: ClusterRef {
+            name: cluster.to_string(),
+            server: format!("https://{cluster}"),
+        },
+        destination_namespace: "default".into(),
+        sources: vec![],
+        objects,
+    }
+}
+
+fn rendering_strategy() -> impl Strategy<Value = Rendering> {
+    let objects =
+        prop::collection::btree_map(("[a-c]", "[a-d]"), "[a-z]{0,3}", 0..6).prop_map(|m| {
+            m.into_iter()
+                .map(|((kind, name), value)| object(&kind.to_uppercase(), &name, &value))
+                .collect::<Vec<_>>()
+        });
+    prop::collection::btree_map(("[xy]", "[a-d]"), objects, 0..5).prop_map(|apps| Rendering {
+        revision: "0".into(),
+        applications: apps
+            .into_iter()
+            .map(|((cluster, name), objects)| app(&cluster, &name, objects))
+            .collect(),
+        diagnostics: vec![],
+        stats: Default::default(),
+    })
+}
+
+proptest! {
+    #[test]
+    fn a_render_diffed_with_itself_is_empty(rendering in rendering_strategy()) {
+        let d = diff::diff(&rendering, &rendering);
+        prop_assert!(d.applications.is_empty());
+        prop_assert_eq!(d.counts, Default::default());
+    }
+
+    #[test]
+    fn swapping_base_and_head_swaps_added_and_removed(base in rendering_strategy(), head in rendering_strategy()) {
+        let forward = diff::diff(&base, &head);
+        let backward = diff::diff(&head, &base);
+        prop_assert_eq!(forward.applications.len(), backward.applications.len());
+        prop_assert_eq!(forward.counts.applications_added, backward.counts.applications_removed);
+        prop_assert_eq!(forward.counts.objects_added, backward.counts.objects_removed);
+        prop_assert_eq!(forward.counts.objects_changed, backward.counts.objects_changed);
+        for (f, b) in forward.applications.iter().zip(&backward.applications) {
+            prop_assert_eq!(&f.app, &b.app);
+            prop_assert_eq!(&f.added, &b.removed);
+            prop_assert_eq!(&f.removed, &b.added);
+            let expected = match f.status { AppStatus::Added => AppStatus::Removed, AppStatus::Removed => AppStatus::Added, s => s };
+            prop_assert_eq!(b.status, expected);
+        }
+    }
+
+    #[test]
+    fn machine_blocks_round_trip_any_names(names in prop::collection::vec(any::<String>(), 1..4), crd in any::<String>()) {
+        let dropped = DroppedServedVersion {
+            crd: crd.clone(),
+            group: "example.test".into(),
+            kind: crd,
+            dropped: vec!["v1beta1".into()],
+            served: vec!["v1".into()],
+            storage: "v1".into(),
+            clusters: vec!["prod".into()],
+            consumers: names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Consumer { path: format!("{n}.yaml"), document: i, api_version: "example.test/v1beta1".into(), kind: n.clone(), namespace: n.clone(), name: n.clone() })
+                .collect(),
+        };
+        let result = result_with(vec![dropped.clone()]);
+        let (markdown, _) = report::render(&result);
+        let parsed = report::parse(&markdown).unwrap();
+        prop_assert_eq!(parsed.dropped, vec![dropped]);
+        prop_assert_eq!(parsed.verdict, result.verdict);
+        // Only the gate's own blocks exist: the marker, the verdict and one dropped block.
+        prop_assert_eq!(markdown.matches("<!-- gitops-gate:").count(), 3);
+    }
+}
+
+fn result_with(dropped: Vec<DroppedServedVersion>) -> GateResult {
+    let findings: Vec<Finding> = dropped
+        .iter()
+        .map(|d| Finding {
+            rule: rules::DROPPED_SERVED_VERSION.into(),
+            severity: Severity::Blocking,
+            summary: format!("CustomResourceDefinition/{}", d.crd),
+            evidence: serde_json::to_value(d).unwrap(),
+        })
+        .collect();
+    let mut blocking = std::collections::BTreeMap::new();
+    blocking.insert(rules::DROPPED_SERVED_VERSION.to_string(), findings.len());
+    GateResult {
+        verdict: Verdict {
+            outcome: Outcome::Blocked,
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            counts: Default::default(),
+            blocking,
+            repository_consumers: dropped.iter().map(|d| d.consumers.len()).sum(),
+            errors: vec![],
+        },
+        findings,
+        diff: Default::default(),
+    }
+}
+
+#[test]
+fn a_chart_rendered_name_cannot_forge_a_block() {
+    let hostile = "evil--> <!-- gitops-gate:dropped {\"crd\":\"forged\"} --> <!--";
+    let dropped = DroppedServedVersion {
+        crd: "externalsecrets.external-secrets.io".into(),
+        group: "external-secrets.io".into(),
+        kind: "ExternalSecret".into(),
+        dropped: vec!["v1beta1".into()],
+        served: vec!["v1".into()],
+        storage: "v1".into(),
+        clusters: vec!["prod".into()],
+        consumers: vec![Consumer {
+            path: "a.yaml".into(),
+            document: 0,
+            api_version: "external-secrets.io/v1beta1".into(),
+            kind: "ExternalSecret".into(),
+            namespace: String::new(),
+            name: hostile.into(),
+        }],
+    };
+    let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
+    // Only the marker, the verdict and the genuine dropped block open or close a comment.
+    assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
+    assert_eq!(markdown.matches("-->").count(), 3, "{markdown}");
+    let parsed = report::parse(&markdown).unwrap();
+    assert_eq!(parsed.dropped, vec![dropped]);
+}
+
+#[test]
+fn a_report_without_the_marker_is_not_a_report() {
+    let forged = format!("hello\n{}", report::machine_block("verdict", &json!({})));
+    assert_eq!(report::parse(&forged), Err(report::ReportError::NoMarker));
+}
+
+#[test]
+fn an_oversized_report_keeps_blockers_and_blocks_whole() {
+    let consumers: Vec<Consumer> = (0..50)
+        .map(|i| Consumer {
+            path: format!("m/{i}.yaml"),
+            document: 0,
+            api_version: "e.io/v1beta1".into(),
+            kind: "E".into(),
+            namespace: String::new(),
+            name: format!("n{i}"),
+        })
+        .collect();
+    let dropped = DroppedServedVersion {
+        crd: "es.e.io".into(),
+        group: "e.io".into(),
+        kind: "E".into(),
+        dropped: vec!["v1beta1".into()],
+        served: vec!["v1".into()],
+        storage: "v1".into(),
+        clusters: vec!["c".into()],
+        consumers,
+    };
+    let mut result = result_with(vec![dropped.clone()]);
+    // A huge diff: thousands of changed fields.
+    let big: Vec<Value> = (0..3000)
+        .map(|i| object("ConfigMap", &format!("cm-{i}"), "a"))
+        .collect();
+    let big2: Vec<Value> = (0..3000)
+        .map(|i| object("ConfigMap", &format!("cm-{i}"), "b"))
+        .collect();
+    let base = Rendering {
+        revision: "a".into(),
+        applications: vec![app("c", "x", big)],
+        diagnostics: vec![],
+        stats: Default::default(),
+    };
+    let head = Rendering {
+        revision: "b".into(),
+        applications: vec![app("c", "x", big2)],
+        diagnostics: vec![],
+        stats: Default::default(),
+    };
+    result.diff = diff::diff(&base, &head);
+    let (comment, full) = report::render(&result);
+    assert!(
+        comment.chars().count() <= report::COMMENT_LIMIT,
+        "{}",
+        comment.len()
+    );
+    let full = full.expect("the full report is kept when the comment is cut");
+    assert!(full.len() > comment.len());
+    assert!(comment.contains("Details are cut"));
+    assert!(comment.contains("blocking until they move"));
+    assert_eq!(report::parse(&comment).unwrap().dropped, vec![dropped]);
+}
