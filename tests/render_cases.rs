@@ -30,7 +30,10 @@ struct Case {
 }
 
 fn redact(text: &str, repo: &Path, commit: &str) -> String {
-    let mut out = text.replace(&repo.display().to_string(), "[REPO]");
+    let charts = common::project_root().join("tests/render-cases/_charts");
+    let mut out = text
+        .replace(&repo.display().to_string(), "[REPO]")
+        .replace(&charts.display().to_string(), "[CHARTS]");
     if !commit.is_empty() {
         out = out
             .replace(commit, "[COMMIT]")

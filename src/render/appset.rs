@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::inventory::{Cluster, Inventory};
-use super::matching::{LabelSelector, doublestar_match, go_path_match};
+use super::matching::{LabelSelector, git_pathspec_match, go_path_match};
 use super::params::{
     deep_merge, flatten_into, flatten_params, go_sprint, merge_patch, normalize_name,
 };
@@ -369,7 +369,9 @@ impl Expander<'_> {
                 if !cluster.annotations.is_empty() {
                     metadata.insert("annotations".into(), json!(cluster.annotations));
                 }
-                params.insert("metadata".into(), Value::Object(metadata));
+                if !metadata.is_empty() {
+                    params.insert("metadata".into(), Value::Object(metadata));
+                }
             } else {
                 for (k, v) in &cluster.labels {
                     params.insert(format!("metadata.labels.{k}"), Value::String(v.clone()));
@@ -453,7 +455,12 @@ impl Expander<'_> {
         let files = patterns("files");
         let mut out = Vec::new();
         if !directories.is_empty() {
-            for dir in snapshot.directories() {
+            // Argo CD skips hidden directories (reposerver.include.hidden.directories is off).
+            for dir in snapshot
+                .directories()
+                .into_iter()
+                .filter(|d| !d.split('/').any(|s| s.starts_with('.')))
+            {
                 let included = directories
                     .iter()
                     .any(|(p, ex)| !ex && go_path_match(p, &dir));
@@ -468,8 +475,13 @@ impl Expander<'_> {
             let matched: Vec<&str> = snapshot
                 .paths()
                 .filter(|path| {
-                    files.iter().any(|(p, ex)| !ex && doublestar_match(p, path))
-                        && !files.iter().any(|(p, ex)| *ex && doublestar_match(p, path))
+                    // Argo CD lists files with `git ls-files -- <pattern>`: `*` crosses `/`.
+                    files
+                        .iter()
+                        .any(|(p, ex)| !ex && git_pathspec_match(p, path))
+                        && !files
+                            .iter()
+                            .any(|(p, ex)| *ex && git_pathspec_match(p, path))
                 })
                 .collect();
             for path in matched {
@@ -478,7 +490,8 @@ impl Expander<'_> {
                 let entries: Vec<Value> = match parsed {
                     Value::Array(items) => items,
                     Value::Object(_) => vec![parsed],
-                    Value::Null => Vec::new(),
+                    // An empty file still yields its path parameters.
+                    Value::Null => vec![Value::Object(Map::new())],
                     _ => {
                         return Err(format!(
                             "{path}: a git files generator file must hold an object or a list of objects"
@@ -647,16 +660,25 @@ impl Expander<'_> {
         if children.len() < 2 {
             return Err("merge needs at least 2 child generators".to_string());
         }
+        // Argo CD looks merge keys up among the top-level parameters.
         let key_of = |params: &Params| -> String {
-            let flat = flatten_params(params);
             keys.iter()
-                .map(|k| flat.get(k).cloned().unwrap_or_default())
+                .map(|k| params.get(k).map(go_sprint).unwrap_or_default())
                 .collect::<Vec<_>>()
                 .join("\u{0}")
         };
         let mut base = self
             .generate(&children[0], &Params::new(), nesting + 1)
             .map_err(|e| format!("merge child 0: {e}"))?;
+        let mut base_keys = std::collections::HashSet::new();
+        for set in &base {
+            if !base_keys.insert(key_of(&set.params)) {
+                return Err(
+                    "the parameters from a generator were not unique by the given mergeKeys"
+                        .to_string(),
+                );
+            }
+        }
         for (index, child) in children.iter().enumerate().skip(1) {
             let sets = self
                 .generate(child, &Params::new(), nesting + 1)

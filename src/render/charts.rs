@@ -139,6 +139,9 @@ pub fn first_error_line(stderr: &str) -> String {
     };
     let mut out = lines[start].trim_start_matches("Error:").trim().to_string();
     for line in &lines[start + 1..] {
+        if line.starts_with("Use --debug flag") {
+            continue;
+        }
         if let Some(item) = line.strip_prefix("- ") {
             out.push_str(if out.ends_with(':') { " " } else { "; " });
             out.push_str(item);

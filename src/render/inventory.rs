@@ -13,6 +13,7 @@ pub const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 pub const IN_CLUSTER_NAME: &str = "in-cluster";
 /// Annotations the project reads from a cluster Secret: Argo CD learns these from the live
 /// cluster, an exported Secret does not carry them.
+pub const SECRET_TYPE_LABEL: &str = "argocd.argoproj.io/secret-type";
 pub const KUBE_VERSION_ANNOTATION: &str = "gitops-gate.io/kube-version";
 pub const API_VERSIONS_ANNOTATION: &str = "gitops-gate.io/api-versions";
 
@@ -216,6 +217,13 @@ impl Inventory {
         let clusters = project
             .clusters
             .into_iter()
+            .map(|mut c| {
+                // Every Argo CD cluster Secret carries this label, and selectors use it.
+                c.labels
+                    .entry(SECRET_TYPE_LABEL.to_string())
+                    .or_insert_with(|| "cluster".to_string());
+                c
+            })
             .map(|c| Cluster {
                 kube_version: c
                     .kube_version

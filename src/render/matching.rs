@@ -114,6 +114,12 @@ fn segments_match(pattern: &[&str], name: &[&str]) -> bool {
     }
 }
 
+/// A `git ls-files -- <pattern>` pathspec glob (fnmatch without FNM_PATHNAME): `*` and `?`
+/// also match `/`.
+pub fn git_pathspec_match(pattern: &str, name: &str) -> bool {
+    match_from(pattern.as_bytes(), name.as_bytes(), true)
+}
+
 /// The globs of directory sources' `include`/`exclude`: `*` also crosses `/`, and `{a,b}`
 /// alternatives are allowed.
 pub fn loose_glob_match(pattern: &str, name: &str) -> bool {

@@ -85,12 +85,13 @@ pub fn flatten_into(prefix: &str, value: &Value, out: &mut Params) {
         }
     };
     match value {
-        Value::Object(map) if !map.is_empty() => {
+        // Empty maps and lists contribute no parameter (as Argo CD's flatten library does).
+        Value::Object(map) => {
             for (k, v) in map {
                 flatten_into(&key(k), v, out);
             }
         }
-        Value::Array(items) if !items.is_empty() => {
+        Value::Array(items) => {
             for (i, v) in items.iter().enumerate() {
                 flatten_into(&key(&i.to_string()), v, out);
             }

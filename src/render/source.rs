@@ -674,9 +674,6 @@ pub fn read_directory(
         if !recurse && relative.contains('/') {
             continue;
         }
-        if relative.split('/').any(|segment| segment.starts_with('.')) {
-            continue;
-        }
         let is_manifest = [".yaml", ".yml", ".json"]
             .iter()
             .any(|ext| relative.ends_with(ext));
@@ -693,6 +690,18 @@ pub fn read_directory(
             continue;
         }
         let text = String::from_utf8_lossy(content);
+        // Argo CD leaves out files marked to be skipped, and YAML that does not look like a
+        // Kubernetes manifest at all (no apiVersion, kind and metadata).
+        if text.contains("+argocd:skip-file-rendering") {
+            continue;
+        }
+        if !relative.ends_with(".json")
+            && !(text.contains("apiVersion:")
+                && text.contains("kind:")
+                && text.contains("metadata:"))
+        {
+            continue;
+        }
         let documents = yaml::parse_documents(&text, file).map_err(|e| e.to_string())?;
         for (index, document) in documents.into_iter().enumerate() {
             if document.get("apiVersion").and_then(Value::as_str).is_none()
@@ -710,11 +719,7 @@ pub fn read_directory(
 
 /// Adds an object, expanding `List` kinds into their items (Argo CD does the same).
 pub fn push_object(object: Value, out: &mut Vec<Value>) {
-    let is_list = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .is_some_and(|k| k == "List" || k.ends_with("List"))
-        && object.get("items").is_some_and(Value::is_array);
+    let is_list = object.get("items").is_some_and(Value::is_array);
     if is_list {
         for item in object["items"].as_array().cloned().unwrap_or_default() {
             push_object(item, out);
@@ -832,55 +837,118 @@ impl KustomizeJob {
         hex(&hasher.finalize())
     }
 
-    /// The directory to build: the source path, or a kustomization that wraps it with the
-    /// source's `kustomize` options (Argo CD edits the kustomization in place; wrapping gives
-    /// the same result without touching the tree shared by other Applications).
-    pub fn build_dir(&self, root: &Path, wrapper_id: &str) -> Result<PathBuf, String> {
+    /// The directory to build. With `kustomize` options, Argo CD runs `kustomize edit set ...`
+    /// on the kustomization; the gate does the same edits on a copy placed beside the original
+    /// (same depth, so relative references still resolve), leaving the shared tree untouched.
+    pub fn build_dir(&self, root: &Path, copy_id: &str) -> Result<PathBuf, String> {
         let target = root.join(&self.path);
         let options = match &self.options {
-            Value::Object(m) if !m.is_empty() => m,
+            Value::Object(m) if m.values().any(|v| non_empty(Some(v))) => m,
             _ => return Ok(target),
         };
-        let mut kustomization = serde_json::Map::new();
-        kustomization.insert(
-            "apiVersion".into(),
-            json!("kustomize.config.k8s.io/v1beta1"),
-        );
-        kustomization.insert("kind".into(), json!("Kustomization"));
-        let depth = 2 + self.path.split('/').filter(|s| !s.is_empty()).count();
-        let _ = depth;
-        let wrapper = root.join(".gate-kustomize").join(wrapper_id);
-        std::fs::create_dir_all(&wrapper).map_err(|e| format!("{}: {e}", wrapper.display()))?;
-        let relative = format!("../../{}", self.path);
-        kustomization.insert("resources".into(), json!([relative]));
-        for (key, target_key) in [
-            ("namePrefix", "namePrefix"),
-            ("nameSuffix", "nameSuffix"),
-            ("namespace", "namespace"),
-            ("commonLabels", "commonLabels"),
-            ("commonAnnotations", "commonAnnotations"),
-            ("patches", "patches"),
-            ("replicas", "replicas"),
-            ("components", "components"),
-        ] {
-            if let Some(v) = options.get(key).filter(|v| non_empty(Some(v))) {
-                kustomization.insert(target_key.into(), v.clone());
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_else(|| "root".into());
+        let copy = target.with_file_name(format!("{name}.gate-{copy_id}"));
+        copy_dir(&target, &copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+        let file = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
+            .iter()
+            .map(|f| copy.join(f))
+            .find(|p| p.is_file())
+            .ok_or(format!("{}: no kustomization file", self.path))?;
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut kustomization =
+            yaml::parse_document(&text, &format!("{}/kustomization.yaml", self.path))
+                .map_err(|e| e.to_string())?;
+        if !kustomization.is_object() {
+            kustomization = json!({});
+        }
+        edit_kustomization(&mut kustomization, options);
+        std::fs::remove_file(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let text = serde_json::to_string_pretty(&kustomization).map_err(|e| e.to_string())?;
+        std::fs::write(copy.join("kustomization.yaml"), text)
+            .map_err(|e| format!("{}: {e}", copy.display()))?;
+        Ok(copy)
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+/// The edits `kustomize edit set|add ...` makes for each of a source's kustomize options.
+fn edit_kustomization(kustomization: &mut Value, options: &serde_json::Map<String, Value>) {
+    let Some(k) = kustomization.as_object_mut() else {
+        return;
+    };
+    for field in ["namePrefix", "nameSuffix", "namespace"] {
+        if let Some(Value::String(v)) = options.get(field).filter(|v| non_empty(Some(v))) {
+            k.insert(field.to_string(), json!(v));
+        }
+    }
+    for (option, field) in [
+        ("commonLabels", "commonLabels"),
+        ("commonAnnotations", "commonAnnotations"),
+    ] {
+        if let Some(Value::Object(add)) = options.get(option) {
+            let entry = k.entry(field.to_string()).or_insert_with(|| json!({}));
+            if let Value::Object(existing) = entry {
+                for (key, value) in add {
+                    existing.insert(key.clone(), value.clone());
+                }
             }
         }
-        if let Some(images) = options.get("images").and_then(Value::as_array) {
-            // Argo CD takes `name=newName:tag`, `name:tag` or `name@digest` strings.
-            let parsed: Vec<Value> = images
+    }
+    if let Some(Value::Array(images)) = options.get("images") {
+        let entry = k.entry("images".to_string()).or_insert_with(|| json!([]));
+        if let Value::Array(existing) = entry {
+            for image in images
                 .iter()
                 .filter_map(Value::as_str)
                 .map(parse_kustomize_image)
-                .collect();
-            kustomization.insert("images".into(), Value::Array(parsed));
+            {
+                match existing
+                    .iter_mut()
+                    .find(|e| e.get("name") == image.get("name"))
+                {
+                    Some(found) => merge_patch(found, &image),
+                    None => existing.push(image),
+                }
+            }
         }
-        let text = serde_json::to_string_pretty(&Value::Object(kustomization))
-            .map_err(|e| e.to_string())?;
-        std::fs::write(wrapper.join("kustomization.yaml"), text)
-            .map_err(|e| format!("{}: {e}", wrapper.display()))?;
-        Ok(wrapper)
+    }
+    if let Some(Value::Array(replicas)) = options.get("replicas") {
+        let entry = k.entry("replicas".to_string()).or_insert_with(|| json!([]));
+        if let Value::Array(existing) = entry {
+            for replica in replicas {
+                existing.retain(|e| e.get("name") != replica.get("name"));
+                existing.push(replica.clone());
+            }
+        }
+    }
+    for field in ["components", "patches"] {
+        if let Some(Value::Array(add)) = options.get(field) {
+            let entry = k.entry(field.to_string()).or_insert_with(|| json!([]));
+            if let Value::Array(existing) = entry {
+                for item in add {
+                    if !existing.contains(item) {
+                        existing.push(item.clone());
+                    }
+                }
+            }
+        }
     }
 }
 

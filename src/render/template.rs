@@ -150,7 +150,7 @@ pub fn go_render_batch(
     )
     .map_err(io)?;
     let mut defines = String::from(
-        "{{ define \"argocd.normalize\" }}{{ . | toString | lower | regexReplaceAll \"[^-a-z0-9.]\" \"-\" | trunc 253 | trimAll \"-.\" }}{{ end }}\n",
+        "{{ define \"argocd.normalize\" }}{{ regexReplaceAll \"[^-a-z0-9.]\" (. | toString | lower) \"-\" | trunc 253 | trimAll \"-.\" }}{{ end }}\n",
     );
     let mut names = Vec::new();
     for (index, template) in templates.iter().enumerate() {

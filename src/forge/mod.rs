@@ -1,0 +1,189 @@
+//! The pull-request host, seen through one trait: what the gate and Bosun need from it.
+//! `github` implements it over GitHub's REST API (and anything that speaks it, such as the
+//! proving ground's forge double or Gitea's GitHub-compatible subset).
+
+pub mod github;
+
+use serde::{Deserialize, Serialize};
+
+/// `owner/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RepoSlug {
+    pub owner: String,
+    pub name: String,
+}
+
+impl std::str::FromStr for RepoSlug {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.split_once('/') {
+            Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
+                Ok(RepoSlug {
+                    owner: owner.to_string(),
+                    name: name.to_string(),
+                })
+            }
+            _ => Err(format!("{s:?} is not OWNER/NAME")),
+        }
+    }
+}
+
+impl std::fmt::Display for RepoSlug {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PullRequest {
+    pub number: u64,
+    pub state: String,
+    pub title: String,
+    pub author: String,
+    pub head_sha: String,
+    pub head_ref: String,
+    /// `owner/name` of the repository the head branch lives in (a fork when it differs).
+    pub head_repo: String,
+    pub base_sha: String,
+    pub base_ref: String,
+    pub labels: Vec<String>,
+    pub merged: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Comment {
+    pub id: u64,
+    pub author: String,
+    pub body: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Conclusion {
+    Success,
+    Failure,
+    Neutral,
+}
+
+/// A completed check run (the gate publishes the verdict as one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckRun {
+    pub name: String,
+    pub head_sha: String,
+    pub conclusion: Conclusion,
+    pub title: String,
+    pub summary: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StatusState {
+    Pending,
+    Success,
+    Failure,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitStatus {
+    pub context: String,
+    pub state: StatusState,
+    pub description: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("{method} {path}: HTTP {status}: {message}")]
+    Http {
+        method: String,
+        path: String,
+        status: u16,
+        message: String,
+    },
+    #[error("{method} {path}: {message}")]
+    Transport {
+        method: String,
+        path: String,
+        message: String,
+    },
+    #[error("{method} {path}: unexpected response: {message}")]
+    Decode {
+        method: String,
+        path: String,
+        message: String,
+    },
+}
+
+impl ForgeError {
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ForgeError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// What the gate and Bosun need from a pull-request host.
+#[async_trait::async_trait]
+pub trait Forge: Send + Sync {
+    /// The login the credentials act as (the author of the comments this tool writes).
+    async fn current_user(&self) -> Result<String, ForgeError>;
+    async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError>;
+    async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError>;
+    async fn create_comment(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError>;
+    async fn update_comment(
+        &self,
+        repo: &RepoSlug,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError>;
+    /// Creates the check run, or updates the one with the same name on the same commit.
+    async fn upsert_check_run(&self, repo: &RepoSlug, run: &CheckRun) -> Result<u64, ForgeError>;
+    async fn check_runs(&self, repo: &RepoSlug, sha: &str) -> Result<Vec<CheckRun>, ForgeError>;
+    async fn set_status(
+        &self,
+        repo: &RepoSlug,
+        sha: &str,
+        status: &CommitStatus,
+    ) -> Result<(), ForgeError>;
+    async fn statuses(&self, repo: &RepoSlug, sha: &str) -> Result<Vec<CommitStatus>, ForgeError>;
+    async fn add_labels(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        labels: &[String],
+    ) -> Result<(), ForgeError>;
+    async fn remove_label(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        label: &str,
+    ) -> Result<(), ForgeError>;
+}
+
+/// Finds this tool's own comment (by marker and author) and updates it, or creates it:
+/// never a second comment for the same marker.
+pub async fn upsert_marked_comment(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    marker: &str,
+    body: &str,
+) -> Result<Comment, ForgeError> {
+    let existing = forge
+        .comments(repo, number)
+        .await?
+        .into_iter()
+        .find(|c| c.author == author && c.body.starts_with(marker));
+    match existing {
+        Some(comment) if comment.body == body => Ok(comment),
+        Some(comment) => forge.update_comment(repo, comment.id, body).await,
+        None => forge.create_comment(repo, number, body).await,
+    }
+}
