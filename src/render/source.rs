@@ -695,11 +695,9 @@ pub fn read_directory(
         if text.contains("+argocd:skip-file-rendering") {
             continue;
         }
-        if !relative.ends_with(".json")
-            && !(text.contains("apiVersion:")
-                && text.contains("kind:")
-                && text.contains("metadata:"))
-        {
+        let looks_like_manifest =
+            text.contains("apiVersion:") && text.contains("kind:") && text.contains("metadata:");
+        if !relative.ends_with(".json") && !looks_like_manifest {
             continue;
         }
         let documents = yaml::parse_documents(&text, file).map_err(|e| e.to_string())?;
