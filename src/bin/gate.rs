@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use gitops_loop::forge as gate_forge;
 use gitops_loop::gate;
 use gitops_loop::render::{
     self, RenderConfig, cache::RenderCache, inventory::Inventory, output, tools,
@@ -53,6 +54,14 @@ enum Command {
         render: RenderArgs,
         #[command(flatten)]
         check: CheckArgs,
+    },
+    /// Check a pull request and publish the report comment and the `addons-gate` check on it.
+    /// Exit codes as `check`.
+    Publish {
+        #[command(flatten)]
+        render: RenderArgs,
+        #[command(flatten)]
+        publish: PublishArgs,
     },
     /// Show which helm and kubectl the gate would use.
     Tools {
@@ -141,6 +150,54 @@ struct CheckArgs {
     /// Write the verdict, findings and diff as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// The pull request's head and base come from the forge; the merge base is computed locally,
+/// so `--repo` must hold both commits (they are fetched from `origin` when missing).
+#[derive(Args, Clone)]
+struct PublishArgs {
+    /// The repository on the forge: OWNER/NAME.
+    #[arg(long)]
+    repo_slug: gate_forge::RepoSlug,
+    /// The pull request number.
+    #[arg(long)]
+    pr: u64,
+    /// The forge's API root.
+    #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
+    forge_url: String,
+    /// The environment variable holding the token.
+    #[arg(long, default_value = "GITHUB_TOKEN")]
+    token_env: String,
+    /// The login the token acts as (default: asked from the forge; set it for a GitHub App,
+    /// whose comments are authored by `<app>[bot]`).
+    #[arg(long)]
+    author: Option<String>,
+    /// Publish the verdict as a check run or as a commit status.
+    #[arg(long, value_enum, default_value_t = gate::publish::CheckMode::CheckRun)]
+    check_mode: gate::publish::CheckMode,
+    /// Also write the full report (Markdown) here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+}
+
+/// Makes sure a commit is in the local repository, fetching it from `origin` when not.
+fn ensure_commit(repo: &std::path::Path, sha: &str) -> Result<()> {
+    if render::git::resolve_commit(repo, sha).is_ok() {
+        return Ok(());
+    }
+    let status = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["fetch", "--quiet", "origin", sha])
+        .status()
+        .with_context(|| format!("cannot run git fetch in {}", repo.display()))?;
+    if !status.success() || render::git::resolve_commit(repo, sha).is_err() {
+        anyhow::bail!(
+            "commit {sha} is not in {} and could not be fetched from origin",
+            repo.display()
+        );
+    }
+    Ok(())
 }
 
 /// Writes a file whole or not at all (temporary file in the same folder, then rename).
@@ -279,6 +336,71 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             print!("{full}");
             Ok(ExitCode::from(result.verdict.outcome.exit_code()))
+        }
+        Command::Publish {
+            render: args,
+            publish,
+        } => {
+            let token = std::env::var(&publish.token_env).unwrap_or_default();
+            if token.is_empty() {
+                anyhow::bail!(
+                    "no token: set ${} (or pass --token-env NAME)",
+                    publish.token_env
+                );
+            }
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let forge = gate_forge::github::GitHub::new(&publish.forge_url, &token)?;
+                let pr = gate_forge::Forge::pull_request(&forge, &publish.repo_slug, publish.pr)
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot read pull request {}#{}",
+                            publish.repo_slug, publish.pr
+                        )
+                    })?;
+                ensure_commit(&args.repo, &pr.head_sha)?;
+                ensure_commit(&args.repo, &pr.base_sha)?;
+                let author = match &publish.author {
+                    Some(author) => author.clone(),
+                    None => gate_forge::Forge::current_user(&forge).await?,
+                };
+                let config = config(&args, &pr.head_sha, cli.quiet, false)?;
+                let revisions = gate::check::Revisions {
+                    base: None,
+                    head: pr.head_sha.clone(),
+                    default_branch: Some(pr.base_sha.clone()),
+                };
+                let result =
+                    tokio::task::block_in_place(|| gate::check::check(&config, &revisions));
+                if let Some(path) = &publish.report {
+                    let (comment, full) = gate::report::render(&result);
+                    write_atomically(path, &full.unwrap_or(comment))?;
+                }
+                let published = gate::publish::publish(
+                    &forge,
+                    &publish.repo_slug,
+                    publish.pr,
+                    &author,
+                    &result,
+                    publish.check_mode,
+                )
+                .await
+                .context("cannot publish the verdict")?;
+                if !cli.quiet {
+                    eprintln!(
+                        "gate: {} on {}#{} ({}), comment {}",
+                        gate::publish::title(&result),
+                        publish.repo_slug,
+                        publish.pr,
+                        &pr.head_sha[..pr.head_sha.len().min(7)],
+                        published.comment_id
+                    );
+                }
+                Ok(ExitCode::from(result.verdict.outcome.exit_code()))
+            })
         }
         Command::Charts {
             command:

@@ -2,5 +2,6 @@
 
 pub mod check;
 pub mod diff;
+pub mod publish;
 pub mod report;
 pub mod rules;

@@ -19,11 +19,19 @@ pub enum Which {
         #[arg(long, default_value_t = 10)]
         clusters: usize,
     },
+    /// `gate check` on the synthetic repository with one addon's chart bumped, cold and warm.
+    Check {
+        #[arg(long, default_value_t = 60)]
+        addons: usize,
+        #[arg(long, default_value_t = 10)]
+        clusters: usize,
+    },
 }
 
 pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Render { addons, clusters } => render(addons, clusters),
+        Which::Check { addons, clusters } => check(addons, clusters),
     }
 }
 
@@ -45,11 +53,11 @@ pub fn synthetic(
         Ok(())
     };
     // A handful of small charts, each used by several addons.
-    for c in 0..CHARTS {
-        let dir = charts.join(format!("charts.example.test/bench/chart-{c}/1.0.0"));
+    for (c, version) in (0..CHARTS).flat_map(|c| [(c, "1.0.0"), (c, "1.1.0")]) {
+        let dir = charts.join(format!("charts.example.test/bench/chart-{c}/{version}"));
         write(
             dir.join("Chart.yaml"),
-            format!("apiVersion: v2\nname: chart-{c}\nversion: 1.0.0\nappVersion: \"1.0.{c}\"\n"),
+            format!("apiVersion: v2\nname: chart-{c}\nversion: {version}\nappVersion: \"{version}-{c}\"\n"),
         )?;
         write(
             dir.join("values.yaml"),
@@ -209,5 +217,56 @@ fn render(addons: usize, clusters: usize) -> Result<()> {
         cold.stats
     );
     println!("  warm: {} ms  [{}]", warm.wall_ms, warm.stats);
+    Ok(())
+}
+
+fn check(addons: usize, clusters: usize) -> Result<()> {
+    tools::install()?;
+    let gate = release_gate()?;
+    let root = tempfile::tempdir()?;
+    let (repo, inventory, charts) = synthetic(root.path(), addons, clusters)?;
+    // The pull request: one addon's chart moves 1.0.0 -> 1.1.0 (Kargo's one-line rewrite).
+    let sh = Shell::new()?;
+    sh.change_dir(&repo);
+    cmd!(sh, "git checkout -q -b bump").run()?;
+    let targets = repo.join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets)?;
+    let bumped = text.replacen("  version: 1.0.0", "  version: 1.1.0", 1);
+    std::fs::write(&targets, bumped)?;
+    cmd!(sh, "git -c user.name=bench -c user.email=bench@example.test commit -qam bump").run()?;
+    let cache = root.path().join("cache");
+    let args: Vec<String> = vec![
+        "check".into(), "--repo-url".into(), REPO_URL.into(),
+        "--repo".into(), repo.display().to_string(),
+        "--head".into(), "bump".into(), "--default-branch".into(), "main".into(),
+        "--inventory".into(), inventory.display().to_string(),
+        "--charts".into(), charts.display().to_string(),
+        "--cache-dir".into(), cache.display().to_string(),
+    ];
+    let timed = |label: &str| -> Result<u128> {
+        let started = Instant::now();
+        let output = std::process::Command::new(&gate).args(&args).output()?;
+        let ms = started.elapsed().as_millis();
+        if output.status.code() != Some(0) {
+            let report = String::from_utf8_lossy(&output.stdout);
+            bail!("{label}: gate check exited {:?}: {}", output.status.code(), report.lines().take(12).collect::<Vec<_>>().join("\n"));
+        }
+        Ok(ms)
+    };
+    let cold = timed("cold")?;
+    let warm = timed("warm")?;
+    // Warm with the base already cached but the head new: the usual case in CI, where main's
+    // render is cached from the previous pull request.
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut base_only = args.clone();
+    base_only[0] = "render".into();
+    let head_index = base_only.iter().position(|a| a == "--head").context("head arg")?;
+    base_only.splice(head_index..head_index + 4, ["--revision".to_string(), "main".to_string()]);
+    std::process::Command::new(&gate).args(&base_only).arg("--format").arg("json").output()?;
+    let base_cached = timed("base cached")?;
+    println!("bench check: {addons} addons x {clusters} clusters = {} Applications, one chart bumped on {clusters} Applications", addons * clusters);
+    println!("  cold (empty cache): {cold} ms");
+    println!("  merge base cached, head new: {base_cached} ms");
+    println!("  warm (both cached): {warm} ms");
     Ok(())
 }

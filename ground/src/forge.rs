@@ -1,0 +1,1078 @@
+//! `ForgeDouble`: a stand-in for GitHub on loopback. It speaks the REST subset the product
+//! uses (same paths, same payload shapes as api.github.com) over real bare git repositories,
+//! resolves users from tokens, records every request, and enforces branch protection on merge.
+
+// Handlers short-circuit with a ready `Response` as the error; boxing it buys nothing here.
+#![allow(clippy::result_large_err)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use anyhow::{Context, Result};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, patch, post, put};
+use serde_json::{Value, json};
+
+use crate::git;
+
+/// A request as the double received it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub user: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone)]
+struct Pull {
+    number: u64,
+    title: String,
+    body: String,
+    user: String,
+    head_ref: String,
+    base_ref: String,
+    head_repo: String,
+    state: String,
+    merged: bool,
+    merge_commit_sha: Option<String>,
+    labels: Vec<String>,
+    created_at: String,
+}
+
+#[derive(Debug, Clone)]
+struct Comment {
+    id: u64,
+    issue: u64,
+    user: String,
+    body: String,
+    created_at: String,
+    updated_at: String,
+}
+
+#[derive(Debug, Clone)]
+struct Status {
+    id: u64,
+    sha: String,
+    context: String,
+    state: String,
+    description: String,
+    creator: String,
+}
+
+#[derive(Debug, Clone)]
+struct CheckRun {
+    id: u64,
+    name: String,
+    head_sha: String,
+    status: String,
+    conclusion: Option<String>,
+    title: String,
+    summary: String,
+    app: String,
+}
+
+#[derive(Debug)]
+struct Repo {
+    id: u64,
+    owner: String,
+    name: String,
+    bare: PathBuf,
+    pulls: Vec<Pull>,
+    comments: Vec<Comment>,
+    statuses: Vec<Status>,
+    check_runs: Vec<CheckRun>,
+    /// branch -> check names that must have succeeded on the head commit before a merge.
+    protection: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Default)]
+struct ForgeState {
+    users: BTreeMap<String, String>,
+    repos: BTreeMap<String, Repo>,
+    next_id: u64,
+    clock: u64,
+    requests: Vec<RecordedRequest>,
+}
+
+impl ForgeState {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// A deterministic timestamp: the double's clock ticks once per write.
+    fn now(&mut self) -> String {
+        self.clock += 1;
+        format!(
+            "2026-01-01T00:{:02}:{:02}Z",
+            (self.clock / 60) % 60,
+            self.clock % 60
+        )
+    }
+}
+
+type Shared = Arc<Mutex<ForgeState>>;
+
+/// The running double.
+pub struct ForgeDouble {
+    state: Shared,
+    addr: SocketAddr,
+    root: PathBuf,
+    _root_dir: Option<tempfile::TempDir>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ForgeDouble {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+fn lock(state: &Shared) -> MutexGuard<'_, ForgeState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl ForgeDouble {
+    /// Starts the double on an ephemeral loopback port, keeping repositories in a temporary
+    /// folder (or `root` when given).
+    pub async fn start(root: Option<&Path>) -> Result<ForgeDouble> {
+        let (root, root_dir) = match root {
+            Some(root) => (root.to_path_buf(), None),
+            None => {
+                let dir = git::tempfile_dir()?;
+                (dir.path().to_path_buf(), Some(dir))
+            }
+        };
+        let state: Shared = Arc::new(Mutex::new(ForgeState::default()));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let app = router(state.clone());
+        let server = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(ForgeDouble {
+            state,
+            addr,
+            root,
+            _root_dir: root_dir,
+            server,
+        })
+    }
+
+    /// The API root, as a client's base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A token that authenticates as `login`.
+    pub fn add_user(&self, token: &str, login: &str) {
+        lock(&self.state)
+            .users
+            .insert(token.to_string(), login.to_string());
+    }
+
+    /// Creates `owner/name` with `content` as the first commit of `main`; returns its git URL.
+    pub fn create_repo(&self, slug: &str, content: &Path) -> Result<String> {
+        let (owner, name) = slug.split_once('/').context("slug is owner/name")?;
+        let bare = self.root.join(owner).join(format!("{name}.git"));
+        git::init_bare_from(&bare, content, "initial commit")?;
+        let mut state = lock(&self.state);
+        let id = state.id();
+        state.repos.insert(
+            slug.to_string(),
+            Repo {
+                id,
+                owner: owner.to_string(),
+                name: name.to_string(),
+                bare: bare.clone(),
+                pulls: Vec::new(),
+                comments: Vec::new(),
+                statuses: Vec::new(),
+                check_runs: Vec::new(),
+                protection: BTreeMap::new(),
+            },
+        );
+        Ok(format!("file://{}", bare.display()))
+    }
+
+    /// The git URL of a repository (clone and push with real git).
+    pub fn git_url(&self, slug: &str) -> Option<String> {
+        lock(&self.state)
+            .repos
+            .get(slug)
+            .map(|r| format!("file://{}", r.bare.display()))
+    }
+
+    /// Branch protection: merges into `branch` need these checks successful on the head.
+    pub fn protect(&self, slug: &str, branch: &str, required_checks: &[&str]) {
+        if let Some(repo) = lock(&self.state).repos.get_mut(slug) {
+            repo.protection.insert(
+                branch.to_string(),
+                required_checks.iter().map(|s| s.to_string()).collect(),
+            );
+        }
+    }
+
+    /// Every request received so far.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.state).requests.clone()
+    }
+
+    pub fn clear_requests(&self) {
+        lock(&self.state).requests.clear();
+    }
+}
+
+fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/user", get(get_user))
+        .route("/repos/{owner}/{repo}", get(get_repo))
+        .route(
+            "/repos/{owner}/{repo}/pulls",
+            get(list_pulls).post(create_pull),
+        )
+        .route("/repos/{owner}/{repo}/pulls/{number}", get(get_pull))
+        .route(
+            "/repos/{owner}/{repo}/pulls/{number}/merge",
+            put(merge_pull),
+        )
+        .route(
+            "/repos/{owner}/{repo}/issues/{number}/comments",
+            get(list_comments).post(create_comment),
+        )
+        .route(
+            "/repos/{owner}/{repo}/issues/comments/{id}",
+            patch(update_comment),
+        )
+        .route(
+            "/repos/{owner}/{repo}/issues/{number}/labels",
+            get(list_labels).post(add_labels),
+        )
+        .route(
+            "/repos/{owner}/{repo}/issues/{number}/labels/{label}",
+            axum::routing::delete(remove_label),
+        )
+        .route("/repos/{owner}/{repo}/statuses/{sha}", post(create_status))
+        .route(
+            "/repos/{owner}/{repo}/commits/{reference}/status",
+            get(combined_status),
+        )
+        .route("/repos/{owner}/{repo}/check-runs", post(create_check_run))
+        .route(
+            "/repos/{owner}/{repo}/check-runs/{id}",
+            patch(update_check_run),
+        )
+        .route(
+            "/repos/{owner}/{repo}/commits/{reference}/check-runs",
+            get(list_check_runs),
+        )
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), record))
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(
+            json!({"message": message, "documentation_url": "https://docs.github.com/rest"}),
+        ),
+    )
+        .into_response()
+}
+
+async fn not_found() -> Response {
+    error(StatusCode::NOT_FOUND, "Not Found")
+}
+
+/// Records every request (method, path, query, user, JSON body) before handling it.
+async fn record(
+    State(state): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let user = user_of(&state, &parts.headers);
+    lock(&state).requests.push(RecordedRequest {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        query: parts.uri.query().unwrap_or("").to_string(),
+        user,
+        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    });
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
+}
+
+fn user_of(state: &Shared, headers: &HeaderMap) -> Option<String> {
+    let value = headers.get("authorization")?.to_str().ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("token "))?;
+    lock(state).users.get(token.trim()).cloned()
+}
+
+/// The authenticated user, or a 401 like GitHub's.
+fn authenticate(state: &Shared, headers: &HeaderMap) -> Result<String, Response> {
+    user_of(state, headers).ok_or_else(|| error(StatusCode::UNAUTHORIZED, "Bad credentials"))
+}
+
+fn user_json(login: &str) -> Value {
+    let kind = if login.ends_with("[bot]") {
+        "Bot"
+    } else {
+        "User"
+    };
+    json!({"login": login, "id": login.len() as u64 * 1000 + login.bytes().map(u64::from).sum::<u64>(), "type": kind, "site_admin": false})
+}
+
+fn repo_json(repo: &Repo) -> Value {
+    json!({
+        "id": repo.id,
+        "name": repo.name,
+        "full_name": format!("{}/{}", repo.owner, repo.name),
+        "owner": user_json(&repo.owner),
+        "private": false,
+        "default_branch": "main",
+        "clone_url": format!("file://{}", repo.bare.display()),
+    })
+}
+
+fn pull_json(repo: &Repo, pull: &Pull) -> Value {
+    let sha = |r: &str| git::rev_parse(&repo.bare, &format!("refs/heads/{r}")).unwrap_or_default();
+    let full_name = format!("{}/{}", repo.owner, repo.name);
+    json!({
+        "url": format!("/repos/{full_name}/pulls/{}", pull.number),
+        "id": repo.id * 100_000 + pull.number,
+        "number": pull.number,
+        "state": pull.state,
+        "title": pull.title,
+        "body": pull.body,
+        "user": user_json(&pull.user),
+        "labels": pull.labels.iter().map(|l| label_json(l)).collect::<Vec<_>>(),
+        "head": {"label": format!("{}:{}", repo.owner, pull.head_ref), "ref": pull.head_ref, "sha": sha(&pull.head_ref), "repo": {"full_name": pull.head_repo}},
+        "base": {"label": format!("{}:{}", repo.owner, pull.base_ref), "ref": pull.base_ref, "sha": sha(&pull.base_ref), "repo": repo_json(repo)},
+        "merged": pull.merged,
+        "merge_commit_sha": pull.merge_commit_sha,
+        "created_at": pull.created_at,
+        "html_url": format!("https://forge.example.test/{full_name}/pull/{}", pull.number),
+    })
+}
+
+fn label_json(name: &str) -> Value {
+    json!({"name": name, "color": "ededed", "default": false})
+}
+
+fn comment_json(repo: &Repo, comment: &Comment) -> Value {
+    json!({
+        "id": comment.id,
+        "body": comment.body,
+        "user": user_json(&comment.user),
+        "created_at": comment.created_at,
+        "updated_at": comment.updated_at,
+        "html_url": format!("https://forge.example.test/{}/{}/pull/{}#issuecomment-{}", repo.owner, repo.name, comment.issue, comment.id),
+    })
+}
+
+fn check_run_json(run: &CheckRun) -> Value {
+    json!({
+        "id": run.id,
+        "name": run.name,
+        "head_sha": run.head_sha,
+        "status": run.status,
+        "conclusion": run.conclusion,
+        "output": {"title": run.title, "summary": run.summary},
+        "app": {"slug": run.app},
+    })
+}
+
+macro_rules! repo_or_404 {
+    ($state:expr, $owner:expr, $repo:expr) => {
+        match $state.repos.get_mut(&format!("{}/{}", $owner, $repo)) {
+            Some(repo) => repo,
+            None => return error(StatusCode::NOT_FOUND, "Not Found"),
+        }
+    };
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, Response> {
+    serde_json::from_slice(body).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            &format!("Problems parsing JSON: {e}"),
+        )
+    })
+}
+
+async fn get_user(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    match authenticate(&state, &headers) {
+        Ok(login) => axum::Json(user_json(&login)).into_response(),
+        Err(response) => response,
+    }
+}
+
+async fn get_repo(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo)): UrlPath<(String, String)>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    axum::Json(repo_json(repo)).into_response()
+}
+
+async fn list_pulls(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo)): UrlPath<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let wanted_state = query.get("state").map(String::as_str).unwrap_or("open");
+    let head = query
+        .get("head")
+        .map(|h| h.rsplit(':').next().unwrap_or(h).to_string());
+    let pulls: Vec<Value> = repo
+        .pulls
+        .iter()
+        .filter(|p| wanted_state == "all" || p.state == wanted_state)
+        .filter(|p| head.as_ref().is_none_or(|h| *h == p.head_ref))
+        .map(|p| pull_json(repo, p))
+        .collect();
+    axum::Json(Value::Array(pulls)).into_response()
+}
+
+async fn create_pull(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo)): UrlPath<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let user = match authenticate(&state, &headers) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut guard = lock(&state);
+    let now = guard.now();
+    let repo = repo_or_404!(guard, owner, repo);
+    let field = |k: &str| {
+        body.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let (head, base) = (field("head"), field("base"));
+    let head = head.rsplit(':').next().unwrap_or(&head).to_string();
+    if git::rev_parse(&repo.bare, &format!("refs/heads/{base}")).is_none() {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("Validation Failed: base {base} does not exist"),
+        );
+    }
+    let Some(head_sha) = git::rev_parse(&repo.bare, &format!("refs/heads/{head}")) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("Validation Failed: head {head} does not exist"),
+        );
+    };
+    if git::git(
+        &repo.bare,
+        &[
+            "merge-base",
+            "--is-ancestor",
+            &head_sha,
+            &format!("refs/heads/{base}"),
+        ],
+    )
+    .is_ok()
+    {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("Validation Failed: No commits between {base} and {head}"),
+        );
+    }
+    if repo
+        .pulls
+        .iter()
+        .any(|p| p.state == "open" && p.head_ref == head && p.base_ref == base)
+    {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("Validation Failed: A pull request already exists for {owner}:{head}."),
+        );
+    }
+    let number = repo.pulls.len() as u64 + 1;
+    let pull = Pull {
+        number,
+        title: field("title"),
+        body: field("body"),
+        user,
+        head_ref: head,
+        base_ref: base,
+        head_repo: format!("{}/{}", repo.owner, repo.name),
+        state: "open".into(),
+        merged: false,
+        merge_commit_sha: None,
+        labels: Vec::new(),
+        created_at: now,
+    };
+    let json = pull_json(repo, &pull);
+    repo.pulls.push(pull);
+    (StatusCode::CREATED, axum::Json(json)).into_response()
+}
+
+async fn get_pull(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    match repo.pulls.iter().find(|p| p.number == number) {
+        Some(pull) => axum::Json(pull_json(repo, pull)).into_response(),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+/// True when `context` succeeded on `sha`, as a check run or a commit status (latest wins).
+fn check_passed(repo: &Repo, sha: &str, context: &str) -> bool {
+    let run = repo
+        .check_runs
+        .iter()
+        .rev()
+        .find(|r| r.head_sha == sha && r.name == context);
+    let status = repo
+        .statuses
+        .iter()
+        .rev()
+        .find(|s| s.sha == sha && s.context == context);
+    run.is_some_and(|r| r.conclusion.as_deref() == Some("success"))
+        || status.is_some_and(|s| s.state == "success")
+}
+
+async fn merge_pull(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+    let mut guard = lock(&state);
+    let repo = repo_or_404!(guard, owner, repo);
+    let Some(index) = repo.pulls.iter().position(|p| p.number == number) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    let pull = repo.pulls[index].clone();
+    if pull.state != "open" {
+        return error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Pull Request is not mergeable",
+        );
+    }
+    let Some(head_sha) = git::rev_parse(&repo.bare, &format!("refs/heads/{}", pull.head_ref))
+    else {
+        return error(StatusCode::METHOD_NOT_ALLOWED, "Head branch was deleted");
+    };
+    if let Some(expected) = body.get("sha").and_then(Value::as_str)
+        && expected != head_sha
+    {
+        return error(
+            StatusCode::CONFLICT,
+            "Head branch was modified. Review and try the merge again.",
+        );
+    }
+    // Branch protection, as GitHub enforces it: every required check green on the head.
+    for required in repo
+        .protection
+        .get(&pull.base_ref)
+        .cloned()
+        .unwrap_or_default()
+    {
+        if !check_passed(repo, &head_sha, &required) {
+            return error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                &format!("Required status check \"{required}\" is expected."),
+            );
+        }
+    }
+    let message = format!(
+        "Merge pull request #{number} from {}/{}\n\n{}",
+        repo.owner, pull.head_ref, pull.title
+    );
+    match git::merge_into(&repo.bare, &pull.base_ref, &head_sha, &message) {
+        Ok(Some(commit)) => {
+            let pull = &mut repo.pulls[index];
+            pull.state = "closed".into();
+            pull.merged = true;
+            pull.merge_commit_sha = Some(commit.clone());
+            axum::Json(json!({"sha": commit, "merged": true, "message": "Pull Request successfully merged"})).into_response()
+        }
+        Ok(None) => error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Pull Request is not mergeable",
+        ),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+async fn list_comments(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let per_page: usize = query
+        .get("per_page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
+        .clamp(1, 100);
+    let page: usize = query
+        .get("page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let all: Vec<Value> = repo
+        .comments
+        .iter()
+        .filter(|c| c.issue == number)
+        .map(|c| comment_json(repo, c))
+        .collect();
+    let slice: Vec<Value> = all
+        .into_iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .collect();
+    axum::Json(Value::Array(slice)).into_response()
+}
+
+async fn create_comment(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    body: Bytes,
+) -> Response {
+    let user = match authenticate(&state, &headers) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Some(text) = body.get("body").and_then(Value::as_str) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is missing",
+        );
+    };
+    if text.chars().count() > 65_536 {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is too long (maximum is 65536 characters)",
+        );
+    }
+    let mut guard = lock(&state);
+    let id = guard.id();
+    let now = guard.now();
+    let repo = repo_or_404!(guard, owner, repo);
+    if !repo.pulls.iter().any(|p| p.number == number) {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let comment = Comment {
+        id,
+        issue: number,
+        user,
+        body: text.to_string(),
+        created_at: now.clone(),
+        updated_at: now,
+    };
+    let json = comment_json(repo, &comment);
+    repo.comments.push(comment);
+    (StatusCode::CREATED, axum::Json(json)).into_response()
+}
+
+async fn update_comment(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
+    body: Bytes,
+) -> Response {
+    let user = match authenticate(&state, &headers) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let Some(text) = body.get("body").and_then(Value::as_str) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is missing",
+        );
+    };
+    let mut guard = lock(&state);
+    let now = guard.now();
+    let repo = repo_or_404!(guard, owner, repo);
+    let Some(index) = repo.comments.iter().position(|c| c.id == id) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    if repo.comments[index].user != user {
+        return error(
+            StatusCode::FORBIDDEN,
+            "Resource not accessible by integration",
+        );
+    }
+    repo.comments[index].body = text.to_string();
+    repo.comments[index].updated_at = now;
+    let json = comment_json(repo, &repo.comments[index]);
+    axum::Json(json).into_response()
+}
+
+async fn list_labels(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    match repo.pulls.iter().find(|p| p.number == number) {
+        Some(pull) => axum::Json(
+            pull.labels
+                .iter()
+                .map(|l| label_json(l))
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+async fn add_labels(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let labels: Vec<String> = body
+        .get("labels")
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(pull) = repo.pulls.iter_mut().find(|p| p.number == number) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    for label in labels {
+        if !pull.labels.contains(&label) {
+            pull.labels.push(label);
+        }
+    }
+    axum::Json(
+        pull.labels
+            .iter()
+            .map(|l| label_json(l))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+async fn remove_label(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, number, label)): UrlPath<(String, String, u64, String)>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(pull) = repo.pulls.iter_mut().find(|p| p.number == number) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    if !pull.labels.contains(&label) {
+        return error(StatusCode::NOT_FOUND, "Label does not exist");
+    }
+    pull.labels.retain(|l| *l != label);
+    axum::Json(
+        pull.labels
+            .iter()
+            .map(|l| label_json(l))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+fn resolve(repo: &Repo, reference: &str) -> Option<String> {
+    git::rev_parse(&repo.bare, reference)
+        .or_else(|| git::rev_parse(&repo.bare, &format!("refs/heads/{reference}")))
+}
+
+async fn create_status(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, sha)): UrlPath<(String, String, String)>,
+    body: Bytes,
+) -> Response {
+    let user = match authenticate(&state, &headers) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let status_state = body
+        .get("state")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if !["pending", "success", "failure", "error"].contains(&status_state.as_str()) {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: state is not included in the list",
+        );
+    }
+    let description = body
+        .get("description")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if description.chars().count() > 140 {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: description is too long (maximum is 140 characters)",
+        );
+    }
+    let mut guard = lock(&state);
+    let id = guard.id();
+    let repo = repo_or_404!(guard, owner, repo);
+    if resolve(repo, &sha).as_deref() != Some(sha.as_str()) {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("No commit found for SHA: {sha}"),
+        );
+    }
+    let status = Status {
+        id,
+        sha,
+        context: body
+            .get("context")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_string(),
+        state: status_state,
+        description,
+        creator: user,
+    };
+    let json = json!({"id": status.id, "state": status.state, "context": status.context, "description": status.description, "creator": user_json(&status.creator)});
+    repo.statuses.push(status);
+    (StatusCode::CREATED, axum::Json(json)).into_response()
+}
+
+async fn combined_status(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, reference)): UrlPath<(String, String, String)>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(sha) = resolve(repo, &reference) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("No commit found for SHA: {reference}"),
+        );
+    };
+    let mut latest: BTreeMap<String, &Status> = BTreeMap::new();
+    for status in repo.statuses.iter().filter(|s| s.sha == sha) {
+        latest.insert(status.context.clone(), status);
+    }
+    let states: Vec<&str> = latest.values().map(|s| s.state.as_str()).collect();
+    let combined = if states.iter().any(|s| *s == "failure" || *s == "error") {
+        "failure"
+    } else if states.is_empty() || states.contains(&"pending") {
+        "pending"
+    } else {
+        "success"
+    };
+    let statuses: Vec<Value> = latest
+        .values()
+        .map(|s| json!({"id": s.id, "state": s.state, "context": s.context, "description": s.description, "creator": user_json(&s.creator)}))
+        .collect();
+    axum::Json(
+        json!({"state": combined, "sha": sha, "total_count": statuses.len(), "statuses": statuses}),
+    )
+    .into_response()
+}
+
+fn check_run_fields(run: &mut CheckRun, body: &Value) {
+    if let Some(s) = body.get("status").and_then(Value::as_str) {
+        run.status = s.to_string();
+    }
+    if let Some(c) = body.get("conclusion").and_then(Value::as_str) {
+        run.conclusion = Some(c.to_string());
+        run.status = "completed".into();
+    }
+    if let Some(t) = body.pointer("/output/title").and_then(Value::as_str) {
+        run.title = t.to_string();
+    }
+    if let Some(s) = body.pointer("/output/summary").and_then(Value::as_str) {
+        run.summary = s.to_string();
+    }
+}
+
+async fn create_check_run(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo)): UrlPath<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let user = match authenticate(&state, &headers) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let (Some(name), Some(head_sha)) = (
+        body.get("name").and_then(Value::as_str),
+        body.get("head_sha").and_then(Value::as_str),
+    ) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: name and head_sha are required",
+        );
+    };
+    if body
+        .pointer("/output/summary")
+        .and_then(Value::as_str)
+        .is_some_and(|s| s.chars().count() > 65_535)
+    {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: output.summary is too long",
+        );
+    }
+    let mut guard = lock(&state);
+    let id = guard.id();
+    let repo = repo_or_404!(guard, owner, repo);
+    let mut run = CheckRun {
+        id,
+        name: name.to_string(),
+        head_sha: head_sha.to_string(),
+        status: "queued".into(),
+        conclusion: None,
+        title: String::new(),
+        summary: String::new(),
+        app: user,
+    };
+    check_run_fields(&mut run, &body);
+    let json = check_run_json(&run);
+    repo.check_runs.push(run);
+    (StatusCode::CREATED, axum::Json(json)).into_response()
+}
+
+async fn update_check_run(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let body = match parse_body(&body) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(run) = repo.check_runs.iter_mut().find(|r| r.id == id) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    check_run_fields(run, &body);
+    axum::Json(check_run_json(run)).into_response()
+}
+
+async fn list_check_runs(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((owner, repo, reference)): UrlPath<(String, String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    if let Err(r) = authenticate(&state, &headers) {
+        return r;
+    }
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(sha) = resolve(repo, &reference) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            &format!("No commit found for SHA: {reference}"),
+        );
+    };
+    let runs: Vec<Value> = repo
+        .check_runs
+        .iter()
+        .filter(|r| r.head_sha == sha)
+        .filter(|r| query.get("check_name").is_none_or(|n| *n == r.name))
+        .map(check_run_json)
+        .collect();
+    axum::Json(json!({"total_count": runs.len(), "check_runs": runs})).into_response()
+}

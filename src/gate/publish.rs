@@ -1,0 +1,103 @@
+//! Publishing a verdict on a pull request: the report comment (one, updated in place, found by
+//! marker and author) and the `addons-gate` check.
+
+use serde::{Deserialize, Serialize};
+
+use super::report::{self, GateResult, MARKER, Outcome};
+use crate::forge::{
+    CheckRun, CommitStatus, Conclusion, Forge, ForgeError, RepoSlug, StatusState,
+    upsert_marked_comment,
+};
+
+/// The check branch protection requires.
+pub const CHECK_NAME: &str = "addons-gate";
+
+/// How the verdict is published as a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum CheckMode {
+    /// A check run (needs a GitHub App token).
+    CheckRun,
+    /// A commit status with context `addons-gate` (works with any token).
+    Status,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Published {
+    pub comment_id: u64,
+    pub conclusion: Conclusion,
+}
+
+/// One line for the check's title.
+pub fn title(result: &GateResult) -> String {
+    let v = &result.verdict;
+    match v.outcome {
+        Outcome::Green => format!(
+            "passed: {} Applications changed, {} added, {} removed",
+            v.counts.applications_changed,
+            v.counts.applications_added,
+            v.counts.applications_removed
+        ),
+        Outcome::Blocked => {
+            let rules: Vec<String> = v
+                .blocking
+                .iter()
+                .map(|(rule, n)| format!("{n} {rule}"))
+                .collect();
+            format!("blocked: {}", rules.join(", "))
+        }
+        Outcome::Undecided => format!(
+            "could not decide: {}",
+            v.errors
+                .first()
+                .map(String::as_str)
+                .unwrap_or("render failed")
+        ),
+    }
+}
+
+pub async fn publish(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    result: &GateResult,
+    mode: CheckMode,
+) -> Result<Published, ForgeError> {
+    let (comment_body, full) = report::render(result);
+    let comment = upsert_marked_comment(forge, repo, number, author, MARKER, &comment_body).await?;
+    let conclusion = if result.verdict.outcome == Outcome::Green {
+        Conclusion::Success
+    } else {
+        Conclusion::Failure
+    };
+    let head = &result.verdict.head;
+    match mode {
+        CheckMode::CheckRun => {
+            let run = CheckRun {
+                name: CHECK_NAME.to_string(),
+                head_sha: head.clone(),
+                conclusion,
+                title: title(result),
+                summary: full.unwrap_or(comment_body),
+            };
+            forge.upsert_check_run(repo, &run).await?;
+        }
+        CheckMode::Status => {
+            let status = CommitStatus {
+                context: CHECK_NAME.to_string(),
+                state: if conclusion == Conclusion::Success {
+                    StatusState::Success
+                } else {
+                    StatusState::Failure
+                },
+                description: title(result),
+            };
+            forge.set_status(repo, head, &status).await?;
+        }
+    }
+    Ok(Published {
+        comment_id: comment.id,
+        conclusion,
+    })
+}

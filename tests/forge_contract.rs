@@ -1,0 +1,349 @@
+//! The project's GitHub client and `gate publish` against the forge double (GitHub's REST
+//! subset over real git): requests asserted by method, path and body.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use gitops_loop::forge::github::GitHub;
+use gitops_loop::forge::{
+    CheckRun, CommitStatus, Conclusion, Forge, RepoSlug, StatusState, upsert_marked_comment,
+};
+use ground::forge::ForgeDouble;
+use serde_json::json;
+
+const SLUG: &str = "platform/gitops";
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    ground::git::git(dir, args).unwrap()
+}
+
+/// A forge with the sample repository, a bump branch and an open pull request (#1).
+async fn forge_with_pull(version: &str) -> (ForgeDouble, tempfile::TempDir) {
+    let forge = ForgeDouble::start(None).await.unwrap();
+    forge.add_user("gate-token", "addons-gate[bot]");
+    forge.add_user("kargo-token", "kargo");
+    let url = forge
+        .create_repo(SLUG, &common::sample_dir().join("repo"))
+        .unwrap();
+    forge.protect(SLUG, "main", &["addons-gate"]);
+    let clone = tempfile::tempdir().unwrap();
+    git(clone.path(), &["clone", "--quiet", &url, "."]);
+    git(clone.path(), &["checkout", "--quiet", "-b", "kargo/bump"]);
+    let targets = clone.path().join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets)
+        .unwrap()
+        .replace("version: 0.10.3", &format!("version: {version}"));
+    std::fs::write(&targets, text).unwrap();
+    git(
+        clone.path(),
+        &["commit", "--quiet", "-am", "bump external-secrets"],
+    );
+    git(clone.path(), &["push", "--quiet", "origin", "kargo/bump"]);
+    let response = reqwest::Client::new()
+        .post(format!("{}/repos/{SLUG}/pulls", forge.url()))
+        .bearer_auth("kargo-token")
+        .json(&json!({"title": "Promote external-secrets", "head": "kargo/bump", "base": "main"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    (forge, clone)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_reads_pull_requests_with_live_shas() {
+    gitops_loop::forge::github::install_crypto_provider();
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    assert_eq!(pull.head_sha, git(clone.path(), &["rev-parse", "HEAD"]));
+    assert_eq!(
+        pull.base_sha,
+        git(clone.path(), &["rev-parse", "origin/main"])
+    );
+    assert_eq!(
+        (
+            pull.head_ref.as_str(),
+            pull.base_ref.as_str(),
+            pull.author.as_str()
+        ),
+        ("kargo/bump", "main", "kargo")
+    );
+    assert_eq!(client.current_user().await.unwrap(), "addons-gate[bot]");
+    let bad = GitHub::new(&forge.url(), "wrong").unwrap();
+    let err = bad.pull_request(&slug, 1).await.unwrap_err();
+    assert_eq!(err.status(), Some(401));
+    assert!(err.to_string().contains("Bad credentials"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn marked_comment_is_created_once_then_updated() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    // Someone else's comment with the same marker is not ours to update.
+    let kargo = GitHub::new(&forge.url(), "kargo-token").unwrap();
+    kargo
+        .create_comment(&slug, 1, "<!-- gitops-gate:report v1 -->\nspoofed")
+        .await
+        .unwrap();
+    forge.clear_requests();
+    let first = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- gitops-gate:report v1 -->",
+        "<!-- gitops-gate:report v1 -->\none",
+    )
+    .await
+    .unwrap();
+    let second = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- gitops-gate:report v1 -->",
+        "<!-- gitops-gate:report v1 -->\ntwo",
+    )
+    .await
+    .unwrap();
+    assert_eq!(first.id, second.id);
+    let requests: Vec<(String, String, serde_json::Value)> = forge
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.path, r.body))
+        .collect();
+    assert_eq!(
+        requests,
+        vec![
+            (
+                "GET".into(),
+                format!("/repos/{SLUG}/issues/1/comments"),
+                serde_json::Value::Null
+            ),
+            (
+                "POST".into(),
+                format!("/repos/{SLUG}/issues/1/comments"),
+                json!({"body": "<!-- gitops-gate:report v1 -->\none"})
+            ),
+            (
+                "GET".into(),
+                format!("/repos/{SLUG}/issues/1/comments"),
+                serde_json::Value::Null
+            ),
+            (
+                "PATCH".into(),
+                format!("/repos/{SLUG}/issues/comments/{}", first.id),
+                json!({"body": "<!-- gitops-gate:report v1 -->\ntwo"})
+            ),
+        ]
+    );
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 2);
+    assert!(
+        comments
+            .iter()
+            .any(|c| c.author == "kargo" && c.body.ends_with("spoofed")),
+        "the other comment is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_runs_statuses_and_labels() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let head = git(clone.path(), &["rev-parse", "HEAD"]);
+    let run = |conclusion| CheckRun {
+        name: "addons-gate".into(),
+        head_sha: head.clone(),
+        conclusion,
+        title: "t".into(),
+        summary: "s".into(),
+    };
+    let first = client
+        .upsert_check_run(&slug, &run(Conclusion::Failure))
+        .await
+        .unwrap();
+    forge.clear_requests();
+    let second = client
+        .upsert_check_run(&slug, &run(Conclusion::Success))
+        .await
+        .unwrap();
+    assert_eq!(
+        first, second,
+        "the same check on the same commit is updated, not duplicated"
+    );
+    let requests = forge.requests();
+    assert_eq!(requests[0].method, "GET");
+    assert_eq!(
+        requests[0].path,
+        format!("/repos/{SLUG}/commits/{head}/check-runs")
+    );
+    assert_eq!(requests[0].query, "check_name=addons-gate");
+    assert_eq!(requests[1].method, "PATCH");
+    assert_eq!(
+        requests[1].path,
+        format!("/repos/{SLUG}/check-runs/{first}")
+    );
+    assert_eq!(
+        requests[1].body,
+        json!({"name": "addons-gate", "head_sha": head, "status": "completed", "conclusion": "success", "output": {"title": "t", "summary": "s"}})
+    );
+    let runs = client.check_runs(&slug, &head).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].conclusion, Conclusion::Success);
+
+    let status = CommitStatus {
+        context: "bosun".into(),
+        state: StatusState::Pending,
+        description: "reading addons-gate".into(),
+    };
+    client.set_status(&slug, &head, &status).await.unwrap();
+    assert_eq!(client.statuses(&slug, &head).await.unwrap(), vec![status]);
+
+    client
+        .add_labels(&slug, 1, &["needs-human".to_string()])
+        .await
+        .unwrap();
+    client.remove_label(&slug, 1, "needs-human").await.unwrap();
+    client.remove_label(&slug, 1, "never-there").await.unwrap();
+    assert!(
+        client
+            .pull_request(&slug, 1)
+            .await
+            .unwrap()
+            .labels
+            .is_empty()
+    );
+}
+
+fn publish(
+    forge: &ForgeDouble,
+    clone: &std::path::Path,
+    cache: &std::path::Path,
+) -> std::process::Output {
+    common::gate(cache)
+        .args([
+            "--quiet",
+            "publish",
+            "--repo-slug",
+            SLUG,
+            "--pr",
+            "1",
+            "--forge-url",
+            &forge.url(),
+        ])
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(clone)
+        .arg("--inventory")
+        .arg(common::sample_dir().join("inventory.yaml"))
+        .arg("--charts")
+        .arg(common::sample_dir().join("charts"))
+        .env("GITHUB_TOKEN", "gate-token")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_publish_blocks_a_breaking_bump_and_branch_protection_holds() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let cache = tempfile::tempdir().unwrap();
+    let output = publish(&forge, clone.path(), cache.path());
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Publishing again updates the same comment.
+    let again = publish(&forge, clone.path(), cache.path());
+    assert_eq!(again.status.code(), Some(1));
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 1, "one report comment, updated in place");
+    let parsed = gitops_loop::gate::report::parse(&comments[0].body).unwrap();
+    assert_eq!(parsed.dropped.len(), 4);
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    assert_eq!(parsed.verdict.head, pull.head_sha);
+    let runs = client.check_runs(&slug, &pull.head_sha).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].conclusion, Conclusion::Failure);
+    assert!(
+        runs[0]
+            .title
+            .starts_with("blocked: 4 dropped-served-version"),
+        "{}",
+        runs[0].title
+    );
+    let merge = reqwest::Client::new()
+        .put(format!("{}/repos/{SLUG}/pulls/1/merge", forge.url()))
+        .bearer_auth("kargo-token")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(merge.status(), 405);
+    assert!(
+        merge
+            .text()
+            .await
+            .unwrap()
+            .contains("Required status check \\\"addons-gate\\\" is expected.")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_publish_passes_a_patch_bump_and_the_merge_lands() {
+    let forge = ForgeDouble::start(None).await.unwrap();
+    forge.add_user("gate-token", "addons-gate[bot]");
+    forge.add_user("kargo-token", "kargo");
+    let url = forge
+        .create_repo(SLUG, &common::sample_dir().join("repo"))
+        .unwrap();
+    forge.protect(SLUG, "main", &["addons-gate"]);
+    let clone = tempfile::tempdir().unwrap();
+    git(clone.path(), &["clone", "--quiet", &url, "."]);
+    git(clone.path(), &["checkout", "--quiet", "-b", "kargo/patch"]);
+    let targets = clone.path().join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets)
+        .unwrap()
+        .replace("version: 1.19.2", "version: 1.19.3");
+    std::fs::write(&targets, text).unwrap();
+    git(
+        clone.path(),
+        &["commit", "--quiet", "-am", "bump cert-manager-lite"],
+    );
+    git(clone.path(), &["push", "--quiet", "origin", "kargo/patch"]);
+    let http = reqwest::Client::new();
+    http.post(format!("{}/repos/{SLUG}/pulls", forge.url()))
+        .bearer_auth("kargo-token")
+        .json(&json!({"title": "Promote cert-manager-lite", "head": "kargo/patch", "base": "main"}))
+        .send()
+        .await
+        .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let output = publish(&forge, clone.path(), cache.path());
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let merge = http
+        .put(format!("{}/repos/{SLUG}/pulls/1/merge", forge.url()))
+        .bearer_auth("kargo-token")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(merge.status(), 200);
+    git(clone.path(), &["fetch", "--quiet", "origin"]);
+    let merged = git(clone.path(), &["show", "origin/main:targets/addons.yaml"]);
+    assert!(merged.contains("version: 1.19.3"));
+}
