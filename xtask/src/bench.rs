@@ -57,7 +57,9 @@ pub fn synthetic(
         let dir = charts.join(format!("charts.example.test/bench/chart-{c}/{version}"));
         write(
             dir.join("Chart.yaml"),
-            format!("apiVersion: v2\nname: chart-{c}\nversion: {version}\nappVersion: \"{version}-{c}\"\n"),
+            format!(
+                "apiVersion: v2\nname: chart-{c}\nversion: {version}\nappVersion: \"{version}-{c}\"\n"
+            ),
         )?;
         write(
             dir.join("values.yaml"),
@@ -233,15 +235,28 @@ fn check(addons: usize, clusters: usize) -> Result<()> {
     let text = std::fs::read_to_string(&targets)?;
     let bumped = text.replacen("  version: 1.0.0", "  version: 1.1.0", 1);
     std::fs::write(&targets, bumped)?;
-    cmd!(sh, "git -c user.name=bench -c user.email=bench@example.test commit -qam bump").run()?;
+    cmd!(
+        sh,
+        "git -c user.name=bench -c user.email=bench@example.test commit -qam bump"
+    )
+    .run()?;
     let cache = root.path().join("cache");
     let args: Vec<String> = vec![
-        "check".into(), "--repo-url".into(), REPO_URL.into(),
-        "--repo".into(), repo.display().to_string(),
-        "--head".into(), "bump".into(), "--default-branch".into(), "main".into(),
-        "--inventory".into(), inventory.display().to_string(),
-        "--charts".into(), charts.display().to_string(),
-        "--cache-dir".into(), cache.display().to_string(),
+        "check".into(),
+        "--repo-url".into(),
+        REPO_URL.into(),
+        "--repo".into(),
+        repo.display().to_string(),
+        "--head".into(),
+        "bump".into(),
+        "--default-branch".into(),
+        "main".into(),
+        "--inventory".into(),
+        inventory.display().to_string(),
+        "--charts".into(),
+        charts.display().to_string(),
+        "--cache-dir".into(),
+        cache.display().to_string(),
     ];
     let timed = |label: &str| -> Result<u128> {
         let started = Instant::now();
@@ -249,7 +264,11 @@ fn check(addons: usize, clusters: usize) -> Result<()> {
         let ms = started.elapsed().as_millis();
         if output.status.code() != Some(0) {
             let report = String::from_utf8_lossy(&output.stdout);
-            bail!("{label}: gate check exited {:?}: {}", output.status.code(), report.lines().take(12).collect::<Vec<_>>().join("\n"));
+            bail!(
+                "{label}: gate check exited {:?}: {}",
+                output.status.code(),
+                report.lines().take(12).collect::<Vec<_>>().join("\n")
+            );
         }
         Ok(ms)
     };
@@ -260,11 +279,24 @@ fn check(addons: usize, clusters: usize) -> Result<()> {
     let _ = std::fs::remove_dir_all(&cache);
     let mut base_only = args.clone();
     base_only[0] = "render".into();
-    let head_index = base_only.iter().position(|a| a == "--head").context("head arg")?;
-    base_only.splice(head_index..head_index + 4, ["--revision".to_string(), "main".to_string()]);
-    std::process::Command::new(&gate).args(&base_only).arg("--format").arg("json").output()?;
+    let head_index = base_only
+        .iter()
+        .position(|a| a == "--head")
+        .context("head arg")?;
+    base_only.splice(
+        head_index..head_index + 4,
+        ["--revision".to_string(), "main".to_string()],
+    );
+    std::process::Command::new(&gate)
+        .args(&base_only)
+        .arg("--format")
+        .arg("json")
+        .output()?;
     let base_cached = timed("base cached")?;
-    println!("bench check: {addons} addons x {clusters} clusters = {} Applications, one chart bumped on {clusters} Applications", addons * clusters);
+    println!(
+        "bench check: {addons} addons x {clusters} clusters = {} Applications, one chart bumped on {clusters} Applications",
+        addons * clusters
+    );
     println!("  cold (empty cache): {cold} ms");
     println!("  merge base cached, head new: {base_cached} ms");
     println!("  warm (both cached): {warm} ms");
