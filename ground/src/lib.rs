@@ -7,3 +7,4 @@
 
 pub mod forge;
 pub mod git;
+pub mod kube;

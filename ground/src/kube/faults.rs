@@ -1,0 +1,176 @@
+//! Faults on demand, from a seed: the same seed replays the same faults in the same order.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use axum::http::Method;
+
+use super::store::ApiError;
+
+/// Rates are per mille (out of 1000) per request or per watch event.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    pub seed: u64,
+    /// 500 Internal Server Error on a non-watch request.
+    pub server_error: u32,
+    /// 429 Too Many Requests on a non-watch request.
+    pub throttle: u32,
+    /// 409 Conflict on an update.
+    pub conflict: u32,
+    pub drop_watch_event: u32,
+    pub duplicate_watch_event: u32,
+    pub close_watch: u32,
+    /// Latency added to every request.
+    pub latency_ms: u64,
+}
+
+impl FaultPlan {
+    pub fn none() -> FaultPlan {
+        FaultPlan::default()
+    }
+
+    /// A mixed schedule for robustness runs.
+    pub fn chaos(seed: u64) -> FaultPlan {
+        FaultPlan {
+            seed,
+            server_error: 50,
+            throttle: 30,
+            conflict: 100,
+            drop_watch_event: 50,
+            duplicate_watch_event: 50,
+            close_watch: 30,
+            latency_ms: 0,
+        }
+    }
+
+    pub fn is_quiet(&self) -> bool {
+        FaultPlan {
+            seed: self.seed,
+            ..FaultPlan::default()
+        } == *self
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchFault {
+    Deliver,
+    Drop,
+    Duplicate,
+    Close,
+}
+
+/// Counts of what was injected.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Injected {
+    pub server_errors: u64,
+    pub throttles: u64,
+    pub conflicts: u64,
+    pub dropped_events: u64,
+    pub duplicated_events: u64,
+    pub closed_watches: u64,
+}
+
+pub struct Faults {
+    plan: Mutex<FaultPlan>,
+    state: Mutex<u64>,
+    injected: Mutex<Injected>,
+}
+
+impl Faults {
+    pub fn new(plan: FaultPlan) -> Faults {
+        Faults {
+            plan: Mutex::new(plan),
+            state: Mutex::new(plan.seed),
+            injected: Mutex::new(Injected::default()),
+        }
+    }
+
+    /// Changes the plan (e.g. heal: `FaultPlan::none()`), keeping the random sequence.
+    pub fn set(&self, plan: FaultPlan) {
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner()) = plan;
+    }
+
+    pub fn plan(&self) -> FaultPlan {
+        *self.plan.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn injected(&self) -> Injected {
+        self.injected
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// splitmix64
+    fn next(&self) -> u64 {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn roll(&self, per_mille: u32) -> bool {
+        per_mille > 0 && (self.next() % 1000) < u64::from(per_mille)
+    }
+
+    fn count(&self, f: impl FnOnce(&mut Injected)) {
+        f(&mut self.injected.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+
+    pub fn latency(&self) -> Option<Duration> {
+        let ms = self.plan().latency_ms;
+        (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    pub fn request_error(&self, method: &Method) -> Option<ApiError> {
+        let plan = self.plan();
+        let _ = method;
+        if self.roll(plan.server_error) {
+            self.count(|i| i.server_errors += 1);
+            return Some(ApiError::new(
+                500,
+                "InternalError",
+                "an error on the server (injected fault) has prevented the request from succeeding",
+            ));
+        }
+        if self.roll(plan.throttle) {
+            self.count(|i| i.throttles += 1);
+            return Some(ApiError::new(
+                429,
+                "TooManyRequests",
+                "the server has received too many requests and has asked us to try again later (injected fault)",
+            ));
+        }
+        None
+    }
+
+    pub fn conflict(&self) -> Option<ApiError> {
+        if self.roll(self.plan().conflict) {
+            self.count(|i| i.conflicts += 1);
+            return Some(ApiError::new(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again (injected fault)",
+            ));
+        }
+        None
+    }
+
+    pub fn watch_event(&self) -> WatchFault {
+        let plan = self.plan();
+        if self.roll(plan.close_watch) {
+            self.count(|i| i.closed_watches += 1);
+            WatchFault::Close
+        } else if self.roll(plan.drop_watch_event) {
+            self.count(|i| i.dropped_events += 1);
+            WatchFault::Drop
+        } else if self.roll(plan.duplicate_watch_event) {
+            self.count(|i| i.duplicated_events += 1);
+            WatchFault::Duplicate
+        } else {
+            WatchFault::Deliver
+        }
+    }
+}
