@@ -29,6 +29,7 @@ fn app(cluster: &str, name: &str, objects: Vec<Value>) -> RenderedApplication {
         destination_namespace: "default".into(),
         sources: vec![],
         objects,
+        manifest: serde_json::Value::Null,
     }
 }
 

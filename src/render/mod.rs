@@ -126,6 +126,9 @@ pub struct RenderedApplication {
     pub sources: Vec<Value>,
     /// Rendered objects, sorted by group, kind, namespace, name.
     pub objects: Vec<Value>,
+    /// The Application object itself, as generated (metadata with annotations, spec).
+    #[serde(skip)]
+    pub manifest: Value,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -558,6 +561,7 @@ impl Engine<'_> {
                     .to_string(),
                 sources,
                 objects: Vec::new(),
+                manifest: app.clone(),
             },
         })
     }

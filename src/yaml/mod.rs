@@ -4,6 +4,8 @@
 //! to read YAML the way Kubernetes and Helm do (YAML 1.1 booleans, `0755` as octal, duplicate keys
 //! rejected). Lossless edits (Bosun's apiVersion swap) live beside this in later modules.
 
+pub mod edit;
+
 use serde_json::Value;
 
 /// A YAML document that could not be read, with where it came from.
