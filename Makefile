@@ -1,8 +1,14 @@
 # Every target is one line calling cargo xtask; the logic lives there.
-.PHONY: test tools bench-render
+.PHONY: demo test tools ground-up bench-render bench-check
+demo:
+	cargo xtask demo
 test:
 	cargo xtask test
 tools:
 	cargo xtask tools
 bench-render:
 	cargo xtask bench render
+ground-up:
+	cargo xtask ground up
+bench-check:
+	cargo xtask bench check

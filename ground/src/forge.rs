@@ -221,6 +221,30 @@ impl ForgeDouble {
         }
     }
 
+    /// The bare repository behind `owner/name`.
+    pub fn bare_path(&self, slug: &str) -> Option<PathBuf> {
+        lock(&self.state).repos.get(slug).map(|r| r.bare.clone())
+    }
+
+    /// Open pull requests with their live head commits: (number, head sha, head branch).
+    pub fn open_pulls(&self, slug: &str) -> Vec<(u64, String, String)> {
+        let state = lock(&self.state);
+        let Some(repo) = state.repos.get(slug) else {
+            return Vec::new();
+        };
+        repo.pulls
+            .iter()
+            .filter(|p| p.state == "open")
+            .filter_map(|p| {
+                Some((
+                    p.number,
+                    git::rev_parse(&repo.bare, &format!("refs/heads/{}", p.head_ref))?,
+                    p.head_ref.clone(),
+                ))
+            })
+            .collect()
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state).requests.clone()

@@ -20,6 +20,9 @@ pub fn git(dir: &Path, args: &[&str]) -> Result<String> {
         ])
         .args(args)
         .env("GIT_TERMINAL_PROMPT", "0")
+        // Fixed dates: the same scenario makes the same commits, so transcripts are stable.
+        .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
         .output()
         .with_context(|| format!("cannot run git in {}", dir.display()))?;
     if !output.status.success() {

@@ -114,6 +114,10 @@ struct RenderArgs {
     /// The chart mirror (`<repo-key>/<chart>/<version>/`).
     #[arg(long)]
     charts: Option<PathBuf>,
+    /// Pull the charts of repository FROM from TO instead (a pull-through mirror): FROM=TO
+    /// (repeatable; only `charts pull` fetches).
+    #[arg(long = "chart-repo-mirror", value_parser = parse_pair)]
+    chart_repo_mirrors: Vec<(String, String)>,
     /// A local clone for another repository a source reads: URL=DIR (repeatable).
     #[arg(long = "git-mirror", value_parser = parse_mirror)]
     git_mirrors: Vec<(String, PathBuf)>,
@@ -214,6 +218,11 @@ fn write_atomically(path: &std::path::Path, content: &str) -> Result<()> {
     Ok(())
 }
 
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    let (from, to) = text.split_once('=').ok_or("expected FROM=TO")?;
+    Ok((from.to_string(), to.to_string()))
+}
+
 fn parse_mirror(text: &str) -> Result<(String, PathBuf), String> {
     let (url, dir) = text.split_once('=').ok_or("expected URL=DIR")?;
     Ok((url.to_string(), PathBuf::from(dir)))
@@ -271,6 +280,7 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
                 .unwrap_or(2)
         }),
         pull_missing_charts: pull,
+        chart_repo_mirrors: args.chart_repo_mirrors.clone(),
     })
 }
 

@@ -72,7 +72,12 @@ pub fn locate(mirror: Option<&Path>, chart: &ChartRef) -> Result<PathBuf, String
 
 /// Pulls one chart into the mirror with `helm pull --untar`. A chart already present is kept.
 /// Returns true when something was downloaded.
-pub fn pull(helm: &Tool, mirror: &Path, chart: &ChartRef) -> Result<bool, String> {
+pub fn pull(
+    helm: &Tool,
+    mirror: &Path,
+    chart: &ChartRef,
+    repo_mirrors: &[(String, String)],
+) -> Result<bool, String> {
     let target = chart_dir(mirror, chart);
     if target.join("Chart.yaml").is_file() {
         return Ok(false);
@@ -84,14 +89,18 @@ pub fn pull(helm: &Tool, mirror: &Path, chart: &ChartRef) -> Result<bool, String
     let home = staging.path().join("helm-home");
     let mut command = helm.command(&home);
     command.arg("pull");
-    if is_oci(&chart.repo_url) {
-        let base = chart
-            .repo_url
-            .trim_start_matches("oci://")
-            .trim_end_matches('/');
+    // A pull-through mirror serves the repository's charts from another URL; the mirror folder
+    // still uses the URL the repository writes.
+    let source = repo_mirrors
+        .iter()
+        .find(|(from, _)| from.trim_end_matches('/') == chart.repo_url.trim_end_matches('/'))
+        .map(|(_, to)| to.clone())
+        .unwrap_or_else(|| chart.repo_url.clone());
+    if is_oci(&source) {
+        let base = source.trim_start_matches("oci://").trim_end_matches('/');
         command.arg(format!("oci://{base}/{}", chart.chart));
     } else {
-        command.arg(&chart.chart).arg("--repo").arg(&chart.repo_url);
+        command.arg(&chart.chart).arg("--repo").arg(&source);
     }
     command
         .arg("--version")

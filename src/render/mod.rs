@@ -55,6 +55,8 @@ pub struct RenderConfig {
     /// Pull charts missing from the mirror with helm (only `gate charts pull` sets this; a
     /// plain render never touches the network).
     pub pull_missing_charts: bool,
+    /// Pull charts of repository FROM from TO (a pull-through mirror): (from, to).
+    pub chart_repo_mirrors: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -492,7 +494,13 @@ impl Engine<'_> {
                 .charts
                 .as_deref()
                 .ok_or("--charts DIR is required to pull charts")?;
-            charts::pull(&self.config.helm, mirror, chart).map(|_| ())
+            charts::pull(
+                &self.config.helm,
+                mirror,
+                chart,
+                &self.config.chart_repo_mirrors,
+            )
+            .map(|_| ())
         };
         let ctx = PlanContext {
             repos: &self.repos,

@@ -1,6 +1,7 @@
 //! `cargo xtask`: the project's automation (tools, tests, benchmarks, demos).
 
 mod bench;
+mod demo;
 mod test;
 mod tools;
 
@@ -25,10 +26,33 @@ enum Command {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         args: Vec<String>,
     },
+    /// Play the happy path of a chart bump end to end on the embedded ground.
+    Demo {
+        /// The scenario folder under scenarios/.
+        #[arg(long, default_value = "happy-path")]
+        scenario: String,
+        /// Inject seeded faults into the Kubernetes API double.
+        #[arg(long)]
+        chaos_seed: Option<u64>,
+    },
+    /// The embedded ground.
+    Ground {
+        #[command(subcommand)]
+        command: GroundCommand,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
         which: bench::Which,
+    },
+}
+
+#[derive(Subcommand)]
+enum GroundCommand {
+    /// Start the ground with a scenario loaded, print the kubeconfig, forge URL and tokens.
+    Up {
+        #[arg(long, default_value = "happy-path")]
+        scenario: String,
     },
 }
 
@@ -44,5 +68,12 @@ fn main() -> Result<()> {
         Command::Tools => tools::install().map(|_| ()),
         Command::Test { args } => test::run(&args),
         Command::Bench { which } => bench::run(which),
+        Command::Demo {
+            scenario,
+            chaos_seed,
+        } => demo::play(&scenario, chaos_seed),
+        Command::Ground {
+            command: GroundCommand::Up { scenario },
+        } => demo::up(&scenario),
     }
 }

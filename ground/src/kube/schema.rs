@@ -23,6 +23,9 @@ pub fn prune_and_validate(object: &mut Value, schema: &Value, kind: &str) -> Res
                 props.remove(key);
             }
         }
+        if let Some(required) = root.get_mut("required").and_then(Value::as_array_mut) {
+            required.retain(|r| !matches!(r.as_str(), Some("apiVersion" | "kind" | "metadata")));
+        }
         walk(&mut rest, &root, "", &mut errors);
         for key in map.keys().cloned().collect::<Vec<_>>() {
             if !["apiVersion", "kind", "metadata"].contains(&key.as_str()) {

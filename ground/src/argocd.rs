@@ -1,0 +1,279 @@
+//! Argo CD behaviour: Applications (and the ApplicationSets that generate them) rendered from
+//! the forge's repository at the tracked branch with the project's own render engine, written
+//! to the API double with `status.sync`, `status.health` and `status.summary.images` following
+//! each new commit, as Argo CD takes them from live Pods (sorted raw image strings of the
+//! rendered workloads' pod templates). [A controller/cache/info.go populatePodInfo]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::kube::KubeDouble;
+use crate::kube::store::{Resource, Selector, User};
+use crate::transcript::Transcript;
+use gitops_loop::render::{self, RenderConfig, RenderedApplication};
+
+/// A scenario's hold on one Application's rollout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// The rollout stalls half-way: old and new images both run, health Progressing.
+    RolloutStalled,
+    /// Every workload is scaled to zero: no Pods, no images.
+    ScaledToZero,
+}
+
+pub struct ArgoCd {
+    pub config: RenderConfig,
+    /// The forge's bare repository and the branch Applications track.
+    pub bare: PathBuf,
+    pub branch: String,
+    pub holds: BTreeMap<String, Hold>,
+    synced: Option<String>,
+    images: BTreeMap<String, Vec<String>>,
+    digests: BTreeMap<String, String>,
+}
+
+pub fn identity() -> User {
+    User {
+        name: "system:serviceaccount:argocd:argocd-application-controller".into(),
+        groups: vec!["system:serviceaccounts".into()],
+    }
+}
+
+/// Raw image strings of the workloads' pod templates, sorted and de-duplicated; nothing for
+/// a workload scaled to zero.
+pub fn images_of(objects: &[Value]) -> Vec<String> {
+    let mut images = BTreeSet::new();
+    for object in objects {
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let pod_spec = match kind {
+            "Deployment" | "StatefulSet" | "ReplicaSet" => {
+                if object.pointer("/spec/replicas").and_then(Value::as_u64) == Some(0) {
+                    continue;
+                }
+                object.pointer("/spec/template/spec")
+            }
+            "DaemonSet" | "Job" => object.pointer("/spec/template/spec"),
+            "CronJob" => object.pointer("/spec/jobTemplate/spec/template/spec"),
+            "Pod" => object.get("spec"),
+            _ => None,
+        };
+        let Some(pod_spec) = pod_spec else { continue };
+        for list in ["initContainers", "containers"] {
+            for container in pod_spec
+                .get(list)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(image) = container.get("image").and_then(Value::as_str) {
+                    images.insert(image.to_string());
+                }
+            }
+        }
+    }
+    images.into_iter().collect()
+}
+
+impl ArgoCd {
+    pub fn new(config: RenderConfig, bare: PathBuf, branch: &str) -> ArgoCd {
+        ArgoCd {
+            config,
+            bare,
+            branch: branch.to_string(),
+            holds: BTreeMap::new(),
+            synced: None,
+            images: BTreeMap::new(),
+            digests: BTreeMap::new(),
+        }
+    }
+
+    fn resource(kube: &KubeDouble) -> Option<Resource> {
+        kube.store()
+            .resource("argoproj.io", "v1alpha1", "applications")
+            .cloned()
+    }
+
+    /// Re-renders when the branch moved and writes every Application with its status.
+    pub async fn tick(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let Some(revision) =
+            crate::git::rev_parse(&self.bare, &format!("refs/heads/{}", self.branch))
+        else {
+            return false;
+        };
+        if self.synced.as_deref() == Some(revision.as_str()) {
+            return false;
+        }
+        let first = self.synced.is_none();
+        self.synced = Some(revision.clone());
+        let mut config = self.config.clone();
+        config.revision = revision.clone();
+        let rendering = match tokio::task::spawn_blocking(move || render::render(&config)).await {
+            Ok(Ok(rendering)) => rendering,
+            Ok(Err(failure)) => {
+                transcript.say(
+                    "argocd",
+                    format!(
+                        "{}@{}: ComparisonError: {}",
+                        self.branch,
+                        &revision[..7],
+                        failure.to_string().lines().next().unwrap_or("")
+                    ),
+                );
+                return true;
+            }
+            Err(e) => {
+                transcript.say("argocd", format!("render task failed: {e}"));
+                return true;
+            }
+        };
+        let Some(resource) = Self::resource(kube) else {
+            return true;
+        };
+        let mut changed = Vec::new();
+        let mut live = BTreeSet::new();
+        for app in &rendering.applications {
+            live.insert((app.namespace.clone(), app.name.clone()));
+            let digest = serde_json::to_string(&app.objects).unwrap_or_default();
+            let new_images = images_of(&app.objects);
+            let before = self.digests.insert(app.name.clone(), digest.clone());
+            let old_images = self
+                .images
+                .insert(app.name.clone(), new_images.clone())
+                .unwrap_or_default();
+            let (images, health) = match self.holds.get(&app.name) {
+                Some(Hold::RolloutStalled) => {
+                    let mut both: BTreeSet<String> = old_images.iter().cloned().collect();
+                    both.extend(new_images.iter().cloned());
+                    (both.into_iter().collect::<Vec<_>>(), "Progressing")
+                }
+                Some(Hold::ScaledToZero) => (Vec::new(), "Healthy"),
+                None => (new_images.clone(), "Healthy"),
+            };
+            if let Some(Hold::RolloutStalled) = self.holds.get(&app.name) {
+                // Keep the old images for the next comparison: the rollout has not finished.
+                self.images.insert(app.name.clone(), old_images.clone());
+            }
+            self.write(kube, transcript, &resource, app, &revision, &images, health);
+            if !first && before.as_deref() != Some(digest.as_str()) {
+                changed.push((app.name.clone(), images, health));
+            }
+        }
+        // Applications no longer generated are deleted (pruned).
+        let existing = kube
+            .store()
+            .list(&resource, "", &Selector::default(), &Selector::default());
+        for object in existing {
+            let namespace = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if !live.contains(&(namespace.clone(), name.clone())) {
+                let _ = kube
+                    .store()
+                    .delete(&resource, &namespace, &name, &identity());
+                transcript.say("argocd", format!("{name}: deleted (no longer generated)"));
+            }
+        }
+        if first {
+            transcript.say(
+                "argocd",
+                format!(
+                    "{}@{}: {} Applications Synced and Healthy",
+                    self.branch,
+                    &revision[..7],
+                    rendering.applications.len()
+                ),
+            );
+        } else if changed.is_empty() {
+            transcript.say(
+                "argocd",
+                format!("{}@{}: nothing to sync", self.branch, &revision[..7]),
+            );
+        }
+        for (name, images, health) in changed {
+            transcript.say(
+                "argocd",
+                format!(
+                    "{name}: OutOfSync -> Synced at {}, {health}, images {}",
+                    &revision[..7],
+                    images.join(" ")
+                ),
+            );
+        }
+        true
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        &self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        resource: &Resource,
+        app: &RenderedApplication,
+        revision: &str,
+        images: &[String],
+        health: &str,
+    ) {
+        let manifest = &app.manifest;
+        let mut object = json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {
+                "name": app.name,
+                "namespace": app.namespace,
+                "labels": manifest.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                "annotations": manifest.pointer("/metadata/annotations").cloned().unwrap_or(json!({})),
+            },
+            "spec": manifest.get("spec").cloned().unwrap_or(json!({})),
+            "status": {
+                "sync": {"status": "Synced", "revision": revision},
+                "health": {"status": health},
+                "summary": {"images": images},
+                "sourceType": if app.sources.iter().any(|s| s.get("chart").is_some()) { "Helm" } else { "Directory" },
+            },
+        });
+        let mut store = kube.store();
+        match store.get(resource, &app.namespace, &app.name) {
+            Ok(existing) => {
+                object["metadata"]["resourceVersion"] = existing
+                    .pointer("/metadata/resourceVersion")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                if let Err(e) = store.update(
+                    resource,
+                    &app.namespace,
+                    &app.name,
+                    object,
+                    &identity(),
+                    false,
+                ) {
+                    transcript.say(
+                        "argocd",
+                        format!("{}: cannot write the Application: {e}", app.name),
+                    );
+                }
+            }
+            Err(_) => {
+                if let Err(e) = store.create(resource, &app.namespace, object, &identity()) {
+                    transcript.say(
+                        "argocd",
+                        format!("{}: cannot write the Application: {e}", app.name),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Forces a re-sync at the next tick (after a hold changes).
+    pub fn resync(&mut self) {
+        self.synced = None;
+    }
+}

@@ -1,0 +1,1344 @@
+//! Kargo behaviour, as the reference sheet describes Kargo v1.11: the Freight and Promotion
+//! webhooks (content-hash Freight names; Promotion names replaced, steps copied from the
+//! Stage, the `promote` verb checked, Freight availability), Warehouses discovering chart
+//! versions and images, promotions running their steps for real (git, the forge's REST API,
+//! HTTP), Stage status (`freightHistory[0]`, `currentPromotion`, `lastPromotion`), auto-
+//! promotion with the v1.11 hold/resume annotations, and verification against Argo CD.
+//!
+//! The actor advances in explicit ticks driven by the ground, so a run is deterministic.
+
+pub mod expr;
+pub mod steps;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Map, Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::kube::KubeDouble;
+use crate::kube::store::{Admission, ApiError, Operation, Resource, Selector, User};
+use crate::transcript::Transcript;
+
+pub const GROUP: &str = "kargo.akuity.io";
+pub const VERSION: &str = "v1alpha1";
+pub const PROJECT_LABEL: &str = "kargo.akuity.io/project";
+pub const STAGE_LABEL: &str = "kargo.akuity.io/stage";
+pub const ALIAS_LABEL: &str = "kargo.akuity.io/alias";
+pub const CREATE_ACTOR_ANNOTATION: &str = "kargo.akuity.io/create-actor";
+pub const HOLD_ANNOTATION: &str = "kargo.akuity.io/auto-promotion-hold";
+pub const RESUME_ANNOTATION: &str = "kargo.akuity.io/auto-promotion-resume";
+/// Stands in for a ProjectConfig promotion policy with `autoPromotionEnabled` for the Stage.
+pub const AUTO_PROMOTION_ANNOTATION: &str = "ground.gitops-loop.dev/auto-promotion";
+/// Kargo's controller identity (never subject to the `promote` check).
+pub const CONTROLLER: &str = "system:serviceaccount:kargo:kargo-controller";
+
+/// Who may `promote` to which Stages: (user, namespace, stage or `*`).
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    entries: Arc<Mutex<Vec<(String, String, String)>>>,
+}
+
+impl Grants {
+    pub fn allow(&self, user: &str, namespace: &str, stage: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((user.into(), namespace.into(), stage.into()));
+    }
+
+    pub fn allows(&self, user: &User, namespace: &str, stage: &str) -> bool {
+        user.name == CONTROLLER
+            || self
+                .entries
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .any(|(u, n, s)| {
+                    (u == &user.name || user.groups.contains(u))
+                        && n == namespace
+                        && (s == "*" || s == stage)
+                })
+    }
+}
+
+pub fn controller_user() -> User {
+    User {
+        name: CONTROLLER.into(),
+        groups: vec!["system:serviceaccounts".into()],
+    }
+}
+
+fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Kargo's Freight name: SHA-1 of `<origin>:<sorted artifact parts joined by |>`.
+/// [K pkg/api/freight.go]
+pub fn freight_name(freight: &Value) -> String {
+    let origin = format!(
+        "{}/{}",
+        text(freight, "/origin/kind"),
+        text(freight, "/origin/name")
+    );
+    let mut parts = Vec::new();
+    for commit in freight
+        .get("commits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let url = text(commit, "/repoURL")
+            .trim_end_matches('/')
+            .to_lowercase();
+        let tag = text(commit, "/tag");
+        parts.push(if tag.is_empty() {
+            format!("{url}:{}", text(commit, "/id"))
+        } else {
+            format!("{url}:{tag}:{}", text(commit, "/id"))
+        });
+    }
+    for image in freight
+        .get("images")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        parts.push(format!(
+            "{}:{}@{}",
+            text(image, "/repoURL"),
+            text(image, "/tag"),
+            text(image, "/digest")
+        ));
+    }
+    for chart in freight
+        .get("charts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        parts.push(format!(
+            "{}/{}:{}",
+            text(chart, "/repoURL").trim_end_matches('/').to_lowercase(),
+            text(chart, "/name"),
+            text(chart, "/version")
+        ));
+    }
+    parts.sort();
+    hex(&Sha1::digest(
+        format!("{origin}:{}", parts.join("|")).as_bytes(),
+    ))
+}
+
+/// A readable alias from a name, as Kargo's moniker generator gives one.
+pub fn alias_for(name: &str) -> String {
+    const ADJECTIVES: [&str; 16] = [
+        "brave", "calm", "eager", "fancy", "gentle", "happy", "jolly", "kind", "lively", "nimble",
+        "proud", "quiet", "rapid", "sunny", "tidy", "witty",
+    ];
+    const ANIMALS: [&str; 16] = [
+        "otter", "heron", "lynx", "badger", "falcon", "marten", "ibex", "puffin", "gecko", "koala",
+        "mole", "newt", "owl", "panda", "quail", "robin",
+    ];
+    let bytes = name.as_bytes();
+    let a = bytes.first().copied().unwrap_or(0) as usize % ADJECTIVES.len();
+    let b = bytes.get(1).copied().unwrap_or(0) as usize % ANIMALS.len();
+    format!("{}-{}", ADJECTIVES[a], ANIMALS[b])
+}
+
+/// The label value Kargo uses for a Stage name (hash-shortened past 63 characters).
+pub fn stage_label_value(stage: &str) -> String {
+    if stage.len() <= 63 {
+        return stage.to_string();
+    }
+    let digest = hex(&Sha1::digest(stage.as_bytes()));
+    format!("{}-{}", &stage[..50], &digest[..12])
+}
+
+fn forbidden(message: String) -> ApiError {
+    ApiError::new(403, "Forbidden", message)
+}
+
+/// Is `freight` available to `stage` (origin requested, and direct, approved, or verified
+/// upstream)? [K api/v1alpha1/stage_types.go IsFreightAvailable]
+pub fn freight_available(stage: &Value, freight: &Value) -> bool {
+    let stage_name = text(stage, "/metadata/name");
+    let origin_name = text(freight, "/origin/name");
+    stage
+        .pointer("/spec/requestedFreight")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|request| {
+            if text(request, "/origin/name") != origin_name {
+                return false;
+            }
+            let approved = freight
+                .pointer(&format!("/status/approvedFor/{stage_name}"))
+                .is_some();
+            let direct = request
+                .pointer("/sources/direct")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let upstreams: Vec<&str> = request
+                .pointer("/sources/stages")
+                .and_then(Value::as_array)
+                .map(|s| s.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let all = request
+                .pointer("/sources/availabilityStrategy")
+                .and_then(Value::as_str)
+                == Some("All");
+            let verified = |s: &&str| {
+                freight
+                    .pointer(&format!("/status/verifiedIn/{s}"))
+                    .is_some()
+            };
+            let upstream_ok = !upstreams.is_empty()
+                && if all {
+                    upstreams.iter().all(verified)
+                } else {
+                    upstreams.iter().any(verified)
+                };
+            approved || direct || upstream_ok
+        })
+}
+
+/// Registers Kargo's admission webhooks on the API double.
+pub fn install_webhooks(kube: &KubeDouble, grants: Grants) {
+    let mut store = kube.store();
+    store.add_hook(GROUP, "freights", Arc::new(freight_webhook));
+    let promotion_grants = grants.clone();
+    let ulids = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    store.add_hook(
+        GROUP,
+        "promotions",
+        Arc::new(move |admission: &mut Admission| {
+            promotion_webhook(admission, &promotion_grants, &ulids)
+        }),
+    );
+}
+
+/// ULIDs from a fixed clock that ticks one second per Promotion: Kargo's name format and
+/// ordering, without a run's wall-clock time in the names (transcripts repeat).
+fn next_ulid(counter: &std::sync::atomic::AtomicU64) -> String {
+    let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    let milliseconds = 1_767_225_600_000 + n * 1000;
+    ulid::Ulid::from_parts(milliseconds, u128::from(n))
+        .to_string()
+        .to_lowercase()
+}
+
+fn freight_webhook(admission: &mut Admission) -> Result<(), ApiError> {
+    match admission.operation {
+        Operation::Create => {
+            // The name is a content hash, whatever the client asked for. [K pkg/webhook/kubernetes/freight]
+            let name = freight_name(admission.object);
+            admission.object["metadata"]["name"] = json!(name);
+            let mut alias = admission
+                .object
+                .get("alias")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if alias.is_empty() {
+                alias = text(
+                    admission.object,
+                    &format!("/metadata/labels/{}", ALIAS_LABEL.replace('/', "~1")),
+                )
+                .to_string();
+            }
+            if alias.is_empty() {
+                alias = alias_for(&name);
+            }
+            admission.object["alias"] = json!(alias);
+            admission.object["metadata"]["labels"][ALIAS_LABEL] = json!(alias);
+            Ok(())
+        }
+        Operation::Update => {
+            let old = admission.old.cloned().unwrap_or(Value::Null);
+            for field in ["origin", "images", "charts", "commits", "artifacts"] {
+                if old.get(field) != admission.object.get(field) {
+                    return Err(ApiError::new(
+                        422,
+                        "Invalid",
+                        format!(
+                            "Freight \"{}\" is invalid: {field}: Invalid value: Freight artifacts are immutable",
+                            text(&old, "/metadata/name")
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        Operation::Delete => Ok(()),
+    }
+}
+
+fn promotion_webhook(
+    admission: &mut Admission,
+    grants: &Grants,
+    ulids: &std::sync::atomic::AtomicU64,
+) -> Result<(), ApiError> {
+    let namespace = text(admission.object, "/metadata/namespace").to_string();
+    let stage_name = text(admission.object, "/spec/stage").to_string();
+    // The promote verb is checked for create, update and delete. [K pkg/webhook/kubernetes/promotion]
+    if !grants.allows(admission.user, &namespace, &stage_name) {
+        return Err(forbidden(format!(
+            "admission webhook \"promotion.kargo.akuity.io\" denied the request: subject \"{}\" is not permitted to promote to Stage \"{namespace}/{stage_name}\" (missing the promote verb on stages)",
+            admission.user.name
+        )));
+    }
+    match admission.operation {
+        Operation::Delete => Ok(()),
+        Operation::Update => {
+            let old = admission.old.cloned().unwrap_or(Value::Null);
+            if old.get("spec") != admission.object.get("spec") {
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    "Promotion spec is immutable".to_string(),
+                ));
+            }
+            Ok(())
+        }
+        Operation::Create => {
+            let project = admission
+                .store
+                .get("", "namespaces", "", &namespace)
+                .cloned()
+                .unwrap_or(Value::Null);
+            if text(
+                &project,
+                &format!("/metadata/labels/{}", PROJECT_LABEL.replace('/', "~1")),
+            ) != "true"
+            {
+                return Err(forbidden(format!(
+                    "admission webhook \"promotion.kargo.akuity.io\" denied the request: namespace {namespace:?} is not a Kargo Project namespace"
+                )));
+            }
+            let stage = admission
+                .store
+                .get(GROUP, "stages", &namespace, &stage_name)
+                .cloned()
+                .ok_or_else(|| ApiError::new(404, "NotFound", format!("admission webhook \"promotion.kargo.akuity.io\" denied the request: could not find Stage \"{stage_name}\" in namespace \"{namespace}\"")))?;
+            let template_steps = stage
+                .pointer("/spec/promotionTemplate/spec/steps")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if template_steps.is_empty() {
+                return Err(forbidden(format!(
+                    "admission webhook \"promotion.kargo.akuity.io\" denied the request: Stage \"{stage_name}\" has no promotion steps (a control-flow Stage cannot be promoted to)"
+                )));
+            }
+            let freight_name = text(admission.object, "/spec/freight").to_string();
+            let freight = admission
+                .store
+                .get(GROUP, "freights", &namespace, &freight_name)
+                .cloned()
+                .ok_or_else(|| ApiError::new(404, "NotFound", format!("admission webhook \"promotion.kargo.akuity.io\" denied the request: could not find Freight \"{freight_name}\" in namespace \"{namespace}\"")))?;
+            if !freight_available(&stage, &freight) {
+                return Err(forbidden(format!(
+                    "admission webhook \"promotion.kargo.akuity.io\" denied the request: Freight \"{freight_name}\" is not available to Stage \"{stage_name}\""
+                )));
+            }
+            // The name is replaced: <stage>.<ulid>.<first 7 of the freight>. [K pkg/api/promotion.go]
+            let name = format!(
+                "{stage_name}.{}.{}",
+                next_ulid(ulids),
+                &freight_name[..freight_name.len().min(7)]
+            );
+            let object = &mut *admission.object;
+            object["metadata"]["name"] = json!(name);
+            if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("generateName");
+            }
+            object["metadata"]["labels"][STAGE_LABEL] = json!(stage_label_value(&stage_name));
+            object["metadata"]["annotations"][STAGE_LABEL] = json!(stage_name);
+            object["spec"]["steps"] = json!(template_steps);
+            let mut vars: Vec<Value> = stage
+                .pointer("/spec/vars")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            vars.extend(
+                stage
+                    .pointer("/spec/promotionTemplate/spec/vars")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            object["spec"]["vars"] = json!(vars);
+            if let Some(annotations) = object
+                .pointer_mut("/metadata/annotations")
+                .and_then(Value::as_object_mut)
+            {
+                annotations.remove(HOLD_ANNOTATION);
+                annotations.remove(RESUME_ANNOTATION);
+            }
+            if admission.user.name != CONTROLLER {
+                object["metadata"]["annotations"][CREATE_ACTOR_ANNOTATION] =
+                    json!(format!("kubernetes:{}", admission.user.name));
+                // v1.11: a user-made Promotion on an auto-promoting Stage holds auto-promotion
+                // for the origin unless it promotes the newest Freight, which resumes it.
+                if text(
+                    &stage,
+                    &format!(
+                        "/metadata/annotations/{}",
+                        AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
+                    ),
+                ) == "true"
+                {
+                    let origin = format!("Warehouse/{}", text(&freight, "/origin/name"));
+                    let newest = newest_freight(
+                        admission.store.list(GROUP, "freights", &namespace),
+                        text(&freight, "/origin/name"),
+                    );
+                    let key = if newest.as_deref() == Some(freight_name.as_str()) {
+                        RESUME_ANNOTATION
+                    } else {
+                        HOLD_ANNOTATION
+                    };
+                    object["metadata"]["annotations"][key] = json!(origin);
+                }
+            }
+            object["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Stage", "name": stage_name,
+                "uid": text(&stage, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true,
+            }]);
+            Ok(())
+        }
+    }
+}
+
+/// The newest Freight of an origin (by creation order).
+fn newest_freight(freights: Vec<&Value>, origin: &str) -> Option<String> {
+    freights
+        .into_iter()
+        .filter(|f| text(f, "/origin/name") == origin)
+        .max_by_key(|f| {
+            text(f, "/metadata/resourceVersion")
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .map(|f| text(f, "/metadata/name").to_string())
+}
+
+/// Scripted image tags for Warehouses with image subscriptions.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    /// repoURL -> [(tag, digest)], in discovery order.
+    pub images: BTreeMap<String, Vec<(String, String)>>,
+}
+
+/// The versions a chart repository lists: (repoURL, chart) -> versions.
+pub type ChartVersions = Box<dyn Fn(&str, &str) -> Vec<String> + Send + Sync>;
+
+/// What a promotion being executed remembers between ticks.
+#[derive(Debug, Default)]
+struct Run {
+    step: usize,
+    outputs: Map<String, Value>,
+    workdir: Option<PathBuf>,
+    waiting_said: bool,
+    /// Argo CD Applications an `argocd-update` step named: verified after success.
+    apps: Vec<(String, String)>,
+    merge_commit: Option<String>,
+}
+
+/// A Stage waiting for its Applications after a successful promotion.
+#[derive(Debug, Clone)]
+struct Verification {
+    stage: String,
+    freight: String,
+    apps: Vec<(String, String)>,
+    revision: Option<String>,
+}
+
+/// The Kargo actor.
+pub struct Kargo {
+    pub namespace: String,
+    pub grants: Grants,
+    pub registry: Registry,
+    /// The chart repositories Warehouses read (by the URL the subscription writes).
+    pub chart_versions: ChartVersions,
+    /// repoURL as written -> (forge slug, git URL).
+    pub git_repos: BTreeMap<String, (String, String)>,
+    pub forge_url: String,
+    pub forge_token: String,
+    pub workdir: PathBuf,
+    refresh: Vec<String>,
+    seen_warehouses: Vec<String>,
+    runs: BTreeMap<String, Run>,
+    verifications: Vec<Verification>,
+    /// Stages whose promotions fail at the first step (a scenario's fault).
+    pub failing_stages: Vec<String>,
+}
+
+fn normalize_constraint(constraint: &str) -> String {
+    // Masterminds constraints separate comparators with spaces; the semver crate wants commas.
+    let parts: Vec<&str> = constraint
+        .split([' ', ','])
+        .filter(|p| !p.is_empty())
+        .collect();
+    let mut joined = Vec::new();
+    let mut pending_operator = String::new();
+    for part in parts {
+        if matches!(part, ">" | ">=" | "<" | "<=" | "=" | "!=" | "~" | "^") {
+            pending_operator = part.to_string();
+        } else {
+            joined.push(format!("{pending_operator}{part}"));
+            pending_operator.clear();
+        }
+    }
+    joined.join(", ")
+}
+
+/// The newest version satisfying a constraint (all versions when it is empty).
+pub fn newest_version(versions: &[String], constraint: &str) -> Option<String> {
+    let requirement = if constraint.trim().is_empty() {
+        None
+    } else {
+        semver::VersionReq::parse(&normalize_constraint(constraint)).ok()
+    };
+    versions
+        .iter()
+        .filter_map(|v| {
+            semver::Version::parse(v.trim_start_matches('v'))
+                .ok()
+                .map(|parsed| (parsed, v.clone()))
+        })
+        .filter(|(parsed, _)| requirement.as_ref().is_none_or(|r| r.matches(parsed)))
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, original)| original)
+}
+
+impl Kargo {
+    pub fn new(namespace: &str, workdir: &Path, forge_url: &str, forge_token: &str) -> Kargo {
+        Kargo {
+            namespace: namespace.to_string(),
+            grants: Grants::default(),
+            registry: Registry::default(),
+            chart_versions: Box::new(|_, _| Vec::new()),
+            git_repos: BTreeMap::new(),
+            forge_url: forge_url.to_string(),
+            forge_token: forge_token.to_string(),
+            workdir: workdir.to_path_buf(),
+            refresh: Vec::new(),
+            seen_warehouses: Vec::new(),
+            runs: BTreeMap::new(),
+            verifications: Vec::new(),
+            failing_stages: Vec::new(),
+        }
+    }
+
+    /// Asks a Warehouse to discover now (the `kargo.akuity.io/refresh` annotation).
+    pub fn refresh(&mut self, warehouse: &str) {
+        self.refresh.push(warehouse.to_string());
+    }
+
+    fn resource(kube: &KubeDouble, plural: &str) -> Resource {
+        kube.store()
+            .resource(GROUP, VERSION, plural)
+            .cloned()
+            .unwrap_or_else(|| Resource::builtin(GROUP, VERSION, plural, plural, true))
+    }
+
+    /// Reads one object (the resource is resolved before the store is locked: the lock is
+    /// not reentrant).
+    fn get(
+        kube: &KubeDouble,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let resource = Self::resource(kube, plural);
+        kube.store().get(&resource, namespace, name)
+    }
+
+    fn list(&self, kube: &KubeDouble, plural: &str) -> Vec<Value> {
+        let resource = Self::resource(kube, plural);
+        kube.store().list(
+            &resource,
+            &self.namespace,
+            &Selector::default(),
+            &Selector::default(),
+        )
+    }
+
+    /// One step of the actor. Returns true when anything changed.
+    pub async fn tick(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let mut progress = false;
+        progress |= self.discover(kube, transcript);
+        progress |= self.auto_promote(kube, transcript);
+        progress |= self.promote(kube, transcript).await;
+        progress |= self.verify(kube, transcript);
+        progress
+    }
+
+    fn discover(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let mut progress = false;
+        for warehouse in self.list(kube, "warehouses") {
+            let name = text(&warehouse, "/metadata/name").to_string();
+            let first_time = !self.seen_warehouses.contains(&name);
+            if !first_time && !self.refresh.contains(&name) {
+                continue;
+            }
+            self.seen_warehouses.push(name.clone());
+            self.refresh.retain(|r| *r != name);
+            let mut freight = json!({"apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Freight", "metadata": {"namespace": self.namespace, "generateName": "freight-"}, "origin": {"kind": "Warehouse", "name": name}});
+            let mut found = Vec::new();
+            for subscription in warehouse
+                .pointer("/spec/subscriptions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(chart) = subscription.get("chart") {
+                    let (repo, chart_name) = (text(chart, "/repoURL"), text(chart, "/name"));
+                    let versions = (self.chart_versions)(repo, chart_name);
+                    if let Some(version) =
+                        newest_version(&versions, text(chart, "/semverConstraint"))
+                    {
+                        found.push(format!("chart {chart_name} {version}"));
+                        push(
+                            &mut freight,
+                            "charts",
+                            json!({"repoURL": repo, "name": chart_name, "version": version}),
+                        );
+                    }
+                } else if let Some(image) = subscription.get("image") {
+                    let repo = text(image, "/repoURL");
+                    let tags: Vec<(String, String)> =
+                        self.registry.images.get(repo).cloned().unwrap_or_default();
+                    let names: Vec<String> = tags.iter().map(|(t, _)| t.clone()).collect();
+                    if let Some(tag) = newest_version(&names, text(image, "/constraint")) {
+                        let digest = tags
+                            .iter()
+                            .find(|(t, _)| *t == tag)
+                            .map(|(_, d)| d.clone())
+                            .unwrap_or_default();
+                        found.push(format!("image {repo}:{tag}"));
+                        push(
+                            &mut freight,
+                            "images",
+                            json!({"repoURL": repo, "tag": tag, "digest": digest}),
+                        );
+                    }
+                }
+            }
+            if found.is_empty() {
+                continue;
+            }
+            let resource = Self::resource(kube, "freights");
+            let expected = freight_name(&freight);
+            if kube
+                .store()
+                .get(&resource, &self.namespace, &expected)
+                .is_ok()
+            {
+                continue;
+            }
+            match kube
+                .store()
+                .create(&resource, &self.namespace, freight, &controller_user())
+            {
+                Ok(created) => {
+                    transcript.say(
+                        "kargo",
+                        format!(
+                            "Warehouse {name} discovered {} -> Freight {} ({})",
+                            found.join(", "),
+                            text(&created, "/alias"),
+                            &expected[..7]
+                        ),
+                    );
+                    progress = true;
+                }
+                Err(e) => transcript.say(
+                    "kargo",
+                    format!("Warehouse {name}: could not create Freight: {e}"),
+                ),
+            }
+        }
+        progress
+    }
+
+    fn auto_promote(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let mut progress = false;
+        let freights = self.list(kube, "freights");
+        let promotions = self.list(kube, "promotions");
+        for stage in self.list(kube, "stages") {
+            if text(
+                &stage,
+                &format!(
+                    "/metadata/annotations/{}",
+                    AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
+                ),
+            ) != "true"
+            {
+                continue;
+            }
+            let stage_name = text(&stage, "/metadata/name").to_string();
+            for request in stage
+                .pointer("/spec/requestedFreight")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                let origin = text(&request, "/origin/name").to_string();
+                let Some(newest) = newest_freight(freights.iter().collect(), &origin) else {
+                    continue;
+                };
+                let current = stage
+                    .pointer(&format!(
+                        "/status/freightHistory/0/items/Warehouse~1{origin}/name"
+                    ))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let already = promotions.iter().any(|p| {
+                    text(p, "/spec/stage") == stage_name && text(p, "/spec/freight") == newest
+                });
+                let held = promotions.iter().any(|p| {
+                    text(p, "/spec/stage") == stage_name
+                        && text(
+                            p,
+                            &format!(
+                                "/metadata/annotations/{}",
+                                HOLD_ANNOTATION.replace('/', "~1")
+                            ),
+                        ) == format!("Warehouse/{origin}")
+                });
+                if current == newest || already || held {
+                    continue;
+                }
+                let freight = freights
+                    .iter()
+                    .find(|f| text(f, "/metadata/name") == newest)
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                if !freight_available(&stage, &freight) {
+                    continue;
+                }
+                let promotion = json!({"apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Promotion", "metadata": {"namespace": self.namespace, "generateName": format!("{stage_name}-")}, "spec": {"stage": stage_name, "freight": newest}});
+                let resource = Self::resource(kube, "promotions");
+                match kube
+                    .store()
+                    .create(&resource, &self.namespace, promotion, &controller_user())
+                {
+                    Ok(created) => {
+                        transcript.say(
+                            "kargo",
+                            format!(
+                                "Stage {stage_name}: auto-promotion of Freight {} -> Promotion {}",
+                                text(&freight, "/alias"),
+                                text(&created, "/metadata/name")
+                            ),
+                        );
+                        progress = true;
+                    }
+                    Err(e) => transcript.say(
+                        "kargo",
+                        format!("Stage {stage_name}: auto-promotion refused: {e}"),
+                    ),
+                }
+            }
+        }
+        progress
+    }
+
+    fn patch_status(
+        kube: &KubeDouble,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+        status: Value,
+    ) -> Result<Value, ApiError> {
+        let resource = Self::resource(kube, plural);
+        kube.store().patch(
+            &resource,
+            namespace,
+            name,
+            crate::kube::store::PatchBody::Merge(json!({"status": status})),
+            &controller_user(),
+            true,
+        )
+    }
+
+    async fn promote(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let mut progress = false;
+        let mut promotions = self.list(kube, "promotions");
+        promotions.sort_by(|a, b| text(a, "/metadata/name").cmp(text(b, "/metadata/name")));
+        // A new Promotion has an empty phase until the controller marks it Pending.
+        for promotion in &promotions {
+            if text(promotion, "/status/phase").is_empty() {
+                let name = text(promotion, "/metadata/name");
+                let _ = Self::patch_status(
+                    kube,
+                    "promotions",
+                    &self.namespace,
+                    name,
+                    json!({"phase": "Pending"}),
+                );
+                progress = true;
+            }
+        }
+        let promotions = self.list(kube, "promotions");
+        let mut by_stage: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        for promotion in promotions {
+            by_stage
+                .entry(text(&promotion, "/spec/stage").to_string())
+                .or_default()
+                .push(promotion);
+        }
+        for (stage, mut list) in by_stage {
+            list.sort_by(|a, b| text(a, "/metadata/name").cmp(text(b, "/metadata/name")));
+            let running = list
+                .iter()
+                .find(|p| text(p, "/status/phase") == "Running")
+                .cloned();
+            let promotion = match running {
+                Some(p) => p,
+                None => {
+                    let Some(next) = list
+                        .iter()
+                        .find(|p| text(p, "/status/phase") == "Pending")
+                        .cloned()
+                    else {
+                        continue;
+                    };
+                    let name = text(&next, "/metadata/name").to_string();
+                    let _ = Self::patch_status(
+                        kube,
+                        "promotions",
+                        &self.namespace,
+                        &name,
+                        json!({"phase": "Running", "startedAt": crate::kube::store::rfc3339(now())}),
+                    );
+                    let freight = self.freight_reference(kube, text(&next, "/spec/freight"));
+                    let _ = Self::patch_status(
+                        kube,
+                        "stages",
+                        &self.namespace,
+                        &stage,
+                        json!({
+                            "currentPromotion": {"name": name, "freight": freight},
+                            "conditions": [{"type": "Promoting", "status": "True", "reason": "ActivePromotion", "message": format!("Promotion \"{name}\" is currently Running"), "lastTransitionTime": crate::kube::store::rfc3339(now())}],
+                        }),
+                    );
+                    transcript.say(
+                        "kargo",
+                        format!("Promotion {name} to Stage {stage}: Running"),
+                    );
+                    progress = true;
+                    let Ok(p) = Self::get(kube, "promotions", &self.namespace, &name) else {
+                        continue;
+                    };
+                    p
+                }
+            };
+            progress |= self.advance(kube, transcript, &stage, &promotion).await;
+        }
+        progress
+    }
+
+    fn freight_reference(&self, kube: &KubeDouble, name: &str) -> Value {
+        let freight = Self::get(kube, "freights", &self.namespace, name).unwrap_or(Value::Null);
+        json!({
+            "name": name,
+            "origin": freight.get("origin").cloned().unwrap_or(Value::Null),
+            "images": freight.get("images").cloned().unwrap_or(json!([])),
+            "charts": freight.get("charts").cloned().unwrap_or(json!([])),
+            "commits": freight.get("commits").cloned().unwrap_or(json!([])),
+        })
+    }
+
+    /// Runs the promotion's steps from where it stopped until one waits or all are done.
+    async fn advance(
+        &mut self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        stage: &str,
+        promotion: &Value,
+    ) -> bool {
+        let name = text(promotion, "/metadata/name").to_string();
+        let steps = promotion
+            .pointer("/spec/steps")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let freight = Self::get(
+            kube,
+            "freights",
+            &self.namespace,
+            text(promotion, "/spec/freight"),
+        )
+        .unwrap_or(Value::Null);
+        let vars: Map<String, Value> = promotion
+            .pointer("/spec/vars")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                Some((
+                    v.get("name")?.as_str()?.to_string(),
+                    v.get("value").cloned().unwrap_or(Value::Null),
+                ))
+            })
+            .collect();
+        let mut progress = false;
+        loop {
+            let run = self.runs.entry(name.clone()).or_default();
+            if run.workdir.is_none() {
+                let dir = self.workdir.join(name.replace('.', "-"));
+                let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::create_dir_all(&dir);
+                run.workdir = Some(dir);
+            }
+            let index = run.step;
+            if index >= steps.len() {
+                self.finish(
+                    kube,
+                    transcript,
+                    stage,
+                    &name,
+                    "Succeeded",
+                    "All steps completed",
+                );
+                return true;
+            }
+            if self.failing_stages.iter().any(|s| s == stage) {
+                self.finish(
+                    kube,
+                    transcript,
+                    stage,
+                    &name,
+                    "Failed",
+                    "step 1 failed: the scenario makes this Stage's promotions fail",
+                );
+                return true;
+            }
+            let step = &steps[index];
+            let uses = text(step, "/uses").to_string();
+            let alias = step
+                .get("as")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("step-{index}"));
+            let run = self
+                .runs
+                .get(&name)
+                .map(|r| (r.outputs.clone(), r.workdir.clone().unwrap_or_default()))
+                .unwrap_or_default();
+            let scope = expr::Scope {
+                ctx: json!({"project": self.namespace, "stage": stage, "promotion": name, "targetFreight": {"name": text(&freight, "/metadata/name"), "alias": text(&freight, "/alias"), "origin": {"name": text(&freight, "/origin/name")}}}),
+                vars: &vars,
+                outputs: &run.0,
+                freight: &freight,
+            };
+            let config =
+                match expr::evaluate_value(step.get("config").unwrap_or(&Value::Null), &scope) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.finish(
+                            kube,
+                            transcript,
+                            stage,
+                            &name,
+                            "Errored",
+                            &format!("step {} ({uses}): {e}", index + 1),
+                        );
+                        return true;
+                    }
+                };
+            let context = steps::StepContext {
+                kargo: self,
+                workdir: &run.1,
+                promotion: &name,
+                stage,
+            };
+            let outcome = steps::run(&context, &uses, &config).await;
+            let run = self.runs.entry(name.clone()).or_default();
+            match outcome {
+                steps::Outcome::Done { output, said } => {
+                    transcript.say(
+                        "kargo",
+                        format!("{name} step {}/{} {uses}: {said}", index + 1, steps.len()),
+                    );
+                    if uses == "argocd-update" {
+                        run.apps = config
+                            .get("apps")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .map(|a| {
+                                (
+                                    a.get("namespace")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or("argocd")
+                                        .to_string(),
+                                    text(a, "/name").to_string(),
+                                )
+                            })
+                            .collect();
+                    }
+                    if let Some(commit) = output
+                        .get("commit")
+                        .and_then(Value::as_str)
+                        .filter(|_| uses == "git-merge-pr" || uses == "git-wait-for-pr")
+                    {
+                        run.merge_commit = Some(commit.to_string());
+                    }
+                    run.outputs.insert(alias, output);
+                    run.step += 1;
+                    run.waiting_said = false;
+                    let _ = Self::patch_status(
+                        kube,
+                        "promotions",
+                        &self.namespace,
+                        &name,
+                        json!({"currentStep": run.step}),
+                    );
+                    progress = true;
+                }
+                steps::Outcome::Skipped { said } => {
+                    transcript.say(
+                        "kargo",
+                        format!(
+                            "{name} step {}/{} {uses}: skipped ({said})",
+                            index + 1,
+                            steps.len()
+                        ),
+                    );
+                    run.outputs.insert(alias, json!({}));
+                    run.step += 1;
+                    progress = true;
+                }
+                steps::Outcome::Waiting { said } => {
+                    if !run.waiting_said {
+                        transcript.say(
+                            "kargo",
+                            format!(
+                                "{name} step {}/{} {uses}: waiting: {said}",
+                                index + 1,
+                                steps.len()
+                            ),
+                        );
+                        run.waiting_said = true;
+                        progress = true;
+                    }
+                    return progress;
+                }
+                steps::Outcome::Failed { said } => {
+                    self.finish(
+                        kube,
+                        transcript,
+                        stage,
+                        &name,
+                        "Failed",
+                        &format!("step {} ({uses}) failed: {said}", index + 1),
+                    );
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn finish(
+        &mut self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        stage: &str,
+        name: &str,
+        phase: &str,
+        message: &str,
+    ) {
+        let run = self.runs.remove(name).unwrap_or_default();
+        let promotion = Self::get(kube, "promotions", &self.namespace, name).unwrap_or(Value::Null);
+        let freight_name = text(&promotion, "/spec/freight").to_string();
+        let freight_ref = self.freight_reference(kube, &freight_name);
+        let finished = crate::kube::store::rfc3339(now());
+        let _ = Self::patch_status(
+            kube,
+            "promotions",
+            &self.namespace,
+            name,
+            json!({"phase": phase, "message": message, "finishedAt": finished, "freight": freight_ref}),
+        );
+        let stage_object = Self::get(kube, "stages", &self.namespace, stage).unwrap_or(Value::Null);
+        let mut history: Vec<Value> = stage_object
+            .pointer("/status/freightHistory")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut status = json!({
+            "currentPromotion": null,
+            "lastPromotion": {"name": name, "freight": freight_ref, "status": {"phase": phase, "message": message}, "finishedAt": finished},
+            "conditions": [{"type": "Promoting", "status": "False", "reason": format!("LastPromotion{phase}"), "message": message, "lastTransitionTime": finished}],
+        });
+        if phase == "Succeeded" {
+            // A new collection: this origin's Freight, the other origins carried forward.
+            let origin_key = format!("Warehouse/{}", text(&freight_ref, "/origin/name"));
+            let mut items = history
+                .first()
+                .and_then(|c| c.get("items"))
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let previous = items
+                .get(&origin_key)
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            items.insert(origin_key, freight_ref.clone());
+            let mut names: Vec<&str> = items
+                .values()
+                .filter_map(|f| f.get("name").and_then(Value::as_str))
+                .collect();
+            names.sort();
+            let id = hex(&Sha1::digest(names.join(",").as_bytes()));
+            history.insert(0, json!({"id": id, "items": items}));
+            history.truncate(10);
+            status["freightHistory"] = json!(history);
+            status["freightSummary"] = json!(freight_name);
+            let freights = Self::resource(kube, "freights");
+            if let Some(previous) = previous.filter(|p| *p != freight_name) {
+                let _ = kube.store().patch(
+                    &freights,
+                    &self.namespace,
+                    &previous,
+                    crate::kube::store::PatchBody::Merge(
+                        json!({"status": {"currentlyIn": {stage: null}}}),
+                    ),
+                    &controller_user(),
+                    true,
+                );
+            }
+            let _ = Self::patch_status(
+                kube,
+                "freights",
+                &self.namespace,
+                &freight_name,
+                json!({"currentlyIn": {stage: {"since": finished}}}),
+            );
+            self.verifications.push(Verification {
+                stage: stage.to_string(),
+                freight: freight_name.clone(),
+                apps: run.apps.clone(),
+                revision: run.merge_commit.clone(),
+            });
+        }
+        let _ = Self::patch_status(kube, "stages", &self.namespace, stage, status);
+        transcript.say(
+            "kargo",
+            format!(
+                "Promotion {name}: {phase}{}",
+                if phase == "Succeeded" {
+                    String::new()
+                } else {
+                    format!(" ({message})")
+                }
+            ),
+        );
+    }
+
+    /// After a successful promotion: wait until the Applications an `argocd-update` step named
+    /// are Synced (at the merged revision, when known) and Healthy, then record verification.
+    fn verify(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let mut progress = false;
+        let mut remaining = Vec::new();
+        for verification in std::mem::take(&mut self.verifications) {
+            let resource = kube
+                .store()
+                .resource("argoproj.io", "v1alpha1", "applications")
+                .cloned();
+            let ready = verification.apps.iter().all(|(namespace, app)| {
+                let Some(resource) = &resource else {
+                    return false;
+                };
+                let Ok(object) = kube.store().get(resource, namespace, app) else {
+                    return false;
+                };
+                text(&object, "/status/sync/status") == "Synced"
+                    && text(&object, "/status/health/status") == "Healthy"
+                    && verification
+                        .revision
+                        .as_deref()
+                        .is_none_or(|r| text(&object, "/status/sync/revision") == r)
+            });
+            if !ready {
+                remaining.push(verification);
+                continue;
+            }
+            let now = crate::kube::store::rfc3339(now());
+            let _ = Self::patch_status(
+                kube,
+                "freights",
+                &self.namespace,
+                &verification.freight,
+                json!({"verifiedIn": {verification.stage.clone(): {"verifiedAt": now}}}),
+            );
+            let stage_object = Self::get(kube, "stages", &self.namespace, &verification.stage)
+                .unwrap_or(Value::Null);
+            let mut history: Vec<Value> = stage_object
+                .pointer("/status/freightHistory")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if let Some(first) = history.first_mut() {
+                first["verificationHistory"] = json!([{"id": format!("verification-{}", &verification.freight[..7]), "actor": "kargo", "phase": "Successful", "startTime": now, "finishTime": now, "message": format!("{} Applications Synced and Healthy", verification.apps.len())}]);
+            }
+            let _ = Self::patch_status(
+                kube,
+                "stages",
+                &self.namespace,
+                &verification.stage,
+                json!({"freightHistory": history, "health": {"status": "Healthy"}}),
+            );
+            let names: Vec<&str> = verification.apps.iter().map(|(_, n)| n.as_str()).collect();
+            transcript.say(
+                "kargo",
+                format!(
+                    "Stage {}: verification passed: {} Synced and Healthy{}",
+                    verification.stage,
+                    if names.is_empty() {
+                        "no Applications named".to_string()
+                    } else {
+                        names.join(", ")
+                    },
+                    verification
+                        .revision
+                        .as_deref()
+                        .map(|r| format!(" at {}", &r[..7]))
+                        .unwrap_or_default()
+                ),
+            );
+            progress = true;
+        }
+        self.verifications = remaining;
+        progress
+    }
+
+    /// The state before the run: each Warehouse's first discovery, and every Stage already at
+    /// the newest Freight of its origins (as if promoted before the scenario starts).
+    pub fn bootstrap(&mut self, kube: &KubeDouble, transcript: &Transcript) {
+        self.discover(kube, transcript);
+        let freights = self.list(kube, "freights");
+        for stage in self.list(kube, "stages") {
+            let stage_name = text(&stage, "/metadata/name").to_string();
+            let mut items = Map::new();
+            let mut names = Vec::new();
+            for request in stage
+                .pointer("/spec/requestedFreight")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+            {
+                let origin = text(&request, "/origin/name").to_string();
+                let Some(newest) = newest_freight(freights.iter().collect(), &origin) else {
+                    continue;
+                };
+                items.insert(
+                    format!("Warehouse/{origin}"),
+                    self.freight_reference(kube, &newest),
+                );
+                let _ = Self::patch_status(
+                    kube,
+                    "freights",
+                    &self.namespace,
+                    &newest,
+                    json!({"currentlyIn": {stage_name.clone(): {"since": crate::kube::store::rfc3339(now())}}}),
+                );
+                names.push(newest);
+            }
+            if items.is_empty() {
+                continue;
+            }
+            names.sort();
+            let id = hex(&Sha1::digest(names.join(",").as_bytes()));
+            let _ = Self::patch_status(
+                kube,
+                "stages",
+                &self.namespace,
+                &stage_name,
+                json!({"freightHistory": [{"id": id, "items": items}], "freightSummary": names.join(",")}),
+            );
+            let aliases: Vec<String> = freights
+                .iter()
+                .filter(|f| names.iter().any(|n| n == text(f, "/metadata/name")))
+                .map(|f| text(f, "/alias").to_string())
+                .collect();
+            transcript.say(
+                "kargo",
+                format!(
+                    "Stage {stage_name} starts at Freight {}",
+                    aliases.join(", ")
+                ),
+            );
+        }
+    }
+
+    /// True while a promotion runs or a verification waits.
+    pub fn busy(&self) -> bool {
+        !self.runs.is_empty() || !self.verifications.is_empty()
+    }
+}
+
+fn push(object: &mut Value, field: &str, item: Value) {
+    match object.get_mut(field).and_then(Value::as_array_mut) {
+        Some(list) => list.push(item),
+        None => object[field] = json!([item]),
+    }
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freight_names_are_content_hashes() {
+        let a = json!({"origin": {"kind": "Warehouse", "name": "w"}, "charts": [{"repoURL": "https://c/", "name": "x", "version": "1.0.0"}]});
+        let b = json!({"origin": {"kind": "Warehouse", "name": "w"}, "charts": [{"repoURL": "https://c", "name": "x", "version": "1.0.0"}]});
+        assert_eq!(freight_name(&a), freight_name(&b));
+        assert_eq!(freight_name(&a).len(), 40);
+        let c = json!({"origin": {"kind": "Warehouse", "name": "w"}, "charts": [{"repoURL": "https://c", "name": "x", "version": "1.0.1"}]});
+        assert_ne!(freight_name(&a), freight_name(&c));
+    }
+
+    #[test]
+    fn newest_versions_honour_constraints() {
+        let versions: Vec<String> = ["1.19.2", "1.19.3", "2.0.0", "v1.20.0-rc.1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(
+            newest_version(&versions, "^1.19.0").as_deref(),
+            Some("1.19.3")
+        );
+        assert_eq!(newest_version(&versions, "").as_deref(), Some("2.0.0"));
+        assert_eq!(
+            newest_version(&versions, ">=1.0.0 <2.0.0").as_deref(),
+            Some("1.19.3")
+        );
+    }
+
+    #[test]
+    fn long_stage_names_are_shortened_for_labels() {
+        assert_eq!(stage_label_value("prod"), "prod");
+        let long = "a".repeat(80);
+        assert_eq!(stage_label_value(&long).len(), 63);
+    }
+}

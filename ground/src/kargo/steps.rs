@@ -1,0 +1,498 @@
+//! Promotion steps, run for real: git (clone, commit, push) against the forge's repositories,
+//! YAML edits that keep every other byte, pull requests through the forge's REST API, HTTP.
+//! Config fields follow Kargo v1.11's step schemas (reference sheet section 6).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::Kargo;
+use crate::git::git;
+
+pub struct StepContext<'a> {
+    pub kargo: &'a Kargo,
+    pub workdir: &'a Path,
+    pub promotion: &'a str,
+    pub stage: &'a str,
+}
+
+pub enum Outcome {
+    Done { output: Value, said: String },
+    Skipped { said: String },
+    Waiting { said: String },
+    Failed { said: String },
+}
+
+fn text<'v>(value: &'v Value, key: &str) -> &'v str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+fn inside(workdir: &Path, path: &str) -> Result<PathBuf, String> {
+    let relative = gitops_loop::render::git::normalize(path);
+    if gitops_loop::render::git::escapes_root(&relative) {
+        return Err(format!(
+            "path {path:?} leaves the promotion's working directory"
+        ));
+    }
+    Ok(workdir.join(relative))
+}
+
+pub async fn run(ctx: &StepContext<'_>, uses: &str, config: &Value) -> Outcome {
+    let result = match uses {
+        "git-clone" => git_clone(ctx, config),
+        "yaml-update" => yaml_update(ctx, config),
+        "git-commit" => git_commit(ctx, config),
+        "git-push" => git_push(ctx, config),
+        "git-open-pr" => return git_open_pr(ctx, config).await,
+        "git-wait-for-pr" => return git_wait_for_pr(ctx, config).await,
+        "git-merge-pr" => return git_merge_pr(ctx, config).await,
+        "http" => return http(config).await,
+        "argocd-update" => {
+            let apps: Vec<String> = config
+                .get("apps")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|a| text(a, "name").to_string())
+                .collect();
+            Ok((
+                json!({}),
+                format!(
+                    "Applications {} will be verified Synced and Healthy",
+                    apps.join(", ")
+                ),
+            ))
+        }
+        other => Err(format!("step {other:?} is not supported by the ground")),
+    };
+    match result {
+        Ok((output, said)) => Outcome::Done { output, said },
+        Err(said) => Outcome::Failed { said },
+    }
+}
+
+fn git_url<'k>(ctx: &'k StepContext, repo_url: &str) -> Result<&'k (String, String), String> {
+    let wanted = gitops_loop::render::repos::normalize_repo_url(repo_url);
+    ctx.kargo
+        .git_repos
+        .iter()
+        .find(|(url, _)| gitops_loop::render::repos::normalize_repo_url(url) == wanted)
+        .map(|(_, v)| v)
+        .ok_or(format!("no credentials for repository {repo_url}"))
+}
+
+fn git_clone(ctx: &StepContext, config: &Value) -> Result<(Value, String), String> {
+    let repo_url = text(config, "repoURL");
+    let (_, url) = git_url(ctx, repo_url)?;
+    let mut said = Vec::new();
+    let mut commits = serde_json::Map::new();
+    for checkout in config
+        .get("checkout")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let path = inside(ctx.workdir, text(checkout, "path"))?;
+        let branch = if text(checkout, "branch").is_empty() {
+            "main"
+        } else {
+            text(checkout, "branch")
+        };
+        git(
+            ctx.workdir,
+            &[
+                "clone",
+                "--quiet",
+                "--branch",
+                branch,
+                url,
+                &path.display().to_string(),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        let commit = git(&path, &["rev-parse", "HEAD"]).map_err(|e| e.to_string())?;
+        said.push(format!("{branch} of {repo_url} at {}", &commit[..7]));
+        commits.insert(text(checkout, "path").to_string(), json!(commit));
+    }
+    Ok((
+        json!({"commits": commits}),
+        format!("cloned {}", said.join(", ")),
+    ))
+}
+
+fn yaml_update(ctx: &StepContext, config: &Value) -> Result<(Value, String), String> {
+    let path = inside(ctx.workdir, text(config, "path"))?;
+    let mut content =
+        std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", text(config, "path")))?;
+    let origin = text(config, "path").trim_start_matches("./").to_string();
+    let mut changes = Vec::new();
+    for update in config
+        .get("updates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = text(update, "key");
+        let value = match update.get("value") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        };
+        let segments = gitops_loop::yaml::edit::parse_key_path(key);
+        let sites =
+            gitops_loop::yaml::edit::scalar_sites(&content, &origin).map_err(|e| e.to_string())?;
+        let site = gitops_loop::yaml::edit::find_site(&sites, 0, &segments)
+            .ok_or(format!("{origin}: no value at key {key}"))?
+            .clone();
+        let rendered = gitops_loop::yaml::edit::render_scalar(&value, site.quoted);
+        changes.push(format!("{key}: {} -> {value}", site.value));
+        content = gitops_loop::yaml::edit::splice(&content, &[(site.start, site.end, rendered)]);
+    }
+    std::fs::write(&path, &content).map_err(|e| format!("{origin}: {e}"))?;
+    let message = format!(
+        "Updated {origin}\n\n{}",
+        changes
+            .iter()
+            .map(|c| format!("- {c}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    Ok((
+        json!({"commitMessage": message}),
+        format!("{origin}: {}", changes.join(", ")),
+    ))
+}
+
+fn git_commit(ctx: &StepContext, config: &Value) -> Result<(Value, String), String> {
+    let path = inside(ctx.workdir, text(config, "path"))?;
+    git(&path, &["add", "-A"]).map_err(|e| e.to_string())?;
+    let dirty = !git(&path, &["status", "--porcelain"])
+        .map_err(|e| e.to_string())?
+        .is_empty();
+    if dirty {
+        let message = if text(config, "message").is_empty() {
+            "Kargo promotion"
+        } else {
+            text(config, "message")
+        };
+        git(
+            &path,
+            &[
+                "-c",
+                "user.name=Kargo",
+                "-c",
+                "user.email=kargo@example.test",
+                "commit",
+                "--quiet",
+                "-m",
+                message,
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let commit = git(&path, &["rev-parse", "HEAD"]).map_err(|e| e.to_string())?;
+    let first_line = text(config, "message")
+        .lines()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    Ok((
+        json!({"commit": commit}),
+        if dirty {
+            format!("committed {} \"{first_line}\"", &commit[..7])
+        } else {
+            "nothing to commit".to_string()
+        },
+    ))
+}
+
+fn git_push(ctx: &StepContext, config: &Value) -> Result<(Value, String), String> {
+    let path = inside(ctx.workdir, text(config, "path"))?;
+    let branch = if config
+        .get("generateTargetBranch")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+    {
+        format!("kargo/promotion/{}", ctx.promotion)
+    } else if !text(config, "targetBranch").is_empty() {
+        text(config, "targetBranch").to_string()
+    } else {
+        git(&path, &["rev-parse", "--abbrev-ref", "HEAD"]).map_err(|e| e.to_string())?
+    };
+    git(
+        &path,
+        &[
+            "push",
+            "--quiet",
+            "origin",
+            &format!("HEAD:refs/heads/{branch}"),
+        ],
+    )
+    .map_err(|e| e.to_string())?;
+    let commit = git(&path, &["rev-parse", "HEAD"]).map_err(|e| e.to_string())?;
+    Ok((
+        json!({"branch": branch, "commit": commit}),
+        format!("pushed {} to {branch}", &commit[..7]),
+    ))
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
+    let repo_url = text(config, "repoURL");
+    let (slug, _) = match git_url(ctx, repo_url) {
+        Ok(found) => found.clone(),
+        Err(said) => return Outcome::Failed { said },
+    };
+    let (source, target) = (text(config, "sourceBranch"), text(config, "targetBranch"));
+    let target = if target.is_empty() { "main" } else { target };
+    let title = if text(config, "title").is_empty() {
+        format!("Promote to {}", ctx.stage)
+    } else {
+        text(config, "title").to_string()
+    };
+    let client = http_client();
+    // Adopt an open pull request for the same branches (a retried step must not open two).
+    let existing = client
+        .get(format!(
+            "{}/repos/{slug}/pulls?state=open&head={source}",
+            ctx.kargo.forge_url
+        ))
+        .bearer_auth(&ctx.kargo.forge_token)
+        .send()
+        .await;
+    if let Ok(response) = existing
+        && let Ok(Value::Array(pulls)) = response.json::<Value>().await
+        && let Some(pull) = pulls
+            .iter()
+            .find(|p| p.pointer("/base/ref").and_then(Value::as_str) == Some(target))
+    {
+        let number = pull["number"].clone();
+        return Outcome::Done {
+            output: json!({"pr": {"id": number, "url": pull["html_url"]}}),
+            said: format!("adopted open pull request #{number}"),
+        };
+    }
+    let response = client
+        .post(format!("{}/repos/{slug}/pulls", ctx.kargo.forge_url))
+        .bearer_auth(&ctx.kargo.forge_token)
+        .json(&json!({"title": title, "head": source, "base": target, "body": text(config, "description")}))
+        .send()
+        .await;
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            return Outcome::Failed {
+                said: e.to_string(),
+            };
+        }
+    };
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    if status.as_u16() == 422 && text(&body, "message").contains("No commits between") {
+        return Outcome::Skipped {
+            said: "no difference between the branches".to_string(),
+        };
+    }
+    if !status.is_success() {
+        return Outcome::Failed {
+            said: format!(
+                "the forge refused the pull request: HTTP {status}: {}",
+                text(&body, "message")
+            ),
+        };
+    }
+    let number = body["number"].clone();
+    let labels: Vec<Value> = config
+        .get("labels")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if !labels.is_empty() {
+        let _ = client
+            .post(format!(
+                "{}/repos/{slug}/issues/{number}/labels",
+                ctx.kargo.forge_url
+            ))
+            .bearer_auth(&ctx.kargo.forge_token)
+            .json(&json!({"labels": labels}))
+            .send()
+            .await;
+    }
+    Outcome::Done {
+        output: json!({"pr": {"id": number, "url": body["html_url"]}}),
+        said: format!("opened pull request #{number} \"{title}\" ({source} -> {target})"),
+    }
+}
+
+fn pr_number(config: &Value) -> Option<u64> {
+    match config.get("prNumber") {
+        Some(Value::Number(n)) => n.as_u64().or_else(|| n.as_f64().map(|f| f as u64)),
+        Some(Value::String(s)) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+async fn get_pull(ctx: &StepContext<'_>, slug: &str, number: u64) -> Result<Value, String> {
+    let response = http_client()
+        .get(format!(
+            "{}/repos/{slug}/pulls/{number}",
+            ctx.kargo.forge_url
+        ))
+        .bearer_auth(&ctx.kargo.forge_token)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!(
+            "HTTP {} reading pull request #{number}",
+            response.status()
+        ));
+    }
+    response.json().await.map_err(|e| e.to_string())
+}
+
+async fn git_wait_for_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
+    let Some(number) = pr_number(config) else {
+        return Outcome::Failed {
+            said: "prNumber is required".into(),
+        };
+    };
+    let (slug, _) = match git_url(ctx, text(config, "repoURL")) {
+        Ok(found) => found.clone(),
+        Err(said) => return Outcome::Failed { said },
+    };
+    match get_pull(ctx, &slug, number).await {
+        Ok(pull) if pull["merged"] == json!(true) => {
+            let commit = text(&pull, "merge_commit_sha").to_string();
+            Outcome::Done {
+                output: json!({"commit": commit, "pr": {"id": number, "open": false, "merged": true}}),
+                said: format!(
+                    "pull request #{number} merged as {}",
+                    &commit[..commit.len().min(7)]
+                ),
+            }
+        }
+        Ok(pull) if text(&pull, "state") == "closed" => Outcome::Failed {
+            said: format!("pull request #{number} was closed without merging"),
+        },
+        Ok(_) => Outcome::Waiting {
+            said: format!("pull request #{number} is open"),
+        },
+        Err(said) => Outcome::Waiting { said },
+    }
+}
+
+async fn git_merge_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
+    let Some(number) = pr_number(config) else {
+        return Outcome::Failed {
+            said: "prNumber is required".into(),
+        };
+    };
+    let (slug, _) = match git_url(ctx, text(config, "repoURL")) {
+        Ok(found) => found.clone(),
+        Err(said) => return Outcome::Failed { said },
+    };
+    if let Ok(pull) = get_pull(ctx, &slug, number).await
+        && pull["merged"] == json!(true)
+    {
+        let commit = text(&pull, "merge_commit_sha").to_string();
+        return Outcome::Done {
+            output: json!({"commit": commit}),
+            said: format!("pull request #{number} was already merged"),
+        };
+    }
+    let response = http_client()
+        .put(format!(
+            "{}/repos/{slug}/pulls/{number}/merge",
+            ctx.kargo.forge_url
+        ))
+        .bearer_auth(&ctx.kargo.forge_token)
+        .json(&json!({"merge_method": text(config, "mergeMethod")}))
+        .send()
+        .await;
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            return Outcome::Waiting {
+                said: e.to_string(),
+            };
+        }
+    };
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    match status {
+        200 => {
+            let commit = text(&body, "sha").to_string();
+            Outcome::Done {
+                output: json!({"commit": commit}),
+                said: format!(
+                    "merged pull request #{number} as {}",
+                    &commit[..commit.len().min(7)]
+                ),
+            }
+        }
+        405 | 409 if config.get("wait").and_then(Value::as_bool).unwrap_or(false) => {
+            Outcome::Waiting {
+                said: format!(
+                    "the forge will not merge #{number} yet: {}",
+                    text(&body, "message")
+                ),
+            }
+        }
+        _ => Outcome::Failed {
+            said: format!(
+                "the forge refused to merge #{number}: HTTP {status}: {}",
+                text(&body, "message")
+            ),
+        },
+    }
+}
+
+async fn http(config: &Value) -> Outcome {
+    let method = if text(config, "method").is_empty() {
+        "GET"
+    } else {
+        text(config, "method")
+    };
+    let Ok(method) = reqwest::Method::from_bytes(method.as_bytes()) else {
+        return Outcome::Failed {
+            said: format!("unknown method {method}"),
+        };
+    };
+    let mut request = http_client().request(method.clone(), text(config, "url"));
+    for header in config
+        .get("headers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        request = request.header(text(header, "name"), text(header, "value"));
+    }
+    if !text(config, "body").is_empty() {
+        request = request.body(text(config, "body").to_string());
+    }
+    match request.send().await {
+        Ok(response) if response.status().is_success() => {
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            Outcome::Done {
+                output: json!({"status": status, "body": body}),
+                said: format!("{method} {} answered {status}", text(config, "url")),
+            }
+        }
+        // Without success/failure expressions a non-2xx answer is retried.
+        Ok(response) => Outcome::Waiting {
+            said: format!(
+                "{method} {} answered {}",
+                text(config, "url"),
+                response.status()
+            ),
+        },
+        Err(e) => Outcome::Waiting {
+            said: format!("{method} {}: {e}", text(config, "url")),
+        },
+    }
+}

@@ -1,0 +1,121 @@
+//! `ground`: play a scenario on the embedded proving ground, or keep one up to explore.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use ground::{Ground, Options, scenario::Scenario};
+
+#[derive(Parser)]
+#[command(
+    name = "ground",
+    about = "The embedded proving ground: Kubernetes API, Argo CD, Kargo and a forge, on loopback"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args)]
+struct Common {
+    /// The scenario folder (scenarios/<name>).
+    scenario: PathBuf,
+    /// The gate binary the CI job runs.
+    #[arg(long)]
+    gate: PathBuf,
+    /// Folder with the pinned helm and kubectl.
+    #[arg(long)]
+    tools: PathBuf,
+    /// The project's CRDs.
+    #[arg(long)]
+    crds: PathBuf,
+    /// Inject faults from this seed (409s, 410s, 429s, 500s, dropped and duplicated watch events).
+    #[arg(long)]
+    chaos_seed: Option<u64>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Play the scenario's timeline, print the transcript, check its expectations.
+    Play(Common),
+    /// Start the ground, settle, print how to reach it, and keep the actors running.
+    Up(Common),
+}
+
+fn options(common: &Common) -> Options {
+    let faults = common
+        .chaos_seed
+        .map(ground::kube::FaultPlan::chaos)
+        .unwrap_or_default();
+    Options {
+        gate: common.gate.clone(),
+        tools: common.tools.clone(),
+        crds: common.crds.clone(),
+        faults,
+        echo: true,
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Play(common) => {
+            let scenario = Scenario::load(&common.scenario)?;
+            if let Some(seed) = common.chaos_seed {
+                println!("[ground] fault seed {seed}");
+            }
+            println!("[ground] {}", scenario.description.trim());
+            let started = std::time::Instant::now();
+            let mut ground = Ground::start(scenario, options(&common)).await?;
+            ground.play().await?;
+            println!(
+                "[ground] the scenario's expectations hold ({:.1} s)",
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Command::Up(common) => {
+            let scenario = Scenario::load(&common.scenario)?;
+            let mut ground = Ground::start(scenario, options(&common)).await?;
+            ground.settle().await?;
+            println!("\nThe ground is up.");
+            println!("  Kubernetes API double: {}", ground.kube.url());
+            println!("    observer kubeconfig: {}", ground.kubeconfig.display());
+            println!(
+                "    admin kubeconfig:    {}  (kubectl --kubeconfig ...)",
+                ground.admin_kubeconfig.display()
+            );
+            println!("  forge double (GitHub REST): {}", ground.forge.url());
+            println!(
+                "    repository {} at {}",
+                ground.scenario.repository.slug,
+                ground
+                    .forge
+                    .git_url(&ground.scenario.repository.slug)
+                    .unwrap_or_default()
+            );
+            println!(
+                "    tokens: kargo={} gate={} alice={} bosun={}",
+                ground::FORGE_KARGO_TOKEN,
+                ground::FORGE_GATE_TOKEN,
+                ground::FORGE_PERSON_TOKEN,
+                ground::FORGE_BOSUN_TOKEN
+            );
+            for repository in &ground.chart_repositories {
+                println!(
+                    "  chart repository double: {} (stands in for {})",
+                    repository.url(),
+                    repository.alias
+                );
+            }
+            println!("Press Ctrl-C to stop.");
+            loop {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => { ground.tick().await; }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The scenario folder format (documented in scenarios/README.md): the repository at start,
+//! charts, inventory, cluster objects, a timeline of events, and what must hold at the end.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Scenario {
+    pub description: String,
+    pub repository: Repository,
+    pub inventory: String,
+    pub charts: Charts,
+    pub kargo: KargoSpec,
+    #[serde(default)]
+    pub registry: Vec<Image>,
+    pub timeline: Vec<Action>,
+    #[serde(default)]
+    pub expect: Expect,
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Repository {
+    /// `owner/name` on the forge.
+    pub slug: String,
+    /// The URL Applications and Kargo steps write for it.
+    pub url: String,
+    /// The folder holding the repository's first commit, relative to the scenario.
+    pub content: String,
+    /// Branch protection: branch -> required checks.
+    #[serde(default)]
+    pub protect: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Charts {
+    /// Every chart the scenario knows, in the chart mirror layout.
+    pub mirror: String,
+    pub repositories: Vec<ChartRepository>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartRepository {
+    pub url: String,
+    /// `chart@version` entries not published when the run starts.
+    #[serde(default)]
+    pub unpublished: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct KargoSpec {
+    /// The Project namespace.
+    pub project: String,
+    /// YAML with Warehouses and Stages, relative to the scenario.
+    pub objects: String,
+    /// Who holds Kargo's `promote` verb: user -> Stages (`*` for all).
+    #[serde(default)]
+    pub grants: BTreeMap<String, Vec<String>>,
+    /// Stages whose promotions fail (a fault the scenario plays).
+    #[serde(default)]
+    pub failing_stages: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Image {
+    pub repo_url: String,
+    pub tags: Vec<Tag>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tag {
+    pub tag: String,
+    #[serde(default)]
+    pub digest: String,
+}
+
+/// One event of the timeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum Action {
+    /// A line for the transcript.
+    Say(String),
+    /// A chart version appears in its repository (`chart@version`).
+    Publish(String),
+    /// A Warehouse looks for new artifacts now.
+    Refresh(String),
+    /// A person pushes a commit straight to a branch.
+    Push(Push),
+    /// A rollout stalls half-way for an Application (old and new images both run).
+    StallRollout(String),
+    /// Every workload of an Application is scaled to zero.
+    ScaleToZero(String),
+    /// Run every actor until nothing changes.
+    Settle,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Push {
+    #[serde(default = "main")]
+    pub branch: String,
+    pub message: String,
+    /// Lossless edits: file -> YAML key (Kargo's syntax) -> new value.
+    pub set: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+fn main() -> String {
+    "main".to_string()
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Expect {
+    /// Promotions that must exist at the end: Stage -> phase.
+    #[serde(default)]
+    pub promotions: BTreeMap<String, String>,
+    /// Stages that must be verified at the end.
+    #[serde(default)]
+    pub verified: Vec<String>,
+    /// Pull requests that must be merged at the end (numbers).
+    #[serde(default)]
+    pub merged: Vec<u64>,
+}
+
+impl Scenario {
+    pub fn load(dir: &Path) -> Result<Scenario> {
+        let path = dir.join("scenario.yaml");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut scenario: Scenario = serde_saphyr::from_str(&text)
+            .with_context(|| format!("{} is not a scenario", path.display()))?;
+        scenario.dir = dir.to_path_buf();
+        Ok(scenario)
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative)
+    }
+}
