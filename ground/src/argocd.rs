@@ -277,3 +277,25 @@ impl ArgoCd {
         self.synced = None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_come_from_pod_templates_sorted_and_unique() {
+        // [A controller/cache/info.go populatePodInfo]: raw strings from containers and
+        // initContainers of live Pods, sorted; nothing runs for a workload scaled to zero.
+        let objects = vec![
+            json!({"kind": "Deployment", "spec": {"replicas": 2, "template": {"spec": {"initContainers": [{"image": "busybox"}], "containers": [{"image": "nginx:1.2"}, {"image": "app@sha256:abc"}]}}}}),
+            json!({"kind": "DaemonSet", "spec": {"template": {"spec": {"containers": [{"image": "nginx:1.2"}]}}}}),
+            json!({"kind": "Deployment", "spec": {"replicas": 0, "template": {"spec": {"containers": [{"image": "idle:1"}]}}}}),
+            json!({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"image": "cron:2"}]}}}}}}),
+            json!({"kind": "ConfigMap", "data": {"image": "not-a-pod"}}),
+        ];
+        assert_eq!(
+            images_of(&objects),
+            vec!["app@sha256:abc", "busybox", "cron:2", "nginx:1.2"]
+        );
+    }
+}

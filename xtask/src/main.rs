@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod kind;
 mod test;
 mod tools;
 
@@ -40,6 +41,11 @@ enum Command {
         #[command(subcommand)]
         command: GroundCommand,
     },
+    /// The kind path: a real cluster with Argo CD, Kargo and Gitea (needs Docker; see kind/README.md).
+    Kind {
+        #[command(subcommand)]
+        command: kind::Command,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -68,6 +74,7 @@ fn main() -> Result<()> {
         Command::Tools => tools::install().map(|_| ()),
         Command::Test { args } => test::run(&args),
         Command::Bench { which } => bench::run(which),
+        Command::Kind { command } => kind::main(command),
         Command::Demo {
             scenario,
             chaos_seed,

@@ -1,0 +1,366 @@
+//! Kargo behaviour on the API double, each test citing the upstream behaviour it models
+//! (Kargo v1.11.2; `[K path]` as in the project's reference sheet).
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+use ground::kargo::{self, Kargo};
+use ground::kube::store::{PatchBody, Resource, Selector, User};
+use ground::kube::{FaultPlan, KubeDouble};
+use ground::transcript::Transcript;
+use serde_json::{Value, json};
+
+const NS: &str = "kargo-demo";
+
+fn crds() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kind/crds")
+}
+
+fn user(name: &str) -> User {
+    User {
+        name: name.into(),
+        groups: vec!["system:authenticated".into()],
+    }
+}
+
+fn resource(kube: &KubeDouble, plural: &str) -> Resource {
+    kube.store()
+        .resource(kargo::GROUP, kargo::VERSION, plural)
+        .cloned()
+        .unwrap()
+}
+
+/// Creates an object (the resource is resolved first: the store's lock is not reentrant).
+fn create(
+    kube: &KubeDouble,
+    plural: &str,
+    object: Value,
+    who: &User,
+) -> Result<Value, ground::kube::store::ApiError> {
+    let r = resource(kube, plural);
+    kube.store().create(&r, NS, object, who)
+}
+
+struct World {
+    kube: KubeDouble,
+    kargo: Kargo,
+    freights: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// A Project with one Warehouse, Freight for versions 1.0.0..=count, and a Stage `prod` whose
+/// only step is argocd-update with no Applications (so a promotion succeeds at once).
+async fn world(count: usize, auto: bool) -> World {
+    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
+    kube.load_crds(&crds()).unwrap();
+    kube.create_namespace(NS, &[(kargo::PROJECT_LABEL, "true")])
+        .unwrap();
+    kube.create_namespace("plain", &[]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kargo = Kargo::new(NS, dir.path(), "http://127.0.0.1:1", "token");
+    kargo::install_webhooks(&kube, kargo.grants.clone());
+    kargo.grants.allow("alice", NS, "prod");
+    let admin = user("system:admin");
+    let stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": "prod", "annotations": if auto { json!({kargo::AUTO_PROMOTION_ANNOTATION: "true"}) } else { json!({}) }},
+        "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": "charts"}, "sources": {"direct": true}}],
+                 "promotionTemplate": {"spec": {"vars": [{"name": "v", "value": "1"}], "steps": [{"uses": "argocd-update", "config": {"apps": []}}]}}}});
+    create(&kube, "stages", stage, &admin).unwrap();
+    let mut freights = Vec::new();
+    for i in 0..count {
+        let freight = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Freight", "metadata": {"name": "client-chosen"},
+            "origin": {"kind": "Warehouse", "name": "charts"}, "charts": [{"repoURL": "https://charts.example.test/stable", "name": "c", "version": format!("1.0.{i}")}]});
+        let created = create(&kube, "freights", freight, &admin).unwrap();
+        freights.push(created["metadata"]["name"].as_str().unwrap().to_string());
+    }
+    World {
+        kube,
+        kargo,
+        freights,
+        _dir: dir,
+    }
+}
+
+fn promotion(freight: &str) -> Value {
+    json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion", "metadata": {"generateName": "prod-"}, "spec": {"stage": "prod", "freight": freight, "steps": [{"uses": "noop"}]}})
+}
+
+async fn settle(world: &mut World) {
+    let transcript = Transcript::default();
+    for _ in 0..20 {
+        if !world.kargo.tick(&world.kube, &transcript).await && !world.kargo.busy() {
+            return;
+        }
+    }
+}
+
+fn get(kube: &KubeDouble, plural: &str, name: &str) -> Value {
+    let r = resource(kube, plural);
+    kube.store().get(&r, NS, name).unwrap()
+}
+
+#[tokio::test]
+async fn freight_names_are_content_hashes_set_by_the_webhook() {
+    // [K pkg/api/freight.go; pkg/webhook/kubernetes/freight/webhook.go]: the webhook recomputes
+    // the name on every create; a client-chosen name is overwritten. Aliases get a label.
+    let world = world(1, false).await;
+    let name = &world.freights[0];
+    assert_eq!(name.len(), 40);
+    assert_ne!(name, "client-chosen");
+    let freight = get(&world.kube, "freights", name);
+    let alias = freight["alias"].as_str().unwrap();
+    assert_eq!(
+        freight["metadata"]["labels"][kargo::ALIAS_LABEL],
+        json!(alias)
+    );
+    // Artifacts are immutable after creation.
+    let r = resource(&world.kube, "freights");
+    let err = world
+        .kube
+        .store()
+        .patch(
+            &r,
+            NS,
+            name,
+            PatchBody::Merge(json!({"charts": []})),
+            &user("system:admin"),
+            false,
+        )
+        .unwrap_err();
+    assert_eq!(err.code, 422);
+}
+
+#[tokio::test]
+async fn promotion_webhook_replaces_the_name_and_copies_the_steps() {
+    // [K pkg/webhook/kubernetes/promotion/webhook.go; pkg/api/promotion.go]: name
+    // <stage>.<ulid>.<freight7>; label kargo.akuity.io/stage; steps and vars from the Stage;
+    // create-actor annotation; owner reference to the Stage.
+    let world = world(1, false).await;
+    let created = create(
+        &world.kube,
+        "promotions",
+        promotion(&world.freights[0]),
+        &user("alice"),
+    )
+    .unwrap();
+    let name = created["metadata"]["name"].as_str().unwrap();
+    let parts: Vec<&str> = name.split('.').collect();
+    assert_eq!(parts.len(), 3, "{name}");
+    assert_eq!(parts[0], "prod");
+    assert_eq!(parts[1].len(), 26);
+    assert_eq!(parts[2], &world.freights[0][..7]);
+    assert_eq!(
+        created["metadata"]["labels"][kargo::STAGE_LABEL],
+        json!("prod")
+    );
+    assert_eq!(
+        created["metadata"]["annotations"][kargo::CREATE_ACTOR_ANNOTATION],
+        json!("kubernetes:alice")
+    );
+    assert_eq!(
+        created["spec"]["steps"],
+        json!([{"uses": "argocd-update", "config": {"apps": []}}])
+    );
+    assert_eq!(
+        created["spec"]["vars"],
+        json!([{"name": "v", "value": "1"}])
+    );
+    assert_eq!(
+        created["metadata"]["ownerReferences"][0]["kind"],
+        json!("Stage")
+    );
+}
+
+#[tokio::test]
+async fn the_promote_verb_is_checked_for_create_and_delete() {
+    // [K pkg/webhook/kubernetes/promotion/webhook.go]: a SubjectAccessReview for `promote` on
+    // the Stage, for create, update and delete; `create` on promotions is not enough.
+    let world = world(1, false).await;
+    let r = resource(&world.kube, "promotions");
+    let err = world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[0]), &user("mallory"))
+        .unwrap_err();
+    assert_eq!(err.code, 403);
+    assert!(
+        err.message
+            .contains("is not permitted to promote to Stage \"kargo-demo/prod\""),
+        "{}",
+        err.message
+    );
+    let created = world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[0]), &user("alice"))
+        .unwrap();
+    let name = created["metadata"]["name"].as_str().unwrap();
+    let err = world
+        .kube
+        .store()
+        .delete(&r, NS, name, &user("mallory"))
+        .unwrap_err();
+    assert_eq!(err.code, 403);
+}
+
+#[tokio::test]
+async fn unavailable_or_missing_freight_and_non_project_namespaces_are_refused() {
+    // [K api/v1alpha1/stage_types.go IsFreightAvailable; pkg/server/validation/project.go]
+    let world = world(1, false).await;
+    let r = resource(&world.kube, "promotions");
+    let missing = world
+        .kube
+        .store()
+        .create(
+            &r,
+            NS,
+            promotion("0000000000000000000000000000000000000000"),
+            &user("alice"),
+        )
+        .unwrap_err();
+    assert_eq!(missing.code, 404);
+    let admin = user("system:admin");
+    let other = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Freight", "metadata": {"name": "x"},
+        "origin": {"kind": "Warehouse", "name": "elsewhere"}, "images": [{"repoURL": "r", "tag": "t", "digest": "d"}]});
+    let other = create(&world.kube, "freights", other, &admin).unwrap();
+    let unavailable = world
+        .kube
+        .store()
+        .create(
+            &r,
+            NS,
+            promotion(other["metadata"]["name"].as_str().unwrap()),
+            &user("alice"),
+        )
+        .unwrap_err();
+    assert_eq!(unavailable.code, 403);
+    assert!(
+        unavailable.message.contains("is not available to Stage"),
+        "{}",
+        unavailable.message
+    );
+}
+
+#[tokio::test]
+async fn phases_and_stage_status_follow_kargo() {
+    // [K api/v1alpha1/promotion_types.go; pkg/controller/promotions]: "" until the controller
+    // marks it Pending, then Running, then terminal. [K pkg/controller/stages/regular_stages.go]:
+    // a Succeeded Promotion prepends freightHistory (items keyed Warehouse/<name>, max 10) and
+    // sets lastPromotion; the Freight is currentlyIn the Stage.
+    let mut world = world(11, false).await;
+    let r = resource(&world.kube, "promotions");
+    let first = world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[0]), &user("alice"))
+        .unwrap();
+    assert_eq!(
+        first.pointer("/status/phase"),
+        None,
+        "a new Promotion has an empty phase"
+    );
+    settle(&mut world).await;
+    let done = get(
+        &world.kube,
+        "promotions",
+        first["metadata"]["name"].as_str().unwrap(),
+    );
+    assert_eq!(done["status"]["phase"], json!("Succeeded"));
+    let stage = get(&world.kube, "stages", "prod");
+    assert_eq!(
+        stage["status"]["freightHistory"][0]["items"]["Warehouse/charts"]["name"],
+        json!(world.freights[0])
+    );
+    assert_eq!(
+        stage["status"]["lastPromotion"]["status"]["phase"],
+        json!("Succeeded")
+    );
+    assert_eq!(stage["status"]["currentPromotion"], Value::Null);
+    let freight = get(&world.kube, "freights", &world.freights[0]);
+    assert!(freight["status"]["currentlyIn"]["prod"].is_object());
+    for freight in world.freights.clone().iter().skip(1) {
+        world
+            .kube
+            .store()
+            .create(&r, NS, promotion(freight), &user("alice"))
+            .unwrap();
+        settle(&mut world).await;
+    }
+    let stage = get(&world.kube, "stages", "prod");
+    let history = stage["status"]["freightHistory"].as_array().unwrap();
+    assert_eq!(history.len(), 10, "freightHistory keeps 10 entries");
+    assert_eq!(
+        history[0]["items"]["Warehouse/charts"]["name"],
+        json!(world.freights[10])
+    );
+    let first_freight = get(&world.kube, "freights", &world.freights[0]);
+    assert!(
+        first_freight["status"]["currentlyIn"].get("prod").is_none(),
+        "the previous Freight leaves the Stage"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_promotion_changes_last_promotion_not_the_history() {
+    // Reference sheet gotcha 1: only Succeeded Promotions add history entries.
+    let mut world = world(2, false).await;
+    let r = resource(&world.kube, "promotions");
+    world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[0]), &user("alice"))
+        .unwrap();
+    settle(&mut world).await;
+    world.kargo.failing_stages.push("prod".into());
+    world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[1]), &user("alice"))
+        .unwrap();
+    settle(&mut world).await;
+    let stage = get(&world.kube, "stages", "prod");
+    assert_eq!(
+        stage["status"]["lastPromotion"]["status"]["phase"],
+        json!("Failed")
+    );
+    assert_eq!(
+        stage["status"]["freightHistory"].as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(
+        stage["status"]["freightHistory"][0]["items"]["Warehouse/charts"]["name"],
+        json!(world.freights[0])
+    );
+}
+
+#[tokio::test]
+async fn user_promotions_hold_or_resume_auto_promotion() {
+    // [K pkg/webhook/kubernetes/promotion/webhook.go] (v1.11): for a user-initiated Promotion on
+    // a Stage with auto-promotion, hold the origin unless it promotes the newest Freight.
+    let world = world(2, true).await;
+    let r = resource(&world.kube, "promotions");
+    let older = world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[0]), &user("alice"))
+        .unwrap();
+    assert_eq!(
+        older["metadata"]["annotations"][kargo::HOLD_ANNOTATION],
+        json!("Warehouse/charts")
+    );
+    let newest = world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[1]), &user("alice"))
+        .unwrap();
+    assert_eq!(
+        newest["metadata"]["annotations"][kargo::RESUME_ANNOTATION],
+        json!("Warehouse/charts")
+    );
+    // The controller's own Promotions carry neither.
+    let list = world.kube.store().list(
+        &r,
+        NS,
+        &Selector::parse("kargo.akuity.io/stage=prod").unwrap(),
+        &Selector::default(),
+    );
+    assert_eq!(list.len(), 2);
+}
