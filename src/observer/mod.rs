@@ -1,0 +1,4 @@
+//! The observer: when Argo CD runs an image tag Kargo never promoted, create the Promotion that
+//! lets Kargo's bookkeeping catch up. `decision` is the pure core; `controller` the kube-rs shell.
+
+pub mod decision;
