@@ -11,13 +11,18 @@ use ground::scenario::Scenario;
 use ground::{Ground, Options};
 
 pub async fn play(name: &str) -> Ground {
+    play_with(name, FaultPlan::none()).await
+}
+
+pub async fn play_with(name: &str, faults: FaultPlan) -> Ground {
     let root = common::project_root();
     let scenario = Scenario::load(&root.join("scenarios").join(name)).unwrap();
     let options = Options {
         gate: env!("CARGO_BIN_EXE_gate").into(),
+        observer: Some(env!("CARGO_BIN_EXE_observer").into()),
         tools: root.join("target/tools"),
         crds: root.join("kind/crds"),
-        faults: FaultPlan::none(),
+        faults,
         echo: false,
     };
     let mut ground = Ground::start(scenario, options).await.unwrap();
@@ -43,4 +48,43 @@ async fn happy_path() {
         })
         .collect();
     assert_eq!(changed, vec!["-  version: 1.19.2", "+  version: 1.19.3"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn observer_catches_kargo_up_after_a_hand_bump() {
+    let ground = play("observer-drift").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    // The Events on the Applications say what happened and what was done.
+    let created = ground.events("PromotionCreated");
+    assert!(created.iter().any(|(note, _)| note.contains("Argo CD runs ghcr.io/example/config-reloader:1.3.0 which Kargo never promoted to Stage monitoring-config: created Promotion monitoring-config.")), "{created:?}");
+    let missing = ground.events("FreightMissing");
+    assert!(
+        missing.iter().any(|(note, _)| note
+            .starts_with("Warning FreightMissing on Application argocd/monitoring-config-")
+            && note
+                .contains("no Freight in kargo-demo holds ghcr.io/example/config-reloader:1.4.0")),
+        "{missing:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_observer_and_two_replicas_create_no_duplicate() {
+    let ground = play("observer-restart").await;
+    insta::assert_snapshot!(ground.transcript.text());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_observer_converges_under_a_seeded_fault_schedule() {
+    // 500s, 429s, 409s, dropped, duplicated and cut watch events on the observer's requests;
+    // the end state must be the same: exactly the two Promotions, the Stage verified.
+    let ground = play_with("observer-chaos", FaultPlan::chaos(7)).await;
+    let injected = ground.kube.faults().injected();
+    let total = injected.server_errors
+        + injected.throttles
+        + injected.conflicts
+        + injected.dropped_events
+        + injected.duplicated_events
+        + injected.closed_watches
+        + injected.gone;
+    assert!(total > 0, "faults were injected: {injected:?}");
 }

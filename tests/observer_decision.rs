@@ -156,8 +156,30 @@ fn a_promotion_in_flight_blocks_another_even_with_an_empty_phase() {
 }
 
 #[test]
+fn a_finished_promotion_the_stage_has_not_recorded_yet_is_waited_for() {
+    let (mut stage, warehouses, freights) = standard();
+    let finished = vec![promotion("prod.01a.f-v2", "f-v2", "Succeeded", true)];
+    assert!(
+        matches!(decide_with(&app(&["ghcr.io/example/web:v2.0.0"]), &stage, &warehouses, &freights, &finished), Decision::Wait(w) if w.contains("not recorded"))
+    );
+    stage["status"]["lastPromotion"] = json!({"name": "prod.01a.f-v2"});
+    // Recorded: the Stage's history is authoritative again (here it still says v1: drift).
+    assert!(matches!(
+        decide_with(
+            &app(&["ghcr.io/example/web:v2.0.0"]),
+            &stage,
+            &warehouses,
+            &freights,
+            &finished
+        ),
+        Decision::Promote { .. }
+    ));
+}
+
+#[test]
 fn a_failed_observer_promotion_is_not_retried_until_deleted() {
-    let (stage, warehouses, freights) = standard();
+    let (mut stage, warehouses, freights) = standard();
+    stage["status"]["lastPromotion"] = json!({"name": "p1"});
     let failed = vec![promotion("p1", "f-v2", "Failed", true)];
     assert_eq!(
         decide_with(
@@ -174,6 +196,7 @@ fn a_failed_observer_promotion_is_not_retried_until_deleted() {
     );
     // Someone else's failed Promotion does not stop the observer.
     let theirs = vec![promotion("p1", "f-v2", "Failed", false)];
+    // (the Stage recorded p1 as its last Promotion above)
     assert!(matches!(
         decide_with(
             &app(&["ghcr.io/example/web:v2.0.0"]),
@@ -274,6 +297,8 @@ proptest! {
         let stage = stage(&["web"], &[(REPO, "v9.9.9", "")]);
         let warehouses = vec![warehouse("web", &[REPO])];
         let freights = vec![freight("f-deployed", "web", 1, &[(REPO, &deployed, "")])];
+        let mut stage = stage;
+        stage["status"]["lastPromotion"] = json!({"name": "p"});
         let promotions = vec![promotion("p", "f-deployed", failed_phase, true)];
         let decision = decide_with(&app(&[&format!("{REPO}:{deployed}")]), &stage, &warehouses, &freights, &promotions);
         prop_assert!(!matches!(decision, Decision::Promote { .. }), "{:?}", decision);

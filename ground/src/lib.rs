@@ -50,6 +50,8 @@ pub const FORGE_BOSUN_TOKEN: &str = "ground-bosun-token";
 pub struct Options {
     /// The real `gate` binary the CI job runs.
     pub gate: PathBuf,
+    /// The real `observer` binary, for scenarios that start it.
+    pub observer: Option<PathBuf>,
     /// The folder with the pinned `helm` and `kubectl`.
     pub tools: PathBuf,
     /// The project's CRDs (kind/crds).
@@ -73,7 +75,20 @@ pub struct Ground {
     /// kubeconfig for an administrator (kubectl).
     pub admin_kubeconfig: PathBuf,
     pub charts_mirror: PathBuf,
+    observer_binary: Option<PathBuf>,
+    /// Running observers: (process, metrics address).
+    observers: Vec<(std::process::Child, String)>,
+    observer_starts: usize,
     dir: tempfile::TempDir,
+}
+
+impl Drop for Ground {
+    fn drop(&mut self) {
+        for (mut child, _) in self.observers.drain(..) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 fn admin() -> User {
@@ -316,6 +331,9 @@ impl Ground {
             kubeconfig,
             admin_kubeconfig,
             charts_mirror,
+            observer_binary: options.observer.clone(),
+            observers: Vec::new(),
+            observer_starts: 0,
             dir,
         })
     }
@@ -332,7 +350,9 @@ impl Ground {
         kargo || ci || argocd
     }
 
-    /// Runs the actors until nothing changes and nothing is in flight.
+    /// Runs the actors until nothing changes. A promotion or verification that keeps waiting
+    /// gets a short grace (work outside the ground, such as the observer, may still land)
+    /// before the ground counts as settled; the scenario's expectations judge the outcome.
     pub async fn settle(&mut self) -> Result<()> {
         let mut quiet = 0;
         let mut waiting = 0;
@@ -342,14 +362,9 @@ impl Ground {
                 waiting = 0;
                 continue;
             }
-            if self.kargo.busy() {
+            if self.kargo.busy() && waiting < 40 {
                 waiting += 1;
-                if waiting > 300 {
-                    bail!(
-                        "the ground did not settle: a promotion or verification is still waiting after {waiting} rounds"
-                    );
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(25)).await;
                 continue;
             }
             quiet += 1;
@@ -397,6 +412,286 @@ impl Ground {
                     .say("scenario", format!("{app} is scaled to zero"));
             }
             Action::Settle => self.settle().await?,
+            Action::PushImage(reference) => {
+                let (name, digest) = reference
+                    .split_once('@')
+                    .map(|(n, d)| (n, d.to_string()))
+                    .unwrap_or((reference.as_str(), String::new()));
+                let (repo, tag) = name
+                    .rsplit_once(':')
+                    .with_context(|| format!("pushImage takes repo:tag, got {reference}"))?;
+                self.kargo
+                    .registry
+                    .images
+                    .entry(repo.to_string())
+                    .or_default()
+                    .push((tag.to_string(), digest));
+                self.transcript
+                    .say("registry", format!("{repo}:{tag} pushed"));
+            }
+            Action::StartObserver(args) => self.start_observer(args)?,
+            Action::StopObserver => self.stop_observer()?,
+            Action::AwaitPromotion(wanted) => {
+                self.await_condition(
+                    &format!(
+                        "Stage {} to reach a {} Promotion",
+                        wanted.stage, wanted.phase
+                    ),
+                    |ground| match wanted.count {
+                        Some(count) => {
+                            ground
+                                .kargo_objects("promotions")
+                                .iter()
+                                .filter(|p| {
+                                    p.pointer("/spec/stage").and_then(Value::as_str)
+                                        == Some(wanted.stage.as_str())
+                                })
+                                .filter(|p| {
+                                    p.pointer("/status/phase").and_then(Value::as_str)
+                                        == Some(wanted.phase.as_str())
+                                })
+                                .count()
+                                >= count
+                        }
+                        None => {
+                            ground
+                                .kargo_objects("stages")
+                                .iter()
+                                .find(|s| {
+                                    s.pointer("/metadata/name").and_then(Value::as_str)
+                                        == Some(wanted.stage.as_str())
+                                })
+                                .and_then(|s| {
+                                    s.pointer("/status/lastPromotion/status/phase")
+                                        .and_then(Value::as_str)
+                                        .map(str::to_string)
+                                })
+                                .as_deref()
+                                == Some(wanted.phase.as_str())
+                        }
+                    },
+                )
+                .await?;
+            }
+            Action::AwaitObserverMetric(wanted) => {
+                let what = format!("observer metric {} >= {}", wanted.name, wanted.at_least);
+                self.await_condition(&what, |ground| {
+                    ground.observer_metric(&wanted.name) >= wanted.at_least
+                })
+                .await?;
+            }
+            Action::AwaitEvents(wanted) => {
+                self.await_condition(
+                    &format!("{} {} Events", wanted.count, wanted.reason),
+                    |ground| {
+                        ground
+                            .events(&wanted.reason)
+                            .iter()
+                            .map(|(_, count)| count)
+                            .sum::<usize>()
+                            >= wanted.count
+                    },
+                )
+                .await?;
+                // Which Application an Event lands on, and whether the recorder folds a repeat
+                // into one Event, depend on reconcile order: the transcript says how many.
+                let kinds: std::collections::BTreeSet<String> = self
+                    .events(&wanted.reason)
+                    .iter()
+                    .filter_map(|(line, _)| {
+                        line.split(" on ")
+                            .nth(1)
+                            .and_then(|rest| rest.split(' ').next())
+                            .map(str::to_string)
+                    })
+                    .collect();
+                self.transcript.say(
+                    "events",
+                    format!(
+                        "{} {} recorded on {}",
+                        wanted.count,
+                        wanted.reason,
+                        kinds.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Events (events.k8s.io) with a reason, as (`Type Reason on Kind ns/name: note`, how many
+    /// times it was recorded: a repeated Event is one object with a series count).
+    pub fn events(&self, reason: &str) -> Vec<(String, usize)> {
+        let store = self.kube.store();
+        let Some(resource) = store.resource("events.k8s.io", "v1", "events").cloned() else {
+            return Vec::new();
+        };
+        store
+            .list(&resource, "", &Selector::default(), &Selector::default())
+            .into_iter()
+            .filter(|e| e.get("reason").and_then(Value::as_str) == Some(reason))
+            .map(|e| {
+                let text = |p: &str| {
+                    e.pointer(p)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                let count = e
+                    .pointer("/series/count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1)
+                    .max(1) as usize;
+                (
+                    format!(
+                        "{} {} on {} {}/{}: {}",
+                        text("/type"),
+                        text("/reason"),
+                        text("/regarding/kind"),
+                        text("/regarding/namespace"),
+                        text("/regarding/name"),
+                        text("/note")
+                    ),
+                    count,
+                )
+            })
+            .collect()
+    }
+
+    /// Ticks the actors until `done` holds (the observer runs on its own meanwhile).
+    async fn await_condition(&mut self, what: &str, done: impl Fn(&Ground) -> bool) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let progress = self.tick().await;
+            if done(self) {
+                // Let the actors finish what the condition set off, unless something waits on
+                // purpose (a promotion the scenario keeps running).
+                return if self.kargo.busy() {
+                    Ok(())
+                } else {
+                    self.settle().await
+                };
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "timed out waiting for {what}; observer log:\n{}",
+                    self.observer_log()
+                );
+            }
+            if !progress {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+    }
+
+    /// The sum of a metric's samples (lines starting with `name`) over running observers.
+    pub fn observer_metric(&self, name: &str) -> f64 {
+        let mut total = 0.0;
+        for (_, address) in &self.observers {
+            let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+                continue;
+            };
+            use std::io::{Read, Write};
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
+            let mut text = String::new();
+            let _ = stream.read_to_string(&mut text);
+            for line in text.lines().filter(|l| l.starts_with(name)) {
+                total += line
+                    .rsplit(' ')
+                    .next()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0);
+            }
+        }
+        total
+    }
+
+    fn observer_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("observer.log")).unwrap_or_default()
+    }
+
+    fn start_observer(&mut self, args: &[String]) -> Result<()> {
+        let binary = self
+            .observer_binary
+            .clone()
+            .context("this scenario starts the observer: pass its binary (--observer)")?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("observer.log"))?;
+        // Free loopback ports for its metrics and health servers.
+        let port = || -> Result<String> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .to_string())
+        };
+        let (metrics_addr, health_addr) = (port()?, port()?);
+        let child = std::process::Command::new(binary)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("POD_NAME", format!("observer-{}", self.observer_starts))
+            .env("POD_NAMESPACE", "kargo-observer")
+            .env(
+                "RUST_LOG",
+                std::env::var("GROUND_OBSERVER_LOG")
+                    .unwrap_or_else(|_| "info,kube=warn".to_string()),
+            )
+            .args([
+                "--metrics-addr",
+                &metrics_addr,
+                "--health-addr",
+                &health_addr,
+                "--log-format",
+                "text",
+                "--resync",
+                "30s",
+            ])
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .context("cannot start the observer")?;
+        self.observer_starts += 1;
+        self.observers.push((child, metrics_addr));
+        self.transcript.say(
+            "observer",
+            format!(
+                "started{}",
+                if args.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with {}", args.join(" "))
+                }
+            ),
+        );
+        Ok(())
+    }
+
+    /// Stops the first running observer (SIGTERM, as Kubernetes does).
+    fn stop_observer(&mut self) -> Result<()> {
+        if !self.observers.is_empty() {
+            let (mut child, _) = self.observers.remove(0);
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let status = child.wait()?;
+            if !status.success() {
+                eprintln!(
+                    "observer exited with {status}; its log:\n{}",
+                    self.observer_log()
+                );
+            }
+            self.transcript.say(
+                "observer",
+                format!(
+                    "stopped ({})",
+                    if status.success() {
+                        "clean exit"
+                    } else {
+                        "killed"
+                    }
+                ),
+            );
         }
         Ok(())
     }
@@ -524,6 +819,18 @@ impl Ground {
                 });
             if verified.as_deref() != Some("Successful") {
                 failures.push(format!("Stage {stage}: not verified"));
+            }
+        }
+        let promotions = self.kargo_objects("promotions");
+        for (stage, count) in &expect.promotion_count {
+            let actual = promotions
+                .iter()
+                .filter(|p| p.pointer("/spec/stage").and_then(Value::as_str) == Some(stage))
+                .count();
+            if actual != *count {
+                failures.push(format!(
+                    "Stage {stage}: {actual} Promotions, expected {count}"
+                ));
             }
         }
         let pulls = self.forge.open_pulls(&self.scenario.repository.slug);

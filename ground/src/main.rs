@@ -23,6 +23,9 @@ struct Common {
     /// The gate binary the CI job runs.
     #[arg(long)]
     gate: PathBuf,
+    /// The observer binary, for scenarios that start it.
+    #[arg(long)]
+    observer: Option<PathBuf>,
     /// Folder with the pinned helm and kubectl.
     #[arg(long)]
     tools: PathBuf,
@@ -49,6 +52,7 @@ fn options(common: &Common) -> Options {
         .unwrap_or_default();
     Options {
         gate: common.gate.clone(),
+        observer: common.observer.clone(),
         tools: common.tools.clone(),
         crds: common.crds.clone(),
         faults,

@@ -73,6 +73,7 @@ pub struct KargoSpec {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Image {
+    #[serde(rename = "repoURL")]
     pub repo_url: String,
     pub tags: Vec<Tag>,
 }
@@ -103,6 +104,42 @@ pub enum Action {
     ScaleToZero(String),
     /// Run every actor until nothing changes.
     Settle,
+    /// An image tag appears in the scripted registry (`repo:tag` or `repo:tag@digest`).
+    PushImage(String),
+    /// Start the real `observer` binary against the API double (extra arguments optional).
+    StartObserver(Vec<String>),
+    /// Stop it (SIGTERM, as Kubernetes does).
+    StopObserver,
+    /// Tick until the Stage's last Promotion reaches this phase.
+    AwaitPromotion(AwaitPromotion),
+    /// Tick until this many Events with this reason exist, then print them.
+    AwaitEvents(AwaitEvents),
+    /// Tick until the running observers' metric (summed over label sets) reaches a value.
+    AwaitObserverMetric(AwaitMetric),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AwaitMetric {
+    pub name: String,
+    pub at_least: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AwaitPromotion {
+    pub stage: String,
+    pub phase: String,
+    /// Wait until this many of the Stage's Promotions have the phase (instead of the last one).
+    #[serde(default)]
+    pub count: Option<usize>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AwaitEvents {
+    pub reason: String,
+    pub count: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -131,6 +168,9 @@ pub struct Expect {
     /// Pull requests that must be merged at the end (numbers).
     #[serde(default)]
     pub merged: Vec<u64>,
+    /// How many Promotions each Stage must have at the end (exactly).
+    #[serde(default)]
+    pub promotion_count: BTreeMap<String, usize>,
 }
 
 impl Scenario {

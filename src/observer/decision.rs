@@ -315,6 +315,22 @@ pub fn decide(inputs: &Inputs) -> Decision {
             text(in_flight, "/metadata/name")
         ));
     }
+    // Kargo records a finished Promotion on the Promotion first and on the Stage after: until
+    // the Stage's lastPromotion names the newest finished one, its history may be stale.
+    let newest_finished = inputs
+        .promotions
+        .iter()
+        .filter(|p| is_terminal(text(p, "/status/phase")))
+        .max_by(|a, b| text(a, "/metadata/name").cmp(text(b, "/metadata/name")));
+    if let Some(finished) = newest_finished {
+        let recorded = text(inputs.stage, "/status/lastPromotion/name");
+        if recorded != text(finished, "/metadata/name") {
+            return Decision::Wait(format!(
+                "Kargo has not recorded Promotion {} on the Stage yet",
+                text(finished, "/metadata/name")
+            ));
+        }
+    }
     // One Promotion per reconcile: the first origin (by name) with a matching Freight.
     for (origin, drifted) in &drift_by_origin {
         let mut candidates: Vec<&Value> = inputs

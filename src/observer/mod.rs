@@ -1,4 +1,7 @@
 //! The observer: when Argo CD runs an image tag Kargo never promoted, create the Promotion that
-//! lets Kargo's bookkeeping catch up. `decision` is the pure core; `controller` the kube-rs shell.
+//! lets Kargo's bookkeeping catch up. `decision` is the pure core; `controller` the kube-rs
+//! shell (watches, caches, reconcile); `metrics` the Prometheus families.
 
+pub mod controller;
 pub mod decision;
+pub mod metrics;

@@ -20,6 +20,8 @@ pub struct FaultPlan {
     pub drop_watch_event: u32,
     pub duplicate_watch_event: u32,
     pub close_watch: u32,
+    /// 410 Gone for a watch that resumes from a resourceVersion (as after a compaction).
+    pub gone: u32,
     /// Latency added to every request.
     pub latency_ms: u64,
 }
@@ -39,6 +41,7 @@ impl FaultPlan {
             drop_watch_event: 50,
             duplicate_watch_event: 50,
             close_watch: 30,
+            gone: 300,
             latency_ms: 0,
         }
     }
@@ -68,6 +71,7 @@ pub struct Injected {
     pub dropped_events: u64,
     pub duplicated_events: u64,
     pub closed_watches: u64,
+    pub gone: u64,
 }
 
 pub struct Faults {
@@ -156,6 +160,15 @@ impl Faults {
             ));
         }
         None
+    }
+
+    /// Whether a resuming watch answers 410 Gone.
+    pub fn gone(&self) -> bool {
+        if self.roll(self.plan().gone) {
+            self.count(|i| i.gone += 1);
+            return true;
+        }
+        false
     }
 
     pub fn watch_event(&self) -> WatchFault {

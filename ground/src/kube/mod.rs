@@ -631,6 +631,7 @@ async fn watch(
         let live = store.subscribe();
         let rv = store.resource_version();
         match since {
+            Some(_) if !send_initial && inner.faults.gone() => (Vec::new(), live, rv, true),
             Some(since) if !send_initial => match store.events_since(since) {
                 Some(events) => (
                     events

@@ -1,0 +1,491 @@
+//! The observer's kube-rs shell: watches, caches, reconcile, events, and the create path.
+//! Every object is a `DynamicObject`: no generated Argo CD or Kargo types.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+use tracing::{debug, info, warn};
+
+use super::decision::{self, Decision, ObserveMode};
+use super::metrics::{ErrorLabels, Metrics, OutcomeLabels, StageLabels};
+
+#[derive(Debug, Clone)]
+pub struct ObserverConfig {
+    pub mode: ObserveMode,
+    pub resync: Duration,
+    /// Watch Applications in this namespace only (None: all).
+    pub namespace: Option<String>,
+    /// Who is reporting Events (the pod name).
+    pub instance: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("could not read an object: {0}")]
+    Serialization(#[from] serde_json::Error),
+}
+
+impl ReconcileError {
+    fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Kube(kube::Error::Api(status))
+                if status.code == 403 || status.code == 422 || status.code == 404 =>
+            {
+                "promotion_refused"
+            }
+            ReconcileError::Kube(_) => "kube_api",
+            ReconcileError::Serialization(_) => "serialization",
+        }
+    }
+}
+
+pub struct Kinds {
+    pub application: ApiResource,
+    pub stage: ApiResource,
+    pub freight: ApiResource,
+    pub warehouse: ApiResource,
+    pub promotion: ApiResource,
+}
+
+impl Default for Kinds {
+    fn default() -> Self {
+        let kargo = |kind: &str, plural: &str| {
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("kargo.akuity.io", "v1alpha1", kind),
+                plural,
+            )
+        };
+        Kinds {
+            application: ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
+                "applications",
+            ),
+            stage: kargo("Stage", "stages"),
+            freight: kargo("Freight", "freights"),
+            warehouse: kargo("Warehouse", "warehouses"),
+            promotion: kargo("Promotion", "promotions"),
+        }
+    }
+}
+
+/// One async lock per (namespace, Stage).
+pub type StageLocks =
+    std::sync::Mutex<std::collections::HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
+
+pub struct Context {
+    pub client: Client,
+    pub config: ObserverConfig,
+    pub kinds: Kinds,
+    pub stages: Store<DynamicObject>,
+    pub freights: Store<DynamicObject>,
+    pub warehouses: Store<DynamicObject>,
+    pub promotions: Store<DynamicObject>,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// One lock per Stage around "check in flight, then create": reconciles of several
+    /// Applications of one Stage run concurrently and must not both create.
+    pub stage_locks: StageLocks,
+}
+
+fn value_of(object: &DynamicObject) -> Result<Value, serde_json::Error> {
+    serde_json::to_value(object)
+}
+
+fn in_namespace(store: &Store<DynamicObject>, namespace: &str) -> Vec<Value> {
+    store
+        .state()
+        .iter()
+        .filter(|o| o.namespace().as_deref() == Some(namespace))
+        .filter_map(|o| value_of(o).ok())
+        .collect()
+}
+
+/// What the watch on Applications reacts to: the annotations the observer reads and the
+/// deployed images. Other status churn (reconciledAt, health) does not wake it.
+fn relevant_hash(app: &DynamicObject) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let annotations = app.annotations();
+    for key in [
+        decision::AUTHORIZED_STAGE_ANNOTATION,
+        decision::IGNORE_ANNOTATION,
+        decision::OBSERVE_ANNOTATION,
+    ] {
+        annotations.get(key).hash(&mut hasher);
+    }
+    app.data
+        .pointer("/status/summary/images")
+        .map(|v| v.to_string())
+        .hash(&mut hasher);
+    app.uid().hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+async fn publish(ctx: &Context, app: &DynamicObject, type_: EventType, reason: &str, note: String) {
+    let reference = app.object_ref(&ctx.kinds.application);
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Observe".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        warn!(error = %e, "could not publish an Event");
+    }
+}
+
+fn outcome(ctx: &Context, outcome: &'static str) {
+    ctx.metrics
+        .reconciles
+        .get_or_create(&OutcomeLabels { outcome })
+        .inc();
+}
+
+pub async fn reconcile(
+    app: Arc<DynamicObject>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let started = Instant::now();
+    let result = reconcile_inner(&app, &ctx).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, ReconcileError> {
+    let app_value = value_of(app)?;
+    let app_name = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
+    let stages = match decision::observed_stages(&app_value, ctx.config.mode) {
+        Ok(stages) => stages,
+        Err(reason) => {
+            debug!(application = %app_name, reason, "not observed");
+            outcome(ctx, "not_observed");
+            return Ok(Action::await_change());
+        }
+    };
+    for (namespace, stage_name) in stages {
+        let labels = StageLabels {
+            namespace: namespace.clone(),
+            stage: stage_name.clone(),
+        };
+        let key = ObjectRef::new_with(&stage_name, ctx.kinds.stage.clone()).within(&namespace);
+        let Some(stage) = ctx.stages.get(&key) else {
+            debug!(application = %app_name, stage = %format!("{namespace}/{stage_name}"), "Stage not found");
+            outcome(ctx, "skipped");
+            continue;
+        };
+        let stage = value_of(&stage)?;
+        let warehouses = in_namespace(&ctx.warehouses, &namespace);
+        let freights = in_namespace(&ctx.freights, &namespace);
+        let promotions: Vec<Value> = in_namespace(&ctx.promotions, &namespace)
+            .into_iter()
+            .filter(|p| {
+                p.pointer("/spec/stage").and_then(Value::as_str) == Some(stage_name.as_str())
+            })
+            .collect();
+        let inputs = decision::Inputs {
+            app: &app_value,
+            stage: &stage,
+            warehouses: &warehouses,
+            freights: &freights,
+            promotions: &promotions,
+        };
+        match decision::decide(&inputs) {
+            Decision::NoDrift => {
+                ctx.metrics.freight_missing.get_or_create(&labels).set(0);
+                outcome(ctx, "no_drift");
+            }
+            Decision::Wait(reason) => {
+                debug!(application = %app_name, stage = %stage_name, %reason, "not drift yet");
+                outcome(ctx, "waiting");
+            }
+            Decision::Skip(reason) => {
+                debug!(application = %app_name, stage = %stage_name, %reason, "skipped");
+                outcome(ctx, "skipped");
+            }
+            Decision::FreightMissing { drifted } => {
+                let images: Vec<String> = drifted.iter().map(image_text).collect();
+                let first_time = ctx.metrics.freight_missing.get_or_create(&labels).set(1) == 0;
+                if first_time {
+                    publish(ctx, app, EventType::Warning, "FreightMissing", format!(
+                        "no Freight in {namespace} holds {} for Stage {stage_name}; waiting for a Warehouse to discover it",
+                        images.join(", ")
+                    ))
+                    .await;
+                }
+                info!(application = %app_name, stage = %stage_name, images = ?images, "FreightMissing");
+                outcome(ctx, "freight_missing");
+            }
+            Decision::AlreadyFailed { freight, promotion } => {
+                debug!(application = %app_name, stage = %stage_name, %freight, %promotion, "a Promotion of this Freight failed; delete it to retry");
+                outcome(ctx, "already_failed");
+            }
+            Decision::Promote { freight, drifted } => {
+                ctx.metrics.freight_missing.get_or_create(&labels).set(0);
+                let lock = ctx
+                    .stage_locks
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry((namespace.clone(), stage_name.clone()))
+                    .or_default()
+                    .clone();
+                let _guard = lock.lock().await;
+                // The caches can lag (a Promotion that just succeeded, a Stage whose history
+                // moved): decide again from the API server's view before acting.
+                let promotions_api: Api<DynamicObject> =
+                    Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.promotion);
+                let stages_api: Api<DynamicObject> =
+                    Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.stage);
+                let live_stage = value_of(&stages_api.get(&stage_name).await?)?;
+                let live_promotions: Vec<Value> = promotions_api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.data.pointer("/spec/stage").and_then(Value::as_str)
+                            == Some(stage_name.as_str())
+                    })
+                    .filter_map(|p| value_of(p).ok())
+                    .collect();
+                let confirmed = decision::decide(&decision::Inputs {
+                    app: &app_value,
+                    stage: &live_stage,
+                    warehouses: &warehouses,
+                    freights: &freights,
+                    promotions: &live_promotions,
+                });
+                if confirmed
+                    != (Decision::Promote {
+                        freight: freight.clone(),
+                        drifted: drifted.clone(),
+                    })
+                {
+                    debug!(stage = %stage_name, ?confirmed, "the live view disagrees with the cache; not acting");
+                    outcome(ctx, "waiting");
+                    return Ok(Action::requeue(Duration::from_secs(5)));
+                }
+                let api = promotions_api;
+                let body: DynamicObject = serde_json::from_value(decision::promotion_for(
+                    &namespace,
+                    &stage_name,
+                    &freight,
+                ))?;
+                let created = api.create(&PostParams::default(), &body).await?;
+                let images: Vec<String> = drifted.iter().map(image_text).collect();
+                ctx.metrics.promotions_created.get_or_create(&labels).inc();
+                info!(application = %app_name, stage = %stage_name, %freight, promotion = %created.name_any(), "created a Promotion");
+                publish(ctx, app, EventType::Normal, "PromotionCreated", format!(
+                    "Argo CD runs {} which Kargo never promoted to Stage {stage_name}: created Promotion {} of Freight {freight}",
+                    images.join(", "),
+                    created.name_any()
+                ))
+                .await;
+                outcome(ctx, "promoted");
+                // One Promotion per reconcile.
+                return Ok(Action::requeue(ctx.config.resync));
+            }
+        }
+    }
+    Ok(Action::requeue(ctx.config.resync))
+}
+
+fn image_text(image: &decision::ImageRef) -> String {
+    match (&image.tag, &image.digest) {
+        (_, Some(digest)) => format!("{}@{digest}", image.repository),
+        (Some(tag), None) => format!("{}:{tag}", image.repository),
+        (None, None) => image.repository.clone(),
+    }
+}
+
+pub fn error_policy(app: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.metrics
+        .errors
+        .get_or_create(&ErrorLabels {
+            reason: error.reason(),
+        })
+        .inc();
+    warn!(application = %app.name_any(), reason = error.reason(), error = %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Applications that name `namespace:stage` in their authorized-stage annotation.
+fn applications_for(
+    apps: &Store<DynamicObject>,
+    namespace: &str,
+    stage: Option<&str>,
+) -> Vec<ObjectRef<DynamicObject>> {
+    apps.state()
+        .iter()
+        .filter(|app| {
+            let Some(value) = app.annotations().get(decision::AUTHORIZED_STAGE_ANNOTATION) else {
+                return false;
+            };
+            decision::authorized_stages(value)
+                .0
+                .iter()
+                .any(|(ns, s)| ns == namespace && stage.is_none_or(|wanted| s == wanted))
+        })
+        .map(|app| {
+            ObjectRef::from_obj_with(
+                app.as_ref(),
+                ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
+                    "applications",
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Runs the controller until `shutdown` resolves. Returns when the controller has stopped.
+pub async fn run(
+    client: Client,
+    config: ObserverConfig,
+    metrics: Arc<Metrics>,
+    ready: tokio::sync::watch::Sender<bool>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let kinds = Kinds::default();
+    let apps_api: Api<DynamicObject> = match &config.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &kinds.application),
+        None => Api::all_with(client.clone(), &kinds.application),
+    };
+    let cache = |ar: &ApiResource| {
+        let writer = reflector::store::Writer::new(ar.clone());
+        let reader = writer.as_reader();
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .touched_objects();
+        (reader, stream)
+    };
+    let (stages, stage_events) = cache(&kinds.stage);
+    let (freights, freight_events) = cache(&kinds.freight);
+    let (warehouses, warehouse_events) = cache(&kinds.warehouse);
+    let (promotions, promotion_events) = cache(&kinds.promotion);
+
+    let app_writer = reflector::store::Writer::new(kinds.application.clone());
+    let app_reader = app_writer.as_reader();
+    let app_stream = watcher(apps_api, watcher::Config::default())
+        .default_backoff()
+        .reflect(app_writer)
+        .applied_objects()
+        .predicate_filter(relevant_hash, Default::default());
+
+    let reporter = Reporter {
+        controller: "kargo-argocd-observer".into(),
+        instance: Some(config.instance.clone()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        config: config.clone(),
+        kinds,
+        stages: stages.clone(),
+        freights: freights.clone(),
+        warehouses: warehouses.clone(),
+        promotions: promotions.clone(),
+        metrics,
+        recorder,
+        stage_locks: Default::default(),
+    });
+
+    // Ready once every cache has its first list.
+    {
+        let (a, b, c, d, e) = (
+            stages.clone(),
+            freights.clone(),
+            warehouses.clone(),
+            promotions.clone(),
+            app_reader.clone(),
+        );
+        tokio::spawn(async move {
+            let _ = a.wait_until_ready().await;
+            let _ = b.wait_until_ready().await;
+            let _ = c.wait_until_ready().await;
+            let _ = d.wait_until_ready().await;
+            let _ = e.wait_until_ready().await;
+            let _ = ready.send(true);
+        });
+    }
+
+    let resync = config.resync;
+    let resync_ticks = futures::stream::unfold((), move |_| async move {
+        tokio::time::sleep(resync).await;
+        Some(((), ()))
+    });
+    let (for_stages, for_freights, for_warehouses, for_promotions) = (
+        app_reader.clone(),
+        app_reader.clone(),
+        app_reader.clone(),
+        app_reader.clone(),
+    );
+    Controller::for_stream_with(app_stream, app_reader, ctx.kinds.application.clone())
+        // A Stage change re-enqueues the Applications that point at it.
+        .watches_stream_with(
+            stage_events,
+            move |stage: DynamicObject| {
+                applications_for(
+                    &for_stages,
+                    &stage.namespace().unwrap_or_default(),
+                    Some(&stage.name_any()),
+                )
+            },
+            ctx.kinds.stage.clone(),
+        )
+        // New Freight can end a FreightMissing; a finished Promotion can unblock the next.
+        .watches_stream_with(
+            freight_events,
+            move |f: DynamicObject| {
+                applications_for(&for_freights, &f.namespace().unwrap_or_default(), None)
+            },
+            ctx.kinds.freight.clone(),
+        )
+        .watches_stream_with(
+            warehouse_events,
+            move |w: DynamicObject| {
+                applications_for(&for_warehouses, &w.namespace().unwrap_or_default(), None)
+            },
+            ctx.kinds.warehouse.clone(),
+        )
+        .watches_stream_with(
+            promotion_events,
+            move |p: DynamicObject| {
+                let stage = p
+                    .data
+                    .pointer("/spec/stage")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                applications_for(
+                    &for_promotions,
+                    &p.namespace().unwrap_or_default(),
+                    stage.as_deref(),
+                )
+            },
+            ctx.kinds.promotion.clone(),
+        )
+        .reconcile_all_on(resync_ticks)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
