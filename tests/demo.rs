@@ -54,6 +54,13 @@ async fn happy_path() {
 async fn observer_catches_kargo_up_after_a_hand_bump() {
     let ground = play("observer-drift").await;
     insta::assert_snapshot!(ground.transcript.text());
+    // The Promotions the observer created, as Kargo's webhook left them.
+    let mut promotions: Vec<serde_json::Value> = ground.kargo_state()["promotions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    promotions.sort_by_key(|p| p["/metadata/name"].as_str().unwrap_or("").to_string());
+    insta::assert_yaml_snapshot!("observer_drift_promotions", promotions);
     // The Events on the Applications say what happened and what was done.
     let created = ground.events("PromotionCreated");
     assert!(created.iter().any(|(note, _)| note.contains("Argo CD runs ghcr.io/example/config-reloader:1.3.0 which Kargo never promoted to Stage monitoring-config: created Promotion monitoring-config.")), "{created:?}");
@@ -87,4 +94,10 @@ async fn the_observer_converges_under_a_seeded_fault_schedule() {
         + injected.closed_watches
         + injected.gone;
     assert!(total > 0, "faults were injected: {injected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn opt_in_mode_and_the_ignore_annotation_are_honoured() {
+    let ground = play("observer-modes").await;
+    insta::assert_snapshot!(ground.transcript.text());
 }

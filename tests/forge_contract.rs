@@ -347,3 +347,24 @@ async fn gate_publish_passes_a_patch_bump_and_the_merge_lands() {
     let merged = git(clone.path(), &["show", "origin/main:targets/addons.yaml"]);
     assert!(merged.contains("version: 1.19.3"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_rides_out_server_errors_and_rate_limits() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    // 500s/502s on a third of the requests, rate limits on a fifth: idempotent requests are
+    // retried on both, a POST only on a rate limit (it was not processed).
+    forge.set_faults(ground::forge::ForgeFaults {
+        seed: 42,
+        server_error: 300,
+        rate_limit: 200,
+    });
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    for _ in 0..10 {
+        let pull = client.pull_request(&slug, 1).await.unwrap();
+        assert_eq!(pull.number, 1);
+    }
+    assert!(forge.injected_faults() > 0);
+    forge.set_faults(ground::forge::ForgeFaults::default());
+    assert_eq!(client.comments(&slug, 1).await.unwrap().len(), 0);
+}

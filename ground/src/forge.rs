@@ -93,8 +93,20 @@ struct Repo {
     protection: BTreeMap<String, Vec<String>>,
 }
 
+/// Seeded faults for the forge: per mille of requests answered 500/502, or rate-limited (403
+/// with `x-ratelimit-remaining: 0`, as GitHub does). The same seed gives the same sequence.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForgeFaults {
+    pub seed: u64,
+    pub server_error: u32,
+    pub rate_limit: u32,
+}
+
 #[derive(Debug, Default)]
 struct ForgeState {
+    faults: ForgeFaults,
+    draws: u64,
+    injected: u64,
     users: BTreeMap<String, String>,
     repos: BTreeMap<String, Repo>,
     next_id: u64,
@@ -245,6 +257,18 @@ impl ForgeDouble {
             .collect()
     }
 
+    /// Turns seeded faults on (or off with `ForgeFaults::default()`).
+    pub fn set_faults(&self, faults: ForgeFaults) {
+        let mut state = lock(&self.state);
+        state.faults = faults;
+        state.draws = faults.seed;
+    }
+
+    /// How many faults were injected.
+    pub fn injected_faults(&self) -> u64 {
+        lock(&self.state).injected
+    }
+
     /// Every request received so far.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state).requests.clone()
@@ -328,6 +352,53 @@ async fn record(
         .await
         .unwrap_or_default();
     let user = user_of(&state, &parts.headers);
+    let fault = {
+        let mut guard = lock(&state);
+        let faults = guard.faults;
+        let mut roll = |per_mille: u32| {
+            // splitmix64
+            guard.draws = guard.draws.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = guard.draws;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            per_mille > 0 && ((z ^ (z >> 31)) % 1000) < u64::from(per_mille)
+        };
+        let fault = if roll(faults.server_error) {
+            Some(if guard.draws % 2 == 0 {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::BAD_GATEWAY
+            })
+        } else if roll(faults.rate_limit) {
+            Some(StatusCode::FORBIDDEN)
+        } else {
+            None
+        };
+        if fault.is_some() {
+            guard.injected += 1;
+        }
+        fault
+    };
+    if let Some(status) = fault {
+        let mut response = error(
+            status,
+            if status == StatusCode::FORBIDDEN {
+                "API rate limit exceeded (injected fault)"
+            } else {
+                "Server Error (injected fault)"
+            },
+        );
+        if status == StatusCode::FORBIDDEN {
+            response.headers_mut().insert(
+                "x-ratelimit-remaining",
+                axum::http::HeaderValue::from_static("0"),
+            );
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("0"));
+        }
+        return response;
+    }
     lock(&state).requests.push(RecordedRequest {
         method: parts.method.to_string(),
         path: parts.uri.path().to_string(),

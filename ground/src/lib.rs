@@ -474,11 +474,37 @@ impl Ground {
                 .await?;
             }
             Action::AwaitObserverMetric(wanted) => {
-                let what = format!("observer metric {} >= {}", wanted.name, wanted.at_least);
+                let target = match (wanted.at_least, wanted.increase) {
+                    (Some(at_least), _) => at_least,
+                    (None, Some(increase)) => self.observer_metric(&wanted.name) + increase,
+                    (None, None) => bail!("awaitObserverMetric needs atLeast or increase"),
+                };
+                let what = format!("observer metric {} >= {target}", wanted.name);
                 self.await_condition(&what, |ground| {
-                    ground.observer_metric(&wanted.name) >= wanted.at_least
+                    ground.observer_metric(&wanted.name) >= target
                 })
                 .await?;
+            }
+            Action::ExpectPromotions(wanted) => {
+                let count = self
+                    .kargo_objects("promotions")
+                    .iter()
+                    .filter(|p| {
+                        p.pointer("/spec/stage").and_then(Value::as_str)
+                            == Some(wanted.stage.as_str())
+                    })
+                    .count();
+                if count != wanted.count {
+                    bail!(
+                        "Stage {} has {count} Promotions at this point, expected {}",
+                        wanted.stage,
+                        wanted.count
+                    );
+                }
+                self.transcript.say(
+                    "scenario",
+                    format!("Stage {} has {count} Promotions, as expected", wanted.stage),
+                );
             }
             Action::AwaitEvents(wanted) => {
                 self.await_condition(

@@ -116,13 +116,27 @@ pub enum Action {
     AwaitEvents(AwaitEvents),
     /// Tick until the running observers' metric (summed over label sets) reaches a value.
     AwaitObserverMetric(AwaitMetric),
+    /// Fail the run unless the Stage has exactly this many Promotions now.
+    ExpectPromotions(ExpectPromotions),
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AwaitMetric {
     pub name: String,
-    pub at_least: f64,
+    /// Wait until the metric reaches this value...
+    #[serde(default)]
+    pub at_least: Option<f64>,
+    /// ...or grows by this much from its value when the wait starts.
+    #[serde(default)]
+    pub increase: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExpectPromotions {
+    pub stage: String,
+    pub count: usize,
 }
 
 #[derive(Debug, Clone, Deserialize)]

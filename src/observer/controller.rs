@@ -250,6 +250,13 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                 let stages_api: Api<DynamicObject> =
                     Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.stage);
                 let live_stage = value_of(&stages_api.get(&stage_name).await?)?;
+                // The Application too: a watch event lost on the way leaves the cache stale.
+                let apps_api: Api<DynamicObject> = Api::namespaced_with(
+                    ctx.client.clone(),
+                    &app.namespace().unwrap_or_default(),
+                    &ctx.kinds.application,
+                );
+                let live_app = value_of(&apps_api.get(&app.name_any()).await?)?;
                 let live_promotions: Vec<Value> = promotions_api
                     .list(&ListParams::default())
                     .await?
@@ -262,7 +269,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                     .filter_map(|p| value_of(p).ok())
                     .collect();
                 let confirmed = decision::decide(&decision::Inputs {
-                    app: &app_value,
+                    app: &live_app,
                     stage: &live_stage,
                     warehouses: &warehouses,
                     freights: &freights,

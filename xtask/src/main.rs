@@ -29,9 +29,9 @@ enum Command {
     },
     /// Play the happy path of a chart bump end to end on the embedded ground.
     Demo {
-        /// The scenario folder under scenarios/.
-        #[arg(long, default_value = "happy-path")]
-        scenario: String,
+        /// The scenario folder under scenarios/ (default: happy-path, then observer-drift).
+        #[arg(long)]
+        scenario: Option<String>,
         /// Inject seeded faults into the Kubernetes API double.
         #[arg(long)]
         chaos_seed: Option<u64>,
