@@ -78,7 +78,11 @@ fn main() -> Result<()> {
         Command::Demo {
             scenario,
             chaos_seed,
-        } => demo::play(&scenario, chaos_seed),
+        } => match scenario {
+            Some(scenario) => demo::play(&scenario, chaos_seed),
+            None => demo::play("happy-path", chaos_seed)
+                .and_then(|_| demo::play("observer-drift", chaos_seed)),
+        },
         Command::Ground {
             command: GroundCommand::Up { scenario },
         } => demo::up(&scenario),
