@@ -364,7 +364,7 @@ async fn record(
             per_mille > 0 && ((z ^ (z >> 31)) % 1000) < u64::from(per_mille)
         };
         let fault = if roll(faults.server_error) {
-            Some(if guard.draws % 2 == 0 {
+            Some(if guard.draws.is_multiple_of(2) {
                 StatusCode::INTERNAL_SERVER_ERROR
             } else {
                 StatusCode::BAD_GATEWAY
