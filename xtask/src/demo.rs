@@ -14,6 +14,7 @@ pub fn play(scenario: &str, chaos_seed: Option<u64>) -> Result<()> {
     cmd!(sh, "cargo build --quiet --bins --workspace").run()?;
     let ground = root.join("target/debug/ground");
     let gate = root.join("target/debug/gate");
+    let observer = root.join("target/debug/observer");
     let scenario_dir = root.join("scenarios").join(scenario);
     let crds = root.join("kind/crds");
     let seed: Vec<String> = chaos_seed
@@ -21,7 +22,7 @@ pub fn play(scenario: &str, chaos_seed: Option<u64>) -> Result<()> {
         .unwrap_or_default();
     cmd!(
         sh,
-        "{ground} play {scenario_dir} --gate {gate} --tools {tools} --crds {crds} {seed...}"
+        "{ground} play {scenario_dir} --gate {gate} --observer {observer} --tools {tools} --crds {crds} {seed...}"
     )
     .quiet()
     .run()?;
@@ -37,11 +38,12 @@ pub fn up(scenario: &str) -> Result<()> {
     cmd!(sh, "cargo build --quiet --bins --workspace").run()?;
     let ground = root.join("target/debug/ground");
     let gate = root.join("target/debug/gate");
+    let observer = root.join("target/debug/observer");
     let scenario_dir = root.join("scenarios").join(scenario);
     let crds = root.join("kind/crds");
     cmd!(
         sh,
-        "{ground} up {scenario_dir} --gate {gate} --tools {tools} --crds {crds}"
+        "{ground} up {scenario_dir} --gate {gate} --observer {observer} --tools {tools} --crds {crds}"
     )
     .quiet()
     .run()?;
