@@ -101,3 +101,33 @@ async fn opt_in_mode_and_the_ignore_annotation_are_honoured() {
     let ground = play("observer-modes").await;
     insta::assert_snapshot!(ground.transcript.text());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn argo_cd_shows_stalled_rollouts_and_zero_replicas_as_argo_cd_would() {
+    // [A controller/cache/info.go populatePodInfo]: images come from live Pods, so a stalled
+    // rollout shows both tags and a workload scaled to zero shows none.
+    let ground = play("rollout-holds").await;
+    let store = ground.kube.store();
+    let apps = store
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+        .unwrap();
+    let status = |name: &str| store.get(&apps, "argocd", name).unwrap()["status"].clone();
+    let stalled = status("monitoring-config-prod-eu");
+    assert_eq!(
+        stalled["summary"]["images"],
+        serde_json::json!([
+            "ghcr.io/example/config-reloader:1.2.0",
+            "ghcr.io/example/config-reloader:1.3.0"
+        ])
+    );
+    assert_eq!(stalled["health"]["status"], "Progressing");
+    assert_eq!(
+        status("monitoring-config-staging")["summary"]["images"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        status("monitoring-config-prod-us")["summary"]["images"],
+        serde_json::json!(["ghcr.io/example/config-reloader:1.3.0"])
+    );
+}

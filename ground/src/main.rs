@@ -43,6 +43,17 @@ enum Command {
     Play(Common),
     /// Start the ground, settle, print how to reach it, and keep the actors running.
     Up(Common),
+    /// Benchmark the observer: N Applications and M Stages on the API double.
+    BenchObserver {
+        #[arg(long)]
+        observer: PathBuf,
+        #[arg(long)]
+        crds: PathBuf,
+        #[arg(long, default_value_t = 10_000)]
+        applications: usize,
+        #[arg(long, default_value_t = 1_000)]
+        stages: usize,
+    },
 }
 
 fn options(common: &Common) -> Options {
@@ -76,6 +87,33 @@ async fn main() -> Result<()> {
             println!(
                 "[ground] the scenario's expectations hold ({:.1} s)",
                 started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Command::BenchObserver {
+            observer,
+            crds,
+            applications,
+            stages,
+        } => {
+            let f = ground::bench::observer(&observer, &crds, applications, stages).await?;
+            println!(
+                "bench observer: {} Applications, {} Stages on the API double (setup {:.1} s)",
+                f.applications,
+                f.stages,
+                f.setup.as_secs_f64()
+            );
+            println!(
+                "  first full pass (start to every Application reconciled once): {:.2} s",
+                f.first_pass.as_secs_f64()
+            );
+            println!(
+                "  tag change to Promotion created: {} ms",
+                f.change_to_promotion.as_millis()
+            );
+            println!(
+                "  observer peak RSS: {:.1} MiB",
+                f.peak_rss_kib as f64 / 1024.0
             );
             Ok(())
         }

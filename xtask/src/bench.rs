@@ -19,6 +19,13 @@ pub enum Which {
         #[arg(long, default_value_t = 10)]
         clusters: usize,
     },
+    /// The observer against 10,000 Applications and 1,000 Stages on the ground.
+    Observer {
+        #[arg(long, default_value_t = 10_000)]
+        applications: usize,
+        #[arg(long, default_value_t = 1_000)]
+        stages: usize,
+    },
     /// `gate check` on the synthetic repository with one addon's chart bumped, cold and warm.
     Check {
         #[arg(long, default_value_t = 60)]
@@ -32,6 +39,10 @@ pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Render { addons, clusters } => render(addons, clusters),
         Which::Check { addons, clusters } => check(addons, clusters),
+        Which::Observer {
+            applications,
+            stages,
+        } => observer(applications, stages),
     }
 }
 
@@ -300,5 +311,24 @@ fn check(addons: usize, clusters: usize) -> Result<()> {
     println!("  cold (empty cache): {cold} ms");
     println!("  merge base cached, head new: {base_cached} ms");
     println!("  warm (both cached): {warm} ms");
+    Ok(())
+}
+
+fn observer(applications: usize, stages: usize) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(project_root());
+    cmd!(
+        sh,
+        "cargo build --release --quiet -p gitops-loop --bin observer -p ground --bin ground"
+    )
+    .run()?;
+    let root = project_root();
+    let (ground, observer, crds) = (
+        root.join("target/release/ground"),
+        root.join("target/release/observer"),
+        root.join("kind/crds"),
+    );
+    let (applications, stages) = (applications.to_string(), stages.to_string());
+    cmd!(sh, "{ground} bench-observer --observer {observer} --crds {crds} --applications {applications} --stages {stages}").run()?;
     Ok(())
 }

@@ -1,0 +1,225 @@
+//! `ground bench-observer`: the observer against N Applications and M Stages on the API double.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::kargo;
+use crate::kube::store::{PatchBody, Selector, User};
+use crate::kube::{FaultPlan, KubeDouble};
+
+pub struct Figures {
+    pub applications: usize,
+    pub stages: usize,
+    pub setup: Duration,
+    pub first_pass: Duration,
+    pub change_to_promotion: Duration,
+    pub peak_rss_kib: u64,
+}
+
+fn admin() -> User {
+    User {
+        name: "system:admin".into(),
+        groups: vec!["system:masters".into()],
+    }
+}
+
+fn metric(address: &str, name: &str) -> f64 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return 0.0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| {
+                l["VmHWM:".len()..]
+                    .trim()
+                    .trim_end_matches(" kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(0)
+            })
+        })
+        .unwrap_or(0)
+}
+
+pub async fn observer(
+    observer: &std::path::Path,
+    crds: &std::path::Path,
+    applications: usize,
+    stages: usize,
+) -> Result<Figures> {
+    let started = Instant::now();
+    let kube = KubeDouble::start(FaultPlan::none()).await?;
+    kube.load_crds(crds)?;
+    kube.create_namespace("argocd", &[])?;
+    kube.create_namespace("kargo-demo", &[(kargo::PROJECT_LABEL, "true")])?;
+    kube.create_namespace("kargo-observer", &[])?;
+    let grants = kargo::Grants::default();
+    grants.allow(crate::OBSERVER_USER, "kargo-demo", "*");
+    kargo::install_webhooks(&kube, grants);
+    kube.add_user(
+        crate::KUBE_OBSERVER_TOKEN,
+        crate::OBSERVER_USER,
+        &["system:serviceaccounts"],
+    );
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = kube.write_kubeconfig(
+        &dir.path().join("kubeconfig"),
+        crate::OBSERVER_USER,
+        crate::KUBE_OBSERVER_TOKEN,
+        "kargo-demo",
+    )?;
+    let resource = |group: &str, version: &str, plural: &str| {
+        kube.store()
+            .resource(group, version, plural)
+            .cloned()
+            .context("resource")
+    };
+    let (warehouses, freights, stage_resource, apps) = (
+        resource(kargo::GROUP, kargo::VERSION, "warehouses")?,
+        resource(kargo::GROUP, kargo::VERSION, "freights")?,
+        resource(kargo::GROUP, kargo::VERSION, "stages")?,
+        resource("argoproj.io", "v1alpha1", "applications")?,
+    );
+    let mut v2_freight = Vec::new();
+    for s in 0..stages {
+        let name = format!("stage-{s:04}");
+        let repo = format!("ghcr.io/bench/app-{s:04}");
+        let mut store = kube.store();
+        store
+            .create(&warehouses, "kargo-demo", json!({"metadata": {"name": name}, "spec": {"subscriptions": [{"image": {"repoURL": repo}}]}}), &admin())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut names = Vec::new();
+        for tag in ["v1", "v2"] {
+            let freight = json!({"metadata": {"name": "x"}, "origin": {"kind": "Warehouse", "name": name}, "images": [{"repoURL": repo, "tag": tag, "digest": format!("sha256:{s}{tag}")}]});
+            let created = store
+                .create(&freights, "kargo-demo", freight, &admin())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            names.push(
+                created["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+        let stage = json!({"metadata": {"name": name}, "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": name}, "sources": {"direct": true}}], "promotionTemplate": {"spec": {"steps": [{"uses": "argocd-update"}]}}}});
+        store
+            .create(&stage_resource, "kargo-demo", stage, &admin())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let history = json!({"status": {"freightHistory": [{"id": "bench", "items": {format!("Warehouse/{name}"): {"name": names[0], "origin": {"kind": "Warehouse", "name": name}, "images": [{"repoURL": repo, "tag": "v1"}]}}}]}});
+        store
+            .patch(
+                &stage_resource,
+                "kargo-demo",
+                &name,
+                PatchBody::Merge(history),
+                &admin(),
+                true,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        v2_freight.push(names[1].clone());
+    }
+    for a in 0..applications {
+        let stage = a % stages.max(1);
+        let app = json!({"metadata": {"name": format!("app-{a:05}"), "annotations": {"kargo.akuity.io/authorized-stage": format!("kargo-demo:stage-{stage:04}")}},
+            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc", "namespace": "default"}},
+            "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}, "summary": {"images": [format!("ghcr.io/bench/app-{stage:04}:v1")]}}});
+        kube.store()
+            .create(&apps, "argocd", app, &admin())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let setup = started.elapsed();
+
+    let port = || -> Result<String> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .to_string())
+    };
+    let (metrics_addr, health_addr) = (port()?, port()?);
+    let mut child = std::process::Command::new(observer)
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .args([
+            "--metrics-addr",
+            &metrics_addr,
+            "--health-addr",
+            &health_addr,
+            "--resync",
+            "10m",
+            "--log-format",
+            "text",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("cannot start the observer")?;
+    let pid = child.id();
+    let launched = Instant::now();
+    let deadline = launched + Duration::from_secs(300);
+    while metric(&metrics_addr, "kargo_observer_reconciles_total") < applications as f64 {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            bail!("the observer did not reconcile {applications} Applications in 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let first_pass = launched.elapsed();
+
+    // One Application now runs v2, a tag its Stage never promoted.
+    let promotions = resource(kargo::GROUP, kargo::VERSION, "promotions")?;
+    let changed = Instant::now();
+    kube.store()
+        .patch(
+            &apps,
+            "argocd",
+            "app-00000",
+            PatchBody::Merge(
+                json!({"status": {"summary": {"images": ["ghcr.io/bench/app-0000:v2"]}}}),
+            ),
+            &admin(),
+            false,
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let selector = Selector::parse("kargo-observer.kutlak.cc/stage=stage-0000")
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    loop {
+        if !kube
+            .store()
+            .list(&promotions, "kargo-demo", &selector, &Selector::default())
+            .is_empty()
+        {
+            break;
+        }
+        if changed.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            bail!("no Promotion 60 s after the change");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let change_to_promotion = changed.elapsed();
+    let peak_rss_kib = peak_rss(pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = v2_freight;
+    Ok(Figures {
+        applications,
+        stages,
+        setup,
+        first_pass,
+        change_to_promotion,
+        peak_rss_kib,
+    })
+}
