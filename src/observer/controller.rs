@@ -558,6 +558,9 @@ pub async fn run(
             },
             ctx.kinds.promotion.clone(),
         )
+        // Bounded concurrency: at start every Application is due at once, and 10,000
+        // concurrent reconciles cost memory without going faster on a few cores.
+        .with_config(kube::runtime::controller::Config::default().concurrency(16))
         .reconcile_all_on(resync_ticks)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
