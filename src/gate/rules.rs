@@ -164,21 +164,9 @@ pub struct ManifestScan {
 }
 
 pub fn scan_manifests(snapshot: &Snapshot) -> ManifestScan {
-    let chart_dirs: Vec<&str> = snapshot
-        .paths()
-        .filter_map(|p| p.strip_suffix("Chart.yaml"))
-        .collect();
     let mut manifests = Vec::new();
     let mut unreadable = Vec::new();
-    for path in snapshot.paths() {
-        if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
-            continue;
-        }
-        if path.split('/').any(|s| s.starts_with('.'))
-            || chart_dirs.iter().any(|d| path.starts_with(d))
-        {
-            continue;
-        }
+    for path in snapshot.manifest_files() {
         let text = String::from_utf8_lossy(snapshot.read(path).unwrap_or_default());
         match yaml::parse_documents(&text, path) {
             Ok(documents) => {

@@ -202,6 +202,20 @@ impl Snapshot {
             .map(|(p, c)| (p.as_str(), c.as_slice()))
     }
 
+    /// Every YAML file that can hold manifests: not inside a chart directory (a `Chart.yaml`
+    /// above it: templates, not manifests) and not in a hidden folder (`.github`), sorted.
+    pub fn manifest_files(&self) -> Vec<&str> {
+        let chart_dirs: Vec<&str> = self
+            .paths()
+            .filter_map(|p| p.strip_suffix("Chart.yaml"))
+            .collect();
+        self.paths()
+            .filter(|path| path.ends_with(".yaml") || path.ends_with(".yml"))
+            .filter(|path| !path.split('/').any(|s| s.starts_with('.')))
+            .filter(|path| !chart_dirs.iter().any(|dir| path.starts_with(dir)))
+            .collect()
+    }
+
     /// Every directory of the tree (not the root), sorted.
     pub fn directories(&self) -> Vec<String> {
         let mut dirs = std::collections::BTreeSet::new();

@@ -830,21 +830,8 @@ pub fn object_sort_key(object: &Value) -> (String, String, String, String) {
 /// Chart directories (a `Chart.yaml` above the file) hold templates, not manifests, and
 /// hidden directories (`.github`) are not deployed: both are skipped.
 fn scan_roots(snapshot: &Snapshot) -> Result<Vec<Item>, Diagnostic> {
-    let chart_dirs: Vec<String> = snapshot
-        .paths()
-        .filter_map(|p| p.strip_suffix("Chart.yaml"))
-        .map(|dir| dir.to_string())
-        .collect();
     let mut roots = Vec::new();
-    for path in snapshot.paths() {
-        if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
-            continue;
-        }
-        if path.split('/').any(|s| s.starts_with('.'))
-            || chart_dirs.iter().any(|dir| path.starts_with(dir.as_str()))
-        {
-            continue;
-        }
+    for path in snapshot.manifest_files() {
         let text = String::from_utf8_lossy(snapshot.read(path).unwrap_or_default());
         if !text.contains("argoproj.io") {
             continue;
