@@ -153,6 +153,8 @@ pub async fn observer(
     let mut child = std::process::Command::new(observer)
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn")
+        // As the chart deploys it.
+        .env("MALLOC_ARENA_MAX", "2")
         .args([
             "--metrics-addr",
             &metrics_addr,

@@ -102,6 +102,31 @@ fn value_of(object: &DynamicObject) -> Result<Value, serde_json::Error> {
     serde_json::to_value(object)
 }
 
+/// Keeps only the fields the observer reads, so the caches of thousands of objects stay small.
+fn project(object: &mut DynamicObject, keep: &[&str]) {
+    let mut kept = serde_json::Map::new();
+    for pointer in keep {
+        if let Some(value) = object.data.pointer(pointer) {
+            // Rebuild the path down to the kept value.
+            let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+            let mut node = &mut kept;
+            for part in &parts[..parts.len() - 1] {
+                node = node
+                    .entry(part.to_string())
+                    .or_insert_with(|| Value::Object(Default::default()))
+                    .as_object_mut()
+                    .expect("just inserted an object");
+            }
+            node.insert(parts[parts.len() - 1].to_string(), value.clone());
+        }
+    }
+    object.data = Value::Object(kept);
+    object.metadata.managed_fields = None;
+    if let Some(annotations) = object.metadata.annotations.as_mut() {
+        annotations.retain(|k, _| k.starts_with("kargo"));
+    }
+}
+
 /// What the watch on Applications reacts to: the annotations the observer reads and the
 /// deployed images. Other status churn (reconciledAt, health) does not wake it.
 fn relevant_hash(app: &DynamicObject) -> Option<u64> {
@@ -413,6 +438,22 @@ fn applications_for_warehouse(
         .collect()
 }
 
+/// The fields each kind's decision reads.
+fn keep_for(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "Application" => &["/status/summary/images"],
+        "Stage" => &[
+            "/spec/requestedFreight",
+            "/status/freightHistory/0",
+            "/status/lastPromotion/name",
+        ],
+        "Freight" => &["/origin", "/images"],
+        "Warehouse" => &["/spec/subscriptions"],
+        "Promotion" => &["/spec/stage", "/spec/freight", "/status/phase"],
+        _ => &[],
+    }
+}
+
 /// Runs the controller until `shutdown` resolves. Returns when the controller has stopped.
 pub async fn run(
     client: Client,
@@ -445,6 +486,7 @@ pub async fn run(
     let app_reader = app_writer.as_reader();
     let app_stream = watcher(apps_api, watcher::Config::default())
         .default_backoff()
+        .modify(|o: &mut DynamicObject| project(o, keep_for("Application")))
         .reflect(app_writer)
         .applied_objects()
         .predicate_filter(relevant_hash, Default::default());
