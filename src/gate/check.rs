@@ -118,7 +118,14 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         Ok(s) => s,
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };
-    let render_diff = diff::diff(&base_rendering, &head_rendering);
+    let mut render_diff = diff::diff(&base_rendering, &head_rendering);
+    isolate_chart_moves(
+        config,
+        &head,
+        &base_rendering,
+        &head_rendering,
+        &mut render_diff,
+    );
     let findings = rules::evaluate(
         &base_rendering,
         &head_rendering,
@@ -149,4 +156,81 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
     };
     result.verdict.repository_consumers = result.dropped().iter().map(|d| d.consumers.len()).sum();
     result
+}
+
+/// For an Application whose chart version moved, renders the head's Application again with
+/// the base's chart version pinned and diffs that against the head: the chart's own change,
+/// with the head's values at both versions. When only the version moved, that equals the
+/// Application's diff and nothing is added; when values moved too, it is attached.
+fn isolate_chart_moves(
+    config: &RenderConfig,
+    head: &str,
+    base: &crate::render::Rendering,
+    head_rendering: &crate::render::Rendering,
+    render_diff: &mut RenderDiff,
+) {
+    for app_diff in render_diff
+        .applications
+        .iter_mut()
+        .filter(|a| !a.chart_moves.is_empty())
+    {
+        let find = |rendering: &crate::render::Rendering| {
+            rendering
+                .applications
+                .iter()
+                .find(|a| {
+                    a.cluster.name == app_diff.app.cluster
+                        && a.name == app_diff.app.name
+                        && a.namespace == app_diff.app.namespace
+                })
+                .cloned()
+        };
+        let (Some(_), Some(after)) = (find(base), find(head_rendering)) else {
+            continue;
+        };
+        let mut pinned = after.manifest.clone();
+        for chart_move in &app_diff.chart_moves {
+            for pointer in ["/spec/source", "/spec/sources"] {
+                match pinned.pointer_mut(pointer) {
+                    Some(serde_json::Value::Array(sources)) => {
+                        for source in sources.iter_mut().filter(|s| {
+                            s.get("chart").and_then(serde_json::Value::as_str)
+                                == Some(chart_move.chart.as_str())
+                        }) {
+                            source["targetRevision"] =
+                                serde_json::Value::String(chart_move.from.clone());
+                        }
+                    }
+                    Some(source)
+                        if source.get("chart").and_then(serde_json::Value::as_str)
+                            == Some(chart_move.chart.as_str()) =>
+                    {
+                        source["targetRevision"] =
+                            serde_json::Value::String(chart_move.from.clone());
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut c = config.clone();
+        c.revision = head.to_string();
+        let Ok(rendering) = render::render_applications(&c, vec![pinned]) else {
+            continue;
+        };
+        let Some(old_version) = rendering.applications.into_iter().next() else {
+            continue;
+        };
+        let (added, removed, changed) = diff::diff_objects(&old_version.objects, &after.objects);
+        let chart_only = diff::ChartOnly {
+            added,
+            removed,
+            changed,
+        };
+        if chart_only.added != app_diff.added
+            || chart_only.removed != app_diff.removed
+            || chart_only.changed != app_diff.changed
+        {
+            app_diff.chart_only = Some(chart_only);
+        }
+    }
 }

@@ -104,6 +104,18 @@ pub struct AppDiff {
     pub changed: Vec<ObjectChange>,
     /// True when the Application's own spec (sources, destination) changed.
     pub spec_changed: bool,
+    /// When the chart version moved and something else changed too: the chart's own change,
+    /// rendered with the head's values at both versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chart_only: Option<ChartOnly>,
+}
+
+/// The objects a chart version move changes by itself (head's values at both versions).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChartOnly {
+    pub added: Vec<ObjectKey>,
+    pub removed: Vec<ObjectKey>,
+    pub changed: Vec<ObjectChange>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -216,6 +228,7 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
             removed,
             changed,
             spec_changed,
+            chart_only: None,
         });
     }
     result

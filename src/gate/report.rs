@@ -415,6 +415,28 @@ fn details_section(result: &GateResult) -> String {
                 code(&chart_move.to)
             );
         }
+        if let Some(chart_only) = &app.chart_only {
+            let _ = writeln!(
+                out,
+                "- the chart's own change (this change's values at both versions):"
+            );
+            for object in &chart_only.added {
+                let _ = writeln!(out, "  - added {}", code(&object.to_string()));
+            }
+            for object in &chart_only.removed {
+                let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
+            }
+            for change in &chart_only.changed {
+                let fields: Vec<String> = change.fields.iter().map(|f| code(&f.path)).collect();
+                let _ = writeln!(
+                    out,
+                    "  - changed {}: {}",
+                    code(&change.object.to_string()),
+                    fields.join(", ")
+                );
+            }
+            let _ = writeln!(out, "- everything this change deploys differently:");
+        }
         for object in &app.added {
             let _ = writeln!(out, "- added {}", code(&object.to_string()));
         }

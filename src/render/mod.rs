@@ -204,6 +204,22 @@ fn is_argo_kind(object: &Value, kind: &str) -> bool {
 
 /// Renders everything the repository deploys at `config.revision`.
 pub fn render(config: &RenderConfig) -> Result<Rendering, RenderFailure> {
+    render_roots(config, None)
+}
+
+/// Renders the given Applications (not the repository's own roots) at `config.revision`:
+/// the gate uses it to render one Application with another chart version pinned.
+pub fn render_applications(
+    config: &RenderConfig,
+    applications: Vec<Value>,
+) -> Result<Rendering, RenderFailure> {
+    render_roots(config, Some(applications))
+}
+
+fn render_roots(
+    config: &RenderConfig,
+    given: Option<Vec<Value>>,
+) -> Result<Rendering, RenderFailure> {
     let failure = |revision: &str, subject: &str, message: String| RenderFailure {
         revision: revision.to_string(),
         diagnostics: vec![Diagnostic {
@@ -221,10 +237,25 @@ pub fn render(config: &RenderConfig) -> Result<Rendering, RenderFailure> {
         config.repo_url.clone(),
         config.git_mirrors.clone(),
     );
-    let roots = scan_roots(&snapshot).map_err(|d| RenderFailure {
-        revision: commit.clone(),
-        diagnostics: vec![d],
-    })?;
+    let roots = match given {
+        Some(applications) => applications
+            .into_iter()
+            .enumerate()
+            .map(|(document, object)| Item {
+                object,
+                origin: Origin::File {
+                    path: "(given)".into(),
+                    document,
+                },
+                parent: None,
+                depth: 0,
+            })
+            .collect(),
+        None => scan_roots(&snapshot).map_err(|d| RenderFailure {
+            revision: commit.clone(),
+            diagnostics: vec![d],
+        })?,
+    };
     let work = tempfile::Builder::new()
         .prefix("gate-render-")
         .tempdir()
