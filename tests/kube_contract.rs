@@ -247,7 +247,8 @@ async fn watcher_sees_changes_and_relists_after_410() {
     )
     .await
     .unwrap();
-    double.faults().set(FaultPlan::none());
+    // The fault stays on until the watcher has relisted: cleared earlier, the open watch could
+    // still deliver "third" as a plain event and never need to relist.
     let mut relisted = false;
     loop {
         match tokio::time::timeout_at(deadline, stream.try_next())
@@ -264,6 +265,7 @@ async fn watcher_sees_changes_and_relists_after_410() {
             Err(_) => relisted = true, // the 410 surfaces as an error before the relist
         }
     }
+    double.faults().set(FaultPlan::none());
     assert!(
         relisted,
         "the watcher relisted after its resourceVersion expired"
