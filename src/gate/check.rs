@@ -1,8 +1,11 @@
 //! `gate check`: the merge base and the head rendered, diffed and judged.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::diff::{self, RenderDiff};
+use serde_json::Value;
+
+use super::diff::{self, AppKey, AppStatus, ChartMove, RenderDiff};
 use super::report::{GateResult, Outcome, Verdict};
 use super::rules::{self, Finding, Severity};
 use crate::render::git::{self, Snapshot};
@@ -119,13 +122,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };
     let mut render_diff = diff::diff(&base_rendering, &head_rendering);
-    isolate_chart_moves(
-        config,
-        &head,
-        &base_rendering,
-        &head_rendering,
-        &mut render_diff,
-    );
+    isolate_chart_moves(config, &head, &head_rendering, &mut render_diff);
     let findings = rules::evaluate(
         &base_rendering,
         &head_rendering,
@@ -162,75 +159,84 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
 /// the base's chart version pinned and diffs that against the head: the chart's own change,
 /// with the head's values at both versions. When only the version moved, that equals the
 /// Application's diff and nothing is added; when values moved too, it is attached.
+/// All pinned Applications render together (one snapshot of the head); if that fails, each is
+/// tried alone so one that cannot render at its old version does not hide the others.
 fn isolate_chart_moves(
     config: &RenderConfig,
     head: &str,
-    base: &crate::render::Rendering,
-    head_rendering: &crate::render::Rendering,
+    head_rendering: &render::Rendering,
     render_diff: &mut RenderDiff,
 ) {
-    for app_diff in render_diff
+    let head_apps: BTreeMap<AppKey, &render::RenderedApplication> = head_rendering
         .applications
-        .iter_mut()
-        .filter(|a| !a.chart_moves.is_empty())
-    {
-        let find = |rendering: &crate::render::Rendering| {
-            rendering
-                .applications
-                .iter()
-                .find(|a| {
-                    a.cluster.name == app_diff.app.cluster
-                        && a.name == app_diff.app.name
-                        && a.namespace == app_diff.app.namespace
-                })
-                .cloned()
-        };
-        let (Some(_), Some(after)) = (find(base), find(head_rendering)) else {
-            continue;
-        };
-        let mut pinned = after.manifest.clone();
-        for chart_move in &app_diff.chart_moves {
-            for pointer in ["/spec/source", "/spec/sources"] {
-                match pinned.pointer_mut(pointer) {
-                    Some(serde_json::Value::Array(sources)) => {
-                        for source in sources.iter_mut().filter(|s| {
-                            s.get("chart").and_then(serde_json::Value::as_str)
-                                == Some(chart_move.chart.as_str())
-                        }) {
-                            source["targetRevision"] =
-                                serde_json::Value::String(chart_move.from.clone());
-                        }
-                    }
-                    Some(source)
-                        if source.get("chart").and_then(serde_json::Value::as_str)
-                            == Some(chart_move.chart.as_str()) =>
-                    {
-                        source["targetRevision"] =
-                            serde_json::Value::String(chart_move.from.clone());
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let mut c = config.clone();
-        c.revision = head.to_string();
-        let Ok(rendering) = render::render_applications(&c, vec![pinned]) else {
-            continue;
-        };
-        let Some(old_version) = rendering.applications.into_iter().next() else {
+        .iter()
+        .map(|a| (diff::key_of(a), a))
+        .collect();
+    let pinned: Vec<Value> = render_diff
+        .applications
+        .iter()
+        .filter(|a| a.status == AppStatus::Changed && !a.chart_moves.is_empty())
+        .filter_map(|a| {
+            Some(pin_base_versions(
+                &head_apps.get(&a.app)?.manifest,
+                &a.chart_moves,
+            ))
+        })
+        .collect();
+    if pinned.is_empty() {
+        return;
+    }
+    let mut c = config.clone();
+    c.revision = head.to_string();
+    let rendered = match render::render_applications(&c, pinned.clone()) {
+        Ok(r) => r.applications,
+        Err(_) => pinned
+            .into_iter()
+            .filter_map(|m| render::render_applications(&c, vec![m]).ok())
+            .flat_map(|r| r.applications)
+            .collect(),
+    };
+    let old_versions: BTreeMap<AppKey, render::RenderedApplication> = rendered
+        .into_iter()
+        .map(|a| (diff::key_of(&a), a))
+        .collect();
+    for app_diff in &mut render_diff.applications {
+        let (Some(old_version), Some(after)) = (
+            old_versions.get(&app_diff.app),
+            head_apps.get(&app_diff.app),
+        ) else {
             continue;
         };
         let (added, removed, changed) = diff::diff_objects(&old_version.objects, &after.objects);
-        let chart_only = diff::ChartOnly {
-            added,
-            removed,
-            changed,
-        };
-        if chart_only.added != app_diff.added
-            || chart_only.removed != app_diff.removed
-            || chart_only.changed != app_diff.changed
-        {
-            app_diff.chart_only = Some(chart_only);
+        if added != app_diff.added || removed != app_diff.removed || changed != app_diff.changed {
+            app_diff.chart_only = Some(diff::ChartOnly {
+                added,
+                removed,
+                changed,
+            });
         }
     }
+}
+
+/// The Application with each moved chart's `targetRevision` set back to the base's version.
+fn pin_base_versions(manifest: &Value, moves: &[ChartMove]) -> Value {
+    let mut pinned = manifest.clone();
+    let mut sources: Vec<&mut Value> = Vec::new();
+    for (key, value) in pinned["spec"].as_object_mut().into_iter().flatten() {
+        match (key.as_str(), value) {
+            ("source", source) => sources.push(source),
+            ("sources", Value::Array(list)) => sources.extend(list.iter_mut()),
+            _ => {}
+        }
+    }
+    for source in sources {
+        let field = |key: &str| source.get(key).and_then(Value::as_str).unwrap_or("");
+        if let Some(chart_move) = moves
+            .iter()
+            .find(|m| field("chart") == m.chart && field("repoURL") == m.repo_url)
+        {
+            source["targetRevision"] = Value::String(chart_move.from.clone());
+        }
+    }
+    pinned
 }

@@ -136,7 +136,7 @@ pub struct RenderDiff {
     pub applications: Vec<AppDiff>,
 }
 
-fn key_of(app: &RenderedApplication) -> AppKey {
+pub fn key_of(app: &RenderedApplication) -> AppKey {
     AppKey {
         cluster: app.cluster.name.clone(),
         namespace: app.namespace.clone(),
