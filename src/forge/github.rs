@@ -145,6 +145,17 @@ impl GitHub {
         })
     }
 
+    /// One request whose answer decodes into `T`.
+    async fn call<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, ForgeError> {
+        let value = self.request(method.clone(), path, body).await?;
+        Self::decode(value, method.as_str(), path)
+    }
+
     /// Every page of a list endpoint (`per_page=100`).
     async fn list(&self, path: &str) -> Result<Vec<Value>, ForgeError> {
         let mut all = Vec::new();
@@ -226,6 +237,16 @@ struct IssueComment {
     body: String,
 }
 
+impl From<IssueComment> for Comment {
+    fn from(c: IssueComment) -> Self {
+        Comment {
+            id: c.id,
+            author: c.user.login,
+            body: c.body,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct CheckRunPayload {
     id: u64,
@@ -280,13 +301,13 @@ fn cap(text: &str, max: usize) -> String {
 #[async_trait::async_trait]
 impl Forge for GitHub {
     async fn current_user(&self) -> Result<String, ForgeError> {
-        let value = self.request(Method::GET, "/user", None).await?;
-        Ok(Self::decode::<User>(value, "GET", "/user")?.login)
+        let user: User = self.call(Method::GET, "/user", None).await?;
+        Ok(user.login)
     }
 
     async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError> {
         let path = format!("/repos/{repo}/pulls/{number}");
-        let pull: Pull = Self::decode(self.request(Method::GET, &path, None).await?, "GET", &path)?;
+        let pull: Pull = self.call(Method::GET, &path, None).await?;
         Ok(PullRequest {
             number: pull.number,
             state: pull.state,
@@ -307,14 +328,7 @@ impl Forge for GitHub {
         self.list(&path)
             .await?
             .into_iter()
-            .map(|v| {
-                let c: IssueComment = Self::decode(v, "GET", &path)?;
-                Ok(Comment {
-                    id: c.id,
-                    author: c.user.login,
-                    body: c.body,
-                })
-            })
+            .map(|v| Self::decode::<IssueComment>(v, "GET", &path).map(Comment::from))
             .collect()
     }
 
@@ -325,17 +339,10 @@ impl Forge for GitHub {
         body: &str,
     ) -> Result<Comment, ForgeError> {
         let path = format!("/repos/{repo}/issues/{number}/comments");
-        let c: IssueComment = Self::decode(
-            self.request(Method::POST, &path, Some(&json!({"body": body})))
-                .await?,
-            "POST",
-            &path,
-        )?;
-        Ok(Comment {
-            id: c.id,
-            author: c.user.login,
-            body: c.body,
-        })
+        let c: IssueComment = self
+            .call(Method::POST, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(c.into())
     }
 
     async fn update_comment(
@@ -345,17 +352,10 @@ impl Forge for GitHub {
         body: &str,
     ) -> Result<Comment, ForgeError> {
         let path = format!("/repos/{repo}/issues/comments/{comment_id}");
-        let c: IssueComment = Self::decode(
-            self.request(Method::PATCH, &path, Some(&json!({"body": body})))
-                .await?,
-            "PATCH",
-            &path,
-        )?;
-        Ok(Comment {
-            id: c.id,
-            author: c.user.login,
-            body: c.body,
-        })
+        let c: IssueComment = self
+            .call(Method::PATCH, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(c.into())
     }
 
     async fn upsert_check_run(&self, repo: &RepoSlug, run: &CheckRun) -> Result<u64, ForgeError> {
@@ -363,11 +363,7 @@ impl Forge for GitHub {
             "/repos/{repo}/commits/{}/check-runs?check_name={}",
             run.head_sha, run.name
         );
-        let existing: CheckRunList = Self::decode(
-            self.request(Method::GET, &list_path, None).await?,
-            "GET",
-            &list_path,
-        )?;
+        let existing: CheckRunList = self.call(Method::GET, &list_path, None).await?;
         let body = json!({
             "name": run.name,
             "head_sha": run.head_sha,
@@ -382,18 +378,13 @@ impl Forge for GitHub {
             ),
             None => (Method::POST, format!("/repos/{repo}/check-runs")),
         };
-        let created: CheckRunPayload = Self::decode(
-            self.request(method.clone(), &path, Some(&body)).await?,
-            method.as_str(),
-            &path,
-        )?;
+        let created: CheckRunPayload = self.call(method, &path, Some(&body)).await?;
         Ok(created.id)
     }
 
     async fn check_runs(&self, repo: &RepoSlug, sha: &str) -> Result<Vec<CheckRun>, ForgeError> {
         let path = format!("/repos/{repo}/commits/{sha}/check-runs");
-        let list: CheckRunList =
-            Self::decode(self.request(Method::GET, &path, None).await?, "GET", &path)?;
+        let list: CheckRunList = self.call(Method::GET, &path, None).await?;
         Ok(list
             .check_runs
             .into_iter()
@@ -436,8 +427,7 @@ impl Forge for GitHub {
 
     async fn statuses(&self, repo: &RepoSlug, sha: &str) -> Result<Vec<CommitStatus>, ForgeError> {
         let path = format!("/repos/{repo}/commits/{sha}/status");
-        let combined: CombinedStatus =
-            Self::decode(self.request(Method::GET, &path, None).await?, "GET", &path)?;
+        let combined: CombinedStatus = self.call(Method::GET, &path, None).await?;
         Ok(combined
             .statuses
             .into_iter()
