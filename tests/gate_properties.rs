@@ -89,7 +89,7 @@ proptest! {
             consumers: names
                 .iter()
                 .enumerate()
-                .map(|(i, n)| Consumer { path: format!("{n}.yaml"), document: i, api_version: "example.test/v1beta1".into(), kind: n.clone(), namespace: n.clone(), name: n.clone() })
+                .map(|(i, n)| Consumer { path: format!("{n}.yaml"), document: i, api_version: "example.test/v1beta1".into(), kind: n.clone(), namespace: n.clone(), name: n.clone(), template: false })
                 .collect(),
         };
         let result = result_with(vec![dropped.clone()]);
@@ -147,6 +147,7 @@ fn a_chart_rendered_name_cannot_forge_a_block() {
             kind: "ExternalSecret".into(),
             namespace: String::new(),
             name: hostile.into(),
+            template: false,
         }],
     };
     let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
@@ -173,6 +174,7 @@ fn an_oversized_report_keeps_blockers_and_blocks_whole() {
             kind: "E".into(),
             namespace: String::new(),
             name: format!("n{i}"),
+            template: false,
         })
         .collect();
     let dropped = DroppedServedVersion {

@@ -313,7 +313,13 @@ fn head_section(result: &GateResult) -> String {
             let files: Vec<String> = evidence
                 .consumers
                 .iter()
-                .map(|c| format!("{} ({} {})", code(&c.path), text(&c.kind), code(&c.name)))
+                .map(|c| {
+                    if c.template {
+                        format!("{} ({} in a chart template)", code(&c.path), text(&c.kind))
+                    } else {
+                        format!("{} ({} {})", code(&c.path), text(&c.kind), code(&c.name))
+                    }
+                })
                 .collect();
             let _ = writeln!(
                 out,

@@ -42,6 +42,10 @@ pub struct Consumer {
     #[serde(default)]
     pub namespace: String,
     pub name: String,
+    /// A Helm template of a chart in this repository (not plain YAML): the apiVersion is a
+    /// literal line of the template, and `document` counts the template's `---` separators.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub template: bool,
 }
 
 /// A CRD that stopped serving versions the repository still declares: the evidence a repair
@@ -191,6 +195,7 @@ pub fn scan_manifests(snapshot: &Snapshot) -> ManifestScan {
                         kind: kind.to_string(),
                         namespace: text("/metadata/namespace"),
                         name: text("/metadata/name"),
+                        template: false,
                     };
                     manifests.push(consumer);
                 }
@@ -204,6 +209,85 @@ pub fn scan_manifests(snapshot: &Snapshot) -> ManifestScan {
         manifests,
         unreadable,
     }
+}
+
+/// Charts in this repository that head Applications render (a source with a `path` holding a
+/// `Chart.yaml`), by directory.
+fn local_chart_dirs(rendering: &Rendering, snapshot: &Snapshot) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for app in &rendering.applications {
+        for source in &app.sources {
+            if source.get("chart").is_some() {
+                continue;
+            }
+            let Some(path) = source.get("path").and_then(Value::as_str) else {
+                continue;
+            };
+            let dir = crate::render::git::normalize(path);
+            if snapshot.exists(&format!("{dir}/Chart.yaml")) {
+                out.entry(dir)
+                    .or_default()
+                    .push(format!("{}/{}", app.namespace, app.name));
+            }
+        }
+    }
+    out
+}
+
+/// The apiVersions the templates of a repository chart declare as literal lines
+/// (`apiVersion: group/version` at the start of a line, in a document with a literal `kind:`).
+/// An apiVersion computed by a template expression is not a literal and is not listed.
+pub fn scan_chart_templates(snapshot: &Snapshot, chart_dir: &str) -> Vec<Consumer> {
+    let mut out = Vec::new();
+    let templates = format!("{chart_dir}/templates");
+    for (path, content) in snapshot.files_under(&templates) {
+        if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(content);
+        let mut documents: Vec<Vec<&str>> = vec![Vec::new()];
+        for line in text.lines() {
+            if line.trim_end() == "---" {
+                documents.push(Vec::new());
+            } else if let Some(current) = documents.last_mut() {
+                current.push(line);
+            }
+        }
+        for (index, lines) in documents.iter().enumerate() {
+            let literal = |key: &str| -> Vec<String> {
+                lines
+                    .iter()
+                    .filter_map(|line| {
+                        let value = line.strip_prefix(key)?.trim();
+                        let value = value.trim_matches(|c| c == '"' || c == '\'');
+                        (!value.is_empty() && !value.contains("{{") && !value.contains(' '))
+                            .then(|| value.to_string())
+                    })
+                    .collect()
+            };
+            let Some(kind) = literal("kind:").into_iter().next() else {
+                continue;
+            };
+            let name = lines
+                .iter()
+                .skip_while(|line| !line.starts_with("metadata:"))
+                .find_map(|line| line.strip_prefix("  name:"))
+                .map(|name| name.trim().to_string())
+                .unwrap_or_default();
+            for api_version in literal("apiVersion:") {
+                out.push(Consumer {
+                    path: path.to_string(),
+                    document: index,
+                    api_version,
+                    kind: kind.clone(),
+                    namespace: String::new(),
+                    name: name.clone(),
+                    template: true,
+                });
+            }
+        }
+    }
+    out
 }
 
 fn split_api_version(api_version: &str) -> (&str, &str) {
@@ -223,6 +307,17 @@ pub fn evaluate(
         manifests,
         unreadable,
     } = scan_manifests(head_snapshot);
+    // Templates of the repository's own charts declare apiVersions too, and a person can edit
+    // them: they are consumers with a file path, like plain manifests.
+    let chart_dirs = local_chart_dirs(head, head_snapshot);
+    let template_declarations: Vec<(String, Consumer)> = chart_dirs
+        .keys()
+        .flat_map(|dir| {
+            scan_chart_templates(head_snapshot, dir)
+                .into_iter()
+                .map(move |c| (dir.clone(), c))
+        })
+        .collect();
     let base_crds = crds_by_cluster(base);
     let head_crds = crds_by_cluster(head);
 
@@ -263,7 +358,10 @@ pub fn evaluate(
         }
     }
     for info in dropped_by_crd.values_mut() {
-        for consumer in &manifests {
+        for consumer in manifests
+            .iter()
+            .chain(template_declarations.iter().map(|(_, c)| c))
+        {
             let (group, version) = split_api_version(&consumer.api_version);
             if group == info.group
                 && consumer.kind == info.kind
@@ -305,8 +403,8 @@ pub fn evaluate(
     // chart-renders-unserved-version: new at head, not declared by any repository manifest.
     // One finding per object, listing every Application (cluster) that renders it.
     let base_unserved = unserved_objects(base, &base_crds, inventory);
-    let mut unserved: BTreeMap<(String, String, String), (UnservedRendered, Vec<String>)> =
-        BTreeMap::new();
+    type Unserved = (UnservedRendered, Vec<String>, Option<String>);
+    let mut unserved: BTreeMap<(String, String, String), Unserved> = BTreeMap::new();
     for object in unserved_objects(head, &head_crds, inventory) {
         let same = |o: &UnservedRendered| {
             o.application == object.application
@@ -323,6 +421,17 @@ pub fn evaluate(
         }) {
             continue;
         }
+        let local_chart = chart_dirs
+            .iter()
+            .find(|(_, apps)| apps.contains(&object.application))
+            .map(|(dir, _)| dir.clone());
+        if let Some(dir) = &local_chart
+            && template_declarations.iter().any(|(d, c)| {
+                d == dir && c.api_version == object.api_version && c.kind == object.kind
+            })
+        {
+            continue;
+        }
         let key = (
             object.api_version.clone(),
             object.kind.clone(),
@@ -330,24 +439,43 @@ pub fn evaluate(
         );
         let entry = unserved
             .entry(key)
-            .or_insert_with(|| (object.clone(), Vec::new()));
+            .or_insert_with(|| (object.clone(), Vec::new(), local_chart.clone()));
         entry
             .1
             .push(format!("{} on {}", object.application, object.cluster));
     }
-    for (_, (object, applications)) in unserved {
-        findings.push(Finding {
-            rule: CHART_RENDERS_UNSERVED_VERSION.into(),
-            severity: Severity::Blocking,
-            summary: format!(
-                "{} {} is rendered by a chart with apiVersion {}, which the target no longer serves (serves {}); no manifest in this repository declares it, so there are no values to change here ({})",
+    for (_, (object, applications, local_chart)) in unserved {
+        let served = if object.served.is_empty() {
+            "none".to_string()
+        } else {
+            object.served.join(", ")
+        };
+        let summary = match &local_chart {
+            // The repository's own chart: there is something to change, but the template
+            // computes the apiVersion, so no literal line names it.
+            Some(dir) => format!(
+                "{} {} is rendered by this repository's chart {dir} with apiVersion {}, which the target no longer serves (serves {served}); the apiVersion is computed by a template expression under {dir}/templates ({})",
                 object.kind,
                 object.name,
                 object.api_version,
-                if object.served.is_empty() { "none".to_string() } else { object.served.join(", ") },
                 applications.join(", ")
             ),
-            evidence: serde_json::json!({"object": object, "applications": applications}),
+            None => format!(
+                "{} {} is rendered by a chart with apiVersion {}, which the target no longer serves (serves {served}); no manifest in this repository declares it, so there are no values to change here ({})",
+                object.kind,
+                object.name,
+                object.api_version,
+                applications.join(", ")
+            ),
+        };
+        findings.push(Finding {
+            rule: CHART_RENDERS_UNSERVED_VERSION.into(),
+            severity: Severity::Blocking,
+            summary,
+            evidence: match &local_chart {
+                Some(dir) => serde_json::json!({"object": object, "applications": applications, "localChart": dir}),
+                None => serde_json::json!({"object": object, "applications": applications}),
+            },
         });
     }
 
@@ -578,6 +706,109 @@ pub fn crosses_major(from: &str, to: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::render::{ClusterRef, Origin, RenderStats};
+    use serde_json::json;
+
+    fn crd(served: &[&str]) -> Value {
+        let versions: Vec<Value> = ["v1beta1", "v1"]
+            .iter()
+            .map(|v| json!({"name": v, "served": served.contains(v), "storage": *v == "v1"}))
+            .collect();
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "externalsecrets.external-secrets.io"},
+            "spec": {"group": "external-secrets.io", "names": {"kind": "ExternalSecret"}, "versions": versions}})
+    }
+
+    /// One cluster runs the CRD (from a registry chart) and this repository's own chart, which
+    /// renders an ExternalSecret at v1beta1.
+    fn rendering(served: &[&str]) -> Rendering {
+        let app = |name: &str, source: Value, objects: Vec<Value>| RenderedApplication {
+            name: name.into(),
+            namespace: "argocd".into(),
+            project: "default".into(),
+            origin: Origin::File {
+                path: "apps.yaml".into(),
+                document: 0,
+            },
+            cluster: ClusterRef {
+                name: "prod".into(),
+                server: "https://prod".into(),
+            },
+            destination_namespace: "web".into(),
+            sources: vec![source],
+            objects,
+            manifest: Value::Null,
+        };
+        let secret = json!({"apiVersion": "external-secrets.io/v1beta1", "kind": "ExternalSecret",
+            "metadata": {"name": "web-tls", "namespace": "web"}});
+        Rendering {
+            revision: "r".into(),
+            applications: vec![
+                app(
+                    "external-secrets",
+                    json!({"repoURL": "https://charts", "chart": "external-secrets"}),
+                    vec![crd(served)],
+                ),
+                app(
+                    "web",
+                    json!({"repoURL": "https://git", "path": "charts/web"}),
+                    vec![secret],
+                ),
+            ],
+            diagnostics: Vec::new(),
+            stats: RenderStats::default(),
+        }
+    }
+
+    fn evaluate_with_template(template: &str) -> Vec<Finding> {
+        let files = [
+            ("charts/web/Chart.yaml", "name: web\nversion: 1.0.0\n"),
+            ("charts/web/templates/tls.yaml", template),
+        ]
+        .into_iter()
+        .map(|(p, t)| (p.to_string(), t.as_bytes().to_vec()))
+        .collect();
+        let snapshot = Snapshot::from_files("r", files);
+        evaluate(
+            &rendering(&["v1beta1", "v1"]),
+            &rendering(&["v1"]),
+            &RenderDiff::default(),
+            &snapshot,
+            &Inventory::default(),
+        )
+    }
+
+    #[test]
+    fn a_repository_chart_template_is_a_consumer_with_its_path() {
+        let findings = evaluate_with_template(
+            "{{- if .Values.tls }}\napiVersion: external-secrets.io/v1beta1\nkind: ExternalSecret\nmetadata:\n  name: {{ .Release.Name }}-tls\n{{- end }}\n",
+        );
+        let rules: Vec<&str> = findings.iter().map(|f| f.rule.as_str()).collect();
+        assert_eq!(rules, [DROPPED_SERVED_VERSION]);
+        let consumers = &findings[0].evidence["consumers"];
+        assert_eq!(consumers[0]["path"], "charts/web/templates/tls.yaml");
+        assert_eq!(consumers[0]["template"], true);
+    }
+
+    #[test]
+    fn a_computed_api_version_in_a_repository_chart_names_the_chart() {
+        let findings = evaluate_with_template(
+            "apiVersion: {{ .Values.apiVersion }}\nkind: ExternalSecret\nmetadata:\n  name: x\n",
+        );
+        let unserved: Vec<&Finding> = findings
+            .iter()
+            .filter(|f| f.rule == CHART_RENDERS_UNSERVED_VERSION)
+            .collect();
+        assert_eq!(unserved.len(), 1);
+        assert_eq!(unserved[0].evidence["localChart"], "charts/web");
+        assert!(
+            unserved[0]
+                .summary
+                .contains("this repository's chart charts/web")
+        );
+        assert!(!unserved[0].summary.contains("no values to change"));
+    }
 
     #[test]
     fn major_boundaries() {
