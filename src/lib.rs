@@ -3,4 +3,5 @@ pub mod forge;
 pub mod gate;
 pub mod observer;
 pub mod render;
+pub mod schema;
 pub mod yaml;

@@ -121,6 +121,7 @@ fn result_with(dropped: Vec<DroppedServedVersion>) -> GateResult {
             head: "b".repeat(40),
             counts: Default::default(),
             blocking,
+            notes: Default::default(),
             repository_consumers: dropped.iter().map(|d| d.consumers.len()).sum(),
             errors: vec![],
         },

@@ -61,6 +61,7 @@ fn undecided(base: String, head: String, errors: Vec<String>) -> GateResult {
             head,
             counts: Default::default(),
             blocking,
+            notes: Default::default(),
             repository_consumers: 0,
             errors,
         },
@@ -131,8 +132,13 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         &config.inventory,
     );
     let mut blocking = std::collections::BTreeMap::new();
-    for finding in findings.iter().filter(|f| f.severity == Severity::Blocking) {
-        *blocking.entry(finding.rule.clone()).or_insert(0) += 1;
+    let mut notes = std::collections::BTreeMap::new();
+    for finding in &findings {
+        let counts = match finding.severity {
+            Severity::Blocking => &mut blocking,
+            Severity::Note => &mut notes,
+        };
+        *counts.entry(finding.rule.clone()).or_insert(0) += 1;
     }
     let mut result = GateResult {
         verdict: Verdict {
@@ -145,6 +151,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
             head,
             counts: render_diff.counts.clone(),
             blocking,
+            notes,
             repository_consumers: 0,
             errors: Vec::new(),
         },

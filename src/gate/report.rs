@@ -50,6 +50,9 @@ pub struct Verdict {
     pub counts: DiffCounts,
     /// Blocking findings per rule id.
     pub blocking: std::collections::BTreeMap<String, usize>,
+    /// Notes (not blocking) per rule id: what a reviewer of a green change may want to see.
+    #[serde(default)]
+    pub notes: std::collections::BTreeMap<String, usize>,
     /// Manifests in the repository that declare a dropped version (what a repair would touch).
     pub repository_consumers: usize,
     /// Why the gate could not decide, when it could not.

@@ -13,6 +13,10 @@ use crate::yaml;
 
 pub const DROPPED_SERVED_VERSION: &str = "dropped-served-version";
 pub const CHART_RENDERS_UNSERVED_VERSION: &str = "chart-renders-unserved-version";
+/// The same, from a chart in this repository whose template computes the apiVersion: there is
+/// something here to change, but no literal line says where.
+pub const REPOSITORY_CHART_RENDERS_UNSERVED_VERSION: &str =
+    "repository-chart-renders-unserved-version";
 pub const RENDER_FAILED: &str = "render-failed";
 pub const ADDON_ADDED: &str = "addon-added";
 pub const MAJOR_VERSION: &str = "major-version-boundary";
@@ -469,7 +473,11 @@ pub fn evaluate(
             ),
         };
         findings.push(Finding {
-            rule: CHART_RENDERS_UNSERVED_VERSION.into(),
+            rule: if local_chart.is_some() {
+                REPOSITORY_CHART_RENDERS_UNSERVED_VERSION.into()
+            } else {
+                CHART_RENDERS_UNSERVED_VERSION.into()
+            },
             severity: Severity::Blocking,
             summary,
             evidence: match &local_chart {
@@ -798,7 +806,7 @@ mod tests {
         );
         let unserved: Vec<&Finding> = findings
             .iter()
-            .filter(|f| f.rule == CHART_RENDERS_UNSERVED_VERSION)
+            .filter(|f| f.rule == REPOSITORY_CHART_RENDERS_UNSERVED_VERSION)
             .collect();
         assert_eq!(unserved.len(), 1);
         assert_eq!(unserved[0].evidence["localChart"], "charts/web");

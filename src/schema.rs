@@ -1,0 +1,215 @@
+//! Structural schemas as the API server applies them to custom resources: unknown fields are
+//! pruned (unless `x-kubernetes-preserve-unknown-fields`), defaults filled, then types,
+//! `required`, `enum` and `minItems` are validated. Patterns and formats are not checked.
+//!
+//! The proving ground's API double applies it on every write; Bosun applies it to a document
+//! it is about to move to another version, to learn what the move would lose.
+
+use serde_json::{Map, Value};
+
+/// What applying a schema did to an object.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Outcome {
+    /// Fields the schema does not know, removed: (field path, the value that was there).
+    pub pruned: Vec<(String, Value)>,
+    /// Violations, each with its field path, worded as the API server's 422 words them.
+    pub errors: Vec<String>,
+}
+
+/// Prunes unknown fields from `object` and validates it against `schema` (an
+/// `openAPIV3Schema`). `apiVersion`, `kind` and `metadata` are the server's own and are left
+/// alone.
+pub fn prune_and_validate(object: &mut Value, schema: &Value) -> Outcome {
+    let mut out = Outcome::default();
+    let Some(map) = object.as_object_mut() else {
+        return out;
+    };
+    let mut rest: Map<String, Value> = map.clone();
+    for key in ["apiVersion", "kind", "metadata"] {
+        rest.remove(key);
+    }
+    let mut rest = Value::Object(rest);
+    let mut root = schema.clone();
+    if let Some(props) = root.get_mut("properties").and_then(Value::as_object_mut) {
+        for key in ["apiVersion", "kind", "metadata"] {
+            props.remove(key);
+        }
+    }
+    if let Some(required) = root.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|r| !matches!(r.as_str(), Some("apiVersion" | "kind" | "metadata")));
+    }
+    walk(&mut rest, &root, "", &mut out);
+    for key in map.keys().cloned().collect::<Vec<_>>() {
+        if !["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
+            map.remove(&key);
+        }
+    }
+    if let Value::Object(kept) = rest {
+        map.extend(kept);
+    }
+    out
+}
+
+/// The `openAPIV3Schema` a CustomResourceDefinition declares for one version.
+pub fn version_schema<'a>(crd: &'a Value, version: &str) -> Option<&'a Value> {
+    crd.pointer("/spec/versions")?
+        .as_array()?
+        .iter()
+        .find(|v| v.get("name").and_then(Value::as_str) == Some(version))?
+        .pointer("/schema/openAPIV3Schema")
+}
+
+fn child(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
+    if value.is_null()
+        && schema
+            .get("nullable")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    {
+        return;
+    }
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+        let actual = type_name(value);
+        let ok = actual == expected
+            || (expected == "number" && actual == "integer")
+            || (int_or_string && (actual == "integer" || actual == "string"));
+        if !ok {
+            let shown = if path.is_empty() { "<root>" } else { path };
+            out.errors.push(format!(
+                "{shown}: Invalid value: \"{actual}\": {shown} in body must be of type {expected}"
+            ));
+            return;
+        }
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
+        out.errors.push(format!(
+            "{path}: Unsupported value: {value}: supported values: {}",
+            list.join(", ")
+        ));
+    }
+    let preserve = schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    match value {
+        Value::Object(map) => {
+            // Defaults first (the API server defaults before it validates).
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (key, property) in properties {
+                    if let (false, Some(default)) = (map.contains_key(key), property.get("default"))
+                    {
+                        map.insert(key.clone(), default.clone());
+                    }
+                }
+            }
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                for field in required.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(field) {
+                        out.errors
+                            .push(format!("{}: Required value", child(path, field)));
+                    }
+                }
+            }
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for key in keys {
+                let sub_schema = properties.and_then(|p| p.get(&key)).or(additional);
+                match sub_schema {
+                    Some(sub) => {
+                        if let Some(v) = map.get_mut(&key) {
+                            walk(v, sub, &child(path, &key), out);
+                        }
+                    }
+                    None if preserve
+                        || (properties.is_none()
+                            && additional.is_none()
+                            && schema.get("type").is_none()) => {}
+                    None => {
+                        if let Some(removed) = map.remove(&key) {
+                            out.pruned.push((child(path, &key), removed));
+                        }
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    walk(item, item_schema, &format!("{path}[{i}]"), out);
+                }
+            }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && (items.len() as u64) < min
+            {
+                out.errors.push(format!(
+                    "{path}: Invalid value: {}: {path} in body should have at least {min} items",
+                    items.len()
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn prunes_unknown_fields_and_reports_every_violation() {
+        let schema = json!({"type": "object", "properties": {
+            "spec": {"type": "object", "required": ["stage"], "properties": {
+                "stage": {"type": "string"}, "mode": {"type": "string", "enum": ["A", "B"]},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}});
+        let mut object = json!({"apiVersion": "x/v1", "kind": "P", "metadata": {"name": "p"},
+            "spec": {"mode": "C", "unknown": 1, "free": {"anything": true}}, "extra": 1});
+        let outcome = prune_and_validate(&mut object, &schema);
+        assert_eq!(
+            outcome.errors,
+            [
+                "spec.stage: Required value",
+                "spec.mode: Unsupported value: \"C\": supported values: \"A\", \"B\""
+            ]
+        );
+        assert_eq!(
+            outcome.pruned,
+            [
+                ("extra".to_string(), json!(1)),
+                ("spec.unknown".to_string(), json!(1))
+            ]
+        );
+        assert!(object["spec"].get("unknown").is_none());
+        assert!(object.get("extra").is_none());
+        assert_eq!(object["spec"]["free"]["anything"], json!(true));
+        assert_eq!(object["metadata"]["name"], json!("p"));
+    }
+}
