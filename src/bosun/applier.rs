@@ -1,0 +1,355 @@
+//! The one applier every write passes through. It enforces, for every file, before anything is
+//! written: the path stays inside the repository (no `..`, no absolute path, no symbolic link
+//! on the way), the deny-list and the allowlist, the promotion scope, and from-value equality
+//! (the file still holds the value the plan was made from). It refuses and reports every
+//! problem at once; it never half-applies. Writes are atomic per file (temporary file in the
+//! same folder, then rename), and every new content is prepared before the first rename.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path};
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde_json::Value;
+
+use super::swap::{self, Swap};
+use crate::render::Rendering;
+
+/// Which files an edit may touch.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    deny: GlobSet,
+    allow: GlobSet,
+    /// None: the whole repository (the lists still apply).
+    scope: Option<Scope>,
+}
+
+/// The files the head's Applications deploy or render from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// Source directories (a file under one is in scope); "" is the whole repository.
+    pub directories: BTreeSet<String>,
+    /// Values files layered by Applications.
+    pub files: BTreeSet<String>,
+}
+
+impl Scope {
+    /// From the head's rendering: every source `path` an Application of this repository
+    /// reads, and every values file it layers (`$ref/...` or relative to the chart).
+    pub fn of(rendering: &Rendering, is_this_repository: impl Fn(&str) -> bool) -> Scope {
+        let mut scope = Scope::default();
+        for app in &rendering.applications {
+            let refs: BTreeMap<&str, &Value> = app
+                .sources
+                .iter()
+                .filter_map(|s| Some((s.get("ref")?.as_str()?, s)))
+                .collect();
+            for source in &app.sources {
+                let repo = source.get("repoURL").and_then(Value::as_str).unwrap_or("");
+                let path = source.get("path").and_then(Value::as_str);
+                if let Some(path) = path
+                    && is_this_repository(repo)
+                {
+                    scope
+                        .directories
+                        .insert(crate::render::git::normalize(path));
+                }
+                for file in source
+                    .pointer("/helm/valueFiles")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
+                    if let Some(rest) = file.strip_prefix('$') {
+                        let (name, relative) = rest.split_once('/').unwrap_or((rest, ""));
+                        if let Some(r) = refs.get(name)
+                            && is_this_repository(
+                                r.get("repoURL").and_then(Value::as_str).unwrap_or(""),
+                            )
+                        {
+                            scope.files.insert(crate::render::git::normalize(relative));
+                        }
+                    } else if let Some(path) = path
+                        && is_this_repository(repo)
+                    {
+                        scope
+                            .files
+                            .insert(crate::render::git::normalize(&format!("{path}/{file}")));
+                    }
+                }
+            }
+        }
+        scope
+    }
+
+    pub fn contains(&self, path: &str) -> bool {
+        self.files.contains(path)
+            || self.directories.iter().any(|dir| {
+                dir.is_empty()
+                    || path
+                        .strip_prefix(dir.as_str())
+                        .is_some_and(|r| r.starts_with('/'))
+            })
+    }
+}
+
+fn globs(patterns: &[String]) -> Result<GlobSet, String> {
+    let mut builder = GlobSetBuilder::new();
+    for pattern in patterns {
+        builder.add(Glob::new(pattern).map_err(|e| format!("glob {pattern:?}: {e}"))?);
+    }
+    builder.build().map_err(|e| e.to_string())
+}
+
+impl Policy {
+    pub fn new(deny: &[String], allow: &[String], scope: Option<Scope>) -> Result<Policy, String> {
+        Ok(Policy {
+            deny: globs(deny)?,
+            allow: globs(allow)?,
+            scope,
+        })
+    }
+}
+
+/// Why a file was refused: (path as the plan named it, reason).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub path: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.reason)
+    }
+}
+
+/// A file the applier accepted: its content before and after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    pub path: String,
+    pub before: String,
+    pub after: String,
+}
+
+/// Checks one repository-relative path: relative, normal, and no symbolic link on the way.
+fn safe_path(root: &Path, path: &str) -> Result<(), String> {
+    let relative = Path::new(path);
+    if path.is_empty()
+        || relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+    {
+        return Err("the path leaves the repository or is not a plain relative path".into());
+    }
+    let mut current = root.to_path_buf();
+    for component in relative.components() {
+        current.push(component);
+        match std::fs::symlink_metadata(&current) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symbolic link; Bosun never writes through one",
+                    current.strip_prefix(root).unwrap_or(&current).display()
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(format!("cannot read it: {e}")),
+        }
+    }
+    if !current.is_file() {
+        return Err("not a regular file".into());
+    }
+    Ok(())
+}
+
+/// Plans every file's new content, or refuses with every reason. Writes nothing.
+pub fn prepare(
+    root: &Path,
+    policy: &Policy,
+    plan: &BTreeMap<String, Vec<Swap>>,
+) -> Result<Vec<Rewrite>, Vec<Refusal>> {
+    let mut refusals = Vec::new();
+    let mut rewrites = Vec::new();
+    for (path, swaps) in plan {
+        let refuse = |reason: String| Refusal {
+            path: path.clone(),
+            reason,
+        };
+        if let Err(reason) = safe_path(root, path) {
+            refusals.push(refuse(reason));
+            continue;
+        }
+        if policy.deny.is_match(path) {
+            refusals.push(refuse("the deny-list matches it".into()));
+            continue;
+        }
+        if !policy.allow.is_match(path) {
+            refusals.push(refuse("the allowlist does not match it".into()));
+            continue;
+        }
+        if let Some(scope) = &policy.scope
+            && !scope.contains(path)
+        {
+            refusals.push(refuse(
+                "outside the promotion scope: no Application deploys it or renders from it".into(),
+            ));
+            continue;
+        }
+        let before = match std::fs::read_to_string(root.join(path)) {
+            Ok(text) => text,
+            Err(e) => {
+                refusals.push(refuse(format!("cannot read it: {e}")));
+                continue;
+            }
+        };
+        match swap::apply(&before, swaps) {
+            Ok(after) => rewrites.push(Rewrite {
+                path: path.clone(),
+                before,
+                after,
+            }),
+            Err(e) => refusals.push(refuse(e.to_string())),
+        }
+    }
+    if refusals.is_empty() {
+        Ok(rewrites)
+    } else {
+        Err(refusals)
+    }
+}
+
+/// Writes every rewrite: all temporary files first, then the renames. A failure before the
+/// renames leaves every file as it was.
+pub fn write(root: &Path, rewrites: &[Rewrite]) -> std::io::Result<()> {
+    let mut staged = Vec::new();
+    for rewrite in rewrites {
+        let target = root.join(&rewrite.path);
+        let dir = target.parent().unwrap_or(root);
+        let mut file = tempfile::NamedTempFile::new_in(dir)?;
+        std::io::Write::write_all(&mut file, rewrite.after.as_bytes())?;
+        if let Ok(meta) = std::fs::metadata(&target) {
+            file.as_file().set_permissions(meta.permissions())?;
+        }
+        staged.push((file, target));
+    }
+    for (file, target) in staged {
+        file.persist(&target).map_err(|e| e.error)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_for(path: &str) -> BTreeMap<String, Vec<Swap>> {
+        let mut plan = BTreeMap::new();
+        plan.insert(
+            path.to_string(),
+            vec![Swap {
+                path: path.into(),
+                document: 0,
+                kind: "E".into(),
+                name: "a".into(),
+                from: "e.io/v1beta1".into(),
+                to: "e.io/v1".into(),
+                template: false,
+            }],
+        );
+        plan
+    }
+
+    fn repo() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("apps")).unwrap();
+        std::fs::write(
+            dir.path().join("apps/a.yaml"),
+            "apiVersion: e.io/v1beta1 # c\nkind: E\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        dir
+    }
+
+    fn policy(deny: &[&str], scope: Option<Scope>) -> Policy {
+        let deny: Vec<String> = deny.iter().map(|s| s.to_string()).collect();
+        Policy::new(&deny, &["**/*.yaml".into()], scope).unwrap()
+    }
+
+    #[test]
+    fn an_allowed_file_in_scope_is_rewritten() {
+        let dir = repo();
+        let mut scope = Scope::default();
+        scope.directories.insert("apps".into());
+        let rewrites = prepare(
+            dir.path(),
+            &policy(&[], Some(scope)),
+            &plan_for("apps/a.yaml"),
+        )
+        .unwrap();
+        assert_eq!(
+            rewrites[0].after,
+            "apiVersion: e.io/v1 # c\nkind: E\nmetadata: {name: a}\n"
+        );
+        write(dir.path(), &rewrites).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("apps/a.yaml")).unwrap(),
+            rewrites[0].after
+        );
+    }
+
+    #[test]
+    fn denied_out_of_scope_escaping_and_linked_paths_are_refused() {
+        let dir = repo();
+        let refused = |path: &str, policy: &Policy| {
+            prepare(dir.path(), policy, &plan_for(path)).unwrap_err()[0]
+                .reason
+                .clone()
+        };
+        assert_eq!(
+            refused("apps/a.yaml", &policy(&["apps/**"], None)),
+            "the deny-list matches it"
+        );
+        let mut elsewhere = Scope::default();
+        elsewhere.directories.insert("platform".into());
+        assert!(
+            refused("apps/a.yaml", &policy(&[], Some(elsewhere)))
+                .starts_with("outside the promotion scope")
+        );
+        assert!(refused("../a.yaml", &policy(&[], None)).contains("leaves the repository"));
+        assert!(refused("/etc/a.yaml", &policy(&[], None)).contains("leaves the repository"));
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(
+            outside.path().join("x.yaml"),
+            "apiVersion: e.io/v1beta1\nkind: E\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("linked")).unwrap();
+        assert!(refused("linked/x.yaml", &policy(&[], None)).contains("symbolic link"));
+        // Nothing was written anywhere.
+        assert!(
+            std::fs::read_to_string(outside.path().join("x.yaml"))
+                .unwrap()
+                .contains("v1beta1")
+        );
+    }
+
+    #[test]
+    fn one_refusal_means_no_file_is_rewritten() {
+        let dir = repo();
+        std::fs::write(
+            dir.path().join("apps/b.yaml"),
+            "apiVersion: e.io/v1beta1\nkind: E\nmetadata: {name: a}\n",
+        )
+        .unwrap();
+        let mut plan = plan_for("apps/a.yaml");
+        plan.extend(plan_for("apps/b.yaml"));
+        let refusals = prepare(dir.path(), &policy(&["apps/b.yaml"], None), &plan).unwrap_err();
+        assert_eq!(refusals.len(), 1);
+        assert!(
+            std::fs::read_to_string(dir.path().join("apps/a.yaml"))
+                .unwrap()
+                .contains("v1beta1")
+        );
+    }
+}

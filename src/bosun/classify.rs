@@ -1,0 +1,331 @@
+//! Which path a pull request takes, decided from the gate's published verdict alone (plus the
+//! pull request's own facts). Pure: every branch has a unit test; docs/classification.md is
+//! the same table in prose, with worked examples.
+
+use crate::gate::report::{Outcome, ParsedReport};
+use crate::gate::rules::{self, DroppedServedVersion};
+
+/// What Bosun knows when it decides.
+#[derive(Debug, Clone)]
+pub struct Situation<'a> {
+    /// The gate's report, read from the comment the gate's identity wrote (None: not yet).
+    pub report: Option<&'a ParsedReport>,
+    /// The pull request's head now.
+    pub head_sha: &'a str,
+    /// The head branch lives in another repository (a fork).
+    pub fork: bool,
+    /// Repairs already pushed to this pull request (from its labels).
+    pub attempts: u32,
+    pub attempt_cap: u32,
+}
+
+/// A handoff: written for the person who picks it up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    /// Which file and key to open.
+    pub open: String,
+    /// What the choice is.
+    pub choice: String,
+    /// The one fact that stopped a mechanical fix.
+    pub fact: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Path {
+    /// No verdict for this head yet (none published, or one for another commit).
+    Wait(String),
+    /// Green, and nothing a reviewer needs pointed at.
+    Green,
+    /// Green, but the render shows something worth a look before merging.
+    WorthALook(Vec<String>),
+    /// Only dropped served versions with consumers: swap the apiVersions.
+    Swap(Vec<DroppedServedVersion>),
+    /// Blocked with nothing in this repository to change: say so in one line.
+    Escalate(String),
+    /// Everything else: a person decides.
+    Handoff(Handoff),
+}
+
+/// The notes that make a green gate worth a look, and how a person reads each.
+const WORTH_A_LOOK: [(&str, &str); 3] = [
+    (rules::MAJOR_VERSION, "a major version boundary is crossed"),
+    (rules::RBAC_REMOVED, "RBAC objects are removed"),
+    (rules::CRD_REMOVED, "CustomResourceDefinitions are removed"),
+];
+
+pub fn classify(situation: &Situation) -> Path {
+    let Some(report) = situation.report else {
+        return Path::Wait("no report from the gate yet".into());
+    };
+    let verdict = &report.verdict;
+    if verdict.head != situation.head_sha {
+        return Path::Wait(format!(
+            "the report is for {}, the branch is at {}",
+            short(&verdict.head),
+            short(situation.head_sha)
+        ));
+    }
+    match verdict.outcome {
+        Outcome::Green => {
+            let reasons: Vec<String> = WORTH_A_LOOK
+                .iter()
+                .filter(|(rule, _)| verdict.notes.get(*rule).copied().unwrap_or(0) > 0)
+                .map(|(_, reason)| reason.to_string())
+                .collect();
+            if reasons.is_empty() {
+                Path::Green
+            } else {
+                Path::WorthALook(reasons)
+            }
+        }
+        Outcome::Undecided => {
+            let error = verdict
+                .errors
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "the render failed".into());
+            let values_schema = error.contains("values don't meet the specifications")
+                || error.contains("values.schema.json");
+            Path::Handoff(Handoff {
+                open: if values_schema {
+                    "the values the failing Application layers (named in the error)".into()
+                } else {
+                    "the Application or source the error names".into()
+                },
+                choice: if values_schema {
+                    "which settings to remove, rename or add so the new chart's values schema accepts them".into()
+                } else {
+                    "how to make the head render again".into()
+                },
+                fact: if values_schema {
+                    format!(
+                        "the new chart refuses this repository's values, and a values migration needs a model, which is not configured: {error}"
+                    )
+                } else {
+                    format!("the gate could not render the change: {error}")
+                },
+            })
+        }
+        Outcome::Blocked => {
+            let only = |rule: &str| {
+                verdict.blocking.keys().all(|r| r == rule) && verdict.blocking.contains_key(rule)
+            };
+            if only(rules::DROPPED_SERVED_VERSION) && verdict.repository_consumers > 0 {
+                let files: Vec<&str> = report
+                    .dropped
+                    .iter()
+                    .flat_map(|d| d.consumers.iter().map(|c| c.path.as_str()))
+                    .collect();
+                if situation.fork {
+                    return Path::Handoff(Handoff {
+                        open: files.join(", "),
+                        choice: "move each manifest's apiVersion to the version the gate names".into(),
+                        fact: "the branch lives in a fork, and Bosun pushes only to branches of the repository itself".into(),
+                    });
+                }
+                if situation.attempts >= situation.attempt_cap {
+                    return Path::Handoff(Handoff {
+                        open: files.join(", "),
+                        choice: "why the gate still blocks after the repair".into(),
+                        fact: format!(
+                            "Bosun already pushed {} repair{} to this pull request (the cap is {})",
+                            situation.attempts,
+                            if situation.attempts == 1 { "" } else { "s" },
+                            situation.attempt_cap
+                        ),
+                    });
+                }
+                if report.dropped.is_empty() {
+                    return Path::Handoff(Handoff {
+                        open: "the gate's report".into(),
+                        choice: "which manifests to move".into(),
+                        fact: "the report counts consumers but carries no repair evidence".into(),
+                    });
+                }
+                return Path::Swap(report.dropped.clone());
+            }
+            if only(rules::CHART_RENDERS_UNSERVED_VERSION) && verdict.repository_consumers == 0 {
+                return Path::Escalate(
+                    "The chart itself renders an apiVersion the cluster no longer serves, and no manifest in this repository declares it: there are no values to change in this repository.".into(),
+                );
+            }
+            let rules: Vec<&str> = verdict.blocking.keys().map(String::as_str).collect();
+            Path::Handoff(Handoff {
+                open: "the files the gate's blocking findings name".into(),
+                choice: "how to resolve each blocking finding".into(),
+                fact: format!(
+                    "the gate blocks on {}, which no deterministic repair covers, and no model is configured",
+                    rules.join(", ")
+                ),
+            })
+        }
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::report::Verdict;
+    use crate::gate::rules::Consumer;
+    use std::collections::BTreeMap;
+
+    const HEAD: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    fn report(outcome: Outcome, blocking: &[(&str, usize)], consumers: usize) -> ParsedReport {
+        let dropped = (consumers > 0)
+            .then(|| DroppedServedVersion {
+                crd: "externalsecrets.external-secrets.io".into(),
+                group: "external-secrets.io".into(),
+                kind: "ExternalSecret".into(),
+                dropped: vec!["v1beta1".into()],
+                served: vec!["v1".into()],
+                storage: "v1".into(),
+                clusters: vec!["prod".into()],
+                consumers: (0..consumers)
+                    .map(|i| Consumer {
+                        path: format!("m/{i}.yaml"),
+                        document: 0,
+                        api_version: "external-secrets.io/v1beta1".into(),
+                        kind: "ExternalSecret".into(),
+                        namespace: String::new(),
+                        name: format!("n{i}"),
+                        template: false,
+                    })
+                    .collect(),
+            })
+            .into_iter()
+            .collect();
+        ParsedReport {
+            verdict: Verdict {
+                outcome,
+                base: "a".repeat(40),
+                head: HEAD.into(),
+                counts: Default::default(),
+                blocking: blocking.iter().map(|(r, n)| (r.to_string(), *n)).collect(),
+                notes: BTreeMap::new(),
+                repository_consumers: consumers,
+                errors: vec![],
+            },
+            dropped,
+        }
+    }
+
+    fn situation(report: Option<&ParsedReport>) -> Situation<'_> {
+        Situation {
+            report,
+            head_sha: HEAD,
+            fork: false,
+            attempts: 0,
+            attempt_cap: 2,
+        }
+    }
+
+    #[test]
+    fn no_report_or_a_stale_one_waits() {
+        assert!(matches!(classify(&situation(None)), Path::Wait(_)));
+        let mut stale = report(Outcome::Green, &[], 0);
+        stale.verdict.head = "c".repeat(40);
+        let Path::Wait(why) = classify(&situation(Some(&stale))) else {
+            panic!("stale report acted on");
+        };
+        assert_eq!(why, "the report is for ccccccc, the branch is at bbbbbbb");
+    }
+
+    #[test]
+    fn green_is_quiet_unless_a_note_is_worth_a_look() {
+        let green = report(Outcome::Green, &[], 0);
+        assert_eq!(classify(&situation(Some(&green))), Path::Green);
+        let mut major = green.clone();
+        major.verdict.notes.insert(rules::MAJOR_VERSION.into(), 1);
+        major.verdict.notes.insert(rules::ADDON_ADDED.into(), 1);
+        assert_eq!(
+            classify(&situation(Some(&major))),
+            Path::WorthALook(vec!["a major version boundary is crossed".into()])
+        );
+    }
+
+    #[test]
+    fn only_dropped_versions_with_consumers_swap() {
+        let blocked = report(Outcome::Blocked, &[(rules::DROPPED_SERVED_VERSION, 1)], 3);
+        assert!(
+            matches!(classify(&situation(Some(&blocked))), Path::Swap(d) if d[0].consumers.len() == 3)
+        );
+    }
+
+    #[test]
+    fn a_fork_or_the_attempt_cap_hands_off_instead_of_swapping() {
+        let blocked = report(Outcome::Blocked, &[(rules::DROPPED_SERVED_VERSION, 1)], 1);
+        let mut fork = situation(Some(&blocked));
+        fork.fork = true;
+        assert!(matches!(classify(&fork), Path::Handoff(h) if h.fact.contains("fork")));
+        let mut capped = situation(Some(&blocked));
+        capped.attempts = 2;
+        assert!(
+            matches!(classify(&capped), Path::Handoff(h) if h.fact.contains("already pushed 2 repairs"))
+        );
+    }
+
+    #[test]
+    fn dropped_versions_mixed_with_another_blocker_hand_off() {
+        let mixed = report(
+            Outcome::Blocked,
+            &[
+                (rules::DROPPED_SERVED_VERSION, 1),
+                (rules::CHART_RENDERS_UNSERVED_VERSION, 1),
+            ],
+            1,
+        );
+        assert!(
+            matches!(classify(&situation(Some(&mixed))), Path::Handoff(h)
+            if h.fact.contains("chart-renders-unserved-version, dropped-served-version"))
+        );
+    }
+
+    #[test]
+    fn nothing_to_change_here_escalates_in_one_line() {
+        let unserved = report(
+            Outcome::Blocked,
+            &[(rules::CHART_RENDERS_UNSERVED_VERSION, 2)],
+            0,
+        );
+        let Path::Escalate(line) = classify(&situation(Some(&unserved))) else {
+            panic!("not escalated");
+        };
+        assert!(!line.contains('\n'));
+        assert!(line.contains("no values to change in this repository"));
+        // A chart of this repository computing the apiVersion is something to change.
+        let local = report(
+            Outcome::Blocked,
+            &[(rules::REPOSITORY_CHART_RENDERS_UNSERVED_VERSION, 1)],
+            0,
+        );
+        assert!(matches!(
+            classify(&situation(Some(&local))),
+            Path::Handoff(_)
+        ));
+    }
+
+    #[test]
+    fn a_values_schema_refusal_hands_off_naming_the_missing_model() {
+        let mut failed = report(Outcome::Undecided, &[(rules::RENDER_FAILED, 1)], 0);
+        failed.verdict.errors = vec!["at head: argocd/x: helm template: values don't meet the specifications of the schema(s) in the following chart(s):\n- at '/webhook': additional properties 'create' not allowed".into()];
+        let Path::Handoff(handoff) = classify(&situation(Some(&failed))) else {
+            panic!("not a handoff");
+        };
+        assert!(
+            handoff
+                .fact
+                .contains("a values migration needs a model, which is not configured")
+        );
+        assert!(handoff.fact.contains("/webhook"));
+        let mut other = failed.clone();
+        other.verdict.errors = vec!["at head: chart not found".into()];
+        assert!(
+            matches!(classify(&situation(Some(&other))), Path::Handoff(h) if h.fact.starts_with("the gate could not render"))
+        );
+    }
+}

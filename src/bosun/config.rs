@@ -1,0 +1,335 @@
+//! `bosun.yaml`: everything Bosun is allowed to do, in one file (documented in
+//! docs/bosun.md). Secrets are never in the file: it names the environment variables that hold
+//! them.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::forge::RepoSlug;
+use crate::gate::publish::CheckMode;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    pub forge: ForgeConfig,
+    pub repositories: Vec<RepositoryConfig>,
+    /// Where the cluster inventory comes from.
+    pub inventory: InventoryConfig,
+    #[serde(default)]
+    pub charts: ChartsConfig,
+    /// Globs (repository-relative) Bosun never writes, whatever else allows it.
+    #[serde(default = "default_deny")]
+    pub deny: Vec<String>,
+    /// Globs Bosun may write; a file matching none is refused.
+    #[serde(default = "default_allow")]
+    pub allow: Vec<String>,
+    /// Which files a repair may touch beyond the lists above.
+    #[serde(default)]
+    pub promotion_scope: PromotionScope,
+    #[serde(default)]
+    pub labels: Labels,
+    /// Repairs pushed to one pull request before Bosun hands off instead.
+    #[serde(default = "default_attempt_cap")]
+    pub attempt_cap: u32,
+    /// The language model. Only `none` exists yet: the paths that would ask one hand off.
+    #[serde(default)]
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub webhook: WebhookConfig,
+    /// The identity of Bosun's commits.
+    #[serde(default)]
+    pub commit: CommitIdentity,
+    /// Checkouts and the render cache (default: a folder in the system's temp dir).
+    #[serde(default)]
+    pub workdir: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForgeConfig {
+    /// The forge's REST API root (GitHub: `https://api.github.com`).
+    pub api_url: String,
+    /// The environment variable holding Bosun's token.
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+    /// How to clone and push a repository: `{slug}` and `{token}` are replaced
+    /// (default `https://x-access-token:{token}@github.com/{slug}.git`).
+    #[serde(default = "default_git_url")]
+    pub git_url: String,
+    /// The login the gate publishes its report as. Default: Bosun's own login (Bosun runs
+    /// the gate). A report by anyone else is ignored.
+    #[serde(default)]
+    pub gate_author: Option<String>,
+    /// How the gate's verdict is published: a check run (GitHub App) or a commit status.
+    #[serde(default = "default_check_mode")]
+    pub check_mode: CheckMode,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RepositoryConfig {
+    /// `owner/name` on the forge.
+    #[serde(deserialize_with = "slug")]
+    pub slug: RepoSlug,
+    /// The URL Applications write for this repository (`repoURL`).
+    pub url: String,
+    /// The branch pull requests merge into (default `main`).
+    #[serde(default = "default_branch")]
+    pub default_branch: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub enum InventoryConfig {
+    /// Argo CD's cluster Secrets, read live through the Kubernetes API (ADR 0008).
+    Kubernetes {
+        #[serde(default = "default_argocd_namespace")]
+        namespace: String,
+    },
+    /// A file in the gate's inventory format (for a run from a workstation).
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartsConfig {
+    /// The chart mirror the gate reads and `helm pull` fills.
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+    /// Pull-through mirrors: charts of `from` are pulled from `to`.
+    #[serde(default)]
+    pub mirrors: Vec<ChartMirror>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ChartMirror {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PromotionScope {
+    /// Only files some Application deploys at the head: under a source's path, or a values
+    /// file it layers.
+    #[default]
+    Deployed,
+    /// Any file of the repository the lists allow.
+    Repository,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Labels {
+    #[serde(default = "needs_human")]
+    pub needs_human: String,
+    #[serde(default = "worth_a_look")]
+    pub worth_a_look: String,
+    /// Attempt N is recorded as the label `<prefix>N`.
+    #[serde(default = "attempt_prefix")]
+    pub attempt_prefix: String,
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Labels {
+            needs_human: needs_human(),
+            worth_a_look: worth_a_look(),
+            attempt_prefix: attempt_prefix(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelConfig {
+    /// `none`: no model; every path that would ask one hands off to a person.
+    #[serde(default)]
+    pub provider: ModelProvider,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ModelProvider {
+    #[default]
+    None,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The environment variable holding the shared secret the intake checks.
+    #[serde(default = "default_secret_env")]
+    pub secret_env: String,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> Self {
+        WebhookConfig {
+            secret_env: default_secret_env(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommitIdentity {
+    #[serde(default = "commit_name")]
+    pub name: String,
+    #[serde(default = "commit_email")]
+    pub email: String,
+}
+
+impl Default for CommitIdentity {
+    fn default() -> Self {
+        CommitIdentity {
+            name: commit_name(),
+            email: commit_email(),
+        }
+    }
+}
+
+fn slug<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<RepoSlug, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(serde::de::Error::custom)
+}
+
+fn default_deny() -> Vec<String> {
+    vec![".github/**".into(), ".git/**".into()]
+}
+fn default_allow() -> Vec<String> {
+    vec!["**/*.yaml".into(), "**/*.yml".into()]
+}
+fn default_attempt_cap() -> u32 {
+    2
+}
+fn default_token_env() -> String {
+    "GITHUB_TOKEN".into()
+}
+fn default_git_url() -> String {
+    "https://x-access-token:{token}@github.com/{slug}.git".into()
+}
+fn default_check_mode() -> CheckMode {
+    CheckMode::CheckRun
+}
+fn default_branch() -> String {
+    "main".into()
+}
+fn default_argocd_namespace() -> String {
+    "argocd".into()
+}
+fn needs_human() -> String {
+    "needs-human".into()
+}
+fn worth_a_look() -> String {
+    "worth-a-look".into()
+}
+fn attempt_prefix() -> String {
+    "bosun/attempt-".into()
+}
+fn default_secret_env() -> String {
+    "BOSUN_WEBHOOK_SECRET".into()
+}
+fn commit_name() -> String {
+    "bosun".into()
+}
+fn commit_email() -> String {
+    "bosun@users.noreply.github.com".into()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let config: Config = serde_saphyr::from_str(text).map_err(|e| {
+            let message = e.to_string();
+            let first = message
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            ConfigError::Invalid(format!("{origin}: {first}"))
+        })?;
+        if config.repositories.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "{origin}: `repositories` lists no repository"
+            )));
+        }
+        for glob in config.deny.iter().chain(&config.allow) {
+            globset::Glob::new(glob)
+                .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
+        }
+        Ok(config)
+    }
+
+    pub fn repository(&self, slug: &RepoSlug) -> Option<&RepositoryConfig> {
+        self.repositories.iter().find(|r| &r.slug == slug)
+    }
+
+    /// The clone URL of a repository, with the token filled in.
+    pub fn git_url(&self, slug: &RepoSlug, token: &str) -> String {
+        self.forge
+            .git_url
+            .replace("{slug}", &slug.to_string())
+            .replace("{token}", token)
+    }
+
+    pub fn gate_author<'a>(&'a self, me: &'a str) -> &'a str {
+        self.forge.gate_author.as_deref().unwrap_or(me)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_file_takes_the_documented_defaults() {
+        let config = Config::parse(
+            "forge: {apiUrl: https://api.github.com}\nrepositories: [{slug: platform/gitops, url: https://github.com/platform/gitops.git}]\ninventory: {kubernetes: {}}\n",
+            "bosun.yaml",
+        )
+        .unwrap();
+        assert_eq!(config.attempt_cap, 2);
+        assert_eq!(config.labels.needs_human, "needs-human");
+        assert_eq!(config.deny, [".github/**", ".git/**"]);
+        assert_eq!(config.model.provider, ModelProvider::None);
+        assert_eq!(config.promotion_scope, PromotionScope::Deployed);
+        assert!(
+            matches!(config.inventory, InventoryConfig::Kubernetes { ref namespace } if namespace == "argocd")
+        );
+        assert_eq!(
+            config.git_url(&"platform/gitops".parse().unwrap(), "t"),
+            "https://x-access-token:t@github.com/platform/gitops.git"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_globs_are_refused() {
+        let base =
+            "forge: {apiUrl: x}\nrepositories: [{slug: a/b, url: u}]\ninventory: {file: i.yaml}\n";
+        assert!(Config::parse(&format!("{base}attemptCaps: 3\n"), "b.yaml").is_err());
+        let err = Config::parse(&format!("{base}deny: ['a/[']\n"), "b.yaml").unwrap_err();
+        assert!(err.to_string().starts_with("b.yaml: glob \"a/[\""), "{err}");
+        assert!(Config::parse(&format!("{base}model: {{provider: openai}}\n"), "b.yaml").is_err());
+    }
+}
