@@ -184,26 +184,6 @@ struct PublishArgs {
     report: Option<PathBuf>,
 }
 
-/// Makes sure a commit is in the local repository, fetching it from `origin` when not.
-fn ensure_commit(repo: &std::path::Path, sha: &str) -> Result<()> {
-    if render::git::resolve_commit(repo, sha).is_ok() {
-        return Ok(());
-    }
-    let status = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["fetch", "--quiet", "origin", sha])
-        .status()
-        .with_context(|| format!("cannot run git fetch in {}", repo.display()))?;
-    if !status.success() || render::git::resolve_commit(repo, sha).is_err() {
-        anyhow::bail!(
-            "commit {sha} is not in {} and could not be fetched from origin",
-            repo.display()
-        );
-    }
-    Ok(())
-}
-
 /// Writes a file whole or not at all (temporary file in the same folder, then rename).
 fn write_atomically(path: &std::path::Path, content: &str) -> Result<()> {
     let dir = path
@@ -363,42 +343,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .build()?;
             runtime.block_on(async {
                 let forge = gate_forge::github::GitHub::new(&publish.forge_url, &token)?;
-                let pr = gate_forge::Forge::pull_request(&forge, &publish.repo_slug, publish.pr)
-                    .await
-                    .with_context(|| {
-                        format!(
-                            "cannot read pull request {}#{}",
-                            publish.repo_slug, publish.pr
-                        )
-                    })?;
-                ensure_commit(&args.repo, &pr.head_sha)?;
-                ensure_commit(&args.repo, &pr.base_sha)?;
                 let author = match &publish.author {
                     Some(author) => author.clone(),
                     None => gate_forge::Forge::current_user(&forge).await?,
                 };
-                let config = config(&args, &pr.head_sha, cli.quiet, false)?;
-                let revisions = gate::check::Revisions {
-                    base: None,
-                    head: pr.head_sha.clone(),
-                    default_branch: Some(pr.base_sha.clone()),
-                };
-                let result =
-                    tokio::task::block_in_place(|| gate::check::check(&config, &revisions));
-                if let Some(path) = &publish.report {
-                    let (comment, full) = gate::report::render(&result);
-                    write_atomically(path, &full.unwrap_or(comment))?;
-                }
-                let published = gate::publish::publish(
+                let config = config(&args, "HEAD", cli.quiet, false)?;
+                let (pr, result, published) = gate::publish::check_and_publish(
                     &forge,
                     &publish.repo_slug,
                     publish.pr,
                     &author,
-                    &result,
+                    &config,
                     publish.check_mode,
                 )
                 .await
-                .context("cannot publish the verdict")?;
+                .with_context(|| {
+                    format!(
+                        "cannot check and publish {}#{}",
+                        publish.repo_slug, publish.pr
+                    )
+                })?;
+                if let Some(path) = &publish.report {
+                    let (comment, full) = gate::report::render(&result);
+                    write_atomically(path, &full.unwrap_or(comment))?;
+                }
                 if !cli.quiet {
                     eprintln!(
                         "gate: {} on {}#{} ({}), comment {}",

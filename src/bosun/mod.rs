@@ -7,4 +7,6 @@ pub mod applier;
 pub mod classify;
 pub mod config;
 pub mod reshape;
+pub mod server;
 pub mod swap;
+pub mod triage;

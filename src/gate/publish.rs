@@ -56,6 +56,40 @@ pub fn title(result: &GateResult) -> String {
     }
 }
 
+/// What `gate publish` and Bosun's gate runner both do (one code path): read the pull
+/// request, make sure both commits are in the local repository, judge the merge base against
+/// the head, and publish the report and the `addons-gate` check.
+pub async fn check_and_publish(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    config: &crate::render::RenderConfig,
+    mode: CheckMode,
+) -> Result<(crate::forge::PullRequest, GateResult, Published), CheckError> {
+    let pr = forge.pull_request(repo, number).await?;
+    crate::render::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
+    crate::render::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
+    let mut config = config.clone();
+    config.revision = pr.head_sha.clone();
+    let revisions = super::check::Revisions {
+        base: None,
+        head: pr.head_sha.clone(),
+        default_branch: Some(pr.base_sha.clone()),
+    };
+    let result = tokio::task::block_in_place(|| super::check::check(&config, &revisions));
+    let published = publish(forge, repo, number, author, &result, mode).await?;
+    Ok((pr, result, published))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+    #[error(transparent)]
+    Git(#[from] crate::render::git::GitError),
+}
+
 pub async fn publish(
     forge: &dyn Forge,
     repo: &RepoSlug,

@@ -104,6 +104,33 @@ pub fn resolve_commit(repo: &Path, revision: &str) -> Result<String, GitError> {
 }
 
 /// The URL of the `origin` remote, if the repository has one.
+/// Makes sure a commit is in the local repository, fetching it from `origin` when not.
+pub fn ensure_commit(repo: &Path, sha: &str) -> Result<(), GitError> {
+    if resolve_commit(repo, sha).is_ok() {
+        return Ok(());
+    }
+    let output = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["fetch", "--quiet", "origin", sha])
+        .output()
+        .map_err(|source| GitError::Spawn {
+            repo: repo.display().to_string(),
+            source,
+        })?;
+    if !output.status.success() || resolve_commit(repo, sha).is_err() {
+        return Err(GitError::Command {
+            repo: repo.display().to_string(),
+            args: format!("fetch origin {sha}"),
+            stderr: format!(
+                "commit {sha} is not here and could not be fetched from origin: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        });
+    }
+    Ok(())
+}
+
 pub fn origin_url(repo: &Path) -> Option<String> {
     run_git(repo, &["remote", "get-url", "origin"])
         .ok()

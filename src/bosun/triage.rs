@@ -1,0 +1,746 @@
+//! One triage of one pull request: run the gate (the same code path as `gate publish`), read
+//! the verdict back from the published report only, classify, act, and repeat on the commit a
+//! repair pushed until the gate has judged it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::applier::{self, Policy, Rewrite, Scope};
+use super::classify::{self, Handoff, Path as TriagePath, Situation};
+use super::config::{Config, InventoryConfig, PromotionScope};
+use super::reshape::{self, Loss};
+use super::swap::{self, Swap};
+use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upsert_marked_comment};
+use crate::gate::publish::{self, CHECK_NAME};
+use crate::gate::report::{self, MARKER, ParsedReport};
+use crate::gate::rules::DroppedServedVersion;
+use crate::render::cache::RenderCache;
+use crate::render::inventory::Inventory;
+use crate::render::tools::Tool;
+use crate::render::{self, RenderConfig, Rendering};
+
+/// The marker of Bosun's own comment (one per pull request, updated in place).
+pub const COMMENT_MARKER: &str = "<!-- bosun:triage v1 -->";
+/// Bosun's own commit status. Never `failure`.
+pub const STATUS_CONTEXT: &str = "bosun";
+
+#[derive(Debug, thiserror::Error)]
+pub enum TriageError {
+    #[error("{0} is not a repository in bosun.yaml")]
+    UnknownRepository(RepoSlug),
+    #[error(transparent)]
+    Forge(#[from] ForgeError),
+    #[error("{0}")]
+    Git(String),
+    #[error("cluster inventory: {0}")]
+    Inventory(String),
+    #[error("gate: {0}")]
+    Gate(String),
+    #[error("cannot write the repair: {0}")]
+    Write(String),
+}
+
+/// What one triage did, for logs, the intake's job list and the proving ground's transcript.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    pub repository: String,
+    pub pull_request: u64,
+    /// The head the triage started from.
+    pub head: String,
+    /// The path taken last: wait, green, worth-a-look, swap, escalate, handoff, closed.
+    pub path: String,
+    /// Commits Bosun pushed.
+    pub pushed: Vec<String>,
+    /// What happened, one line each.
+    pub lines: Vec<String>,
+}
+
+impl Run {
+    fn say(&mut self, line: impl Into<String>) {
+        let line = line.into();
+        tracing::info!(repository = %self.repository, pr = self.pull_request, "{line}");
+        self.lines.push(line);
+    }
+}
+
+pub struct Bosun {
+    pub config: Config,
+    pub forge: Arc<dyn Forge>,
+    /// Bosun's forge token (for git over HTTPS).
+    pub token: String,
+    /// The login the token acts as.
+    pub me: String,
+    pub helm: Tool,
+    pub kubectl: Option<Tool>,
+    /// The Kubernetes client for the live inventory (None with a file inventory).
+    pub kube: Option<kube::Client>,
+    pub workdir: PathBuf,
+}
+
+fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .map_err(|e| TriageError::Git(format!("cannot run git: {e}")))?;
+    if !output.status.success() {
+        // Never echo a URL with a token in it.
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if a.contains('@') { "<url>" } else { a })
+            .collect();
+        return Err(TriageError::Git(format!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+impl Bosun {
+    fn checkout_dir(&self, slug: &RepoSlug) -> PathBuf {
+        self.workdir
+            .join("checkouts")
+            .join(&slug.owner)
+            .join(&slug.name)
+    }
+
+    /// A clone of the repository, fetched up to date.
+    fn checkout(&self, slug: &RepoSlug) -> Result<PathBuf, TriageError> {
+        let dir = self.checkout_dir(slug);
+        let url = self.config.git_url(slug, &self.token);
+        if !dir.join(".git").exists() {
+            std::fs::create_dir_all(&dir).map_err(|e| TriageError::Git(e.to_string()))?;
+            git(&dir, &["init", "--quiet"])?;
+            git(&dir, &["remote", "add", "origin", &url])?;
+        } else {
+            git(&dir, &["remote", "set-url", "origin", &url])?;
+        }
+        git(
+            &dir,
+            &[
+                "fetch",
+                "--quiet",
+                "--prune",
+                "origin",
+                "+refs/heads/*:refs/remotes/origin/*",
+            ],
+        )?;
+        Ok(dir)
+    }
+
+    async fn inventory(&self) -> Result<Inventory, TriageError> {
+        match &self.config.inventory {
+            InventoryConfig::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    TriageError::Inventory(format!("cannot read {}: {e}", path.display()))
+                })?;
+                Inventory::parse(&text, &path.display().to_string())
+                    .map_err(|e| TriageError::Inventory(e.to_string()))
+            }
+            InventoryConfig::Kubernetes { namespace } => {
+                let client = self.kube.clone().ok_or_else(|| {
+                    TriageError::Inventory("no Kubernetes client configured".into())
+                })?;
+                let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+                    kube::Api::namespaced(client, namespace);
+                let list = secrets
+                    .list(&kube::api::ListParams::default().labels(&format!(
+                        "{}=cluster",
+                        crate::render::inventory::SECRET_TYPE_LABEL
+                    )))
+                    .await
+                    .map_err(|e| {
+                        TriageError::Inventory(format!(
+                            "cannot list cluster Secrets in {namespace}: {e}"
+                        ))
+                    })?;
+                let items: Vec<Value> = list
+                    .items
+                    .iter()
+                    .map(|s| {
+                        let mut value = serde_json::to_value(s).unwrap_or(Value::Null);
+                        value["apiVersion"] = "v1".into();
+                        value["kind"] = "Secret".into();
+                        value
+                    })
+                    .collect();
+                let text = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
+                    .to_string();
+                Inventory::parse(&text, &format!("cluster Secrets in {namespace}"))
+                    .map_err(|e| TriageError::Inventory(e.to_string()))
+            }
+        }
+    }
+
+    fn render_config(&self, checkout: &Path, url: &str, inventory: Inventory) -> RenderConfig {
+        RenderConfig {
+            repo_dir: checkout.to_path_buf(),
+            revision: "HEAD".into(),
+            repo_url: Some(url.to_string()),
+            inventory,
+            charts: Some(
+                self.config
+                    .charts
+                    .dir
+                    .clone()
+                    .unwrap_or_else(|| self.workdir.join("charts")),
+            ),
+            git_mirrors: Vec::new(),
+            helm: self.helm.clone(),
+            kubectl: self.kubectl.clone(),
+            cache: RenderCache::at(self.workdir.join("render-cache")),
+            max_depth: render::DEFAULT_MAX_DEPTH,
+            jobs: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            pull_missing_charts: true,
+            chart_repo_mirrors: self
+                .config
+                .charts
+                .mirrors
+                .iter()
+                .map(|m| (m.from.clone(), m.to.clone()))
+                .collect(),
+        }
+    }
+
+    async fn status(&self, slug: &RepoSlug, sha: &str, state: StatusState, description: &str) {
+        let status = CommitStatus {
+            context: STATUS_CONTEXT.into(),
+            state,
+            // GitHub caps a status description at 140 characters.
+            description: description.chars().take(140).collect(),
+        };
+        if let Err(e) = self.forge.set_status(slug, sha, &status).await {
+            tracing::warn!("cannot set the bosun status on {sha}: {e}");
+        }
+    }
+
+    /// The gate's report for this pull request: the comment that starts with the marker and
+    /// was written by the gate's identity. Anything else is ignored.
+    async fn published_report(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+    ) -> Result<Option<ParsedReport>, TriageError> {
+        let author = self.config.gate_author(&self.me);
+        let comments = self.forge.comments(slug, number).await?;
+        Ok(comments
+            .iter()
+            .filter(|c| c.author == author && c.body.starts_with(MARKER))
+            .filter_map(|c| report::parse(&c.body).ok())
+            .next_back())
+    }
+
+    /// The `addons-gate` check (run or status) on a commit, if the gate published one.
+    async fn check_published(&self, slug: &RepoSlug, sha: &str) -> Result<bool, TriageError> {
+        let runs = self.forge.check_runs(slug, sha).await?;
+        if runs.iter().any(|r| r.name == CHECK_NAME) {
+            return Ok(true);
+        }
+        let statuses = self.forge.statuses(slug, sha).await?;
+        Ok(statuses.iter().any(|s| s.context == CHECK_NAME))
+    }
+
+    async fn comment(&self, slug: &RepoSlug, number: u64, body: &str) -> Result<(), TriageError> {
+        let body = format!("{COMMENT_MARKER}\n{body}");
+        upsert_marked_comment(
+            self.forge.as_ref(),
+            slug,
+            number,
+            &self.me,
+            COMMENT_MARKER,
+            &body,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn label(&self, slug: &RepoSlug, number: u64, label: &str) -> Result<(), TriageError> {
+        self.forge
+            .add_labels(slug, number, &[label.to_string()])
+            .await?;
+        Ok(())
+    }
+
+    async fn hand_off(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        handoff: &Handoff,
+        details: &[String],
+        run: &mut Run,
+    ) -> Result<String, TriageError> {
+        let mut body = format!(
+            "**Over to you.** Open {}. The choice: {}. What stopped a mechanical fix: {}.\n",
+            report::text(&handoff.open),
+            report::text(&handoff.choice),
+            report::text(&handoff.fact)
+        );
+        if !details.is_empty() {
+            body.push('\n');
+            for line in details {
+                let _ = writeln!(body, "- {}", report::text(line));
+            }
+        }
+        body.push_str("\nBosun has stopped here; nothing was pushed by this step.\n");
+        self.comment(slug, number, &body).await?;
+        self.label(slug, number, &self.config.labels.needs_human)
+            .await?;
+        run.say(format!(
+            "handed off to a person (label {}): {}",
+            self.config.labels.needs_human, handoff.fact
+        ));
+        run.path = "handoff".into();
+        Ok(format!("handed off: {}", handoff.fact))
+    }
+
+    /// Triage one pull request until the gate has judged its latest head.
+    pub async fn triage(&self, slug: &RepoSlug, number: u64) -> Result<Run, TriageError> {
+        let repository = self
+            .config
+            .repository(slug)
+            .ok_or_else(|| TriageError::UnknownRepository(slug.clone()))?
+            .clone();
+        let mut run = Run {
+            repository: slug.to_string(),
+            pull_request: number,
+            ..Run::default()
+        };
+        let mut pr = self.forge.pull_request(slug, number).await?;
+        run.head = pr.head_sha.clone();
+        // Bounded: each round either ends or pushes one repair, and pushes are capped.
+        for _ in 0..=self.config.attempt_cap + 1 {
+            if pr.state != "open" || pr.merged {
+                run.say(format!("#{number} is {}; nothing to do", pr.state));
+                run.path = "closed".into();
+                return Ok(run);
+            }
+            let head = pr.head_sha.clone();
+            self.status(slug, &head, StatusState::Pending, "reading addons-gate")
+                .await;
+            let description = match self.round(slug, &repository.url, &mut pr, &mut run).await {
+                Ok(Some(description)) => description,
+                Ok(None) => continue, // a repair was pushed: judge the new head
+                Err(e) => {
+                    // Never a failure: say what went wrong and leave the verdict to the gate.
+                    self.status(
+                        slug,
+                        &head,
+                        StatusState::Success,
+                        &format!("stopped: {e}"),
+                    )
+                    .await;
+                    return Err(e);
+                }
+            };
+            self.status(slug, &pr.head_sha, StatusState::Success, &description)
+                .await;
+            return Ok(run);
+        }
+        run.say("stopped: too many rounds");
+        Ok(run)
+    }
+
+    /// One round: gate, read, classify, act. `Ok(None)`: a repair was pushed (pr updated).
+    async fn round(
+        &self,
+        slug: &RepoSlug,
+        url: &str,
+        pr: &mut crate::forge::PullRequest,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        let number = pr.number;
+        let checkout = self.checkout(slug)?;
+        let inventory = self.inventory().await?;
+        let config = self.render_config(&checkout, url, inventory);
+        // The gate runner: exactly what `gate publish` does.
+        let (fresh, result, _) = publish::check_and_publish(
+            self.forge.as_ref(),
+            slug,
+            number,
+            &self.me,
+            &config,
+            self.config.forge.check_mode,
+        )
+        .await
+        .map_err(|e| TriageError::Gate(e.to_string()))?;
+        *pr = fresh;
+        run.say(format!(
+            "gate on {}: {}",
+            short(&pr.head_sha),
+            publish::title(&result)
+        ));
+        // Triage reads the verdict only from what was published.
+        let report = self.published_report(slug, number).await?;
+        let checked = self.check_published(slug, &pr.head_sha).await?;
+        let attempts = pr
+            .labels
+            .iter()
+            .filter(|l| l.starts_with(&self.config.labels.attempt_prefix))
+            .count() as u32;
+        let situation = Situation {
+            report: report.as_ref().filter(|_| checked),
+            head_sha: &pr.head_sha,
+            fork: pr.head_repo != slug.to_string(),
+            attempts,
+            attempt_cap: self.config.attempt_cap,
+        };
+        match classify::classify(&situation) {
+            TriagePath::Wait(why) => {
+                run.say(format!("waiting: {why}"));
+                run.path = "wait".into();
+                Ok(Some(format!("waiting: {why}")))
+            }
+            TriagePath::Green => {
+                run.path = if run.pushed.is_empty() {
+                    "green".into()
+                } else {
+                    "swap".into()
+                };
+                if run.pushed.is_empty() {
+                    run.say("addons-gate is green; nothing to do");
+                    Ok(Some("addons-gate is green; nothing to do".into()))
+                } else {
+                    run.say("addons-gate is green on the repair");
+                    Ok(Some(format!(
+                        "repaired in {}; addons-gate is green",
+                        short(&pr.head_sha)
+                    )))
+                }
+            }
+            TriagePath::WorthALook(reasons) => {
+                let body = format!(
+                    "**Worth a look before merging.** The gate is green, and the render shows that {}. Nothing blocks; the gate's report has the details.\n",
+                    reasons.join(", and ")
+                );
+                self.comment(slug, number, &body).await?;
+                self.label(slug, number, &self.config.labels.worth_a_look)
+                    .await?;
+                run.say(format!(
+                    "worth a look (label {}): {}",
+                    self.config.labels.worth_a_look,
+                    reasons.join("; ")
+                ));
+                run.path = "worth-a-look".into();
+                Ok(Some(format!("green; worth a look: {}", reasons.join("; "))))
+            }
+            TriagePath::Escalate(line) => {
+                self.comment(slug, number, &format!("{line}\n")).await?;
+                self.label(slug, number, &self.config.labels.needs_human)
+                    .await?;
+                run.say(format!(
+                    "escalated (label {}): no values to change in this repository",
+                    self.config.labels.needs_human
+                ));
+                run.path = "escalate".into();
+                Ok(Some("escalated: no values to change in this repository".into()))
+            }
+            TriagePath::Handoff(handoff) => self
+                .hand_off(slug, number, &handoff, &[], run)
+                .await
+                .map(Some),
+            TriagePath::Swap(dropped) => {
+                self.swap(slug, url, &checkout, &config, pr, &dropped, attempts, run)
+                    .await
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn swap(
+        &self,
+        slug: &RepoSlug,
+        url: &str,
+        checkout: &Path,
+        config: &RenderConfig,
+        pr: &mut crate::forge::PullRequest,
+        dropped: &[DroppedServedVersion],
+        attempts: u32,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        let number = pr.number;
+        let head = pr.head_sha.clone();
+        git(checkout, &["checkout", "--quiet", "--force", "--detach", &head])?;
+        git(checkout, &["clean", "--quiet", "-fdx"])?;
+        let plan = swap::plan(dropped);
+        let mut head_config = config.clone();
+        head_config.revision = head.clone();
+        let rendering = tokio::task::block_in_place(|| render::render(&head_config))
+            .map_err(|f| {
+                TriageError::Gate(format!(
+                    "the head does not render: {}",
+                    f.diagnostics
+                        .first()
+                        .map(|d| d.message.as_str())
+                        .unwrap_or("")
+                ))
+            })?;
+        let scope = match self.config.promotion_scope {
+            PromotionScope::Deployed => Some(Scope::of(&rendering, |repo| {
+                repo.is_empty()
+                    || crate::render::repos::normalize_repo_url(repo)
+                        == crate::render::repos::normalize_repo_url(url)
+            })),
+            PromotionScope::Repository => None,
+        };
+        let policy = Policy::new(&self.config.deny, &self.config.allow, scope)
+            .map_err(TriageError::Write)?;
+        let rewrites = match applier::prepare(checkout, &policy, &plan) {
+            Ok(rewrites) => rewrites,
+            Err(refusals) => {
+                let files: Vec<String> = refusals.iter().map(|r| r.path.clone()).collect();
+                let handoff = Handoff {
+                    open: files.join(", "),
+                    choice: "move each manifest's apiVersion to the version the gate names, or decide the file should not move".into(),
+                    fact: format!(
+                        "the applier refused {} (nothing was pushed, not even the files it accepted)",
+                        refusals
+                            .iter()
+                            .map(|r| format!("{}: {}", r.path, r.reason))
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                };
+                return self
+                    .hand_off(slug, number, &handoff, &[], run)
+                    .await
+                    .map(Some);
+            }
+        };
+        let losses = reshape_losses(&rewrites, &plan, dropped, &rendering);
+        if !losses.is_empty() {
+            let details: Vec<String> = losses
+                .iter()
+                .map(|(document, loss)| format!("{document}: {loss}"))
+                .collect();
+            let files: Vec<&str> = {
+                let mut f: Vec<&str> = losses.iter().map(|(d, _)| d.file.as_str()).collect();
+                f.dedup();
+                f
+            };
+            let handoff = Handoff {
+                open: files.join(", "),
+                choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
+                fact: format!(
+                    "the destination schema would prune or reject {} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
+                    losses.len(),
+                    if losses.len() == 1 { "" } else { "s" }
+                ),
+            };
+            return self
+                .hand_off(slug, number, &handoff, &details, run)
+                .await
+                .map(Some);
+        }
+        applier::write(checkout, &rewrites).map_err(|e| TriageError::Write(e.to_string()))?;
+        let files: Vec<&str> = rewrites.iter().map(|r| r.path.as_str()).collect();
+        let swapped: usize = plan.values().map(Vec::len).sum();
+        let mut message = format!(
+            "Move {swapped} manifest{} off API versions the new chart stops serving\n\nBosun rewrote apiVersion values only, as the addons-gate report asked:\n",
+            if swapped == 1 { "" } else { "s" }
+        );
+        for file in &files {
+            let _ = writeln!(message, "- {file}");
+        }
+        let identity = &self.config.commit;
+        let mut add = vec!["add", "--"];
+        add.extend(files.iter().copied());
+        git(checkout, &add)?;
+        git(
+            checkout,
+            &[
+                "-c",
+                &format!("user.name={}", identity.name),
+                "-c",
+                &format!("user.email={}", identity.email),
+                "commit",
+                "--quiet",
+                "--no-verify",
+                "-m",
+                &message,
+            ],
+        )?;
+        let commit = git(checkout, &["rev-parse", "HEAD"])?;
+        // No force: if the branch moved since the gate read it, the push fails and the
+        // branch stays as it is.
+        if let Err(e) = git(
+            checkout,
+            &[
+                "push",
+                "--quiet",
+                "origin",
+                &format!("HEAD:refs/heads/{}", pr.head_ref),
+            ],
+        ) {
+            git(checkout, &["checkout", "--quiet", "--force", "--detach", &head])?;
+            return Err(e);
+        }
+        let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
+        self.label(slug, number, &attempt).await?;
+        let mut body = format!(
+            "**Repaired.** The gate found manifests declaring API versions the new chart stops serving. Bosun moved {swapped} of them to the versions the gate named (commit `{}`), changing apiVersion values only:\n\n",
+            short(&commit)
+        );
+        for crd in dropped {
+            let _ = writeln!(
+                body,
+                "- `{}` {} → `{}/{}`: {}",
+                report::text(&crd.kind),
+                crd.dropped.join(", "),
+                report::text(&crd.group),
+                report::text(&crd.storage),
+                crd.consumers
+                    .iter()
+                    .map(|c| format!("`{}`", report::text(&c.path)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        body.push_str("\nThe gate re-runs on the pushed commit and counts the consumers again.\n");
+        self.comment(slug, number, &body).await?;
+        run.say(format!(
+            "swapped apiVersions in {} file{} ({swapped} manifests), pushed {} to {} (label {attempt})",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" },
+            short(&commit),
+            pr.head_ref
+        ));
+        run.pushed.push(commit.clone());
+        *pr = self.forge.pull_request(slug, number).await?;
+        if pr.head_sha != commit {
+            return Err(TriageError::Git(format!(
+                "pushed {} but the pull request's head is {}",
+                short(&commit),
+                short(&pr.head_sha)
+            )));
+        }
+        Ok(None)
+    }
+}
+
+/// A document a swap rewrote, for messages.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DocumentRef {
+    pub file: String,
+    pub kind: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for DocumentRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} {})", self.file, self.kind, self.name)
+    }
+}
+
+fn crd_for<'r>(rendering: &'r Rendering, group: &str, kind: &str) -> Option<&'r Value> {
+    rendering
+        .applications
+        .iter()
+        .flat_map(|a| a.objects.iter())
+        .find(|o| {
+            o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
+                && o.pointer("/spec/group").and_then(Value::as_str) == Some(group)
+                && o.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+        })
+}
+
+/// Every value the swap would lose, per document: plain manifests are read back from their
+/// rewritten text; a chart template's objects are taken from the head's rendering.
+pub fn reshape_losses(
+    rewrites: &[Rewrite],
+    plan: &BTreeMap<String, Vec<Swap>>,
+    dropped: &[DroppedServedVersion],
+    rendering: &Rendering,
+) -> Vec<(DocumentRef, Loss)> {
+    let mut out = Vec::new();
+    let destination = |swap: &Swap| {
+        dropped.iter().find(|d| {
+            d.kind == swap.kind && format!("{}/{}", d.group, d.storage) == swap.to
+        })
+    };
+    for rewrite in rewrites {
+        let documents =
+            crate::yaml::parse_documents(&rewrite.after, &rewrite.path).unwrap_or_default();
+        for swap in plan.get(&rewrite.path).into_iter().flatten() {
+            let Some(target) = destination(swap) else {
+                continue;
+            };
+            let Some(crd) = crd_for(rendering, &target.group, &target.kind) else {
+                continue;
+            };
+            let objects: Vec<Value> = if swap.template {
+                let chart_dir = rewrite
+                    .path
+                    .rsplit_once("/templates/")
+                    .map(|(dir, _)| dir.to_string())
+                    .unwrap_or_default();
+                rendering
+                    .applications
+                    .iter()
+                    .filter(|a| {
+                        a.sources.iter().any(|s| {
+                            s.get("path").and_then(Value::as_str).map(render::git::normalize)
+                                == Some(chart_dir.clone())
+                        })
+                    })
+                    .flat_map(|a| a.objects.iter())
+                    .filter(|o| {
+                        o.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
+                            && o.get("apiVersion").and_then(Value::as_str)
+                                == Some(swap.from.as_str())
+                    })
+                    .cloned()
+                    .map(|mut o| {
+                        o["apiVersion"] = swap.to.clone().into();
+                        o
+                    })
+                    .collect()
+            } else {
+                documents
+                    .iter()
+                    .filter(|d| {
+                        d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
+                            && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
+                            && d.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+                                == swap.name
+                    })
+                    .take(1)
+                    .cloned()
+                    .collect()
+            };
+            for object in objects {
+                let document = DocumentRef {
+                    file: rewrite.path.clone(),
+                    kind: swap.kind.clone(),
+                    name: object
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or(&swap.name)
+                        .to_string(),
+                };
+                for loss in reshape::losses(&object, crd, &target.storage) {
+                    out.push((document.clone(), loss));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.dedup();
+    out
+}
