@@ -20,6 +20,7 @@ pub async fn play_with(name: &str, faults: FaultPlan) -> Ground {
     let options = Options {
         gate: env!("CARGO_BIN_EXE_gate").into(),
         observer: Some(env!("CARGO_BIN_EXE_observer").into()),
+        bosun: Some(env!("CARGO_BIN_EXE_bosun").into()),
         tools: root.join("target/tools"),
         crds: root.join("kind/crds"),
         faults,

@@ -10,6 +10,7 @@
 
 pub mod argocd;
 pub mod bench;
+pub mod bosun;
 pub mod charts;
 pub mod ci;
 pub mod forge;
@@ -47,12 +48,16 @@ pub const FORGE_KARGO_TOKEN: &str = "ground-kargo-token";
 pub const FORGE_GATE_TOKEN: &str = "ground-gate-token";
 pub const FORGE_PERSON_TOKEN: &str = "ground-alice-token";
 pub const FORGE_BOSUN_TOKEN: &str = "ground-bosun-token";
+pub const KUBE_BOSUN_TOKEN: &str = "ground-bosun-kube-token";
+pub const BOSUN_USER: &str = "system:serviceaccount:bosun:bosun";
 
 pub struct Options {
     /// The real `gate` binary the CI job runs.
     pub gate: PathBuf,
     /// The real `observer` binary, for scenarios that start it.
     pub observer: Option<PathBuf>,
+    /// The real `bosun` binary, for scenarios that run it.
+    pub bosun: Option<PathBuf>,
     /// The folder with the pinned `helm` and `kubectl`.
     pub tools: PathBuf,
     /// The project's CRDs (kind/crds).
@@ -70,6 +75,8 @@ pub struct Ground {
     pub kargo: Kargo,
     pub argocd: ArgoCd,
     pub ci: Ci,
+    /// The real `bosun serve`, when the scenario runs it (then the gate runner).
+    pub bosun: Option<self::bosun::BosunProcess>,
     pub transcript: Transcript,
     /// kubeconfig for the observer's identity.
     pub kubeconfig: PathBuf,
@@ -186,7 +193,16 @@ impl Ground {
         forge.add_user(FORGE_PERSON_TOKEN, "alice");
         forge.add_user(FORGE_BOSUN_TOKEN, "bosun[bot]");
         let repository = &scenario.repository;
-        let git_url = forge.create_repo(&repository.slug, &scenario.path(&repository.content))?;
+        let content = match &repository.overlay {
+            None => scenario.path(&repository.content),
+            Some(overlay) => {
+                let merged = dir.path().join("repository-content");
+                git::copy_tree(&scenario.path(&repository.content), &merged)?;
+                git::copy_tree(&scenario.path(overlay), &merged)?;
+                merged
+            }
+        };
+        let git_url = forge.create_repo(&repository.slug, &content)?;
         for (branch, checks) in &repository.protect {
             let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
             forge.protect(&repository.slug, branch, &checks);
@@ -320,6 +336,72 @@ impl Ground {
             .map(|r| (r.alias.clone(), r.url()))
             .collect();
 
+        let bosun = match &scenario.bosun {
+            None => None,
+            Some(spec) => {
+                let binary = options
+                    .bosun
+                    .clone()
+                    .context("this scenario runs Bosun: pass its binary")?;
+                // Argo CD's cluster Secrets, annotated as the project reads them: Bosun's
+                // inventory is live, read through the API double.
+                let inventory = Inventory::parse(
+                    &std::fs::read_to_string(&ci.inventory)?,
+                    &ci.inventory.display().to_string(),
+                )?;
+                {
+                    let mut store = kube.store();
+                    let resource = store
+                        .resource("", "v1", "secrets")
+                        .cloned()
+                        .context("the API double serves Secrets")?;
+                    for secret in inventory.cluster_secrets("argocd") {
+                        store
+                            .create(&resource, "argocd", secret, &admin())
+                            .map_err(|e| anyhow::anyhow!("cluster Secret: {e}"))?;
+                    }
+                }
+                kube.add_user(KUBE_BOSUN_TOKEN, BOSUN_USER, &["system:serviceaccounts"]);
+                let bosun_kubeconfig = kube.write_kubeconfig(
+                    &dir.path().join("bosun.kubeconfig"),
+                    BOSUN_USER,
+                    KUBE_BOSUN_TOKEN,
+                    "argocd",
+                )?;
+                let process = self::bosun::BosunProcess::start(self::bosun::Launch {
+                    binary: &binary,
+                    dir: dir.path(),
+                    forge_url: &forge.url(),
+                    forge_token: FORGE_BOSUN_TOKEN,
+                    slug: &repository.slug,
+                    repo_url: &repository.url,
+                    bare: &forge
+                        .bare_path(&repository.slug)
+                        .context("bare repository")?,
+                    kubeconfig: &bosun_kubeconfig,
+                    tools: &options.tools,
+                    chart_mirrors: ci.chart_repo_mirrors.clone(),
+                    charts: &charts_mirror,
+                    overrides: &spec.config,
+                })
+                .await?;
+                kargo.http_aliases.insert(
+                    self::bosun::BOSUN_ALIAS.to_string(),
+                    process.url.clone(),
+                );
+                kargo.secrets.insert(
+                    "bosun".into(),
+                    json!({"token": self::bosun::WEBHOOK_SECRET}),
+                );
+                ci.enabled = false;
+                transcript.say(
+                    "bosun",
+                    "serving the intake at https://bosun.example.test (the gate runs inside Bosun)",
+                );
+                Some(process)
+            }
+        };
+
         Ok(Ground {
             scenario,
             kube,
@@ -328,6 +410,7 @@ impl Ground {
             kargo,
             argocd,
             ci,
+            bosun,
             transcript,
             kubeconfig,
             admin_kubeconfig,
@@ -348,7 +431,18 @@ impl Ground {
         let kargo = self.kargo.tick(&self.kube, &self.transcript).await;
         let ci = self.ci.tick(&self.forge, &self.transcript).await;
         let argocd = self.argocd.tick(&self.kube, &self.transcript).await;
-        kargo || ci || argocd
+        let bosun = match &mut self.bosun {
+            Some(bosun) => bosun.tick(&self.transcript).await,
+            None => false,
+        };
+        kargo || ci || argocd || bosun
+    }
+
+    async fn bosun_busy(&self) -> bool {
+        match &self.bosun {
+            Some(bosun) => bosun.busy().await,
+            None => false,
+        }
     }
 
     /// Runs the actors until nothing changes. A promotion or verification that keeps waiting
@@ -361,6 +455,12 @@ impl Ground {
             if self.tick().await {
                 quiet = 0;
                 waiting = 0;
+                continue;
+            }
+            // Bosun renders twice per round: give it the time it takes (bounded).
+            if self.bosun_busy().await && waiting < 4800 {
+                waiting += 1;
+                tokio::time::sleep(Duration::from_millis(25)).await;
                 continue;
             }
             if self.kargo.busy() && waiting < 40 {
@@ -413,6 +513,8 @@ impl Ground {
                     .say("scenario", format!("{app} is scaled to zero"));
             }
             Action::Settle => self.settle().await?,
+            Action::Merge(merge) => self.merge(merge).await?,
+            Action::Comment(comment) => self.comment(comment).await?,
             Action::PushImage(reference) => {
                 let (name, digest) = reference
                     .split_once('@')
@@ -720,6 +822,67 @@ impl Ground {
                 ),
             );
         }
+        Ok(())
+    }
+
+    fn forge_token(login: &str) -> Result<&'static str> {
+        Ok(match login {
+            "alice" => FORGE_PERSON_TOKEN,
+            "kargo" => FORGE_KARGO_TOKEN,
+            "addons-gate[bot]" => FORGE_GATE_TOKEN,
+            "bosun[bot]" => FORGE_BOSUN_TOKEN,
+            other => bail!("the forge double has no user {other}"),
+        })
+    }
+
+    /// A person merges through the forge's API; branch protection decides.
+    async fn merge(&mut self, merge: &scenario::Merge) -> Result<()> {
+        let token = Self::forge_token(&merge.by)?;
+        let response = reqwest::Client::new()
+            .put(format!(
+                "{}/repos/{}/pulls/{}/merge",
+                self.forge.url(),
+                self.scenario.repository.slug,
+                merge.pr
+            ))
+            .bearer_auth(token)
+            .json(&json!({"merge_method": "merge"}))
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let said = if status.is_success() {
+            format!("{} merged #{}", merge.by, merge.pr)
+        } else {
+            format!(
+                "{} could not merge #{}: {} ({})",
+                merge.by,
+                merge.pr,
+                body["message"].as_str().unwrap_or(""),
+                status.as_u16()
+            )
+        };
+        self.transcript.say("forge", said);
+        Ok(())
+    }
+
+    /// A person comments (a scenario uses it to spoof a report).
+    async fn comment(&mut self, comment: &scenario::CommentSpec) -> Result<()> {
+        let token = Self::forge_token(&comment.by)?;
+        let body = std::fs::read_to_string(self.scenario.path(&comment.body_file))
+            .with_context(|| format!("comment body {}", comment.body_file))?;
+        let forge = gitops_loop::forge::github::GitHub::new(&self.forge.url(), token)?;
+        let slug: gitops_loop::forge::RepoSlug = self
+            .scenario
+            .repository
+            .slug
+            .parse()
+            .map_err(|e: String| anyhow::anyhow!(e))?;
+        gitops_loop::forge::Forge::create_comment(&forge, &slug, comment.pr, &body).await?;
+        self.transcript.say(
+            "forge",
+            format!("{} commented on #{} ({})", comment.by, comment.pr, comment.body_file),
+        );
         Ok(())
     }
 

@@ -26,6 +26,9 @@ struct Common {
     /// The observer binary, for scenarios that start it.
     #[arg(long)]
     observer: Option<PathBuf>,
+    /// The bosun binary, for scenarios that run it.
+    #[arg(long)]
+    bosun: Option<PathBuf>,
     /// Folder with the pinned helm and kubectl.
     #[arg(long)]
     tools: PathBuf,
@@ -64,6 +67,7 @@ fn options(common: &Common) -> Options {
     Options {
         gate: common.gate.clone(),
         observer: common.observer.clone(),
+        bosun: common.bosun.clone(),
         tools: common.tools.clone(),
         crds: common.crds.clone(),
         faults,

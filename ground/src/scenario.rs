@@ -17,6 +17,9 @@ pub struct Scenario {
     pub kargo: KargoSpec,
     #[serde(default)]
     pub registry: Vec<Image>,
+    /// Run the real `bosun serve`; it is then the gate runner (the CI job stays off).
+    #[serde(default)]
+    pub bosun: Option<BosunSpec>,
     pub timeline: Vec<Action>,
     #[serde(default)]
     pub expect: Expect,
@@ -33,6 +36,10 @@ pub struct Repository {
     pub url: String,
     /// The folder holding the repository's first commit, relative to the scenario.
     pub content: String,
+    /// Files laid over `content` in that first commit (a scenario's variation of a shared
+    /// repository), relative to the scenario.
+    #[serde(default)]
+    pub overlay: Option<String>,
     /// Branch protection: branch -> required checks.
     #[serde(default)]
     pub protect: BTreeMap<String, Vec<String>>,
@@ -86,6 +93,31 @@ pub struct Tag {
     pub digest: String,
 }
 
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BosunSpec {
+    /// Keys merged over the bosun.yaml the ground writes (deny, allow, attemptCap, ...).
+    #[serde(default)]
+    pub config: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Merge {
+    pub pr: u64,
+    /// The forge user who presses the button.
+    pub by: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommentSpec {
+    pub pr: u64,
+    pub by: String,
+    /// A file (relative to the scenario) holding the body.
+    pub body_file: String,
+}
+
 /// One event of the timeline.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -118,6 +150,10 @@ pub enum Action {
     AwaitObserverMetric(AwaitMetric),
     /// Fail the run unless the Stage has exactly this many Promotions now.
     ExpectPromotions(ExpectPromotions),
+    /// A person merges a pull request through the forge's API (branch protection applies).
+    Merge(Merge),
+    /// A person comments on a pull request.
+    Comment(CommentSpec),
 }
 
 #[derive(Debug, Clone, Deserialize)]

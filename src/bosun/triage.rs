@@ -60,6 +60,9 @@ pub struct Run {
     pub pushed: Vec<String>,
     /// What happened, one line each.
     pub lines: Vec<String>,
+    /// The comment paragraph of a repair pushed in this run (kept when the gate re-runs).
+    #[serde(skip)]
+    pub repaired: Option<String>,
 }
 
 impl Run {
@@ -306,6 +309,9 @@ impl Bosun {
             "handed off to a person (label {}): {}",
             self.config.labels.needs_human, handoff.fact
         ));
+        for line in details {
+            run.say(format!("  {line}"));
+        }
         run.path = "handoff".into();
         Ok(format!("handed off: {}", handoff.fact))
     }
@@ -417,6 +423,13 @@ impl Bosun {
                     run.say("addons-gate is green; nothing to do");
                     Ok(Some("addons-gate is green; nothing to do".into()))
                 } else {
+                    if let Some(repaired) = &run.repaired {
+                        let body = format!(
+                            "{repaired}\nThe gate re-ran on `{}` and is green.\n",
+                            short(&pr.head_sha)
+                        );
+                        self.comment(slug, number, &body).await?;
+                    }
                     run.say("addons-gate is green on the repair");
                     Ok(Some(format!(
                         "repaired in {}; addons-gate is green",
@@ -425,8 +438,17 @@ impl Bosun {
                 }
             }
             TriagePath::WorthALook(reasons) => {
-                let body = format!(
-                    "**Worth a look before merging.** The gate is green, and the render shows that {}. Nothing blocks; the gate's report has the details.\n",
+                let mut body = String::new();
+                if let Some(repaired) = &run.repaired {
+                    let _ = writeln!(
+                        body,
+                        "{repaired}\nThe gate re-ran on `{}` and is green.\n",
+                        short(&pr.head_sha)
+                    );
+                }
+                let _ = writeln!(
+                    body,
+                    "**Worth a look before merging.** The gate is green, and the render shows that {}. Nothing blocks; the gate's report has the details.",
                     reasons.join(", and ")
                 );
                 self.comment(slug, number, &body).await?;
@@ -612,6 +634,7 @@ impl Bosun {
                     .join(", ")
             );
         }
+        run.repaired = Some(body.clone());
         body.push_str("\nThe gate re-runs on the pushed commit and counts the consumers again.\n");
         self.comment(slug, number, &body).await?;
         run.say(format!(

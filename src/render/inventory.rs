@@ -208,6 +208,51 @@ impl Inventory {
         Ok(inventory)
     }
 
+    /// Argo CD cluster Secrets for these clusters, annotated with what the project reads
+    /// (kube version, API versions): what an operator applies so a live inventory renders as
+    /// this file does.
+    pub fn cluster_secrets(&self, namespace: &str) -> Vec<Value> {
+        use base64::Engine;
+        let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+        self.clusters
+            .iter()
+            .map(|cluster| {
+                let mut annotations = cluster.annotations.clone();
+                if let Some(version) = &cluster.kube_version {
+                    annotations.insert(KUBE_VERSION_ANNOTATION.into(), version.clone());
+                }
+                if !cluster.api_versions.is_empty() {
+                    annotations.insert(
+                        API_VERSIONS_ANNOTATION.into(),
+                        cluster.api_versions.join(","),
+                    );
+                }
+                let mut labels = cluster.labels.clone();
+                labels.insert(SECRET_TYPE_LABEL.into(), "cluster".into());
+                let mut data = serde_json::json!({
+                    "name": encode(&cluster.name),
+                    "server": encode(&cluster.server),
+                    "config": encode("{}"),
+                });
+                if !cluster.project.is_empty() {
+                    data["project"] = encode(&cluster.project).into();
+                }
+                serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "type": "Opaque",
+                    "metadata": {
+                        "name": format!("cluster-{}", cluster.name),
+                        "namespace": namespace,
+                        "labels": labels,
+                        "annotations": annotations,
+                    },
+                    "data": data,
+                })
+            })
+            .collect()
+    }
+
     fn from_project(project: ProjectInventory) -> Inventory {
         let defaults = project.defaults;
         let default_kube_version = defaults
@@ -395,5 +440,23 @@ items:
             inventory.implicit_in_cluster().map(|c| c.name),
             Some("in-cluster".to_string())
         );
+    }
+
+    #[test]
+    fn annotated_cluster_secrets_read_back_as_the_same_clusters() {
+        let project = Inventory::parse(
+            "defaults:\n  kubeVersion: \"1.33.4\"\n  apiVersions: [v1/Secret]\nclusters:\n  - name: prod\n    server: https://prod\n    labels: {env: prod}\n    apiVersions: [example.io/v1/Widget]\n",
+            "inventory.yaml",
+        )
+        .unwrap();
+        let secrets = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": project.cluster_secrets("argocd")});
+        let live = Inventory::parse(&secrets.to_string(), "secrets").unwrap();
+        let facts = |i: &Inventory| -> Vec<(String, String, Option<String>, Vec<String>, BTreeMap<String, String>)> {
+            i.clusters
+                .iter()
+                .map(|c| (c.name.clone(), c.server.clone(), c.kube_version.clone(), c.api_versions.clone(), c.labels.clone()))
+                .collect()
+        };
+        assert_eq!(facts(&live), facts(&project));
     }
 }

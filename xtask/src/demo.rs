@@ -16,9 +16,10 @@ fn ground(verb: &str, scenario: &str, extra: &[String]) -> Result<()> {
     let ground = root.join("target/debug/ground");
     let gate = root.join("target/debug/gate");
     let observer = root.join("target/debug/observer");
+    let bosun = root.join("target/debug/bosun");
     let scenario_dir = root.join("scenarios").join(scenario);
     let crds = root.join("kind/crds");
-    cmd!(sh, "{ground} {verb} {scenario_dir} --gate {gate} --observer {observer} --tools {tools} --crds {crds} {extra...}")
+    cmd!(sh, "{ground} {verb} {scenario_dir} --gate {gate} --observer {observer} --bosun {bosun} --tools {tools} --crds {crds} {extra...}")
         .quiet()
         .run()?;
     Ok(())

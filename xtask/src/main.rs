@@ -36,6 +36,12 @@ enum Command {
         #[arg(long)]
         chaos_seed: Option<u64>,
     },
+    /// A pull request the gate refuses and Bosun repairs: the external-secrets major bump,
+    /// held by policy, blocked on dropped served versions, swapped, green, merged, synced.
+    DemoTriage,
+    /// A pull request the swap alone cannot fix: the destination schema would prune a field,
+    /// so Bosun pushes nothing and hands off listing each value that would be lost.
+    DemoStructural,
     /// The embedded ground.
     Ground {
         #[command(subcommand)]
@@ -83,6 +89,8 @@ fn main() -> Result<()> {
             None => demo::play("happy-path", chaos_seed)
                 .and_then(|_| demo::play("observer-drift", chaos_seed)),
         },
+        Command::DemoTriage => demo::play("triage", None),
+        Command::DemoStructural => demo::play("structural", None),
         Command::Ground {
             command: GroundCommand::Up { scenario },
         } => demo::up(&scenario),

@@ -12,6 +12,8 @@ pub struct Scope<'a> {
     pub outputs: &'a Map<String, Value>,
     /// The target Freight (top-level `images`, `charts`, `commits`).
     pub freight: &'a Value,
+    /// `secret(name)`: the Project's Secrets, name -> decoded data.
+    pub secrets: &'a Map<String, Value>,
 }
 
 /// Evaluates every `${{ }}` in a config value. A string that is exactly one expression takes
@@ -258,6 +260,11 @@ fn call(name: &str, args: &[Value], scope: &Scope) -> Result<Value, String> {
             Some(other) => serde_json::to_string(&other.to_string()).unwrap_or_default(),
             None => "\"\"".into(),
         })),
+        "secret" => Ok(scope
+            .secrets
+            .get(&arg(0))
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()))),
         "chartFrom" => {
             let (repo, chart) = (arg(0), arg(1));
             let found = scope
@@ -318,6 +325,7 @@ mod tests {
             vars: &vars,
             outputs: &outputs,
             freight: &freight,
+            secrets: &Map::new(),
         };
         assert_eq!(
             evaluate_string("${{ outputs['open-pr'].pr.id }}", &scope).unwrap(),

@@ -479,6 +479,11 @@ pub struct Kargo {
     verifications: Vec<Verification>,
     /// Stages whose promotions fail at the first step (a scenario's fault).
     pub failing_stages: Vec<String>,
+    /// URL prefixes the `http` step rewrites to loopback servers (written -> actual).
+    pub http_aliases: BTreeMap<String, String>,
+    /// Secrets of the Project namespace the `secret()` expression function reads: name ->
+    /// decoded data.
+    pub secrets: serde_json::Map<String, Value>,
 }
 
 fn normalize_constraint(constraint: &str) -> String {
@@ -535,6 +540,8 @@ impl Kargo {
             runs: BTreeMap::new(),
             verifications: Vec::new(),
             failing_stages: Vec::new(),
+            http_aliases: BTreeMap::new(),
+            secrets: serde_json::Map::new(),
         }
     }
 
@@ -941,6 +948,7 @@ impl Kargo {
                 vars: &vars,
                 outputs: &run.0,
                 freight: &freight,
+                secrets: &self.secrets,
             };
             let config =
                 match expr::evaluate_value(step.get("config").unwrap_or(&Value::Null), &scope) {

@@ -46,7 +46,7 @@ pub async fn run(ctx: &StepContext<'_>, uses: &str, config: &Value) -> Outcome {
         "git-open-pr" => return git_open_pr(ctx, config).await,
         "git-wait-for-pr" => return git_wait_for_pr(ctx, config).await,
         "git-merge-pr" => return git_merge_pr(ctx, config).await,
-        "http" => return http(config).await,
+        "http" => return http(ctx, config).await,
         "argocd-update" => {
             let apps: Vec<String> = config
                 .get("apps")
@@ -451,7 +451,7 @@ async fn git_merge_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     }
 }
 
-async fn http(config: &Value) -> Outcome {
+async fn http(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     let method = if text(config, "method").is_empty() {
         "GET"
     } else {
@@ -462,7 +462,19 @@ async fn http(config: &Value) -> Outcome {
             said: format!("unknown method {method}"),
         };
     };
-    let mut request = http_client().request(method.clone(), text(config, "url"));
+    // Hosts the scenario names (e.g. https://bosun.example.test) reach their loopback servers.
+    let written = text(config, "url");
+    let url = ctx
+        .kargo
+        .http_aliases
+        .iter()
+        .find_map(|(alias, actual)| {
+            written
+                .strip_prefix(alias.as_str())
+                .map(|rest| format!("{actual}{rest}"))
+        })
+        .unwrap_or_else(|| written.to_string());
+    let mut request = http_client().request(method.clone(), url);
     for header in config
         .get("headers")
         .and_then(Value::as_array)

@@ -1,0 +1,198 @@
+//! The real `bosun serve`, run by the ground: configured against the forge double, the API
+//! double (Argo CD cluster Secrets) and the chart repository doubles; Kargo's `http` step
+//! reaches it at `https://bosun.example.test`. The ground reads its `/jobs` to know when it is
+//! idle and to put what it did in the transcript.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::transcript::Transcript;
+
+/// The URL scenarios write for Bosun's intake.
+pub const BOSUN_ALIAS: &str = "https://bosun.example.test";
+/// The shared secret the ground gives Bosun and Kargo's `bosun` Secret.
+pub const WEBHOOK_SECRET: &str = "ground-bosun-webhook-secret";
+
+pub struct BosunProcess {
+    child: Child,
+    pub url: String,
+    pub log: PathBuf,
+    seen: usize,
+    bare: PathBuf,
+}
+
+impl Drop for BosunProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Launch<'a> {
+    pub binary: &'a Path,
+    pub dir: &'a Path,
+    pub forge_url: &'a str,
+    pub forge_token: &'a str,
+    pub slug: &'a str,
+    pub repo_url: &'a str,
+    pub bare: &'a Path,
+    pub kubeconfig: &'a Path,
+    pub tools: &'a Path,
+    pub chart_mirrors: Vec<(String, String)>,
+    /// The chart mirror the ground's Argo CD reads; Bosun pulls new versions into it, as the
+    /// CI job does when it is the gate runner (a shared chart cache).
+    pub charts: &'a Path,
+    /// Keys merged over the generated bosun.yaml (a scenario's `bosun.config`).
+    pub overrides: &'a Value,
+}
+
+fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            for (key, value) in over {
+                merge(base.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+        (_, Value::Null) => {}
+        (base, over) => *base = over.clone(),
+    }
+}
+
+impl BosunProcess {
+    pub async fn start(launch: Launch<'_>) -> Result<BosunProcess> {
+        let workdir = launch.dir.join("bosun");
+        std::fs::create_dir_all(&workdir)?;
+        let bare = launch.bare.display().to_string();
+        let mut config = json!({
+            "forge": {
+                "apiUrl": launch.forge_url,
+                "tokenEnv": "BOSUN_FORGE_TOKEN",
+                // The forge double serves git from bare repositories on disk.
+                "gitUrl": format!("file://{bare}"),
+                "checkMode": "check-run",
+            },
+            "repositories": [{"slug": launch.slug, "url": launch.repo_url}],
+            "inventory": {"kubernetes": {"namespace": "argocd"}},
+            "charts": {
+                "dir": launch.charts,
+                "mirrors": launch.chart_mirrors.iter().map(|(from, to)| json!({"from": from, "to": to})).collect::<Vec<_>>(),
+            },
+            "workdir": workdir,
+        });
+        merge(&mut config, launch.overrides);
+        let config_path = workdir.join("bosun.yaml");
+        std::fs::write(&config_path, gitops_loop::yaml::to_string(&config))?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log = launch.dir.join("bosun.log");
+        let child = Command::new(launch.binary)
+            .env("BOSUN_FORGE_TOKEN", launch.forge_token)
+            .env("BOSUN_WEBHOOK_SECRET", WEBHOOK_SECRET)
+            .env("KUBECONFIG", launch.kubeconfig)
+            .env("GATE_HELM", launch.tools.join("helm"))
+            .env("GATE_KUBECTL", launch.tools.join("kubectl"))
+            .env(
+                "RUST_LOG",
+                std::env::var("GROUND_BOSUN_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .arg("--config")
+            .arg(&config_path)
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--poll", "0"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("cannot start bosun")?;
+        let url = format!("http://127.0.0.1:{port}");
+        let mut process = BosunProcess {
+            child,
+            url,
+            log,
+            seen: 0,
+            bare: launch.bare.to_path_buf(),
+        };
+        // Ready when /healthz answers (bounded; the process may also have exited).
+        for _ in 0..400 {
+            if let Ok(response) = reqwest::get(format!("{}/healthz", process.url)).await
+                && response.status().is_success()
+            {
+                return Ok(process);
+            }
+            if let Some(status) = process.child.try_wait()? {
+                anyhow::bail!(
+                    "bosun exited with {status}: {}",
+                    std::fs::read_to_string(&process.log).unwrap_or_default().trim()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        anyhow::bail!("bosun did not answer /healthz on {}", process.url)
+    }
+
+    async fn jobs(&self) -> Result<Value> {
+        Ok(reqwest::get(format!("{}/jobs", self.url))
+            .await?
+            .json()
+            .await?)
+    }
+
+    /// True while Bosun has work queued or running.
+    pub async fn busy(&self) -> bool {
+        match self.jobs().await {
+            Ok(jobs) => jobs["idle"] != json!(true),
+            Err(_) => false,
+        }
+    }
+
+    /// Puts finished triages in the transcript (with the diff of anything pushed). True when
+    /// there was something new.
+    pub async fn tick(&mut self, transcript: &Transcript) -> bool {
+        let Ok(jobs) = self.jobs().await else {
+            return false;
+        };
+        let done = jobs["done"].as_array().cloned().unwrap_or_default();
+        let new = done.len().saturating_sub(self.seen);
+        if new == 0 {
+            return false;
+        }
+        for run in &done[done.len() - new..] {
+            let pr = run["pullRequest"].as_u64().unwrap_or(0);
+            for line in run["lines"].as_array().into_iter().flatten() {
+                transcript.say("bosun", format!("#{pr}: {}", line.as_str().unwrap_or("")));
+            }
+            for commit in run["pushed"].as_array().into_iter().flatten() {
+                let commit = commit.as_str().unwrap_or("");
+                for line in pushed_diff(&self.bare, commit) {
+                    transcript.say("bosun", format!("#{pr}:   {line}"));
+                }
+            }
+        }
+        self.seen = done.len();
+        true
+    }
+}
+
+/// The lines a commit changed, per file: `path: -old` / `path: +new`.
+pub fn pushed_diff(bare: &Path, commit: &str) -> Vec<String> {
+    let Ok(output) = crate::git::git(
+        bare,
+        &["show", "--format=", "--unified=0", "--no-color", commit],
+    ) else {
+        return vec![format!("(cannot show {commit})")];
+    };
+    let mut file = String::new();
+    let mut lines = Vec::new();
+    for line in output.lines() {
+        if let Some(path) = line.strip_prefix("+++ b/") {
+            file = path.to_string();
+        } else if line.starts_with("---") || line.starts_with("+++") {
+            continue;
+        } else if line.starts_with('-') || line.starts_with('+') {
+            lines.push(format!("{file}: {line}"));
+        }
+    }
+    lines
+}
