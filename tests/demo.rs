@@ -132,3 +132,70 @@ async fn argo_cd_shows_stalled_rollouts_and_zero_replicas_as_argo_cd_would() {
         serde_json::json!(["ghcr.io/example/config-reloader:1.3.0"])
     );
 }
+
+/// The changed lines of a commit range in the bare repository, without file headers.
+fn changed_lines(ground: &Ground, range: &str) -> Vec<String> {
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let diff = ground::git::git(&bare, &["diff", "--unified=0", range]).unwrap();
+    diff.lines()
+        .filter(|l| {
+            (l.starts_with('+') || l.starts_with('-'))
+                && !l.starts_with("+++")
+                && !l.starts_with("---")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bosun_swaps_the_api_versions_and_the_gate_goes_green() {
+    let ground = play("triage").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    // Bosun's commit is the second on the branch (after Kargo's bump): it changed apiVersion
+    // values and nothing else.
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let log = ground::git::git(&bare, &["log", "--format=%an %s", "main^2", "-2"]).unwrap();
+    assert!(log.starts_with("bosun Move 8 manifests off API versions"), "{log}");
+    let changed = changed_lines(&ground, "main^2~1..main^2");
+    assert_eq!(changed.len(), 16, "{changed:#?}");
+    for line in &changed {
+        let rest = &line[1..];
+        assert!(
+            rest.starts_with("apiVersion: external-secrets.io/v1")
+                || rest.starts_with("apiVersion: \"external-secrets.io/v1"),
+            "a line other than an apiVersion value changed: {line}"
+        );
+    }
+    // Bosun's status ends success, and it never wrote a failure anywhere.
+    let statuses = ground.forge.statuses("platform/gitops", &ground::git::git(&bare, &["rev-parse", "main^2"]).unwrap());
+    assert!(statuses.iter().any(|(c, s, d)| c == "bosun" && s == "success" && d.starts_with("green; worth a look")), "{statuses:?}");
+    let labels = ground.forge.labels("platform/gitops", 1);
+    assert!(labels.contains(&"bosun/attempt-1".to_string()), "{labels:?}");
+    assert!(!labels.contains(&"needs-human".to_string()), "{labels:?}");
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let bosun = comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .map(|(_, body)| body.clone())
+        .expect("Bosun's comment");
+    insta::assert_snapshot!("triage_bosun_comment", bosun);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_swap_that_would_lose_a_value_pushes_nothing_and_hands_off() {
+    let ground = play("structural").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let branch = ground::git::git(&bare, &["for-each-ref", "--format=%(refname:short)", "refs/heads/kargo/"]).unwrap();
+    // The branch holds Kargo's bump only: Bosun pushed nothing.
+    let authors = ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")]).unwrap();
+    assert!(!authors.contains("bosun"), "{authors}");
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let (_, body) = comments
+        .iter()
+        .find(|(author, body)| author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->"))
+        .expect("Bosun's handoff");
+    insta::assert_snapshot!("structural_bosun_comment", body);
+}

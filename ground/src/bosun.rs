@@ -91,6 +91,9 @@ impl BosunProcess {
         let log = launch.dir.join("bosun.log");
         let child = Command::new(launch.binary)
             .env("BOSUN_FORGE_TOKEN", launch.forge_token)
+            // Fixed commit dates, as the ground's own commits: a run repeats byte for byte.
+            .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+            .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
             .env("BOSUN_WEBHOOK_SECRET", WEBHOOK_SECRET)
             .env("KUBECONFIG", launch.kubeconfig)
             .env("GATE_HELM", launch.tools.join("helm"))

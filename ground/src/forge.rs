@@ -257,6 +257,49 @@ impl ForgeDouble {
             .collect()
     }
 
+    /// A pull request's labels (empty when there is no such pull request).
+    pub fn labels(&self, slug: &str, number: u64) -> Vec<String> {
+        let state = lock(&self.state);
+        state
+            .repos
+            .get(slug)
+            .and_then(|r| r.pulls.iter().find(|p| p.number == number))
+            .map(|p| p.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// A pull request's comments as (author, body), oldest first.
+    pub fn comments(&self, slug: &str, number: u64) -> Vec<(String, String)> {
+        let state = lock(&self.state);
+        state
+            .repos
+            .get(slug)
+            .map(|r| {
+                r.comments
+                    .iter()
+                    .filter(|c| c.issue == number)
+                    .map(|c| (c.user.clone(), c.body.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The commit statuses of a commit as (context, state, description), oldest first.
+    pub fn statuses(&self, slug: &str, sha: &str) -> Vec<(String, String, String)> {
+        let state = lock(&self.state);
+        state
+            .repos
+            .get(slug)
+            .map(|r| {
+                r.statuses
+                    .iter()
+                    .filter(|s| s.sha == sha)
+                    .map(|s| (s.context.clone(), s.state.clone(), s.description.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Turns seeded faults on (or off with `ForgeFaults::default()`).
     pub fn set_faults(&self, faults: ForgeFaults) {
         let mut state = lock(&self.state);

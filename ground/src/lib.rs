@@ -1029,6 +1029,22 @@ impl Ground {
                 failures.push(format!("pull request #{number} is still open"));
             }
         }
+        for number in &expect.open {
+            if !pulls.iter().any(|(n, _, _)| n == number) {
+                failures.push(format!("pull request #{number} is not open"));
+            }
+        }
+        for (number, labels) in &expect.labels {
+            let have = self.forge.labels(&self.scenario.repository.slug, *number);
+            for label in labels {
+                if !have.contains(label) {
+                    failures.push(format!(
+                        "pull request #{number} has no label {label} (has {})",
+                        have.join(", ")
+                    ));
+                }
+            }
+        }
         failures
     }
 

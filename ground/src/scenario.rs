@@ -221,6 +221,12 @@ pub struct Expect {
     /// How many Promotions each Stage must have at the end (exactly).
     #[serde(default)]
     pub promotion_count: BTreeMap<String, usize>,
+    /// Pull requests that must still be open at the end.
+    #[serde(default)]
+    pub open: Vec<u64>,
+    /// Labels each pull request must carry at the end (others may be there too).
+    #[serde(default)]
+    pub labels: BTreeMap<u64, Vec<String>>,
 }
 
 impl Scenario {

@@ -630,6 +630,8 @@ impl Bosun {
                 crd.consumers
                     .iter()
                     .map(|c| format!("`{}`", report::text(&c.path)))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
                     .collect::<Vec<_>>()
                     .join(", ")
             );
