@@ -32,7 +32,16 @@ fn doc() -> impl Strategy<Value = Doc> {
         any::<bool>(),
     )
         .prop_map(
-            |(target, quote, trailing_comment, api_version_position, leading_comment, block_scalar, anchor, empty_before)| Doc {
+            |(
+                target,
+                quote,
+                trailing_comment,
+                api_version_position,
+                leading_comment,
+                block_scalar,
+                anchor,
+                empty_before,
+            )| Doc {
                 target,
                 quote,
                 trailing_comment,
@@ -54,16 +63,21 @@ fn build(docs: &[Doc]) -> (String, String, Vec<Swap>) {
         input.push_str(text);
         expected.push_str(replaced.unwrap_or(text));
     };
-    let mut non_empty = 0;
     for (i, d) in docs.iter().enumerate() {
         if i > 0 || d.empty_before {
             push("---\n", None);
         }
         if d.empty_before {
-            push("# nothing here but apiVersion: example.test/v1beta1\n---\n", None);
+            push(
+                "# nothing here but apiVersion: example.test/v1beta1\n---\n",
+                None,
+            );
         }
         if d.leading_comment {
-            push("# apiVersion: example.test/v1beta1 stays in comments\n", None);
+            push(
+                "# apiVersion: example.test/v1beta1 stays in comments\n",
+                None,
+            );
         }
         let kind = if d.target { "Widget" } else { "Gadget" };
         let q = ["", "\"", "'"][d.quote];
@@ -94,16 +108,23 @@ fn build(docs: &[Doc]) -> (String, String, Vec<Swap>) {
         }
         push("spec:\n", None);
         if d.block_scalar {
-            push("  note: |\n    apiVersion: example.test/v1beta1\n    kind: Widget\n", None);
+            push(
+                "  note: |\n    apiVersion: example.test/v1beta1\n    kind: Widget\n",
+                None,
+            );
         }
         if d.anchor {
-            push("  labels: &shared {apiVersion: example.test/v1beta1}\n  copy: *shared\n", None);
+            push(
+                "  labels: &shared {apiVersion: example.test/v1beta1}\n  copy: *shared\n",
+                None,
+            );
         }
         push("  size: 3\n", None);
         if d.target {
             swaps.push(Swap {
                 path: "f.yaml".into(),
-                document: non_empty,
+                // Every generated document holds something: the gate's index is `i`.
+                document: i,
                 kind: "Widget".into(),
                 name: format!("n{i}"),
                 from: FROM.into(),
@@ -111,7 +132,6 @@ fn build(docs: &[Doc]) -> (String, String, Vec<Swap>) {
                 template: false,
             });
         }
-        non_empty += 1;
     }
     (input, expected, swaps)
 }

@@ -155,7 +155,10 @@ async fn bosun_swaps_the_api_versions_and_the_gate_goes_green() {
     // values and nothing else.
     let bare = ground.forge.bare_path("platform/gitops").unwrap();
     let log = ground::git::git(&bare, &["log", "--format=%an %s", "main^2", "-2"]).unwrap();
-    assert!(log.starts_with("bosun Move 8 manifests off API versions"), "{log}");
+    assert!(
+        log.starts_with("bosun Move 8 manifests off API versions"),
+        "{log}"
+    );
     let changed = changed_lines(&ground, "main^2~1..main^2");
     assert_eq!(changed.len(), 16, "{changed:#?}");
     for line in &changed {
@@ -167,10 +170,21 @@ async fn bosun_swaps_the_api_versions_and_the_gate_goes_green() {
         );
     }
     // Bosun's status ends success, and it never wrote a failure anywhere.
-    let statuses = ground.forge.statuses("platform/gitops", &ground::git::git(&bare, &["rev-parse", "main^2"]).unwrap());
-    assert!(statuses.iter().any(|(c, s, d)| c == "bosun" && s == "success" && d.starts_with("green; worth a look")), "{statuses:?}");
+    let statuses = ground.forge.statuses(
+        "platform/gitops",
+        &ground::git::git(&bare, &["rev-parse", "main^2"]).unwrap(),
+    );
+    assert!(
+        statuses.iter().any(|(c, s, d)| c == "bosun"
+            && s == "success"
+            && d.starts_with("green; worth a look")),
+        "{statuses:?}"
+    );
     let labels = ground.forge.labels("platform/gitops", 1);
-    assert!(labels.contains(&"bosun/attempt-1".to_string()), "{labels:?}");
+    assert!(
+        labels.contains(&"bosun/attempt-1".to_string()),
+        "{labels:?}"
+    );
     assert!(!labels.contains(&"needs-human".to_string()), "{labels:?}");
     let comments = ground.forge.comments("platform/gitops", 1);
     let bosun = comments
@@ -188,14 +202,25 @@ async fn a_swap_that_would_lose_a_value_pushes_nothing_and_hands_off() {
     let ground = play("structural").await;
     insta::assert_snapshot!(ground.transcript.text());
     let bare = ground.forge.bare_path("platform/gitops").unwrap();
-    let branch = ground::git::git(&bare, &["for-each-ref", "--format=%(refname:short)", "refs/heads/kargo/"]).unwrap();
+    let branch = ground::git::git(
+        &bare,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/kargo/",
+        ],
+    )
+    .unwrap();
     // The branch holds Kargo's bump only: Bosun pushed nothing.
-    let authors = ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")]).unwrap();
+    let authors =
+        ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")]).unwrap();
     assert!(!authors.contains("bosun"), "{authors}");
     let comments = ground.forge.comments("platform/gitops", 1);
     let (_, body) = comments
         .iter()
-        .find(|(author, body)| author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->"))
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
         .expect("Bosun's handoff");
     insta::assert_snapshot!("structural_bosun_comment", body);
 }

@@ -104,7 +104,13 @@ impl BosunProcess {
             )
             .arg("--config")
             .arg(&config_path)
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--poll", "0"])
+            .args([
+                "serve",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--poll",
+                "0",
+            ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)
             .spawn()
@@ -127,7 +133,9 @@ impl BosunProcess {
             if let Some(status) = process.child.try_wait()? {
                 anyhow::bail!(
                     "bosun exited with {status}: {}",
-                    std::fs::read_to_string(&process.log).unwrap_or_default().trim()
+                    std::fs::read_to_string(&process.log)
+                        .unwrap_or_default()
+                        .trim()
                 );
             }
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;

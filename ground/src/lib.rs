@@ -385,10 +385,9 @@ impl Ground {
                     overrides: &spec.config,
                 })
                 .await?;
-                kargo.http_aliases.insert(
-                    self::bosun::BOSUN_ALIAS.to_string(),
-                    process.url.clone(),
-                );
+                kargo
+                    .http_aliases
+                    .insert(self::bosun::BOSUN_ALIAS.to_string(), process.url.clone());
                 kargo.secrets.insert(
                     "bosun".into(),
                     json!({"token": self::bosun::WEBHOOK_SECRET}),
@@ -438,7 +437,7 @@ impl Ground {
         kargo || ci || argocd || bosun
     }
 
-    async fn bosun_busy(&self) -> bool {
+    pub async fn bosun_busy(&self) -> bool {
         match &self.bosun {
             Some(bosun) => bosun.busy().await,
             None => false,
@@ -825,7 +824,7 @@ impl Ground {
         Ok(())
     }
 
-    fn forge_token(login: &str) -> Result<&'static str> {
+    pub fn forge_token(login: &str) -> Result<&'static str> {
         Ok(match login {
             "alice" => FORGE_PERSON_TOKEN,
             "kargo" => FORGE_KARGO_TOKEN,
@@ -881,9 +880,61 @@ impl Ground {
         gitops_loop::forge::Forge::create_comment(&forge, &slug, comment.pr, &body).await?;
         self.transcript.say(
             "forge",
-            format!("{} commented on #{} ({})", comment.by, comment.pr, comment.body_file),
+            format!(
+                "{} commented on #{} ({})",
+                comment.by, comment.pr, comment.body_file
+            ),
         );
         Ok(())
+    }
+
+    /// A person commits a folder of files over `branch` (created from `from` when missing)
+    /// and pushes it. Returns the commit.
+    pub fn commit_overlay(
+        &self,
+        branch: &str,
+        from: &str,
+        overlay: &Path,
+        message: &str,
+    ) -> Result<String> {
+        let url = self
+            .forge
+            .git_url(&self.scenario.repository.slug)
+            .context("repository")?;
+        let work = self.dir.path().join("person-overlay");
+        let _ = std::fs::remove_dir_all(&work);
+        git::git(
+            self.dir.path(),
+            &["clone", "--quiet", "--branch", from, &url, "person-overlay"],
+        )?;
+        if branch != from {
+            git::git(&work, &["checkout", "--quiet", "-B", branch])?;
+        }
+        git::copy_tree(overlay, &work)?;
+        git::git(&work, &["add", "--all"])?;
+        git::git(&work, &["commit", "--quiet", "-m", message])?;
+        git::git(&work, &["push", "--quiet", "origin", branch])?;
+        git::git(&work, &["rev-parse", "HEAD"])
+    }
+
+    /// A person opens a pull request through the forge's API. Returns its number.
+    pub async fn open_pull(&self, head: &str, title: &str, by: &str) -> Result<u64> {
+        let response = reqwest::Client::new()
+            .post(format!(
+                "{}/repos/{}/pulls",
+                self.forge.url(),
+                self.scenario.repository.slug
+            ))
+            .bearer_auth(Self::forge_token(by)?)
+            .json(&json!({"head": head, "base": "main", "title": title}))
+            .send()
+            .await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        if !status.is_success() {
+            bail!("cannot open a pull request from {head}: {status} {body}");
+        }
+        body["number"].as_u64().context("pull request number")
     }
 
     fn push(&mut self, push: &scenario::Push) -> Result<()> {

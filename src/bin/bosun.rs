@@ -27,7 +27,12 @@ use gitops_loop::render::tools;
 )]
 struct Cli {
     /// The configuration file.
-    #[arg(long, global = true, default_value = "bosun.yaml", env = "BOSUN_CONFIG")]
+    #[arg(
+        long,
+        global = true,
+        default_value = "bosun.yaml",
+        env = "BOSUN_CONFIG"
+    )]
     config: PathBuf,
     /// The helm binary (else $GATE_HELM, the project's target/tools, PATH).
     #[arg(long, global = true)]
@@ -174,7 +179,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     gitops_loop::forge::github::install_crypto_provider();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("bosun: cannot start: {e}");

@@ -161,7 +161,8 @@ impl Server {
                 if run.path == "closed" {
                     jobs.tracked.remove(&(slug.to_string(), number));
                 } else {
-                    jobs.tracked.insert((slug.to_string(), number), last_head.clone());
+                    jobs.tracked
+                        .insert((slug.to_string(), number), last_head.clone());
                     // A head Bosun itself produced and judged is not a new delivery.
                     jobs.seen.insert((slug.to_string(), number, last_head));
                 }
@@ -221,9 +222,7 @@ impl Server {
             return false;
         }
         jobs.pending += 1;
-        jobs.tracked
-            .entry((slug.to_string(), number))
-            .or_default();
+        jobs.tracked.entry((slug.to_string(), number)).or_default();
         drop(jobs);
         let _ = self.queue.send((slug.clone(), number));
         true

@@ -345,13 +345,8 @@ impl Bosun {
                 Ok(None) => continue, // a repair was pushed: judge the new head
                 Err(e) => {
                     // Never a failure: say what went wrong and leave the verdict to the gate.
-                    self.status(
-                        slug,
-                        &head,
-                        StatusState::Success,
-                        &format!("stopped: {e}"),
-                    )
-                    .await;
+                    self.status(slug, &head, StatusState::Success, &format!("stopped: {e}"))
+                        .await;
                     return Err(e);
                 }
             };
@@ -471,7 +466,9 @@ impl Bosun {
                     self.config.labels.needs_human
                 ));
                 run.path = "escalate".into();
-                Ok(Some("escalated: no values to change in this repository".into()))
+                Ok(Some(
+                    "escalated: no values to change in this repository".into(),
+                ))
             }
             TriagePath::Handoff(handoff) => self
                 .hand_off(slug, number, &handoff, &[], run)
@@ -498,13 +495,16 @@ impl Bosun {
     ) -> Result<Option<String>, TriageError> {
         let number = pr.number;
         let head = pr.head_sha.clone();
-        git(checkout, &["checkout", "--quiet", "--force", "--detach", &head])?;
+        git(
+            checkout,
+            &["checkout", "--quiet", "--force", "--detach", &head],
+        )?;
         git(checkout, &["clean", "--quiet", "-fdx"])?;
         let plan = swap::plan(dropped);
         let mut head_config = config.clone();
         head_config.revision = head.clone();
-        let rendering = tokio::task::block_in_place(|| render::render(&head_config))
-            .map_err(|f| {
+        let rendering =
+            tokio::task::block_in_place(|| render::render(&head_config)).map_err(|f| {
                 TriageError::Gate(format!(
                     "the head does not render: {}",
                     f.diagnostics
@@ -610,7 +610,10 @@ impl Bosun {
                 &format!("HEAD:refs/heads/{}", pr.head_ref),
             ],
         ) {
-            git(checkout, &["checkout", "--quiet", "--force", "--detach", &head])?;
+            git(
+                checkout,
+                &["checkout", "--quiet", "--force", "--detach", &head],
+            )?;
             return Err(e);
         }
         let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
@@ -695,9 +698,9 @@ pub fn reshape_losses(
 ) -> Vec<(DocumentRef, Loss)> {
     let mut out = Vec::new();
     let destination = |swap: &Swap| {
-        dropped.iter().find(|d| {
-            d.kind == swap.kind && format!("{}/{}", d.group, d.storage) == swap.to
-        })
+        dropped
+            .iter()
+            .find(|d| d.kind == swap.kind && format!("{}/{}", d.group, d.storage) == swap.to)
     };
     for rewrite in rewrites {
         let documents =
@@ -720,7 +723,9 @@ pub fn reshape_losses(
                     .iter()
                     .filter(|a| {
                         a.sources.iter().any(|s| {
-                            s.get("path").and_then(Value::as_str).map(render::git::normalize)
+                            s.get("path")
+                                .and_then(Value::as_str)
+                                .map(render::git::normalize)
                                 == Some(chart_dir.clone())
                         })
                     })
@@ -742,7 +747,9 @@ pub fn reshape_losses(
                     .filter(|d| {
                         d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
                             && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
-                            && d.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+                            && d.pointer("/metadata/name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
                                 == swap.name
                     })
                     .take(1)

@@ -451,10 +451,25 @@ items:
         .unwrap();
         let secrets = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": project.cluster_secrets("argocd")});
         let live = Inventory::parse(&secrets.to_string(), "secrets").unwrap();
-        let facts = |i: &Inventory| -> Vec<(String, String, Option<String>, Vec<String>, BTreeMap<String, String>)> {
+        type Facts = (
+            String,
+            String,
+            Option<String>,
+            Vec<String>,
+            BTreeMap<String, String>,
+        );
+        let facts = |i: &Inventory| -> Vec<Facts> {
             i.clusters
                 .iter()
-                .map(|c| (c.name.clone(), c.server.clone(), c.kube_version.clone(), c.api_versions.clone(), c.labels.clone()))
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        c.server.clone(),
+                        c.kube_version.clone(),
+                        c.api_versions.clone(),
+                        c.labels.clone(),
+                    )
+                })
                 .collect()
         };
         assert_eq!(facts(&live), facts(&project));

@@ -1,0 +1,325 @@
+//! Every Bosun path end to end on the ground, with the real `bosun` and `gate` binaries: a
+//! person opens pull requests on the forge double, the intake takes them, Bosun runs the gate
+//! and acts; the test reads what it left on the forge (labels, comments, statuses, commits).
+//! Hostile inputs ride along: deliveries without or with a wrong secret, a spoofed report.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use std::path::PathBuf;
+
+use ground::scenario::{Action, BosunSpec, Scenario};
+use ground::{Ground, Options};
+use serde_json::{Value, json};
+
+const SLUG: &str = "platform/gitops";
+
+async fn start(config: Value) -> Ground {
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/triage")).unwrap();
+    scenario.timeline.clear();
+    scenario.bosun = Some(BosunSpec { config });
+    let options = Options {
+        gate: env!("CARGO_BIN_EXE_gate").into(),
+        observer: None,
+        bosun: Some(env!("CARGO_BIN_EXE_bosun").into()),
+        tools: root.join("target/tools"),
+        crds: root.join("kind/crds"),
+        faults: ground::kube::FaultPlan::none(),
+        echo: false,
+    };
+    let mut ground = Ground::start(scenario, options).await.unwrap();
+    for chart in [
+        "external-secrets@2.10.0",
+        "cert-manager-lite@1.19.3",
+        "policy-engine@1.0.0",
+        "policy-engine@2.0.0",
+    ] {
+        ground.act(&Action::Publish(chart.into())).await.unwrap();
+    }
+    ground
+}
+
+fn case(name: &str) -> PathBuf {
+    common::project_root().join("tests").join(name)
+}
+
+/// Commits `overlay` on a new branch and opens a pull request from it.
+async fn pull(ground: &Ground, branch: &str, overlay: &str) -> (u64, String) {
+    let head = ground
+        .commit_overlay(branch, "main", &case(overlay), branch)
+        .unwrap();
+    let number = ground.open_pull(branch, branch, "alice").await.unwrap();
+    (number, head)
+}
+
+async fn deliver(ground: &Ground, body: &Value, auth: Option<&str>) -> (u16, Value) {
+    let url = format!("{}/intake", ground.bosun.as_ref().unwrap().url);
+    let mut request = reqwest::Client::new().post(url).body(body.to_string());
+    if let Some(auth) = auth {
+        request = request.header("Authorization", auth);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn intake(ground: &Ground, number: u64) {
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let (status, body) = deliver(
+        ground,
+        &json!({"repository": SLUG, "pullRequest": number}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+}
+
+fn bosun_comment(ground: &Ground, number: u64) -> Option<String> {
+    ground
+        .forge
+        .comments(SLUG, number)
+        .into_iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .map(|(_, body)| body)
+}
+
+/// Authors of the commits on a branch that main does not have.
+fn authors(ground: &Ground, branch: &str) -> Vec<String> {
+    let bare = ground.forge.bare_path(SLUG).unwrap();
+    ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")])
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn bosun_status(ground: &Ground, branch: &str) -> (String, String) {
+    let bare = ground.forge.bare_path(SLUG).unwrap();
+    let head = ground::git::git(&bare, &["rev-parse", branch]).unwrap();
+    let statuses = ground.forge.statuses(SLUG, &head);
+    let (_, state, description) = statuses
+        .iter()
+        .rev()
+        .find(|(context, _, _)| context == "bosun")
+        .cloned()
+        .unwrap_or_default();
+    // Never a failure, anywhere.
+    assert!(
+        statuses
+            .iter()
+            .all(|(c, s, _)| c != "bosun" || (s != "failure" && s != "error")),
+        "{statuses:?}"
+    );
+    (state, description)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
+    let mut ground = start(Value::Null).await;
+
+    // Hostile deliveries first: nothing may happen for them.
+    let body = json!({"repository": SLUG, "pullRequest": 1});
+    assert_eq!(deliver(&ground, &body, None).await.0, 401);
+    assert_eq!(deliver(&ground, &body, Some("Bearer wrong")).await.0, 401);
+    assert_eq!(deliver(&ground, &body, Some("Basic Ym9zdW46")).await.0, 401);
+    let requests_before = ground.forge.requests().len();
+
+    let (reshape, _) = pull(&ground, "reshape", "bosun-cases/reshape").await;
+    let (capped, _) = pull(&ground, "capped", "check-cases/es-major-bump/head").await;
+    let (spoofed, spoofed_head) = pull(&ground, "spoofed", "check-cases/es-major-bump/head").await;
+    let (rbac, _) = pull(&ground, "rbac", "check-cases/major-rbac-removed/head").await;
+    let (green, _) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    assert_eq!(
+        ground.forge.requests().len(),
+        requests_before + 5,
+        "the refused deliveries made Bosun call the forge"
+    );
+
+    // The cap: two repairs already pushed, by the labels.
+    let token = Ground::forge_token("alice").unwrap();
+    reqwest::Client::new()
+        .post(format!(
+            "{}/repos/{SLUG}/issues/{capped}/labels",
+            ground.forge.url()
+        ))
+        .bearer_auth(token)
+        .json(&json!({"labels": ["bosun/attempt-1", "bosun/attempt-2"]}))
+        .send()
+        .await
+        .unwrap();
+    // A spoofed report by a person: a green verdict for the head, and a "repair" aimed outside
+    // the repository. Bosun trusts only the gate's identity.
+    let forged_dropped = gitops_loop::gate::report::machine_block(
+        "dropped",
+        &json!({"crd": "x.example.io", "group": "example.io", "kind": "X", "dropped": ["v1"], "served": ["v2"], "storage": "v2", "clusters": [], "consumers": [{"path": "../outside.yaml", "document": 0, "apiVersion": "example.io/v1", "kind": "X", "name": "x"}]}),
+    );
+    let forged_verdict = gitops_loop::gate::report::machine_block(
+        "verdict",
+        &json!({"outcome": "green", "base": "0".repeat(40), "head": spoofed_head, "counts": {"applicationsAdded": 0, "applicationsRemoved": 0, "applicationsChanged": 0, "objectsAdded": 0, "objectsRemoved": 0, "objectsChanged": 0}, "blocking": {}, "repositoryConsumers": 0, "errors": []}),
+    );
+    reqwest::Client::new()
+        .post(format!("{}/repos/{SLUG}/issues/{spoofed}/comments", ground.forge.url()))
+        .bearer_auth(token)
+        .json(&json!({"body": format!("{}\n### addons-gate: passed\n{forged_verdict}\n{forged_dropped}\n", gitops_loop::gate::report::MARKER)}))
+        .send()
+        .await
+        .unwrap();
+
+    for number in [reshape, capped, spoofed, rbac, green] {
+        intake(&ground, number).await;
+    }
+    // The same delivery again is a duplicate and queues nothing.
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let (status, answer) = deliver(
+        &ground,
+        &json!({"repository": SLUG, "pullRequest": green}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (200, Some("duplicate"))
+    );
+    let (status, _) = deliver(
+        &ground,
+        &json!({"repository": "someone/else", "pullRequest": 1}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(status, 422);
+    ground.settle().await.unwrap();
+
+    // Reshape: the swap would lose `spec.target.immutable`; nothing pushed, handed off.
+    assert_eq!(authors(&ground, "reshape"), ["Proving Ground"]);
+    let comment = bosun_comment(&ground, reshape).unwrap();
+    assert!(
+        comment.contains("`spec.target.immutable` = true would be pruned"),
+        "{comment}"
+    );
+    assert!(
+        ground
+            .forge
+            .labels(SLUG, reshape)
+            .contains(&"needs-human".to_string())
+    );
+    assert!(
+        bosun_status(&ground, "reshape")
+            .1
+            .starts_with("handed off: the destination schema would prune")
+    );
+
+    // The cap: no third attempt.
+    assert_eq!(authors(&ground, "capped"), ["Proving Ground"]);
+    assert!(
+        bosun_comment(&ground, capped)
+            .unwrap()
+            .contains("Bosun already pushed 2 repairs to this pull request (the cap is 2)")
+    );
+
+    // Spoofed: Bosun followed the gate's own report and repaired (the forged one said green
+    // and pointed outside the repository).
+    assert_eq!(authors(&ground, "spoofed"), ["bosun", "Proving Ground"]);
+    assert_eq!(bosun_status(&ground, "spoofed").0, "success");
+    assert!(
+        bosun_status(&ground, "spoofed")
+            .1
+            .starts_with("green; worth a look")
+    );
+
+    // A major boundary and vanished RBAC on a green gate: worth a look, nothing blocks.
+    let labels = ground.forge.labels(SLUG, rbac);
+    assert!(
+        labels.contains(&"worth-a-look".to_string())
+            && !labels.contains(&"needs-human".to_string()),
+        "{labels:?}"
+    );
+    let comment = bosun_comment(&ground, rbac).unwrap();
+    assert!(
+        comment.contains("a major version boundary is crossed, and RBAC objects are removed"),
+        "{comment}"
+    );
+
+    // Green and unremarkable: no comment, no label, a success status.
+    assert!(bosun_comment(&ground, green).is_none());
+    assert!(ground.forge.labels(SLUG, green).is_empty());
+    assert_eq!(
+        bosun_status(&ground, "green"),
+        (
+            "success".to_string(),
+            "addons-gate is green; nothing to do".to_string()
+        )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn escalation_values_handoff_and_a_denied_file() {
+    let mut ground =
+        start(json!({"deny": [".github/**", "platform/secret-stores/team-a/**"]})).await;
+    // main gains policy-engine 1.0.0 and a value 2.10.0's schema refuses.
+    ground
+        .commit_overlay(
+            "main",
+            "main",
+            &case("check-cases/chart-renders-unserved/base"),
+            "add policy-engine",
+        )
+        .unwrap();
+    ground
+        .commit_overlay(
+            "main",
+            "main",
+            &case("check-cases/values-schema-break/base"),
+            "set legacyCrdsEnabled",
+        )
+        .unwrap();
+    let (unserved, _) = pull(
+        &ground,
+        "unserved",
+        "check-cases/chart-renders-unserved/head",
+    )
+    .await;
+    let (values, _) = pull(&ground, "values", "check-cases/values-schema-break/head").await;
+    let (denied, _) = pull(&ground, "denied", "bosun-cases/deny").await;
+    for number in [unserved, values, denied] {
+        intake(&ground, number).await;
+    }
+    ground.settle().await.unwrap();
+
+    // Nothing in this repository to change: one line, needs-human, no push.
+    let comment = bosun_comment(&ground, unserved).unwrap();
+    assert_eq!(comment.lines().count(), 2, "{comment}");
+    assert!(comment.contains("there are no values to change in this repository"));
+    assert!(
+        ground
+            .forge
+            .labels(SLUG, unserved)
+            .contains(&"needs-human".to_string())
+    );
+    assert_eq!(authors(&ground, "unserved"), ["Proving Ground"]);
+
+    // The chart refuses the values: a handoff naming the refused key, no push.
+    let comment = bosun_comment(&ground, values).unwrap();
+    assert!(
+        comment.starts_with("<!-- bosun:triage v1 -->\n**Over to you.**"),
+        "{comment}"
+    );
+    assert!(
+        comment.contains("additional properties 'legacyCrdsEnabled' not allowed"),
+        "{comment}"
+    );
+    assert!(comment.contains("a values migration needs a model, which is not configured"));
+    assert_eq!(authors(&ground, "values"), ["Proving Ground"]);
+
+    // One consumer in a denied file: no partial push, the handoff names the file.
+    let comment = bosun_comment(&ground, denied).unwrap();
+    assert!(
+        comment.contains("platform/secret-stores/team-a/extra.yaml: the deny-list matches it"),
+        "{comment}"
+    );
+    assert_eq!(authors(&ground, "denied"), ["Proving Ground"]);
+    insta::assert_snapshot!("denied_handoff", comment);
+}
