@@ -169,9 +169,29 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
         .await
         .unwrap();
 
-    for number in [reshape, capped, spoofed, rbac, green] {
+    for number in [reshape, capped, spoofed, rbac] {
         intake(&ground, number).await;
     }
+    // The last delivery is signed (HMAC of the body) instead of carrying the bearer token;
+    // a signature of another body is refused.
+    use hmac::Mac;
+    let body = json!({"repository": SLUG, "pullRequest": green}).to_string();
+    let sign = |text: &str| {
+        let mut mac =
+            hmac::Hmac::<sha2::Sha256>::new_from_slice(ground::bosun::WEBHOOK_SECRET.as_bytes())
+                .unwrap();
+        mac.update(text.as_bytes());
+        format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+    };
+    let signed = |signature: String| {
+        reqwest::Client::new()
+            .post(format!("{}/intake", ground.bosun.as_ref().unwrap().url))
+            .header("X-Bosun-Signature-256", signature)
+            .body(body.clone())
+            .send()
+    };
+    assert_eq!(signed(sign("{}")).await.unwrap().status().as_u16(), 401);
+    assert_eq!(signed(sign(&body)).await.unwrap().status().as_u16(), 202);
     // The same delivery again is a duplicate and queues nothing.
     let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
     let (status, answer) = deliver(
@@ -322,4 +342,42 @@ async fn escalation_values_handoff_and_a_denied_file() {
     );
     assert_eq!(authors(&ground, "denied"), ["Proving Ground"]);
     insta::assert_snapshot!("denied_handoff", comment);
+
+    // `bosun triage --pr N` from a terminal: the same decision, the same single comment.
+    let dir = ground.dir().join("bosun");
+    let output = assert_cmd::Command::new(env!("CARGO_BIN_EXE_bosun"))
+        .env("BOSUN_FORGE_TOKEN", ground::FORGE_BOSUN_TOKEN)
+        .env("KUBECONFIG", ground.dir().join("bosun.kubeconfig"))
+        .env(
+            "GATE_HELM",
+            common::project_root().join("target/tools/helm"),
+        )
+        .env(
+            "GATE_KUBECTL",
+            common::project_root().join("target/tools/kubectl"),
+        )
+        .arg("--config")
+        .arg(dir.join("bosun.yaml"))
+        .args(["triage", "--pr", &unserved.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        printed.contains("escalated (label needs-human): no values to change in this repository"),
+        "{printed}"
+    );
+    let bosun_comments = ground
+        .forge
+        .comments(SLUG, unserved)
+        .into_iter()
+        .filter(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .count();
+    assert_eq!(bosun_comments, 1);
 }

@@ -81,15 +81,16 @@ proptest! {
         let dropped = DroppedServedVersion {
             crd: crd.clone(),
             group: "example.test".into(),
-            kind: crd,
+            kind: crd.clone(),
             dropped: vec!["v1beta1".into()],
             served: vec!["v1".into()],
             storage: "v1".into(),
             clusters: vec!["prod".into()],
+            // A CRD's consumers are of its kind (the block states the kind once).
             consumers: names
                 .iter()
                 .enumerate()
-                .map(|(i, n)| Consumer { path: format!("{n}.yaml"), document: i, api_version: "example.test/v1beta1".into(), kind: n.clone(), namespace: n.clone(), name: n.clone(), template: false })
+                .map(|(i, n)| Consumer { path: format!("{n}.yaml"), document: i, api_version: "example.test/v1beta1".into(), kind: crd.clone(), namespace: n.clone(), name: n.clone(), template: false })
                 .collect(),
         };
         let result = result_with(vec![dropped.clone()]);
@@ -156,7 +157,23 @@ fn a_chart_rendered_name_cannot_forge_a_block() {
     assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
     assert_eq!(markdown.matches("-->").count(), 3, "{markdown}");
     let parsed = report::parse(&markdown).unwrap();
-    assert_eq!(parsed.dropped, vec![dropped]);
+    assert_eq!(parsed.dropped, vec![dropped.clone()]);
+    // Bosun acts on the genuine block only: one swap, in the file the gate named.
+    let situation = gitops_loop::bosun::classify::Situation {
+        report: Some(&parsed),
+        head_sha: &parsed.verdict.head,
+        fork: false,
+        attempts: 0,
+        attempt_cap: 2,
+    };
+    let gitops_loop::bosun::classify::Path::Swap(evidence) =
+        gitops_loop::bosun::classify::classify(&situation)
+    else {
+        panic!("not a swap");
+    };
+    let plan = gitops_loop::bosun::swap::plan(&evidence);
+    assert_eq!(plan.keys().collect::<Vec<_>>(), ["a.yaml"]);
+    assert_eq!(plan["a.yaml"][0].name, hostile);
 }
 
 #[test]
@@ -220,4 +237,37 @@ fn an_oversized_report_keeps_blockers_and_blocks_whole() {
     assert!(comment.contains("Details are cut"));
     assert!(comment.contains("blocking until they move"));
     assert_eq!(report::parse(&comment).unwrap().dropped, vec![dropped]);
+}
+
+#[test]
+fn hundreds_of_consumers_fit_one_comment_and_all_come_back() {
+    let consumers: Vec<Consumer> = (0..500)
+        .map(|i| Consumer {
+            path: format!("platform/secret-stores/generated/bench-{:03}.yaml", i / 2),
+            document: i % 2,
+            api_version: "external-secrets.io/v1beta1".into(),
+            kind: "ExternalSecret".into(),
+            namespace: String::new(),
+            name: format!("bench-{i}"),
+            template: false,
+        })
+        .collect();
+    let dropped = DroppedServedVersion {
+        crd: "externalsecrets.external-secrets.io".into(),
+        group: "external-secrets.io".into(),
+        kind: "ExternalSecret".into(),
+        dropped: vec!["v1beta1".into()],
+        served: vec!["v1".into()],
+        storage: "v1".into(),
+        clusters: vec!["prod".into()],
+        consumers,
+    };
+    let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
+    assert!(
+        markdown.chars().count() <= report::COMMENT_LIMIT,
+        "{}",
+        markdown.len()
+    );
+    assert!(markdown.contains("and 475 more (all in the machine block below"));
+    assert_eq!(report::parse(&markdown).unwrap().dropped, vec![dropped]);
 }

@@ -225,3 +225,107 @@ pub async fn observer(
         peak_rss_kib,
     })
 }
+
+/// What `ground bench-bosun` measured.
+pub struct BosunFigures {
+    pub consumers: usize,
+    pub files: usize,
+    /// From reading the gate's verdict to the repair pushed (Bosun's own clock).
+    pub verdict_to_push: f64,
+    /// The whole triage: gate (cold head render), repair, gate again.
+    pub triage: Duration,
+}
+
+/// Bosun on a repository with `consumers` manifests declaring a version the external-secrets
+/// bump stops serving: the time from the verdict to the pushed repair.
+pub async fn bosun(
+    scenario_dir: &std::path::Path,
+    options: crate::Options,
+    consumers: usize,
+) -> Result<BosunFigures> {
+    let mut scenario = crate::scenario::Scenario::load(scenario_dir)?;
+    scenario.timeline.clear();
+    scenario.bosun.get_or_insert_with(Default::default);
+    let mut ground = crate::Ground::start(scenario, options).await?;
+    ground
+        .act(&crate::scenario::Action::Publish(
+            "external-secrets@2.10.0".into(),
+        ))
+        .await?;
+    // Consumers in files of 1-3 documents, with comments and quoting, under a deployed path.
+    let overlay = tempfile::tempdir()?;
+    let folder = overlay.path().join("platform/secret-stores/generated");
+    std::fs::create_dir_all(&folder)?;
+    let mut files = 0;
+    let mut written = 0;
+    while written < consumers {
+        let mut text = String::from("# generated for the benchmark\n");
+        for document in 0..(1 + files % 3).min(consumers - written) {
+            if document > 0 {
+                text.push_str("---\n");
+            }
+            let quote = if written % 2 == 0 { "" } else { "\"" };
+            text.push_str(&format!(
+                "apiVersion: {quote}external-secrets.io/v1beta1{quote} # bench\nkind: ExternalSecret\nmetadata:\n  name: bench-{written}\nspec:\n  refreshInterval: 1h\n  secretStoreRef: {{name: vault-platform, kind: ClusterSecretStore}}\n  target: {{name: bench-{written}}}\n  data:\n    - secretKey: value\n      remoteRef: {{key: bench/{written}}}\n"
+            ));
+            written += 1;
+        }
+        std::fs::write(folder.join(format!("bench-{files:03}.yaml")), text)?;
+        files += 1;
+    }
+    // The team removed `immutable` already (as scenarios/triage does), so the swap is enough.
+    ground.commit_overlay("main", "main", overlay.path(), "300 consumers")?;
+    let bump = tempfile::tempdir()?;
+    let bare = ground
+        .forge
+        .bare_path(&ground.scenario.repository.slug)
+        .context("bare")?;
+    let targets = crate::git::git(&bare, &["show", "main:targets/addons.yaml"])?;
+    std::fs::create_dir_all(bump.path().join("targets"))?;
+    std::fs::write(
+        bump.path().join("targets/addons.yaml"),
+        targets.replacen("version: 0.10.3", "version: 2.10.0", 1) + "\n",
+    )?;
+    ground.commit_overlay(
+        "bump",
+        "main",
+        bump.path(),
+        "Promote external-secrets 2.10.0",
+    )?;
+    let number = ground
+        .open_pull("bump", "Promote external-secrets 2.10.0", "kargo")
+        .await?;
+    let url = ground.bosun.as_ref().context("bosun")?.url.clone();
+    let started = Instant::now();
+    let response = reqwest::Client::new()
+        .post(format!("{url}/intake"))
+        .bearer_auth(crate::bosun::WEBHOOK_SECRET)
+        .body(
+            json!({"repository": ground.scenario.repository.slug, "pullRequest": number})
+                .to_string(),
+        )
+        .send()
+        .await?;
+    if response.status().as_u16() != 202 {
+        bail!("intake answered {}", response.status());
+    }
+    while ground.bosun_busy().await {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let triage = started.elapsed();
+    let jobs: serde_json::Value = reqwest::get(format!("{url}/jobs")).await?.json().await?;
+    let run = jobs["done"]
+        .as_array()
+        .and_then(|d| d.last())
+        .cloned()
+        .context("no triage ran")?;
+    let verdict_to_push = run["repairSeconds"]
+        .as_f64()
+        .with_context(|| format!("Bosun pushed no repair: {}", run["lines"]))?;
+    Ok(BosunFigures {
+        consumers,
+        files,
+        verdict_to_push,
+        triage,
+    })
+}

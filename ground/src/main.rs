@@ -46,6 +46,13 @@ enum Command {
     Play(Common),
     /// Start the ground, settle, print how to reach it, and keep the actors running.
     Up(Common),
+    /// Benchmark Bosun: the triage scenario with N consumer manifests; verdict to pushed repair.
+    BenchBosun {
+        #[command(flatten)]
+        common: Common,
+        #[arg(long, default_value_t = 300)]
+        consumers: usize,
+    },
     /// Benchmark the observer: N Applications and M Stages on the API double.
     BenchObserver {
         #[arg(long)]
@@ -91,6 +98,24 @@ async fn main() -> Result<()> {
             println!(
                 "[ground] the scenario's expectations hold ({:.1} s)",
                 started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Command::BenchBosun { common, consumers } => {
+            let mut options = options(&common);
+            options.echo = false;
+            let f = ground::bench::bosun(&common.scenario, options, consumers).await?;
+            println!(
+                "bench bosun: {} consumer manifests in {} files (+ the scenario's own)",
+                f.consumers, f.files
+            );
+            println!(
+                "  gate verdict to repair pushed: {:.2} s",
+                f.verdict_to_push
+            );
+            println!(
+                "  whole triage (gate, repair, gate again): {:.1} s",
+                f.triage.as_secs_f64()
             );
             Ok(())
         }

@@ -60,6 +60,9 @@ pub struct Run {
     pub pushed: Vec<String>,
     /// What happened, one line each.
     pub lines: Vec<String>,
+    /// Seconds from reading the gate's verdict to the repair pushed (the last repair).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repair_seconds: Option<f64>,
     /// The comment paragraph of a repair pushed in this run (kept when the gate re-runs).
     #[serde(skip)]
     pub repaired: Option<String>,
@@ -493,6 +496,7 @@ impl Bosun {
         attempts: u32,
         run: &mut Run,
     ) -> Result<Option<String>, TriageError> {
+        let started = std::time::Instant::now();
         let number = pr.number;
         let head = pr.head_sha.clone();
         git(
@@ -616,6 +620,7 @@ impl Bosun {
             )?;
             return Err(e);
         }
+        run.repair_seconds = Some(started.elapsed().as_secs_f64());
         let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
         self.label(slug, number, &attempt).await?;
         let mut body = format!(

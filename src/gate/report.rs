@@ -16,6 +16,8 @@ use super::rules::{self, DroppedServedVersion, Finding, Severity};
 
 pub const MARKER: &str = "<!-- gitops-gate:report v1 -->";
 const BLOCK_PREFIX: &str = "<!-- gitops-gate:";
+/// Consumers a blocking bullet names before it says how many more there are.
+const LISTED_CONSUMERS: usize = 25;
 /// GitHub's limit for a comment body.
 pub const COMMENT_LIMIT: usize = 65_536;
 
@@ -152,12 +154,12 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
                     );
             }
             "dropped" => {
-                dropped.push(
+                let block: DroppedBlock =
                     serde_json::from_value(value).map_err(|e| ReportError::BadBlock {
                         name,
                         message: e.to_string(),
-                    })?,
-                );
+                    })?;
+                dropped.push(block.into());
             }
             _ => {}
         }
@@ -313,9 +315,11 @@ fn head_section(result: &GateResult) -> String {
                 code(&evidence.kind),
                 code(&evidence.storage)
             );
-            let files: Vec<String> = evidence
+            // A person reads the first ones; every consumer is in the machine block.
+            let mut files: Vec<String> = evidence
                 .consumers
                 .iter()
+                .take(LISTED_CONSUMERS)
                 .map(|c| {
                     if c.template {
                         format!("{} ({} in a chart template)", code(&c.path), text(&c.kind))
@@ -324,6 +328,12 @@ fn head_section(result: &GateResult) -> String {
                     }
                 })
                 .collect();
+            if evidence.consumers.len() > LISTED_CONSUMERS {
+                files.push(format!(
+                    "and {} more (all in the machine block below and in the full report)",
+                    evidence.consumers.len() - LISTED_CONSUMERS
+                ));
+            }
             let _ = writeln!(
                 out,
                 "  - {} manifest(s) in this repository still declare a dropped version, blocking until they move: {}",
@@ -470,11 +480,109 @@ fn details_section(result: &GateResult) -> String {
     out
 }
 
+/// The `dropped` block's wire form: consumers grouped by file, each document as
+/// `[index, version, name, namespace]`, so a report with hundreds of consumers still fits a
+/// comment (a consumer costs its name and a few characters, its file path once).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DroppedBlock {
+    crd: String,
+    group: String,
+    kind: String,
+    dropped: Vec<String>,
+    served: Vec<String>,
+    storage: String,
+    clusters: Vec<String>,
+    files: Vec<FileBlock>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct FileBlock {
+    path: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    template: bool,
+    documents: Vec<(usize, String, String, String)>,
+}
+
+impl From<&DroppedServedVersion> for DroppedBlock {
+    fn from(d: &DroppedServedVersion) -> Self {
+        let mut files: Vec<FileBlock> = Vec::new();
+        for c in &d.consumers {
+            let version = c
+                .api_version
+                .rsplit_once('/')
+                .map(|(_, v)| v)
+                .unwrap_or(&c.api_version)
+                .to_string();
+            let document = (c.document, version, c.name.clone(), c.namespace.clone());
+            match files.last_mut() {
+                Some(f) if f.path == c.path && f.template == c.template => {
+                    f.documents.push(document)
+                }
+                _ => files.push(FileBlock {
+                    path: c.path.clone(),
+                    template: c.template,
+                    documents: vec![document],
+                }),
+            }
+        }
+        DroppedBlock {
+            crd: d.crd.clone(),
+            group: d.group.clone(),
+            kind: d.kind.clone(),
+            dropped: d.dropped.clone(),
+            served: d.served.clone(),
+            storage: d.storage.clone(),
+            clusters: d.clusters.clone(),
+            files,
+        }
+    }
+}
+
+impl From<DroppedBlock> for DroppedServedVersion {
+    fn from(b: DroppedBlock) -> Self {
+        let consumers = b
+            .files
+            .iter()
+            .flat_map(|f| {
+                let group = &b.group;
+                let kind = &b.kind;
+                f.documents
+                    .iter()
+                    .map(
+                        move |(document, version, name, namespace)| rules::Consumer {
+                            path: f.path.clone(),
+                            document: *document,
+                            api_version: if group.is_empty() {
+                                version.clone()
+                            } else {
+                                format!("{group}/{version}")
+                            },
+                            kind: kind.clone(),
+                            namespace: namespace.clone(),
+                            name: name.clone(),
+                            template: f.template,
+                        },
+                    )
+            })
+            .collect();
+        DroppedServedVersion {
+            crd: b.crd,
+            group: b.group,
+            kind: b.kind,
+            dropped: b.dropped,
+            served: b.served,
+            storage: b.storage,
+            clusters: b.clusters,
+            consumers,
+        }
+    }
+}
+
 fn blocks_section(result: &GateResult) -> String {
     let mut out = machine_block("verdict", &result.verdict);
     out.push('\n');
     for dropped in result.dropped() {
-        out.push_str(&machine_block("dropped", &dropped));
+        out.push_str(&machine_block("dropped", &DroppedBlock::from(&dropped)));
         out.push('\n');
     }
     out

@@ -19,6 +19,11 @@ pub enum Which {
         #[arg(long, default_value_t = 10)]
         clusters: usize,
     },
+    /// Bosun: time from the gate's verdict to the pushed repair, 300 consumer manifests.
+    Bosun {
+        #[arg(long, default_value_t = 300)]
+        consumers: usize,
+    },
     /// The observer against 10,000 Applications and 1,000 Stages on the ground.
     Observer {
         #[arg(long, default_value_t = 10_000)]
@@ -43,6 +48,7 @@ pub fn run(which: Which) -> Result<()> {
             applications,
             stages,
         } => observer(applications, stages),
+        Which::Bosun { consumers } => bosun(consumers),
     }
 }
 
@@ -330,5 +336,23 @@ fn observer(applications: usize, stages: usize) -> Result<()> {
     );
     let (applications, stages) = (applications.to_string(), stages.to_string());
     cmd!(sh, "{ground} bench-observer --observer {observer} --crds {crds} --applications {applications} --stages {stages}").run()?;
+    Ok(())
+}
+
+fn bosun(consumers: usize) -> Result<()> {
+    let tools = crate::tools::install()?;
+    let sh = Shell::new()?;
+    let root = project_root();
+    sh.change_dir(&root);
+    cmd!(sh, "cargo build --release --quiet --bins --workspace").run()?;
+    let release = root.join("target/release");
+    let (ground, gate, bosun) = (
+        release.join("ground"),
+        release.join("gate"),
+        release.join("bosun"),
+    );
+    let (scenario, crds) = (root.join("scenarios/triage"), root.join("kind/crds"));
+    let consumers = consumers.to_string();
+    cmd!(sh, "{ground} bench-bosun {scenario} --gate {gate} --bosun {bosun} --tools {tools} --crds {crds} --consumers {consumers}").run()?;
     Ok(())
 }
