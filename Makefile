@@ -1,17 +1,25 @@
 # Every target is one line calling cargo xtask; the logic lives there.
-.PHONY: demo test tools ground-up kind-up kind-down bench-render bench-check
+.PHONY: demo demo-triage demo-structural test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun
 demo:
 	cargo xtask demo
+demo-triage:
+	cargo xtask demo-triage
+demo-structural:
+	cargo xtask demo-structural
 test:
 	cargo xtask test
 tools:
 	cargo xtask tools
 bench-render:
 	cargo xtask bench render
-ground-up:
-	cargo xtask ground up
 bench-check:
 	cargo xtask bench check
+bench-observer:
+	cargo xtask bench observer
+bench-bosun:
+	cargo xtask bench bosun
+ground-up:
+	cargo xtask ground up
 kind-up:
 	cargo xtask kind up
 kind-down:
