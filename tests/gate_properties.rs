@@ -182,29 +182,46 @@ fn a_report_without_the_marker_is_not_a_report() {
     assert_eq!(report::parse(&forged), Err(report::ReportError::NoMarker));
 }
 
-#[test]
-fn an_oversized_report_keeps_blockers_and_blocks_whole() {
-    let consumers: Vec<Consumer> = (0..50)
-        .map(|i| Consumer {
-            path: format!("m/{i}.yaml"),
-            document: 0,
-            api_version: "e.io/v1beta1".into(),
-            kind: "E".into(),
-            namespace: String::new(),
-            name: format!("n{i}"),
-            template: false,
-        })
-        .collect();
-    let dropped = DroppedServedVersion {
-        crd: "es.e.io".into(),
-        group: "e.io".into(),
-        kind: "E".into(),
+/// A CRD of group `group` and kind `kind` that dropped v1beta1 (destination v1), with consumers
+/// named `name(i)` in files `path(i)` at document `i % 2`.
+fn dropped_with(
+    group: &str,
+    kind: &str,
+    count: usize,
+    path: impl Fn(usize) -> String,
+    name: impl Fn(usize) -> String,
+) -> DroppedServedVersion {
+    DroppedServedVersion {
+        crd: format!("{}s.{group}", kind.to_lowercase()),
+        group: group.into(),
+        kind: kind.into(),
         dropped: vec!["v1beta1".into()],
         served: vec!["v1".into()],
         storage: "v1".into(),
-        clusters: vec!["c".into()],
-        consumers,
-    };
+        clusters: vec!["prod".into()],
+        consumers: (0..count)
+            .map(|i| Consumer {
+                path: path(i),
+                document: i % 2,
+                api_version: format!("{group}/v1beta1"),
+                kind: kind.into(),
+                namespace: String::new(),
+                name: name(i),
+                template: false,
+            })
+            .collect(),
+    }
+}
+
+#[test]
+fn an_oversized_report_keeps_blockers_and_blocks_whole() {
+    let dropped = dropped_with(
+        "e.io",
+        "E",
+        50,
+        |i| format!("m/{i}.yaml"),
+        |i| format!("n{i}"),
+    );
     let mut result = result_with(vec![dropped.clone()]);
     // A huge diff: thousands of changed fields.
     let big: Vec<Value> = (0..3000)
@@ -241,27 +258,13 @@ fn an_oversized_report_keeps_blockers_and_blocks_whole() {
 
 #[test]
 fn hundreds_of_consumers_fit_one_comment_and_all_come_back() {
-    let consumers: Vec<Consumer> = (0..500)
-        .map(|i| Consumer {
-            path: format!("platform/secret-stores/generated/bench-{:03}.yaml", i / 2),
-            document: i % 2,
-            api_version: "external-secrets.io/v1beta1".into(),
-            kind: "ExternalSecret".into(),
-            namespace: String::new(),
-            name: format!("bench-{i}"),
-            template: false,
-        })
-        .collect();
-    let dropped = DroppedServedVersion {
-        crd: "externalsecrets.external-secrets.io".into(),
-        group: "external-secrets.io".into(),
-        kind: "ExternalSecret".into(),
-        dropped: vec!["v1beta1".into()],
-        served: vec!["v1".into()],
-        storage: "v1".into(),
-        clusters: vec!["prod".into()],
-        consumers,
-    };
+    let dropped = dropped_with(
+        "external-secrets.io",
+        "ExternalSecret",
+        500,
+        |i| format!("platform/secret-stores/generated/bench-{:03}.yaml", i / 2),
+        |i| format!("bench-{i}"),
+    );
     let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
     assert!(
         markdown.chars().count() <= report::COMMENT_LIMIT,

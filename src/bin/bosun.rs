@@ -103,21 +103,6 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
     })
 }
 
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = terminate => {},
-    }
-}
-
 async fn run(cli: Cli) -> Result<()> {
     let config = Config::load(&cli.config)?;
     match &cli.command {
@@ -147,7 +132,7 @@ async fn run(cli: Cli) -> Result<()> {
                 .with_context(|| format!("cannot listen on {listen}"))?;
             tracing::info!("bosun listening on {}", listener.local_addr()?);
             axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown_signal())
+                .with_graceful_shutdown(gitops_loop::shutdown_signal())
                 .await?;
             Ok(())
         }

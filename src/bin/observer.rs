@@ -103,21 +103,6 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = terminate => {},
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -188,7 +173,14 @@ async fn main() -> Result<()> {
     info!(mode = ?cli.observe_mode, resync_s = cli.resync.as_secs(), leader_elect = cli.leader_elect, "observer starting");
 
     if !cli.leader_elect {
-        controller::run(client, config, metrics, ready_tx, shutdown_signal()).await;
+        controller::run(
+            client,
+            config,
+            metrics,
+            ready_tx,
+            gitops_loop::shutdown_signal(),
+        )
+        .await;
         info!("observer stopped");
         return Ok(());
     }
@@ -207,7 +199,7 @@ async fn main() -> Result<()> {
         .await
         .context("cannot set up leader election")?;
     let (mut leading, lease_task) = manager.watch().await;
-    let shutdown = shutdown_signal();
+    let shutdown = gitops_loop::shutdown_signal();
     tokio::pin!(shutdown);
     info!(lease = %cli.lease_name, namespace = %lease_namespace, identity = %instance, "waiting for the Lease");
     loop {

@@ -71,6 +71,16 @@ pub enum SwapError {
     },
 }
 
+fn moved(swap: &Swap) -> SwapError {
+    SwapError::Moved {
+        path: swap.path.clone(),
+        document: swap.document,
+        kind: swap.kind.clone(),
+        name: swap.name.clone(),
+        from: swap.from.clone(),
+    }
+}
+
 struct DocumentFacts<'a> {
     stream_index: usize,
     api_version: Option<&'a edit::ScalarSite>,
@@ -131,13 +141,7 @@ fn apply_manifest(text: &str, swaps: &[&Swap]) -> Result<String, SwapError> {
             (candidates.len() == 1).then(|| candidates[0])
         });
         let Some(site) = found.and_then(|d| d.api_version) else {
-            return Err(SwapError::Moved {
-                path: swap.path.clone(),
-                document: swap.document,
-                kind: swap.kind.clone(),
-                name: swap.name.clone(),
-                from: swap.from.clone(),
-            });
+            return Err(moved(swap));
         };
         edits.push((
             site.start,
@@ -186,13 +190,7 @@ fn apply_template(text: &str, swap: &Swap) -> Result<String, SwapError> {
         out.push_str(line);
     }
     if !replaced {
-        return Err(SwapError::Moved {
-            path: swap.path.clone(),
-            document: swap.document,
-            kind: swap.kind.clone(),
-            name: swap.name.clone(),
-            from: swap.from.clone(),
-        });
+        return Err(moved(swap));
     }
     Ok(out)
 }
