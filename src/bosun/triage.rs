@@ -473,10 +473,16 @@ impl Bosun {
                     "escalated: no values to change in this repository".into(),
                 ))
             }
-            TriagePath::Handoff(handoff) => self
-                .hand_off(slug, number, &handoff, &[], run)
-                .await
-                .map(Some),
+            TriagePath::Handoff(mut handoff) => {
+                // A values schema refusal names keys: point at the files that set them.
+                let places = refused_value_places(&checkout, &pr.head_sha, &handoff.fact);
+                if !places.is_empty() {
+                    handoff.open = places.join(", ");
+                }
+                self.hand_off(slug, number, &handoff, &[], run)
+                    .await
+                    .map(Some)
+            }
             TriagePath::Swap(dropped) => {
                 self.swap(slug, url, &checkout, &config, pr, &dropped, attempts, run)
                     .await
@@ -665,6 +671,41 @@ impl Bosun {
         }
         Ok(None)
     }
+}
+
+/// The keys a values schema refused (`additional properties 'KEY' not allowed`), and the YAML
+/// files at `revision` that set them, as `file (key KEY)`.
+fn refused_value_places(checkout: &Path, revision: &str, error: &str) -> Vec<String> {
+    let mut keys: Vec<&str> = error
+        .split("additional properties '")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('\'').map(|(key, _)| key))
+        .filter(|key| {
+            !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut places = Vec::new();
+    for key in keys {
+        let pattern = format!("^[[:space:]]*{key}:");
+        let Ok(found) = git(
+            checkout,
+            &[
+                "grep", "-l", "-E", &pattern, revision, "--", "*.yaml", "*.yml",
+            ],
+        ) else {
+            continue;
+        };
+        for line in found.lines() {
+            let file = line.strip_prefix(&format!("{revision}:")).unwrap_or(line);
+            places.push(format!("{file} (key {key})"));
+        }
+    }
+    places
 }
 
 /// A document a swap rewrote, for messages.
