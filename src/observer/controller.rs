@@ -121,9 +121,21 @@ fn project(object: &mut DynamicObject, keep: &[&str]) {
         }
     }
     object.data = Value::Object(kept);
-    object.metadata.managed_fields = None;
-    if let Some(annotations) = object.metadata.annotations.as_mut() {
+    // Metadata the decision never reads (the cache holds thousands of these).
+    let metadata = &mut object.metadata;
+    metadata.managed_fields = None;
+    metadata.owner_references = None;
+    metadata.finalizers = None;
+    metadata.creation_timestamp = None;
+    metadata.generate_name = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
         annotations.retain(|k, _| k.starts_with("kargo"));
+    }
+    if let Some(labels) = metadata.labels.as_mut() {
+        // Promotions are found by the observer's own labels; nothing else reads labels.
+        labels.retain(|k, _| {
+            k == crate::observer::decision::MANAGED_BY_LABEL || k.starts_with("kargo")
+        });
     }
 }
 
@@ -471,8 +483,10 @@ pub async fn run(
         let writer = reflector::store::Writer::new(ar.clone());
         let reader = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+        let keep = keep_for(&ar.kind);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
+            .modify(move |o: &mut DynamicObject| project(o, keep))
             .reflect(writer)
             .touched_objects();
         (reader, stream)
