@@ -380,4 +380,32 @@ async fn escalation_values_handoff_and_a_denied_file() {
         })
         .count();
     assert_eq!(bosun_comments, 1);
+
+    // The forge failing on every request: one line on stderr saying what and where, exit 1,
+    // and nothing written.
+    let labels_before = ground.forge.labels(SLUG, unserved);
+    ground.forge.set_faults(ground::forge::ForgeFaults {
+        seed: 7,
+        server_error: 1000,
+        rate_limit: 0,
+    });
+    let output = assert_cmd::Command::new(env!("CARGO_BIN_EXE_bosun"))
+        .env("BOSUN_FORGE_TOKEN", ground::FORGE_BOSUN_TOKEN)
+        .env("KUBECONFIG", ground.dir().join("bosun.kubeconfig"))
+        .arg("--config")
+        .arg(dir.join("bosun.yaml"))
+        .args(["triage", "--pr", &unserved.to_string()])
+        .output()
+        .unwrap();
+    ground
+        .forge
+        .set_faults(ground::forge::ForgeFaults::default());
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("bosun: cannot ask the forge who the token is: GET /user: HTTP 5"),
+        "{stderr}"
+    );
+    assert_eq!(ground.forge.labels(SLUG, unserved), labels_before);
 }

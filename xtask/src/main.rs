@@ -27,9 +27,10 @@ enum Command {
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         args: Vec<String>,
     },
-    /// Play the happy path of a chart bump end to end on the embedded ground.
+    /// Play the loop end to end on the embedded ground: a chart bump's happy path, the observer
+    /// catching Kargo up after a hand bump, and Bosun repairing a blocked major bump.
     Demo {
-        /// The scenario folder under scenarios/ (default: happy-path, then observer-drift).
+        /// The scenario folder under scenarios/ (default: happy-path, observer-drift, triage).
         #[arg(long)]
         scenario: Option<String>,
         /// Inject seeded faults into the Kubernetes API double.
@@ -87,7 +88,8 @@ fn main() -> Result<()> {
         } => match scenario {
             Some(scenario) => demo::play(&scenario, chaos_seed),
             None => demo::play("happy-path", chaos_seed)
-                .and_then(|_| demo::play("observer-drift", chaos_seed)),
+                .and_then(|_| demo::play("observer-drift", chaos_seed))
+                .and_then(|_| demo::play("triage", chaos_seed)),
         },
         Command::DemoTriage => demo::play("triage", None),
         Command::DemoStructural => demo::play("structural", None),
