@@ -154,7 +154,8 @@ pub async fn observer(
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", "warn")
         // As the chart deploys it.
-        .env("MALLOC_ARENA_MAX", "2")
+        .env("MIMALLOC_PURGE_DELAY", "0")
+        .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
         .args([
             "--metrics-addr",
             &metrics_addr,

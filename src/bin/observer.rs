@@ -1,6 +1,12 @@
 //! `observer` (kargo-argocd-observer): when Argo CD runs an image tag Kargo never promoted,
 //! create the Kargo Promotion that lets Kargo's bookkeeping catch up.
 
+/// mimalloc: no per-allocation header and no per-thread arenas, so a cache of many small
+/// objects costs less RSS than with glibc's malloc, and the first pass runs faster (measured with
+/// `cargo xtask bench observer`; the chart sets `MIMALLOC_ARENA_EAGER_COMMIT=0` and `MIMALLOC_PURGE_DELAY=0`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
