@@ -16,10 +16,14 @@ use serde_json::{Value, json};
 const SLUG: &str = "platform/gitops";
 
 async fn start(config: Value) -> Ground {
+    start_polling(config, 0).await
+}
+
+async fn start_polling(config: Value, poll: u64) -> Ground {
     let root = common::project_root();
     let mut scenario = Scenario::load(&root.join("scenarios/triage")).unwrap();
     scenario.timeline.clear();
-    scenario.bosun = Some(BosunSpec { config });
+    scenario.bosun = Some(BosunSpec { config, poll });
     let options = Options {
         gate: env!("CARGO_BIN_EXE_gate").into(),
         observer: None,
@@ -119,7 +123,8 @@ fn bosun_status(ground: &Ground, branch: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
-    let mut ground = start(Value::Null).await;
+    // Bosun also looks for new heads every second (a person pushing to a pull request).
+    let mut ground = start_polling(Value::Null, 1).await;
 
     // Hostile deliveries first: nothing may happen for them.
     let body = json!({"repository": SLUG, "pullRequest": 1});
@@ -273,6 +278,23 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
             "addons-gate is green; nothing to do".to_string()
         )
     );
+
+    // A person pushes to a pull request Bosun took in: with no delivery, the poller finds the
+    // new head and the gate runs on it.
+    let pushed = ground
+        .commit_overlay("green", "green", &case("bosun-cases/person-push"), "a note")
+        .unwrap();
+    let mut waited = 0;
+    while !ground
+        .forge
+        .statuses(SLUG, &pushed)
+        .iter()
+        .any(|(c, s, _)| c == "bosun" && s == "success")
+    {
+        waited += 1;
+        assert!(waited < 600, "Bosun never judged the new head {pushed}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

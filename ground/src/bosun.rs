@@ -47,6 +47,8 @@ pub struct Launch<'a> {
     pub charts: &'a Path,
     /// Keys merged over the generated bosun.yaml (a scenario's `bosun.config`).
     pub overrides: &'a Value,
+    /// `--poll` seconds (0: off).
+    pub poll: u64,
 }
 
 fn merge(base: &mut Value, over: &Value) {
@@ -109,7 +111,7 @@ impl BosunProcess {
                 "--listen",
                 &format!("127.0.0.1:{port}"),
                 "--poll",
-                "0",
+                &launch.poll.to_string(),
             ])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log)?)

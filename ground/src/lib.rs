@@ -383,6 +383,7 @@ impl Ground {
                     chart_mirrors: ci.chart_repo_mirrors.clone(),
                     charts: &charts_mirror,
                     overrides: &spec.config,
+                    poll: spec.poll,
                 })
                 .await?;
                 kargo

@@ -99,6 +99,9 @@ pub struct BosunSpec {
     /// Keys merged over the bosun.yaml the ground writes (deny, allow, attemptCap, ...).
     #[serde(default)]
     pub config: serde_json::Value,
+    /// `bosun serve --poll` in seconds (default 0: only deliveries start a triage).
+    #[serde(default)]
+    pub poll: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
