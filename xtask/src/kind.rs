@@ -81,7 +81,7 @@ const SERVED_CHART_REPOSITORY: &str = "charts.example.test/stable";
 /// The hosts the scenarios name, and what stands for them on kind. `stage` rewrites every
 /// staged file with these, so Argo CD and Kargo reach Gitea, and Kargo's git-open-pr step infers
 /// the `gitea` provider from the host.
-const URL_MAP: [(&str, &str); 2] = [
+const URL_MAP: [(&str, &str); 3] = [
     (
         "https://git.example.test/",
         "http://gitea-http.gitea.svc.cluster.local:3000/",
@@ -90,7 +90,11 @@ const URL_MAP: [(&str, &str); 2] = [
         "https://charts.example.test/stable",
         "http://gitea-http.gitea.svc.cluster.local:3000/platform/charts/raw/branch/main",
     ),
+    // Kargo's `http` step hands held pull requests to Bosun's intake.
+    ("https://bosun.example.test", BOSUN_IN_CLUSTER),
 ];
+/// Bosun's intake from inside the cluster (charts/bosun's Service in namespace bosun).
+const BOSUN_IN_CLUSTER: &str = "http://bosun.bosun.svc.cluster.local:8080";
 
 /// The placeholder a plan holds where a secret goes.
 pub const GENERATED: &str = "<generated>";
@@ -106,6 +110,8 @@ pub enum Secret {
     GiteaPassword,
     /// A Gitea access token for Kargo, printed by the step that creates it.
     GiteaToken,
+    /// The shared secret of Bosun's intake (Kargo's `http` step sends it): 32 random bytes, hex.
+    BosunWebhook,
 }
 
 /// One command of a plan.
@@ -520,6 +526,10 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
             ]),
         ),
         Step::new(
+            "Bosun's namespace",
+            kubectl(argv!["create", "namespace", "bosun"]),
+        ),
+        Step::new(
             "Kargo's credentials for the GitOps repository: the Gitea token",
             kubectl(argv![
                 "create",
@@ -544,6 +554,76 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
                 PROJECT,
                 "kargo.akuity.io/cred-type=git"
             ]),
+        ),
+        Step::new(
+            "Bosun's forge token: the Gitea token (Gitea speaks the GitHub REST subset Bosun uses)",
+            kubectl(argv![
+                "create",
+                "secret",
+                "generic",
+                "bosun-forge",
+                "--namespace",
+                "bosun",
+                format!("--from-literal=token={GENERATED}"),
+            ]),
+        )
+        .with_secrets(&[Secret::GiteaToken]),
+        Step::new(
+            "Bosun's intake secret",
+            kubectl(argv![
+                "create",
+                "secret",
+                "generic",
+                "bosun-webhook",
+                "--namespace",
+                "bosun",
+                format!("--from-literal=secret={GENERATED}"),
+            ]),
+        )
+        .with_secrets(&[Secret::BosunWebhook]),
+        Step::new(
+            "the same secret for Kargo's http step, read with secret('bosun').token",
+            kubectl(argv![
+                "create",
+                "secret",
+                "generic",
+                "bosun",
+                "--namespace",
+                PROJECT,
+                format!("--from-literal=token={GENERATED}"),
+            ]),
+        )
+        .with_secrets(&[Secret::BosunWebhook]),
+        Step::new(
+            "mark it as a generic credential for Kargo's expressions",
+            kubectl(argv![
+                "label",
+                "secret",
+                "bosun",
+                "--namespace",
+                PROJECT,
+                "kargo.akuity.io/cred-type=generic"
+            ]),
+        ),
+        Step::new(
+            "Bosun, from its chart, running the loaded image against Gitea (commit statuses: Gitea has no check runs)",
+            helm_install(
+                "bosun",
+                &path("charts/bosun"),
+                "bosun",
+                argv![
+                    "--set",
+                    "image.repository=gitops-loop/bosun",
+                    "--set",
+                    format!("image.tag={IMAGE_TAG}"),
+                    "--set",
+                    "image.pullPolicy=Never",
+                    "--set-json",
+                    format!(
+                        r#"config={{"forge":{{"apiUrl":"{GITEA_IN_CLUSTER}/api/v1","checkMode":"status","gitUrl":"http://{GITEA_ADMIN}:{{token}}@gitea-http.gitea.svc.cluster.local:3000/{{slug}}.git"}},"repositories":[{{"slug":"platform/gitops","url":"{GITEA_IN_CLUSTER}/platform/gitops.git"}}]}}"#
+                    ),
+                ],
+            ),
         ),
         Step::new(
             format!("the Warehouses and Stages of scenarios/{scenario}/kargo.yaml, as staged"),
@@ -749,6 +829,7 @@ fn generate(root: &Path) -> Result<HashMap<Secret, String>> {
         (Secret::KargoPasswordHash, hash),
         (Secret::KargoTokenSigningKey, random_hex(32)?),
         (Secret::GiteaPassword, gitea_password),
+        (Secret::BosunWebhook, random_hex(32)?),
     ]))
 }
 
@@ -992,6 +1073,7 @@ mod tests {
             (Secret::KargoPasswordHash, "hash".to_string()),
             (Secret::KargoTokenSigningKey, "key".to_string()),
             (Secret::GiteaPassword, "pw".to_string()),
+            (Secret::BosunWebhook, "hook".to_string()),
         ]);
         let steps = plan_up(Path::new("/r"), "happy-path");
         for step in &steps {
@@ -1053,7 +1135,7 @@ mod tests {
         assert!(
             URL_MAP
                 .iter()
-                .all(|(_, to)| to.starts_with(GITEA_IN_CLUSTER))
+                .all(|(_, to)| to.starts_with(GITEA_IN_CLUSTER) || *to == BOSUN_IN_CLUSTER)
         );
     }
 
