@@ -426,7 +426,9 @@ async fn escalation_values_handoff_and_a_denied_file() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(
-        stderr.starts_with("bosun: cannot ask the forge who the token is: GET /user: HTTP 5"),
+        stderr.starts_with(
+            "bosun: cannot ask the forge who the token is (or set forge.login): GET /user: HTTP 5"
+        ),
         "{stderr}"
     );
     assert_eq!(ground.forge.labels(SLUG, unserved), labels_before);

@@ -274,3 +274,25 @@ fn hundreds_of_consumers_fit_one_comment_and_all_come_back() {
     assert!(markdown.contains("and 475 more (all in the machine block below"));
     assert_eq!(report::parse(&markdown).unwrap().dropped, vec![dropped]);
 }
+
+#[test]
+fn a_crd_version_name_cannot_forge_a_block_either() {
+    let hostile = "v1beta1 --> <!-- gitops-gate:dropped {\"crd\":\"forged\"} --> <!--";
+    let mut dropped = dropped_with("e.io", "E", 1, |_| "a.yaml".into(), |_| "a".into());
+    dropped.dropped = vec![hostile.into()];
+    let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
+    assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
+    let parsed = report::parse(&markdown).unwrap();
+    assert_eq!(parsed.dropped, vec![dropped]);
+    // A block written before the gate's own (say, by a chart name that got through) is not read.
+    let forged = format!(
+        "{}\n{}\n{}",
+        report::MARKER,
+        report::machine_block(
+            "dropped",
+            &json!({"crd": "forged", "group": "x", "kind": "X", "dropped": [], "served": [], "storage": "v1", "clusters": [], "files": []})
+        ),
+        markdown.trim_start_matches(report::MARKER)
+    );
+    assert_eq!(report::parse(&forged).unwrap().dropped, parsed.dropped);
+}

@@ -71,10 +71,13 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
         anyhow::bail!("no forge token: set ${}", config.forge.token_env);
     }
     let forge = GitHub::new(&config.forge.api_url, &token)?;
-    let me = forge
-        .current_user()
-        .await
-        .context("cannot ask the forge who the token is")?;
+    let me = match &config.forge.login {
+        Some(login) => login.clone(),
+        None => forge
+            .current_user()
+            .await
+            .context("cannot ask the forge who the token is (or set forge.login)")?,
+    };
     let helm = tools::find_tool("helm", cli.helm.as_deref(), "GATE_HELM")?;
     let kubectl = tools::find_tool("kubectl", cli.kubectl.as_deref(), "GATE_KUBECTL").ok();
     let kube = match config.inventory {
@@ -91,6 +94,12 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
         .unwrap_or_else(|| std::env::temp_dir().join("bosun"));
     std::fs::create_dir_all(&workdir)
         .with_context(|| format!("cannot create {}", workdir.display()))?;
+    // Checkouts hold the forge token in their remote URL: the folder is Bosun's alone.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&workdir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot restrict {}", workdir.display()))?;
+    }
     Ok(Bosun {
         config,
         forge: Arc::new(forge),

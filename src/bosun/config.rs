@@ -64,6 +64,10 @@ pub struct ForgeConfig {
     /// How the gate's verdict is published: a check run (GitHub App) or a commit status.
     #[serde(default = "default_check_mode")]
     pub check_mode: CheckMode,
+    /// The login Bosun's token acts as. Default: asked from the forge (`GET /user`), which a
+    /// GitHub App installation token cannot answer: set it to `<app-slug>[bot]` then.
+    #[serde(default)]
+    pub login: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

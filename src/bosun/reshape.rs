@@ -15,6 +15,9 @@ pub enum Loss {
     Pruned(String, String),
     /// The new schema refuses the document (type, enum, required): the message.
     Rejected(String),
+    /// The check could not run (no CRD or schema for the destination, a document not found):
+    /// treated as a loss, so an unchecked swap is never pushed.
+    Unverifiable(String),
 }
 
 impl std::fmt::Display for Loss {
@@ -22,6 +25,7 @@ impl std::fmt::Display for Loss {
         match self {
             Loss::Pruned(path, value) => write!(f, "`{path}` = {value} would be pruned"),
             Loss::Rejected(message) => write!(f, "rejected: {message}"),
+            Loss::Unverifiable(why) => write!(f, "cannot be checked: {why}"),
         }
     }
 }
@@ -30,7 +34,9 @@ impl std::fmt::Display for Loss {
 /// for `version`. A version without a schema prunes nothing.
 pub fn losses(object: &Value, crd: &Value, version: &str) -> Vec<Loss> {
     let Some(target) = schema::version_schema(crd, version) else {
-        return Vec::new();
+        return vec![Loss::Unverifiable(format!(
+            "the CustomResourceDefinition declares no schema for {version}"
+        ))];
     };
     let mut copy = object.clone();
     let outcome = schema::prune_and_validate(&mut copy, target);
@@ -77,5 +83,10 @@ mod tests {
         );
         let clean = json!({"spec": {"refreshInterval": "1h", "target": {"name": "t"}}});
         assert!(losses(&clean, &crd(), "v1").is_empty());
+        // No schema for the destination: not checkable, so not clean.
+        assert!(matches!(
+            losses(&clean, &crd(), "v2").as_slice(),
+            [Loss::Unverifiable(_)]
+        ));
     }
 }

@@ -97,7 +97,7 @@ pub struct Server {
     secret: Vec<u8>,
     jobs: Mutex<Jobs>,
     metrics: Metrics,
-    queue: mpsc::UnboundedSender<(RepoSlug, u64)>,
+    queue: mpsc::UnboundedSender<(RepoSlug, u64, String)>,
 }
 
 type Shared = Arc<Server>;
@@ -114,7 +114,7 @@ const DONE_KEPT: usize = 200;
 impl Server {
     /// Starts the worker; returns the server and the router to serve.
     pub fn start(bosun: Arc<Bosun>, secret: Vec<u8>) -> (Shared, Router) {
-        let (queue, mut receiver) = mpsc::unbounded_channel::<(RepoSlug, u64)>();
+        let (queue, mut receiver) = mpsc::unbounded_channel::<(RepoSlug, u64, String)>();
         let server = Arc::new(Server {
             bosun,
             secret,
@@ -124,7 +124,7 @@ impl Server {
         });
         let worker = server.clone();
         tokio::spawn(async move {
-            while let Some((slug, number)) = receiver.recv().await {
+            while let Some((slug, number, delivered_head)) = receiver.recv().await {
                 {
                     let mut jobs = lock(&worker);
                     jobs.pending = jobs.pending.saturating_sub(1);
@@ -157,7 +157,19 @@ impl Server {
                     .inc();
                 let mut jobs = lock(&worker);
                 jobs.running = None;
+                if run.path == "error" {
+                    // A failed triage (the forge or git failing) may be delivered again.
+                    jobs.seen
+                        .remove(&(slug.to_string(), number, delivered_head.clone()));
+                }
                 let last_head = run.pushed.last().cloned().unwrap_or(run.head.clone());
+                if run.path == "error" {
+                    jobs.done.push(run);
+                    if jobs.done.len() > DONE_KEPT {
+                        jobs.done.remove(0);
+                    }
+                    continue;
+                }
                 if run.path == "closed" {
                     jobs.tracked.remove(&(slug.to_string(), number));
                 } else {
@@ -224,7 +236,7 @@ impl Server {
         jobs.pending += 1;
         jobs.tracked.entry((slug.to_string(), number)).or_default();
         drop(jobs);
-        let _ = self.queue.send((slug.clone(), number));
+        let _ = self.queue.send((slug.clone(), number, head.to_string()));
         true
     }
 

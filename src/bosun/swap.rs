@@ -164,26 +164,32 @@ fn apply_template(text: &str, swap: &Swap) -> Result<String, SwapError> {
         if line.trim_end() == "---" {
             section += 1;
         }
+        // Every literal declaration in the section moves (a template may declare the same
+        // apiVersion on two branches of an `if`).
         if section == swap.document
-            && !replaced
             && let Some(rest) = line.strip_prefix("apiVersion:")
         {
             let value_start = rest.len() - rest.trim_start().len();
             let value_part = rest.trim_start();
+            let mut moved = false;
             for quote in ["\"", "'", ""] {
                 let literal = format!("{quote}{}{quote}", swap.from);
+                // The value ends at the line's end or at a comment, which YAML only starts
+                // after whitespace (`v1beta1#x` is one plain scalar).
                 if let Some(after) = value_part.strip_prefix(&literal)
-                    && (after.trim().is_empty() || after.trim_start().starts_with('#'))
+                    && (after.trim().is_empty()
+                        || (after.starts_with([' ', '\t']) && after.trim_start().starts_with('#')))
                 {
                     out.push_str("apiVersion:");
                     out.push_str(&rest[..value_start]);
                     out.push_str(&format!("{quote}{}{quote}", swap.to));
                     out.push_str(after);
                     replaced = true;
+                    moved = true;
                     break;
                 }
             }
-            if replaced {
+            if moved {
                 continue;
             }
         }
@@ -250,6 +256,13 @@ mod tests {
             text.replace("'external-secrets.io/v1beta1'", "'external-secrets.io/v1'")
         );
         s.document = 1;
-        assert!(apply(text, &[s]).is_err());
+        assert!(apply(text, &[s.clone()]).is_err());
+        // Both branches of an `if` move; `v1beta1#x` is not the value v1beta1.
+        s.document = 0;
+        let branches = "{{- if .Values.a }}\napiVersion: external-secrets.io/v1beta1\n{{- else }}\napiVersion: external-secrets.io/v1beta1\n{{- end }}\napiVersion: external-secrets.io/v1beta1#x\n";
+        assert_eq!(
+            apply(branches, &[s]).unwrap(),
+            branches.replacen("v1beta1\n", "v1\n", 2)
+        );
     }
 }

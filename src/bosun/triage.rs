@@ -96,6 +96,8 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
         .arg(dir)
         .args(args)
         .env("GIT_TERMINAL_PROMPT", "0")
+        // A file named like pathspec magic (`:(exclude)x`) is only ever that file.
+        .env("GIT_LITERAL_PATHSPECS", "1")
         .output()
         .map_err(|e| TriageError::Git(format!("cannot run git: {e}")))?;
     if !output.status.success() {
@@ -243,14 +245,26 @@ impl Bosun {
         &self,
         slug: &RepoSlug,
         number: u64,
+        published: Option<u64>,
     ) -> Result<Option<ParsedReport>, TriageError> {
         let author = self.config.gate_author(&self.me);
         let comments = self.forge.comments(slug, number).await?;
-        Ok(comments
-            .iter()
-            .filter(|c| c.author == author && c.body.starts_with(MARKER))
-            .filter_map(|c| report::parse(&c.body).ok())
-            .next_back())
+        let trusted = |c: &&crate::forge::Comment| c.author == author && c.body.starts_with(MARKER);
+        // The comment the gate run just updated, when Bosun ran it; else the newest.
+        let chosen = published
+            .and_then(|id| comments.iter().filter(trusted).find(|c| c.id == id))
+            .or_else(|| comments.iter().rfind(trusted));
+        Ok(chosen.and_then(|c| report::parse(&c.body).ok()))
+    }
+
+    /// An error with Bosun's token taken out (git echoes URLs, forges echo requests).
+    fn scrub(&self, error: TriageError) -> TriageError {
+        let text = error.to_string();
+        if !self.token.is_empty() && text.contains(&self.token) {
+            TriageError::Git(text.replace(&self.token, "***"))
+        } else {
+            error
+        }
     }
 
     /// The `addons-gate` check (run or status) on a commit, if the gate published one.
@@ -347,6 +361,7 @@ impl Bosun {
                 Ok(Some(description)) => description,
                 Ok(None) => continue, // a repair was pushed: judge the new head
                 Err(e) => {
+                    let e = self.scrub(e);
                     // Never a failure: say what went wrong and leave the verdict to the gate.
                     self.status(slug, &head, StatusState::Success, &format!("stopped: {e}"))
                         .await;
@@ -358,6 +373,13 @@ impl Bosun {
             return Ok(run);
         }
         run.say("stopped: too many rounds");
+        self.status(
+            slug,
+            &pr.head_sha,
+            StatusState::Success,
+            "stopped: too many rounds; the gate's check decides",
+        )
+        .await;
         Ok(run)
     }
 
@@ -374,7 +396,7 @@ impl Bosun {
         let inventory = self.inventory().await?;
         let config = self.render_config(&checkout, url, inventory);
         // The gate runner: exactly what `gate publish` does.
-        let (fresh, result, _) = publish::check_and_publish(
+        let (fresh, result, published) = publish::check_and_publish(
             self.forge.as_ref(),
             slug,
             number,
@@ -390,18 +412,18 @@ impl Bosun {
             short(&pr.head_sha),
             publish::title(&result)
         ));
-        // Triage reads the verdict only from what was published.
-        let report = self.published_report(slug, number).await?;
+        // Triage reads the verdict only from what was published, and judges it against the
+        // pull request as it is now (a person may have pushed meanwhile).
+        let report = self
+            .published_report(slug, number, Some(published.comment_id))
+            .await?;
+        *pr = self.forge.pull_request(slug, number).await?;
         let checked = self.check_published(slug, &pr.head_sha).await?;
-        let attempts = pr
-            .labels
-            .iter()
-            .filter(|l| l.starts_with(&self.config.labels.attempt_prefix))
-            .count() as u32;
+        let attempts = attempts_of(&pr.labels, &self.config.labels.attempt_prefix);
         let situation = Situation {
             report: report.as_ref().filter(|_| checked),
             head_sha: &pr.head_sha,
-            fork: pr.head_repo != slug.to_string(),
+            fork: !pr.head_repo.eq_ignore_ascii_case(&slug.to_string()),
             attempts,
             attempt_cap: self.config.attempt_cap,
         };
@@ -505,6 +527,25 @@ impl Bosun {
         let started = std::time::Instant::now();
         let number = pr.number;
         let head = pr.head_sha.clone();
+        let default_branch = self
+            .config
+            .repository(slug)
+            .map(|r| r.default_branch.clone())
+            .unwrap_or_default();
+        if pr.head_ref == default_branch || pr.head_ref == pr.base_ref {
+            let handoff = Handoff {
+                open: "the consumer files the gate's report lists".into(),
+                choice: "move each manifest's apiVersion to the version the gate names".into(),
+                fact: format!(
+                    "the pull request's head branch is {}, and Bosun never pushes to the default or the base branch",
+                    pr.head_ref
+                ),
+            };
+            return self
+                .hand_off(slug, number, &handoff, &[], run)
+                .await
+                .map(Some);
+        }
         git(
             checkout,
             &["checkout", "--quiet", "--force", "--detach", &head],
@@ -569,11 +610,19 @@ impl Bosun {
             let handoff = Handoff {
                 open: files.join(", "),
                 choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
-                fact: format!(
-                    "the destination schema would prune or reject {} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
-                    losses.len(),
-                    if losses.len() == 1 { "" } else { "s" }
-                ),
+                fact: if losses.iter().all(|(_, l)| matches!(l, Loss::Unverifiable(_))) {
+                    format!(
+                        "the schema check could not run on {} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
+                        losses.len(),
+                        if losses.len() == 1 { "" } else { "s" }
+                    )
+                } else {
+                    format!(
+                        "the destination schema would prune or reject {} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
+                        losses.len(),
+                        if losses.len() == 1 { "" } else { "s" }
+                    )
+                },
             };
             return self
                 .hand_off(slug, number, &handoff, &details, run)
@@ -609,6 +658,10 @@ impl Bosun {
             ],
         )?;
         let commit = git(checkout, &["rev-parse", "HEAD"])?;
+        // The attempt is counted before the push: a repair that lands always counts, whatever
+        // fails after it.
+        let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
+        self.label(slug, number, &attempt).await?;
         // No force: if the branch moved since the gate read it, the push fails and the
         // branch stays as it is.
         if let Err(e) = git(
@@ -627,8 +680,6 @@ impl Bosun {
             return Err(e);
         }
         run.repair_seconds = Some(started.elapsed().as_secs_f64());
-        let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
-        self.label(slug, number, &attempt).await?;
         let mut body = format!(
             "**Repaired.** The gate found manifests declaring API versions the new chart stops serving. Bosun moved {swapped} of them to the versions the gate named (commit `{}`), changing apiVersion values only:\n\n",
             short(&commit)
@@ -673,6 +724,16 @@ impl Bosun {
     }
 }
 
+/// Repairs already pushed, from the attempt labels: the highest N of `<prefix>N`, or how many
+/// such labels there are if that is more (a person removing one label does not reset the cap).
+pub fn attempts_of(labels: &[String], prefix: &str) -> u32 {
+    let numbered = labels
+        .iter()
+        .filter_map(|l| l.strip_prefix(prefix)?.parse::<u32>().ok());
+    let count = labels.iter().filter(|l| l.starts_with(prefix)).count() as u32;
+    numbered.max().unwrap_or(0).max(count)
+}
+
 /// The keys a values schema refused (`additional properties 'KEY' not allowed`), and the YAML
 /// files at `revision` that set them, as `file (key KEY)`.
 fn refused_value_places(checkout: &Path, revision: &str, error: &str) -> Vec<String> {
@@ -692,17 +753,15 @@ fn refused_value_places(checkout: &Path, revision: &str, error: &str) -> Vec<Str
     let mut places = Vec::new();
     for key in keys {
         let pattern = format!("^[[:space:]]*{key}:");
-        let Ok(found) = git(
-            checkout,
-            &[
-                "grep", "-l", "-E", &pattern, revision, "--", "*.yaml", "*.yml",
-            ],
-        ) else {
+        // No pathspec globs: pathspecs are literal here (GIT_LITERAL_PATHSPECS).
+        let Ok(found) = git(checkout, &["grep", "-l", "-E", &pattern, revision]) else {
             continue;
         };
         for line in found.lines() {
             let file = line.strip_prefix(&format!("{revision}:")).unwrap_or(line);
-            places.push(format!("{file} (key {key})"));
+            if file.ends_with(".yaml") || file.ends_with(".yml") {
+                places.push(format!("{file} (key {key})"));
+            }
         }
     }
     places
@@ -722,7 +781,14 @@ impl std::fmt::Display for DocumentRef {
     }
 }
 
-fn crd_for<'r>(rendering: &'r Rendering, group: &str, kind: &str) -> Option<&'r Value> {
+/// The CustomResourceDefinition at the head that serves `group/version` for `kind` (there may
+/// be several: one per cluster, at different chart versions).
+fn crd_for<'r>(
+    rendering: &'r Rendering,
+    group: &str,
+    kind: &str,
+    version: &str,
+) -> Option<&'r Value> {
     rendering
         .applications
         .iter()
@@ -731,6 +797,14 @@ fn crd_for<'r>(rendering: &'r Rendering, group: &str, kind: &str) -> Option<&'r 
             o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
                 && o.pointer("/spec/group").and_then(Value::as_str) == Some(group)
                 && o.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
+                && o.pointer("/spec/versions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|v| {
+                        v.get("name").and_then(Value::as_str) == Some(version)
+                            && v.get("served").and_then(Value::as_bool) == Some(true)
+                    })
         })
 }
 
@@ -749,13 +823,27 @@ pub fn reshape_losses(
             .find(|d| d.kind == swap.kind && format!("{}/{}", d.group, d.storage) == swap.to)
     };
     for rewrite in rewrites {
-        let documents =
-            crate::yaml::parse_documents(&rewrite.after, &rewrite.path).unwrap_or_default();
+        let documents = crate::yaml::parse_documents(&rewrite.after, &rewrite.path);
         for swap in plan.get(&rewrite.path).into_iter().flatten() {
+            let here = DocumentRef {
+                file: rewrite.path.clone(),
+                kind: swap.kind.clone(),
+                name: swap.name.clone(),
+            };
+            // Anything that cannot be checked is a loss: an unchecked swap is never pushed.
+            let mut unverifiable = |why: String| out.push((here.clone(), Loss::Unverifiable(why)));
             let Some(target) = destination(swap) else {
+                unverifiable(format!(
+                    "the gate's evidence names no destination for {}",
+                    swap.to
+                ));
                 continue;
             };
-            let Some(crd) = crd_for(rendering, &target.group, &target.kind) else {
+            let Some(crd) = crd_for(rendering, &target.group, &target.kind, &target.storage) else {
+                unverifiable(format!(
+                    "no CustomResourceDefinition at the head serves {}",
+                    swap.to
+                ));
                 continue;
             };
             let objects: Vec<Value> = if swap.template {
@@ -788,20 +876,33 @@ pub fn reshape_losses(
                     })
                     .collect()
             } else {
-                documents
-                    .iter()
-                    .filter(|d| {
-                        d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
-                            && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
-                            && d.pointer("/metadata/name")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                == swap.name
-                    })
-                    .take(1)
-                    .cloned()
-                    .collect()
+                match &documents {
+                    Ok(documents) => documents
+                        .iter()
+                        .filter(|d| {
+                            d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
+                                && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
+                                && d.pointer("/metadata/name")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("")
+                                    == swap.name
+                        })
+                        .cloned()
+                        .collect(),
+                    Err(e) => {
+                        unverifiable(format!("the rewritten file does not parse: {e}"));
+                        continue;
+                    }
+                }
             };
+            if objects.is_empty() {
+                unverifiable(if swap.template {
+                    "no Application at the head renders this template's object".to_string()
+                } else {
+                    "the rewritten document was not found".to_string()
+                });
+                continue;
+            }
             for object in objects {
                 let document = DocumentRef {
                     file: rewrite.path.clone(),
@@ -821,4 +922,97 @@ pub fn reshape_losses(
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out.dedup();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_count_the_highest_label_so_removing_one_does_not_reset_the_cap() {
+        let labels = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let prefix = "bosun/attempt-";
+        assert_eq!(attempts_of(&labels(&[]), prefix), 0);
+        assert_eq!(
+            attempts_of(&labels(&["bosun/attempt-1", "other"]), prefix),
+            1
+        );
+        assert_eq!(attempts_of(&labels(&["bosun/attempt-2"]), prefix), 2);
+        assert_eq!(
+            attempts_of(&labels(&["bosun/attempt-x", "bosun/attempt-y"]), prefix),
+            2
+        );
+    }
+
+    #[test]
+    fn a_swap_whose_destination_schema_cannot_be_found_is_a_loss_not_a_pass() {
+        let swap = Swap {
+            path: "a.yaml".into(),
+            document: 0,
+            kind: "E".into(),
+            name: "a".into(),
+            from: "e.io/v1beta1".into(),
+            to: "e.io/v1".into(),
+            template: false,
+        };
+        let plan = BTreeMap::from([("a.yaml".to_string(), vec![swap])]);
+        let rewrite = Rewrite {
+            path: "a.yaml".into(),
+            before: String::new(),
+            after: "apiVersion: e.io/v1\nkind: E\nmetadata: {name: a}\n".into(),
+        };
+        let dropped = DroppedServedVersion {
+            crd: "es.e.io".into(),
+            group: "e.io".into(),
+            kind: "E".into(),
+            dropped: vec!["v1beta1".into()],
+            served: vec!["v1".into()],
+            storage: "v1".into(),
+            clusters: vec![],
+            consumers: vec![],
+        };
+        // A rendering without the CRD (say, only another cluster's older chart renders it).
+        let rendering = Rendering {
+            revision: "r".into(),
+            applications: vec![],
+            diagnostics: vec![],
+            stats: Default::default(),
+        };
+        let losses = reshape_losses(&[rewrite], &plan, &[dropped], &rendering);
+        assert!(
+            matches!(losses.as_slice(), [(_, Loss::Unverifiable(why))] if why.contains("no CustomResourceDefinition at the head serves e.io/v1")),
+            "{losses:?}"
+        );
+    }
+
+    #[test]
+    fn values_schema_keys_point_at_the_files_that_set_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| git(dir.path(), args).unwrap();
+        run(&["init", "--quiet"]);
+        std::fs::create_dir_all(dir.path().join("values")).unwrap();
+        std::fs::write(
+            dir.path().join("values/a.yaml"),
+            "legacyCrdsEnabled: true\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("values/b.yaml"), "other: 1\n").unwrap();
+        run(&["add", "."]);
+        run(&[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "v",
+        ]);
+        let places = refused_value_places(
+            dir.path(),
+            "HEAD",
+            "values don't meet the specifications: at '': additional properties 'legacyCrdsEnabled' not allowed; additional properties '$(rm -rf)' not allowed",
+        );
+        assert_eq!(places, ["values/a.yaml (key legacyCrdsEnabled)"]);
+    }
 }

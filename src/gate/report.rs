@@ -142,7 +142,14 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
     }
     let mut verdict = None;
     let mut dropped = Vec::new();
-    for (name, value) in machine_blocks(markdown)? {
+    let blocks = machine_blocks(markdown)?;
+    // The gate writes its blocks last, verdict first: nothing before the last verdict block
+    // is read (a second line of defence behind the escaping of everything a chart controls).
+    let start = blocks
+        .iter()
+        .rposition(|(name, _)| name == "verdict")
+        .unwrap_or(0);
+    for (name, value) in blocks.into_iter().skip(start) {
         match name.as_str() {
             "verdict" => {
                 verdict =
@@ -311,7 +318,12 @@ fn head_section(result: &GateResult) -> String {
                 out,
                 "- CustomResourceDefinition/{}: no longer serves {}; {} manifests must move to {}",
                 code(&evidence.crd),
-                evidence.dropped.join(", "),
+                evidence
+                    .dropped
+                    .iter()
+                    .map(|v| text(v))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 code(&evidence.kind),
                 code(&evidence.storage)
             );
