@@ -433,3 +433,38 @@ async fn escalation_values_handoff_and_a_denied_file() {
     );
     assert_eq!(ground.forge.labels(SLUG, unserved), labels_before);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_gate_run_by_ci_bosun_reads_that_report_and_publishes_none() {
+    let mut ground = start(json!({"forge": {"gateAuthor": "addons-gate[bot]"}})).await;
+    ground.ci.enabled = true;
+    let (number, _) = pull(&ground, "bump", "check-cases/es-major-bump/head").await;
+    // CI publishes the verdict as addons-gate[bot]; then Kargo hands the pull request over.
+    ground.settle().await.unwrap();
+    intake(&ground, number).await;
+    ground.settle().await.unwrap();
+    assert_eq!(authors(&ground, "bump"), ["bosun", "Proving Ground"]);
+    let comments = ground.forge.comments(SLUG, number);
+    assert!(
+        comments.iter().all(|(author, body)| author != "bosun[bot]"
+            || !body.starts_with(gitops_loop::gate::report::MARKER)),
+        "Bosun published a report of its own"
+    );
+    // CI judged Bosun's commit too, and it is green.
+    let bare = ground.forge.bare_path(SLUG).unwrap();
+    let head = ground::git::git(&bare, &["rev-parse", "bump"]).unwrap();
+    let latest = ground
+        .forge
+        .comments(SLUG, number)
+        .into_iter()
+        .find(|(author, body)| {
+            author == "addons-gate[bot]" && body.starts_with(gitops_loop::gate::report::MARKER)
+        })
+        .map(|(_, body)| gitops_loop::gate::report::parse(&body).unwrap())
+        .unwrap();
+    assert_eq!(latest.verdict.head, head);
+    assert_eq!(
+        latest.verdict.outcome,
+        gitops_loop::gate::report::Outcome::Green
+    );
+}

@@ -395,28 +395,32 @@ impl Bosun {
         let checkout = self.checkout(slug)?;
         let inventory = self.inventory().await?;
         let config = self.render_config(&checkout, url, inventory);
-        // The gate runner: exactly what `gate publish` does.
-        let (fresh, result, published) = publish::check_and_publish(
-            self.forge.as_ref(),
-            slug,
-            number,
-            &self.me,
-            &config,
-            self.config.forge.check_mode,
-        )
-        .await
-        .map_err(|e| TriageError::Gate(e.to_string()))?;
-        *pr = fresh;
-        run.say(format!(
-            "gate on {}: {}",
-            short(&pr.head_sha),
-            publish::title(&result)
-        ));
+        // The gate runner: exactly what `gate publish` does. When another identity runs the
+        // gate (forge.gateAuthor, e.g. a CI job), Bosun only reads that gate's report.
+        let published = if self.config.gate_author(&self.me) == self.me {
+            let (fresh, result, published) = publish::check_and_publish(
+                self.forge.as_ref(),
+                slug,
+                number,
+                &self.me,
+                &config,
+                self.config.forge.check_mode,
+            )
+            .await
+            .map_err(|e| TriageError::Gate(e.to_string()))?;
+            *pr = fresh;
+            run.say(format!(
+                "gate on {}: {}",
+                short(&pr.head_sha),
+                publish::title(&result)
+            ));
+            Some(published.comment_id)
+        } else {
+            None
+        };
         // Triage reads the verdict only from what was published, and judges it against the
         // pull request as it is now (a person may have pushed meanwhile).
-        let report = self
-            .published_report(slug, number, Some(published.comment_id))
-            .await?;
+        let report = self.published_report(slug, number, published).await?;
         *pr = self.forge.pull_request(slug, number).await?;
         let checked = self.check_published(slug, &pr.head_sha).await?;
         let attempts = attempts_of(&pr.labels, &self.config.labels.attempt_prefix);
