@@ -172,6 +172,10 @@ impl Server {
                 }
                 if run.path == "closed" {
                     jobs.tracked.remove(&(slug.to_string(), number));
+                    // Nothing more arrives for a closed pull request: forget its deliveries.
+                    let repository = slug.to_string();
+                    jobs.seen
+                        .retain(|(r, n, _)| !(*r == repository && *n == number));
                 } else {
                     jobs.tracked
                         .insert((slug.to_string(), number), last_head.clone());

@@ -340,6 +340,21 @@ impl Bosun {
             .repository(slug)
             .ok_or_else(|| TriageError::UnknownRepository(slug.clone()))?
             .clone();
+        // One triage at a time per work folder, across processes (`bosun triage` beside a
+        // running `bosun serve` shares its checkouts): an advisory lock, released on drop.
+        let lock_path = self.workdir.join(".lock");
+        let _lock = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)?;
+            file.lock()?;
+            Ok(file)
+        })
+        .await
+        .map_err(|e| TriageError::Git(format!("cannot lock the work folder: {e}")))?
+        .map_err(|e| TriageError::Git(format!("cannot lock the work folder: {e}")))?;
         let mut run = Run {
             repository: slug.to_string(),
             pull_request: number,
