@@ -103,10 +103,10 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
         let mut order = Vec::new();
         for set in sets {
             let mut effective = template.clone();
-            if let Some(Value::Object(override_map)) = &set.template_override {
-                if let Value::Object(base) = &mut effective {
-                    deep_merge(base, override_map, true);
-                }
+            if let Some(Value::Object(override_map)) = &set.template_override
+                && let Value::Object(base) = &mut effective
+            {
+                deep_merge(base, override_map, true);
             }
             let key = effective.to_string();
             order.push((

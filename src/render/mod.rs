@@ -455,10 +455,10 @@ impl Engine<'_> {
             .map(Value::to_string)
             .unwrap_or_default();
         let from_file = item.parent.is_none();
-        if let Some(parent) = &item.parent {
-            if !self.edges.iter().any(|(a, b)| a == parent && b == id) {
-                self.edges.push((parent.clone(), id.to_string()));
-            }
+        if let Some(parent) = &item.parent
+            && !self.edges.iter().any(|(a, b)| a == parent && b == id)
+        {
+            self.edges.push((parent.clone(), id.to_string()));
         }
         match self.seen.get(id) {
             None => {

@@ -25,10 +25,11 @@ pub fn object_line(object: &Value) -> String {
 /// What an Application renders from, in a few words.
 pub fn source_line(source: &Value) -> String {
     let text = |k: &str| source.get(k).and_then(Value::as_str).unwrap_or("");
-    if let Some(reference) = source.get("ref").and_then(Value::as_str) {
-        if source.get("path").is_none() && source.get("chart").is_none() {
-            return format!("${reference} = {}", text("repoURL"));
-        }
+    if let Some(reference) = source.get("ref").and_then(Value::as_str)
+        && source.get("path").is_none()
+        && source.get("chart").is_none()
+    {
+        return format!("${reference} = {}", text("repoURL"));
     }
     if !text("chart").is_empty() {
         format!(

@@ -326,10 +326,11 @@ pub fn first_missing_key(template: &str, params: &Params) -> Option<String> {
                 continue;
             }
             "range" | "with" | "define" | "block" => {
-                if !dot_moved && matches!(first_word, "range" | "with") {
-                    if let Some(missing) = missing_in_action(&action[first_word.len()..], params) {
-                        return Some(missing);
-                    }
+                if !dot_moved
+                    && matches!(first_word, "range" | "with")
+                    && let Some(missing) = missing_in_action(&action[first_word.len()..], params)
+                {
+                    return Some(missing);
                 }
                 blocks.push(true);
                 continue;
@@ -337,10 +338,8 @@ pub fn first_missing_key(template: &str, params: &Params) -> Option<String> {
             "if" => blocks.push(false),
             _ => {}
         }
-        if !dot_moved {
-            if let Some(missing) = missing_in_action(action, params) {
-                return Some(missing);
-            }
+        if !dot_moved && let Some(missing) = missing_in_action(action, params) {
+            return Some(missing);
         }
     }
     None

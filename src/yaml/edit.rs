@@ -106,12 +106,12 @@ pub fn scalar_sites(text: &str, origin: &str) -> Result<Vec<(ScalarSite, ScalarS
                 path.clear();
             }
             Event::Scalar(value, style, _, _) => {
-                if let Some(Frame::Mapping { key, expecting_key }) = stack.last_mut() {
-                    if *expecting_key {
-                        *key = Some(value.to_string());
-                        *expecting_key = false;
-                        continue;
-                    }
+                if let Some(Frame::Mapping { key, expecting_key }) = stack.last_mut()
+                    && *expecting_key
+                {
+                    *key = Some(value.to_string());
+                    *expecting_key = false;
+                    continue;
                 }
                 let mut full = path.clone();
                 if let Some(segment) = node_segment(&stack) {
