@@ -8,30 +8,18 @@ mod common;
 use serde_json::{Value, json};
 
 fn template(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::project_root().join("target/tools/helm"))
-        .args(["template", "bosun"])
-        .arg(common::project_root().join("charts/bosun"))
-        .args(["--namespace", "bosun"])
-        .args([
-            "--set",
-            "config.repositories[0].slug=platform/gitops",
-            "--set",
-            "config.repositories[0].url=https://github.com/platform/gitops.git",
-        ])
-        .args(args)
-        .output()
-        .unwrap()
+    let mut all = vec![
+        "--set",
+        "config.repositories[0].slug=platform/gitops",
+        "--set",
+        "config.repositories[0].url=https://github.com/platform/gitops.git",
+    ];
+    all.extend_from_slice(args);
+    common::helm_template("bosun", "bosun", &all)
 }
 
 fn objects(args: &[&str]) -> Vec<Value> {
-    let output = template(args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    gitops_loop::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout), "helm template")
-        .unwrap()
+    common::rendered_objects(&template(args))
 }
 
 #[test]

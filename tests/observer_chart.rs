@@ -7,24 +7,11 @@ mod common;
 use serde_json::Value;
 
 fn template(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(common::project_root().join("target/tools/helm"))
-        .args(["template", "kargo-argocd-observer"])
-        .arg(common::project_root().join("charts/kargo-argocd-observer"))
-        .args(["--namespace", "kargo-observer"])
-        .args(args)
-        .output()
-        .unwrap()
+    common::helm_template("kargo-argocd-observer", "kargo-observer", args)
 }
 
 fn objects(args: &[&str]) -> Vec<Value> {
-    let output = template(args);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    gitops_loop::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout), "helm template")
-        .unwrap()
+    common::rendered_objects(&template(args))
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str) -> Option<&'a Value> {

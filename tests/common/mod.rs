@@ -118,3 +118,25 @@ pub fn gate(cache: &Path) -> Command {
         .env_remove("GATE_KUBECTL");
     command
 }
+
+/// `helm template RELEASE charts/CHART --namespace NAMESPACE ARGS...` with the pinned helm.
+pub fn helm_template(chart: &str, namespace: &str, args: &[&str]) -> std::process::Output {
+    Command::new(project_root().join("target/tools/helm"))
+        .args(["template", chart])
+        .arg(project_root().join("charts").join(chart))
+        .args(["--namespace", namespace])
+        .args(args)
+        .output()
+        .expect("helm runs")
+}
+
+/// The objects a successful `helm template` printed.
+pub fn rendered_objects(output: &std::process::Output) -> Vec<serde_json::Value> {
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    gitops_loop::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout), "helm template")
+        .expect("helm printed YAML")
+}
