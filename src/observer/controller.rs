@@ -121,7 +121,9 @@ fn project(object: &mut DynamicObject, keep: &[&str]) {
         }
     }
     object.data = Value::Object(kept);
-    // Metadata the decision never reads (the cache holds thousands of these).
+    // Metadata the decision never reads (the cache holds thousands of these); the kind is
+    // known from the cache it sits in.
+    object.types = None;
     let metadata = &mut object.metadata;
     metadata.managed_fields = None;
     metadata.owner_references = None;
