@@ -162,6 +162,35 @@ fn relevant_hash(app: &DynamicObject) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// Passes an Application on only when `relevant_hash` changed. It remembers one `u64` per
+/// Application, keyed by a hash of its namespace and name (kube's `predicate_filter` keys on an
+/// `ObjectRef`, which for a dynamic object clones the `ApiResource`'s five strings: ~3 MiB more
+/// at 10,000 Applications).
+fn relevant_changes(
+    stream: impl futures::Stream<Item = Result<DynamicObject, watcher::Error>>,
+) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> {
+    use std::hash::{Hash, Hasher};
+    let mut last: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    stream.filter_map(move |item| {
+        let pass = match &item {
+            Ok(app) => {
+                let mut key = std::collections::hash_map::DefaultHasher::new();
+                (
+                    app.metadata.namespace.as_deref(),
+                    app.metadata.name.as_deref(),
+                )
+                    .hash(&mut key);
+                match relevant_hash(app) {
+                    Some(hash) => last.insert(key.finish(), hash) != Some(hash),
+                    None => true,
+                }
+            }
+            Err(_) => true,
+        };
+        futures::future::ready(pass.then_some(item))
+    })
+}
+
 async fn publish(ctx: &Context, app: &DynamicObject, type_: EventType, reason: &str, note: String) {
     let reference = app.object_ref(&ctx.kinds.application);
     let event = Event {
@@ -500,12 +529,13 @@ pub async fn run(
 
     let app_writer = reflector::store::Writer::new(kinds.application.clone());
     let app_reader = app_writer.as_reader();
-    let app_stream = watcher(apps_api, watcher::Config::default())
-        .default_backoff()
-        .modify(|o: &mut DynamicObject| project(o, keep_for("Application")))
-        .reflect(app_writer)
-        .applied_objects()
-        .predicate_filter(relevant_hash, Default::default());
+    let app_stream = relevant_changes(
+        watcher(apps_api, watcher::Config::default())
+            .default_backoff()
+            .modify(|o: &mut DynamicObject| project(o, keep_for("Application")))
+            .reflect(app_writer)
+            .applied_objects(),
+    );
 
     let reporter = Reporter {
         controller: "kargo-argocd-observer".into(),
@@ -628,4 +658,40 @@ pub async fn run(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(name: &str, image: &str, health: &str) -> Result<DynamicObject, watcher::Error> {
+        let mut object = DynamicObject::new(name, &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))
+            .within("argocd")
+            .data(serde_json::json!({"status": {"summary": {"images": [image]}, "health": {"status": health}}}));
+        object.metadata.uid = Some(format!("uid-{name}"));
+        Ok(object)
+    }
+
+    #[tokio::test]
+    async fn only_image_or_annotation_changes_wake_the_observer() {
+        let events = vec![
+            app("a", "x:1", "Healthy"),
+            app("b", "y:1", "Healthy"),
+            app("a", "x:1", "Progressing"), // health churn: filtered
+            app("a", "x:2", "Progressing"), // a new image: passes
+            app("b", "y:1", "Healthy"),     // a resync of the same: filtered
+        ];
+        let passed: Vec<String> = relevant_changes(futures::stream::iter(events))
+            .map(|r| {
+                let o = r.unwrap();
+                format!(
+                    "{} {}",
+                    o.name_any(),
+                    o.data["status"]["summary"]["images"][0]
+                )
+            })
+            .collect()
+            .await;
+        assert_eq!(passed, ["a \"x:1\"", "b \"y:1\"", "a \"x:2\""]);
+    }
 }
