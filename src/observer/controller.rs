@@ -79,6 +79,20 @@ impl Default for Kinds {
     }
 }
 
+/// The resource type the caches and the controller key their objects by: the kind alone. A
+/// dynamic object's `ObjectRef` carries its `ApiResource`, cloned into every store key,
+/// scheduler entry and trigger; the API calls use the full `Kinds` entries, the keys need none
+/// of the rest (empty strings do not allocate).
+pub fn store_key(ar: &ApiResource) -> ApiResource {
+    ApiResource {
+        group: String::new(),
+        version: String::new(),
+        api_version: String::new(),
+        kind: ar.kind.clone(),
+        plural: String::new(),
+    }
+}
+
 /// One async lock per (namespace, Stage).
 pub type StageLocks =
     std::sync::Mutex<std::collections::HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
@@ -240,7 +254,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             namespace: namespace.clone(),
             stage: stage_name.clone(),
         };
-        let key = ObjectRef::new_with(&stage_name, ctx.kinds.stage.clone()).within(&namespace);
+        let key = ObjectRef::new_with(&stage_name, store_key(&ctx.kinds.stage)).within(&namespace);
         let Some(stage) = ctx.stages.get(&key) else {
             debug!(application = %app_name, stage = %format!("{namespace}/{stage_name}"), "Stage not found");
             outcome(ctx, "skipped");
@@ -263,8 +277,9 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
         let warehouses: Vec<Value> = origins
             .iter()
             .filter_map(|o| {
-                ctx.warehouses
-                    .get(&ObjectRef::new_with(o, ctx.kinds.warehouse.clone()).within(&namespace))
+                ctx.warehouses.get(
+                    &ObjectRef::new_with(o, store_key(&ctx.kinds.warehouse)).within(&namespace),
+                )
             })
             .filter_map(|w| value_of(&w).ok())
             .collect();
@@ -435,10 +450,7 @@ fn applications_for(
         Some(stage) => format!("{namespace}:{stage}"),
         None => format!("{namespace}:"),
     };
-    let application = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
-        "applications",
-    );
+    let application = store_key(&Kinds::default().application);
     apps.state()
         .iter()
         .filter(|app| {
@@ -511,7 +523,7 @@ pub async fn run(
         None => Api::all_with(client.clone(), &kinds.application),
     };
     let cache = |ar: &ApiResource| {
-        let writer = reflector::store::Writer::new(ar.clone());
+        let writer = reflector::store::Writer::new(store_key(ar));
         let reader = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
         let keep = keep_for(&ar.kind);
@@ -527,7 +539,7 @@ pub async fn run(
     let (warehouses, warehouse_events) = cache(&kinds.warehouse);
     let (promotions, promotion_events) = cache(&kinds.promotion);
 
-    let app_writer = reflector::store::Writer::new(kinds.application.clone());
+    let app_writer = reflector::store::Writer::new(store_key(&kinds.application));
     let app_reader = app_writer.as_reader();
     let app_stream = relevant_changes(
         watcher(apps_api, watcher::Config::default())
@@ -586,7 +598,7 @@ pub async fn run(
         app_reader.clone(),
     );
     let (stages_for_freights, stages_for_warehouses) = (stages.clone(), stages.clone());
-    Controller::for_stream_with(app_stream, app_reader, ctx.kinds.application.clone())
+    Controller::for_stream_with(app_stream, app_reader, store_key(&ctx.kinds.application))
         // A Stage change re-enqueues the Applications that point at it.
         .watches_stream_with(
             stage_events,
@@ -597,7 +609,7 @@ pub async fn run(
                     Some(&stage.name_any()),
                 )
             },
-            ctx.kinds.stage.clone(),
+            store_key(&ctx.kinds.stage),
         )
         // New Freight can end a FreightMissing; a finished Promotion can unblock the next.
         .watches_stream_with(
@@ -616,7 +628,7 @@ pub async fn run(
                     &origin,
                 )
             },
-            ctx.kinds.freight.clone(),
+            store_key(&ctx.kinds.freight),
         )
         .watches_stream_with(
             warehouse_events,
@@ -628,7 +640,7 @@ pub async fn run(
                     &w.name_any(),
                 )
             },
-            ctx.kinds.warehouse.clone(),
+            store_key(&ctx.kinds.warehouse),
         )
         .watches_stream_with(
             promotion_events,
@@ -644,7 +656,7 @@ pub async fn run(
                     stage.as_deref(),
                 )
             },
-            ctx.kinds.promotion.clone(),
+            store_key(&ctx.kinds.promotion),
         )
         // Bounded concurrency: at start every Application is due at once, and 10,000
         // concurrent reconciles cost memory without going faster on a few cores.
@@ -670,6 +682,29 @@ mod tests {
             .data(serde_json::json!({"status": {"summary": {"images": [image]}, "health": {"status": health}}}));
         object.metadata.uid = Some(format!("uid-{name}"));
         Ok(object)
+    }
+
+    #[test]
+    fn a_stage_event_maps_to_applications_the_store_can_find() {
+        let kinds = Kinds::default();
+        let mut writer = reflector::store::Writer::new(store_key(&kinds.application));
+        let reader = writer.as_reader();
+        let mut app = DynamicObject::new("web", &kinds.application).within("argocd");
+        app.metadata.annotations = Some(
+            [(
+                decision::AUTHORIZED_STAGE_ANNOTATION.to_string(),
+                "kargo-demo:prod".to_string(),
+            )]
+            .into(),
+        );
+        writer.apply_watcher_event(&watcher::Event::Apply(app));
+        let refs = applications_for(&reader, "kargo-demo", Some("prod"));
+        assert_eq!(refs.len(), 1);
+        assert!(
+            reader.get(&refs[0]).is_some(),
+            "the controller would not find {:?}",
+            refs[0]
+        );
     }
 
     #[tokio::test]
