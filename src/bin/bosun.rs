@@ -94,11 +94,15 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
         .unwrap_or_else(|| std::env::temp_dir().join("bosun"));
     std::fs::create_dir_all(&workdir)
         .with_context(|| format!("cannot create {}", workdir.display()))?;
-    // Checkouts hold the forge token in their remote URL: the folder is Bosun's alone.
+    // Checkouts hold the forge token in their remote URL: their folder is Bosun's alone. (Not
+    // the work folder itself: in a pod that is a volume's mount point, which Bosun does not own.)
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&workdir, std::fs::Permissions::from_mode(0o700))
-            .with_context(|| format!("cannot restrict {}", workdir.display()))?;
+        let checkouts = workdir.join("checkouts");
+        std::fs::create_dir_all(&checkouts)
+            .with_context(|| format!("cannot create {}", checkouts.display()))?;
+        std::fs::set_permissions(&checkouts, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot restrict {}", checkouts.display()))?;
     }
     Ok(Bosun {
         config,
