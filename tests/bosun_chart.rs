@@ -78,6 +78,14 @@ fn the_config_is_one_bosun_reads_and_the_rbac_is_read_only_secrets_in_argocd() {
         json!({"name": "bosun-webhook", "key": "secret"})
     );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    // With a read-only root, everything Bosun writes has a volume: its work folder and /tmp.
+    let mounts: Vec<&str> = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert!(mounts.contains(&"/var/lib/bosun") && mounts.contains(&"/tmp"), "{mounts:?}");
 }
 
 #[test]
