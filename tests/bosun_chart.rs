@@ -85,7 +85,10 @@ fn the_config_is_one_bosun_reads_and_the_rbac_is_read_only_secrets_in_argocd() {
         .iter()
         .filter_map(|m| m["mountPath"].as_str())
         .collect();
-    assert!(mounts.contains(&"/var/lib/bosun") && mounts.contains(&"/tmp"), "{mounts:?}");
+    assert!(
+        mounts.contains(&"/var/lib/bosun") && mounts.contains(&"/tmp"),
+        "{mounts:?}"
+    );
 }
 
 #[test]
