@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -91,11 +90,8 @@ pub struct Bosun {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
-    let output = Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let output = crate::render::git::git(dir)
         .args(args)
-        .env("GIT_TERMINAL_PROMPT", "0")
         // A file named like pathspec magic (`:(exclude)x`) is only ever that file.
         .env("GIT_LITERAL_PATHSPECS", "1")
         .output()
@@ -362,6 +358,8 @@ impl Bosun {
         };
         let mut pr = self.forge.pull_request(slug, number).await?;
         run.head = pr.head_sha.clone();
+        // The checkout and the live inventory, made once for every round of this triage.
+        let mut prepared: Option<RenderConfig> = None;
         // Bounded: each round either ends or pushes one repair, and pushes are capped.
         for _ in 0..=self.config.attempt_cap + 1 {
             if pr.state != "open" || pr.merged {
@@ -372,7 +370,19 @@ impl Bosun {
             let head = pr.head_sha.clone();
             self.status(slug, &head, StatusState::Pending, "reading addons-gate")
                 .await;
-            let description = match self.round(slug, &repository.url, &mut pr, &mut run).await {
+            let config = match prepared.take() {
+                Some(config) => Ok(config),
+                None => self.prepare(slug, &repository.url).await,
+            };
+            let outcome = match config {
+                Ok(config) => {
+                    let outcome = self.round(slug, &config, &mut pr, &mut run).await;
+                    prepared = Some(config);
+                    outcome
+                }
+                Err(e) => Err(e),
+            };
+            let description = match outcome {
                 Ok(Some(description)) => description,
                 Ok(None) => continue, // a repair was pushed: judge the new head
                 Err(e) => {
@@ -398,18 +408,23 @@ impl Bosun {
         Ok(run)
     }
 
+    /// The repository fetched and the render configuration with the live inventory.
+    async fn prepare(&self, slug: &RepoSlug, url: &str) -> Result<RenderConfig, TriageError> {
+        let checkout = self.checkout(slug)?;
+        let inventory = self.inventory().await?;
+        Ok(self.render_config(&checkout, url, inventory))
+    }
+
     /// One round: gate, read, classify, act. `Ok(None)`: a repair was pushed (pr updated).
     async fn round(
         &self,
         slug: &RepoSlug,
-        url: &str,
+        config: &RenderConfig,
         pr: &mut crate::forge::PullRequest,
         run: &mut Run,
     ) -> Result<Option<String>, TriageError> {
         let number = pr.number;
-        let checkout = self.checkout(slug)?;
-        let inventory = self.inventory().await?;
-        let config = self.render_config(&checkout, url, inventory);
+        let checkout = &config.repo_dir;
         // The gate runner: exactly what `gate publish` does. When another identity runs the
         // gate (forge.gateAuthor, e.g. a CI job), Bosun only reads that gate's report.
         let published = if self.config.gate_author(&self.me) == self.me {
@@ -418,7 +433,7 @@ impl Bosun {
                 slug,
                 number,
                 &self.me,
-                &config,
+                config,
                 self.config.forge.check_mode,
             )
             .await
@@ -516,7 +531,7 @@ impl Bosun {
             }
             TriagePath::Handoff(mut handoff) => {
                 // A values schema refusal names keys: point at the files that set them.
-                let places = refused_value_places(&checkout, &pr.head_sha, &handoff.fact);
+                let places = refused_value_places(checkout, &pr.head_sha, &handoff.fact);
                 if !places.is_empty() {
                     handoff.open = places.join(", ");
                 }
@@ -524,25 +539,21 @@ impl Bosun {
                     .await
                     .map(Some)
             }
-            TriagePath::Swap(dropped) => {
-                self.swap(slug, url, &checkout, &config, pr, &dropped, attempts, run)
-                    .await
-            }
+            TriagePath::Swap(dropped) => self.swap(slug, config, pr, &dropped, attempts, run).await,
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn swap(
         &self,
         slug: &RepoSlug,
-        url: &str,
-        checkout: &Path,
         config: &RenderConfig,
         pr: &mut crate::forge::PullRequest,
         dropped: &[DroppedServedVersion],
         attempts: u32,
         run: &mut Run,
     ) -> Result<Option<String>, TriageError> {
+        let checkout = config.repo_dir.as_path();
+        let url = config.repo_url.as_deref().unwrap_or_default();
         let started = std::time::Instant::now();
         let number = pr.number;
         let head = pr.head_sha.clone();
@@ -813,17 +824,9 @@ fn crd_for<'r>(
         .iter()
         .flat_map(|a| a.objects.iter())
         .find(|o| {
-            o.get("kind").and_then(Value::as_str) == Some("CustomResourceDefinition")
-                && o.pointer("/spec/group").and_then(Value::as_str) == Some(group)
-                && o.pointer("/spec/names/kind").and_then(Value::as_str) == Some(kind)
-                && o.pointer("/spec/versions")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .any(|v| {
-                        v.get("name").and_then(Value::as_str) == Some(version)
-                            && v.get("served").and_then(Value::as_bool) == Some(true)
-                    })
+            crate::gate::rules::crd_info(o).is_some_and(|(_, crd)| {
+                crd.group == group && crd.kind == kind && crd.served.contains(version)
+            })
         })
 }
 

@@ -90,11 +90,11 @@ pub struct Finding {
 }
 
 #[derive(Debug, Clone)]
-struct CrdInfo {
-    group: String,
-    kind: String,
-    served: BTreeSet<String>,
-    storage: String,
+pub(crate) struct CrdInfo {
+    pub(crate) group: String,
+    pub(crate) kind: String,
+    pub(crate) served: BTreeSet<String>,
+    pub(crate) storage: String,
 }
 
 fn crds_by_cluster(rendering: &Rendering) -> BTreeMap<String, BTreeMap<String, CrdInfo>> {
@@ -111,7 +111,8 @@ fn crds_by_cluster(rendering: &Rendering) -> BTreeMap<String, BTreeMap<String, C
     out
 }
 
-fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
+/// A CustomResourceDefinition's name, group, kind, served versions and storage version.
+pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
     if object.get("kind")?.as_str()? != "CustomResourceDefinition" {
         return None;
     }

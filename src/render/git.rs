@@ -54,7 +54,8 @@ pub struct Snapshot {
     materialized: OnceLock<Result<Arc<tempfile::TempDir>, String>>,
 }
 
-fn git(repo: &Path) -> Command {
+/// `git -C repo`, never prompting for credentials.
+pub(crate) fn git(repo: &Path) -> Command {
     let mut command = Command::new("git");
     command.arg("-C").arg(repo).env("GIT_TERMINAL_PROMPT", "0");
     command
@@ -103,34 +104,30 @@ pub fn resolve_commit(repo: &Path, revision: &str) -> Result<String, GitError> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
-/// The URL of the `origin` remote, if the repository has one.
 /// Makes sure a commit is in the local repository, fetching it from `origin` when not.
 pub fn ensure_commit(repo: &Path, sha: &str) -> Result<(), GitError> {
     if resolve_commit(repo, sha).is_ok() {
         return Ok(());
     }
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
-        .args(["fetch", "--quiet", "origin", sha])
-        .output()
-        .map_err(|source| GitError::Spawn {
-            repo: repo.display().to_string(),
-            source,
-        })?;
-    if !output.status.success() || resolve_commit(repo, sha).is_err() {
+    let fetched = run_git(repo, &["fetch", "--quiet", "origin", sha]);
+    if fetched.is_err() || resolve_commit(repo, sha).is_err() {
         return Err(GitError::Command {
             repo: repo.display().to_string(),
             args: format!("fetch origin {sha}"),
             stderr: format!(
                 "commit {sha} is not here and could not be fetched from origin: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
+                match fetched {
+                    Err(GitError::Command { stderr, .. }) => stderr,
+                    Err(other) => other.to_string(),
+                    Ok(_) => String::new(),
+                }
             ),
         });
     }
     Ok(())
 }
 
+/// The URL of the `origin` remote, if the repository has one.
 pub fn origin_url(repo: &Path) -> Option<String> {
     run_git(repo, &["remote", "get-url", "origin"])
         .ok()
