@@ -284,17 +284,16 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
     let pushed = ground
         .commit_overlay("green", "green", &case("bosun-cases/person-push"), "a note")
         .unwrap();
-    let mut waited = 0;
-    while !ground
-        .forge
-        .statuses(SLUG, &pushed)
-        .iter()
-        .any(|(c, s, _)| c == "bosun" && s == "success")
-    {
-        waited += 1;
-        assert!(waited < 600, "Bosun never judged the new head {pushed}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    ground
+        .await_condition(&format!("Bosun to judge the new head {pushed}"), |ground| {
+            ground
+                .forge
+                .statuses(SLUG, &pushed)
+                .iter()
+                .any(|(c, s, _)| c == "bosun" && s == "success")
+        })
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]

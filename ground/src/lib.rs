@@ -48,6 +48,13 @@ pub const FORGE_KARGO_TOKEN: &str = "ground-kargo-token";
 pub const FORGE_GATE_TOKEN: &str = "ground-gate-token";
 pub const FORGE_PERSON_TOKEN: &str = "ground-alice-token";
 pub const FORGE_BOSUN_TOKEN: &str = "ground-bosun-token";
+/// The forge double's users: (token, login).
+pub const FORGE_USERS: [(&str, &str); 4] = [
+    (FORGE_KARGO_TOKEN, "kargo"),
+    (FORGE_GATE_TOKEN, "addons-gate[bot]"),
+    (FORGE_PERSON_TOKEN, "alice"),
+    (FORGE_BOSUN_TOKEN, "bosun[bot]"),
+];
 pub const KUBE_BOSUN_TOKEN: &str = "ground-bosun-kube-token";
 pub const BOSUN_USER: &str = "system:serviceaccount:bosun:bosun";
 
@@ -188,10 +195,9 @@ impl Ground {
 
         // The forge: the repository, its protection, the people and bots.
         let forge = ForgeDouble::start(Some(&dir.path().join("forge"))).await?;
-        forge.add_user(FORGE_KARGO_TOKEN, "kargo");
-        forge.add_user(FORGE_GATE_TOKEN, "addons-gate[bot]");
-        forge.add_user(FORGE_PERSON_TOKEN, "alice");
-        forge.add_user(FORGE_BOSUN_TOKEN, "bosun[bot]");
+        for (token, login) in FORGE_USERS {
+            forge.add_user(token, login);
+        }
         let repository = &scenario.repository;
         let content = match &repository.overlay {
             None => scenario.path(&repository.content),
@@ -688,7 +694,12 @@ impl Ground {
     }
 
     /// Ticks the actors until `done` holds (the observer runs on its own meanwhile).
-    async fn await_condition(&mut self, what: &str, done: impl Fn(&Ground) -> bool) -> Result<()> {
+    /// Ticks the actors until `done` holds (bounded), then lets them settle.
+    pub async fn await_condition(
+        &mut self,
+        what: &str,
+        done: impl Fn(&Ground) -> bool,
+    ) -> Result<()> {
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
             let progress = self.tick().await;
@@ -826,13 +837,11 @@ impl Ground {
     }
 
     pub fn forge_token(login: &str) -> Result<&'static str> {
-        Ok(match login {
-            "alice" => FORGE_PERSON_TOKEN,
-            "kargo" => FORGE_KARGO_TOKEN,
-            "addons-gate[bot]" => FORGE_GATE_TOKEN,
-            "bosun[bot]" => FORGE_BOSUN_TOKEN,
-            other => bail!("the forge double has no user {other}"),
-        })
+        FORGE_USERS
+            .iter()
+            .find(|(_, l)| *l == login)
+            .map(|(token, _)| *token)
+            .with_context(|| format!("the forge double has no user {login}"))
     }
 
     /// A person merges through the forge's API; branch protection decides.

@@ -157,30 +157,25 @@ impl Server {
                     .inc();
                 let mut jobs = lock(&worker);
                 jobs.running = None;
-                if run.path == "error" {
+                let repository = slug.to_string();
+                match run.path.as_str() {
                     // A failed triage (the forge or git failing) may be delivered again.
-                    jobs.seen
-                        .remove(&(slug.to_string(), number, delivered_head.clone()));
-                }
-                let last_head = run.pushed.last().cloned().unwrap_or(run.head.clone());
-                if run.path == "error" {
-                    jobs.done.push(run);
-                    if jobs.done.len() > DONE_KEPT {
-                        jobs.done.remove(0);
+                    "error" => {
+                        jobs.seen.remove(&(repository, number, delivered_head));
                     }
-                    continue;
-                }
-                if run.path == "closed" {
-                    jobs.tracked.remove(&(slug.to_string(), number));
                     // Nothing more arrives for a closed pull request: forget its deliveries.
-                    let repository = slug.to_string();
-                    jobs.seen
-                        .retain(|(r, n, _)| !(*r == repository && *n == number));
-                } else {
-                    jobs.tracked
-                        .insert((slug.to_string(), number), last_head.clone());
-                    // A head Bosun itself produced and judged is not a new delivery.
-                    jobs.seen.insert((slug.to_string(), number, last_head));
+                    "closed" => {
+                        jobs.tracked.remove(&(repository.clone(), number));
+                        jobs.seen
+                            .retain(|(r, n, _)| !(*r == repository && *n == number));
+                    }
+                    _ => {
+                        let last_head = run.pushed.last().unwrap_or(&run.head).clone();
+                        jobs.tracked
+                            .insert((repository.clone(), number), last_head.clone());
+                        // A head Bosun itself produced and judged is not a new delivery.
+                        jobs.seen.insert((repository, number, last_head));
+                    }
                 }
                 jobs.done.push(run);
                 if jobs.done.len() > DONE_KEPT {
