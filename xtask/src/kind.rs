@@ -161,6 +161,24 @@ fn kubectl(args: Vec<String>) -> Vec<String> {
     argv
 }
 
+/// `kubectl create secret generic NAME --namespace NAMESPACE --from-literal=KEY=VALUE...`.
+fn generic_secret(name: &str, namespace: &str, literals: &[(&str, &str)]) -> Vec<String> {
+    let mut args = argv![
+        "create",
+        "secret",
+        "generic",
+        name,
+        "--namespace",
+        namespace
+    ];
+    args.extend(
+        literals
+            .iter()
+            .map(|(key, value)| format!("--from-literal={key}={value}")),
+    );
+    kubectl(args)
+}
+
 /// `helm upgrade --install` into the kind cluster, waiting until the release is ready.
 fn helm_install(release: &str, chart: &str, namespace: &str, flags: Vec<String>) -> Vec<String> {
     let mut argv = argv![
@@ -365,16 +383,11 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
         ),
         Step::new(
             "Gitea's admin user, with a generated password",
-            kubectl(argv![
-                "create",
-                "secret",
-                "generic",
+            generic_secret(
                 "gitea-admin",
-                "--namespace",
                 "gitea",
-                format!("--from-literal=username={GITEA_ADMIN}"),
-                format!("--from-literal=password={GENERATED}"),
-            ]),
+                &[("username", GITEA_ADMIN), ("password", GENERATED)],
+            ),
         )
         .with_secrets(&[Secret::GiteaPassword]),
         Step::new(
@@ -531,17 +544,7 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
         ),
         Step::new(
             "Kargo's credentials for the GitOps repository: the Gitea token",
-            kubectl(argv![
-                "create",
-                "secret",
-                "generic",
-                "gitea-credentials",
-                "--namespace",
-                PROJECT,
-                format!("--from-literal=repoURL={GITEA_IN_CLUSTER}/platform/gitops.git"),
-                format!("--from-literal=username={GITEA_ADMIN}"),
-                format!("--from-literal=password={GENERATED}"),
-            ]),
+            generic_secret("gitea-credentials", PROJECT, &[("repoURL", &format!("{GITEA_IN_CLUSTER}/platform/gitops.git")), ("username", GITEA_ADMIN), ("password", GENERATED)]),
         )
         .with_secrets(&[Secret::GiteaToken]),
         Step::new(
@@ -557,41 +560,17 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
         ),
         Step::new(
             "Bosun's forge token: the Gitea token (Gitea speaks the GitHub REST subset Bosun uses)",
-            kubectl(argv![
-                "create",
-                "secret",
-                "generic",
-                "bosun-forge",
-                "--namespace",
-                "bosun",
-                format!("--from-literal=token={GENERATED}"),
-            ]),
+            generic_secret("bosun-forge", "bosun", &[("token", GENERATED)]),
         )
         .with_secrets(&[Secret::GiteaToken]),
         Step::new(
             "Bosun's intake secret",
-            kubectl(argv![
-                "create",
-                "secret",
-                "generic",
-                "bosun-webhook",
-                "--namespace",
-                "bosun",
-                format!("--from-literal=secret={GENERATED}"),
-            ]),
+            generic_secret("bosun-webhook", "bosun", &[("secret", GENERATED)]),
         )
         .with_secrets(&[Secret::BosunWebhook]),
         Step::new(
             "the same secret for Kargo's http step, read with secret('bosun').token",
-            kubectl(argv![
-                "create",
-                "secret",
-                "generic",
-                "bosun",
-                "--namespace",
-                PROJECT,
-                format!("--from-literal=token={GENERATED}"),
-            ]),
+            generic_secret("bosun", PROJECT, &[("token", GENERATED)]),
         )
         .with_secrets(&[Secret::BosunWebhook]),
         Step::new(
