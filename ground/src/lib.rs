@@ -783,9 +783,14 @@ impl Ground {
                 &health_addr,
                 "--log-format",
                 "text",
-                "--resync",
-                "30s",
             ])
+            // The ground's resync unless the scenario names one.
+            .args(
+                (!args.iter().any(|a| a.starts_with("--resync")))
+                    .then_some(["--resync", "30s"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(args)
             .stdout(std::process::Stdio::null())
             .stderr(log)

@@ -17,6 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::decision::{self, Decision, ObserveMode};
 use super::metrics::{ErrorLabels, Metrics, OutcomeLabels, StageLabels};
+use super::projection::{self, APPLICATION, FREIGHT, PROMOTION, STAGE, WAREHOUSE};
 
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
@@ -112,47 +113,9 @@ pub struct Context {
     pub stage_locks: StageLocks,
 }
 
+/// An object read from the API server (not a cache) as JSON.
 fn value_of(object: &DynamicObject) -> Result<Value, serde_json::Error> {
     serde_json::to_value(object)
-}
-
-/// Keeps only the fields the observer reads, so the caches of thousands of objects stay small.
-fn project(object: &mut DynamicObject, keep: &[&str]) {
-    let mut kept = serde_json::Map::new();
-    for pointer in keep {
-        if let Some(value) = object.data.pointer(pointer) {
-            // Rebuild the path down to the kept value.
-            let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
-            let mut node = &mut kept;
-            for part in &parts[..parts.len() - 1] {
-                node = node
-                    .entry(part.to_string())
-                    .or_insert_with(|| Value::Object(Default::default()))
-                    .as_object_mut()
-                    .expect("just inserted an object");
-            }
-            node.insert(parts[parts.len() - 1].to_string(), value.clone());
-        }
-    }
-    object.data = Value::Object(kept);
-    // Metadata the decision never reads (the cache holds thousands of these); the kind is
-    // known from the cache it sits in.
-    object.types = None;
-    let metadata = &mut object.metadata;
-    metadata.managed_fields = None;
-    metadata.owner_references = None;
-    metadata.finalizers = None;
-    metadata.creation_timestamp = None;
-    metadata.generate_name = None;
-    if let Some(annotations) = metadata.annotations.as_mut() {
-        annotations.retain(|k, _| k.starts_with("kargo"));
-    }
-    if let Some(labels) = metadata.labels.as_mut() {
-        // Promotions are found by the observer's own labels; nothing else reads labels.
-        labels.retain(|k, _| {
-            k == crate::observer::decision::MANAGED_BY_LABEL || k.starts_with("kargo")
-        });
-    }
 }
 
 /// What the watch on Applications reacts to: the annotations the observer reads and the
@@ -160,18 +123,8 @@ fn project(object: &mut DynamicObject, keep: &[&str]) {
 fn relevant_hash(app: &DynamicObject) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    let annotations = app.annotations();
-    for key in [
-        decision::AUTHORIZED_STAGE_ANNOTATION,
-        decision::IGNORE_ANNOTATION,
-        decision::OBSERVE_ANNOTATION,
-    ] {
-        annotations.get(key).hash(&mut hasher);
-    }
-    app.data
-        .pointer("/status/summary/images")
-        .map(|v| v.to_string())
-        .hash(&mut hasher);
+    // Every kept field: the annotations the observer reads and the deployed images.
+    app.data.to_string().hash(&mut hasher);
     app.uid().hash(&mut hasher);
     Some(hasher.finish())
 }
@@ -239,7 +192,7 @@ pub async fn reconcile(
 }
 
 async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, ReconcileError> {
-    let app_value = value_of(app)?;
+    let app_value = APPLICATION.expand(app);
     let app_name = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
     let stages = match decision::observed_stages(&app_value, ctx.config.mode) {
         Ok(stages) => stages,
@@ -260,7 +213,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             outcome(ctx, "skipped");
             continue;
         };
-        let stage = value_of(&stage)?;
+        let stage = STAGE.expand(&stage);
         // Read only what this Stage needs from the caches (serialising every cached object
         // for every reconcile made a first pass over 10,000 Applications take a minute).
         let origins: Vec<String> = stage
@@ -281,7 +234,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                     &ObjectRef::new_with(o, store_key(&ctx.kinds.warehouse)).within(&namespace),
                 )
             })
-            .filter_map(|w| value_of(&w).ok())
+            .map(|w| WAREHOUSE.expand(&w))
             .collect();
         let freights: Vec<Value> = ctx
             .freights
@@ -289,22 +242,18 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             .iter()
             .filter(|f| f.namespace().as_deref() == Some(namespace.as_str()))
             .filter(|f| {
-                f.data
-                    .pointer("/origin/name")
-                    .and_then(Value::as_str)
-                    .is_some_and(|o| origins.iter().any(|x| x == o))
+                let origin = FREIGHT.text(f, &["origin", "name"]);
+                origins.iter().any(|x| x == origin)
             })
-            .filter_map(|f| value_of(f).ok())
+            .map(|f| FREIGHT.expand(f))
             .collect();
         let promotions: Vec<Value> = ctx
             .promotions
             .state()
             .iter()
             .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
-            .filter(|p| {
-                p.data.pointer("/spec/stage").and_then(Value::as_str) == Some(stage_name.as_str())
-            })
-            .filter_map(|p| value_of(p).ok())
+            .filter(|p| PROMOTION.text(p, &["spec", "stage"]) == stage_name)
+            .map(|p| PROMOTION.expand(p))
             .collect();
         let inputs = decision::Inputs {
             app: &app_value,
@@ -412,12 +361,14 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                 ))
                 .await;
                 outcome(ctx, "promoted");
-                // One Promotion per reconcile.
-                return Ok(Action::requeue(ctx.config.resync));
+                // One Promotion per reconcile; Kargo's change to the Stage brings the next.
+                return Ok(Action::await_change());
             }
         }
     }
-    Ok(Action::requeue(ctx.config.resync))
+    // The periodic resync (`reconcile_all_on`) is the backstop: a per-Application requeue
+    // would hold 10,000 scheduler entries for the whole resync period.
+    Ok(Action::await_change())
 }
 
 fn image_text(image: &decision::ImageRef) -> String {
@@ -454,9 +405,14 @@ fn applications_for(
     apps.state()
         .iter()
         .filter(|app| {
-            let Some(value) = app.annotations().get(decision::AUTHORIZED_STAGE_ANNOTATION) else {
-                return false;
-            };
+            let value = APPLICATION.text(
+                app,
+                &[
+                    "metadata",
+                    "annotations",
+                    decision::AUTHORIZED_STAGE_ANNOTATION,
+                ],
+            );
             // A cheap substring test first: this runs for every watched object's event.
             value.contains(&needle)
                 && decision::authorized_stages(value)
@@ -480,8 +436,8 @@ fn applications_for_warehouse(
         .iter()
         .filter(|s| s.namespace().as_deref() == Some(namespace))
         .filter(|s| {
-            s.data
-                .pointer("/spec/requestedFreight")
+            STAGE
+                .field(s, &["spec", "requestedFreight"])
                 .and_then(Value::as_array)
                 .is_some_and(|r| {
                     r.iter().any(|r| {
@@ -491,22 +447,6 @@ fn applications_for_warehouse(
         })
         .flat_map(|s| applications_for(apps, namespace, Some(&s.name_any())))
         .collect()
-}
-
-/// The fields each kind's decision reads.
-fn keep_for(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "Application" => &["/status/summary/images"],
-        "Stage" => &[
-            "/spec/requestedFreight",
-            "/status/freightHistory/0",
-            "/status/lastPromotion/name",
-        ],
-        "Freight" => &["/origin", "/images"],
-        "Warehouse" => &["/spec/subscriptions"],
-        "Promotion" => &["/spec/stage", "/spec/freight", "/status/phase"],
-        _ => &[],
-    }
 }
 
 /// Runs the controller until `shutdown` resolves. Returns when the controller has stopped.
@@ -526,10 +466,10 @@ pub async fn run(
         let writer = reflector::store::Writer::new(store_key(ar));
         let reader = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-        let keep = keep_for(&ar.kind);
+        let projection = projection::for_kind(&ar.kind);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(move |o: &mut DynamicObject| project(o, keep))
+            .modify(move |o: &mut DynamicObject| projection.project(o))
             .reflect(writer)
             .touched_objects();
         (reader, stream)
@@ -544,7 +484,7 @@ pub async fn run(
     let app_stream = relevant_changes(
         watcher(apps_api, watcher::Config::default())
             .default_backoff()
-            .modify(|o: &mut DynamicObject| project(o, keep_for("Application")))
+            .modify(|o: &mut DynamicObject| APPLICATION.project(o))
             .reflect(app_writer)
             .applied_objects(),
     );
@@ -615,17 +555,11 @@ pub async fn run(
         .watches_stream_with(
             freight_events,
             move |f: DynamicObject| {
-                let origin = f
-                    .data
-                    .pointer("/origin/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
                 applications_for_warehouse(
                     &for_freights,
                     &stages_for_freights,
                     &f.namespace().unwrap_or_default(),
-                    &origin,
+                    FREIGHT.text(&f, &["origin", "name"]),
                 )
             },
             store_key(&ctx.kinds.freight),
@@ -645,16 +579,10 @@ pub async fn run(
         .watches_stream_with(
             promotion_events,
             move |p: DynamicObject| {
-                let stage = p
-                    .data
-                    .pointer("/spec/stage")
-                    .and_then(Value::as_str)
-                    .map(str::to_string);
-                applications_for(
-                    &for_promotions,
-                    &p.namespace().unwrap_or_default(),
-                    stage.as_deref(),
-                )
+                let stage = PROMOTION
+                    .field(&p, &["spec", "stage"])
+                    .and_then(Value::as_str);
+                applications_for(&for_promotions, &p.namespace().unwrap_or_default(), stage)
             },
             store_key(&ctx.kinds.promotion),
         )
@@ -681,6 +609,7 @@ mod tests {
             .within("argocd")
             .data(serde_json::json!({"status": {"summary": {"images": [image]}, "health": {"status": health}}}));
         object.metadata.uid = Some(format!("uid-{name}"));
+        APPLICATION.project(&mut object);
         Ok(object)
     }
 
@@ -697,6 +626,7 @@ mod tests {
             )]
             .into(),
         );
+        APPLICATION.project(&mut app);
         writer.apply_watcher_event(&watcher::Event::Apply(app));
         let refs = applications_for(&reader, "kargo-demo", Some("prod"));
         assert_eq!(refs.len(), 1);
@@ -722,11 +652,11 @@ mod tests {
                 format!(
                     "{} {}",
                     o.name_any(),
-                    o.data["status"]["summary"]["images"][0]
+                    APPLICATION.text(&o, &["status", "summary", "images", "0"])
                 )
             })
             .collect()
             .await;
-        assert_eq!(passed, ["a \"x:1\"", "b \"y:1\"", "a \"x:2\""]);
+        assert_eq!(passed, ["a x:1", "b y:1", "a x:2"]);
     }
 }
