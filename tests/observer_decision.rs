@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
 use gitops_loop::observer::decision::*;
+use gitops_loop::observer::projection;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -302,5 +303,94 @@ proptest! {
         let promotions = vec![promotion("p", "f-deployed", failed_phase, true)];
         let decision = decide_with(&app(&[&format!("{REPO}:{deployed}")]), &stage, &warehouses, &freights, &promotions);
         prop_assert!(!matches!(decision, Decision::Promote { .. }), "{:?}", decision);
+    }
+}
+
+/// An object as the cache holds it, given back in its Kubernetes shape for the decision.
+fn through_cache(projection: &projection::Projection, full: &Value) -> Value {
+    let mut object: kube::api::DynamicObject = serde_json::from_value(full.clone()).unwrap();
+    projection.project(&mut object);
+    projection.expand(&object)
+}
+
+/// What the API server adds that the decision never reads.
+fn with_noise(mut object: Value) -> Value {
+    let metadata = object["metadata"].as_object_mut().unwrap();
+    metadata.insert("uid".into(), json!("0b7c"));
+    metadata.insert("managedFields".into(), json!([{"manager": "kubectl"}]));
+    metadata.insert("finalizers".into(), json!(["x"]));
+    metadata
+        .entry("labels")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .unwrap()
+        .insert("team".into(), json!("platform"));
+    metadata
+        .entry("annotations")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+        .unwrap()
+        .insert("note".into(), json!("hello"));
+    object["status"]["observedGeneration"] = json!(3);
+    object
+}
+
+proptest! {
+    /// The observer decides on projected caches: whatever the objects hold, the decision (and
+    /// whether the Application is observed at all) is the one the full objects give.
+    #[test]
+    fn the_cache_keeps_everything_the_decision_reads(
+        // Few tags, so that several Freight match and the guards meet the Promotions.
+        deployed in "v[0-2]",
+        current in "v[0-2]",
+        freights in prop::collection::vec(("v[0-2]", 0u64..20), 0..4),
+        promotions in prop::collection::vec((prop::sample::select(vec!["", "Running", "Succeeded", "Failed", "Errored"]), any::<bool>(), 0usize..3), 0..3),
+        last_promoted in any::<bool>(),
+        ignored in any::<bool>(),
+        opted_in in any::<bool>(),
+    ) {
+        let mut app = app(&[&format!("{REPO}:{deployed}")]);
+        if ignored {
+            app["metadata"]["annotations"][IGNORE_ANNOTATION] = json!("true");
+        }
+        if opted_in {
+            app["metadata"]["annotations"][OBSERVE_ANNOTATION] = json!("true");
+        }
+        let mut stage = stage(&["web"], &[(REPO, &current, "")]);
+        if last_promoted && !promotions.is_empty() {
+            // The Stage recorded the newest Promotion.
+            stage["status"]["lastPromotion"] = json!({"name": format!("p{}", promotions.len() - 1)});
+        }
+        let warehouses = vec![warehouse("web", &[REPO])];
+        let freights: Vec<Value> = freights
+            .iter()
+            .enumerate()
+            .map(|(i, (t, rv))| freight(&format!("f{i}"), "web", *rv, &[(REPO, t, "")]))
+            .collect();
+        let promotions: Vec<Value> = promotions
+            .iter()
+            .enumerate()
+            .map(|(i, (phase, ours, f))| promotion(&format!("p{i}"), &format!("f{f}"), phase, *ours))
+            .collect();
+        let noisy = |objects: &[Value]| objects.iter().cloned().map(with_noise).collect::<Vec<_>>();
+        let (app, stage) = (with_noise(app), with_noise(stage));
+        let (warehouses, freights, promotions) = (noisy(&warehouses), noisy(&freights), noisy(&promotions));
+        let cached = |p: &projection::Projection, objects: &[Value]| {
+            objects.iter().map(|o| through_cache(p, o)).collect::<Vec<_>>()
+        };
+        let cached_app = through_cache(&projection::APPLICATION, &app);
+        for mode in [ObserveMode::OptOut, ObserveMode::OptIn] {
+            prop_assert_eq!(observed_stages(&app, mode), observed_stages(&cached_app, mode));
+        }
+        prop_assert_eq!(
+            decide_with(&app, &stage, &warehouses, &freights, &promotions),
+            decide_with(
+                &cached_app,
+                &through_cache(&projection::STAGE, &stage),
+                &cached(&projection::WAREHOUSE, &warehouses),
+                &cached(&projection::FREIGHT, &freights),
+                &cached(&projection::PROMOTION, &promotions),
+            )
+        );
     }
 }
