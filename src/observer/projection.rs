@@ -87,27 +87,13 @@ fn step_mut<'v>(value: &'v mut Value, segment: &str) -> Option<&'v mut Value> {
     }
 }
 
-/// The same value with every map and list allocated at its length (a map grown one insert at
-/// a time keeps room for more).
-fn exact(value: Value) -> Value {
-    match value {
-        Value::Object(map) => {
-            let mut out = Map::with_capacity(map.len());
-            for (key, value) in map {
-                out.insert(key, exact(value));
-            }
-            Value::Object(out)
-        }
-        Value::Array(items) => Value::Array(items.into_iter().map(exact).collect()),
-        other => other,
-    }
-}
-
 impl Projection {
     /// Reduces a watched object to its cached form, in place.
     pub fn project(&self, object: &mut DynamicObject) {
         let mut body = std::mem::take(&mut object.data);
-        // Metadata is read as JSON only when a kept path goes into it.
+        // Metadata is read as JSON only when a kept path goes into it (and never its
+        // managed fields, the bulk of it).
+        object.metadata.managed_fields = None;
         let mut metadata = self
             .fields
             .iter()
@@ -124,7 +110,6 @@ impl Projection {
                 rest.iter()
                     .try_fold(root, |node, segment| step_mut(node, segment))
                     .map(Value::take)
-                    .map(exact)
                     .unwrap_or(Value::Null)
             })
             .collect();
