@@ -64,7 +64,10 @@ async fn observer_catches_kargo_up_after_a_hand_bump() {
     insta::assert_yaml_snapshot!("observer_drift_promotions", promotions);
     // The Events on the Applications say what happened and what was done.
     let created = ground.events("PromotionCreated");
-    assert!(created.iter().any(|(note, _)| note.contains("Argo CD runs ghcr.io/example/config-reloader:1.3.0 which Kargo never promoted to Stage monitoring-config: created Promotion monitoring-config.")), "{created:?}");
+    // Each Promotion gets its own Event, naming it (not a series of the first one's note).
+    for tag in ["1.3.0", "1.4.0"] {
+        assert!(created.iter().any(|(note, _)| note.contains(&format!("Argo CD runs ghcr.io/example/config-reloader:{tag} which Kargo never promoted to Stage monitoring-config: created Promotion monitoring-config."))), "{created:?}");
+    }
     let missing = ground.events("FreightMissing");
     assert!(
         missing.iter().any(|(note, _)| note
@@ -73,6 +76,19 @@ async fn observer_catches_kargo_up_after_a_hand_bump() {
                 .contains("no Freight in kargo-demo holds ghcr.io/example/config-reloader:1.4.0")),
         "{missing:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_pass_waits_for_every_cache() {
+    // Freight lists answer 1.5 s late: the Application cache is ready long before.
+    let faults = FaultPlan {
+        slow_list: Some(("freights", 1500)),
+        ..FaultPlan::none()
+    };
+    let ground = play_with("observer-start", faults).await;
+    insta::assert_snapshot!(ground.transcript.text());
+    let missing = ground.events("FreightMissing");
+    assert!(missing.is_empty(), "decided on an empty cache: {missing:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -26,15 +26,8 @@ fn admin() -> User {
 }
 
 fn metric(address: &str, name: &str) -> f64 {
-    use std::io::{Read, Write};
-    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
-        return 0.0;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let _ = write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
-    let mut text = String::new();
-    let _ = stream.read_to_string(&mut text);
-    text.lines()
+    crate::http_get(address, "/metrics")
+        .lines()
         .filter(|l| l.starts_with(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()

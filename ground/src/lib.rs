@@ -91,15 +91,15 @@ pub struct Ground {
     pub admin_kubeconfig: PathBuf,
     pub charts_mirror: PathBuf,
     observer_binary: Option<PathBuf>,
-    /// Running observers: (process, metrics address).
-    observers: Vec<(std::process::Child, String)>,
+    /// Running observers: (process, metrics address, health address).
+    observers: Vec<(std::process::Child, String, String)>,
     observer_starts: usize,
     dir: tempfile::TempDir,
 }
 
 impl Drop for Ground {
     fn drop(&mut self) {
-        for (mut child, _) in self.observers.drain(..) {
+        for (mut child, _, _) in self.observers.drain(..) {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -540,6 +540,21 @@ impl Ground {
             }
             Action::StartObserver(args) => self.start_observer(args)?,
             Action::StopObserver => self.stop_observer()?,
+            Action::AwaitObserversReady => {
+                let count = self.observers.len();
+                self.await_condition("every observer's /readyz to answer 200", |ground| {
+                    ground.observers.iter().all(|(_, _, health)| {
+                        let response = http_get(health, "/readyz");
+                        response
+                            .lines()
+                            .next()
+                            .is_some_and(|status| status.contains(" 200 "))
+                    })
+                })
+                .await?;
+                self.transcript
+                    .say("observer", format!("{count} of {count} ready (/readyz)"));
+            }
             Action::AwaitPromotion(wanted) => {
                 self.await_condition(
                     &format!(
@@ -727,15 +742,8 @@ impl Ground {
     /// The sum of a metric's samples (lines starting with `name`) over running observers.
     pub fn observer_metric(&self, name: &str) -> f64 {
         let mut total = 0.0;
-        for (_, address) in &self.observers {
-            let Ok(mut stream) = std::net::TcpStream::connect(address) else {
-                continue;
-            };
-            use std::io::{Read, Write};
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let _ = write!(stream, "GET /metrics HTTP/1.0\r\nHost: {address}\r\n\r\n");
-            let mut text = String::new();
-            let _ = stream.read_to_string(&mut text);
+        for (_, address, _) in &self.observers {
+            let text = http_get(address, "/metrics");
             for line in text.lines().filter(|l| l.starts_with(name)) {
                 total += line
                     .rsplit(' ')
@@ -797,7 +805,7 @@ impl Ground {
             .spawn()
             .context("cannot start the observer")?;
         self.observer_starts += 1;
-        self.observers.push((child, metrics_addr));
+        self.observers.push((child, metrics_addr, health_addr));
         self.transcript.say(
             "observer",
             format!(
@@ -815,7 +823,7 @@ impl Ground {
     /// Stops the first running observer (SIGTERM, as Kubernetes does).
     fn stop_observer(&mut self) -> Result<()> {
         if !self.observers.is_empty() {
-            let (mut child, _) = self.observers.remove(0);
+            let (mut child, _, _) = self.observers.remove(0);
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
                 .status();
@@ -1022,8 +1030,9 @@ impl Ground {
         let failures = self.unmet_expectations();
         if !failures.is_empty() {
             bail!(
-                "the scenario's expectations do not hold:\n  {}",
-                failures.join("\n  ")
+                "the scenario's expectations do not hold:\n  {}\nobserver log:\n{}",
+                failures.join("\n  "),
+                self.observer_log()
             );
         }
         Ok(())
@@ -1135,4 +1144,17 @@ impl Ground {
             "promotions": pick(self.kargo_objects("promotions"), &["/metadata/name", "/metadata/labels", "/metadata/annotations", "/spec/stage", "/spec/freight", "/status/phase"]),
         })
     }
+}
+
+/// The raw response to a plain HTTP/1.0 GET on loopback ("" when nothing answers).
+pub(crate) fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return String::new();
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text
 }

@@ -145,6 +145,8 @@ pub enum Action {
     StartObserver(Vec<String>),
     /// Stop it (SIGTERM, as Kubernetes does).
     StopObserver,
+    /// Tick until every running observer's `/readyz` answers 200 (leader and standbys).
+    AwaitObserversReady,
     /// Tick until the Stage's last Promotion reaches this phase.
     AwaitPromotion(AwaitPromotion),
     /// Tick until this many Events with this reason exist, then print them.

@@ -204,6 +204,11 @@ async fn main() -> Result<()> {
         .build()
         .await
         .context("cannot set up leader election")?;
+    // A replica standing by is ready: it is healthy and can take over. Were it not, a
+    // Deployment of two would never be fully available, and a rolling update would wait
+    // forever for its new pod while the old one holds the Lease. The leader is ready once its
+    // caches have their first list.
+    ready_tx.send_replace(true);
     let (mut leading, lease_task) = manager.watch().await;
     let shutdown = gitops_loop::shutdown_signal();
     tokio::pin!(shutdown);

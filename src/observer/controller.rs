@@ -4,7 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::controller::{Action, Controller};
@@ -111,6 +112,8 @@ pub struct Context {
     /// One lock per Stage around "check in flight, then create": reconciles of several
     /// Applications of one Stage run concurrently and must not both create.
     pub stage_locks: StageLocks,
+    /// True once every cache has its first list.
+    pub caches_ready: tokio::sync::watch::Receiver<bool>,
 }
 
 /// An object read from the API server (not a cache) as JSON.
@@ -119,53 +122,87 @@ fn value_of(object: &DynamicObject) -> Result<Value, serde_json::Error> {
 }
 
 /// What the watch on Applications reacts to: the annotations the observer reads and the
-/// deployed images. Other status churn (reconciledAt, health) does not wake it.
-fn relevant_hash(app: &DynamicObject) -> Option<u64> {
+/// deployed images (every kept field), and the uid. Other status churn (reconciledAt, health)
+/// does not wake it.
+fn relevant_hash(app: &DynamicObject) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    // Every kept field: the annotations the observer reads and the deployed images.
     app.data.to_string().hash(&mut hasher);
     app.uid().hash(&mut hasher);
-    Some(hasher.finish())
+    hasher.finish()
+}
+
+/// An Application's key in `relevant_changes`: a hash of its namespace and name.
+fn app_key(app: &DynamicObject) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        app.metadata.namespace.as_deref(),
+        app.metadata.name.as_deref(),
+    )
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Passes an Application on only when `relevant_hash` changed. It remembers one `u64` per
-/// Application, keyed by a hash of its namespace and name (kube's `predicate_filter` keys on an
-/// `ObjectRef`, which for a dynamic object clones the `ApiResource`'s five strings: ~3 MiB more
-/// at 10,000 Applications).
+/// Application (kube's `predicate_filter` keys on an `ObjectRef`, which for a dynamic object
+/// clones the `ApiResource`'s five strings: ~3 MiB more at 10,000 Applications), forgets it
+/// when the Application is deleted, and after a re-list keeps only the Applications listed.
 fn relevant_changes(
-    stream: impl futures::Stream<Item = Result<DynamicObject, watcher::Error>>,
+    stream: impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
 ) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> {
-    use std::hash::{Hash, Hasher};
-    let mut last: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    use std::collections::HashMap;
+    let mut last: HashMap<u64, u64> = HashMap::new();
+    // What a re-list in progress has seen.
+    let mut listed: Option<HashMap<u64, u64>> = None;
     stream.filter_map(move |item| {
-        let pass = match &item {
-            Ok(app) => {
-                let mut key = std::collections::hash_map::DefaultHasher::new();
-                (
-                    app.metadata.namespace.as_deref(),
-                    app.metadata.name.as_deref(),
-                )
-                    .hash(&mut key);
-                match relevant_hash(app) {
-                    Some(hash) => last.insert(key.finish(), hash) != Some(hash),
-                    None => true,
-                }
+        let passed = match item {
+            Err(e) => Some(Err(e)),
+            Ok(watcher::Event::Apply(app)) => {
+                let hash = relevant_hash(&app);
+                (last.insert(app_key(&app), hash) != Some(hash)).then_some(Ok(app))
             }
-            Err(_) => true,
+            Ok(watcher::Event::Delete(app)) => {
+                last.remove(&app_key(&app));
+                None
+            }
+            Ok(watcher::Event::Init) => {
+                listed = Some(HashMap::new());
+                None
+            }
+            Ok(watcher::Event::InitApply(app)) => {
+                let (key, hash) = (app_key(&app), relevant_hash(&app));
+                listed.get_or_insert_default().insert(key, hash);
+                (last.get(&key) != Some(&hash)).then_some(Ok(app))
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(listed) = listed.take() {
+                    last = listed;
+                }
+                None
+            }
         };
-        futures::future::ready(pass.then_some(item))
+        futures::future::ready(passed)
     })
 }
 
-async fn publish(ctx: &Context, app: &DynamicObject, type_: EventType, reason: &str, note: String) {
+/// An Event on the Application, related to the object it concerns (the Stage, or the Promotion
+/// created): events with the same reason on one Application stay apart.
+async fn publish(
+    ctx: &Context,
+    app: &DynamicObject,
+    related: ObjectReference,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
     let reference = app.object_ref(&ctx.kinds.application);
     let event = Event {
         type_,
         reason: reason.into(),
         note: Some(note),
         action: "Observe".into(),
-        secondary: None,
+        secondary: Some(related),
     };
     if let Err(e) = ctx.recorder.publish(&event, &reference).await {
         warn!(error = %e, "could not publish an Event");
@@ -183,6 +220,14 @@ pub async fn reconcile(
     app: Arc<DynamicObject>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
+    if !*ctx.caches_ready.borrow() {
+        // The Application cache can be ready before the others, and deciding on a Stage or
+        // Freight cache still loading would miss a drift or report a FreightMissing that is
+        // not. Nothing is decided (or counted) now: once every cache has its first list, every
+        // Application is reconciled (the first resync tick). Waiting here instead would hold
+        // the controller's slots, and with them the watches that fill the caches.
+        return Ok(Action::await_change());
+    }
     let started = Instant::now();
     let result = reconcile_inner(&app, &ctx).await;
     ctx.metrics
@@ -213,6 +258,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             outcome(ctx, "skipped");
             continue;
         };
+        let stage_ref = stage.object_ref(&ctx.kinds.stage);
         let stage = STAGE.expand(&stage);
         // Read only what this Stage needs from the caches (serialising every cached object
         // for every reconcile made a first pass over 10,000 Applications take a minute).
@@ -279,7 +325,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                 let images: Vec<String> = drifted.iter().map(image_text).collect();
                 let first_time = ctx.metrics.freight_missing.get_or_create(&labels).set(1) == 0;
                 if first_time {
-                    publish(ctx, app, EventType::Warning, "FreightMissing", format!(
+                    publish(ctx, app, stage_ref, EventType::Warning, "FreightMissing", format!(
                         "no Freight in {namespace} holds {} for Stage {stage_name}; waiting for a Warehouse to discover it",
                         images.join(", ")
                     ))
@@ -354,7 +400,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                 let images: Vec<String> = drifted.iter().map(image_text).collect();
                 ctx.metrics.promotions_created.get_or_create(&labels).inc();
                 info!(application = %app_name, stage = %stage_name, %freight, promotion = %created.name_any(), "created a Promotion");
-                publish(ctx, app, EventType::Normal, "PromotionCreated", format!(
+                publish(ctx, app, created.object_ref(&ctx.kinds.promotion), EventType::Normal, "PromotionCreated", format!(
                     "Argo CD runs {} which Kargo never promoted to Stage {stage_name}: created Promotion {} of Freight {freight}",
                     images.join(", "),
                     created.name_any()
@@ -449,7 +495,44 @@ fn applications_for_warehouse(
         .collect()
 }
 
+/// Counts the caches still waiting for their first complete list; `loaded` turns true when
+/// none is. (kube's `Store::wait_until_ready` wakes only the last of several waiters, so a
+/// readiness task and the controller waiting on the same store could wait forever: the
+/// observer watches each stream's first `InitDone` itself.)
+struct Loading {
+    pending: std::sync::atomic::AtomicUsize,
+    loaded: tokio::sync::watch::Sender<bool>,
+}
+
+impl Loading {
+    fn new(caches: usize) -> Arc<Loading> {
+        Arc::new(Loading {
+            pending: caches.into(),
+            loaded: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    /// For `inspect_ok` after `reflect`: counts this cache loaded at its first `InitDone` (the
+    /// reflector has swapped the list into the store by then).
+    fn tracker(self: &Arc<Self>) -> impl FnMut(&watcher::Event<DynamicObject>) + Send + use<> {
+        let loading = self.clone();
+        let mut counted = false;
+        move |event| {
+            if !counted && matches!(event, watcher::Event::InitDone) {
+                counted = true;
+                let before = loading
+                    .pending
+                    .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                if before == 1 {
+                    loading.loaded.send_replace(true);
+                }
+            }
+        }
+    }
+}
+
 /// Runs the controller until `shutdown` resolves. Returns when the controller has stopped.
+/// `ready` turns true once every cache has its first list.
 pub async fn run(
     client: Client,
     config: ObserverConfig,
@@ -462,6 +545,7 @@ pub async fn run(
         Some(ns) => Api::namespaced_with(client.clone(), ns, &kinds.application),
         None => Api::all_with(client.clone(), &kinds.application),
     };
+    let loading = Loading::new(5);
     let cache = |ar: &ApiResource| {
         let writer = reflector::store::Writer::new(store_key(ar));
         let reader = writer.as_reader();
@@ -471,6 +555,7 @@ pub async fn run(
             .default_backoff()
             .modify(move |o: &mut DynamicObject| projection.project(o))
             .reflect(writer)
+            .inspect_ok(loading.tracker())
             .touched_objects();
         (reader, stream)
     };
@@ -486,9 +571,10 @@ pub async fn run(
             .default_backoff()
             .modify(|o: &mut DynamicObject| APPLICATION.project(o))
             .reflect(app_writer)
-            .applied_objects(),
+            .inspect_ok(loading.tracker()),
     );
 
+    let caches_ready = loading.loaded.subscribe();
     let reporter = Reporter {
         controller: "kargo-argocd-observer".into(),
         instance: Some(config.instance.clone()),
@@ -505,32 +591,30 @@ pub async fn run(
         metrics,
         recorder,
         stage_locks: Default::default(),
+        caches_ready,
     });
 
-    // Ready once every cache has its first list.
+    // Ready once every cache has its first list (a new leader is not ready until then).
+    ready.send_replace(false);
     {
-        let (a, b, c, d, e) = (
-            stages.clone(),
-            freights.clone(),
-            warehouses.clone(),
-            promotions.clone(),
-            app_reader.clone(),
-        );
+        let mut loaded = ctx.caches_ready.clone();
         tokio::spawn(async move {
-            let _ = a.wait_until_ready().await;
-            let _ = b.wait_until_ready().await;
-            let _ = c.wait_until_ready().await;
-            let _ = d.wait_until_ready().await;
-            let _ = e.wait_until_ready().await;
-            let _ = ready.send(true);
+            if loaded.wait_for(|loaded| *loaded).await.is_ok() {
+                ready.send_replace(true);
+            }
         });
     }
 
+    // Every Application is reconciled once every cache has its first list, then each resync.
     let resync = config.resync;
-    let resync_ticks = futures::stream::unfold((), move |_| async move {
+    let mut loaded = ctx.caches_ready.clone();
+    let resync_ticks = futures::stream::once(async move {
+        let _ = loaded.wait_for(|ready| *ready).await;
+    })
+    .chain(futures::stream::unfold((), move |_| async move {
         tokio::time::sleep(resync).await;
         Some(((), ()))
-    });
+    }));
     let (for_stages, for_freights, for_warehouses, for_promotions) = (
         app_reader.clone(),
         app_reader.clone(),
@@ -604,13 +688,38 @@ pub async fn run(
 mod tests {
     use super::*;
 
-    fn app(name: &str, image: &str, health: &str) -> Result<DynamicObject, watcher::Error> {
+    fn app(name: &str, image: &str, health: &str) -> DynamicObject {
         let mut object = DynamicObject::new(name, &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))
             .within("argocd")
             .data(serde_json::json!({"status": {"summary": {"images": [image]}, "health": {"status": health}}}));
         object.metadata.uid = Some(format!("uid-{name}"));
         APPLICATION.project(&mut object);
-        Ok(object)
+        object
+    }
+
+    fn apply(
+        name: &str,
+        image: &str,
+        health: &str,
+    ) -> Result<watcher::Event<DynamicObject>, watcher::Error> {
+        Ok(watcher::Event::Apply(app(name, image, health)))
+    }
+
+    /// What `relevant_changes` passes on, as "name image".
+    async fn passed(
+        events: Vec<Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    ) -> Vec<String> {
+        relevant_changes(futures::stream::iter(events))
+            .map(|r| {
+                let o = r.unwrap();
+                format!(
+                    "{} {}",
+                    o.name_any(),
+                    APPLICATION.text(&o, &["status", "summary", "images", "0"])
+                )
+            })
+            .collect()
+            .await
     }
 
     #[test]
@@ -640,23 +749,34 @@ mod tests {
     #[tokio::test]
     async fn only_image_or_annotation_changes_wake_the_observer() {
         let events = vec![
-            app("a", "x:1", "Healthy"),
-            app("b", "y:1", "Healthy"),
-            app("a", "x:1", "Progressing"), // health churn: filtered
-            app("a", "x:2", "Progressing"), // a new image: passes
-            app("b", "y:1", "Healthy"),     // a resync of the same: filtered
+            apply("a", "x:1", "Healthy"),
+            apply("b", "y:1", "Healthy"),
+            apply("a", "x:1", "Progressing"), // health churn: filtered
+            apply("a", "x:2", "Progressing"), // a new image: passes
+            apply("b", "y:1", "Healthy"),     // a resync of the same: filtered
         ];
-        let passed: Vec<String> = relevant_changes(futures::stream::iter(events))
-            .map(|r| {
-                let o = r.unwrap();
-                format!(
-                    "{} {}",
-                    o.name_any(),
-                    APPLICATION.text(&o, &["status", "summary", "images", "0"])
-                )
-            })
-            .collect()
-            .await;
-        assert_eq!(passed, ["a x:1", "b y:1", "a x:2"]);
+        assert_eq!(passed(events).await, ["a x:1", "b y:1", "a x:2"]);
+    }
+
+    #[tokio::test]
+    async fn deleted_and_unlisted_applications_are_forgotten() {
+        use watcher::Event::{Delete, Init, InitApply, InitDone};
+        let events = vec![
+            apply("a", "x:1", "Healthy"),
+            apply("b", "y:1", "Healthy"),
+            Ok(Delete(app("a", "x:1", "Healthy"))),
+            apply("a", "x:1", "Healthy"), // forgotten when deleted: passes again
+            // A re-list that no longer holds `a`, and `b` unchanged.
+            Ok(Init),
+            Ok(InitApply(app("b", "y:1", "Healthy"))), // unchanged: filtered
+            Ok(InitApply(app("c", "z:1", "Healthy"))), // new: passes
+            Ok(InitDone),
+            apply("a", "x:1", "Healthy"), // not listed, so forgotten: passes again
+            apply("b", "y:1", "Healthy"), // listed and unchanged: filtered
+        ];
+        assert_eq!(
+            passed(events).await,
+            ["a x:1", "b y:1", "a x:1", "c z:1", "a x:1"]
+        );
     }
 }

@@ -3,9 +3,9 @@
 //! A cache holds thousands of objects, and a `DynamicObject` pays for every JSON map it holds
 //! (an order-preserving serde_json map costs ~400 bytes even with one entry, and the
 //! reflector's clone of it keeps room for three) and for every annotation or label map (a
-//! B-tree node of ~540 bytes). So a cached object keeps its name, namespace and uid in
-//! `metadata`, and in `data` one flat array: the value at each of its kind's kept paths, in
-//! order, null where the object has none. [`Projection::field`] reads one kept value;
+//! B-tree node of ~540 bytes). So a cached object keeps its name, namespace, uid and
+//! resourceVersion in `metadata`, and in `data` one flat array: the value at each of its
+//! kind's kept paths, in order, null where the object has none. [`Projection::field`] reads one kept value;
 //! [`Projection::expand`] gives the object back in its Kubernetes shape, holding the kept
 //! fields only, for the decision.
 
@@ -42,8 +42,7 @@ pub const STAGE: Projection = Projection {
 };
 
 pub const FREIGHT: Projection = Projection {
-    // The newest matching Freight wins, by resourceVersion.
-    fields: &[&["metadata", "resourceVersion"], &["origin"], &["images"]],
+    fields: &[&["origin"], &["images"]],
 };
 
 pub const WAREHOUSE: Projection = Projection {
@@ -116,10 +115,13 @@ impl Projection {
         object.data = Value::Array(kept);
         object.types = None;
         let metadata = &object.metadata;
+        // The resourceVersion orders Freight (the newest match wins) and tells one version of
+        // an object from the next in the Events about it.
         object.metadata = kube::api::ObjectMeta {
             name: metadata.name.clone(),
             namespace: metadata.namespace.clone(),
             uid: metadata.uid.clone(),
+            resource_version: metadata.resource_version.clone(),
             ..Default::default()
         };
     }
@@ -146,13 +148,14 @@ impl Projection {
             .unwrap_or("")
     }
 
-    /// The cached object in its Kubernetes shape: name, namespace, uid and the kept fields.
+    /// The cached object in its Kubernetes shape: its identity and the kept fields.
     pub fn expand(&self, object: &DynamicObject) -> Value {
         let mut metadata = Map::new();
         let identity = [
             ("name", &object.metadata.name),
             ("namespace", &object.metadata.namespace),
             ("uid", &object.metadata.uid),
+            ("resourceVersion", &object.metadata.resource_version),
         ];
         for (key, value) in identity {
             if let Some(value) = value {
@@ -207,7 +210,7 @@ mod tests {
             APPLICATION.expand(&app),
             json!({
                 "metadata": {"name": "web", "namespace": "argocd", "uid": "u1",
-                    "annotations": {AUTHORIZED_STAGE_ANNOTATION: "kargo-demo:prod"}},
+                    "resourceVersion": "7", "annotations": {AUTHORIZED_STAGE_ANNOTATION: "kargo-demo:prod"}},
                 "status": {"summary": {"images": ["nginx:1"]}}
             })
         );
@@ -259,7 +262,6 @@ mod tests {
                 .pointer("/metadata/resourceVersion"),
             Some(&json!("42"))
         );
-        assert!(freight.metadata.resource_version.is_none());
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct FaultPlan {
     pub gone: u32,
     /// Latency added to every request.
     pub latency_ms: u64,
+    /// Latency added to every list of one resource (its plural): a cache that loads late.
+    pub slow_list: Option<(&'static str, u64)>,
 }
 
 impl FaultPlan {
@@ -43,6 +45,7 @@ impl FaultPlan {
             close_watch: 30,
             gone: 300,
             latency_ms: 0,
+            slow_list: None,
         }
     }
 
@@ -126,6 +129,17 @@ impl Faults {
     pub fn latency(&self) -> Option<Duration> {
         let ms = self.plan().latency_ms;
         (ms > 0).then(|| Duration::from_millis(ms))
+    }
+
+    /// The delay of a request whose path ends in `last_segment`, when it is a list the plan
+    /// slows down.
+    pub fn list_delay(&self, last_segment: &str, is_watch: bool) -> Option<Duration> {
+        match self.plan().slow_list {
+            Some((plural, ms)) if !is_watch && plural == last_segment => {
+                Some(Duration::from_millis(ms))
+            }
+            _ => None,
+        }
     }
 
     pub fn request_error(&self, method: &Method) -> Option<ApiError> {

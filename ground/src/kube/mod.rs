@@ -394,6 +394,12 @@ async fn handle(
     if let Some(delay) = inner.faults.latency() {
         tokio::time::sleep(delay).await;
     }
+    if let Some(delay) = segments
+        .last()
+        .and_then(|last| inner.faults.list_delay(last, is_watch))
+    {
+        tokio::time::sleep(delay).await;
+    }
     if !is_watch && let Some(error) = inner.faults.request_error(&method) {
         return status_response(&error);
     }
@@ -486,7 +492,14 @@ async fn handle(
             let patch = if content_type.starts_with("application/json-patch+json") {
                 PatchBody::Json(patch)
             } else if content_type.starts_with("application/apply-patch") {
-                PatchBody::Apply(patch)
+                let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) else {
+                    return Err(ApiError::new(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+                };
+                PatchBody::Apply {
+                    object: patch,
+                    manager: manager.clone(),
+                    force: query.get("force").is_some_and(|f| f == "true"),
+                }
             } else if content_type.starts_with("application/merge-patch+json") || content_type.starts_with("application/strategic-merge-patch+json") {
                 // Strategic merge is served as a JSON merge patch: lists are replaced whole.
                 PatchBody::Merge(patch)

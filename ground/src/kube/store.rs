@@ -252,6 +252,9 @@ pub struct Store {
     counter: u64,
     /// Resuming from a resourceVersion below this answers 410 Gone (set by `compact`).
     compacted_below: u64,
+    /// Server-side apply's field ownership: object -> leaf path -> field manager. A write
+    /// that is not an apply gives up the ownership of the fields it changes.
+    owners: BTreeMap<ObjectKey, BTreeMap<String, String>>,
 }
 
 impl Default for Store {
@@ -302,6 +305,7 @@ impl Store {
             hooks: Vec::new(),
             counter: 0,
             compacted_below: 0,
+            owners: BTreeMap::new(),
         };
         for resource in [
             Resource::builtin("", "v1", "Namespace", "namespaces", false),
@@ -720,6 +724,9 @@ impl Store {
         if resource.plural == "customresourcedefinitions" {
             self.register_crd(&merged);
         }
+        if let Some(owned) = self.owners.get_mut(&key) {
+            owned.retain(|path, _| merged.pointer(path) == old.pointer(path));
+        }
         self.objects.insert(key, merged.clone());
         self.record(resource, EventType::Modified, merged.clone());
         Ok(merged)
@@ -740,14 +747,50 @@ impl Store {
             Some(old) => old.clone(),
             None => {
                 return match patch {
-                    PatchBody::Apply(object) => self.create(resource, namespace, object, user),
+                    PatchBody::Apply {
+                        object, manager, ..
+                    } => {
+                        let created = self.create(resource, namespace, object.clone(), user)?;
+                        self.claim(&key, &object, &manager);
+                        Ok(created)
+                    }
                     _ => Err(ApiError::not_found(resource, name)),
                 };
             }
         };
         let mut next = old.clone();
+        let mut applied = None;
+        if let PatchBody::Apply {
+            object,
+            manager,
+            force,
+        } = &patch
+        {
+            // Fields another manager set to a different value conflict, unless forced.
+            let owned = self.owners.get(&key);
+            let conflicts: Vec<String> = applied_leaves(object)
+                .into_iter()
+                .filter_map(|(path, value)| {
+                    let owner = owned?.get(&path)?;
+                    (owner != manager && old.pointer(&path) != Some(&value))
+                        .then(|| format!("conflict with \"{owner}\": {}", path.replace('/', ".")))
+                })
+                .collect();
+            if !conflicts.is_empty() && !force {
+                return Err(ApiError::new(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Apply failed with {} conflict(s): {}",
+                        conflicts.len(),
+                        conflicts.join(", ")
+                    ),
+                ));
+            }
+            applied = Some((object.clone(), manager.clone()));
+        }
         match patch {
-            PatchBody::Merge(p) | PatchBody::Apply(p) => {
+            PatchBody::Merge(p) | PatchBody::Apply { object: p, .. } => {
                 if let Some(rv) = p
                     .pointer("/metadata/resourceVersion")
                     .and_then(Value::as_str)
@@ -783,7 +826,19 @@ impl Store {
         if let Some(m) = next.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
         }
-        self.update(resource, namespace, name, next, user, status)
+        let updated = self.update(resource, namespace, name, next, user, status)?;
+        if let Some((object, manager)) = applied {
+            self.claim(&key, &object, &manager);
+        }
+        Ok(updated)
+    }
+
+    /// `manager` now owns every field its apply set.
+    fn claim(&mut self, key: &ObjectKey, applied: &Value, manager: &str) {
+        let owned = self.owners.entry(key.clone()).or_default();
+        for (path, _) in applied_leaves(applied) {
+            owned.insert(path, manager.to_string());
+        }
     }
 
     pub fn delete(
@@ -807,6 +862,7 @@ impl Store {
             Some(&old),
         )?;
         self.objects.remove(&key);
+        self.owners.remove(&key);
         self.next_rv();
         old["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         self.record(resource, EventType::Deleted, old.clone());
@@ -823,8 +879,38 @@ fn with_api_version(object: &Value, resource: &Resource) -> Value {
 pub enum PatchBody {
     Merge(Value),
     Json(Value),
-    /// Server-side apply: creates when missing, merges otherwise.
-    Apply(Value),
+    /// Server-side apply: creates when missing, merges otherwise; a field another manager
+    /// applied with a different value is a 409 Conflict unless `force`.
+    Apply {
+        object: Value,
+        manager: String,
+        force: bool,
+    },
+}
+
+/// The leaf fields an apply sets, as JSON pointers (maps are descended; lists and scalars are
+/// leaves), without the object's identity.
+fn applied_leaves(object: &Value) -> Vec<(String, Value)> {
+    fn walk(value: &Value, path: String, out: &mut Vec<(String, Value)>) {
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                for (key, value) in map {
+                    let key = key.replace('~', "~0").replace('/', "~1");
+                    walk(value, format!("{path}/{key}"), out);
+                }
+            }
+            _ => out.push((path, value.clone())),
+        }
+    }
+    let mut out = Vec::new();
+    walk(object, String::new(), &mut out);
+    out.retain(|(path, _)| {
+        !matches!(
+            path.as_str(),
+            "/apiVersion" | "/kind" | "/metadata/name" | "/metadata/namespace"
+        ) && !path.starts_with("/metadata/resourceVersion")
+    });
+    out
 }
 
 pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
@@ -957,6 +1043,53 @@ impl Selector {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_applied_field_another_manager_owns_conflicts_until_released() {
+        // kube-lease-manager's mutual exclusion: two replicas apply holderIdentity.
+        let mut store = Store::new();
+        let leases = store
+            .resource("coordination.k8s.io", "v1", "leases")
+            .cloned()
+            .unwrap();
+        let admin = User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+        };
+        let apply = |holder: &str, force: bool| PatchBody::Apply {
+            object: json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "l"}, "spec": {"holderIdentity": holder}}),
+            manager: format!("m-{holder}"),
+            force,
+        };
+        let namespaces = store.resource("", "v1", "namespaces").cloned().unwrap();
+        store
+            .create(&namespaces, "", json!({"metadata": {"name": "ns"}}), &admin)
+            .unwrap();
+        let patch = |store: &mut Store, body| store.patch(&leases, "ns", "l", body, &admin, false);
+        patch(&mut store, apply("a", false)).unwrap();
+        // The same manager may change its own field; another may not, unless forced.
+        patch(&mut store, apply("a", false)).unwrap();
+        let refused = patch(&mut store, apply("b", false)).unwrap_err();
+        assert_eq!((refused.code, refused.reason.as_str()), (409, "Conflict"));
+        assert!(
+            refused
+                .message
+                .contains("conflict with \"m-a\": .spec.holderIdentity"),
+            "{}",
+            refused.message
+        );
+        // A release (a merge patch removing the field) frees it for the next applier.
+        patch(
+            &mut store,
+            PatchBody::Merge(json!({"spec": {"holderIdentity": null}})),
+        )
+        .unwrap();
+        patch(&mut store, apply("b", false)).unwrap();
+        assert!(patch(&mut store, apply("a", false)).is_err());
+        let forced = patch(&mut store, apply("a", true)).unwrap();
+        assert_eq!(forced["spec"]["holderIdentity"], "a");
+    }
 
     #[test]
     fn selectors_parse_and_match() {
