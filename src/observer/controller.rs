@@ -114,6 +114,8 @@ pub struct Context {
     pub stage_locks: StageLocks,
     /// True once every cache has its first list.
     pub caches_ready: tokio::sync::watch::Receiver<bool>,
+    /// Whether a reconcile found the caches still loading (and so decided nothing).
+    pub skipped_while_loading: std::sync::atomic::AtomicBool,
 }
 
 /// An object read from the API server (not a cache) as JSON.
@@ -225,8 +227,13 @@ pub async fn reconcile(
         // Freight cache still loading would miss a drift or report a FreightMissing that is
         // not. Nothing is decided (or counted) now: once every cache has its first list, every
         // Application is reconciled (the first resync tick). Waiting here instead would hold
-        // the controller's slots, and with them the watches that fill the caches.
-        return Ok(Action::await_change());
+        // the controller's slots, and with them the watches that fill the caches. The skip is
+        // recorded before looking again, so the tick cannot miss it.
+        ctx.skipped_while_loading
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if !*ctx.caches_ready.borrow() {
+            return Ok(Action::await_change());
+        }
     }
     let started = Instant::now();
     let result = reconcile_inner(&app, &ctx).await;
@@ -592,6 +599,7 @@ pub async fn run(
         recorder,
         stage_locks: Default::default(),
         caches_ready,
+        skipped_while_loading: false.into(),
     });
 
     // Ready once every cache has its first list (a new leader is not ready until then).
@@ -605,12 +613,19 @@ pub async fn run(
         });
     }
 
-    // Every Application is reconciled once every cache has its first list, then each resync.
+    // Every Application is reconciled once every cache has its first list (when a reconcile
+    // skipped while they loaded: otherwise each has had its reconcile already), then each
+    // resync.
     let resync = config.resync;
     let mut loaded = ctx.caches_ready.clone();
+    let first_ctx = ctx.clone();
     let resync_ticks = futures::stream::once(async move {
         let _ = loaded.wait_for(|ready| *ready).await;
+        first_ctx
+            .skipped_while_loading
+            .load(std::sync::atomic::Ordering::SeqCst)
     })
+    .filter_map(|skipped| futures::future::ready(skipped.then_some(())))
     .chain(futures::stream::unfold((), move |_| async move {
         tokio::time::sleep(resync).await;
         Some(((), ()))
