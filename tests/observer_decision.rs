@@ -319,18 +319,17 @@ fn with_noise(mut object: Value) -> Value {
     metadata.insert("uid".into(), json!("0b7c"));
     metadata.insert("managedFields".into(), json!([{"manager": "kubectl"}]));
     metadata.insert("finalizers".into(), json!(["x"]));
-    metadata
-        .entry("labels")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .unwrap()
-        .insert("team".into(), json!("platform"));
-    metadata
-        .entry("annotations")
-        .or_insert_with(|| json!({}))
-        .as_object_mut()
-        .unwrap()
-        .insert("note".into(), json!("hello"));
+    for (map, key, value) in [
+        ("labels", "team", "platform"),
+        ("annotations", "note", "hello"),
+    ] {
+        metadata
+            .entry(map)
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .unwrap()
+            .insert(key.into(), json!(value));
+    }
     object["status"]["observedGeneration"] = json!(3);
     object
 }

@@ -920,16 +920,7 @@ impl Ground {
         overlay: &Path,
         message: &str,
     ) -> Result<String> {
-        let url = self
-            .forge
-            .git_url(&self.scenario.repository.slug)
-            .context("repository")?;
-        let work = self.dir.path().join("person-overlay");
-        let _ = std::fs::remove_dir_all(&work);
-        git::git(
-            self.dir.path(),
-            &["clone", "--quiet", "--branch", from, &url, "person-overlay"],
-        )?;
+        let work = self.person_clone(from, "person-overlay")?;
         if branch != from {
             git::git(&work, &["checkout", "--quiet", "-B", branch])?;
         }
@@ -960,17 +951,24 @@ impl Ground {
         body["number"].as_u64().context("pull request number")
     }
 
-    fn push(&mut self, push: &scenario::Push) -> Result<()> {
+    /// A fresh clone of the scenario's repository at `branch`, as a person makes it, in the
+    /// ground's folder `folder`.
+    fn person_clone(&self, branch: &str, folder: &str) -> Result<PathBuf> {
         let url = self
             .forge
             .git_url(&self.scenario.repository.slug)
             .context("repository")?;
-        let work = self.dir.path().join("person");
+        let work = self.dir.path().join(folder);
         let _ = std::fs::remove_dir_all(&work);
         git::git(
             self.dir.path(),
-            &["clone", "--quiet", "--branch", &push.branch, &url, "person"],
+            &["clone", "--quiet", "--branch", branch, &url, folder],
         )?;
+        Ok(work)
+    }
+
+    fn push(&mut self, push: &scenario::Push) -> Result<()> {
+        let work = self.person_clone(&push.branch, "person")?;
         let mut changes = Vec::new();
         for (file, keys) in &push.set {
             let path = work.join(file);

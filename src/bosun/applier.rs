@@ -244,20 +244,7 @@ mod tests {
     use super::*;
 
     fn plan_for(path: &str) -> BTreeMap<String, Vec<Swap>> {
-        let mut plan = BTreeMap::new();
-        plan.insert(
-            path.to_string(),
-            vec![Swap {
-                path: path.into(),
-                document: 0,
-                kind: "E".into(),
-                name: "a".into(),
-                from: "e.io/v1beta1".into(),
-                to: "e.io/v1".into(),
-                template: false,
-            }],
-        );
-        plan
+        BTreeMap::from([(path.to_string(), vec![crate::bosun::swap::test_swap(path)])])
     }
 
     fn repo() -> tempfile::TempDir {

@@ -201,6 +201,21 @@ fn apply_template(text: &str, swap: &Swap) -> Result<String, SwapError> {
     Ok(out)
 }
 
+/// For tests: the swap of document 0 of `path`, an `E` named `a`, from `e.io/v1beta1` to
+/// `e.io/v1`.
+#[cfg(test)]
+pub(crate) fn test_swap(path: &str) -> Swap {
+    Swap {
+        path: path.into(),
+        document: 0,
+        kind: "E".into(),
+        name: "a".into(),
+        from: "e.io/v1beta1".into(),
+        to: "e.io/v1".into(),
+        template: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

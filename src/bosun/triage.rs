@@ -968,15 +968,7 @@ mod tests {
 
     #[test]
     fn a_swap_whose_destination_schema_cannot_be_found_is_a_loss_not_a_pass() {
-        let swap = Swap {
-            path: "a.yaml".into(),
-            document: 0,
-            kind: "E".into(),
-            name: "a".into(),
-            from: "e.io/v1beta1".into(),
-            to: "e.io/v1".into(),
-            template: false,
-        };
+        let swap = crate::bosun::swap::test_swap("a.yaml");
         let plan = BTreeMap::from([("a.yaml".to_string(), vec![swap])]);
         let rewrite = Rewrite {
             path: "a.yaml".into(),

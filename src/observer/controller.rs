@@ -123,27 +123,21 @@ fn value_of(object: &DynamicObject) -> Result<Value, serde_json::Error> {
     serde_json::to_value(object)
 }
 
+fn hash_of(value: impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value)
+}
+
 /// What the watch on Applications reacts to: the annotations the observer reads and the
 /// deployed images (every kept field), and the uid. Other status churn (reconciledAt, health)
 /// does not wake it.
 fn relevant_hash(app: &DynamicObject) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    app.data.to_string().hash(&mut hasher);
-    app.uid().hash(&mut hasher);
-    hasher.finish()
+    hash_of((app.data.to_string(), app.uid()))
 }
 
 /// An Application's key in `relevant_changes`: a hash of its namespace and name.
 fn app_key(app: &DynamicObject) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (
-        app.metadata.namespace.as_deref(),
-        app.metadata.name.as_deref(),
-    )
-        .hash(&mut hasher);
-    hasher.finish()
+    hash_of((&app.metadata.namespace, &app.metadata.name))
 }
 
 /// Passes an Application on only when `relevant_hash` changed. It remembers one `u64` per
@@ -502,8 +496,8 @@ fn applications_for_warehouse(
         .collect()
 }
 
-/// Counts the caches still waiting for their first complete list; `loaded` turns true when
-/// none is. (kube's `Store::wait_until_ready` wakes only the last of several waiters, so a
+/// Counts the caches still waiting for their first complete list; `loaded` (the observer's
+/// readiness) turns true when none is. (kube's `Store::wait_until_ready` wakes only the last of several waiters, so a
 /// readiness task and the controller waiting on the same store could wait forever: the
 /// observer watches each stream's first `InitDone` itself.)
 struct Loading {
@@ -512,10 +506,12 @@ struct Loading {
 }
 
 impl Loading {
-    fn new(caches: usize) -> Arc<Loading> {
+    /// Starts not ready (a new leader is not ready until its caches are loaded).
+    fn new(caches: usize, ready: tokio::sync::watch::Sender<bool>) -> Arc<Loading> {
+        ready.send_replace(false);
         Arc::new(Loading {
             pending: caches.into(),
-            loaded: tokio::sync::watch::channel(false).0,
+            loaded: ready,
         })
     }
 
@@ -552,7 +548,7 @@ pub async fn run(
         Some(ns) => Api::namespaced_with(client.clone(), ns, &kinds.application),
         None => Api::all_with(client.clone(), &kinds.application),
     };
-    let loading = Loading::new(5);
+    let loading = Loading::new(5, ready);
     let cache = |ar: &ApiResource| {
         let writer = reflector::store::Writer::new(store_key(ar));
         let reader = writer.as_reader();
@@ -601,17 +597,6 @@ pub async fn run(
         caches_ready,
         skipped_while_loading: false.into(),
     });
-
-    // Ready once every cache has its first list (a new leader is not ready until then).
-    ready.send_replace(false);
-    {
-        let mut loaded = ctx.caches_ready.clone();
-        tokio::spawn(async move {
-            if loaded.wait_for(|loaded| *loaded).await.is_ok() {
-                ready.send_replace(true);
-            }
-        });
-    }
 
     // Every Application is reconciled once every cache has its first list (when a reconcile
     // skipped while they loaded: otherwise each has had its reconcile already), then each

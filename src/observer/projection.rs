@@ -90,38 +90,38 @@ impl Projection {
     /// Reduces a watched object to its cached form, in place.
     pub fn project(&self, object: &mut DynamicObject) {
         let mut body = std::mem::take(&mut object.data);
-        // Metadata is read as JSON only when a kept path goes into it (and never its
-        // managed fields, the bulk of it).
-        object.metadata.managed_fields = None;
-        let mut metadata = self
-            .fields
-            .iter()
-            .any(|path| path[0] == "metadata")
-            .then(|| serde_json::to_value(&object.metadata).unwrap_or_default());
+        let metadata = std::mem::take(&mut object.metadata);
         let kept = self
             .fields
             .iter()
-            .map(|path| {
-                let (root, rest) = match (path[0], metadata.as_mut()) {
-                    ("metadata", Some(metadata)) => (metadata, &path[1..]),
-                    _ => (&mut body, &path[..]),
-                };
-                rest.iter()
-                    .try_fold(root, |node, segment| step_mut(node, segment))
-                    .map(Value::take)
-                    .unwrap_or(Value::Null)
+            .map(|path| match path {
+                // Kept metadata is an annotation or a label (the identity is kept apart).
+                ["metadata", "annotations", key] => metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|map| map.get(*key))
+                    .map(|v| Value::String(v.clone())),
+                ["metadata", "labels", key] => metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|map| map.get(*key))
+                    .map(|v| Value::String(v.clone())),
+                _ => path
+                    .iter()
+                    .try_fold(&mut body, |node, segment| step_mut(node, segment))
+                    .map(Value::take),
             })
+            .map(|value| value.unwrap_or(Value::Null))
             .collect();
         object.data = Value::Array(kept);
         object.types = None;
-        let metadata = &object.metadata;
         // The resourceVersion orders Freight (the newest match wins) and tells one version of
         // an object from the next in the Events about it.
         object.metadata = kube::api::ObjectMeta {
-            name: metadata.name.clone(),
-            namespace: metadata.namespace.clone(),
-            uid: metadata.uid.clone(),
-            resource_version: metadata.resource_version.clone(),
+            name: metadata.name,
+            namespace: metadata.namespace,
+            uid: metadata.uid,
+            resource_version: metadata.resource_version,
             ..Default::default()
         };
     }

@@ -907,8 +907,12 @@ fn applied_leaves(object: &Value) -> Vec<(String, Value)> {
     out.retain(|(path, _)| {
         !matches!(
             path.as_str(),
-            "/apiVersion" | "/kind" | "/metadata/name" | "/metadata/namespace"
-        ) && !path.starts_with("/metadata/resourceVersion")
+            "/apiVersion"
+                | "/kind"
+                | "/metadata/name"
+                | "/metadata/namespace"
+                | "/metadata/resourceVersion"
+        )
     });
     out
 }
