@@ -467,3 +467,82 @@ async fn with_the_gate_run_by_ci_bosun_reads_that_report_and_publishes_none() {
         gitops_loop::gate::report::Outcome::Green
     );
 }
+
+/// An accepted delivery survives SIGKILL: it is journaled before the 202, and the next process
+/// replays it to the end. The test holds Bosun's triage lock so the kill lands between the 202
+/// and the triage, every time. Rides along: `bearer` in any case, and a few hundred half-sent
+/// connections do not keep a valid delivery out.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_accepted_delivery_survives_sigkill_and_half_sent_connections_do_not_block() {
+    let mut ground = start(json!({})).await;
+    let (green, _) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    let workdir = ground.bosun.as_ref().unwrap().workdir.clone();
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(workdir.join(".lock"))
+        .unwrap();
+    lock.lock().unwrap();
+
+    let lowercase = format!("bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let (status, body) = deliver(
+        &ground,
+        &json!({"repository": SLUG, "pullRequest": green}),
+        Some(&lowercase),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    let pending = || {
+        std::fs::read_dir(workdir.join("journal"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("pending-"))
+            .count()
+    };
+    assert_eq!(pending(), 1, "the delivery is on disk before the 202");
+
+    ground.bosun.as_mut().unwrap().kill().unwrap();
+    drop(lock);
+    ground.bosun.as_mut().unwrap().restart().await.unwrap();
+    ground.settle().await.unwrap();
+    let (state, description) = bosun_status(&ground, "green");
+    assert_eq!(state, "success", "{description}");
+    assert_eq!(pending(), 0, "a finished triage leaves nothing to replay");
+    let tracked = std::fs::read_dir(workdir.join("journal"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tracked-"))
+        .count();
+    assert_eq!(tracked, 1, "the pull request is followed across restarts");
+
+    // Half-sent requests: connected, a request line, never the end of the headers.
+    let address = ground
+        .bosun
+        .as_ref()
+        .unwrap()
+        .url
+        .trim_start_matches("http://")
+        .to_string();
+    let mut stalled = Vec::new();
+    for _ in 0..300 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        stream
+            .write_all(b"POST /intake HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    let (number, _) = pull(&ground, "green-two", "check-cases/patch-bump-green/head").await;
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let (status, body) = deliver(
+        &ground,
+        &json!({"repository": SLUG, "pullRequest": number}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    drop(stalled);
+    ground.settle().await.unwrap();
+}

@@ -40,6 +40,7 @@ fn config(repo: &std::path::Path, cache: &std::path::Path) -> RenderConfig {
         name,
         path: root.join("target/tools").join(name),
         source: tools::ToolSource::Flag,
+        limits: Default::default(),
     };
     let inventory_path = common::sample_dir().join("inventory.yaml");
     RenderConfig {

@@ -20,8 +20,12 @@ pub struct BosunProcess {
     child: Child,
     pub url: String,
     pub log: PathBuf,
+    /// Bosun's work folder (checkouts, journal, the triage lock).
+    pub workdir: PathBuf,
     seen: usize,
     bare: PathBuf,
+    /// How to start the same process again (a restart after a crash).
+    spawn: Box<dyn Fn() -> std::io::Result<Child> + Send + Sync>,
 }
 
 impl Drop for BosunProcess {
@@ -91,58 +95,92 @@ impl BosunProcess {
             .local_addr()?
             .port();
         let log = launch.dir.join("bosun.log");
-        let child = Command::new(launch.binary)
-            .env("BOSUN_FORGE_TOKEN", launch.forge_token)
-            // Fixed commit dates, as the ground's own commits: a run repeats byte for byte.
-            .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
-            .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
-            .env("BOSUN_WEBHOOK_SECRET", WEBHOOK_SECRET)
-            .env("KUBECONFIG", launch.kubeconfig)
-            .env("GATE_HELM", launch.tools.join("helm"))
-            .env("GATE_KUBECTL", launch.tools.join("kubectl"))
-            .env(
-                "RUST_LOG",
-                std::env::var("GROUND_BOSUN_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .arg("--config")
-            .arg(&config_path)
-            .args([
-                "serve",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--poll",
-                &launch.poll.to_string(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("cannot start bosun")?;
+        let binary = launch.binary.to_path_buf();
+        let forge_token = launch.forge_token.to_string();
+        let kubeconfig = launch.kubeconfig.to_path_buf();
+        let tools = launch.tools.to_path_buf();
+        let poll = launch.poll.to_string();
+        let log_path = log.clone();
+        let spawn = move || -> std::io::Result<Child> {
+            // Appended to: a restarted process's log follows the first one's.
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)?;
+            Command::new(&binary)
+                .env("BOSUN_FORGE_TOKEN", &forge_token)
+                // Fixed commit dates, as the ground's own commits: a run repeats byte for byte.
+                .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
+                .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
+                .env("BOSUN_WEBHOOK_SECRET", WEBHOOK_SECRET)
+                .env("KUBECONFIG", &kubeconfig)
+                .env("GATE_HELM", tools.join("helm"))
+                .env("GATE_KUBECTL", tools.join("kubectl"))
+                .env(
+                    "RUST_LOG",
+                    std::env::var("GROUND_BOSUN_LOG").unwrap_or_else(|_| "info".into()),
+                )
+                .arg("--config")
+                .arg(&config_path)
+                .args([
+                    "serve",
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--poll",
+                    &poll,
+                ])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+        };
+        let child = spawn().context("cannot start bosun")?;
         let url = format!("http://127.0.0.1:{port}");
         let mut process = BosunProcess {
             child,
             url,
             log,
+            workdir,
             seen: 0,
             bare: launch.bare.to_path_buf(),
+            spawn: Box::new(spawn),
         };
-        // Ready when /healthz answers (bounded; the process may also have exited).
+        process.await_healthy().await?;
+        Ok(process)
+    }
+
+    /// Waits until /healthz answers (bounded; the process may also have exited).
+    async fn await_healthy(&mut self) -> Result<()> {
         for _ in 0..400 {
-            if let Ok(response) = reqwest::get(format!("{}/healthz", process.url)).await
+            if let Ok(response) = reqwest::get(format!("{}/healthz", self.url)).await
                 && response.status().is_success()
             {
-                return Ok(process);
+                return Ok(());
             }
-            if let Some(status) = process.child.try_wait()? {
+            if let Some(status) = self.child.try_wait()? {
                 anyhow::bail!(
                     "bosun exited with {status}: {}",
-                    std::fs::read_to_string(&process.log)
+                    std::fs::read_to_string(&self.log)
                         .unwrap_or_default()
                         .trim()
                 );
             }
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
-        anyhow::bail!("bosun did not answer /healthz on {}", process.url)
+        anyhow::bail!("bosun did not answer /healthz on {}", self.url)
+    }
+
+    /// SIGKILL, as a node failure or an OOM kill would: no shutdown path runs.
+    pub fn kill(&mut self) -> Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    /// Starts the process again on the same port, configuration and work folder.
+    pub async fn restart(&mut self) -> Result<()> {
+        self.child = (self.spawn)().context("cannot start bosun again")?;
+        self.seen = 0;
+        self.await_healthy().await
     }
 
     async fn jobs(&self) -> Result<Value> {

@@ -160,11 +160,13 @@ impl Ground {
             name: "helm",
             path: options.tools.join("helm"),
             source: ToolSource::Flag,
+            limits: Default::default(),
         };
         let kubectl = Tool {
             name: "kubectl",
             path: options.tools.join("kubectl"),
             source: ToolSource::Flag,
+            limits: Default::default(),
         };
 
         // The cluster: API double, CRDs, namespaces, identities, Kargo's webhooks.

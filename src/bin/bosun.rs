@@ -128,7 +128,8 @@ async fn run(cli: Cli) -> Result<()> {
                 );
             }
             let bosun = Arc::new(bosun(&cli, config).await?);
-            let (server, router) = Server::start(bosun, secret.into_bytes());
+            let (server, router) = Server::start(bosun, secret.into_bytes())
+                .context("cannot open Bosun's journal in its work folder")?;
             if *poll > 0 {
                 let poller = server.clone();
                 let every = Duration::from_secs(*poll);
@@ -144,8 +145,7 @@ async fn run(cli: Cli) -> Result<()> {
                 .await
                 .with_context(|| format!("cannot listen on {listen}"))?;
             tracing::info!("bosun listening on {}", listener.local_addr()?);
-            axum::serve(listener, router)
-                .with_graceful_shutdown(gitops_loop::shutdown_signal())
+            gitops_loop::bosun::server::serve(listener, router, gitops_loop::shutdown_signal())
                 .await?;
             Ok(())
         }

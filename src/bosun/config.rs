@@ -215,6 +215,26 @@ fn default_token_env() -> String {
 fn default_git_url() -> String {
     "https://x-access-token:{token}@github.com/{slug}.git".into()
 }
+
+/// Where git reaches a repository, without the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GitRemote {
+    pub url: String,
+    /// The user name to give with the token (`x-access-token` for GitHub); None: no
+    /// credentials (a `file://` remote).
+    pub username: Option<String>,
+}
+
+/// `scheme://USER:{token}@rest` -> (USER, `scheme://rest`).
+fn split_token_userinfo(url: &str) -> Option<(String, String)> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (userinfo, host) = rest.split_once('@')?;
+    let user = userinfo.strip_suffix(":{token}")?;
+    if user.is_empty() || user.contains(['/', ':', '{']) || host.contains("{token}") {
+        return None;
+    }
+    Some((user.to_string(), format!("{scheme}://{host}")))
+}
 fn default_check_mode() -> CheckMode {
     CheckMode::CheckRun
 }
@@ -278,6 +298,12 @@ impl Config {
                 "{origin}: `repositories` lists no repository"
             )));
         }
+        let url = &config.forge.git_url;
+        if url.contains("{token}") && split_token_userinfo(url).is_none() {
+            return Err(ConfigError::Invalid(format!(
+                "{origin}: forge.gitUrl: {{token}} may only stand as the password of the URL's user info (https://USER:{{token}}@host/...)"
+            )));
+        }
         for glob in config.deny.iter().chain(&config.allow) {
             globset::Glob::new(glob)
                 .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
@@ -289,12 +315,22 @@ impl Config {
         self.repositories.iter().find(|r| &r.slug == slug)
     }
 
-    /// The clone URL of a repository, with the token filled in.
-    pub fn git_url(&self, slug: &RepoSlug, token: &str) -> String {
-        self.forge
-            .git_url
-            .replace("{slug}", &slug.to_string())
-            .replace("{token}", token)
+    /// How to reach a repository with git: the URL (never holding the token, so nothing on
+    /// disk does) and the user name git gives with the token, which a credential helper of
+    /// that one git process supplies. A `gitUrl` written as `https://USER:{token}@host/...`
+    /// keeps working: the user info is taken out of the URL and becomes the user name.
+    pub fn git_remote(&self, slug: &RepoSlug) -> GitRemote {
+        let url = self.forge.git_url.replace("{slug}", &slug.to_string());
+        match split_token_userinfo(&url) {
+            Some((user, bare)) => GitRemote {
+                url: bare,
+                username: Some(user),
+            },
+            None => GitRemote {
+                url,
+                username: None,
+            },
+        }
     }
 
     pub fn gate_author<'a>(&'a self, me: &'a str) -> &'a str {
@@ -322,8 +358,11 @@ mod tests {
             matches!(config.inventory, InventoryConfig::Kubernetes { ref namespace } if namespace == "argocd")
         );
         assert_eq!(
-            config.git_url(&"platform/gitops".parse().unwrap(), "t"),
-            "https://x-access-token:t@github.com/platform/gitops.git"
+            config.git_remote(&"platform/gitops".parse().unwrap()),
+            GitRemote {
+                url: "https://github.com/platform/gitops.git".into(),
+                username: Some("x-access-token".into()),
+            }
         );
     }
 

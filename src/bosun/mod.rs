@@ -6,6 +6,7 @@
 pub mod applier;
 pub mod classify;
 pub mod config;
+pub mod journal;
 pub mod reshape;
 pub mod server;
 pub mod swap;

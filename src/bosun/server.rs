@@ -5,11 +5,11 @@
 //! `X-Bosun-Signature-256: sha256=<hex HMAC-SHA256 of the body>`. Anything else is a 401 and
 //! no other effect. A delivery is idempotent per repository + pull request + head SHA.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,8 +23,9 @@ use prometheus_client::registry::Registry;
 use serde::Deserialize;
 use serde_json::json;
 use subtle::ConstantTimeEq;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
+use super::journal::{self, Journal};
 use super::triage::{Bosun, Run};
 use crate::forge::RepoSlug;
 
@@ -42,7 +43,8 @@ pub struct IntakeRequest {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    /// accepted, duplicate, unauthorized, invalid, unknown_repository, forge_error
+    /// accepted, duplicate, queue_full, not_recorded, unauthorized, invalid,
+    /// unknown_repository, forge_error
     result: &'static str,
 }
 
@@ -84,7 +86,10 @@ impl Metrics {
 #[derive(Default)]
 struct Jobs {
     seen: HashSet<(String, u64, String)>,
-    pending: usize,
+    /// Pull requests waiting for the worker, oldest first; each once.
+    queue: VecDeque<(String, u64)>,
+    /// The newest delivered head of each queued pull request.
+    heads: HashMap<(String, u64), String>,
     running: Option<(String, u64)>,
     /// The latest runs (newest last), bounded.
     done: Vec<Run>,
@@ -92,12 +97,25 @@ struct Jobs {
     tracked: BTreeMap<(String, u64), String>,
 }
 
+/// The most pull requests of one repository waiting for the worker; a delivery past it is
+/// answered 429 (Kargo's step retries), never silently dropped.
+pub const MAX_QUEUED_PER_REPOSITORY: usize = 64;
+/// How long a client may take to send a request's headers.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's body.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest intake body (an intake request is a few hundred bytes).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Connections served at once; past it, new ones wait in the kernel's backlog.
+pub const MAX_CONNECTIONS: usize = 256;
+
 pub struct Server {
     bosun: Arc<Bosun>,
     secret: Vec<u8>,
     jobs: Mutex<Jobs>,
     metrics: Metrics,
-    queue: mpsc::UnboundedSender<(RepoSlug, u64, String)>,
+    journal: Journal,
+    wake: Notify,
 }
 
 type Shared = Arc<Server>;
@@ -111,76 +129,71 @@ fn lock(server: &Server) -> MutexGuard<'_, Jobs> {
 
 const DONE_KEPT: usize = 200;
 
+/// What became of a delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Enqueued {
+    /// Queued (or its queued head replaced) and journaled.
+    Accepted,
+    /// This head of this pull request was taken before.
+    Duplicate,
+    /// The repository has [`MAX_QUEUED_PER_REPOSITORY`] pull requests waiting.
+    Full,
+    /// The journal could not be written: nothing was accepted.
+    NotRecorded(String),
+}
+
 impl Server {
-    /// Starts the worker; returns the server and the router to serve.
-    pub fn start(bosun: Arc<Bosun>, secret: Vec<u8>) -> (Shared, Router) {
-        let (queue, mut receiver) = mpsc::unbounded_channel::<(RepoSlug, u64, String)>();
+    /// Opens the journal in Bosun's work folder, replays what an earlier process accepted and
+    /// tracked, starts the worker; returns the server and the router to serve.
+    pub fn start(bosun: Arc<Bosun>, secret: Vec<u8>) -> std::io::Result<(Shared, Router)> {
+        let journal = Journal::open(&bosun.workdir.join("journal"))?;
         let server = Arc::new(Server {
             bosun,
             secret,
             jobs: Mutex::new(Jobs::default()),
             metrics: Metrics::new(),
-            queue,
+            journal,
+            wake: Notify::new(),
         });
+        {
+            let tracked = server.journal.load(journal::Kind::Tracked)?;
+            let mut jobs = lock(&server);
+            for entry in tracked {
+                jobs.tracked
+                    .insert((entry.repository, entry.pull_request), entry.head);
+            }
+        }
+        for entry in server.journal.load(journal::Kind::Pending)? {
+            match entry.repository.parse::<RepoSlug>() {
+                Ok(slug) => {
+                    tracing::info!(repository = %slug, pr = entry.pull_request, "replaying an accepted delivery");
+                    server.enqueue(&slug, entry.pull_request, &entry.head);
+                }
+                Err(e) => tracing::warn!("journal entry {entry:?}: {e}"),
+            }
+        }
         let worker = server.clone();
         tokio::spawn(async move {
-            while let Some((slug, number, delivered_head)) = receiver.recv().await {
-                {
+            loop {
+                let next = {
                     let mut jobs = lock(&worker);
-                    jobs.pending = jobs.pending.saturating_sub(1);
-                    jobs.running = Some((slug.to_string(), number));
-                }
-                let started = std::time::Instant::now();
-                let run = match worker.bosun.triage(&slug, number).await {
-                    Ok(run) => run,
-                    Err(e) => {
-                        tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
-                        Run {
-                            repository: slug.to_string(),
-                            pull_request: number,
-                            path: "error".into(),
-                            lines: vec![format!("triage failed: {e}")],
-                            ..Run::default()
-                        }
+                    let next = jobs.queue.pop_front();
+                    if let Some(key) = &next {
+                        let head = jobs.heads.remove(key).unwrap_or_default();
+                        jobs.running = Some(key.clone());
+                        Some((key.clone(), head))
+                    } else {
+                        None
                     }
                 };
-                worker
-                    .metrics
-                    .duration
-                    .observe(started.elapsed().as_secs_f64());
-                worker
-                    .metrics
-                    .triages
-                    .get_or_create(&PathLabels {
-                        path: run.path.clone(),
-                    })
-                    .inc();
-                let mut jobs = lock(&worker);
-                jobs.running = None;
-                let repository = slug.to_string();
-                match run.path.as_str() {
-                    // A failed triage (the forge or git failing) may be delivered again.
-                    "error" => {
-                        jobs.seen.remove(&(repository, number, delivered_head));
-                    }
-                    // Nothing more arrives for a closed pull request: forget its deliveries.
-                    "closed" => {
-                        jobs.tracked.remove(&(repository.clone(), number));
-                        jobs.seen
-                            .retain(|(r, n, _)| !(*r == repository && *n == number));
-                    }
-                    _ => {
-                        let last_head = run.pushed.last().unwrap_or(&run.head).clone();
-                        jobs.tracked
-                            .insert((repository.clone(), number), last_head.clone());
-                        // A head Bosun itself produced and judged is not a new delivery.
-                        jobs.seen.insert((repository, number, last_head));
-                    }
-                }
-                jobs.done.push(run);
-                if jobs.done.len() > DONE_KEPT {
-                    jobs.done.remove(0);
-                }
+                let Some(((repository, number), delivered_head)) = next else {
+                    worker.wake.notified().await;
+                    continue;
+                };
+                let Ok(slug) = repository.parse::<RepoSlug>() else {
+                    continue;
+                };
+                worker.work(&slug, number, delivered_head).await;
             }
         });
         let router = Router::new()
@@ -189,7 +202,93 @@ impl Server {
             .route("/metrics", get(metrics))
             .route("/jobs", get(jobs))
             .with_state(server.clone());
-        (server, router)
+        Ok((server, router))
+    }
+
+    /// One triage, then the bookkeeping that makes it durable.
+    async fn work(&self, slug: &RepoSlug, number: u64, delivered_head: String) {
+        let started = std::time::Instant::now();
+        let run = match self.bosun.triage(slug, number).await {
+            Ok(run) => run,
+            Err(e) => {
+                tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
+                Run {
+                    repository: slug.to_string(),
+                    pull_request: number,
+                    path: "error".into(),
+                    lines: vec![format!("triage failed: {e}")],
+                    ..Run::default()
+                }
+            }
+        };
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .triages
+            .get_or_create(&PathLabels {
+                path: run.path.clone(),
+            })
+            .inc();
+        let repository = slug.to_string();
+        let key = (repository.clone(), number);
+        let mut jobs = lock(self);
+        jobs.running = None;
+        let tracked = match run.path.as_str() {
+            // A failed triage (the forge or git failing) may be delivered again.
+            "error" => {
+                jobs.seen
+                    .remove(&(repository.clone(), number, delivered_head));
+                None
+            }
+            // Nothing more arrives for a closed pull request: forget its deliveries.
+            "closed" => {
+                jobs.tracked.remove(&key);
+                jobs.seen
+                    .retain(|(r, n, _)| !(*r == repository && *n == number));
+                if let Err(e) = self
+                    .journal
+                    .remove(journal::Kind::Tracked, &repository, number)
+                {
+                    tracing::warn!("journal: {e}");
+                }
+                None
+            }
+            _ => {
+                let last_head = run.pushed.last().unwrap_or(&run.head).clone();
+                jobs.tracked.insert(key.clone(), last_head.clone());
+                // A head Bosun itself produced and judged is not a new delivery.
+                jobs.seen
+                    .insert((repository.clone(), number, last_head.clone()));
+                Some(last_head)
+            }
+        };
+        // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
+        let requeued = jobs.heads.contains_key(&key);
+        jobs.done.push(run);
+        if jobs.done.len() > DONE_KEPT {
+            jobs.done.remove(0);
+        }
+        drop(jobs);
+        if let Some(head) = tracked
+            && let Err(e) = self.journal.put(
+                journal::Kind::Tracked,
+                &journal::Entry {
+                    repository: repository.clone(),
+                    pull_request: number,
+                    head,
+                },
+            )
+        {
+            tracing::warn!("journal: {e}");
+        }
+        if !requeued
+            && let Err(e) = self
+                .journal
+                .remove(journal::Kind::Pending, &repository, number)
+        {
+            tracing::warn!("journal: {e}");
+        }
     }
 
     fn count(&self, result: &'static str) {
@@ -206,8 +305,10 @@ impl Server {
         if let Some(value) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            && let Some(token) = value.strip_prefix("Bearer ")
+            && let Some((scheme, token)) = value.split_once(' ')
+            && scheme.eq_ignore_ascii_case("bearer")
         {
+            let token = token.trim();
             return bool::from(token.as_bytes().ct_eq(&self.secret));
         }
         if let Some(value) = headers
@@ -223,20 +324,47 @@ impl Server {
         false
     }
 
-    /// Takes a pull request in (deduplicated by head) and queues a triage.
-    pub fn enqueue(&self, slug: &RepoSlug, number: u64, head: &str) -> bool {
+    /// Takes a pull request in (deduplicated by head), records it in the journal and queues a
+    /// triage; a newer head of a queued pull request replaces the older one.
+    pub fn enqueue(&self, slug: &RepoSlug, number: u64, head: &str) -> Enqueued {
+        let repository = slug.to_string();
+        let key = (repository.clone(), number);
         let mut jobs = lock(self);
-        if !jobs
+        if jobs
             .seen
-            .insert((slug.to_string(), number, head.to_string()))
+            .contains(&(repository.clone(), number, head.to_string()))
         {
-            return false;
+            return Enqueued::Duplicate;
         }
-        jobs.pending += 1;
-        jobs.tracked.entry((slug.to_string(), number)).or_default();
+        let queued = jobs.heads.contains_key(&key);
+        if !queued
+            && jobs.queue.iter().filter(|(r, _)| *r == repository).count()
+                >= MAX_QUEUED_PER_REPOSITORY
+        {
+            return Enqueued::Full;
+        }
+        // Durable before it is accepted (the lock keeps journal and queue in step).
+        if let Err(e) = self.journal.put(
+            journal::Kind::Pending,
+            &journal::Entry {
+                repository: repository.clone(),
+                pull_request: number,
+                head: head.to_string(),
+            },
+        ) {
+            return Enqueued::NotRecorded(e.to_string());
+        }
+        jobs.seen.insert((repository, number, head.to_string()));
+        if let Some(older) = jobs.heads.insert(key.clone(), head.to_string()) {
+            jobs.seen.remove(&(key.0.clone(), number, older));
+        }
+        if !queued {
+            jobs.queue.push_back(key.clone());
+        }
+        jobs.tracked.entry(key).or_default();
         drop(jobs);
-        let _ = self.queue.send((slug.clone(), number, head.to_string()));
-        true
+        self.wake.notify_one();
+        Enqueued::Accepted
     }
 
     /// Re-triages tracked pull requests whose head moved (a person pushed): the gate runs on
@@ -253,10 +381,18 @@ impl Server {
             };
             match self.bosun.forge.pull_request(&slug, number).await {
                 Ok(pr) if pr.state == "open" && pr.head_sha != last => {
-                    self.enqueue(&slug, number, &pr.head_sha);
+                    if let Enqueued::NotRecorded(e) = self.enqueue(&slug, number, &pr.head_sha) {
+                        tracing::warn!("cannot queue {slug}#{number}: {e}");
+                    }
                 }
                 Ok(pr) if pr.state != "open" => {
-                    lock(self).tracked.remove(&(repository, number));
+                    lock(self).tracked.remove(&(repository.clone(), number));
+                    if let Err(e) = self
+                        .journal
+                        .remove(journal::Kind::Tracked, &repository, number)
+                    {
+                        tracing::warn!("journal: {e}");
+                    }
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!("cannot read {slug}#{number}: {e}"),
@@ -274,7 +410,30 @@ fn answer(status: StatusCode, body: serde_json::Value) -> Response {
         .into_response()
 }
 
-async fn intake(State(server): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn intake(State(server): State<Shared>, request: axum::extract::Request) -> Response {
+    let headers = request.headers().clone();
+    let body = match tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES),
+    )
+    .await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(_)) => {
+            server.count("invalid");
+            return answer(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({"error": format!("the body is larger than {MAX_BODY_BYTES} bytes or broken")}),
+            );
+        }
+        Err(_) => {
+            server.count("invalid");
+            return answer(
+                StatusCode::REQUEST_TIMEOUT,
+                json!({"error": "the body did not arrive in time"}),
+            );
+        }
+    };
     if !server.authenticated(&headers, &body) {
         server.count("unauthorized");
         return answer(
@@ -324,18 +483,45 @@ async fn intake(State(server): State<Shared>, headers: HeaderMap, body: Bytes) -
             }
         },
     };
-    if server.enqueue(&slug, request.pull_request, &head) {
-        server.count("accepted");
-        answer(
-            StatusCode::ACCEPTED,
-            json!({"status": "accepted", "repository": slug.to_string(), "pullRequest": request.pull_request, "headSha": head}),
-        )
-    } else {
-        server.count("duplicate");
-        answer(
-            StatusCode::OK,
-            json!({"status": "duplicate", "repository": slug.to_string(), "pullRequest": request.pull_request, "headSha": head}),
-        )
+    let said = json!({"repository": slug.to_string(), "pullRequest": request.pull_request, "headSha": head});
+    let with = |status: &str| {
+        let mut body = said.clone();
+        body["status"] = status.into();
+        body
+    };
+    match server.enqueue(&slug, request.pull_request, &head) {
+        Enqueued::Accepted => {
+            server.count("accepted");
+            answer(StatusCode::ACCEPTED, with("accepted"))
+        }
+        Enqueued::Duplicate => {
+            server.count("duplicate");
+            answer(StatusCode::OK, with("duplicate"))
+        }
+        Enqueued::Full => {
+            server.count("queue_full");
+            let mut body = with("queue-full");
+            body["error"] = format!(
+                "{MAX_QUEUED_PER_REPOSITORY} pull requests of {slug} are waiting; deliver again later"
+            )
+            .into();
+            (
+                [(header::RETRY_AFTER, "30")],
+                answer(StatusCode::TOO_MANY_REQUESTS, body),
+            )
+                .into_response()
+        }
+        Enqueued::NotRecorded(e) => {
+            server.count("not_recorded");
+            tracing::error!(
+                "cannot journal a delivery of {slug}#{}: {e}",
+                request.pull_request
+            );
+            answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({"error": "the delivery could not be recorded; deliver again"}),
+            )
+        }
     }
 }
 
@@ -357,10 +543,49 @@ async fn jobs(State(server): State<Shared>) -> Response {
     answer(
         StatusCode::OK,
         json!({
-            "pending": jobs.pending,
+            "pending": jobs.queue.len(),
             "running": jobs.running.as_ref().map(|(r, n)| json!({"repository": r, "pullRequest": n})),
-            "idle": jobs.pending == 0 && jobs.running.is_none(),
+            "idle": jobs.queue.is_empty() && jobs.running.is_none(),
             "done": jobs.done,
         }),
     )
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, with a header read timeout and a
+/// bound on connections served at once: a client that opens connections and never finishes a
+/// request cannot exhaust the process's file descriptors or hold the intake.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            permit = slots.clone().acquire_owned() => permit.map_err(std::io::Error::other)?,
+        };
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    tracing::warn!("accept: {e}");
+                    continue;
+                }
+            },
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = connection.await;
+        });
+    }
 }

@@ -69,6 +69,23 @@ pub enum SwapError {
         name: String,
         from: String,
     },
+    #[error(
+        "{path}: the destination apiVersion {to:?} is not a group/version Kubernetes accepts; nothing is written"
+    )]
+    InvalidDestination { path: String, to: String },
+}
+
+/// The destination is chart-controlled (a CRD's group and storage version): it must be a name
+/// Kubernetes accepts before a byte of it is written, whatever the gate checked before.
+fn check_destination(swap: &Swap) -> Result<(), SwapError> {
+    if crate::names::is_api_version(&swap.to) {
+        Ok(())
+    } else {
+        Err(SwapError::InvalidDestination {
+            path: swap.path.clone(),
+            to: swap.to.chars().take(120).collect(),
+        })
+    }
 }
 
 fn moved(swap: &Swap) -> SwapError {
@@ -130,6 +147,7 @@ fn apply_manifest(text: &str, swaps: &[&Swap]) -> Result<String, SwapError> {
     }
     let mut edits = Vec::new();
     for swap in swaps {
+        check_destination(swap)?;
         let matches = |d: &&DocumentFacts| {
             d.api_version.is_some_and(|s| s.value == swap.from)
                 && d.kind == Some(swap.kind.as_str())
@@ -157,6 +175,7 @@ fn apply_manifest(text: &str, swaps: &[&Swap]) -> Result<String, SwapError> {
 /// In a template, the line `apiVersion: <from>` (optionally quoted, optionally followed by a
 /// comment) at the start of a line of the given `---` section.
 fn apply_template(text: &str, swap: &Swap) -> Result<String, SwapError> {
+    check_destination(swap)?;
     let mut out = String::with_capacity(text.len());
     let mut section = 0usize;
     let mut replaced = false;
@@ -172,7 +191,7 @@ fn apply_template(text: &str, swap: &Swap) -> Result<String, SwapError> {
             let value_start = rest.len() - rest.trim_start().len();
             let value_part = rest.trim_start();
             let mut moved = false;
-            for quote in ["\"", "'", ""] {
+            for (quote, style) in [("\"", Some('"')), ("'", Some('\'')), ("", None)] {
                 let literal = format!("{quote}{}{quote}", swap.from);
                 // The value ends at the line's end or at a comment, which YAML only starts
                 // after whitespace (`v1beta1#x` is one plain scalar).
@@ -182,7 +201,7 @@ fn apply_template(text: &str, swap: &Swap) -> Result<String, SwapError> {
                 {
                     out.push_str("apiVersion:");
                     out.push_str(&rest[..value_start]);
-                    out.push_str(&format!("{quote}{}{quote}", swap.to));
+                    out.push_str(&edit::render_scalar(&swap.to, style));
                     out.push_str(after);
                     replaced = true;
                     moved = true;
@@ -259,6 +278,28 @@ mod tests {
             apply(text, &[swap(0, "a")]),
             Err(SwapError::Moved { .. })
         ));
+    }
+
+    #[test]
+    fn a_destination_kubernetes_would_reject_is_never_written() {
+        let text =
+            "apiVersion: external-secrets.io/v1beta1\nkind: ExternalSecret\nmetadata: {name: a}\n";
+        for to in [
+            "external-secrets.io/v1\n---\napiVersion: rbac.authorization.k8s.io/v1",
+            "external-secrets.io/v1 # x",
+            "Ext.io/v1",
+            "",
+        ] {
+            for template in [false, true] {
+                let mut s = swap(0, "a");
+                s.to = to.into();
+                s.template = template;
+                assert!(
+                    matches!(apply(text, &[s]), Err(SwapError::InvalidDestination { .. })),
+                    "{to:?} template={template}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -90,7 +90,30 @@ pub struct Bosun {
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
-    let output = crate::render::git::git(dir)
+    git_as(dir, args, None)
+}
+
+/// The credential helper of one git process: it answers `get` with the user name and the token
+/// from that process's environment, so the token is never in `.git/config`, a URL or a file.
+/// The empty `credential.helper=` before it drops every helper a user or system configured
+/// (a `store` helper would write the token to disk).
+const CREDENTIAL_HELPER: &str = "credential.helper=!f() { test \"$1\" = get || exit 0; echo \"username=$BOSUN_GIT_USERNAME\"; echo \"password=$BOSUN_GIT_TOKEN\"; }; f";
+
+/// git with Bosun's token given through [`CREDENTIAL_HELPER`] when `credentials` is set.
+fn git_as(
+    dir: &Path,
+    args: &[&str],
+    credentials: Option<(&str, &str)>,
+) -> Result<String, TriageError> {
+    let mut command = crate::render::git::git(dir);
+    if let Some((username, token)) = credentials {
+        command
+            .args(["-c", "credential.helper=", "-c", CREDENTIAL_HELPER])
+            .env("BOSUN_GIT_USERNAME", username)
+            .env("BOSUN_GIT_TOKEN", token)
+            .env("GIT_TERMINAL_PROMPT", "0");
+    }
+    let output = command
         .args(args)
         // A file named like pathspec magic (`:(exclude)x`) is only ever that file.
         .env("GIT_LITERAL_PATHSPECS", "1")
@@ -126,15 +149,16 @@ impl Bosun {
     /// A clone of the repository, fetched up to date.
     fn checkout(&self, slug: &RepoSlug) -> Result<PathBuf, TriageError> {
         let dir = self.checkout_dir(slug);
-        let url = self.config.git_url(slug, &self.token);
+        let remote = self.config.git_remote(slug);
         if !dir.join(".git").exists() {
             std::fs::create_dir_all(&dir).map_err(|e| TriageError::Git(e.to_string()))?;
             git(&dir, &["init", "--quiet"])?;
-            git(&dir, &["remote", "add", "origin", &url])?;
+            git(&dir, &["remote", "add", "origin", &remote.url])?;
         } else {
-            git(&dir, &["remote", "set-url", "origin", &url])?;
+            // Also rewrites a URL an older Bosun stored with the token in it.
+            git(&dir, &["remote", "set-url", "origin", &remote.url])?;
         }
-        git(
+        self.git_remote_command(
             &dir,
             &[
                 "fetch",
@@ -143,8 +167,25 @@ impl Bosun {
                 "origin",
                 "+refs/heads/*:refs/remotes/origin/*",
             ],
+            slug,
         )?;
         Ok(dir)
+    }
+
+    /// A git command that talks to the forge: the token goes to that process only.
+    fn git_remote_command(
+        &self,
+        dir: &Path,
+        args: &[&str],
+        slug: &RepoSlug,
+    ) -> Result<String, TriageError> {
+        let remote = self.config.git_remote(slug);
+        let credentials = remote
+            .username
+            .as_deref()
+            .filter(|_| !self.token.is_empty())
+            .map(|user| (user, self.token.as_str()));
+        git_as(dir, args, credentials).map_err(|e| self.scrub(e))
     }
 
     async fn inventory(&self) -> Result<Inventory, TriageError> {
@@ -694,7 +735,7 @@ impl Bosun {
         self.label(slug, number, &attempt).await?;
         // No force: if the branch moved since the gate read it, the push fails and the
         // branch stays as it is.
-        if let Err(e) = git(
+        if let Err(e) = self.git_remote_command(
             checkout,
             &[
                 "push",
@@ -702,6 +743,7 @@ impl Bosun {
                 "origin",
                 &format!("HEAD:refs/heads/{}", pr.head_ref),
             ],
+            slug,
         ) {
             git(
                 checkout,

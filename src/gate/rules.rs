@@ -9,7 +9,7 @@ use super::diff::{AppStatus, ObjectKey, RenderDiff};
 use crate::render::git::Snapshot;
 use crate::render::inventory::Inventory;
 use crate::render::{RenderedApplication, Rendering};
-use crate::yaml;
+use crate::{names, yaml};
 
 pub const DROPPED_SERVED_VERSION: &str = "dropped-served-version";
 pub const CHART_RENDERS_UNSERVED_VERSION: &str = "chart-renders-unserved-version";
@@ -25,6 +25,8 @@ pub const CRD_ADDED: &str = "crd-added";
 pub const CRD_REMOVED: &str = "crd-removed";
 pub const DROPPED_VERSION_UNUSED: &str = "dropped-version-unused";
 pub const UNSCANNED_FILE: &str = "unscanned-file";
+/// A rendered CustomResourceDefinition whose names the API server would reject.
+pub const CRD_NAME_INVALID: &str = "crd-name-invalid";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -152,6 +154,11 @@ pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
             storage = v.to_string();
         }
     }
+    // A name the API server would reject makes the whole CRD one it rejects: none of its
+    // versions is served, and no name of it reaches a report's machine block or Bosun.
+    if crd_name_problem(object).is_some() {
+        return None;
+    }
     Some((
         name,
         CrdInfo {
@@ -161,6 +168,52 @@ pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
             storage,
         },
     ))
+}
+
+/// Why the API server would reject this CustomResourceDefinition's names, if it would.
+pub(crate) fn crd_name_problem(object: &Value) -> Option<String> {
+    if object.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition")
+        || !object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("apiextensions.k8s.io/"))
+    {
+        return None;
+    }
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    let name = text("/metadata/name");
+    if !names::is_dns1123_subdomain(name) {
+        return Some("its name is not a DNS-1123 subdomain".into());
+    }
+    if !names::is_dns1123_subdomain(text("/spec/group")) {
+        return Some("spec.group is not a DNS-1123 subdomain".into());
+    }
+    if !names::is_kind(text("/spec/names/kind")) {
+        return Some("spec.names.kind is not a kind name".into());
+    }
+    for (index, version) in object
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let valid = version
+            .get("name")
+            .and_then(Value::as_str)
+            .is_some_and(names::is_dns1035_label);
+        if !valid {
+            return Some(format!(
+                "spec.versions[{index}].name is not a DNS-1035 label"
+            ));
+        }
+    }
+    None
 }
 
 /// Every manifest (a document with apiVersion and kind) in the repository's YAML files, outside
@@ -600,6 +653,30 @@ pub fn evaluate(
                 evidence: serde_json::json!(set),
             });
         }
+    }
+    let mut invalid = BTreeSet::new();
+    for app in &head.applications {
+        for object in &app.objects {
+            if let Some(why) = crd_name_problem(object) {
+                let name = object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                // The name is chart-controlled: shown quoted and cut, never as raw text.
+                let shown: String = name.chars().take(80).collect();
+                invalid.insert((app.name.clone(), app.cluster.name.clone(), shown, why));
+            }
+        }
+    }
+    for (application, cluster, name, why) in invalid {
+        findings.push(Finding {
+            rule: CRD_NAME_INVALID.into(),
+            severity: Severity::Blocking,
+            summary: format!(
+                "Application {application} on {cluster} renders a CustomResourceDefinition {name:?} the API server would reject: {why}; none of its versions counts as served"
+            ),
+            evidence: serde_json::json!({"application": application, "cluster": cluster, "reason": why}),
+        });
     }
     for (path, message) in unreadable {
         findings.push(Finding {

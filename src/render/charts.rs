@@ -87,8 +87,7 @@ pub fn pull(
         .tempdir_in(ensure_dir(mirror)?)
         .map_err(|e| format!("{}: {e}", mirror.display()))?;
     let home = staging.path().join("helm-home");
-    let mut command = helm.command(&home);
-    command.arg("pull");
+    let mut call = helm.confined(&home).with_network().arg("pull");
     // A pull-through mirror serves the repository's charts from another URL; the mirror folder
     // still uses the URL the repository writes.
     let source = repo_mirrors
@@ -98,19 +97,19 @@ pub fn pull(
         .unwrap_or_else(|| chart.repo_url.clone());
     if is_oci(&source) {
         let base = source.trim_start_matches("oci://").trim_end_matches('/');
-        command.arg(format!("oci://{base}/{}", chart.chart));
+        call = call.arg(format!("oci://{base}/{}", chart.chart));
     } else {
-        command.arg(&chart.chart).arg("--repo").arg(&source);
+        call = call.arg(&chart.chart).arg("--repo").arg(&source);
     }
-    command
+    call = call
         .arg("--version")
         .arg(&chart.version)
         .arg("--untar")
         .arg("--untardir")
         .arg(staging.path().join("out"));
-    let output = command
-        .output()
-        .map_err(|e| format!("could not run {}: {e}", helm.path.display()))?;
+    let output = helm
+        .run(call)
+        .map_err(|e| format!("helm pull of {chart}: {e}"))?;
     if !output.status.success() {
         return Err(format!(
             "helm pull of {chart} failed: {}",

@@ -8,8 +8,10 @@
 pub mod appset;
 pub mod cache;
 pub mod charts;
+pub mod confine;
 pub mod git;
 pub mod inventory;
+pub mod kustomize;
 pub mod matching;
 pub mod output;
 pub mod params;
@@ -719,10 +721,8 @@ fn run_job(
             let args = h.args(&chart_path, &scratch)?;
             let output = config
                 .helm
-                .command(&work.join("helm-home"))
-                .args(&args)
-                .output()
-                .map_err(|e| format!("could not run {}: {e}", config.helm.path.display()))?;
+                .run(config.helm.confined(&work.join("helm-home")).args(&args))
+                .map_err(|e| format!("helm template of {}: {e}", h.chart_label))?;
             if !output.status.success() {
                 return Err(format!(
                     "helm template of {} failed: {}",
@@ -741,17 +741,21 @@ fn run_job(
             )?;
             let root = k.snapshot.materialized_root().map_err(|e| e.to_string())?;
             let dir = k.build_dir(root.path(), &key[..key.len().min(16)])?;
+            kustomize::check_confined(root.path(), &dir)
+                .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
             let output = kubectl
-                .command(&work.join("helm-home"))
-                .arg("kustomize")
-                .arg(&dir)
-                .output()
-                .map_err(|e| format!("could not run {}: {e}", kubectl.path.display()))?;
+                .run(
+                    kubectl
+                        .confined(&work.join("helm-home"))
+                        .arg("kustomize")
+                        .arg(&dir),
+                )
+                .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
             if !output.status.success() {
                 return Err(format!(
                     "kustomize build of {} failed: {}",
                     k.path,
-                    charts::first_error_line(&String::from_utf8_lossy(&output.stderr))
+                    confine::stderr_cause(&output.stderr, 3)
                 ));
             }
             Ok((

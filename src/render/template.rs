@@ -171,14 +171,15 @@ pub fn go_render_batch(
     std::fs::write(&values_path, values.to_string()).map_err(io)?;
 
     let output = helm
-        .command(&work.join("helm-home"))
-        .arg("template")
-        .arg("gotemplate")
-        .arg(&chart)
-        .arg("--values")
-        .arg(&values_path)
-        .output()
-        .map_err(|e| format!("could not run {}: {e}", helm.path.display()))?;
+        .run(
+            helm.confined(&work.join("helm-home"))
+                .arg("template")
+                .arg("gotemplate")
+                .arg(&chart)
+                .arg("--values")
+                .arg(&values_path),
+        )
+        .map_err(|e| format!("go template: {e}"))?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         return Err(explain_go_error(stderr.trim(), templates));

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::confine::{ConfineError, Confined, Limits, Output};
+
 /// Where a tool was found, in the order they are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolSource {
@@ -28,6 +30,8 @@ pub struct Tool {
     pub name: &'static str,
     pub path: PathBuf,
     pub source: ToolSource,
+    /// The deadline, memory ceiling and output cap every call of this tool runs under.
+    pub limits: Limits,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -104,6 +108,7 @@ fn find_tool_in(
                 name,
                 path: path.to_path_buf(),
                 source: ToolSource::Flag,
+                limits: Limits::default(),
             });
         }
         return Err(not_found(format!(
@@ -117,6 +122,7 @@ fn find_tool_in(
                 name,
                 path: path.to_path_buf(),
                 source: ToolSource::Environment,
+                limits: Limits::default(),
             });
         }
         return Err(not_found(format!(
@@ -131,6 +137,7 @@ fn find_tool_in(
                 name,
                 path: path.clone(),
                 source: ToolSource::ProjectTools,
+                limits: Limits::default(),
             });
         }
         tried.push(path.display().to_string());
@@ -142,6 +149,7 @@ fn find_tool_in(
                 name,
                 path,
                 source: ToolSource::Path,
+                limits: Limits::default(),
             });
         }
     }
@@ -150,18 +158,16 @@ fn find_tool_in(
 }
 
 impl Tool {
-    /// A command for this tool with helm's per-user state redirected into `home`, so a user's
-    /// own repositories and plugins never change a render.
-    pub fn command(&self, home: &Path) -> Command {
-        let mut command = Command::new(&self.path);
-        command
-            .env("HELM_CACHE_HOME", home.join("cache"))
-            .env("HELM_CONFIG_HOME", home.join("config"))
-            .env("HELM_DATA_HOME", home.join("data"))
-            .env_remove("HELM_KUBECONTEXT")
-            .env_remove("HELM_NAMESPACE")
-            .env_remove("KUBECONFIG");
-        command
+    /// A confined call of this tool (scrubbed environment, no network, [`Limits`]) with its
+    /// per-user state in `home`, so a user's own repositories, plugins and credentials never
+    /// change or see a render.
+    pub fn confined(&self, home: &Path) -> Confined {
+        Confined::new(&self.path, home)
+    }
+
+    /// Runs a confined call under this tool's limits.
+    pub fn run(&self, call: Confined) -> Result<Output, ConfineError> {
+        call.run(&self.limits)
     }
 
     /// The tool's own version line (`v4.1.4`), used in cache keys and messages.

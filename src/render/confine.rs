@@ -1,0 +1,468 @@
+//! Running helm and kubectl on content a pull request or a chart controls: a scrubbed
+//! environment, a network namespace with no interfaces where Linux allows one, a deadline, an
+//! address-space ceiling and a cap on what the process may print. A process that overruns is
+//! killed with its whole process group.
+//!
+//! The pre-scan of kustomizations (`kustomize.rs`) is the guard that keeps a render inside its
+//! tree; the namespace is the backstop, so that a miss in the scan still cannot fetch.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use wait_timeout::ChildExt;
+
+/// The limits every helm and kubectl call of a render runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock deadline of one call.
+    pub timeout: Duration,
+    /// Address-space ceiling (`RLIMIT_AS`) of the process, in bytes.
+    pub memory_bytes: u64,
+    /// The most one call may print on stdout before it is stopped, in bytes.
+    pub output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(120),
+            // Go reserves address space well beyond what it touches: 4 GiB of address space
+            // leaves room for a real chart and stops a runaway template long before the machine.
+            memory_bytes: 4 << 30,
+            output_bytes: 512 << 20,
+        }
+    }
+}
+
+/// The port proxy variables point at: the discard port on loopback, closed on any machine that
+/// runs no discard service. Inside the network namespace loopback is down anyway.
+const CLOSED_PROXY: &str = "http://127.0.0.1:9";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfineError {
+    #[error("could not run {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("{program} did not finish within {seconds} s (the render timeout) and was stopped")]
+    TimedOut { program: String, seconds: u64 },
+    #[error("{program} printed more than {limit} bytes (the render output limit) and was stopped")]
+    OutputTooLarge { program: String, limit: usize },
+    #[error("waiting for {program}: {source}")]
+    Wait {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
+/// What a confined process left behind.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Whether `unshare --user --map-root-user --net` works here (probed once per process).
+pub fn network_namespace_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        if std::env::var_os("GATE_NO_NETNS").is_some_and(|v| v == "1") {
+            return false;
+        }
+        let ok = Command::new("unshare")
+            .args(["--user", "--map-root-user", "--net", "--", "true"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            tracing::warn!(
+                "no network namespace available (unshare --user --net failed): helm and kubectl run with a scrubbed environment only"
+            );
+        }
+        ok
+    })
+}
+
+/// One helm or kubectl call, built like a `Command` and run under [`Limits`].
+pub struct Confined {
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    home: PathBuf,
+    network: bool,
+}
+
+impl Confined {
+    /// A call of `program` whose per-user state (HOME, helm's homes, XDG folders) is `home`.
+    pub fn new(program: &Path, home: &Path) -> Confined {
+        Confined {
+            program: program.to_path_buf(),
+            args: Vec::new(),
+            env: Vec::new(),
+            home: home.to_path_buf(),
+            network: false,
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Confined {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Confined
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<OsString>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Confined {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Lets the process reach the network (only `helm pull`, in a phase of its own).
+    pub fn with_network(mut self) -> Confined {
+        self.network = true;
+        self
+    }
+
+    /// The command as it will be spawned (for tests and messages).
+    pub fn command(&self) -> Command {
+        let isolate = !self.network && network_namespace_available();
+        let mut command = if isolate {
+            let mut c = Command::new("unshare");
+            c.args(["--user", "--map-root-user", "--net", "--"])
+                .arg(&self.program);
+            c
+        } else {
+            Command::new(&self.program)
+        };
+        command.args(&self.args).env_clear();
+        let home = &self.home;
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("HOME".into(), home.into()),
+            ("HELM_CACHE_HOME".into(), home.join("cache").into()),
+            ("HELM_CONFIG_HOME".into(), home.join("config").into()),
+            ("HELM_DATA_HOME".into(), home.join("data").into()),
+            ("XDG_CACHE_HOME".into(), home.join("cache").into()),
+            ("XDG_CONFIG_HOME".into(), home.join("config").into()),
+            ("XDG_DATA_HOME".into(), home.join("data").into()),
+            ("KUBECONFIG".into(), home.join("kubeconfig-none").into()),
+            ("GIT_ALLOW_PROTOCOL".into(), "file".into()),
+            ("GIT_TERMINAL_PROMPT".into(), "0".into()),
+            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+            ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+            ("LANG".into(), "C".into()),
+        ];
+        if !self.network {
+            for key in [
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "ALL_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "all_proxy",
+            ] {
+                env.push((key.into(), CLOSED_PROXY.into()));
+            }
+            env.push(("NO_PROXY".into(), "".into()));
+            env.push(("no_proxy".into(), "".into()));
+        } else {
+            // A pull goes where the user's proxy sends it, with no other variable of theirs.
+            for key in [
+                "HTTP_PROXY",
+                "HTTPS_PROXY",
+                "NO_PROXY",
+                "http_proxy",
+                "https_proxy",
+                "no_proxy",
+                "SSL_CERT_FILE",
+                "SSL_CERT_DIR",
+            ] {
+                if let Some(value) = std::env::var_os(key) {
+                    env.push((key.into(), value));
+                }
+            }
+        }
+        if let Some(tmp) = std::env::var_os("TMPDIR") {
+            env.push(("TMPDIR".into(), tmp));
+        }
+        env.extend(self.env.iter().cloned());
+        command.envs(env);
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        command
+    }
+
+    /// Runs the call to completion or until a limit stops it.
+    pub fn run(self, limits: &Limits) -> Result<Output, ConfineError> {
+        let program = self
+            .program
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let _ = std::fs::create_dir_all(&self.home);
+        let mut child = self
+            .command()
+            .spawn()
+            .map_err(|source| ConfineError::Spawn {
+                program: self.program.display().to_string(),
+                source,
+            })?;
+        let pid = rustix::process::Pid::from_child(&child);
+        // The ceiling is set right after the spawn: a process cannot have allocated much by
+        // then, and its children (none for helm; kustomize's own) inherit it.
+        let _ = rustix::process::prlimit(
+            Some(pid),
+            rustix::process::Resource::As,
+            rustix::process::Rlimit {
+                current: Some(limits.memory_bytes),
+                maximum: Some(limits.memory_bytes),
+            },
+        );
+        let kill_group = || {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        };
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let cap = limits.output_bytes;
+        let (out_reader, err_reader) = std::thread::scope(|scope| {
+            let out = scope.spawn(move || read_capped(stdout, cap));
+            let err = scope.spawn(move || read_capped(stderr, 1 << 20));
+            let status = child.wait_timeout(limits.timeout);
+            let status = match status {
+                Ok(Some(status)) => Ok(Some(status)),
+                Ok(None) => {
+                    kill_group();
+                    let _ = child.wait();
+                    Ok(None)
+                }
+                Err(source) => {
+                    kill_group();
+                    let _ = child.wait();
+                    Err(source)
+                }
+            };
+            // A grandchild keeping the pipes open is gone with the group.
+            kill_group();
+            let out = out.join().unwrap_or((Vec::new(), false));
+            let err = err.join().unwrap_or((Vec::new(), false));
+            ((status, out), err)
+        });
+        let ((status, (stdout, stdout_overflow)), (stderr, _)) = (out_reader, err_reader);
+        let status = status.map_err(|source| ConfineError::Wait {
+            program: program.clone(),
+            source,
+        })?;
+        let Some(status) = status else {
+            return Err(ConfineError::TimedOut {
+                program,
+                seconds: limits.timeout.as_secs(),
+            });
+        };
+        if stdout_overflow {
+            return Err(ConfineError::OutputTooLarge {
+                program,
+                limit: limits.output_bytes,
+            });
+        }
+        Ok(Output {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+/// Reads a pipe to its end, keeping at most `cap` bytes; past the cap it keeps draining (so the
+/// writer is not blocked) and says it overflowed.
+fn read_capped(pipe: Option<impl Read>, cap: usize) -> (Vec<u8>, bool) {
+    let Some(mut pipe) = pipe else {
+        return (Vec::new(), false);
+    };
+    let mut kept = Vec::new();
+    let mut overflow = false;
+    let mut buffer = [0u8; 64 * 1024];
+    loop {
+        match pipe.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                if kept.len() + n > cap {
+                    overflow = true;
+                    let room = cap.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buffer[..room]);
+                } else {
+                    kept.extend_from_slice(&buffer[..n]);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    (kept, overflow)
+}
+
+/// The last lines of a tool's stderr that say something (not blank, not a usage banner), joined
+/// with `; `, at most `lines` of them: the cause a person needs, not just "exit status 1".
+pub fn stderr_cause(stderr: &[u8], lines: usize) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let meaningful: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .filter(|l| !l.starts_with("Usage:") && !l.starts_with("Flags:"))
+        .collect();
+    let start = meaningful.len().saturating_sub(lines);
+    let joined = meaningful[start..].join("; ");
+    if joined.is_empty() {
+        "no output on stderr".to_string()
+    } else {
+        joined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn limits(timeout_ms: u64) -> Limits {
+        Limits {
+            timeout: Duration::from_millis(timeout_ms),
+            ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn the_environment_is_scrubbed() {
+        let home = tempfile::tempdir().unwrap();
+        // SAFETY-free: the child sees only what `command` sets, whatever this process has.
+        let output = Confined::new(Path::new("/usr/bin/env"), home.path())
+            .run(&limits(10_000))
+            .unwrap();
+        let env = String::from_utf8(output.stdout).unwrap();
+        assert!(env.contains("GIT_ALLOW_PROTOCOL=file"), "{env}");
+        assert!(env.contains(&format!("HOME={}", home.path().display())));
+        assert!(env.contains("HTTPS_PROXY=http://127.0.0.1:9"));
+        for line in env.lines() {
+            let key = line.split('=').next().unwrap_or("");
+            assert!(
+                !key.contains("TOKEN") && !key.starts_with("CARGO") && !key.starts_with("GITHUB"),
+                "{line} leaked into a confined process"
+            );
+        }
+    }
+
+    #[test]
+    fn a_process_past_its_deadline_is_killed_with_its_group() {
+        let home = tempfile::tempdir().unwrap();
+        let marker = home.path().join("grandchild-ran");
+        // The grandchild would write the marker after the deadline if it survived the kill.
+        let script = format!("(sleep 2; touch {}) & sleep 30", marker.display());
+        let err = Confined::new(Path::new("/bin/sh"), home.path())
+            .args(["-c", &script])
+            .run(&limits(300))
+            .unwrap_err();
+        assert!(matches!(err, ConfineError::TimedOut { .. }), "{err}");
+        assert!(err.to_string().contains("render timeout"));
+        // The group was killed: nothing is left to write the marker. Wait on the process table
+        // rather than on the clock: no process of that script may remain.
+        let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+        let table = String::from_utf8_lossy(&ps.stdout);
+        assert!(
+            !table.contains(&marker.display().to_string()),
+            "a grandchild survived: {table}"
+        );
+    }
+
+    #[test]
+    fn output_past_the_cap_is_an_error() {
+        let home = tempfile::tempdir().unwrap();
+        let err = Confined::new(Path::new("/bin/sh"), home.path())
+            .args(["-c", "head -c 300000 /dev/zero"])
+            .run(&Limits {
+                output_bytes: 100_000,
+                ..Limits::default()
+            })
+            .unwrap_err();
+        assert!(matches!(err, ConfineError::OutputTooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_address_space_ceiling_stops_a_runaway_allocation() {
+        let home = tempfile::tempdir().unwrap();
+        // python3 is on every machine this project builds on; it asks for 1 GiB at once.
+        let output = Confined::new(Path::new("/usr/bin/env"), home.path())
+            .args([
+                "python3",
+                "-c",
+                "b = bytearray(1 << 30); print('allocated')",
+            ])
+            .run(&Limits {
+                memory_bytes: 256 << 20,
+                ..Limits::default()
+            })
+            .unwrap();
+        assert!(!output.status.success());
+        assert!(String::from_utf8_lossy(&output.stderr).contains("MemoryError"));
+    }
+
+    #[test]
+    fn a_confined_process_cannot_reach_a_loopback_listener() {
+        if !network_namespace_available() {
+            eprintln!("no network namespace here: the scrubbed environment is the only guard");
+            return;
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let home = tempfile::tempdir().unwrap();
+        let script = format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected >&3 && echo reached; true"
+        );
+        let output = Confined::new(Path::new("/bin/bash"), home.path())
+            .args(["-c", &script])
+            .run(&limits(10_000))
+            .unwrap();
+        assert!(!String::from_utf8_lossy(&output.stdout).contains("reached"));
+        // Nothing connected: accept() has nothing queued.
+        let accepted = listener.accept();
+        assert!(accepted.is_err(), "a confined process reached loopback");
+        // The same script outside the namespace does connect: the test can fail.
+        let mut plain = Command::new("/bin/bash")
+            .args(["-c", &script])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _ = plain.wait();
+        listener.set_nonblocking(false).unwrap();
+        let (mut stream, _) = listener.accept().unwrap();
+        let _ = stream.write_all(b"");
+    }
+
+    #[test]
+    fn stderr_cause_keeps_the_last_meaningful_lines() {
+        let stderr = b"Error: accumulating resources: accumulation err='x'\n\ncould not resolve host: example.com\nexit status 128\n";
+        assert_eq!(
+            stderr_cause(stderr, 2),
+            "could not resolve host: example.com; exit status 128"
+        );
+        assert_eq!(stderr_cause(b"\n\n", 3), "no output on stderr");
+    }
+}

@@ -1,0 +1,335 @@
+//! Keeping a kustomize build inside the materialised tree of one commit.
+//!
+//! `kubectl kustomize` follows a `resources:` entry, a base, a component or a generator's
+//! file wherever it points: an absolute path, `../../..` out of the tree (into a checkout's
+//! `.git/config`, say), a URL, a git repository. Before the build, every kustomization
+//! reachable from the source is read and every entry that names a file or folder must be a
+//! relative path to something that exists inside the tree; anything else is refused with the
+//! file and the entry. The network namespace `confine.rs` runs kubectl in is the backstop.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::yaml;
+
+/// The names kustomize looks for, in its order.
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// Checks every kustomization reachable from `dir` (inside `root`). Returns the first refusal.
+pub fn check_confined(root: &Path, dir: &Path) -> Result<(), String> {
+    let root = lexical(root);
+    let start = lexical(dir);
+    if !start.starts_with(&root) {
+        return Err(format!(
+            "the source folder {} is outside the repository",
+            dir.display()
+        ));
+    }
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![start];
+    while let Some(dir) = stack.pop() {
+        if !seen.insert(dir.clone()) {
+            continue;
+        }
+        let Some(file) = KUSTOMIZATION_FILES
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.is_file())
+        else {
+            // kustomize itself says a folder without a kustomization is not a base.
+            continue;
+        };
+        let label = relative(&root, &file);
+        let text = std::fs::read(&file).map_err(|e| format!("{label}: {e}"))?;
+        let text = String::from_utf8(text)
+            .map_err(|_| format!("{label}: not UTF-8 text; kustomize would misread it"))?;
+        let kustomization = yaml::parse_document(&text, &label).map_err(|e| e.to_string())?;
+        for entry in entries(&kustomization).map_err(|e| format!("{label}: {e}"))? {
+            let target = resolve(&root, &dir, &entry).map_err(|why| {
+                format!(
+                    "{label}: {} entry {:?} {why}",
+                    entry.field,
+                    entry.value.chars().take(200).collect::<String>()
+                )
+            })?;
+            if entry.may_be_base && target.is_dir() {
+                stack.push(target);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One entry of a kustomization that names a file or a folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathEntry {
+    /// Where it sits: `resources`, `configMapGenerator[0].files`, ...
+    pub field: String,
+    pub value: String,
+    /// A folder here is a kustomization of its own, to be checked in turn.
+    pub may_be_base: bool,
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    match value {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|i| i.as_str().map(str::to_string))
+            .collect(),
+        Some(Value::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    }
+}
+
+/// Every entry of one kustomization that names a file or folder; `helmCharts` are refused.
+pub fn entries(kustomization: &Value) -> Result<Vec<PathEntry>, String> {
+    let mut out = Vec::new();
+    let mut push = |field: String, value: String, may_be_base: bool| {
+        if !value.trim().is_empty() {
+            out.push(PathEntry {
+                field,
+                value,
+                may_be_base,
+            });
+        }
+    };
+    for field in [
+        "resources",
+        "bases",
+        "components",
+        "generators",
+        "transformers",
+        "validators",
+    ] {
+        for value in strings(kustomization.get(field)) {
+            push(field.to_string(), value, true);
+        }
+    }
+    for field in ["crds", "configurations"] {
+        for value in strings(kustomization.get(field)) {
+            push(field.to_string(), value, false);
+        }
+    }
+    // An entry with a line break is an inline patch, not a path.
+    for value in strings(kustomization.get("patchesStrategicMerge")) {
+        if !value.contains('\n') {
+            push("patchesStrategicMerge".into(), value, false);
+        }
+    }
+    for field in ["patches", "patchesJson6902", "replacements"] {
+        if let Some(Value::Array(items)) = kustomization.get(field) {
+            for (index, item) in items.iter().enumerate() {
+                if let Some(path) = item.get("path").and_then(Value::as_str) {
+                    push(format!("{field}[{index}].path"), path.to_string(), false);
+                }
+            }
+        }
+    }
+    for field in ["configMapGenerator", "secretGenerator"] {
+        if let Some(Value::Array(items)) = kustomization.get(field) {
+            for (index, item) in items.iter().enumerate() {
+                for source in strings(item.get("files")) {
+                    // `key=path`: the path is what follows the key.
+                    let path = source.split_once('=').map(|(_, p)| p).unwrap_or(&source);
+                    push(format!("{field}[{index}].files"), path.to_string(), false);
+                }
+                for env in strings(item.get("envs"))
+                    .into_iter()
+                    .chain(strings(item.get("env")))
+                {
+                    push(format!("{field}[{index}].envs"), env, false);
+                }
+            }
+        }
+    }
+    if let Some(path) = kustomization
+        .pointer("/openapi/path")
+        .and_then(Value::as_str)
+    {
+        push("openapi.path".into(), path.to_string(), false);
+    }
+    if let Some(path) = kustomization
+        .pointer("/helmGlobals/chartHome")
+        .and_then(Value::as_str)
+    {
+        push("helmGlobals.chartHome".into(), path.to_string(), false);
+    }
+    for field in ["helmCharts", "helmChartInflationGenerator"] {
+        if kustomization
+            .get(field)
+            .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()) || v.is_object())
+        {
+            return Err(format!(
+                "{field} needs kustomize's --enable-helm, which Argo CD passes only when its kustomize.buildOptions say so; the gate does not inflate Helm charts inside a kustomization (render the chart as a Helm source instead)"
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Where an entry points, if that is a file or folder inside `root`.
+fn resolve(root: &Path, dir: &Path, entry: &PathEntry) -> Result<PathBuf, &'static str> {
+    let value = entry.value.trim();
+    let lower = value.to_ascii_lowercase();
+    if lower.contains("://")
+        || lower.starts_with("git@")
+        || lower.starts_with("git::")
+        || lower.starts_with("ssh:")
+        || lower.contains("?ref=")
+    {
+        return Err("is a remote location; the gate renders offline and refuses it");
+    }
+    if Path::new(value).is_absolute() || value.starts_with('~') {
+        return Err("is an absolute path; a kustomization may only name files of its repository");
+    }
+    let target = lexical(&dir.join(value));
+    if !target.starts_with(root) {
+        return Err("leaves the repository; a kustomization may only name files of its repository");
+    }
+    match std::fs::symlink_metadata(&target) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            Err("is a symbolic link; the gate never follows one")
+        }
+        Ok(_) => Ok(target),
+        Err(_) => Err(
+            "is not a file or folder of the repository (kustomize would try it as a remote base); the gate refuses it",
+        ),
+    }
+}
+
+/// `a/b/../c` -> `a/c`, without touching the disk (the materialised tree has no links).
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+fn relative(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let target = dir.path().join(path);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(target, text).unwrap();
+        }
+        dir
+    }
+
+    fn check(files: &[(&str, &str)], start: &str) -> Result<(), String> {
+        let dir = tree(files);
+        check_confined(dir.path(), &dir.path().join(start))
+    }
+
+    #[test]
+    fn entries_inside_the_tree_pass() {
+        let ok = check(
+            &[
+                (
+                    "app/kustomization.yaml",
+                    "resources: [../base, cm.yaml]\nconfigMapGenerator:\n- name: x\n  files: [k=conf.txt]\npatches:\n- path: p.yaml\n",
+                ),
+                ("app/cm.yaml", "kind: ConfigMap"),
+                ("app/conf.txt", "x"),
+                ("app/p.yaml", "x"),
+                ("base/kustomization.yaml", "resources: [d.yaml]\n"),
+                ("base/d.yaml", "kind: Deployment"),
+            ],
+            "app",
+        );
+        assert_eq!(ok, Ok(()));
+    }
+
+    #[test]
+    fn every_way_out_is_refused_with_file_and_entry() {
+        let cases = [
+            ("resources: [http://127.0.0.1:1/x.yaml]", "remote location"),
+            (
+                "resources: [github.com/org/repo//base?ref=v1]",
+                "remote location",
+            ),
+            (
+                "resources: [git@github.com:org/repo.git]",
+                "remote location",
+            ),
+            ("resources: [/etc]", "absolute path"),
+            ("bases: [../../..]", "leaves the repository"),
+            ("components: [../nowhere]", "not a file or folder"),
+            (
+                "configMapGenerator:\n- name: t\n  files: [token=../../../.git/config]",
+                "leaves the repository",
+            ),
+            (
+                "secretGenerator:\n- name: t\n  envs: [/proc/self/environ]",
+                "absolute path",
+            ),
+            ("replacements:\n- path: ../../../x", "leaves the repository"),
+            ("openapi:\n  path: /tmp/schema.json", "absolute path"),
+            ("crds: [../../../crd.yaml]", "leaves the repository"),
+            ("patches:\n- path: ssh://host/p.yaml", "remote location"),
+            (
+                "helmCharts:\n- name: x\n  repo: https://charts.example.test",
+                "--enable-helm",
+            ),
+        ];
+        for (kustomization, why) in cases {
+            let err = check(&[("a/app/kustomization.yaml", kustomization)], "a/app")
+                .expect_err(kustomization);
+            assert!(err.starts_with("a/app/kustomization.yaml: "), "{err}");
+            assert!(err.contains(why), "{kustomization}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_base_reached_through_another_is_checked_too() {
+        let err = check(
+            &[
+                ("app/kustomization.yaml", "resources: [../base]"),
+                (
+                    "base/kustomization.yaml",
+                    "resources: [https://example.test/x.yaml]",
+                ),
+            ],
+            "app",
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("base/kustomization.yaml: resources entry"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn inline_strategic_merge_patches_are_not_paths() {
+        let ok = check(
+            &[(
+                "app/kustomization.yaml",
+                "patchesStrategicMerge:\n- |\n  apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: x}\n",
+            )],
+            "app",
+        );
+        assert_eq!(ok, Ok(()));
+    }
+}
