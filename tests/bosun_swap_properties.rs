@@ -147,3 +147,73 @@ proptest! {
         prop_assert_eq!(output, expected);
     }
 }
+
+/// The text of a manifest file and a chart template, each declaring `FROM` for a Widget.
+const MANIFEST: &str = "# keep\napiVersion: \"example.test/v1beta1\" # pinned\nkind: Widget\nmetadata:\n  name: n0\nspec:\n  size: 3\n";
+const TEMPLATE: &str = "{{- if .Values.on }}\napiVersion: example.test/v1beta1\nkind: Widget\nmetadata:\n  name: {{ .Release.Name }}\n{{- end }}\n";
+
+fn destination_swap(version: &str, template: bool) -> Swap {
+    Swap {
+        path: "f.yaml".into(),
+        document: 0,
+        kind: "Widget".into(),
+        name: if template {
+            "{{ x }}".into()
+        } else {
+            "n0".into()
+        },
+        from: FROM.into(),
+        to: format!("example.test/{version}"),
+        template,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// A CRD version name is chart-controlled. Whatever it is, Bosun either refuses to write
+    /// it, or every byte it writes is inside the apiVersion value: the file parses to the same
+    /// documents, with only that value changed, to exactly the destination.
+    #[test]
+    fn a_chart_controlled_version_name_writes_nothing_outside_the_value(
+        version in prop_oneof![
+            "[a-z][a-z0-9-]{0,10}",
+            any::<String>(),
+            "v1[\n\r\"' #:{}\\[\\]&*!|>%@`-]{1,4}[a-zA-Z: \n-]{0,40}",
+        ],
+    ) {
+        let valid = gitops_loop::names::is_dns1035_label(&version);
+        // Plain manifest: the documents after the swap are the documents before, but for the
+        // one value.
+        match swap::apply(MANIFEST, &[destination_swap(&version, false)]) {
+            Err(_) => prop_assert!(!valid, "a valid version {:?} was refused", version),
+            Ok(output) => {
+                prop_assert!(valid, "an invalid version {:?} was written", version);
+                let before = gitops_loop::yaml::parse_documents(MANIFEST, "before").unwrap();
+                let after = gitops_loop::yaml::parse_documents(&output, "after").unwrap();
+                prop_assert_eq!(after.len(), before.len());
+                let mut expected = before[0].clone();
+                expected["apiVersion"] = format!("example.test/{version}").into();
+                prop_assert_eq!(&after[0], &expected);
+            }
+        }
+        // Template: only the one line changes, and it still reads as that key and value.
+        match swap::apply(TEMPLATE, &[destination_swap(&version, true)]) {
+            Err(_) => prop_assert!(!valid),
+            Ok(output) => {
+                prop_assert!(valid);
+                let changed: Vec<(&str, &str)> = TEMPLATE
+                    .lines()
+                    .zip(output.lines())
+                    .filter(|(a, b)| a != b)
+                    .collect();
+                prop_assert_eq!(output.lines().count(), TEMPLATE.lines().count());
+                prop_assert_eq!(changed.len(), 1);
+                let line = changed[0].1;
+                let value = gitops_loop::yaml::parse_document(line, "line").unwrap();
+                let expected = format!("example.test/{version}");
+                prop_assert_eq!(value["apiVersion"].as_str(), Some(expected.as_str()));
+            }
+        }
+    }
+}

@@ -94,4 +94,9 @@ fn check_cases() {
         );
         insta::assert_snapshot!(snapshot);
     });
+    assert_eq!(
+        common::NetworkWatch::get().connections(),
+        0,
+        "a render reached the network (the proxy variables point at the watch)"
+    );
 }

@@ -105,4 +105,9 @@ fn render_cases() {
         );
         insta::assert_snapshot!(report);
     });
+    assert_eq!(
+        common::NetworkWatch::get().connections(),
+        0,
+        "a render reached the network (the proxy variables point at the watch)"
+    );
 }

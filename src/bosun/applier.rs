@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{GlobSet, GlobSetBuilder};
 use serde_json::Value;
 
 use super::swap::{self, Swap};
@@ -93,10 +93,19 @@ impl Scope {
     }
 }
 
-fn globs(patterns: &[String]) -> Result<GlobSet, String> {
+/// A glob set; `case_insensitive` for the deny-list, which must hold whatever the case of a
+/// path on a case-insensitive filesystem (denying more is the safe side; the allowlist stays
+/// exact, allowing less).
+fn globs(patterns: &[String], case_insensitive: bool) -> Result<GlobSet, String> {
     let mut builder = GlobSetBuilder::new();
     for pattern in patterns {
-        builder.add(Glob::new(pattern).map_err(|e| format!("glob {pattern:?}: {e}"))?);
+        builder.add(
+            globset::GlobBuilder::new(pattern)
+                .case_insensitive(case_insensitive)
+                .literal_separator(false)
+                .build()
+                .map_err(|e| format!("glob {pattern:?}: {e}"))?,
+        );
     }
     builder.build().map_err(|e| e.to_string())
 }
@@ -104,8 +113,8 @@ fn globs(patterns: &[String]) -> Result<GlobSet, String> {
 impl Policy {
     pub fn new(deny: &[String], allow: &[String], scope: Option<Scope>) -> Result<Policy, String> {
         Ok(Policy {
-            deny: globs(deny)?,
-            allow: globs(allow)?,
+            deny: globs(deny, true)?,
+            allow: globs(allow, false)?,
             scope,
         })
     }
@@ -180,11 +189,13 @@ pub fn prepare(
             refusals.push(refuse(reason));
             continue;
         }
-        if policy.deny.is_match(path) {
+        // The lists see the path as the filesystem resolves it: `a//b` and `a/./b` are `a/b`.
+        let normal = crate::render::git::normalize(path);
+        if policy.deny.is_match(&normal) {
             refusals.push(refuse("the deny-list matches it".into()));
             continue;
         }
-        if !policy.allow.is_match(path) {
+        if !policy.allow.is_match(&normal) {
             refusals.push(refuse("the allowlist does not match it".into()));
             continue;
         }
@@ -302,6 +313,18 @@ mod tests {
         assert!(
             refused("apps/a.yaml", &policy(&[], Some(elsewhere)))
                 .starts_with("outside the promotion scope")
+        );
+        // The deny-list sees the path as the filesystem resolves it, in any case.
+        for spelling in ["apps//a.yaml", "apps/./a.yaml", "apps///./a.yaml"] {
+            assert_eq!(
+                refused(spelling, &policy(&["apps/a.yaml"], None)),
+                "the deny-list matches it",
+                "{spelling}"
+            );
+        }
+        assert_eq!(
+            refused("apps/a.yaml", &policy(&["APPS/*.YAML"], None)),
+            "the deny-list matches it"
         );
         assert!(refused("../a.yaml", &policy(&[], None)).contains("leaves the repository"));
         assert!(refused("/etc/a.yaml", &policy(&[], None)).contains("leaves the repository"));

@@ -20,12 +20,17 @@ pub enum Loss {
     Unverifiable(String),
 }
 
+/// Markdown a comment can carry as it is: the path and value come from a pull request or a
+/// chart, so they are escaped (`report::code`, `report::text`).
 impl std::fmt::Display for Loss {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use crate::gate::report::{code, text};
         match self {
-            Loss::Pruned(path, value) => write!(f, "`{path}` = {value} would be pruned"),
-            Loss::Rejected(message) => write!(f, "rejected: {message}"),
-            Loss::Unverifiable(why) => write!(f, "cannot be checked: {why}"),
+            Loss::Pruned(path, value) => {
+                write!(f, "{} = {} would be pruned", code(path), text(value))
+            }
+            Loss::Rejected(message) => write!(f, "rejected: {}", text(message)),
+            Loss::Unverifiable(why) => write!(f, "cannot be checked: {}", text(why)),
         }
     }
 }

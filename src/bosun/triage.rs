@@ -351,8 +351,9 @@ impl Bosun {
         );
         if !details.is_empty() {
             body.push('\n');
+            // Each detail is Markdown made safe where it was written (`Loss`'s Display).
             for line in details {
-                let _ = writeln!(body, "- {}", report::text(line));
+                let _ = writeln!(body, "- {line}");
             }
         }
         body.push_str("\nBosun has stopped here; nothing was pushed by this step.\n");
@@ -671,7 +672,7 @@ impl Bosun {
         if !losses.is_empty() {
             let details: Vec<String> = losses
                 .iter()
-                .map(|(document, loss)| format!("{document}: {loss}"))
+                .map(|(document, loss)| format!("{}: {loss}", report::text(&document.to_string())))
                 .collect();
             let files: Vec<&str> = {
                 let mut f: Vec<&str> = losses.iter().map(|(d, _)| d.file.as_str()).collect();
@@ -759,14 +760,13 @@ impl Bosun {
         for crd in dropped {
             let _ = writeln!(
                 body,
-                "- `{}` {} → `{}/{}`: {}",
-                report::text(&crd.kind),
-                crd.dropped.join(", "),
-                report::text(&crd.group),
-                report::text(&crd.storage),
+                "- {} {} → {}: {}",
+                report::code(&crd.kind),
+                report::text(&crd.dropped.join(", ")),
+                report::code(&format!("{}/{}", crd.group, crd.storage)),
                 crd.consumers
                     .iter()
-                    .map(|c| format!("`{}`", report::text(&c.path)))
+                    .map(|c| report::code(&c.path))
                     .collect::<std::collections::BTreeSet<_>>()
                     .into_iter()
                     .collect::<Vec<_>>()

@@ -177,11 +177,36 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
     })
 }
 
-/// Text a chart or a repository controls, made safe for Markdown: no HTML, no comments.
+/// Text a chart or a repository controls, made safe for Markdown: no HTML, no comments, one
+/// line (a line break shows as `␤`, so nothing can start a heading, a list or a block), and
+/// the characters that open emphasis, code, links, images, tables or autolinks escaped.
 pub fn text(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\r' => {
+                if chars.peek() != Some(&'\n') {
+                    out.push('␤');
+                }
+            }
+            '\n' => out.push('␤'),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            // `scheme://`, `www.` and `user@host` are autolinks on GitHub: break them.
+            ':' if chars.peek() == Some(&'/') => out.push_str("\\:"),
+            '.' if out.ends_with("www") || out.ends_with("WWW") => out.push_str("\\."),
+            '@' => out.push_str("\\@"),
+            c if c.is_control() => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// A code span when the text is plain, escaped text otherwise.
@@ -621,7 +646,22 @@ mod tests {
     fn markdown_text_is_escaped() {
         assert_eq!(text("a --> <!-- b"), "a --&gt; &lt;!-- b");
         assert_eq!(code("external-secrets.io"), "`external-secrets.io`");
-        assert_eq!(code("x`y"), "x`y");
+        assert_eq!(code("x`y"), "x\\`y");
         assert_eq!(code("<x>"), "&lt;x&gt;");
+    }
+
+    #[test]
+    fn chart_text_cannot_start_a_heading_a_link_or_an_autolink() {
+        let hostile =
+            "v1\n---\n# ## [click](https://evil.example.test) *b* www.evil.test a@b.test\r\n|x|";
+        let safe = text(hostile);
+        assert!(!safe.contains('\n') && !safe.contains('\r'), "{safe}");
+        for opener in ["https://", "www.", "a@b", "\n#"] {
+            assert!(!safe.contains(opener), "{opener:?} survived in {safe}");
+        }
+        assert_eq!(
+            safe,
+            "v1␤---␤\\# \\#\\# \\[click\\](https\\://evil.example.test) \\*b\\* www\\.evil.test a\\@b.test␤\\|x\\|"
+        );
     }
 }

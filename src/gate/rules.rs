@@ -229,8 +229,14 @@ pub fn scan_manifests(snapshot: &Snapshot) -> ManifestScan {
     let mut manifests = Vec::new();
     let mut unreadable = Vec::new();
     for path in snapshot.manifest_files() {
-        let text = String::from_utf8_lossy(snapshot.read(path).unwrap_or_default());
-        match yaml::parse_documents(&text, path) {
+        let text = match yaml::utf8(snapshot.read(path).unwrap_or_default(), path) {
+            Ok(text) => text,
+            Err(e) => {
+                unreadable.push((path.to_string(), e));
+                continue;
+            }
+        };
+        match yaml::parse_documents(text, path) {
             Ok(documents) => {
                 for (index, document) in documents.into_iter().enumerate() {
                     let (Some(api_version), Some(kind)) = (

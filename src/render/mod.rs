@@ -730,10 +730,9 @@ fn run_job(
                     charts::first_error_line(&String::from_utf8_lossy(&output.stderr))
                 ));
             }
-            Ok((
-                format!("helm template {}", h.chart_label),
-                String::from_utf8_lossy(&output.stdout).into_owned(),
-            ))
+            let label = format!("helm template {}", h.chart_label);
+            let text = yaml::utf8(&output.stdout, &label)?.to_string();
+            Ok((label, text))
         }
         RenderJob::Kustomize(k) => {
             let kubectl = config.kubectl.as_ref().ok_or(
@@ -758,10 +757,9 @@ fn run_job(
                     confine::stderr_cause(&output.stderr, 3)
                 ));
             }
-            Ok((
-                format!("kustomize build {}", k.path),
-                String::from_utf8_lossy(&output.stdout).into_owned(),
-            ))
+            let label = format!("kustomize build {}", k.path);
+            let text = yaml::utf8(&output.stdout, &label)?.to_string();
+            Ok((label, text))
         }
         RenderJob::Objects(_) => Ok((String::new(), String::new())),
     }
@@ -867,7 +865,12 @@ pub fn object_sort_key(object: &Value) -> (String, String, String, String) {
 fn scan_roots(snapshot: &Snapshot) -> Result<Vec<Item>, Diagnostic> {
     let mut roots = Vec::new();
     for path in snapshot.manifest_files() {
-        let text = String::from_utf8_lossy(snapshot.read(path).unwrap_or_default());
+        let text =
+            yaml::utf8(snapshot.read(path).unwrap_or_default(), path).map_err(|e| Diagnostic {
+                severity: Severity::Error,
+                subject: format!("file {path}"),
+                message: e,
+            })?;
         if !text.contains("argoproj.io") {
             continue;
         }

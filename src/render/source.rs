@@ -689,7 +689,7 @@ pub fn read_directory(
         if !exclude.is_empty() && loose_glob_match(exclude, relative) {
             continue;
         }
-        let text = String::from_utf8_lossy(content);
+        let text = yaml::utf8(content, file)?;
         // Argo CD leaves out files marked to be skipped, and YAML that does not look like a
         // Kubernetes manifest at all (no apiVersion, kind and metadata).
         if text.contains("+argocd:skip-file-rendering") {

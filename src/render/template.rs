@@ -105,6 +105,46 @@ fn push_template(s: &str, out: &mut Vec<String>) {
 
 const NO_VALUE_MARK: &str = "__GITOPS_GATE_NO_VALUE__";
 
+/// Functions helm's template engine offers that Argo CD's goTemplate does not: Argo CD gives
+/// Sprig's generic function map less `env`, `expandenv` and `getHostByName`, plus its own
+/// `normalize`, `slugify`, `toYaml`, `fromYaml` and `fromYamlArray`
+/// (`applicationset/utils/utils.go`). The gate evaluates goTemplate with helm's engine, so it
+/// refuses these by name rather than render what Argo CD would reject.
+const NOT_IN_ARGO_CD: &[(&str, &str)] = &[
+    ("include", "a Helm-only function"),
+    ("tpl", "a Helm-only function"),
+    ("required", "a Helm-only function"),
+    ("lookup", "a Helm-only function"),
+    ("toToml", "a Helm-only function"),
+    ("fromToml", "a Helm-only function"),
+    ("toYamlPretty", "a Helm-only function"),
+    ("fromJsonArray", "a Helm-only function"),
+    (
+        "env",
+        "Argo CD removes it: a template may not read the controller's environment",
+    ),
+    (
+        "expandenv",
+        "Argo CD removes it: a template may not read the controller's environment",
+    ),
+    (
+        "getHostByName",
+        "Argo CD removes it: a template may not reach the network",
+    ),
+    (
+        "define",
+        "named templates inside an ApplicationSet template are not supported by the gate yet",
+    ),
+    (
+        "template",
+        "named templates inside an ApplicationSet template are not supported by the gate yet",
+    ),
+    (
+        "block",
+        "named templates inside an ApplicationSet template are not supported by the gate yet",
+    ),
+];
+
 /// Renders `templates` (Go templates) once per parameter set, with helm's template engine.
 /// Returns, per parameter set, the rendered string for each template.
 pub fn go_render_batch(
@@ -129,6 +169,13 @@ pub fn go_render_batch(
         }
     }
     for template in templates {
+        for (function, why) in NOT_IN_ARGO_CD {
+            if mentions_function(template, function) {
+                return Err(format!(
+                    "template {template:?}: `{function}` is not a function of Argo CD's goTemplate ({why})"
+                ));
+            }
+        }
         if mentions_function(template, "slugify") {
             return Err(format!(
                 "template {template:?}: the Argo CD function `slugify` is not supported by the gate yet"
@@ -450,6 +497,40 @@ mod tests {
         );
         assert_eq!(first_missing_key("{{ \".nope\" }}", &p), None);
         assert_eq!(first_missing_key("{{ $.name | upper }}", &p), None);
+    }
+
+    #[test]
+    fn functions_argo_cd_does_not_have_are_refused_by_name() {
+        let helm = Tool {
+            name: "helm",
+            path: "/nonexistent/helm".into(),
+            source: crate::render::tools::ToolSource::Flag,
+            limits: Default::default(),
+        };
+        let work = tempfile::tempdir().unwrap();
+        let p = vec![params(json!({"name": "prod"}))];
+        for (template, function) in [
+            (
+                "{{ getHostByName \"metadata.google.internal\" }}",
+                "getHostByName",
+            ),
+            ("{{ env \"GITHUB_TOKEN\" }}", "env"),
+            ("{{ include \"x\" . }}", "include"),
+            ("{{ .name | required \"n\" }}", "required"),
+            ("{{ lookup \"v1\" \"Secret\" \"argocd\" \"x\" }}", "lookup"),
+            ("{{ define \"x\" }}y{{ end }}", "define"),
+        ] {
+            let err =
+                go_render_batch(&helm, work.path(), &[template.into()], &p, false).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "`{function}` is not a function of Argo CD's goTemplate"
+                )),
+                "{template}: {err}"
+            );
+        }
+        // A field or a variable of that name is not the function.
+        assert!(!mentions_function("{{ .env }}-{{ $template }}", "env"));
     }
 
     #[test]

@@ -44,6 +44,17 @@ fn error(origin: &str, err: serde_saphyr::Error) -> YamlError {
     }
 }
 
+/// The bytes of a file as text, or an error naming the file and the first byte that is not
+/// UTF-8 (YAML is UTF-8; a silent U+FFFD would change what the gate compares).
+pub fn utf8<'a>(bytes: &'a [u8], origin: &str) -> Result<&'a str, String> {
+    std::str::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{origin}: not UTF-8 text (invalid byte at offset {})",
+            e.valid_up_to()
+        )
+    })
+}
+
 /// Reads every non-empty document of a YAML stream as JSON values.
 pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Value>, YamlError> {
     let documents: Vec<Value> =

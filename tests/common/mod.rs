@@ -109,13 +109,67 @@ fn apply_overlay(from: &Path, to: &Path) {
     }
 }
 
-/// The gate binary with a private, empty render cache.
+/// A loopback listener that counts every connection made to it: the gate's proxy variables
+/// point at it, and hostile inputs name it directly, so a test can assert that a render
+/// reached no network at all.
+pub struct NetworkWatch {
+    pub url: String,
+    pub port: u16,
+    connections: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl NetworkWatch {
+    /// One watch per test binary.
+    pub fn get() -> &'static NetworkWatch {
+        static WATCH: std::sync::OnceLock<NetworkWatch> = std::sync::OnceLock::new();
+        WATCH.get_or_init(|| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+            let port = listener.local_addr().expect("address").port();
+            let connections = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counter = connections.clone();
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    drop(stream);
+                }
+            });
+            NetworkWatch {
+                url: format!("http://127.0.0.1:{port}"),
+                port,
+                connections,
+            }
+        })
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// The gate binary with a private, empty render cache, and every proxy variable pointing at
+/// the [`NetworkWatch`] (a render that reaches for the network is counted there).
 pub fn gate(cache: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_gate"));
+    let watch = NetworkWatch::get();
     command
         .env("GATE_CACHE_DIR", cache)
         .env_remove("GATE_HELM")
         .env_remove("GATE_KUBECTL");
+    for key in [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ] {
+        command.env(key, &watch.url);
+    }
+    // The gate's own forge client talks to the doubles on loopback; helm and kubectl get no
+    // NO_PROXY (the gate scrubs their environment), and hostile inputs name the watch directly.
+    command
+        .env("NO_PROXY", "127.0.0.1,localhost,::1")
+        .env("no_proxy", "127.0.0.1,localhost,::1");
     command
 }
 

@@ -1,0 +1,189 @@
+//! The attacks of a hostile pull request on the gate, played end to end with the real `gate`,
+//! helm and kubectl: kustomizations that reach for the checkout's credentials or the network.
+//! A canary token sits in the checkout's `.git/config` (as a CI checkout keeps it) and in the
+//! gate's environment; neither may appear in any report, JSON or log, no render may be green,
+//! and the loopback watch the proxy variables point at (and the hostile URLs name) must see no
+//! connection.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+const CONFIG_CANARY: &str = "ghs_CONFIGcanary0123456789abcdef";
+const ENV_CANARY: &str = "ghp_ENVcanary9876543210fedcba";
+
+/// (name, the overlay's files) for each way a kustomization may try to leave its tree.
+fn attacks(checkout: &Path, port: u16) -> Vec<(&'static str, Vec<(String, String)>)> {
+    let checkout = checkout.display().to_string();
+    let base = "manifests/common/base/kustomization.yaml".to_string();
+    let keep = "resources:\n  - configmap.yaml\n  - deployment.yaml\n";
+    let read_config = "configMapGenerator:\n  - name: stolen\n    files: [token=.git/config]\n";
+    // From manifests/common/base, enough `..` to reach `/`, then the checkout's path.
+    let climb = format!("{}{}", "../".repeat(24), checkout.trim_start_matches('/'));
+    vec![
+        (
+            "a base at the checkout's absolute path",
+            vec![
+                (base.clone(), format!("{keep}  - {checkout}\n")),
+                ("kustomization.yaml".into(), read_config.into()),
+            ],
+        ),
+        (
+            "a base climbing out of the tree to the checkout",
+            vec![
+                (base.clone(), format!("{keep}  - {climb}\n")),
+                ("kustomization.yaml".into(), read_config.into()),
+            ],
+        ),
+        (
+            "a generator file at the checkout's absolute path",
+            vec![(
+                base.clone(),
+                format!(
+                    "{keep}configMapGenerator:\n  - name: stolen\n    files: [token={checkout}/.git/config]\n"
+                ),
+            )],
+        ),
+        (
+            "the environment of the process",
+            vec![(
+                base.clone(),
+                format!(
+                    "{keep}configMapGenerator:\n  - name: stolen\n    envs: [/proc/self/environ]\n"
+                ),
+            )],
+        ),
+        (
+            "a remote resource",
+            vec![(
+                base.clone(),
+                format!("{keep}  - http://127.0.0.1:{port}/stolen.yaml\n"),
+            )],
+        ),
+        (
+            "a remote git base",
+            vec![(
+                base.clone(),
+                format!("{keep}  - git::http://127.0.0.1:{port}/org/repo.git//base?ref=main\n"),
+            )],
+        ),
+        (
+            "a Helm chart inflated by kustomize",
+            vec![(
+                base,
+                format!(
+                    "{keep}helmCharts:\n  - name: stolen\n    repo: http://127.0.0.1:{port}\n    version: 1.0.0\n"
+                ),
+            )],
+        ),
+    ]
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .status()
+        .unwrap();
+    assert!(status.success(), "git {args:?}");
+}
+
+fn assert_clean(what: &str, text: &str) {
+    for canary in [CONFIG_CANARY, ENV_CANARY] {
+        assert!(!text.contains(canary), "{what}: the canary leaked:\n{text}");
+    }
+}
+
+#[test]
+fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
+    let watch = common::NetworkWatch::get();
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    // A CI checkout keeps the token in its remote URL.
+    git(
+        repo.path(),
+        &[
+            "remote",
+            "add",
+            "origin",
+            &format!("https://x-access-token:{CONFIG_CANARY}@github.com/platform/gitops.git"),
+        ],
+    );
+    let mut unnamed = Vec::new();
+    for (index, (name, files)) in attacks(repo.path(), watch.port).into_iter().enumerate() {
+        let overlay = tempfile::tempdir().unwrap();
+        for (path, text) in &files {
+            let target = overlay.path().join(path);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(target, text).unwrap();
+        }
+        let branch = format!("attack-{index}");
+        git(repo.path(), &["checkout", "-q", "main"]);
+        // The work tree stays at the pull request's head, as a CI checkout's does.
+        repo.commit_overlay(overlay.path(), &branch, name);
+        let cache = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let output = common::gate(cache.path())
+            .env("GITHUB_TOKEN", ENV_CANARY)
+            .args(["check", "--head", &branch, "--default-branch", "main"])
+            .args(["--repo-url", common::SAMPLE_REPO_URL])
+            .arg("--repo")
+            .arg(repo.path())
+            .arg("--inventory")
+            .arg(common::sample_dir().join("inventory.yaml"))
+            .arg("--charts")
+            .arg(common::sample_dir().join("charts"))
+            .arg("--report")
+            .arg(out.path().join("report.md"))
+            .arg("--json")
+            .arg(out.path().join("verdict.json"))
+            .output()
+            .unwrap();
+        let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+        let json = std::fs::read_to_string(out.path().join("verdict.json")).unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        for (what, text) in [
+            ("report", report.as_str()),
+            ("json", json.as_str()),
+            ("stdout", &stdout),
+            ("stderr", &stderr),
+        ] {
+            assert_clean(&format!("{name}: {what}"), text);
+        }
+        // Never green: the render is refused, and the refusal names the kustomization.
+        assert_eq!(output.status.code(), Some(2), "{name}: {report}");
+        for format in ["yaml", "json"] {
+            let output = common::gate(cache.path())
+                .env("GITHUB_TOKEN", ENV_CANARY)
+                .args(["render", "--revision", &branch, "--format", format])
+                .args(["--repo-url", common::SAMPLE_REPO_URL])
+                .arg("--repo")
+                .arg(repo.path())
+                .arg("--inventory")
+                .arg(common::sample_dir().join("inventory.yaml"))
+                .arg("--charts")
+                .arg(common::sample_dir().join("charts"))
+                .output()
+                .unwrap();
+            assert!(!output.status.success(), "{name}: render {format}");
+            assert_clean(
+                &format!("{name}: render {format}"),
+                &String::from_utf8_lossy(&output.stdout),
+            );
+            assert_clean(
+                &format!("{name}: render {format}"),
+                &String::from_utf8_lossy(&output.stderr),
+            );
+        }
+        if !(report.contains("kustomization.yaml: ") || report.contains("--enable-helm")) {
+            unnamed.push(format!("{name}:\n{report}"));
+        }
+    }
+    assert_eq!(watch.connections(), 0, "a render reached the network");
+    // Every refusal names the kustomization file and its entry.
+    assert!(unnamed.is_empty(), "{}", unnamed.join("\n"));
+}
