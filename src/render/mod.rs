@@ -874,7 +874,7 @@ fn scan_roots(snapshot: &Snapshot) -> Result<Vec<Item>, Diagnostic> {
         if !text.contains("argoproj.io") {
             continue;
         }
-        let documents = yaml::parse_documents(&text, path).map_err(|e| Diagnostic {
+        let documents = yaml::parse_documents(text, path).map_err(|e| Diagnostic {
             severity: Severity::Error,
             subject: format!("file {path}"),
             message: format!("line {}: malformed YAML: {}", e.line, e.message),

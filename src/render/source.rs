@@ -700,7 +700,7 @@ pub fn read_directory(
         if !relative.ends_with(".json") && !looks_like_manifest {
             continue;
         }
-        let documents = yaml::parse_documents(&text, file).map_err(|e| e.to_string())?;
+        let documents = yaml::parse_documents(text, file).map_err(|e| e.to_string())?;
         for (index, document) in documents.into_iter().enumerate() {
             if document.get("apiVersion").and_then(Value::as_str).is_none()
                 || document.get("kind").and_then(Value::as_str).is_none()
