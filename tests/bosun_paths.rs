@@ -101,6 +101,20 @@ fn authors(ground: &Ground, branch: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every file below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
 fn bosun_status(ground: &Ground, branch: &str) -> (String, String) {
     let bare = ground.forge.bare_path(SLUG).unwrap();
     let head = ground::git::git(&bare, &["rev-parse", branch]).unwrap();
@@ -249,6 +263,42 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
     // and pointed outside the repository).
     assert_eq!(authors(&ground, "spoofed"), ["bosun", "Proving Ground"]);
     assert_eq!(bosun_status(&ground, "spoofed").0, "success");
+    // The repair went over smart HTTP with Bosun's token (git http-backend behind the forge
+    // double checks it as GitHub does), and the token is nowhere on disk in the checkout.
+    let git_requests: Vec<(String, Option<String>)> = ground
+        .forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.starts_with("/platform/gitops.git/"))
+        .map(|r| (r.path, r.user))
+        .collect();
+    assert!(
+        git_requests
+            .iter()
+            .any(|(path, user)| path.ends_with("/git-receive-pack")
+                && user.as_deref() == Some("bosun[bot]")),
+        "{git_requests:?}"
+    );
+    assert!(
+        git_requests
+            .iter()
+            .any(|(path, _)| path.ends_with("/git-upload-pack")),
+        "{git_requests:?}"
+    );
+    let checkout = ground
+        .bosun
+        .as_ref()
+        .unwrap()
+        .workdir
+        .join("checkouts/platform/gitops");
+    for entry in walk(&checkout.join(".git")) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(ground::FORGE_BOSUN_TOKEN),
+            "the token is on disk in {}",
+            entry.display()
+        );
+    }
     assert!(
         bosun_status(&ground, "spoofed")
             .1

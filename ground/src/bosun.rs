@@ -71,13 +71,16 @@ impl BosunProcess {
     pub async fn start(launch: Launch<'_>) -> Result<BosunProcess> {
         let workdir = launch.dir.join("bosun");
         std::fs::create_dir_all(&workdir)?;
-        let bare = launch.bare.display().to_string();
         let mut config = json!({
             "forge": {
                 "apiUrl": launch.forge_url,
                 "tokenEnv": "BOSUN_FORGE_TOKEN",
-                // The forge double serves git from bare repositories on disk.
-                "gitUrl": format!("file://{bare}"),
+                // Smart HTTP, as GitHub serves it; the token goes to git through Bosun's
+                // credential helper, never into a URL on disk.
+                "gitUrl": format!(
+                    "{}/{{slug}}.git",
+                    launch.forge_url.replacen("http://", "http://x-access-token:{token}@", 1)
+                ),
                 "checkMode": "check-run",
             },
             "repositories": [{"slug": launch.slug, "url": launch.repo_url}],

@@ -109,6 +109,8 @@ struct ForgeState {
     injected: u64,
     users: BTreeMap<String, String>,
     repos: BTreeMap<String, Repo>,
+    /// Where the bare repositories live (`owner/name.git`), served over smart HTTP.
+    git_root: PathBuf,
     next_id: u64,
     clock: u64,
     requests: Vec<RecordedRequest>,
@@ -163,7 +165,10 @@ impl ForgeDouble {
                 (dir.path().to_path_buf(), Some(dir))
             }
         };
-        let state: Shared = Arc::new(Mutex::new(ForgeState::default()));
+        let state: Shared = Arc::new(Mutex::new(ForgeState {
+            git_root: root.clone(),
+            ..ForgeState::default()
+        }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let app = router(state.clone());
@@ -213,6 +218,13 @@ impl ForgeDouble {
             },
         );
         Ok(format!("file://{}", bare.display()))
+    }
+
+    /// The smart-HTTP URL of a repository, as GitHub serves it (`https://github.com/o/n.git`):
+    /// `git http-backend` behind it, every request authenticated with a user's token the way
+    /// GitHub takes one (HTTP Basic, any user name, the token as the password).
+    pub fn http_git_url(&self, slug: &str) -> String {
+        format!("{}/{slug}.git", self.url())
     }
 
     /// The git URL of a repository (clone and push with real git).
@@ -365,6 +377,7 @@ fn router(state: Shared) -> Router {
             "/repos/{owner}/{repo}/commits/{reference}/check-runs",
             get(list_check_runs),
         )
+        .route("/{owner}/{repo}/{*rest}", get(smart_http).post(smart_http))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), record))
         .with_state(state)
@@ -394,8 +407,12 @@ async fn record(
     let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
         .await
         .unwrap_or_default();
-    let user = user_of(&state, &parts.headers);
-    let fault = {
+    let user = user_of(&state, &parts.headers).or_else(|| git_user(&state, &parts.headers));
+    // Injected faults model the REST API's; git over HTTP is left alone.
+    let is_git = parts.uri.path().contains(".git/");
+    let fault = if is_git {
+        None
+    } else {
         let mut guard = lock(&state);
         let faults = guard.faults;
         let mut roll = |per_mille: u32| {
@@ -1213,4 +1230,136 @@ async fn list_check_runs(
         .map(check_run_json)
         .collect();
     axum::Json(json!({"total_count": runs.len(), "check_runs": runs})).into_response()
+}
+
+/// The user a git client authenticates as: HTTP Basic with the token as the password (GitHub
+/// takes any user name, `x-access-token` for installation tokens).
+fn git_user(state: &Shared, headers: &HeaderMap) -> Option<String> {
+    use base64::Engine as _;
+    let value = headers.get("authorization")?.to_str().ok()?;
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let decoded = String::from_utf8(decoded).ok()?;
+    let (_, token) = decoded.split_once(':')?;
+    lock(state).users.get(token).cloned()
+}
+
+/// git's smart HTTP protocol, served by the real `git http-backend` (CGI) over the bare
+/// repositories. Without valid credentials: 401 with a Basic challenge, as GitHub answers a
+/// private repository, so git asks its credential helper.
+async fn smart_http(
+    State(state): State<Shared>,
+    UrlPath((owner, repo, rest)): UrlPath<(String, String, String)>,
+    request: axum::extract::Request,
+) -> Response {
+    let Some(name) = repo.strip_suffix(".git") else {
+        return not_found().await;
+    };
+    let slug = format!("{owner}/{name}");
+    let (root, known) = {
+        let guard = lock(&state);
+        (guard.git_root.clone(), guard.repos.contains_key(&slug))
+    };
+    let (parts, body) = request.into_parts();
+    let Some(login) = git_user(&state, &parts.headers) else {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [("www-authenticate", "Basic realm=\"GitHub\"")],
+            "Invalid username or token.\n",
+        )
+            .into_response();
+    };
+    if !known || rest.contains("..") {
+        return (StatusCode::NOT_FOUND, "Repository not found.\n").into_response();
+    }
+    let body = axum::body::to_bytes(body, 256 * 1024 * 1024)
+        .await
+        .unwrap_or_default();
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut command = tokio::process::Command::new("git");
+    command
+        .arg("http-backend")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("GIT_PROJECT_ROOT", &root)
+        .env("GIT_HTTP_EXPORT_ALL", "1")
+        .env("PATH_INFO", format!("/{owner}/{repo}/{rest}"))
+        .env("REQUEST_METHOD", parts.method.as_str())
+        .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
+        .env("CONTENT_TYPE", header("content-type"))
+        .env("CONTENT_LENGTH", body.len().to_string())
+        .env("HTTP_CONTENT_ENCODING", header("content-encoding"))
+        .env("GIT_PROTOCOL", header("git-protocol"))
+        // http-backend allows receive-pack (push) to an authenticated user only.
+        .env("REMOTE_USER", &login)
+        .env("REMOTE_ADDR", "127.0.0.1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let Ok(mut child) = command.spawn() else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot run git http-backend",
+        );
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        let _ = stdin.write_all(&body).await;
+    }
+    let Ok(output) = child.wait_with_output().await else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "git http-backend failed");
+    };
+    cgi_response(&output.stdout)
+}
+
+/// A CGI answer (headers, a blank line, the body) as an HTTP response.
+fn cgi_response(raw: &[u8]) -> Response {
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, i + 4))
+        .or_else(|| {
+            raw.windows(2)
+                .position(|w| w == b"\n\n")
+                .map(|i| (i, i + 2))
+        });
+    let Some((end, body_start)) = split else {
+        return error(
+            StatusCode::BAD_GATEWAY,
+            "git http-backend printed no headers",
+        );
+    };
+    let mut builder = Response::builder().status(StatusCode::OK);
+    for line in String::from_utf8_lossy(&raw[..end]).lines() {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("status") {
+            let code = value
+                .split_whitespace()
+                .next()
+                .and_then(|c| c.parse::<u16>().ok())
+                .and_then(|c| StatusCode::from_u16(c).ok())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            builder = builder.status(code);
+        } else {
+            builder = builder.header(name.trim(), value);
+        }
+    }
+    builder
+        .body(axum::body::Body::from(raw[body_start..].to_vec()))
+        .unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "bad CGI headers"))
 }
