@@ -596,3 +596,108 @@ async fn an_accepted_delivery_survives_sigkill_and_half_sent_connections_do_not_
     drop(stalled);
     ground.settle().await.unwrap();
 }
+
+/// A hostile chart and a hostile pull request against Bosun, end to end. The chart renames a
+/// CRD's only version to YAML that would add a cluster-admin binding: the gate blocks with
+/// `crd-name-invalid` and Bosun hands off, pushing nothing. Then, with a canary planted in
+/// Bosun's own checkout configuration, a pull request's kustomization reaches for that checkout
+/// through a base outside its tree: the render is refused, the gate is not green, and neither
+/// the canary nor Bosun's token appears in any comment, check, status or log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_chart_and_a_hostile_kustomization_get_a_person_not_a_push() {
+    const CANARY: &str = "ghs_BOSUNcanary00112233445566";
+    let mut ground = start(json!({})).await;
+    ground
+        .commit_overlay(
+            "main",
+            "main",
+            &case("check-cases/crd-version-name-injection/base"),
+            "the Widget CRD and a Widget",
+        )
+        .unwrap();
+    let (chart, _) = pull(
+        &ground,
+        "chart",
+        "check-cases/crd-version-name-injection/head",
+    )
+    .await;
+    intake(&ground, chart).await;
+    ground.settle().await.unwrap();
+    assert_eq!(authors(&ground, "chart"), ["Proving Ground"]);
+    assert!(
+        ground
+            .forge
+            .labels(SLUG, chart)
+            .contains(&"needs-human".to_string())
+    );
+    let (state, description) = bosun_status(&ground, "chart");
+    assert_eq!(state, "success", "{description}");
+    assert!(description.starts_with("handed off"), "{description}");
+
+    // The canary, in the checkout Bosun made for the first pull request.
+    let checkout = ground
+        .bosun
+        .as_ref()
+        .unwrap()
+        .workdir
+        .join("checkouts/platform/gitops");
+    let config = checkout.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("[canary]\n\ttoken = {CANARY}\n"));
+    std::fs::write(&config, text).unwrap();
+    let overlay = tempfile::tempdir().unwrap();
+    let climb = format!(
+        "{}{}",
+        "../".repeat(32),
+        checkout.display().to_string().trim_start_matches('/')
+    );
+    for (path, text) in [
+        (
+            "manifests/common/base/kustomization.yaml".to_string(),
+            format!("resources:\n  - configmap.yaml\n  - deployment.yaml\n  - {climb}\n"),
+        ),
+        (
+            "kustomization.yaml".to_string(),
+            "configMapGenerator:\n  - name: stolen\n    files: [token=.git/config]\n".to_string(),
+        ),
+    ] {
+        let target = overlay.path().join(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, text).unwrap();
+    }
+    ground
+        .commit_overlay("steal", "main", overlay.path(), "steal")
+        .unwrap();
+    let steal = ground.open_pull("steal", "steal", "alice").await.unwrap();
+    intake(&ground, steal).await;
+    ground.settle().await.unwrap();
+
+    assert_eq!(authors(&ground, "steal"), ["Proving Ground"]);
+    let (state, description) = bosun_status(&ground, "steal");
+    assert_eq!(state, "success", "{description}");
+    let mut seen = String::new();
+    for request in ground.forge.requests() {
+        seen.push_str(&request.body.to_string());
+    }
+    for number in [chart, steal] {
+        for (_, body) in ground.forge.comments(SLUG, number) {
+            seen.push_str(&body);
+        }
+    }
+    seen.push_str(&std::fs::read_to_string(&ground.bosun.as_ref().unwrap().log).unwrap());
+    for secret in [CANARY, ground::FORGE_BOSUN_TOKEN] {
+        assert!(!seen.contains(secret), "{secret} leaked");
+    }
+    let report = ground
+        .forge
+        .comments(SLUG, steal)
+        .into_iter()
+        .find(|(_, body)| body.starts_with("<!-- gitops-gate:report"))
+        .map(|(_, body)| body)
+        .unwrap();
+    assert!(
+        report.contains("leaves the repository")
+            && report.contains("### addons-gate: could not decide"),
+        "the refusal is in the report, and it is not green:\n{report}"
+    );
+}
