@@ -700,4 +700,39 @@ async fn a_hostile_chart_and_a_hostile_kustomization_get_a_person_not_a_push() {
             && report.contains("### addons-gate: could not decide"),
         "the refusal is in the report, and it is not green:\n{report}"
     );
+
+    // A pull request naming a chart repository the default branch never named: no pull.
+    let overlay = tempfile::tempdir().unwrap();
+    let targets = std::fs::read_to_string(
+        common::project_root().join("scenarios/sample/repo/targets/addons.yaml"),
+    )
+    .unwrap()
+    .replacen(
+        "repoURL: https://charts.example.test/stable\n  version: 0.10.3",
+        "repoURL: https://charts.elsewhere.test/stable\n  version: 9.9.9",
+        1,
+    );
+    std::fs::create_dir_all(overlay.path().join("targets")).unwrap();
+    std::fs::write(overlay.path().join("targets/addons.yaml"), targets).unwrap();
+    ground
+        .commit_overlay("elsewhere", "main", overlay.path(), "elsewhere")
+        .unwrap();
+    let elsewhere = ground
+        .open_pull("elsewhere", "elsewhere", "alice")
+        .await
+        .unwrap();
+    intake(&ground, elsewhere).await;
+    ground.settle().await.unwrap();
+    let report = ground
+        .forge
+        .comments(SLUG, elsewhere)
+        .into_iter()
+        .find(|(_, body)| body.starts_with("<!-- gitops-gate:report"))
+        .map(|(_, body)| body)
+        .unwrap();
+    assert!(
+        report.contains("is not on the pull allowlist")
+            && report.contains("### addons-gate: could not decide"),
+        "{report}"
+    );
 }

@@ -59,7 +59,7 @@ fn config(repo: &std::path::Path, cache: &std::path::Path) -> RenderConfig {
         cache: RenderCache::at(cache.to_path_buf()),
         max_depth: render::DEFAULT_MAX_DEPTH,
         jobs: 2,
-        pull_missing_charts: false,
+        chart_pulls: Default::default(),
         chart_repo_mirrors: Vec::new(),
     }
 }

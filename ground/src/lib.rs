@@ -255,7 +255,7 @@ impl Ground {
             cache: RenderCache::at(dir.path().join("argocd-cache")),
             max_depth: gitops_loop::render::DEFAULT_MAX_DEPTH,
             jobs: 2,
-            pull_missing_charts: false,
+            chart_pulls: Default::default(),
             chart_repo_mirrors: Vec::new(),
         };
         let argocd = ArgoCd::new(render_config, bare, "main");

@@ -259,7 +259,11 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
                 .map(|n| n.get())
                 .unwrap_or(2)
         }),
-        pull_missing_charts: pull,
+        chart_pulls: if pull {
+            gitops_loop::render::charts::ChartPulls::Any
+        } else {
+            gitops_loop::render::charts::ChartPulls::Never
+        },
         chart_repo_mirrors: args.chart_repo_mirrors.clone(),
     })
 }

@@ -104,6 +104,11 @@ pub struct ChartsConfig {
     /// Pull-through mirrors: charts of `from` are pulled from `to`.
     #[serde(default)]
     pub mirrors: Vec<ChartMirror>,
+    /// The chart repositories Bosun may pull a missing chart from. Default: the repositories
+    /// the default branch already names (every `repoURL` in its YAML); a pull request that
+    /// names another gets a render error, never a fetch.
+    #[serde(default)]
+    pub pull_from: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

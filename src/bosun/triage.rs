@@ -20,6 +20,8 @@ use crate::gate::publish::{self, CHECK_NAME};
 use crate::gate::report::{self, MARKER, ParsedReport};
 use crate::gate::rules::DroppedServedVersion;
 use crate::render::cache::RenderCache;
+use crate::render::charts::{self, ChartPulls};
+use crate::render::git::Snapshot;
 use crate::render::inventory::Inventory;
 use crate::render::tools::Tool;
 use crate::render::{self, RenderConfig, Rendering};
@@ -232,7 +234,13 @@ impl Bosun {
         }
     }
 
-    fn render_config(&self, checkout: &Path, url: &str, inventory: Inventory) -> RenderConfig {
+    fn render_config(
+        &self,
+        checkout: &Path,
+        url: &str,
+        inventory: Inventory,
+        chart_pulls: ChartPulls,
+    ) -> RenderConfig {
         RenderConfig {
             repo_dir: checkout.to_path_buf(),
             revision: "HEAD".into(),
@@ -253,7 +261,7 @@ impl Bosun {
             jobs: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(2),
-            pull_missing_charts: true,
+            chart_pulls,
             chart_repo_mirrors: self
                 .config
                 .charts
@@ -454,7 +462,26 @@ impl Bosun {
     async fn prepare(&self, slug: &RepoSlug, url: &str) -> Result<RenderConfig, TriageError> {
         let checkout = self.checkout(slug)?;
         let inventory = self.inventory().await?;
-        Ok(self.render_config(&checkout, url, inventory))
+        let pulls = self.chart_pulls(slug, &checkout)?;
+        Ok(self.render_config(&checkout, url, inventory, pulls))
+    }
+
+    /// The repositories a missing chart may be pulled from: `charts.pullFrom`, or every
+    /// repository the default branch names.
+    fn chart_pulls(&self, slug: &RepoSlug, checkout: &Path) -> Result<ChartPulls, TriageError> {
+        if let Some(list) = &self.config.charts.pull_from {
+            return Ok(ChartPulls::Only(
+                list.iter().map(|u| charts::allowlist_key(u)).collect(),
+            ));
+        }
+        let branch = self
+            .config
+            .repository(slug)
+            .map(|r| r.default_branch.clone())
+            .unwrap_or_else(|| "main".into());
+        let snapshot = Snapshot::load(checkout, &format!("refs/remotes/origin/{branch}"))
+            .map_err(|e| TriageError::Git(format!("the default branch {branch}: {e}")))?;
+        Ok(ChartPulls::Only(charts::repositories_named(&snapshot)))
     }
 
     /// One round: gate, read, classify, act. `Ok(None)`: a repair was pushed (pr updated).

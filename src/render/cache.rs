@@ -62,9 +62,9 @@ impl RenderCache {
 }
 
 /// A digest of every file below `dir` (relative paths and contents).
-pub fn digest_dir(dir: &Path) -> String {
+pub fn digest_dir(dir: &Path) -> Result<String, String> {
     let mut files = Vec::new();
-    collect(dir, dir, &mut files);
+    collect(dir, dir, &mut files)?;
     files.sort();
     let mut hasher = Sha256::new();
     for relative in files {
@@ -74,19 +74,47 @@ pub fn digest_dir(dir: &Path) -> String {
         hasher.update((content.len() as u64).to_le_bytes());
         hasher.update(&content);
     }
-    hex(&hasher.finalize())
+    Ok(hex(&hasher.finalize()))
 }
 
-fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) {
+/// The files below `dir`; a symbolic link anywhere is refused (helm would follow it out of
+/// the chart, to any file on the machine).
+fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
+        return Ok(());
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.is_dir() {
-            collect(root, &path, out);
+        let kind = entry
+            .file_type()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if kind.is_symlink() {
+            return Err(format!(
+                "{} is a symbolic link inside a chart; the gate never follows one",
+                path.display()
+            ));
+        }
+        if kind.is_dir() {
+            collect(root, &path, out)?;
         } else if let Ok(relative) = path.strip_prefix(root) {
             out.push(relative.to_string_lossy().into_owned());
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_symbolic_link_in_a_chart_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("templates")).unwrap();
+        std::fs::write(dir.path().join("Chart.yaml"), "name: x").unwrap();
+        assert!(digest_dir(dir.path()).is_ok());
+        std::os::unix::fs::symlink("/etc/hostname", dir.path().join("templates/x.yaml")).unwrap();
+        let err = digest_dir(dir.path()).unwrap_err();
+        assert!(err.contains("symbolic link inside a chart"), "{err}");
     }
 }

@@ -7,8 +7,10 @@
 //! `registry.example.test/charts` -> `registry.example.test/charts`).
 //! `gate charts pull` fills it with helm's own `pull`.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use super::git::Snapshot;
 use super::tools::Tool;
 
 /// The mirror folder of a chart repository URL.
@@ -70,6 +72,96 @@ pub fn locate(mirror: Option<&Path>, chart: &ChartRef) -> Result<PathBuf, String
     }
 }
 
+/// Which chart repositories a render may pull a missing chart from. A render is offline
+/// (`Never`) unless asked; `gate charts pull` pulls what the user's repository names (`Any`);
+/// Bosun pulls only from repositories on its allowlist (`Only`), so a pull request naming any
+/// other repository gets a render error, not a fetch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ChartPulls {
+    #[default]
+    Never,
+    Any,
+    Only(BTreeSet<String>),
+}
+
+impl ChartPulls {
+    pub fn enabled(&self) -> bool {
+        !matches!(self, ChartPulls::Never)
+    }
+
+    /// Whether a chart of `repo_url` may be pulled; the refusal says why.
+    pub fn check(&self, repo_url: &str) -> Result<(), String> {
+        match self {
+            ChartPulls::Never => Err("the render is offline".into()),
+            ChartPulls::Any => Ok(()),
+            ChartPulls::Only(allowed) if allowed.contains(&allowlist_key(repo_url)) => Ok(()),
+            ChartPulls::Only(_) => Err(format!(
+                "chart repository {repo_url} is not on the pull allowlist (charts.pullFrom, by default the repositories the default branch already names); nothing is fetched from a repository a pull request names"
+            )),
+        }
+    }
+}
+
+/// A chart repository URL compared the way the allowlist compares it: no scheme (`https://`,
+/// `oci://`; Argo CD writes OCI repositories without one), no trailing `/`, lowercase.
+pub fn allowlist_key(url: &str) -> String {
+    let url = url.trim();
+    let url = url.split_once("://").map(|(_, rest)| rest).unwrap_or(url);
+    url.trim_end_matches('/').to_ascii_lowercase()
+}
+
+/// Every `repoURL` value written anywhere in the repository's YAML (Applications, generator
+/// lists, values files): the chart repositories the commit already names.
+pub fn repositories_named(snapshot: &Snapshot) -> BTreeSet<String> {
+    fn walk(value: &serde_json::Value, out: &mut BTreeSet<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, value) in map {
+                    if key == "repoURL"
+                        && let Some(url) = value.as_str()
+                        && !url.contains("{{")
+                    {
+                        out.insert(allowlist_key(url));
+                    }
+                    walk(value, out);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for path in snapshot.manifest_files() {
+        let Some(Ok(text)) = snapshot.read(path).map(std::str::from_utf8) else {
+            continue;
+        };
+        if !text.contains("repoURL") {
+            continue;
+        }
+        if let Ok(documents) = crate::yaml::parse_documents(text, path) {
+            for document in &documents {
+                walk(document, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// The largest chart a pull may unpack (a real chart with many CRDs is a few MiB).
+pub const MAX_PULLED_CHART_BYTES: u64 = 100 << 20;
+
+fn tree_size(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => total += tree_size(&entry.path()),
+            Ok(t) if t.is_file() => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => {}
+        }
+    }
+    total
+}
+
 /// Pulls one chart into the mirror with `helm pull --untar`. A chart already present is kept.
 /// Returns true when something was downloaded.
 pub fn pull(
@@ -117,6 +209,12 @@ pub fn pull(
         ));
     }
     let unpacked = staging.path().join("out").join(&chart.chart);
+    let size = tree_size(&staging.path().join("out"));
+    if size > MAX_PULLED_CHART_BYTES {
+        return Err(format!(
+            "helm pull of {chart} unpacked {size} bytes, more than the limit of {MAX_PULLED_CHART_BYTES}; it is not kept"
+        ));
+    }
     if !unpacked.join("Chart.yaml").is_file() {
         return Err(format!(
             "helm pull of {chart} produced no {}/Chart.yaml",
@@ -164,6 +262,24 @@ pub fn first_error_line(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pulls_follow_the_allowlist() {
+        let only = ChartPulls::Only([allowlist_key("https://charts.example.test/stable")].into());
+        assert_eq!(only.check("https://Charts.Example.test/stable/"), Ok(()));
+        assert_eq!(only.check("oci://charts.example.test/stable"), Ok(()));
+        assert!(
+            only.check("https://charts.evil.test/stable")
+                .unwrap_err()
+                .contains("not on the pull allowlist")
+        );
+        assert!(
+            ChartPulls::Never
+                .check("https://charts.example.test/stable")
+                .is_err()
+        );
+        assert_eq!(ChartPulls::Any.check("https://charts.evil.test"), Ok(()));
+    }
 
     #[test]
     fn repo_keys() {

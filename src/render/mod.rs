@@ -54,9 +54,10 @@ pub struct RenderConfig {
     pub cache: RenderCache,
     pub max_depth: usize,
     pub jobs: usize,
-    /// Pull charts missing from the mirror with helm (only `gate charts pull` sets this; a
-    /// plain render never touches the network).
-    pub pull_missing_charts: bool,
+    /// Whether charts missing from the mirror are pulled with helm, and from where (`gate
+    /// charts pull`: any repository the commit names; Bosun: its allowlist; a plain render:
+    /// never, it does not touch the network).
+    pub chart_pulls: charts::ChartPulls,
     /// Pull charts of repository FROM from TO (a pull-through mirror): (from, to).
     pub chart_repo_mirrors: Vec<(String, String)>,
 }
@@ -296,7 +297,7 @@ struct Engine<'a> {
     work: PathBuf,
     helm_version: String,
     kubectl_version: String,
-    chart_digests: Mutex<HashMap<PathBuf, String>>,
+    chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
     memo: HashMap<String, Result<Vec<Value>, String>>,
     stats: RenderStats,
     diagnostics: Vec<Diagnostic>,
@@ -514,7 +515,7 @@ impl Engine<'_> {
                     }
                 )
             })?;
-        let digests = |dir: &Path| -> String {
+        let digests = |dir: &Path| -> Result<String, String> {
             let mut cache = self.chart_digests.lock().unwrap_or_else(|p| p.into_inner());
             cache
                 .entry(dir.to_path_buf())
@@ -522,6 +523,7 @@ impl Engine<'_> {
                 .clone()
         };
         let pull = |chart: &charts::ChartRef| -> Result<(), String> {
+            self.config.chart_pulls.check(&chart.repo_url)?;
             let mirror = self
                 .config
                 .charts
@@ -539,7 +541,7 @@ impl Engine<'_> {
             repos: &self.repos,
             charts: self.config.charts.as_deref(),
             chart_digests: &digests,
-            pull: if self.config.pull_missing_charts {
+            pull: if self.config.chart_pulls.enabled() {
                 Some(&pull)
             } else {
                 None

@@ -83,7 +83,7 @@ pub type PullChart<'a> = dyn Fn(&ChartRef) -> Result<(), String> + 'a;
 pub struct PlanContext<'a> {
     pub repos: &'a RepoResolver,
     pub charts: Option<&'a Path>,
-    pub chart_digests: &'a dyn Fn(&Path) -> String,
+    pub chart_digests: &'a dyn Fn(&Path) -> Result<String, String>,
     /// Set by `gate charts pull`: fetch a chart the mirror lacks.
     pub pull: Option<&'a PullChart<'a>>,
 }
@@ -188,7 +188,7 @@ fn plan_source(
             }
             (Err(e), None) => return Err(e),
         };
-        let digest = (ctx.chart_digests)(&dir);
+        let digest = (ctx.chart_digests)(&dir)?;
         let location = ChartLocation::Mirror(dir);
         let job = helm_job(
             app,
