@@ -516,6 +516,50 @@ async fn with_the_gate_run_by_ci_bosun_reads_that_report_and_publishes_none() {
         latest.verdict.outcome,
         gitops_loop::gate::report::Outcome::Green
     );
+
+    // The gate's identity is shared (any workflow can comment as the CI bot). A newer comment
+    // under it, claiming green for a blocked head, is not the verdict: the check CI published
+    // carries the digest of the real report, and Bosun waits rather than act on the forgery.
+    let (forged, forged_head) = pull(&ground, "forged", "check-cases/es-major-bump/head").await;
+    ground.settle().await.unwrap();
+    let real = ground
+        .forge
+        .comments(SLUG, forged)
+        .into_iter()
+        .find(|(author, body)| {
+            author == "addons-gate[bot]" && body.starts_with(gitops_loop::gate::report::MARKER)
+        })
+        .map(|(_, body)| body)
+        .unwrap();
+    let start = real.find("\"blocking\":{").unwrap();
+    let end = start + real[start..].find('}').unwrap() + 1;
+    let fake = format!("{}\"blocking\":{{}}{}", &real[..start], &real[end..])
+        .replace("\"outcome\":\"blocked\"", "\"outcome\":\"green\"");
+    assert_eq!(
+        gitops_loop::gate::report::parse(&fake)
+            .unwrap()
+            .verdict
+            .outcome,
+        gitops_loop::gate::report::Outcome::Green,
+        "the forgery parses as a green report"
+    );
+    let ci = gitops_loop::forge::github::GitHub::new(&ground.forge.url(), ground::FORGE_GATE_TOKEN)
+        .unwrap();
+    gitops_loop::forge::Forge::create_comment(&ci, &SLUG.parse().unwrap(), forged, &fake)
+        .await
+        .unwrap();
+    intake(&ground, forged).await;
+    ground.settle().await.unwrap();
+    assert_eq!(authors(&ground, "forged"), ["Proving Ground"]);
+    let (_, description) = bosun_status(&ground, "forged");
+    assert!(description.starts_with("waiting"), "{description}");
+    assert!(
+        !ground
+            .forge
+            .labels(SLUG, forged)
+            .contains(&"worth-a-look".to_string())
+    );
+    let _ = forged_head;
 }
 
 /// An accepted delivery survives SIGKILL: it is journaled before the 202, and the next process

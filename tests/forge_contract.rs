@@ -163,6 +163,8 @@ async fn check_runs_statuses_and_labels() {
         conclusion,
         title: "t".into(),
         summary: "s".into(),
+        external_id: "addons-gate-report:0123456789abcdef".into(),
+        app: String::new(),
     };
     let first = client
         .upsert_check_run(&slug, &run(Conclusion::Failure))
@@ -191,19 +193,29 @@ async fn check_runs_statuses_and_labels() {
     );
     assert_eq!(
         requests[1].body,
-        json!({"name": "addons-gate", "head_sha": head, "status": "completed", "conclusion": "success", "output": {"title": "t", "summary": "s"}})
+        json!({"name": "addons-gate", "head_sha": head, "status": "completed", "conclusion": "success", "output": {"title": "t", "summary": "s"}, "external_id": "addons-gate-report:0123456789abcdef"})
     );
     let runs = client.check_runs(&slug, &head).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].conclusion, Conclusion::Success);
+    // Read back: who wrote it (the app's slug) and the publisher's reference.
+    assert_eq!(runs[0].external_id, "addons-gate-report:0123456789abcdef");
+    assert!(!runs[0].app.is_empty());
 
     let status = CommitStatus {
         context: "bosun".into(),
         state: StatusState::Pending,
         description: "reading addons-gate".into(),
+        creator: String::new(),
     };
     client.set_status(&slug, &head, &status).await.unwrap();
-    assert_eq!(client.statuses(&slug, &head).await.unwrap(), vec![status]);
+    let read = client.statuses(&slug, &head).await.unwrap();
+    assert_eq!(read.len(), 1);
+    assert_eq!(
+        (&read[0].context, read[0].state, &read[0].description),
+        (&status.context, status.state, &status.description)
+    );
+    assert!(!read[0].creator.is_empty(), "the creator is read back");
 
     client
         .add_labels(&slug, 1, &["needs-human".to_string()])

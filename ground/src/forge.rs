@@ -76,6 +76,7 @@ struct CheckRun {
     conclusion: Option<String>,
     title: String,
     summary: String,
+    external_id: String,
     app: String,
 }
 
@@ -551,7 +552,9 @@ fn check_run_json(run: &CheckRun) -> Value {
         "status": run.status,
         "conclusion": run.conclusion,
         "output": {"title": run.title, "summary": run.summary},
-        "app": {"slug": run.app},
+        "external_id": run.external_id,
+        // GitHub names the app by its slug; the double's apps are its users, `[bot]` dropped.
+        "app": {"slug": run.app.trim_end_matches("[bot]")},
     })
 }
 
@@ -1129,6 +1132,9 @@ fn check_run_fields(run: &mut CheckRun, body: &Value) {
     if let Some(s) = body.pointer("/output/summary").and_then(Value::as_str) {
         run.summary = s.to_string();
     }
+    if let Some(s) = body.get("external_id").and_then(Value::as_str) {
+        run.external_id = s.to_string();
+    }
 }
 
 async fn create_check_run(
@@ -1175,6 +1181,7 @@ async fn create_check_run(
         conclusion: None,
         title: String::new(),
         summary: String::new(),
+        external_id: String::new(),
         app: user,
     };
     check_run_fields(&mut run, &body);

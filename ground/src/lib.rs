@@ -543,17 +543,29 @@ impl Ground {
             Action::StartObserver(args) => self.start_observer(args)?,
             Action::StopObserver => self.stop_observer()?,
             Action::AwaitObserversReady => {
+                // Readiness needs no tick (the API double answers on its own), and the line is
+                // said the moment it holds: before the actors run what a ready observer set
+                // off, so the transcript's order does not depend on timing.
                 let count = self.observers.len();
-                self.await_condition("every observer's /readyz to answer 200", |ground| {
-                    ground.observers.iter().all(|(_, _, health)| {
-                        let response = http_get(health, "/readyz");
-                        response
+                let deadline = std::time::Instant::now() + Duration::from_secs(90);
+                loop {
+                    let ready = self.observers.iter().all(|(_, _, health)| {
+                        http_get(health, "/readyz")
                             .lines()
                             .next()
                             .is_some_and(|status| status.contains(" 200 "))
-                    })
-                })
-                .await?;
+                    });
+                    if ready {
+                        break;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        bail!(
+                            "timed out waiting for every observer's /readyz to answer 200; observer log:\n{}",
+                            self.observer_log()
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
                 self.transcript
                     .say("observer", format!("{count} of {count} ready (/readyz)"));
             }

@@ -278,6 +278,7 @@ impl Bosun {
             state,
             // GitHub caps a status description at 140 characters.
             description: description.chars().take(140).collect(),
+            creator: String::new(),
         };
         if let Err(e) = self.forge.set_status(slug, sha, &status).await {
             tracing::warn!("cannot set the bosun status on {sha}: {e}");
@@ -291,7 +292,7 @@ impl Bosun {
         slug: &RepoSlug,
         number: u64,
         published: Option<u64>,
-    ) -> Result<Option<ParsedReport>, TriageError> {
+    ) -> Result<Option<(ParsedReport, String)>, TriageError> {
         let author = self.config.gate_author(&self.me);
         let comments = self.forge.comments(slug, number).await?;
         let trusted = |c: &&crate::forge::Comment| c.author == author && c.body.starts_with(MARKER);
@@ -299,7 +300,11 @@ impl Bosun {
         let chosen = published
             .and_then(|id| comments.iter().filter(trusted).find(|c| c.id == id))
             .or_else(|| comments.iter().rfind(trusted));
-        Ok(chosen.and_then(|c| report::parse(&c.body).ok()))
+        Ok(chosen.and_then(|c| {
+            report::parse(&c.body)
+                .ok()
+                .map(|parsed| (parsed, report::digest(&c.body)))
+        }))
     }
 
     /// An error with Bosun's token taken out (git echoes URLs, forges echo requests).
@@ -312,14 +317,41 @@ impl Bosun {
         }
     }
 
-    /// The `addons-gate` check (run or status) on a commit, if the gate published one.
-    async fn check_published(&self, slug: &RepoSlug, sha: &str) -> Result<bool, TriageError> {
+    /// The `addons-gate` check (run or status) on a commit, if the gate published one. When
+    /// another identity runs the gate (`forge.gateAuthor`, often a CI bot other workflows share),
+    /// the check must be that identity's and carry the digest of the report comment read:
+    /// a comment posted alone under the shared identity is not the gate's verdict.
+    async fn check_published(
+        &self,
+        slug: &RepoSlug,
+        sha: &str,
+        report_digest: Option<&str>,
+    ) -> Result<bool, TriageError> {
+        let author = self.config.gate_author(&self.me);
+        let shared = author != self.me;
+        let app = author.trim_end_matches("[bot]");
         let runs = self.forge.check_runs(slug, sha).await?;
-        if runs.iter().any(|r| r.name == CHECK_NAME) {
+        let run_ok = |r: &crate::forge::CheckRun| {
+            r.name == CHECK_NAME
+                && (!shared
+                    || (r.app.trim_end_matches("[bot]") == app
+                        && report_digest.is_some_and(|d| {
+                            r.external_id == format!("{}{d}", publish::REPORT_REFERENCE)
+                        })))
+        };
+        if runs.iter().any(run_ok) {
             return Ok(true);
         }
         let statuses = self.forge.statuses(slug, sha).await?;
-        Ok(statuses.iter().any(|s| s.context == CHECK_NAME))
+        Ok(statuses.iter().any(|s| {
+            s.context == CHECK_NAME
+                && (!shared
+                    || (s.creator == author
+                        && report_digest.is_some_and(|d| {
+                            s.description
+                                .ends_with(&format!("{}{d}", publish::STATUS_REPORT_MARK))
+                        })))
+        }))
     }
 
     async fn comment(&self, slug: &RepoSlug, number: u64, body: &str) -> Result<(), TriageError> {
@@ -519,9 +551,16 @@ impl Bosun {
         };
         // Triage reads the verdict only from what was published, and judges it against the
         // pull request as it is now (a person may have pushed meanwhile).
-        let report = self.published_report(slug, number, published).await?;
+        let published_report = self.published_report(slug, number, published).await?;
         *pr = self.forge.pull_request(slug, number).await?;
-        let checked = self.check_published(slug, &pr.head_sha).await?;
+        let checked = self
+            .check_published(
+                slug,
+                &pr.head_sha,
+                published_report.as_ref().map(|(_, d)| d.as_str()),
+            )
+            .await?;
+        let report = published_report.map(|(report, _)| report);
         let attempts = attempts_of(&pr.labels, &self.config.labels.attempt_prefix);
         let situation = Situation {
             report: report.as_ref().filter(|_| checked),

@@ -255,6 +255,22 @@ struct CheckRunPayload {
     conclusion: Option<String>,
     #[serde(default)]
     output: Option<CheckOutput>,
+    #[serde(default)]
+    external_id: Option<String>,
+    #[serde(default)]
+    app: Option<AppPayload>,
+}
+
+#[derive(Deserialize, Default)]
+struct AppPayload {
+    #[serde(default)]
+    slug: String,
+}
+
+#[derive(Deserialize, Default)]
+struct CreatorPayload {
+    #[serde(default)]
+    login: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -274,6 +290,8 @@ struct StatusPayload {
     state: StatusState,
     #[serde(default)]
     description: Option<String>,
+    #[serde(default)]
+    creator: Option<CreatorPayload>,
 }
 
 #[derive(Deserialize)]
@@ -370,6 +388,7 @@ impl Forge for GitHub {
             "status": "completed",
             "conclusion": conclusion_text(run.conclusion),
             "output": {"title": cap(&run.title, 1000), "summary": cap(&run.summary, 65_535)},
+            "external_id": run.external_id,
         });
         let (method, path) = match existing.check_runs.iter().find(|r| r.name == run.name) {
             Some(found) => (
@@ -400,6 +419,8 @@ impl Forge for GitHub {
                     },
                     title: output.title.unwrap_or_default(),
                     summary: output.summary.unwrap_or_default(),
+                    external_id: r.external_id.unwrap_or_default(),
+                    app: r.app.unwrap_or_default().slug,
                 }
             })
             .collect())
@@ -435,6 +456,7 @@ impl Forge for GitHub {
                 context: s.context,
                 state: s.state,
                 description: s.description.unwrap_or_default(),
+                creator: s.creator.unwrap_or_default().login,
             })
             .collect())
     }

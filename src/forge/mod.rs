@@ -73,6 +73,12 @@ pub struct CheckRun {
     pub conclusion: Conclusion,
     pub title: String,
     pub summary: String,
+    /// The publisher's own reference (the gate writes its report's digest here).
+    #[serde(default)]
+    pub external_id: String,
+    /// Read back: the slug of the app that wrote the run (ignored when writing).
+    #[serde(default)]
+    pub app: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +95,9 @@ pub struct CommitStatus {
     pub context: String,
     pub state: StatusState,
     pub description: String,
+    /// Read back: the login that set the status (ignored when writing).
+    #[serde(default)]
+    pub creator: String,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -28,6 +28,20 @@ pub struct Published {
     pub conclusion: Conclusion,
 }
 
+/// The prefix of the check run's `external_id`; the report's digest follows.
+pub const REPORT_REFERENCE: &str = "addons-gate-report:";
+/// How a commit status names the report's digest, at the end of its description.
+pub const STATUS_REPORT_MARK: &str = " · report ";
+
+/// A status description (GitHub keeps 140 characters) that ends with the report's digest.
+pub fn status_description(title: &str, digest: &str) -> String {
+    let room = 140 - STATUS_REPORT_MARK.chars().count() - digest.chars().count();
+    let mut text: String = title.chars().take(room).collect();
+    text.push_str(STATUS_REPORT_MARK);
+    text.push_str(digest);
+    text
+}
+
 /// One line for the check's title.
 pub fn title(result: &GateResult) -> String {
     let v = &result.verdict;
@@ -100,6 +114,9 @@ pub async fn publish(
 ) -> Result<Published, ForgeError> {
     let (comment_body, full) = report::render(result);
     let comment = upsert_marked_comment(forge, repo, number, author, MARKER, &comment_body).await?;
+    // The check carries the digest of the comment it stands for: a reader that trusts a shared
+    // identity (a CI bot) takes a report only with the check that names it.
+    let digest = report::digest(&comment_body);
     let conclusion = if result.verdict.outcome == Outcome::Green {
         Conclusion::Success
     } else {
@@ -114,6 +131,8 @@ pub async fn publish(
                 conclusion,
                 title: title(result),
                 summary: full.unwrap_or(comment_body),
+                external_id: format!("{REPORT_REFERENCE}{digest}"),
+                app: String::new(),
             };
             forge.upsert_check_run(repo, &run).await?;
         }
@@ -125,7 +144,8 @@ pub async fn publish(
                 } else {
                     StatusState::Failure
                 },
-                description: title(result),
+                description: status_description(&title(result), &digest),
+                creator: String::new(),
             };
             forge.set_status(repo, head, &status).await?;
         }

@@ -177,6 +177,13 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
     })
 }
 
+/// The digest of a published report comment (16 hex digits of SHA-256), which the
+/// `addons-gate` check carries so a reader can tell the comment and the check belong together.
+pub fn digest(body: &str) -> String {
+    use sha2::{Digest as _, Sha256};
+    hex::encode(&Sha256::digest(body.as_bytes())[..8])
+}
+
 /// Text a chart or a repository controls, made safe for Markdown: no HTML, no comments, one
 /// line (a line break shows as `␤`, so nothing can start a heading, a list or a block), and
 /// the characters that open emphasis, code, links, images, tables or autolinks escaped.

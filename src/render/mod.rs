@@ -688,7 +688,7 @@ impl Engine<'_> {
 }
 
 fn parse_rendered(text: &str, label: &str) -> Result<Vec<Value>, String> {
-    let documents = yaml::parse_documents(text, label).map_err(|e| {
+    let documents = yaml::parse_stream(text, label, yaml::MAX_RENDERED_DOCUMENTS).map_err(|e| {
         format!(
             "{label} printed invalid YAML: line {}: {}",
             e.line, e.message

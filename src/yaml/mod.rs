@@ -62,6 +62,43 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Value>, YamlError
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// The most documents one render (a helm or kustomize stream) may hold. Real charts render
+/// hundreds; a generated fleet chart tens of thousands.
+pub const MAX_RENDERED_DOCUMENTS: usize = 200_000;
+
+/// Reads a rendered stream (helm's or kustomize's output) document by document: the parser's
+/// budgets (nodes, depth, aliases) apply to each document, so a chart rendering 50,000 objects
+/// reads, and the stream as a whole may hold at most `max_documents`.
+pub fn parse_stream(
+    text: &str,
+    origin: &str,
+    max_documents: usize,
+) -> Result<Vec<Value>, YamlError> {
+    let mut options = options();
+    if let Some(budget) = options.budget.as_mut() {
+        // The caller already capped what the tool may print.
+        budget.max_reader_input_bytes = None;
+    }
+    let mut reader = text.as_bytes();
+    let mut out = Vec::new();
+    let mut documents = 0usize;
+    for document in serde_saphyr::read_with_options::<_, Value>(&mut reader, options) {
+        let document = document.map_err(|e| error(origin, e))?;
+        documents += 1;
+        if documents > max_documents {
+            return Err(YamlError {
+                origin: origin.to_string(),
+                line: 0,
+                message: format!("the render exceeds the limit of {max_documents} documents"),
+            });
+        }
+        if !document.is_null() {
+            out.push(document);
+        }
+    }
+    Ok(out)
+}
+
 /// Reads one YAML document (an empty text is `null`).
 pub fn parse_document(text: &str, origin: &str) -> Result<Value, YamlError> {
     let mut documents = parse_documents(text, origin)?;
@@ -84,6 +121,31 @@ pub fn to_string(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config_maps(n: usize) -> String {
+        let mut text = String::new();
+        for i in 0..n {
+            text.push_str(&format!(
+                "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{i}\n  labels: {{app: x, tier: y}}\ndata:\n  a: \"1\"\n  b: \"2\"\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn a_stream_of_fifty_thousand_objects_reads_and_the_total_is_capped() {
+        // 50,000 objects are ~750,000 nodes: over the parser's per-stream default, within
+        // its per-document one.
+        let text = config_maps(50_000);
+        let documents = parse_stream(&text, "helm template big", MAX_RENDERED_DOCUMENTS).unwrap();
+        assert_eq!(documents.len(), 50_000);
+        assert_eq!(documents[49_999]["metadata"]["name"], "cm-49999");
+        let err = parse_stream(&config_maps(11), "helm template big", 10).unwrap_err();
+        assert_eq!(err.message, "the render exceeds the limit of 10 documents");
+        // A single document still has the parser's budgets.
+        let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+        assert!(parse_stream(&deep, "deep", 10).is_err());
+    }
 
     #[test]
     fn reads_kubernetes_flavoured_yaml() {
