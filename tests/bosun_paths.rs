@@ -597,8 +597,13 @@ async fn an_accepted_delivery_survives_sigkill_and_half_sent_connections_do_not_
     assert_eq!(pending(), 1, "the delivery is on disk before the 202");
 
     ground.bosun.as_mut().unwrap().kill().unwrap();
+    // A render tree the killed process would have left behind.
+    let stale = workdir.join("tmp/gate-tree-stale");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("values.yaml"), "pull request content").unwrap();
     drop(lock);
     ground.bosun.as_mut().unwrap().restart().await.unwrap();
+    assert!(!stale.exists(), "a restart clears the trees a crash left");
     ground.settle().await.unwrap();
     let (state, description) = bosun_status(&ground, "green");
     assert_eq!(state, "success", "{description}");

@@ -187,3 +187,45 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
     // Every refusal names the kustomization file and its entry.
     assert!(unnamed.is_empty(), "{}", unnamed.join("\n"));
 }
+
+/// A chart whose template loops for minutes: with `--render-timeout 1` the call is killed
+/// after a second, and the render is an error naming the chart and the limit, never a result.
+#[test]
+fn a_render_past_its_deadline_is_killed_and_fails_closed() {
+    let fixture = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "apps/slow.yaml",
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: slow\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: charts/slow\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: slow\n",
+        ),
+        (
+            "charts/slow/Chart.yaml",
+            "apiVersion: v2\nname: slow\nversion: 0.1.0\n",
+        ),
+        (
+            "charts/slow/templates/loop.yaml",
+            "{{- range $i := until 20000 }}{{- range $j := until 20000 }}{{- end }}{{- end }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: slow\n",
+        ),
+    ];
+    for (path, text) in files {
+        let target = fixture.path().join(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, text).unwrap();
+    }
+    let repo = common::TestRepo::from_fixture(fixture.path());
+    let cache = tempfile::tempdir().unwrap();
+    let output = common::gate(cache.path())
+        .args(["render", "--render-timeout", "1"])
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("helm template of chart at charts/slow")
+            && stderr.contains("did not finish within 1 s (the render timeout)"),
+        "{stderr}"
+    );
+}

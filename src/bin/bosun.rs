@@ -78,8 +78,15 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
             .await
             .context("cannot ask the forge who the token is (or set forge.login)")?,
     };
-    let helm = tools::find_tool("helm", cli.helm.as_deref(), "GATE_HELM")?;
-    let kubectl = tools::find_tool("kubectl", cli.kubectl.as_deref(), "GATE_KUBECTL").ok();
+    let limits = config.render.limits();
+    let mut helm = tools::find_tool("helm", cli.helm.as_deref(), "GATE_HELM")?;
+    helm.limits = limits;
+    let kubectl = tools::find_tool("kubectl", cli.kubectl.as_deref(), "GATE_KUBECTL")
+        .ok()
+        .map(|mut k| {
+            k.limits = limits;
+            k
+        });
     let kube = match config.inventory {
         InventoryConfig::Kubernetes { .. } => Some(
             kube::Client::try_default()
@@ -94,8 +101,9 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
         .unwrap_or_else(|| std::env::temp_dir().join("bosun"));
     std::fs::create_dir_all(&workdir)
         .with_context(|| format!("cannot create {}", workdir.display()))?;
-    // Checkouts hold the forge token in their remote URL: their folder is Bosun's alone. (Not
-    // the work folder itself: in a pod that is a volume's mount point, which Bosun does not own.)
+    // Checkouts and render trees hold pull-request content: their folders are Bosun's alone.
+    // (Not the work folder itself: in a pod that is a volume's mount point, which Bosun does
+    // not own.)
     {
         use std::os::unix::fs::PermissionsExt;
         let checkouts = workdir.join("checkouts");
@@ -103,6 +111,31 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
             .with_context(|| format!("cannot create {}", checkouts.display()))?;
         std::fs::set_permissions(&checkouts, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot restrict {}", checkouts.display()))?;
+    }
+    // Render trees and helm's scratch live in the work folder's `tmp`. Whatever a crashed
+    // run left there is removed at start, unless another Bosun on this folder is triaging now
+    // (it holds the triage lock).
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = workdir.join("tmp");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(workdir.join(".lock"))
+            .with_context(|| format!("cannot open {}", workdir.join(".lock").display()))?;
+        if lock.try_lock().is_ok() {
+            if tmp.exists() {
+                std::fs::remove_dir_all(&tmp)
+                    .with_context(|| format!("cannot clear {}", tmp.display()))?;
+            }
+            let _ = lock.unlock();
+        }
+        std::fs::create_dir_all(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot restrict {}", tmp.display()))?;
+        let _ = tempfile::env::override_temp_dir(&tmp);
     }
     Ok(Bosun {
         config,

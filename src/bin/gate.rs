@@ -135,6 +135,12 @@ struct RenderArgs {
     /// How deep app-of-apps may nest.
     #[arg(long, default_value_t = render::DEFAULT_MAX_DEPTH)]
     max_depth: usize,
+    /// Seconds one helm or kustomize call may run before it is killed (a render error).
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
+    render_timeout: u64,
+    /// Address space one helm or kustomize call may take, in MiB.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..))]
+    render_memory_mib: u64,
 }
 
 #[derive(Args, Clone)]
@@ -218,7 +224,16 @@ fn find_tools(args: &ToolArgs, quiet: bool) -> Result<(tools::Tool, Option<tools
 }
 
 fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<RenderConfig> {
-    let (helm, kubectl) = find_tools(&args.tools, quiet)?;
+    let (mut helm, mut kubectl) = find_tools(&args.tools, quiet)?;
+    let limits = render::confine::Limits {
+        timeout: std::time::Duration::from_secs(args.render_timeout),
+        memory_bytes: args.render_memory_mib << 20,
+        ..Default::default()
+    };
+    helm.limits = limits;
+    if let Some(kubectl) = kubectl.as_mut() {
+        kubectl.limits = limits;
+    }
     let inventory = match &args.inventory {
         Some(path) => {
             let text = std::fs::read_to_string(path)

@@ -18,6 +18,9 @@ pub struct Config {
     pub inventory: InventoryConfig,
     #[serde(default)]
     pub charts: ChartsConfig,
+    /// Limits of every helm and kustomize call of a render.
+    #[serde(default)]
+    pub render: RenderLimitsConfig,
     /// Globs (repository-relative) Bosun never writes, whatever else allows it.
     #[serde(default = "default_deny")]
     pub deny: Vec<String>,
@@ -109,6 +112,44 @@ pub struct ChartsConfig {
     /// names another gets a render error, never a fetch.
     #[serde(default)]
     pub pull_from: Option<Vec<String>>,
+}
+
+/// `render:` in bosun.yaml.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RenderLimitsConfig {
+    /// Seconds one helm or kustomize call may run before it is killed (a render error).
+    #[serde(default = "default_render_timeout")]
+    pub timeout_seconds: u64,
+    /// Address space one call may take, in MiB.
+    #[serde(default = "default_render_memory")]
+    pub memory_mib: u64,
+}
+
+impl Default for RenderLimitsConfig {
+    fn default() -> Self {
+        RenderLimitsConfig {
+            timeout_seconds: default_render_timeout(),
+            memory_mib: default_render_memory(),
+        }
+    }
+}
+
+impl RenderLimitsConfig {
+    pub fn limits(&self) -> crate::render::confine::Limits {
+        crate::render::confine::Limits {
+            timeout: std::time::Duration::from_secs(self.timeout_seconds.max(1)),
+            memory_bytes: self.memory_mib.max(64) << 20,
+            ..Default::default()
+        }
+    }
+}
+
+fn default_render_timeout() -> u64 {
+    120
+}
+fn default_render_memory() -> u64 {
+    4096
 }
 
 #[derive(Debug, Clone, Deserialize)]

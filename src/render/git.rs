@@ -127,12 +127,27 @@ pub fn ensure_commit(repo: &Path, sha: &str) -> Result<(), GitError> {
     Ok(())
 }
 
-/// The URL of the `origin` remote, if the repository has one.
+/// The URL of the `origin` remote, if the repository has one, without any user or password
+/// (a CI checkout keeps its token there; nothing of it may reach a render or a report).
 pub fn origin_url(repo: &Path) -> Option<String> {
     run_git(repo, &["remote", "get-url", "origin"])
         .ok()
-        .map(|out| String::from_utf8_lossy(&out).trim().to_string())
+        .map(|out| without_credentials(String::from_utf8_lossy(&out).trim()))
         .filter(|url| !url.is_empty())
+}
+
+/// `https://user:token@host/path` -> `https://host/path`; other URLs unchanged.
+pub fn without_credentials(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find('/').unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => format!("{scheme}://{}", &rest[at + 1..]),
+                None => url.to_string(),
+            }
+        }
+        None => url.to_string(),
+    }
 }
 
 /// The merge base of two revisions (the last commit both share).
@@ -410,6 +425,22 @@ fn cat_blobs<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_are_taken_out_of_remote_urls() {
+        assert_eq!(
+            without_credentials("https://x-access-token:ghs_abc@github.com/o/r.git"),
+            "https://github.com/o/r.git"
+        );
+        assert_eq!(
+            without_credentials("https://github.com/o/r.git"),
+            "https://github.com/o/r.git"
+        );
+        assert_eq!(
+            without_credentials("git@github.com:o/r.git"),
+            "git@github.com:o/r.git"
+        );
+    }
 
     #[test]
     fn normalize_paths() {
