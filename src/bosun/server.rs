@@ -264,7 +264,15 @@ impl Server {
             }
         };
         // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
-        let requeued = jobs.heads.contains_key(&key);
+        // Decided and removed under the lock `enqueue` journals under: no delivery accepted in
+        // between can lose its entry.
+        if !jobs.heads.contains_key(&key)
+            && let Err(e) = self
+                .journal
+                .remove(journal::Kind::Pending, &repository, number)
+        {
+            tracing::warn!("journal: {e}");
+        }
         jobs.done.push(run);
         if jobs.done.len() > DONE_KEPT {
             jobs.done.remove(0);
@@ -279,13 +287,6 @@ impl Server {
                     head,
                 },
             )
-        {
-            tracing::warn!("journal: {e}");
-        }
-        if !requeued
-            && let Err(e) = self
-                .journal
-                .remove(journal::Kind::Pending, &repository, number)
         {
             tracing::warn!("journal: {e}");
         }

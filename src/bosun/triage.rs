@@ -96,21 +96,26 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
 }
 
 /// The credential helper of one git process: it answers `get` with the user name and the token
-/// from that process's environment, so the token is never in `.git/config`, a URL or a file.
-/// The empty `credential.helper=` before it drops every helper a user or system configured
-/// (a `store` helper would write the token to disk).
-const CREDENTIAL_HELPER: &str = "credential.helper=!f() { test \"$1\" = get || exit 0; echo \"username=$BOSUN_GIT_USERNAME\"; echo \"password=$BOSUN_GIT_TOKEN\"; }; f";
+/// from that process's environment, so the token is never in `.git/config`, a URL or a file,
+/// and only for the forge's own protocol and host (not a redirect's or a submodule's). The
+/// empty `credential.helper=` before it drops every helper a user or system configured (a
+/// `store` helper would write the token to disk).
+const CREDENTIAL_HELPER: &str = "credential.helper=!f() { test \"$1\" = get || exit 0; h=; p=; while IFS= read -r line; do case \"$line\" in host=*) h=\"${line#host=}\";; protocol=*) p=\"${line#protocol=}\";; esac; done; test \"$h\" = \"$BOSUN_GIT_HOST\" && test \"$p\" = \"$BOSUN_GIT_PROTOCOL\" || exit 0; echo \"username=$BOSUN_GIT_USERNAME\"; echo \"password=$BOSUN_GIT_TOKEN\"; }; f";
 
 /// git with Bosun's token given through [`CREDENTIAL_HELPER`] when `credentials` is set.
 fn git_as(
     dir: &Path,
     args: &[&str],
-    credentials: Option<(&str, &str)>,
+    credentials: Option<(&str, &str, &str)>,
 ) -> Result<String, TriageError> {
     let mut command = crate::render::git::git(dir);
-    if let Some((username, token)) = credentials {
+    if let Some((url, username, token)) = credentials {
+        let (protocol, rest) = url.split_once("://").unwrap_or(("", url));
+        let host = rest.split('/').next().unwrap_or("");
         command
             .args(["-c", "credential.helper=", "-c", CREDENTIAL_HELPER])
+            .env("BOSUN_GIT_HOST", host)
+            .env("BOSUN_GIT_PROTOCOL", protocol)
             .env("BOSUN_GIT_USERNAME", username)
             .env("BOSUN_GIT_TOKEN", token)
             .env("GIT_TERMINAL_PROMPT", "0");
@@ -186,7 +191,7 @@ impl Bosun {
             .username
             .as_deref()
             .filter(|_| !self.token.is_empty())
-            .map(|user| (user, self.token.as_str()));
+            .map(|user| (remote.url.as_str(), user, self.token.as_str()));
         git_as(dir, args, credentials).map_err(|e| self.scrub(e))
     }
 
@@ -1057,6 +1062,42 @@ pub fn reshape_losses(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `git credential fill` through Bosun's helper, for a protocol and host.
+    fn fill(protocol: &str, host: &str) -> String {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("git")
+            .current_dir(dir.path())
+            .args(["-c", "credential.helper=", "-c", CREDENTIAL_HELPER])
+            .args(["credential", "fill"])
+            .env("BOSUN_GIT_HOST", "forge.example.test")
+            .env("BOSUN_GIT_PROTOCOL", "https")
+            .env("BOSUN_GIT_USERNAME", "x-access-token")
+            .env("BOSUN_GIT_TOKEN", "the-token")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ASKPASS", "/bin/false")
+            .env("SSH_ASKPASS", "/bin/false")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(format!("protocol={protocol}\nhost={host}\n\n").as_bytes())
+            .unwrap();
+        String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+    }
+
+    #[test]
+    fn the_credential_helper_answers_the_forge_only() {
+        assert!(fill("https", "forge.example.test").contains("password=the-token"));
+        assert!(!fill("https", "evil.example.test").contains("the-token"));
+        assert!(!fill("http", "forge.example.test").contains("the-token"));
+    }
 
     #[test]
     fn attempts_count_the_highest_label_so_removing_one_does_not_reset_the_cap() {

@@ -23,6 +23,28 @@ pub fn repo_key(repo_url: &str) -> String {
         .join("/")
 }
 
+/// A chart name as a folder of the mirror: `[A-Za-z0-9_][A-Za-z0-9._-]*`, never a path.
+pub fn is_chart_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 253
+        && (bytes[0].is_ascii_alphanumeric() || bytes[0] == b'_')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A chart version (SemVer, an optional leading `v`) as a folder of the mirror.
+pub fn is_chart_version(version: &str) -> bool {
+    let digits = version.strip_prefix('v').unwrap_or(version);
+    digits.as_bytes().first().is_some_and(u8::is_ascii_digit)
+        && version.len() <= 128
+        && !version.contains("..")
+        && version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
+}
+
 /// True when Argo CD would treat the repository as OCI: an `oci://` URL, or a URL without a
 /// scheme (Argo CD's docs write OCI Helm repositories that way).
 pub fn is_oci(repo_url: &str) -> bool {
@@ -61,6 +83,11 @@ pub fn locate(mirror: Option<&Path>, chart: &ChartRef) -> Result<PathBuf, String
             "{chart} is needed but no chart mirror was given (--charts DIR; fill it with `gate charts pull`)"
         ));
     };
+    if !is_chart_name(&chart.chart) || !is_chart_version(&chart.version) {
+        return Err(format!(
+            "{chart}: not a chart name and version the mirror can hold"
+        ));
+    }
     let dir = chart_dir(mirror, chart);
     if dir.join("Chart.yaml").is_file() {
         Ok(dir)
@@ -170,6 +197,11 @@ pub fn pull(
     chart: &ChartRef,
     repo_mirrors: &[(String, String)],
 ) -> Result<bool, String> {
+    if !is_chart_name(&chart.chart) || !is_chart_version(&chart.version) {
+        return Err(format!(
+            "{chart}: not a chart name and version the mirror can hold"
+        ));
+    }
     let target = chart_dir(mirror, chart);
     if target.join("Chart.yaml").is_file() {
         return Ok(false);
@@ -262,6 +294,29 @@ pub fn first_error_line(stderr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chart_names_and_versions_are_never_paths() {
+        for good in ["external-secrets", "cert_manager", "a.b-c", "x1"] {
+            assert!(is_chart_name(good), "{good}");
+        }
+        for bad in ["", "/tmp/x", "../x", "a/b", ".", "..", "-x", "a b", "a\nb"] {
+            assert!(!is_chart_name(bad), "{bad:?}");
+        }
+        for good in ["1.2.3", "v0.10.3", "2.0.0-rc.1+build.5"] {
+            assert!(is_chart_version(good), "{good}");
+        }
+        for bad in ["", ".", "..", "1/../../x", "latest", "1.2.3/x", "1..2"] {
+            assert!(!is_chart_version(bad), "{bad:?}");
+        }
+        let mirror = tempfile::tempdir().unwrap();
+        let chart = ChartRef {
+            repo_url: "https://charts.example.test".into(),
+            chart: "/etc".into(),
+            version: ".".into(),
+        };
+        assert!(locate(Some(mirror.path()), &chart).is_err());
+    }
 
     #[test]
     fn pulls_follow_the_allowlist() {

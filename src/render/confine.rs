@@ -243,8 +243,9 @@ impl Confined {
         let stderr = child.stderr.take();
         let cap = limits.output_bytes;
         let (out_reader, err_reader) = std::thread::scope(|scope| {
-            let out = scope.spawn(move || read_capped(stdout, cap));
-            let err = scope.spawn(move || read_capped(stderr, 1 << 20));
+            // Past the cap the process is stopped at once, not left to run to its deadline.
+            let out = scope.spawn(move || read_capped(stdout, cap, kill_group));
+            let err = scope.spawn(move || read_capped(stderr, 1 << 20, || {}));
             let status = child.wait_timeout(limits.timeout);
             let status = match status {
                 Ok(Some(status)) => Ok(Some(status)),
@@ -292,7 +293,7 @@ impl Confined {
 
 /// Reads a pipe to its end, keeping at most `cap` bytes; past the cap it keeps draining (so the
 /// writer is not blocked) and says it overflowed.
-fn read_capped(pipe: Option<impl Read>, cap: usize) -> (Vec<u8>, bool) {
+fn read_capped(pipe: Option<impl Read>, cap: usize, on_overflow: impl Fn()) -> (Vec<u8>, bool) {
     let Some(mut pipe) = pipe else {
         return (Vec::new(), false);
     };
@@ -304,6 +305,9 @@ fn read_capped(pipe: Option<impl Read>, cap: usize) -> (Vec<u8>, bool) {
             Ok(0) => break,
             Ok(n) => {
                 if kept.len() + n > cap {
+                    if !overflow {
+                        on_overflow();
+                    }
                     overflow = true;
                     let room = cap.saturating_sub(kept.len());
                     kept.extend_from_slice(&buffer[..room]);
@@ -394,10 +398,13 @@ mod tests {
     #[test]
     fn output_past_the_cap_is_an_error() {
         let home = tempfile::tempdir().unwrap();
+        // A process that floods its output forever is stopped at the cap, long before the
+        // deadline (an hour here; the test would hang if the cap did not stop it).
         let err = Confined::new(Path::new("/bin/sh"), home.path())
-            .args(["-c", "head -c 300000 /dev/zero"])
+            .args(["-c", "cat /dev/zero"])
             .run(&Limits {
                 output_bytes: 100_000,
+                timeout: Duration::from_secs(3600),
                 ..Limits::default()
             })
             .unwrap_err();

@@ -84,8 +84,110 @@ fn strings(value: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// Every entry of one kustomization that names a file or folder; `helmCharts` are refused.
+/// The fields of a kustomization (kustomize v5's `types.Kustomization`), exactly as written.
+const FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata",
+    "openapi",
+    "namePrefix",
+    "nameSuffix",
+    "namespace",
+    "commonLabels",
+    "labels",
+    "commonAnnotations",
+    "patchesStrategicMerge",
+    "patchesJson6902",
+    "patches",
+    "images",
+    "replacements",
+    "replicas",
+    "vars",
+    "sortOptions",
+    "resources",
+    "components",
+    "crds",
+    "bases",
+    "configMapGenerator",
+    "secretGenerator",
+    "helmGlobals",
+    "helmCharts",
+    "helmChartInflationGenerator",
+    "generatorOptions",
+    "configurations",
+    "generators",
+    "transformers",
+    "validators",
+    "buildMetadata",
+];
+const GENERATOR_FIELDS: &[&str] = &[
+    "name",
+    "namespace",
+    "behavior",
+    "files",
+    "envs",
+    "env",
+    "literals",
+    "options",
+    "type",
+];
+const PATCH_FIELDS: &[&str] = &["path", "patch", "target", "options"];
+const REPLACEMENT_FIELDS: &[&str] = &["path", "source", "targets"];
+const OPENAPI_FIELDS: &[&str] = &["path", "version"];
+const HELM_GLOBALS_FIELDS: &[&str] = &["chartHome", "configHome"];
+
+/// kustomize reads a kustomization with Go's `encoding/json`, which matches field names
+/// ignoring case (and folds `ſ` to `s`, `K` to `k`): `RESOURCES:` is `resources:` to it. The
+/// scan reads exact names, so every key must be exactly one of the fields it knows.
+fn exact_keys(value: &Value, allowed: &[&str], at: &str) -> Result<(), String> {
+    let Some(map) = value.as_object() else {
+        return Ok(());
+    };
+    for key in map.keys() {
+        if allowed.contains(&key.as_str()) {
+            continue;
+        }
+        let shown: String = key.chars().take(60).collect();
+        return Err(
+            match allowed
+                .iter()
+                .find(|f| key.is_ascii() && f.eq_ignore_ascii_case(key))
+            {
+                Some(field) => format!(
+                    "{at}key {shown:?} is {field:?} in another case (kustomize matches field names ignoring case); the gate reads only the exact name, so it refuses this one"
+                ),
+                None => format!(
+                    "{at}key {shown:?} is not a kustomization field the gate knows; it refuses what it cannot scan"
+                ),
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Every entry of one kustomization that names a file or folder; `helmCharts` are refused, and
+/// so is any key the scan would not read exactly as kustomize does.
 pub fn entries(kustomization: &Value) -> Result<Vec<PathEntry>, String> {
+    exact_keys(kustomization, FIELDS, "")?;
+    for (field, allowed) in [
+        ("configMapGenerator", GENERATOR_FIELDS),
+        ("secretGenerator", GENERATOR_FIELDS),
+        ("patches", PATCH_FIELDS),
+        ("patchesJson6902", PATCH_FIELDS),
+        ("replacements", REPLACEMENT_FIELDS),
+    ] {
+        if let Some(Value::Array(items)) = kustomization.get(field) {
+            for (index, item) in items.iter().enumerate() {
+                exact_keys(item, allowed, &format!("{field}[{index}]: "))?;
+            }
+        }
+    }
+    if let Some(openapi) = kustomization.get("openapi") {
+        exact_keys(openapi, OPENAPI_FIELDS, "openapi: ")?;
+    }
+    if let Some(globals) = kustomization.get("helmGlobals") {
+        exact_keys(globals, HELM_GLOBALS_FIELDS, "helmGlobals: ")?;
+    }
     let mut out = Vec::new();
     let mut push = |field: String, value: String, may_be_base: bool| {
         if !value.trim().is_empty() {
@@ -289,6 +391,14 @@ mod tests {
             ("openapi:\n  path: /tmp/schema.json", "absolute path"),
             ("crds: [../../../crd.yaml]", "leaves the repository"),
             ("patches:\n- path: ssh://host/p.yaml", "remote location"),
+            ("RESOURCES: [/etc]", "\"resources\" in another case"),
+            ("Bases: [../../..]", "\"bases\" in another case"),
+            ("re\u{17f}ources: [/etc]", "not a kustomization field"),
+            (
+                "configMapGenerator:\n- name: t\n  Files: [k=/etc/passwd]",
+                "configMapGenerator[0]: key \"Files\" is \"files\" in another case",
+            ),
+            ("patches:\n- PATH: /etc/x", "\"path\" in another case"),
             (
                 "helmCharts:\n- name: x\n  repo: https://charts.example.test",
                 "--enable-helm",

@@ -741,15 +741,16 @@ fn run_job(
                 "a Kustomize source needs kubectl (run `cargo xtask tools`, pass --kubectl PATH or set GATE_KUBECTL)",
             )?;
             let root = k.snapshot.materialized_root().map_err(|e| e.to_string())?;
-            let dir = k.build_dir(root.path(), &key[..key.len().min(16)])?;
-            kustomize::check_confined(root.path(), &dir)
+            let build = k.build_dir(root.path(), &key[..key.len().min(16)])?;
+            let dir = &build.dir;
+            kustomize::check_confined(&build.root, dir)
                 .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
             let output = kubectl
                 .run(
                     kubectl
                         .confined(&work.join("helm-home"))
                         .arg("kustomize")
-                        .arg(&dir),
+                        .arg(dir),
                 )
                 .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
             if !output.status.success() {

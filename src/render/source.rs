@@ -180,6 +180,19 @@ fn plan_source(
                 "{chart_ref}: the gate renders pinned chart versions only (targetRevision must be an exact version)"
             ));
         }
+        // Both become folders of the chart mirror: a name or version that is a path (`/x`,
+        // `..`, `.`) would read a chart from anywhere on the machine.
+        if !charts::is_chart_name(&chart_ref.chart) {
+            return Err(format!(
+                "chart {:?}: not a chart name (letters, digits, `.`, `_`, `-`, no path)",
+                chart_ref.chart.chars().take(120).collect::<String>()
+            ));
+        }
+        if !charts::is_chart_version(&chart_ref.version) {
+            return Err(format!(
+                "{chart_ref}: targetRevision is not a chart version (SemVer: digits, letters, `.`, `+`, `-`)"
+            ));
+        }
         let dir = match (charts::locate(ctx.charts, &chart_ref), ctx.pull) {
             (Ok(dir), _) => dir,
             (Err(_), Some(pull)) => {
@@ -838,18 +851,41 @@ impl KustomizeJob {
     /// The directory to build. With `kustomize` options, Argo CD runs `kustomize edit set ...`
     /// on the kustomization; the gate does the same edits on a copy placed beside the original
     /// (same depth, so relative references still resolve), leaving the shared tree untouched.
-    pub fn build_dir(&self, root: &Path, copy_id: &str) -> Result<PathBuf, String> {
+    pub fn build_dir(&self, root: &Path, copy_id: &str) -> Result<BuildDir, String> {
         let target = root.join(&self.path);
         let options = match &self.options {
             Value::Object(m) if m.values().any(|v| non_empty(Some(v))) => m,
-            _ => return Ok(target),
+            _ => {
+                return Ok(BuildDir {
+                    dir: target,
+                    root: root.to_path_buf(),
+                    _copy: None,
+                });
+            }
         };
-        let name = target
-            .file_name()
-            .map(|n| n.to_string_lossy().to_string())
-            .unwrap_or_else(|| "root".into());
-        let copy = target.with_file_name(format!("{name}.gate-{copy_id}"));
-        copy_dir(&target, &copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+        // The repository's root has no folder beside it inside the tree: the whole tree is
+        // copied to a tree of its own (removed when the build is done).
+        let (copy, build_root, tree) = if normalize(&self.path).is_empty() {
+            let tree = tempfile::Builder::new()
+                .prefix("gate-tree-")
+                .tempdir()
+                .map_err(|e| format!("cannot copy the tree: {e}"))?;
+            copy_dir(&target, tree.path())
+                .map_err(|e| format!("{}: {e}", tree.path().display()))?;
+            (
+                tree.path().to_path_buf(),
+                tree.path().to_path_buf(),
+                Some(tree),
+            )
+        } else {
+            let name = target
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_else(|| "root".into());
+            let copy = target.with_file_name(format!("{name}.gate-{copy_id}"));
+            copy_dir(&target, &copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+            (copy, root.to_path_buf(), None)
+        };
         let file = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
             .iter()
             .map(|f| copy.join(f))
@@ -868,8 +904,20 @@ impl KustomizeJob {
         let text = serde_json::to_string_pretty(&kustomization).map_err(|e| e.to_string())?;
         std::fs::write(copy.join("kustomization.yaml"), text)
             .map_err(|e| format!("{}: {e}", copy.display()))?;
-        Ok(copy)
+        Ok(BuildDir {
+            dir: copy,
+            root: build_root,
+            _copy: tree,
+        })
     }
+}
+
+/// Where kustomize builds: the folder, the tree it must stay in, and the copy of the tree to
+/// remove afterwards (when the source is the repository's root and carries options).
+pub struct BuildDir {
+    pub dir: PathBuf,
+    pub root: PathBuf,
+    _copy: Option<tempfile::TempDir>,
 }
 
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {

@@ -293,7 +293,7 @@ fn rewrite_function(template: &str, function: &str, replacement: &str) -> String
         while let Some((i, c)) = chars.next() {
             if let Some(q) = in_string {
                 out.push(c);
-                if c == '\\' && q == '"' {
+                if c == '\\' && q != '`' {
                     if let Some((_, n)) = chars.next() {
                         out.push(n);
                     }
@@ -302,7 +302,8 @@ fn rewrite_function(template: &str, function: &str, replacement: &str) -> String
                 }
                 continue;
             }
-            if c == '"' || c == '`' {
+            // Go's quoted strings, raw strings and rune constants (`'"'`).
+            if c == '"' || c == '`' || c == '\'' {
                 in_string = Some(c);
                 out.push(c);
                 continue;
@@ -333,13 +334,40 @@ fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
+/// Where an action's text ends: the first `}}` outside a quoted string, raw string, rune
+/// constant or comment (Go's lexer ends an action there, not at a `}}` inside a string).
+fn action_end(action: &str) -> Option<usize> {
+    let bytes = action.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            quote @ (b'"' | b'\'' | b'`') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != quote {
+                    if bytes[i] == b'\\' && quote != b'`' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'*') => {
+                i = action[i + 2..].find("*/").map(|e| i + 2 + e + 2)?;
+            }
+            b'}' if bytes.get(i + 1) == Some(&b'}') => return Some(i),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 fn transform_actions(template: &str, mut f: impl FnMut(&str) -> String) -> String {
     let mut out = String::new();
     let mut rest = template;
     while let Some(start) = rest.find("{{") {
         out.push_str(&rest[..start + 2]);
         let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else {
+        let Some(end) = action_end(after) else {
             out.push_str(after);
             return out;
         };
@@ -531,6 +559,19 @@ mod tests {
         }
         // A field or a variable of that name is not the function.
         assert!(!mentions_function("{{ .env }}-{{ $template }}", "env"));
+        // A rune constant holding a quote, or `}}` inside a string, does not hide what follows.
+        assert!(mentions_function(
+            "{{ index (list '\"' (toToml (dict \"a\" \"b\"))) 1 }}",
+            "toToml"
+        ));
+        assert!(mentions_function(
+            "{{ printf \"}}\" | getHostByName }}",
+            "getHostByName"
+        ));
+        assert!(mentions_function(
+            "{{ /* }} */ getHostByName \"x\" }}",
+            "getHostByName"
+        ));
     }
 
     #[test]
