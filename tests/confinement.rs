@@ -229,3 +229,46 @@ fn a_render_past_its_deadline_is_killed_and_fails_closed() {
         "{stderr}"
     );
 }
+
+/// Limits sized for real charts: a chart rendering 50,000 objects (5 MB) renders; the parser's
+/// budgets apply per document, not to the whole stream.
+#[test]
+fn a_chart_rendering_fifty_thousand_objects_renders() {
+    let fixture = tempfile::tempdir().unwrap();
+    let files = [
+        (
+            "apps/big.yaml",
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: big\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: charts/big\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: big\n",
+        ),
+        (
+            "charts/big/Chart.yaml",
+            "apiVersion: v2\nname: big\nversion: 0.1.0\n",
+        ),
+        (
+            "charts/big/templates/config-maps.yaml",
+            "{{- range $i := until 50000 }}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{{ $i }}\n  labels: {app: big, index: \"{{ $i }}\"}\ndata:\n  a: \"1\"\n{{- end }}\n",
+        ),
+    ];
+    for (path, text) in files {
+        let target = fixture.path().join(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, text).unwrap();
+    }
+    let repo = common::TestRepo::from_fixture(fixture.path());
+    let cache = tempfile::tempdir().unwrap();
+    let output = common::gate(cache.path())
+        .args(["--quiet", "render", "--format", "json"])
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rendered: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let objects = rendered["applications"][0]["objects"].as_array().unwrap();
+    assert_eq!(objects.len(), 50_000);
+}
