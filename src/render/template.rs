@@ -132,18 +132,118 @@ const NOT_IN_ARGO_CD: &[(&str, &str)] = &[
         "Argo CD removes it: a template may not reach the network",
     ),
     (
-        "define",
-        "named templates inside an ApplicationSet template are not supported by the gate yet",
-    ),
-    (
-        "template",
-        "named templates inside an ApplicationSet template are not supported by the gate yet",
-    ),
-    (
         "block",
-        "named templates inside an ApplicationSet template are not supported by the gate yet",
+        "`block` inside an ApplicationSet template is not supported by the gate yet; write `define` and `template`",
     ),
 ];
+
+/// One field's template with its `define` blocks taken out: Argo CD parses each field on its
+/// own, so the names it defines belong to that field. The gate renders every field inside a
+/// named template of its own, where a nested `define` is not allowed; so the definitions are
+/// hoisted to the top level under `<field>.<name>`, and `template "<name>"` in that field is
+/// renamed to match. Returns (body, hoisted definitions).
+fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String> {
+    // (start, end) byte offsets of every action, `{{` to `}}` inclusive.
+    let mut actions = Vec::new();
+    let mut from = 0;
+    while let Some(start) = template[from..].find("{{").map(|s| from + s) {
+        let Some(end) = action_end(&template[start + 2..]).map(|e| start + 2 + e + 2) else {
+            break;
+        };
+        actions.push((start, end));
+        from = end;
+    }
+    let keyword = |(start, end): (usize, usize)| -> &str {
+        let inner = template[start + 2..end - 2]
+            .trim_start_matches('-')
+            .trim_end_matches('-')
+            .trim();
+        inner
+            .split(|c: char| c.is_whitespace() || c == '(')
+            .next()
+            .unwrap_or("")
+    };
+    let mut names = Vec::new();
+    let mut hoisted = Vec::new();
+    let mut body = String::new();
+    let mut copied = 0;
+    let mut index = 0;
+    while index < actions.len() {
+        if keyword(actions[index]) != "define" {
+            index += 1;
+            continue;
+        }
+        let (start, head_end) = actions[index];
+        let head = &template[start..head_end];
+        let name = head
+            .split('"')
+            .nth(1)
+            .ok_or_else(|| format!("template {template:?}: `define` needs a quoted name"))?
+            .to_string();
+        let mut depth = 1;
+        let mut close = None;
+        for (j, &action) in actions.iter().enumerate().skip(index + 1) {
+            match keyword(action) {
+                "if" | "range" | "with" | "define" | "block" => depth += 1,
+                "end" => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(j);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let close = close.ok_or_else(|| {
+            format!("template {template:?}: `define \"{name}\"` has no matching `end`")
+        })?;
+        // Trim markers act on the text around the definition, as Go's lexer applies them.
+        let before = &template[copied..start];
+        if head.starts_with("{{-") {
+            body.push_str(before.trim_end());
+        } else {
+            body.push_str(before);
+        }
+        let (end_start, end_end) = actions[close];
+        let mut inner = &template[head_end..end_start];
+        if head.ends_with("-}}") {
+            inner = inner.trim_start();
+        }
+        if template[end_start..end_end].starts_with("{{-") {
+            inner = inner.trim_end();
+        }
+        hoisted.push((name.clone(), inner.to_string()));
+        copied = end_end;
+        if template[end_start..end_end].ends_with("-}}") {
+            let rest = &template[copied..];
+            copied += rest.len() - rest.trim_start().len();
+        }
+        names.push(name);
+        index = close + 1;
+    }
+    body.push_str(&template[copied..]);
+    let rename = |text: &str| {
+        let mut text = text.to_string();
+        for name in &names {
+            text = transform_actions(&text, |action| {
+                action.replace(
+                    &format!("template \"{name}\""),
+                    &format!("template \"{field}.{name}\""),
+                )
+            });
+        }
+        text
+    };
+    let mut defines = String::new();
+    for (name, inner) in &hoisted {
+        defines.push_str(&format!(
+            "{{{{ define \"{field}.{name}\" }}}}{}{{{{ end }}}}\n",
+            rename(inner)
+        ));
+    }
+    Ok((rename(&body), defines))
+}
 
 /// Renders `templates` (Go templates) once per parameter set, with helm's template engine.
 /// Returns, per parameter set, the rendered string for each template.
@@ -202,9 +302,15 @@ pub fn go_render_batch(
     let mut names = Vec::new();
     for (index, template) in templates.iter().enumerate() {
         let name = format!("s{index}");
+        let (body, hoisted) = hoist_defines(template, &name)?;
+        defines.push_str(&rewrite_function(
+            &hoisted,
+            "normalize",
+            "include \"argocd.normalize\"",
+        ));
         defines.push_str(&format!(
             "{{{{ define \"{name}\" }}}}{}{{{{ end }}}}\n",
-            rewrite_function(template, "normalize", "include \"argocd.normalize\"")
+            rewrite_function(&body, "normalize", "include \"argocd.normalize\"")
         ));
         names.push(name);
     }
@@ -546,7 +652,7 @@ mod tests {
             ("{{ include \"x\" . }}", "include"),
             ("{{ .name | required \"n\" }}", "required"),
             ("{{ lookup \"v1\" \"Secret\" \"argocd\" \"x\" }}", "lookup"),
-            ("{{ define \"x\" }}y{{ end }}", "define"),
+            ("{{ block \"x\" . }}y{{ end }}", "block"),
         ] {
             let err =
                 go_render_batch(&helm, work.path(), &[template.into()], &p, false).unwrap_err();
@@ -572,6 +678,24 @@ mod tests {
             "{{ /* }} */ getHostByName \"x\" }}",
             "getHostByName"
         ));
+    }
+
+    #[test]
+    fn defines_are_hoisted_and_named_per_field() {
+        let (body, defines) = hoist_defines(
+            "{{- define \"host\" }}{{ if .x }}{{ .name }}.example.test{{ end }}{{ end -}}\n{{ template \"host\" . }}/{{ template \"other\" . }}",
+            "s3",
+        )
+        .unwrap();
+        assert_eq!(
+            body,
+            "{{ template \"s3.host\" . }}/{{ template \"other\" . }}"
+        );
+        assert_eq!(
+            defines,
+            "{{ define \"s3.host\" }}{{ if .x }}{{ .name }}.example.test{{ end }}{{ end }}\n"
+        );
+        assert!(hoist_defines("{{ define \"x\" }}open", "s0").is_err());
     }
 
     #[test]
