@@ -13,7 +13,7 @@ use super::params::{
 };
 use super::repos::RepoResolver;
 use super::template::{
-    Params, TemplateMode, collect_templates, fasttemplate, go_render_batch, map_strings,
+    Params, TemplateMode, collect_templates, fasttemplate, field_of, go_render_batch, map_strings,
 };
 use super::tools::Tool;
 use crate::yaml;
@@ -193,7 +193,18 @@ impl Expander<'_> {
                     &templates,
                     param_sets,
                     *missing_key_error,
-                )?;
+                )
+                .map_err(|e| {
+                    // Name the field of the template the error quotes.
+                    let field = templates
+                        .iter()
+                        .find(|t| e.contains(&format!("{t:?}")))
+                        .and_then(|t| field_of(value, t));
+                    match field {
+                        Some(field) if !field.is_empty() => format!("field {field}: {e}"),
+                        _ => e,
+                    }
+                })?;
                 rows.into_iter()
                     .map(|row| {
                         let lookup: HashMap<&str, &str> = templates

@@ -97,6 +97,33 @@ pub fn collect_templates(value: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// The field path (`spec.destination.namespace`, `metadata.labels[env]` for a key) where a
+/// template string first occurs in `value`, for error messages.
+pub fn field_of(value: &Value, template: &str) -> Option<String> {
+    fn walk(value: &Value, template: &str, path: &str) -> Option<String> {
+        match value {
+            Value::String(s) if s == template => Some(path.to_string()),
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .find_map(|(i, v)| walk(v, template, &format!("{path}[{i}]"))),
+            Value::Object(object) => object.iter().find_map(|(k, v)| {
+                let here = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                if k == template {
+                    return Some(format!("{path}[{k}] (a key)"));
+                }
+                walk(v, template, &here)
+            }),
+            _ => None,
+        }
+    }
+    walk(value, template, "")
+}
+
 fn push_template(s: &str, out: &mut Vec<String>) {
     if s.contains("{{") && !out.iter().any(|o| o == s) {
         out.push(s.to_string());
