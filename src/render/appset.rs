@@ -235,7 +235,9 @@ impl Expander<'_> {
             .ok_or("a generator must be an object")?;
         let selector = LabelSelector::from_value(object.get("selector"))
             .map_err(|e| format!("selector: {e}"))?;
-        let template_override = object.get("template").cloned();
+        // `generators[i].template` is not a field of a generator (the API server prunes it);
+        // Argo CD reads the generator's own `generators[i].<kind>.template`, and only at the top
+        // level: the templates of a matrix's or merge's children are ignored.
         let kinds: Vec<&String> = object
             .keys()
             .filter(|k| *k != "selector" && *k != "template")
@@ -247,6 +249,18 @@ impl Expander<'_> {
             ));
         };
         let body = &object[kind.as_str()];
+        let template_override = body
+            .get("template")
+            .filter(|t| nesting == 0 && t.as_object().is_some_and(|o| !o.is_empty()))
+            .cloned();
+        let with_override = |sets: Vec<ParamSet>| -> Vec<ParamSet> {
+            sets.into_iter()
+                .map(|set| ParamSet {
+                    params: set.params,
+                    template_override: template_override.clone(),
+                })
+                .collect()
+        };
         let params = match kind.as_str() {
             "list" => self.list(body)?,
             "clusters" => self.clusters(body)?,
@@ -254,12 +268,12 @@ impl Expander<'_> {
             "matrix" => {
                 return self
                     .matrix(body, nesting)
-                    .map(|sets| filter(sets, &selector));
+                    .map(|sets| filter(with_override(sets), &selector));
             }
             "merge" => {
                 return self
                     .merge(body, nesting)
-                    .map(|sets| filter(sets, &selector));
+                    .map(|sets| filter(with_override(sets), &selector));
             }
             unsupported if UNSUPPORTED_GENERATORS.contains(&unsupported) => {
                 return Err(format!(
