@@ -25,6 +25,8 @@ pub const CRD_ADDED: &str = "crd-added";
 pub const CRD_REMOVED: &str = "crd-removed";
 pub const DROPPED_VERSION_UNUSED: &str = "dropped-version-unused";
 pub const UNSCANNED_FILE: &str = "unscanned-file";
+/// An Application whose destination is no cluster of the inventory.
+pub const DESTINATION_UNKNOWN: &str = "destination-unknown";
 /// A rendered CustomResourceDefinition whose names the API server would reject.
 pub const CRD_NAME_INVALID: &str = "crd-name-invalid";
 
@@ -660,6 +662,52 @@ pub fn evaluate(
             });
         }
     }
+    // Unknown destinations: blocking when the pull request brings one, a note when the base
+    // has the same Application with the same unknown destination.
+    let base_unknown: BTreeSet<(&str, &str, &str)> = base
+        .applications
+        .iter()
+        .filter_map(|a| {
+            a.destination_unknown
+                .as_deref()
+                .map(|d| (a.namespace.as_str(), a.name.as_str(), d))
+        })
+        .collect();
+    for app in &head.applications {
+        let Some(destination) = &app.destination_unknown else {
+            continue;
+        };
+        let before = base_unknown.contains(&(
+            app.namespace.as_str(),
+            app.name.as_str(),
+            destination.as_str(),
+        ));
+        findings.push(Finding {
+            rule: DESTINATION_UNKNOWN.into(),
+            severity: if before {
+                Severity::Note
+            } else {
+                Severity::Blocking
+            },
+            summary: format!(
+                "Application {}/{} (from {}) has destination {destination}, which is no cluster of the inventory: Argo CD generates it and reports \"cluster not found\", and nothing is rendered for it{}",
+                app.namespace,
+                app.name,
+                app.origin,
+                if before {
+                    " (so it was at the merge base too)"
+                } else {
+                    ""
+                }
+            ),
+            evidence: serde_json::json!({
+                "application": app.name,
+                "namespace": app.namespace,
+                "origin": app.origin.to_string(),
+                "destination": destination,
+            }),
+        });
+    }
     let mut invalid = BTreeSet::new();
     for app in &head.applications {
         for object in &app.objects {
@@ -831,6 +879,7 @@ mod tests {
             sources: vec![source],
             objects,
             manifest: Value::Null,
+            destination_unknown: None,
         };
         let secret = json!({"apiVersion": "external-secrets.io/v1beta1", "kind": "ExternalSecret",
             "metadata": {"name": "web-tls", "namespace": "web"}});

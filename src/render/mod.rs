@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use self::cache::RenderCache;
 use self::git::Snapshot;
-use self::inventory::{Cluster, Inventory};
+use self::inventory::Inventory;
 use self::repos::RepoResolver;
 use self::source::{PlanContext, RenderJob, push_object};
 use self::tools::Tool;
@@ -134,7 +134,14 @@ pub struct RenderedApplication {
     /// The Application object itself, as generated (metadata with annotations, spec).
     #[serde(skip)]
     pub manifest: Value,
+    /// Set when the destination is no cluster of the inventory (`server X` or `name X`): Argo
+    /// CD generates the Application and marks it "cluster not found"; nothing is rendered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destination_unknown: Option<String>,
 }
+
+/// The cluster name an Application with an unknown destination is listed under.
+pub const UNKNOWN_CLUSTER: &str = "(unknown destination)";
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Rendering {
@@ -501,20 +508,27 @@ impl Engine<'_> {
         let cluster_name = app
             .pointer("/spec/destination/name")
             .and_then(Value::as_str);
-        let cluster: Cluster = self
-            .config
-            .inventory
-            .destination(server, cluster_name)
-            .ok_or_else(|| {
-                format!(
-                    "destination {} is not a cluster in the inventory",
-                    match (server, cluster_name) {
-                        (Some(s), _) if !s.is_empty() => format!("server {s}"),
-                        (_, Some(n)) if !n.is_empty() => format!("name {n}"),
-                        _ => "(none set)".to_string(),
-                    }
-                )
-            })?;
+        let Some(cluster) = self.config.inventory.destination(server, cluster_name) else {
+            // Argo CD generates it and marks it "cluster not found": the rest of the render
+            // goes on, and the gate's rules decide what this one means.
+            let destination = match (server, cluster_name) {
+                (Some(s), _) if !s.is_empty() => format!("server {s}"),
+                (_, Some(n)) if !n.is_empty() => format!("name {n}"),
+                _ => "(none set)".to_string(),
+            };
+            let mut pending = self.pending_app(
+                id,
+                item,
+                ClusterRef {
+                    name: UNKNOWN_CLUSTER.to_string(),
+                    server: server.unwrap_or("").to_string(),
+                },
+                source::sources_of(app),
+                Vec::new(),
+            );
+            pending.app.destination_unknown = Some(destination);
+            return Ok(pending);
+        };
         let digests = |dir: &Path| -> Result<String, String> {
             let mut cache = self.chart_digests.lock().unwrap_or_else(|p| p.into_inner());
             cache
@@ -570,43 +584,50 @@ impl Engine<'_> {
             }
             job_keys.push(key);
         }
-        let name = app
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let namespace = app
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("argocd")
-            .to_string();
-        Ok(PendingApp {
+        Ok(self.pending_app(
+            id,
+            item,
+            ClusterRef {
+                name: cluster.name.clone(),
+                server: cluster.server.clone(),
+            },
+            sources,
+            job_keys,
+        ))
+    }
+
+    fn pending_app(
+        &self,
+        id: &str,
+        item: &Item,
+        cluster: ClusterRef,
+        sources: Vec<Value>,
+        job_keys: Vec<String>,
+    ) -> PendingApp {
+        let app = &item.object;
+        let text = |pointer: &str, default: &str| {
+            app.pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or(default)
+                .to_string()
+        };
+        PendingApp {
             id: id.to_string(),
             depth: item.depth,
             job_keys,
             app: RenderedApplication {
-                name,
-                namespace,
-                project: app
-                    .pointer("/spec/project")
-                    .and_then(Value::as_str)
-                    .unwrap_or("default")
-                    .to_string(),
+                name: text("/metadata/name", ""),
+                namespace: text("/metadata/namespace", "argocd"),
+                project: text("/spec/project", "default"),
                 origin: item.origin.clone(),
-                cluster: ClusterRef {
-                    name: cluster.name.clone(),
-                    server: cluster.server.clone(),
-                },
-                destination_namespace: app
-                    .pointer("/spec/destination/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
+                cluster,
+                destination_namespace: text("/spec/destination/namespace", ""),
                 sources,
                 objects: Vec::new(),
                 manifest: app.clone(),
+                destination_unknown: None,
             },
-        })
+        }
     }
 }
 

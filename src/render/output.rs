@@ -87,6 +87,12 @@ pub fn summary(rendering: &Rendering) -> String {
             app.origin,
             app.objects.len()
         );
+        if let Some(destination) = &app.destination_unknown {
+            let _ = writeln!(
+                out,
+                "    destination {destination} is no cluster of the inventory: Argo CD reports \"cluster not found\"; nothing rendered"
+            );
+        }
         for source in &app.sources {
             let _ = writeln!(out, "    source: {}", source_line(source));
         }
