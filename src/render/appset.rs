@@ -697,11 +697,13 @@ impl Expander<'_> {
             .map_err(|e| format!("merge child 0: {e}"))?;
         let mut base_keys = std::collections::HashSet::new();
         for set in &base {
-            if !base_keys.insert(key_of(&set.params)) {
-                return Err(
-                    "the parameters from a generator were not unique by the given mergeKeys"
-                        .to_string(),
-                );
+            let key = key_of(&set.params);
+            if !base_keys.insert(key.clone()) {
+                return Err(format!(
+                    "merge child 0: the parameters from a generator were not unique by the given mergeKeys ({} = {:?} twice)",
+                    keys.join(", "),
+                    key.replace('\u{0}', ",")
+                ));
             }
         }
         for (index, child) in children.iter().enumerate().skip(1) {

@@ -138,8 +138,20 @@ impl Inventory {
             message,
         };
         if documents.len() == 1 && documents[0].get("clusters").is_some() {
-            let project: ProjectInventory = serde_json::from_value(documents[0].clone())
-                .map_err(|e| invalid(format!("not an inventory: {e}")))?;
+            let project: ProjectInventory = serde_path_to_error::deserialize(documents[0].clone())
+                .map_err(|e| {
+                    // The key as a path (`clusters[0].labels`), and the line the YAML parser
+                    // stops at, so a person can go straight to it.
+                    let path = e.path().to_string();
+                    let line = serde_saphyr::from_str::<ProjectInventory>(text)
+                        .err()
+                        .and_then(|e| e.location().map(|l| l.line()));
+                    let at = match line {
+                        Some(line) => format!(" (line {line})"),
+                        None => String::new(),
+                    };
+                    invalid(format!("`{path}`{at}: {}", e.inner()))
+                })?;
             return Ok(Self::from_project(project));
         }
         let mut secrets = Vec::new();
@@ -384,6 +396,24 @@ fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrong_inventory_names_the_key_and_line() {
+        let err = Inventory::parse("clusters:\n", "inv.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`clusters` (line 1): invalid type: null"),
+            "{err}"
+        );
+        let err = Inventory::parse(
+            "defaults:\n  kubeVersion: 1.30.0\nclusters:\n  - name: a\n    server: https://a\n    labels: [x]\n",
+            "inv.yaml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("`clusters[0].labels` (line 6)"), "{err}");
+    }
 
     #[test]
     fn kube_versions_parse_like_argo_cd() {

@@ -88,9 +88,15 @@ impl RepoResolver {
         }
         let snapshot = Snapshot::load(dir, revision)
             .or_else(|e| match e {
-                // A branch name in targetRevision is a remote branch in a mirror clone.
+                // A branch name in targetRevision is a remote branch in a mirror clone; when
+                // neither is there, the error names the revision as the Application wrote it.
                 GitError::UnknownRevision { .. } => {
-                    Snapshot::load(dir, &format!("origin/{revision}"))
+                    Snapshot::load(dir, &format!("origin/{revision}")).map_err(
+                        |second| match second {
+                            GitError::UnknownRevision { .. } => e,
+                            other => other,
+                        },
+                    )
                 }
                 other => Err(other),
             })

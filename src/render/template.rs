@@ -97,6 +97,18 @@ pub fn collect_templates(value: &Value, out: &mut Vec<String>) {
     }
 }
 
+/// Which parameter set an error is about, as a person finds it: the generator's `name` (a
+/// cluster's, or a list element's) when it has one, and its position.
+pub fn describe_params(params: &Params, index: usize) -> String {
+    let named = ["name", "cluster", "server", "path"]
+        .iter()
+        .find_map(|k| params.get(*k).and_then(Value::as_str).map(|v| (k, v)));
+    match named {
+        Some((key, value)) => format!("parameter set {index} ({key}={value:?})"),
+        None => format!("parameter set {index}"),
+    }
+}
+
 /// The field path (`spec.destination.namespace`, `metadata.labels[env]` for a key) where a
 /// template string first occurs in `value`, for error messages.
 pub fn field_of(value: &Value, template: &str) -> Option<String> {
@@ -286,10 +298,11 @@ pub fn go_render_batch(
     }
     if missing_key_error {
         for template in templates {
-            for params in param_sets {
+            for (index, params) in param_sets.iter().enumerate() {
                 if let Some(key) = first_missing_key(template, params) {
                     return Err(format!(
-                        "template {template:?}: map has no entry for key {key:?} (missingkey=error)"
+                        "template {template:?}: map has no entry for key {key:?} (missingkey=error), for {}",
+                        describe_params(params, index)
                     ));
                 }
             }
