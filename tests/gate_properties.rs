@@ -30,6 +30,7 @@ fn app(cluster: &str, name: &str, objects: Vec<Value>) -> RenderedApplication {
         sources: vec![],
         objects,
         manifest: serde_json::Value::Null,
+        stored: serde_json::Value::Null,
         destination_unknown: None,
     }
 }

@@ -47,10 +47,14 @@ pub enum Path {
 }
 
 /// The notes that make a green gate worth a look, and how a person reads each.
-const WORTH_A_LOOK: [(&str, &str); 3] = [
+const WORTH_A_LOOK: [(&str, &str); 4] = [
     (rules::MAJOR_VERSION, "a major version boundary is crossed"),
     (rules::RBAC_REMOVED, "RBAC objects are removed"),
     (rules::CRD_REMOVED, "CustomResourceDefinitions are removed"),
+    (
+        rules::SYNC_POLICY_CHANGED,
+        "generated Applications may now delete or overwrite by themselves",
+    ),
 ];
 
 pub fn classify(situation: &Situation) -> Path {

@@ -104,6 +104,10 @@ pub struct AppDiff {
     pub changed: Vec<ObjectChange>,
     /// True when the Application's own spec (sources, destination) changed.
     pub spec_changed: bool,
+    /// The generated Application itself, field by field (labels, annotations, finalizers,
+    /// spec: a sync policy, a destination, a source), between the two commits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub application_fields: Vec<FieldChange>,
     /// When the chart version moved and something else changed too: the chart's own change,
     /// rendered with the head's values at both versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -186,6 +190,12 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
             }
             _ => false,
         };
+        let mut application_fields = Vec::new();
+        if let (Some(o), Some(n)) = (old, new)
+            && o.stored != n.stored
+        {
+            diff_values("", &o.stored, &n.stored, &mut application_fields);
+        }
         let chart_moves = match (old, new) {
             (Some(o), Some(n)) => {
                 let (before, after) = (charts_of(o), charts_of(n));
@@ -209,6 +219,7 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
             && removed.is_empty()
             && changed.is_empty()
             && !spec_changed
+            && application_fields.is_empty()
         {
             continue;
         }
@@ -228,6 +239,7 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
             removed,
             changed,
             spec_changed,
+            application_fields,
             chart_only: None,
         });
     }

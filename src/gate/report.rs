@@ -452,6 +452,43 @@ fn details_section(result: &GateResult) -> String {
         return "\nThe render is identical at both commits.\n".to_string();
     }
     let mut out = String::new();
+    // The generated Applications themselves: each distinct field change once, with the
+    // Applications it applies to (an ApplicationSet change reaches many at once).
+    let mut groups: Vec<(String, String, String, Vec<String>)> = Vec::new();
+    for app in &diff.applications {
+        for field in &app.application_fields {
+            let (old, new) = (value_text(&field.old), value_text(&field.new));
+            let name = format!("{}/{}", app.app.namespace, app.app.name);
+            match groups
+                .iter_mut()
+                .find(|(p, o, n, _)| *p == field.path && *o == old && *n == new)
+            {
+                Some(group) => group.3.push(name),
+                None => groups.push((field.path.clone(), old, new, vec![name])),
+            }
+        }
+    }
+    if !groups.is_empty() {
+        let _ = writeln!(out, "\n**The generated Applications change**\n");
+        for (path, old, new, apps) in &groups {
+            let shown: Vec<String> = apps.iter().take(5).map(|a| code(a)).collect();
+            let more = if apps.len() > shown.len() {
+                format!(" and {} more", apps.len() - shown.len())
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "- {} Application{}: {} {} → {} ({}{more})",
+                apps.len(),
+                if apps.len() == 1 { "" } else { "s" },
+                code(path),
+                code(&clip(old, 80)),
+                code(&clip(new, 80)),
+                shown.join(", ")
+            );
+        }
+    }
     let _ = writeln!(
         out,
         "\n<details><summary>What this change deploys ({} Applications)</summary>\n",
@@ -469,6 +506,24 @@ fn details_section(result: &GateResult) -> String {
             text(&format!("{}/{}", app.app.namespace, app.app.name)),
             code(&app.app.cluster)
         );
+        if !app.application_fields.is_empty() {
+            let paths: Vec<String> = app
+                .application_fields
+                .iter()
+                .take(10)
+                .map(|f| code(&f.path))
+                .collect();
+            let _ = writeln!(
+                out,
+                "- the Application itself: {}{}",
+                paths.join(", "),
+                if app.application_fields.len() > paths.len() {
+                    format!(" and {} more", app.application_fields.len() - paths.len())
+                } else {
+                    String::new()
+                }
+            );
+        }
         for chart_move in &app.chart_moves {
             let _ = writeln!(
                 out,

@@ -25,6 +25,8 @@ pub const CRD_ADDED: &str = "crd-added";
 pub const CRD_REMOVED: &str = "crd-removed";
 pub const DROPPED_VERSION_UNUSED: &str = "dropped-version-unused";
 pub const UNSCANNED_FILE: &str = "unscanned-file";
+/// A change to generated Applications that lets Argo CD delete or overwrite on its own.
+pub const SYNC_POLICY_CHANGED: &str = "sync-policy-changed";
 /// An Application whose destination is no cluster of the inventory.
 pub const DESTINATION_UNKNOWN: &str = "destination-unknown";
 /// A rendered CustomResourceDefinition whose names the API server would reject.
@@ -170,6 +172,64 @@ pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
             storage,
         },
     ))
+}
+
+/// What an Application (as stored) lets Argo CD do by itself that can delete or overwrite:
+/// automated sync, pruning, self-healing, syncing to empty, cascading deletion, forced or
+/// replacing applies.
+pub(crate) fn sync_powers(stored: &Value) -> BTreeSet<&'static str> {
+    let mut out = BTreeSet::new();
+    let policy = stored.pointer("/spec/syncPolicy");
+    let automated = policy.and_then(|p| p.get("automated"));
+    let truthy = |v: Option<&Value>| v.and_then(Value::as_bool) == Some(true);
+    if let Some(automated) = automated.filter(|a| a.is_object())
+        && automated.get("enabled").and_then(Value::as_bool) != Some(false)
+    {
+        out.insert("sync automatically (syncPolicy.automated)");
+        if truthy(automated.get("prune")) {
+            out.insert("prune resources automatically, deleting what leaves the render (syncPolicy.automated.prune)");
+        }
+        if truthy(automated.get("selfHeal")) {
+            out.insert("self-heal, overwriting changes made in the cluster (syncPolicy.automated.selfHeal)");
+        }
+        if truthy(automated.get("allowEmpty")) {
+            out.insert(
+                "sync an empty render, deleting everything (syncPolicy.automated.allowEmpty)",
+            );
+        }
+    }
+    for option in policy
+        .and_then(|p| p.get("syncOptions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        match option.trim() {
+            "Replace=true" => {
+                out.insert("replace resources instead of applying them (syncOptions Replace=true)");
+            }
+            "Force=true" => {
+                out.insert(
+                    "force syncs, deleting and recreating resources (syncOptions Force=true)",
+                );
+            }
+            _ => {}
+        }
+    }
+    if stored
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| {
+            f.iter().filter_map(Value::as_str).any(|f| {
+                f == "resources-finalizer.argocd.argoproj.io"
+                    || f.starts_with("resources-finalizer.argocd.argoproj.io/")
+            })
+        })
+    {
+        out.insert("delete their resources when the Application is deleted (resources-finalizer)");
+    }
+    out
 }
 
 /// Why the API server would reject this CustomResourceDefinition's names, if it would.
@@ -662,6 +722,44 @@ pub fn evaluate(
             });
         }
     }
+    // Sync policies: what a changed Application now lets Argo CD do by itself.
+    let base_by_key: BTreeMap<super::diff::AppKey, &RenderedApplication> = base
+        .applications
+        .iter()
+        .map(|a| (super::diff::key_of(a), a))
+        .collect();
+    let mut enabled: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for app in &head.applications {
+        let Some(before) = base_by_key.get(&super::diff::key_of(app)) else {
+            continue;
+        };
+        let (was, now) = (sync_powers(&before.stored), sync_powers(&app.stored));
+        for power in now.difference(&was) {
+            enabled
+                .entry(power)
+                .or_default()
+                .push(format!("{}/{}", app.namespace, app.name));
+        }
+    }
+    for (power, apps) in enabled {
+        let shown: Vec<&str> = apps.iter().take(10).map(String::as_str).collect();
+        findings.push(Finding {
+            rule: SYNC_POLICY_CHANGED.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "{} Application{} now {power}: {}{}",
+                apps.len(),
+                if apps.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if apps.len() > shown.len() {
+                    format!(" and {} more", apps.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            ),
+            evidence: serde_json::json!({"enables": power, "applications": apps}),
+        });
+    }
     // Unknown destinations: blocking when the pull request brings one, a note when the base
     // has the same Application with the same unknown destination.
     let base_unknown: BTreeSet<(&str, &str, &str)> = base
@@ -879,6 +977,7 @@ mod tests {
             sources: vec![source],
             objects,
             manifest: Value::Null,
+            stored: Value::Null,
             destination_unknown: None,
         };
         let secret = json!({"apiVersion": "external-secrets.io/v1beta1", "kind": "ExternalSecret",

@@ -134,6 +134,10 @@ pub struct RenderedApplication {
     /// The Application object itself, as generated (metadata with annotations, spec).
     #[serde(skip)]
     pub manifest: Value,
+    /// The Application as Argo CD stores it: apiVersion, kind, metadata (name, namespace,
+    /// labels, annotations, finalizers) and spec. Diffed field by field like any object.
+    #[serde(rename = "application")]
+    pub stored: Value,
     /// Set when the destination is no cluster of the inventory (`server X` or `name X`): Argo
     /// CD generates the Application and marks it "cluster not found"; nothing is rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -625,10 +629,35 @@ impl Engine<'_> {
                 sources,
                 objects: Vec::new(),
                 manifest: app.clone(),
+                stored: stored_application(app),
                 destination_unknown: None,
             },
         }
     }
+}
+
+/// An Application as Argo CD stores it: what the generator or file wrote of its identity,
+/// labels, annotations and finalizers, and its whole spec; nothing the cluster adds.
+pub fn stored_application(app: &Value) -> Value {
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace", "labels", "annotations", "finalizers"] {
+        if let Some(value) = app.pointer(&format!("/metadata/{key}"))
+            && !value.is_null()
+            && value.as_object().is_none_or(|o| !o.is_empty())
+            && value.as_array().is_none_or(|a| !a.is_empty())
+        {
+            metadata.insert(key.to_string(), value.clone());
+        }
+    }
+    metadata
+        .entry("namespace")
+        .or_insert_with(|| Value::String("argocd".into()));
+    serde_json::json!({
+        "apiVersion": app.get("apiVersion").cloned().unwrap_or_else(|| "argoproj.io/v1alpha1".into()),
+        "kind": "Application",
+        "metadata": metadata,
+        "spec": app.get("spec").cloned().unwrap_or(Value::Null),
+    })
 }
 
 impl Engine<'_> {

@@ -106,10 +106,17 @@ pub fn summary(rendering: &Rendering) -> String {
     out
 }
 
-/// Every object as a YAML stream, each Application introduced by a comment.
+/// Every generated Application (as Argo CD stores it) and every object it renders, as a YAML
+/// stream, each document introduced by a comment.
 pub fn yaml_stream(rendering: &Rendering) -> String {
     let mut out = String::new();
     for app in &rendering.applications {
+        let _ = writeln!(
+            out,
+            "---\n# Application {}/{} on cluster {}: the Application itself",
+            app.namespace, app.name, app.cluster.name
+        );
+        out.push_str(&yaml::to_string(&app.stored));
         for object in &app.objects {
             let _ = writeln!(
                 out,
