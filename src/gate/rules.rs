@@ -25,6 +25,8 @@ pub const CRD_ADDED: &str = "crd-added";
 pub const CRD_REMOVED: &str = "crd-removed";
 pub const DROPPED_VERSION_UNUSED: &str = "dropped-version-unused";
 pub const UNSCANNED_FILE: &str = "unscanned-file";
+/// A rendered custom object the API server would quietly prune a value from, or reject.
+pub const FIELD_PRUNED_ON_APPLY: &str = "field-pruned-on-apply";
 /// A change to generated Applications that lets Argo CD delete or overwrite on its own.
 pub const SYNC_POLICY_CHANGED: &str = "sync-policy-changed";
 /// An Application whose destination is no cluster of the inventory.
@@ -172,6 +174,84 @@ pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
             storage,
         },
     ))
+}
+
+/// Every value the API server would prune from, or every reason it would reject, a rendered
+/// object of a custom kind: (Application `ns/name on cluster`, object, what happens). The
+/// schema is the one the object's cluster serves at this render for the version the object
+/// declares; an object whose CRD or version is not there is another rule's business.
+fn apply_losses(rendering: &Rendering) -> Vec<(String, String, String)> {
+    let mut crds: BTreeMap<(&str, String, String), &Value> = BTreeMap::new();
+    for app in &rendering.applications {
+        for object in &app.objects {
+            if let Some((_, info)) = crd_info(object) {
+                crds.insert(
+                    (
+                        app.cluster.name.as_str(),
+                        info.group.clone(),
+                        info.kind.clone(),
+                    ),
+                    object,
+                );
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for app in &rendering.applications {
+        for object in &app.objects {
+            let (Some(api_version), Some(kind)) = (
+                object.get("apiVersion").and_then(Value::as_str),
+                object.get("kind").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let (group, version) = split_api_version(api_version);
+            if group.is_empty() {
+                continue;
+            }
+            let Some(crd) = crds.get(&(
+                app.cluster.name.as_str(),
+                group.to_string(),
+                kind.to_string(),
+            )) else {
+                continue;
+            };
+            let served = crd
+                .pointer("/spec/versions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|v| {
+                    v.get("name").and_then(Value::as_str) == Some(version)
+                        && v.get("served").and_then(Value::as_bool) == Some(true)
+                });
+            let Some(schema) = crate::schema::version_schema(crd, version).filter(|_| served)
+            else {
+                continue;
+            };
+            let mut copy = object.clone();
+            let outcome = crate::schema::prune_and_validate(&mut copy, schema);
+            let label = format!("{} {}", api_version, object_label(&ObjectKey::of(object)));
+            let where_ = format!("{}/{} on {}", app.namespace, app.name, app.cluster.name);
+            for (path, value) in outcome.pruned {
+                let mut value = value.to_string();
+                if value.chars().count() > 80 {
+                    value = format!("{}…", value.chars().take(80).collect::<String>());
+                }
+                out.push((
+                    where_.clone(),
+                    label.clone(),
+                    format!(
+                        "{path} = {value} would be pruned (the {version} schema has no such field)"
+                    ),
+                ));
+            }
+            for error in outcome.errors {
+                out.push((where_.clone(), label.clone(), format!("rejected: {error}")));
+            }
+        }
+    }
+    out
 }
 
 /// What an Application (as stored) lets Argo CD do by itself that can delete or overwrite:
@@ -721,6 +801,46 @@ pub fn evaluate(
                 evidence: serde_json::json!(set),
             });
         }
+    }
+    // Values the apply would drop: every rendered object of a custom kind, through the
+    // structural schema of the version it declares as its cluster serves it at this commit.
+    let base_losses: std::collections::HashSet<(String, String, String)> =
+        apply_losses(base).into_iter().collect();
+    let mut losses: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (app, object, loss) in apply_losses(head) {
+        let introduced = !base_losses.contains(&(app.clone(), object.clone(), loss.clone()));
+        let severity = if introduced { "blocking" } else { "note" };
+        losses
+            .entry((format!("{severity}\u{0}{object}"), loss))
+            .or_default()
+            .push(app);
+    }
+    for ((key, loss), apps) in losses {
+        let (severity, object) = key.split_once('\u{0}').unwrap_or(("note", &key));
+        let shown: Vec<&str> = apps.iter().take(10).map(String::as_str).collect();
+        findings.push(Finding {
+            rule: FIELD_PRUNED_ON_APPLY.into(),
+            severity: if severity == "blocking" {
+                Severity::Blocking
+            } else {
+                Severity::Note
+            },
+            summary: format!(
+                "{object}: {loss}, in {}{}{}",
+                shown.join(", "),
+                if apps.len() > shown.len() {
+                    format!(" and {} more", apps.len() - shown.len())
+                } else {
+                    String::new()
+                },
+                if severity == "blocking" {
+                    ""
+                } else {
+                    " (so at the merge base too)"
+                }
+            ),
+            evidence: serde_json::json!({"object": object, "loss": loss, "applications": apps}),
+        });
     }
     // Sync policies: what a changed Application now lets Argo CD do by itself.
     let base_by_key: BTreeMap<super::diff::AppKey, &RenderedApplication> = base
