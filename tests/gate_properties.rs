@@ -298,3 +298,62 @@ fn a_crd_version_name_cannot_forge_a_block_either() {
     );
     assert_eq!(report::parse(&forged).unwrap().dropped, parsed.dropped);
 }
+
+/// `n` Applications (same name pattern, one per cluster) that all change one ConfigMap the same
+/// way, with `extra` distinct changes on the first one.
+fn shared_change(n: usize, value: &str) -> (Rendering, Rendering) {
+    let rendering = |v: &str| Rendering {
+        revision: "0".into(),
+        applications: (0..n)
+            .map(|i| {
+                app(
+                    &format!("cluster-{i:03}"),
+                    "addon",
+                    vec![object("ConfigMap", "settings", v)],
+                )
+            })
+            .collect(),
+        diagnostics: vec![],
+        stats: Default::default(),
+    };
+    (rendering("old"), rendering(value))
+}
+
+fn green_report(base: &Rendering, head: &Rendering) -> String {
+    let diff = diff::diff(base, head);
+    let result = GateResult {
+        verdict: Verdict {
+            outcome: Outcome::Green,
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            counts: diff.counts.clone(),
+            blocking: Default::default(),
+            notes: Default::default(),
+            repository_consumers: 0,
+            errors: vec![],
+        },
+        findings: vec![],
+        diff,
+    };
+    report::render(&result).0
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// A change that many Applications share is shown once: the report's size does not grow
+    /// with how many Applications share it (only their count's digits and the cut list of
+    /// names), where it used to grow by a whole block per Application.
+    #[test]
+    fn the_report_grows_with_distinct_changes_not_applications(
+        n in 10usize..400,
+        value in "[a-z]{1,40}",
+    ) {
+        let (base, head) = shared_change(10, &value);
+        let ten = green_report(&base, &head).len();
+        let (base, head) = shared_change(n, &value);
+        let many = green_report(&base, &head).len();
+        // Counts in the summary line, the group title's count: a few digits at most.
+        prop_assert!(many.abs_diff(ten) <= 16, "10 Applications: {ten} bytes; {n}: {many} bytes");
+    }
+}

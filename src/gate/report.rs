@@ -443,6 +443,107 @@ fn split_error(error: &str) -> (String, Vec<String>) {
     }
 }
 
+/// The Markdown lines of one Application's changes (identical for Applications that change the
+/// same way, whatever their names).
+fn app_changes(app: &crate::gate::diff::AppDiff) -> String {
+    let mut out = String::new();
+    if !app.application_fields.is_empty() {
+        let paths: Vec<String> = app
+            .application_fields
+            .iter()
+            .take(10)
+            .map(|f| code(&f.path))
+            .collect();
+        let _ = writeln!(
+            out,
+            "- the Application itself: {}{}",
+            paths.join(", "),
+            if app.application_fields.len() > paths.len() {
+                format!(" and {} more", app.application_fields.len() - paths.len())
+            } else {
+                String::new()
+            }
+        );
+    }
+    for chart_move in &app.chart_moves {
+        let _ = writeln!(
+            out,
+            "- chart {} {} → {}",
+            code(&chart_move.chart),
+            code(&chart_move.from),
+            code(&chart_move.to)
+        );
+    }
+    if let Some(chart_only) = &app.chart_only {
+        let _ = writeln!(
+            out,
+            "- the chart's own change (this change's values at both versions):"
+        );
+        for object in &chart_only.added {
+            let _ = writeln!(out, "  - added {}", code(&object.to_string()));
+        }
+        for object in &chart_only.removed {
+            let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
+        }
+        for change in &chart_only.changed {
+            let fields: Vec<String> = change
+                .fields
+                .iter()
+                .filter(|f| {
+                    change.object.kind != "CustomResourceDefinition" || !f.path.contains(".schema")
+                })
+                .take(20)
+                .map(|f| code(&f.path))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  - changed {}: {}",
+                code(&change.object.to_string()),
+                if fields.is_empty() {
+                    "schema fields".to_string()
+                } else {
+                    fields.join(", ")
+                }
+            );
+        }
+        let _ = writeln!(out, "- everything this change deploys differently:");
+    }
+    for object in &app.added {
+        let _ = writeln!(out, "- added {}", code(&object.to_string()));
+    }
+    for object in &app.removed {
+        let _ = writeln!(out, "- removed {}", code(&object.to_string()));
+    }
+    for change in &app.changed {
+        let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
+        // A CRD's schema diff runs to thousands of lines on real charts: the versions and
+        // flags are shown, the schema fields counted (`--json` has every one).
+        let is_crd = change.object.kind == "CustomResourceDefinition";
+        let mut schema_fields = 0;
+        for field in &change.fields {
+            if is_crd && field.path.contains(".schema") {
+                schema_fields += 1;
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  - {}: {} → {}",
+                code(&field.path),
+                code(&clip(&value_text(&field.old), 80)),
+                code(&clip(&value_text(&field.new), 80))
+            );
+        }
+        if schema_fields > 0 {
+            let _ = writeln!(
+                out,
+                "  - {schema_fields} schema field{} changed (every one is in `gate check --json`)",
+                if schema_fields == 1 { "" } else { "s" }
+            );
+        }
+    }
+    out
+}
+
 fn details_section(result: &GateResult) -> String {
     if result.verdict.outcome == Outcome::Undecided {
         return String::new();
@@ -494,85 +595,47 @@ fn details_section(result: &GateResult) -> String {
         "\n<details><summary>What this change deploys ({} Applications)</summary>\n",
         diff.applications.len()
     );
+    // Applications whose changes read the same (one ApplicationSet's change on every
+    // cluster) are shown once, with the list of where they apply: the report grows with the
+    // distinct changes, not with the Applications.
+    let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
     for app in &diff.applications {
         let status = match app.status {
             AppStatus::Added => "added",
             AppStatus::Removed => "removed",
             AppStatus::Changed => "changed",
         };
-        let _ = writeln!(
-            out,
-            "#### {} on {} ({status})\n",
-            text(&format!("{}/{}", app.app.namespace, app.app.name)),
-            code(&app.app.cluster)
+        let body = app_changes(app);
+        let name = format!(
+            "{}/{} on {}",
+            app.app.namespace, app.app.name, app.app.cluster
         );
-        if !app.application_fields.is_empty() {
-            let paths: Vec<String> = app
-                .application_fields
-                .iter()
-                .take(10)
-                .map(|f| code(&f.path))
-                .collect();
+        match groups
+            .iter_mut()
+            .find(|(s, b, _)| s == status && *b == body)
+        {
+            Some(group) => group.2.push(name),
+            None => groups.push((status.to_string(), body, vec![name])),
+        }
+    }
+    for (status, body, apps) in &groups {
+        if apps.len() == 1 {
+            let _ = writeln!(out, "#### {} ({status})\n", text(&apps[0]));
+        } else {
+            let shown: Vec<String> = apps.iter().take(8).map(|a| text(a)).collect();
             let _ = writeln!(
                 out,
-                "- the Application itself: {}{}",
-                paths.join(", "),
-                if app.application_fields.len() > paths.len() {
-                    format!(" and {} more", app.application_fields.len() - paths.len())
+                "#### {} Applications ({status}): {}{}\n",
+                apps.len(),
+                shown.join(", "),
+                if apps.len() > shown.len() {
+                    format!(" and {} more", apps.len() - shown.len())
                 } else {
                     String::new()
                 }
             );
         }
-        for chart_move in &app.chart_moves {
-            let _ = writeln!(
-                out,
-                "- chart {} {} → {}",
-                code(&chart_move.chart),
-                code(&chart_move.from),
-                code(&chart_move.to)
-            );
-        }
-        if let Some(chart_only) = &app.chart_only {
-            let _ = writeln!(
-                out,
-                "- the chart's own change (this change's values at both versions):"
-            );
-            for object in &chart_only.added {
-                let _ = writeln!(out, "  - added {}", code(&object.to_string()));
-            }
-            for object in &chart_only.removed {
-                let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
-            }
-            for change in &chart_only.changed {
-                let fields: Vec<String> = change.fields.iter().map(|f| code(&f.path)).collect();
-                let _ = writeln!(
-                    out,
-                    "  - changed {}: {}",
-                    code(&change.object.to_string()),
-                    fields.join(", ")
-                );
-            }
-            let _ = writeln!(out, "- everything this change deploys differently:");
-        }
-        for object in &app.added {
-            let _ = writeln!(out, "- added {}", code(&object.to_string()));
-        }
-        for object in &app.removed {
-            let _ = writeln!(out, "- removed {}", code(&object.to_string()));
-        }
-        for change in &app.changed {
-            let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
-            for field in &change.fields {
-                let _ = writeln!(
-                    out,
-                    "  - {}: {} → {}",
-                    code(&field.path),
-                    code(&clip(&value_text(&field.old), 80)),
-                    code(&clip(&value_text(&field.new), 80))
-                );
-            }
-        }
+        out.push_str(body);
         out.push('\n');
     }
     let _ = writeln!(out, "</details>");
