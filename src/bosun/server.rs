@@ -235,11 +235,13 @@ impl Server {
         let mut jobs = lock(self);
         jobs.running = None;
         let tracked = match run.path.as_str() {
-            // A failed triage (the forge or git failing) may be delivered again.
+            // A failed triage (the forge or git failing) may be delivered again; it stays in
+            // the journal (a restart replays it) and is followed, so the poller tries again.
             "error" => {
                 jobs.seen
                     .remove(&(repository.clone(), number, delivered_head));
-                None
+                jobs.tracked.insert(key.clone(), String::new());
+                Some(String::new())
             }
             // Nothing more arrives for a closed pull request: forget its deliveries.
             "closed" => {
@@ -265,8 +267,9 @@ impl Server {
         };
         // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
         // Decided and removed under the lock `enqueue` journals under: no delivery accepted in
-        // between can lose its entry.
-        if !jobs.heads.contains_key(&key)
+        // between can lose its entry. A failed triage keeps its entry.
+        if run.path != "error"
+            && !jobs.heads.contains_key(&key)
             && let Err(e) = self
                 .journal
                 .remove(journal::Kind::Pending, &repository, number)

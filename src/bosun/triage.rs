@@ -331,15 +331,18 @@ impl Bosun {
         slug: &RepoSlug,
         sha: &str,
         report_digest: Option<&str>,
+        report_green: bool,
     ) -> Result<bool, TriageError> {
         let author = self.config.gate_author(&self.me);
         let shared = author != self.me;
         let app = author.trim_end_matches("[bot]");
         let runs = self.forge.check_runs(slug, sha).await?;
+        // Under a shared identity the check must also agree with the report it names.
         let run_ok = |r: &crate::forge::CheckRun| {
             r.name == CHECK_NAME
                 && (!shared
                     || (r.app.trim_end_matches("[bot]") == app
+                        && (r.conclusion == crate::forge::Conclusion::Success) == report_green
                         && report_digest.is_some_and(|d| {
                             r.external_id == format!("{}{d}", publish::REPORT_REFERENCE)
                         })))
@@ -352,6 +355,7 @@ impl Bosun {
             s.context == CHECK_NAME
                 && (!shared
                     || (s.creator == author
+                        && (s.state == StatusState::Success) == report_green
                         && report_digest.is_some_and(|d| {
                             s.description
                                 .ends_with(&format!("{}{d}", publish::STATUS_REPORT_MARK))
@@ -563,6 +567,9 @@ impl Bosun {
                 slug,
                 &pr.head_sha,
                 published_report.as_ref().map(|(_, d)| d.as_str()),
+                published_report
+                    .as_ref()
+                    .is_some_and(|(r, _)| r.verdict.outcome == report::Outcome::Green),
             )
             .await?;
         let report = published_report.map(|(report, _)| report);

@@ -556,16 +556,22 @@ fn details_section(result: &GateResult) -> String {
     // The generated Applications themselves: each distinct field change once, with the
     // Applications it applies to (an ApplicationSet change reaches many at once).
     let mut groups: Vec<(String, String, String, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<(String, String, String), usize> =
+        std::collections::HashMap::new();
     for app in &diff.applications {
         for field in &app.application_fields {
-            let (old, new) = (value_text(&field.old), value_text(&field.new));
+            let (old, new) = (
+                clip(&value_text(&field.old), 80),
+                clip(&value_text(&field.new), 80),
+            );
             let name = format!("{}/{}", app.app.namespace, app.app.name);
-            match groups
-                .iter_mut()
-                .find(|(p, o, n, _)| *p == field.path && *o == old && *n == new)
-            {
-                Some(group) => group.3.push(name),
-                None => groups.push((field.path.clone(), old, new, vec![name])),
+            let key = (field.path.clone(), old, new);
+            match index.get(&key) {
+                Some(&at) => groups[at].3.push(name),
+                None => {
+                    index.insert(key.clone(), groups.len());
+                    groups.push((key.0, key.1, key.2, vec![name]));
+                }
             }
         }
     }
@@ -599,6 +605,8 @@ fn details_section(result: &GateResult) -> String {
     // cluster) are shown once, with the list of where they apply: the report grows with the
     // distinct changes, not with the Applications.
     let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<(&'static str, String), usize> =
+        std::collections::HashMap::new();
     for app in &diff.applications {
         let status = match app.status {
             AppStatus::Added => "added",
@@ -610,12 +618,12 @@ fn details_section(result: &GateResult) -> String {
             "{}/{} on {}",
             app.app.namespace, app.app.name, app.app.cluster
         );
-        match groups
-            .iter_mut()
-            .find(|(s, b, _)| s == status && *b == body)
-        {
-            Some(group) => group.2.push(name),
-            None => groups.push((status.to_string(), body, vec![name])),
+        match index.get(&(status, body.clone())) {
+            Some(&at) => groups[at].2.push(name),
+            None => {
+                index.insert((status, body.clone()), groups.len());
+                groups.push((status.to_string(), body, vec![name]));
+            }
         }
     }
     for (status, body, apps) in &groups {

@@ -843,17 +843,20 @@ pub fn evaluate(
         });
     }
     // Sync policies: what a changed Application now lets Argo CD do by itself.
-    let base_by_key: BTreeMap<super::diff::AppKey, &RenderedApplication> = base
+    // Argo CD knows an Application by namespace and name (a move to another cluster is the
+    // same Application); a new one brings all its powers.
+    let base_by_key: BTreeMap<(&str, &str), &RenderedApplication> = base
         .applications
         .iter()
-        .map(|a| (super::diff::key_of(a), a))
+        .map(|a| ((a.namespace.as_str(), a.name.as_str()), a))
         .collect();
     let mut enabled: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for app in &head.applications {
-        let Some(before) = base_by_key.get(&super::diff::key_of(app)) else {
-            continue;
-        };
-        let (was, now) = (sync_powers(&before.stored), sync_powers(&app.stored));
+        let was = base_by_key
+            .get(&(app.namespace.as_str(), app.name.as_str()))
+            .map(|before| sync_powers(&before.stored))
+            .unwrap_or_default();
+        let now = sync_powers(&app.stored);
         for power in now.difference(&was) {
             enabled
                 .entry(power)

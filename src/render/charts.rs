@@ -129,12 +129,13 @@ impl ChartPulls {
     }
 }
 
-/// A chart repository URL compared the way the allowlist compares it: no scheme (`https://`,
-/// `oci://`; Argo CD writes OCI repositories without one), no trailing `/`, lowercase.
+/// A chart repository URL compared the way the allowlist compares it: lowercase, no trailing
+/// `/`, and `oci://` dropped (Argo CD writes OCI repositories without a scheme); `https://`
+/// and `http://` stay (allowing one does not allow the other).
 pub fn allowlist_key(url: &str) -> String {
-    let url = url.trim();
-    let url = url.split_once("://").map(|(_, rest)| rest).unwrap_or(url);
-    url.trim_end_matches('/').to_ascii_lowercase()
+    let url = url.trim().to_ascii_lowercase();
+    let url = url.strip_prefix("oci://").unwrap_or(&url);
+    url.trim_end_matches('/').to_string()
 }
 
 /// Every `repoURL` value written anywhere in the repository's YAML (Applications, generator
@@ -322,7 +323,9 @@ mod tests {
     fn pulls_follow_the_allowlist() {
         let only = ChartPulls::Only([allowlist_key("https://charts.example.test/stable")].into());
         assert_eq!(only.check("https://Charts.Example.test/stable/"), Ok(()));
-        assert_eq!(only.check("oci://charts.example.test/stable"), Ok(()));
+        assert!(only.check("http://charts.example.test/stable").is_err());
+        let oci = ChartPulls::Only([allowlist_key("registry.example.test/charts")].into());
+        assert_eq!(oci.check("oci://registry.example.test/charts"), Ok(()));
         assert!(
             only.check("https://charts.evil.test/stable")
                 .unwrap_err()

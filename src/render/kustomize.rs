@@ -56,11 +56,144 @@ pub fn check_confined(root: &Path, dir: &Path) -> Result<(), String> {
                 )
             })?;
             if entry.may_be_base && target.is_dir() {
-                stack.push(target);
+                stack.push(target.clone());
+            }
+            // A plugin configuration file (`generators: [gen.yaml]`) names files of its own,
+            // which kustomize resolves from this kustomization's folder.
+            if entry.plugin && target.is_file() {
+                let plugin_label = relative(&root, &target);
+                let text = std::fs::read(&target).map_err(|e| format!("{plugin_label}: {e}"))?;
+                let text = String::from_utf8(text)
+                    .map_err(|_| format!("{plugin_label}: not UTF-8 text"))?;
+                for (index, document) in yaml::parse_documents(&text, &plugin_label)
+                    .map_err(|e| e.to_string())?
+                    .iter()
+                    .enumerate()
+                {
+                    for inner in plugin_entries(document)
+                        .map_err(|e| format!("{plugin_label}: document {index}: {e}"))?
+                    {
+                        resolve(&root, &dir, &inner).map_err(|why| {
+                            format!(
+                                "{plugin_label}: document {index}: {} entry {:?} {why}",
+                                inner.field,
+                                inner.value.chars().take(200).collect::<String>()
+                            )
+                        })?;
+                    }
+                }
             }
         }
     }
     Ok(())
+}
+
+/// The built-in plugins a configuration file may hold, and their fields that name files.
+/// Anything else is refused: the gate does not run what it cannot scan.
+const PLUGINS: &[(&str, &[&str])] = &[
+    ("PatchTransformer", &["path"]),
+    ("PatchJson6902Transformer", &["path"]),
+    ("PatchStrategicMergeTransformer", &["paths"]),
+    ("ReplacementTransformer", &["replacements"]),
+    ("ConfigMapGenerator", &["files", "envs", "env"]),
+    ("SecretGenerator", &["files", "envs", "env"]),
+    ("LabelTransformer", &[]),
+    ("AnnotationsTransformer", &[]),
+    ("NamespaceTransformer", &[]),
+    ("PrefixSuffixTransformer", &[]),
+    ("PrefixTransformer", &[]),
+    ("SuffixTransformer", &[]),
+    ("ImageTagTransformer", &[]),
+    ("ReplicaCountTransformer", &[]),
+    ("HashTransformer", &[]),
+    ("SortOrderTransformer", &[]),
+    ("ValueAddTransformer", &[]),
+];
+
+/// The entries of one plugin configuration document that name files.
+fn plugin_entries(document: &Value) -> Result<Vec<PathEntry>, String> {
+    let kind = document.get("kind").and_then(Value::as_str).unwrap_or("");
+    let api_version = document
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let Some((_, fields)) = PLUGINS.iter().find(|(k, _)| *k == kind) else {
+        return Err(format!(
+            "plugin {kind:?} is not a built-in plugin the gate scans; it refuses what it cannot scan"
+        ));
+    };
+    if api_version != "builtin" {
+        return Err(format!(
+            "plugin {kind} has apiVersion {api_version:?}; only `builtin` plugins run offline"
+        ));
+    }
+    // The same exactness as a kustomization: a field in another case is one kustomize reads.
+    if let Some(map) = document.as_object() {
+        for key in map.keys() {
+            let lower = key.to_ascii_lowercase();
+            if !key.is_ascii()
+                || ["path", "paths", "files", "envs", "env", "replacements"]
+                    .iter()
+                    .any(|f| *f == lower && f != key)
+            {
+                return Err(format!(
+                    "key {:?} names files in another case (or with non-ASCII letters); the gate refuses it",
+                    key.chars().take(60).collect::<String>()
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for field in *fields {
+        match *field {
+            "replacements" => {
+                if let Some(Value::Array(items)) = document.get("replacements") {
+                    for (index, item) in items.iter().enumerate() {
+                        exact_keys(
+                            item,
+                            REPLACEMENT_FIELDS,
+                            &format!("replacements[{index}]: "),
+                        )?;
+                        if let Some(path) = item.get("path").and_then(Value::as_str) {
+                            out.push(PathEntry {
+                                field: format!("replacements[{index}].path"),
+                                value: path.to_string(),
+                                may_be_base: false,
+                                plugin: false,
+                            });
+                        }
+                    }
+                }
+            }
+            "files" => {
+                for source in strings(document.get("files")) {
+                    let path = source.split_once('=').map(|(_, p)| p).unwrap_or(&source);
+                    out.push(PathEntry {
+                        field: "files".into(),
+                        value: path.to_string(),
+                        may_be_base: false,
+                        plugin: false,
+                    });
+                }
+            }
+            other => {
+                for value in strings(document.get(other)) {
+                    if !value.contains('\n') {
+                        out.push(PathEntry {
+                            field: other.to_string(),
+                            value,
+                            may_be_base: false,
+                            plugin: false,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(out
+        .into_iter()
+        .filter(|e| !e.value.trim().is_empty())
+        .collect())
 }
 
 /// One entry of a kustomization that names a file or a folder.
@@ -71,6 +204,8 @@ pub struct PathEntry {
     pub value: String,
     /// A folder here is a kustomization of its own, to be checked in turn.
     pub may_be_base: bool,
+    /// A file here is a plugin configuration whose own file entries are checked too.
+    pub plugin: bool,
 }
 
 fn strings(value: Option<&Value>) -> Vec<String> {
@@ -191,10 +326,12 @@ pub fn entries(kustomization: &Value) -> Result<Vec<PathEntry>, String> {
     let mut out = Vec::new();
     let mut push = |field: String, value: String, may_be_base: bool| {
         if !value.trim().is_empty() {
+            let plugin = matches!(field.as_str(), "generators" | "transformers" | "validators");
             out.push(PathEntry {
                 field,
                 value,
                 may_be_base,
+                plugin,
             });
         }
     };
@@ -276,11 +413,18 @@ pub fn entries(kustomization: &Value) -> Result<Vec<PathEntry>, String> {
 fn resolve(root: &Path, dir: &Path, entry: &PathEntry) -> Result<PathBuf, &'static str> {
     let value = entry.value.trim();
     let lower = value.to_ascii_lowercase();
+    // kustomize parses an entry as a repository before it looks on disk: `github.com/o/r`
+    // is cloned even when a folder of that name exists in the tree.
     if lower.contains("://")
         || lower.starts_with("git@")
         || lower.starts_with("git::")
         || lower.starts_with("ssh:")
+        || lower.starts_with("github.com")
         || lower.contains("?ref=")
+        || lower.contains("?version=")
+        || lower.contains(".git?")
+        || lower.ends_with(".git")
+        || lower.contains("//")
     {
         return Err("is a remote location; the gate renders offline and refuses it");
     }
@@ -399,6 +543,8 @@ mod tests {
                 "configMapGenerator[0]: key \"Files\" is \"files\" in another case",
             ),
             ("patches:\n- PATH: /etc/x", "\"path\" in another case"),
+            ("resources: [github.com/org/repo]", "remote location"),
+            ("resources: [base//sub]", "remote location"),
             (
                 "helmCharts:\n- name: x\n  repo: https://charts.example.test",
                 "--enable-helm",
@@ -429,6 +575,58 @@ mod tests {
             err.starts_with("base/kustomization.yaml: resources entry"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_plugin_configuration_file_is_scanned_too() {
+        let kustomization = "resources: [cm.yaml]\ntransformers: [t.yaml]\n";
+        for (plugin, why) in [
+            (
+                "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: x}\npath: http://127.0.0.1:9/p.yaml\n",
+                "remote location",
+            ),
+            (
+                "apiVersion: builtin\nkind: ReplacementTransformer\nmetadata: {name: x}\nreplacements:\n- path: /etc/passwd\n",
+                "absolute path",
+            ),
+            (
+                "apiVersion: builtin\nkind: ConfigMapGenerator\nmetadata: {name: x}\nfiles: [k=../../../x]\n",
+                "leaves the repository",
+            ),
+            (
+                "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: x}\nPath: /etc/x\n",
+                "another case",
+            ),
+            (
+                "apiVersion: example.test/v1\nkind: Exfiltrator\nmetadata: {name: x}\n",
+                "not a built-in plugin",
+            ),
+        ] {
+            let err = check(
+                &[
+                    ("a/app/kustomization.yaml", kustomization),
+                    ("a/app/cm.yaml", "kind: ConfigMap"),
+                    ("a/app/t.yaml", plugin),
+                ],
+                "a/app",
+            )
+            .expect_err(plugin);
+            assert!(err.starts_with("a/app/t.yaml: document 0: "), "{err}");
+            assert!(err.contains(why), "{plugin}: {err}");
+        }
+        let fine = check(
+            &[
+                ("a/app/kustomization.yaml", kustomization),
+                ("a/app/cm.yaml", "kind: ConfigMap"),
+                ("a/app/p.yaml", "kind: ConfigMap"),
+                (
+                    "a/app/t.yaml",
+                    "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {name: x}\npath: p.yaml\ntarget: {kind: ConfigMap}\n",
+                ),
+            ],
+            "a/app",
+        );
+        assert_eq!(fine, Ok(()));
     }
 
     #[test]

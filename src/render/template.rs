@@ -202,6 +202,32 @@ fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String
             .next()
             .unwrap_or("")
     };
+    // Go's parser: a `define` only at the top level, every `end` closing a block.
+    let mut depth = 0i32;
+    for &action in &actions {
+        match keyword(action) {
+            "define" if depth > 0 => {
+                return Err(format!(
+                    "template {template:?}: unexpected `define` inside a block (Go refuses it)"
+                ));
+            }
+            "if" | "range" | "with" | "define" | "block" => depth += 1,
+            "end" => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err(format!(
+                        "template {template:?}: unexpected {{{{end}}}} (Go refuses it)"
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    if depth != 0 {
+        return Err(format!(
+            "template {template:?}: a block is not closed with {{{{end}}}}"
+        ));
+    }
     let mut names = Vec::new();
     let mut hoisted = Vec::new();
     let mut body = String::new();
@@ -281,7 +307,34 @@ fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String
             rename(inner)
         ));
     }
-    Ok((rename(&body), defines))
+    let body = rename(&body);
+    // A field sees only the names it defines: not another field's, not the gate's own.
+    let mut foreign = None;
+    for text in [&body, &defines] {
+        transform_actions(text, |action| {
+            let trimmed = action.trim_start_matches('-').trim();
+            if let Some(rest) = trimmed.strip_prefix("template")
+                && rest.starts_with(char::is_whitespace)
+            {
+                let called = rest.trim_start();
+                let name = called.strip_prefix('"').and_then(|r| r.split('"').next());
+                let own = name.is_some_and(|n| {
+                    n.strip_prefix(&format!("{field}."))
+                        .is_some_and(|bare| names.iter().any(|m| m == bare))
+                });
+                if !own && foreign.is_none() {
+                    foreign = Some(called.chars().take(60).collect::<String>());
+                }
+            }
+            action.to_string()
+        });
+    }
+    if let Some(called) = foreign {
+        return Err(format!(
+            "template {template:?}: `template {called}` names no template this field defines"
+        ));
+    }
+    Ok((body, defines))
 }
 
 /// Renders `templates` (Go templates) once per parameter set, with helm's template engine.
@@ -723,19 +776,25 @@ mod tests {
     #[test]
     fn defines_are_hoisted_and_named_per_field() {
         let (body, defines) = hoist_defines(
-            "{{- define \"host\" }}{{ if .x }}{{ .name }}.example.test{{ end }}{{ end -}}\n{{ template \"host\" . }}/{{ template \"other\" . }}",
+            "{{- define \"host\" }}{{ if .x }}{{ .name }}.example.test{{ end }}{{ end -}}\n{{ template \"host\" . }}/x",
             "s3",
         )
         .unwrap();
-        assert_eq!(
-            body,
-            "{{ template \"s3.host\" . }}/{{ template \"other\" . }}"
-        );
+        assert_eq!(body, "{{ template \"s3.host\" . }}/x");
         assert_eq!(
             defines,
             "{{ define \"s3.host\" }}{{ if .x }}{{ .name }}.example.test{{ end }}{{ end }}\n"
         );
         assert!(hoist_defines("{{ define \"x\" }}open", "s0").is_err());
+        for refused in [
+            "{{ if true }}{{ define \"a\" }}team{{ end }}{{ end }}{{ template \"a\" }}",
+            "team{{ end }}{{ if true }}",
+            "ns-{{ template \"s0\" . }}",
+            "{{ template \"argocd.normalize\" .name }}",
+            "{{ if .x }}open",
+        ] {
+            assert!(hoist_defines(refused, "s1").is_err(), "{refused}");
+        }
     }
 
     #[test]
