@@ -101,6 +101,17 @@ fn authors(ground: &Ground, branch: &str) -> Vec<String> {
         .collect()
 }
 
+/// The gate's report comment on a pull request.
+fn gate_report(ground: &Ground, number: u64) -> String {
+    ground
+        .forge
+        .comments(SLUG, number)
+        .into_iter()
+        .find(|(_, body)| body.starts_with(gitops_loop::gate::report::MARKER))
+        .map(|(_, body)| body)
+        .unwrap()
+}
+
 /// Every file below `dir`.
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -737,13 +748,7 @@ async fn a_hostile_chart_and_a_hostile_kustomization_get_a_person_not_a_push() {
     for secret in [CANARY, ground::FORGE_BOSUN_TOKEN] {
         assert!(!seen.contains(secret), "{secret} leaked");
     }
-    let report = ground
-        .forge
-        .comments(SLUG, steal)
-        .into_iter()
-        .find(|(_, body)| body.starts_with("<!-- gitops-gate:report"))
-        .map(|(_, body)| body)
-        .unwrap();
+    let report = gate_report(&ground, steal);
     assert!(
         report.contains("leaves the repository")
             && report.contains("### addons-gate: could not decide"),
@@ -772,13 +777,7 @@ async fn a_hostile_chart_and_a_hostile_kustomization_get_a_person_not_a_push() {
         .unwrap();
     intake(&ground, elsewhere).await;
     ground.settle().await.unwrap();
-    let report = ground
-        .forge
-        .comments(SLUG, elsewhere)
-        .into_iter()
-        .find(|(_, body)| body.starts_with("<!-- gitops-gate:report"))
-        .map(|(_, body)| body)
-        .unwrap();
+    let report = gate_report(&ground, elsewhere);
     assert!(
         report.contains("is not on the pull allowlist")
             && report.contains("### addons-gate: could not decide"),

@@ -82,6 +82,17 @@ fn attacks(checkout: &Path, port: u16) -> Vec<(&'static str, Vec<(String, String
     ]
 }
 
+/// A repository whose first commit holds `files` (path, text).
+fn repo_with(files: &[(&str, &str)]) -> common::TestRepo {
+    let fixture = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let target = fixture.path().join(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, text).unwrap();
+    }
+    common::TestRepo::from_fixture(fixture.path())
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let status = Command::new("git")
         .arg("-C")
@@ -192,7 +203,6 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
 /// after a second, and the render is an error naming the chart and the limit, never a result.
 #[test]
 fn a_render_past_its_deadline_is_killed_and_fails_closed() {
-    let fixture = tempfile::tempdir().unwrap();
     let files = [
         (
             "apps/slow.yaml",
@@ -207,12 +217,7 @@ fn a_render_past_its_deadline_is_killed_and_fails_closed() {
             "{{- range $i := until 20000 }}{{- range $j := until 20000 }}{{- end }}{{- end }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: slow\n",
         ),
     ];
-    for (path, text) in files {
-        let target = fixture.path().join(path);
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::write(target, text).unwrap();
-    }
-    let repo = common::TestRepo::from_fixture(fixture.path());
+    let repo = repo_with(&files);
     let cache = tempfile::tempdir().unwrap();
     let output = common::gate(cache.path())
         .args(["render", "--render-timeout", "1"])
@@ -234,7 +239,6 @@ fn a_render_past_its_deadline_is_killed_and_fails_closed() {
 /// budgets apply per document, not to the whole stream.
 #[test]
 fn a_chart_rendering_fifty_thousand_objects_renders() {
-    let fixture = tempfile::tempdir().unwrap();
     let files = [
         (
             "apps/big.yaml",
@@ -249,12 +253,7 @@ fn a_chart_rendering_fifty_thousand_objects_renders() {
             "{{- range $i := until 50000 }}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm-{{ $i }}\n  labels: {app: big, index: \"{{ $i }}\"}\ndata:\n  a: \"1\"\n{{- end }}\n",
         ),
     ];
-    for (path, text) in files {
-        let target = fixture.path().join(path);
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::write(target, text).unwrap();
-    }
-    let repo = common::TestRepo::from_fixture(fixture.path());
+    let repo = repo_with(&files);
     let cache = tempfile::tempdir().unwrap();
     let output = common::gate(cache.path())
         .args(["--quiet", "render", "--format", "json"])

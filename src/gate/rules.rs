@@ -176,6 +176,25 @@ pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
     ))
 }
 
+/// Every rendered object of an API group (not the core group), with its Application, its
+/// apiVersion and its kind.
+fn grouped_objects(
+    rendering: &Rendering,
+) -> impl Iterator<Item = (&RenderedApplication, &Value, &str, &str)> {
+    rendering.applications.iter().flat_map(|app| {
+        app.objects.iter().filter_map(move |object| {
+            let api_version = object.get("apiVersion").and_then(Value::as_str)?;
+            let kind = object.get("kind").and_then(Value::as_str)?;
+            (!split_api_version(api_version).0.is_empty()).then_some((
+                app,
+                object,
+                api_version,
+                kind,
+            ))
+        })
+    })
+}
+
 /// Every value the API server would prune from, or every reason it would reject, a rendered
 /// object of a custom kind: (Application `ns/name on cluster`, object, what happens). The
 /// schema is the one the object's cluster serves at this render for the version the object
@@ -197,18 +216,9 @@ fn apply_losses(rendering: &Rendering) -> Vec<(String, String, String)> {
         }
     }
     let mut out = Vec::new();
-    for app in &rendering.applications {
-        for object in &app.objects {
-            let (Some(api_version), Some(kind)) = (
-                object.get("apiVersion").and_then(Value::as_str),
-                object.get("kind").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            let (group, version) = split_api_version(api_version);
-            if group.is_empty() {
-                continue;
-            }
+    for (app, object, api_version, kind) in grouped_objects(rendering) {
+        let (group, version) = split_api_version(api_version);
+        {
             let Some(crd) = crds.get(&(
                 app.cluster.name.as_str(),
                 group.to_string(),
@@ -988,23 +998,12 @@ fn unserved_objects(
     inventory: &Inventory,
 ) -> Vec<UnservedRendered> {
     let mut out = Vec::new();
-    for app in &rendering.applications {
+    let destinations = inventory.destinations();
+    for (app, object, api_version, kind) in grouped_objects(rendering) {
         let cluster_crds = crds.get(&app.cluster.name);
-        let cluster = inventory
-            .destinations()
-            .into_iter()
-            .find(|c| c.name == app.cluster.name);
-        for object in &app.objects {
-            let (Some(api_version), Some(kind)) = (
-                object.get("apiVersion").and_then(Value::as_str),
-                object.get("kind").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            let (group, version) = split_api_version(api_version);
-            if group.is_empty() {
-                continue;
-            }
+        let cluster = destinations.iter().find(|c| c.name == app.cluster.name);
+        let (group, version) = split_api_version(api_version);
+        {
             let crd =
                 cluster_crds.and_then(|m| m.values().find(|c| c.group == group && c.kind == kind));
             let served: Option<Vec<String>> = match crd {
