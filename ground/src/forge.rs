@@ -228,6 +228,12 @@ impl ForgeDouble {
         format!("{}/{slug}.git", self.url())
     }
 
+    /// The smart-HTTP URL with a user's token in it, as a CI checkout or a person's clone
+    /// keeps it (`https://x-access-token:<token>@github.com/o/n.git`).
+    pub fn http_git_url_as(&self, slug: &str, token: &str) -> String {
+        format!("http://x-access-token:{token}@{}/{slug}.git", self.addr)
+    }
+
     /// The git URL of a repository (clone and push with real git).
     pub fn git_url(&self, slug: &str) -> Option<String> {
         lock(&self.state)

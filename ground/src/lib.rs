@@ -210,7 +210,7 @@ impl Ground {
                 merged
             }
         };
-        let git_url = forge.create_repo(&repository.slug, &content)?;
+        forge.create_repo(&repository.slug, &content)?;
         for (branch, checks) in &repository.protect {
             let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
             forge.protect(&repository.slug, branch, &checks);
@@ -281,9 +281,13 @@ impl Ground {
                 .map(|r| r.versions(chart))
                 .unwrap_or_default()
         });
+        // Every actor reaches git over smart HTTP with its own token, as on GitHub.
         kargo.git_repos.insert(
             repository.url.clone(),
-            (repository.slug.clone(), git_url.clone()),
+            (
+                repository.slug.clone(),
+                forge.http_git_url_as(&repository.slug, FORGE_KARGO_TOKEN),
+            ),
         );
         kargo.failing_stages = scenario.kargo.failing_stages.clone();
         for image in &scenario.registry {
@@ -332,7 +336,9 @@ impl Ground {
             options.gate.clone(),
             &repository.slug,
             &repository.url,
-            &git_url,
+            // A CI checkout keeps its token in the remote URL (the gate must not carry it
+            // into a render or a report).
+            &forge.http_git_url_as(&repository.slug, FORGE_GATE_TOKEN),
             &forge.url(),
             FORGE_GATE_TOKEN,
             inventory_path,
@@ -970,8 +976,7 @@ impl Ground {
     fn person_clone(&self, branch: &str, folder: &str) -> Result<PathBuf> {
         let url = self
             .forge
-            .git_url(&self.scenario.repository.slug)
-            .context("repository")?;
+            .http_git_url_as(&self.scenario.repository.slug, FORGE_PERSON_TOKEN);
         let work = self.dir.path().join(folder);
         let _ = std::fs::remove_dir_all(&work);
         git::git(
