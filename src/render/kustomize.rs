@@ -402,7 +402,7 @@ pub fn entries(kustomization: &Value) -> Result<Vec<PathEntry>, String> {
             .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()) || v.is_object())
         {
             return Err(format!(
-                "{field} needs kustomize's --enable-helm, which Argo CD passes only when its kustomize.buildOptions say so; the gate does not inflate Helm charts inside a kustomization (render the chart as a Helm source instead)"
+                "{field} needs kustomize's --enable-helm, which Argo CD passes only when its kustomize.buildOptions say so; the gate does not inflate Helm charts inside a kustomization yet (kubectl's kustomize asks `helm version -c`, which Helm 4 no longer has); render the chart as a Helm source instead"
             ));
         }
     }
