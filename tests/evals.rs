@@ -61,6 +61,7 @@ fn config(repo: &std::path::Path, cache: &std::path::Path) -> RenderConfig {
         jobs: 2,
         chart_pulls: Default::default(),
         chart_repo_mirrors: Vec::new(),
+        kustomize_enable_helm: false,
     }
 }
 

@@ -257,6 +257,7 @@ impl Ground {
             jobs: 2,
             chart_pulls: Default::default(),
             chart_repo_mirrors: Vec::new(),
+            kustomize_enable_helm: false,
         };
         let argocd = ArgoCd::new(render_config, bare, "main");
 

@@ -138,6 +138,10 @@ struct RenderArgs {
     /// Seconds one helm or kustomize call may run before it is killed (a render error).
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..))]
     render_timeout: u64,
+    /// Inflate a kustomization's `helmCharts` (from the chart mirror), as Argo CD does when its
+    /// `kustomize.buildOptions` include `--enable-helm`.
+    #[arg(long)]
+    kustomize_enable_helm: bool,
     /// Address space one helm or kustomize call may take, in MiB.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..))]
     render_memory_mib: u64,
@@ -280,6 +284,7 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
             gitops_loop::render::charts::ChartPulls::Never
         },
         chart_repo_mirrors: args.chart_repo_mirrors.clone(),
+        kustomize_enable_helm: args.kustomize_enable_helm,
     })
 }
 

@@ -124,6 +124,10 @@ pub struct RenderLimitsConfig {
     /// Address space one call may take, in MiB.
     #[serde(default = "default_render_memory")]
     pub memory_mib: u64,
+    /// Inflate kustomizations' `helmCharts` from the chart mirror (Argo CD's
+    /// `kustomize.buildOptions` include `--enable-helm`).
+    #[serde(default)]
+    pub kustomize_enable_helm: bool,
 }
 
 impl Default for RenderLimitsConfig {
@@ -131,6 +135,7 @@ impl Default for RenderLimitsConfig {
         RenderLimitsConfig {
             timeout_seconds: default_render_timeout(),
             memory_mib: default_render_memory(),
+            kustomize_enable_helm: false,
         }
     }
 }

@@ -274,6 +274,7 @@ impl Bosun {
                 .iter()
                 .map(|m| (m.from.clone(), m.to.clone()))
                 .collect(),
+            kustomize_enable_helm: self.config.render.kustomize_enable_helm,
         }
     }
 

@@ -18,8 +18,10 @@ use crate::yaml;
 pub const KUSTOMIZATION_FILES: [&str; 3] =
     ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
-/// Checks every kustomization reachable from `dir` (inside `root`). Returns the first refusal.
-pub fn check_confined(root: &Path, dir: &Path) -> Result<(), String> {
+/// Checks every kustomization reachable from `dir` (inside `root`). Returns the first refusal,
+/// or whether a kustomization holds `helmCharts` to inflate (only when `enable_helm`).
+pub fn check_confined(root: &Path, dir: &Path, enable_helm: bool) -> Result<bool, String> {
+    let mut helm = false;
     let root = lexical(root);
     let start = lexical(dir);
     if !start.starts_with(&root) {
@@ -47,7 +49,14 @@ pub fn check_confined(root: &Path, dir: &Path) -> Result<(), String> {
         let text = String::from_utf8(text)
             .map_err(|_| format!("{label}: not UTF-8 text; kustomize would misread it"))?;
         let kustomization = yaml::parse_document(&text, &label).map_err(|e| e.to_string())?;
-        for entry in entries(&kustomization).map_err(|e| format!("{label}: {e}"))? {
+        let (found, charts) =
+            helm_charts(&kustomization, enable_helm).map_err(|e| format!("{label}: {e}"))?;
+        helm |= !charts.is_empty();
+        for entry in entries(&kustomization)
+            .map_err(|e| format!("{label}: {e}"))?
+            .into_iter()
+            .chain(found)
+        {
             let target = resolve(&root, &dir, &entry).map_err(|why| {
                 format!(
                     "{label}: {} entry {:?} {why}",
@@ -85,7 +94,7 @@ pub fn check_confined(root: &Path, dir: &Path) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(helm)
 }
 
 /// The built-in plugins a configuration file may hold, and their fields that name files.
@@ -396,15 +405,13 @@ pub fn entries(kustomization: &Value) -> Result<Vec<PathEntry>, String> {
     {
         push("helmGlobals.chartHome".into(), path.to_string(), false);
     }
-    for field in ["helmCharts", "helmChartInflationGenerator"] {
-        if kustomization
-            .get(field)
-            .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()) || v.is_object())
-        {
-            return Err(format!(
-                "{field} needs kustomize's --enable-helm, which Argo CD passes only when its kustomize.buildOptions say so; the gate does not inflate Helm charts inside a kustomization yet (kubectl's kustomize asks `helm version -c`, which Helm 4 no longer has); render the chart as a Helm source instead"
-            ));
-        }
+    if kustomization
+        .get("helmChartInflationGenerator")
+        .is_some_and(|v| v.as_array().is_some_and(|a| !a.is_empty()) || v.is_object())
+    {
+        return Err(
+            "helmChartInflationGenerator is not supported by the gate; write helmCharts".into(),
+        );
     }
     Ok(out)
 }
@@ -444,6 +451,229 @@ fn resolve(root: &Path, dir: &Path, entry: &PathEntry) -> Result<PathBuf, &'stat
             "is not a file or folder of the repository (kustomize would try it as a remote base); the gate refuses it",
         ),
     }
+}
+
+/// The fields of one `helmCharts` entry (kustomize's `HelmChart`) the gate inflates.
+const HELM_CHART_FIELDS: &[&str] = &[
+    "name",
+    "repo",
+    "version",
+    "releaseName",
+    "namespace",
+    "valuesInline",
+    "valuesFile",
+    "additionalValuesFiles",
+    "includeCRDs",
+    "skipTests",
+    "skipHooks",
+    "apiVersions",
+    "kubeVersion",
+];
+
+/// One chart a kustomization inflates.
+#[derive(Debug, Clone)]
+pub struct HelmChart {
+    pub chart: super::charts::ChartRef,
+    pub release: String,
+    pub namespace: String,
+    pub values_files: Vec<String>,
+    pub values_inline: Value,
+    pub additional_values_files: Vec<String>,
+    pub include_crds: bool,
+    pub skip_tests: bool,
+    pub skip_hooks: bool,
+    pub api_versions: Vec<String>,
+    pub kube_version: String,
+}
+
+/// The `helmCharts` of a kustomization: refused unless Argo CD's build options enable helm
+/// (`--kustomize-enable-helm`); then each must be a pinned chart of the mirror, and its values
+/// files are path entries like any other.
+pub fn helm_charts(
+    kustomization: &Value,
+    enable_helm: bool,
+) -> Result<(Vec<PathEntry>, Vec<HelmChart>), String> {
+    let Some(items) = kustomization.get("helmCharts") else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let items = match items {
+        Value::Array(items) if items.is_empty() => return Ok((Vec::new(), Vec::new())),
+        Value::Array(items) => items,
+        Value::Null => return Ok((Vec::new(), Vec::new())),
+        _ => return Err("helmCharts must be a list".into()),
+    };
+    if !enable_helm {
+        return Err(
+            "helmCharts needs kustomize's --enable-helm, which Argo CD passes only when its kustomize.buildOptions say so; run the gate with --kustomize-enable-helm if yours do".into(),
+        );
+    }
+    let mut paths = Vec::new();
+    let mut charts = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("helmCharts[{index}]");
+        exact_keys(item, HELM_CHART_FIELDS, &format!("{at}: "))?;
+        let text = |key: &str| {
+            item.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let flag = |key: &str| item.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let chart = super::charts::ChartRef {
+            repo_url: text("repo"),
+            chart: text("name"),
+            version: text("version"),
+        };
+        if chart.repo_url.is_empty() || chart.version.is_empty() {
+            return Err(format!(
+                "{at}: the gate inflates pinned charts of its mirror only (repo and version are required)"
+            ));
+        }
+        let values_files: Vec<String> = strings(item.get("valuesFile"));
+        let additional = strings(item.get("additionalValuesFiles"));
+        for (field, list) in [
+            ("valuesFile", &values_files),
+            ("additionalValuesFiles", &additional),
+        ] {
+            for value in list {
+                paths.push(PathEntry {
+                    field: format!("{at}.{field}"),
+                    value: value.clone(),
+                    may_be_base: false,
+                    plugin: false,
+                });
+            }
+        }
+        charts.push(HelmChart {
+            chart,
+            release: match text("releaseName") {
+                name if name.is_empty() => "release-name".into(),
+                name => name,
+            },
+            namespace: text("namespace"),
+            values_files,
+            values_inline: item.get("valuesInline").cloned().unwrap_or(Value::Null),
+            additional_values_files: additional,
+            include_crds: flag("includeCRDs"),
+            skip_tests: flag("skipTests"),
+            skip_hooks: flag("skipHooks"),
+            api_versions: strings(item.get("apiVersions")),
+            kube_version: text("kubeVersion"),
+        });
+    }
+    Ok((paths, charts))
+}
+
+/// Inflates every `helmCharts` entry reachable from `dir` inside `tree` (a private copy of the
+/// commit's files) the way kustomize would, but from the chart mirror and with the confined
+/// helm: each chart's output becomes a file the kustomization lists as a resource, and the
+/// `helmCharts` field is removed. kubectl's kustomize cannot do it itself here: it asks
+/// `helm version -c`, which Helm 4 no longer has.
+pub fn inflate(
+    tree: &Path,
+    dir: &Path,
+    helm: &super::tools::Tool,
+    mirror: Option<&Path>,
+    scratch: &Path,
+) -> Result<(), String> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![lexical(dir)];
+    let mut counter = 0usize;
+    while let Some(dir) = stack.pop() {
+        if !seen.insert(dir.clone()) {
+            continue;
+        }
+        let Some(file) = KUSTOMIZATION_FILES
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.is_file())
+        else {
+            continue;
+        };
+        let label = relative(tree, &file);
+        let text = std::fs::read_to_string(&file).map_err(|e| format!("{label}: {e}"))?;
+        let mut kustomization = yaml::parse_document(&text, &label).map_err(|e| e.to_string())?;
+        for entry in entries(&kustomization).map_err(|e| format!("{label}: {e}"))? {
+            if entry.may_be_base
+                && let Ok(target) = resolve(tree, &dir, &entry)
+                && target.is_dir()
+            {
+                stack.push(target);
+            }
+        }
+        let (_, charts) = helm_charts(&kustomization, true).map_err(|e| format!("{label}: {e}"))?;
+        if charts.is_empty() {
+            continue;
+        }
+        let mut resources = strings(kustomization.get("resources"));
+        for chart in &charts {
+            let chart_dir = super::charts::locate(mirror, &chart.chart)?;
+            let mut call = helm
+                .confined(&scratch.join("helm-home"))
+                .arg("template")
+                .arg(&chart.release)
+                .arg(&chart_dir);
+            if !chart.namespace.is_empty() {
+                call = call.arg("--namespace").arg(&chart.namespace);
+            }
+            for file in chart.values_files.iter() {
+                call = call.arg("--values").arg(dir.join(file));
+            }
+            if !chart.values_inline.is_null() {
+                counter += 1;
+                let inline = scratch.join(format!("kustomize-helm-values-{counter}.json"));
+                std::fs::write(&inline, chart.values_inline.to_string())
+                    .map_err(|e| format!("{}: {e}", inline.display()))?;
+                call = call.arg("--values").arg(inline);
+            }
+            for file in &chart.additional_values_files {
+                call = call.arg("--values").arg(dir.join(file));
+            }
+            if chart.include_crds {
+                call = call.arg("--include-crds");
+            }
+            if chart.skip_tests {
+                call = call.arg("--skip-tests");
+            }
+            if chart.skip_hooks {
+                call = call.arg("--no-hooks");
+            }
+            if !chart.kube_version.is_empty() {
+                call = call.arg("--kube-version").arg(&chart.kube_version);
+            }
+            for api in &chart.api_versions {
+                call = call.arg("--api-versions").arg(api);
+            }
+            let output = helm
+                .run(call)
+                .map_err(|e| format!("{label}: helmCharts {}: {e}", chart.chart))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "{label}: helmCharts {} failed: {}",
+                    chart.chart,
+                    super::charts::first_error_line(&String::from_utf8_lossy(&output.stderr))
+                ));
+            }
+            counter += 1;
+            let name = format!("gate-helm-chart-{counter}.yaml");
+            std::fs::write(dir.join(&name), &output.stdout)
+                .map_err(|e| format!("{}: {e}", dir.join(&name).display()))?;
+            resources.push(name);
+        }
+        if let Some(map) = kustomization.as_object_mut() {
+            map.remove("helmCharts");
+            map.remove("helmGlobals");
+            map.insert(
+                "resources".into(),
+                Value::Array(resources.into_iter().map(Value::String).collect()),
+            );
+        }
+        let text = serde_json::to_string_pretty(&kustomization).map_err(|e| e.to_string())?;
+        std::fs::remove_file(&file).map_err(|e| format!("{label}: {e}"))?;
+        std::fs::write(dir.join("kustomization.yaml"), text)
+            .map_err(|e| format!("{label}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// `a/b/../c` -> `a/c`, without touching the disk (the materialised tree has no links).
@@ -486,7 +716,7 @@ mod tests {
 
     fn check(files: &[(&str, &str)], start: &str) -> Result<(), String> {
         let dir = tree(files);
-        check_confined(dir.path(), &dir.path().join(start))
+        check_confined(dir.path(), &dir.path().join(start), false).map(|_| ())
     }
 
     #[test]
@@ -547,7 +777,7 @@ mod tests {
             ("resources: [base//sub]", "remote location"),
             (
                 "helmCharts:\n- name: x\n  repo: https://charts.example.test",
-                "--enable-helm",
+                "--kustomize-enable-helm",
             ),
         ];
         for (kustomization, why) in cases {

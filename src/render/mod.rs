@@ -60,6 +60,9 @@ pub struct RenderConfig {
     pub chart_pulls: charts::ChartPulls,
     /// Pull charts of repository FROM from TO (a pull-through mirror): (from, to).
     pub chart_repo_mirrors: Vec<(String, String)>,
+    /// Argo CD's `kustomize.buildOptions` include `--enable-helm`: a kustomization's
+    /// `helmCharts` are inflated (from the chart mirror, by the confined helm).
+    pub kustomize_enable_helm: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -792,9 +795,34 @@ fn run_job(
             )?;
             let root = k.snapshot.materialized_root().map_err(|e| e.to_string())?;
             let build = k.build_dir(root.path(), &key[..key.len().min(16)])?;
-            let dir = &build.dir;
-            kustomize::check_confined(&build.root, dir)
+            let inflate =
+                kustomize::check_confined(&build.root, &build.dir, config.kustomize_enable_helm)
+                    .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
+            // Charts are inflated into a private copy of the tree (the shared one stays as
+            // the commit has it).
+            let copy = if inflate {
+                let tree = tempfile::Builder::new()
+                    .prefix("gate-tree-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot copy the tree: {e}"))?;
+                source::copy_dir(&build.root, tree.path())
+                    .map_err(|e| format!("{}: {e}", tree.path().display()))?;
+                let dir = tree
+                    .path()
+                    .join(build.dir.strip_prefix(&build.root).unwrap_or(Path::new("")));
+                kustomize::inflate(
+                    tree.path(),
+                    &dir,
+                    &config.helm,
+                    config.charts.as_deref(),
+                    &scratch,
+                )
                 .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
+                Some((tree, dir))
+            } else {
+                None
+            };
+            let dir = copy.as_ref().map(|(_, d)| d).unwrap_or(&build.dir);
             let output = kubectl
                 .run(
                     kubectl
