@@ -271,3 +271,40 @@ fn a_chart_rendering_fifty_thousand_objects_renders() {
     let objects = rendered["applications"][0]["objects"].as_array().unwrap();
     assert_eq!(objects.len(), 50_000);
 }
+
+/// helm reads `--set-file a=x,b=y` as two files: a fileParameters name that carries `,` or
+/// `=` would read any file on the machine into the values. It is refused, and no byte of the
+/// file reaches the output.
+#[test]
+fn a_file_parameter_name_cannot_read_a_file_outside_the_repository() {
+    let repo = repo_with(&[
+        (
+            "apps/app.yaml",
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: reader\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: charts/echo\n    helm:\n      fileParameters:\n        - name: stolen=/etc/hostname,note\n          path: note.txt\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: echo\n",
+        ),
+        (
+            "charts/echo/Chart.yaml",
+            "apiVersion: v2\nname: echo\nversion: 0.1.0\n",
+        ),
+        ("charts/echo/note.txt", "a note\n"),
+        (
+            "charts/echo/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: echo\ndata:\n  stolen: {{ .Values.stolen | default \"\" | quote }}\n",
+        ),
+    ]);
+    let cache = tempfile::tempdir().unwrap();
+    let output = common::gate(cache.path())
+        .args(["render", "--format", "yaml"])
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("helm.fileParameters name"), "{stderr}");
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    if !hostname.trim().is_empty() {
+        assert!(!String::from_utf8_lossy(&output.stdout).contains(hostname.trim()));
+    }
+}

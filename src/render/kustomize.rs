@@ -608,13 +608,15 @@ pub fn inflate(
         let mut resources = strings(kustomization.get("resources"));
         for chart in &charts {
             let chart_dir = super::charts::locate(mirror, &chart.chart)?;
+            // Every value rides on its flag (`--name-template=...`): a release name or a
+            // version that starts with `-` stays a value, never a flag of its own.
             let mut call = helm
                 .confined(&scratch.join("helm-home"))
                 .arg("template")
-                .arg(&chart.release)
-                .arg(&chart_dir);
+                .arg(&chart_dir)
+                .arg(format!("--name-template={}", chart.release));
             if !chart.namespace.is_empty() {
-                call = call.arg("--namespace").arg(&chart.namespace);
+                call = call.arg(format!("--namespace={}", chart.namespace));
             }
             for file in chart.values_files.iter() {
                 call = call.arg("--values").arg(dir.join(file));
@@ -639,10 +641,10 @@ pub fn inflate(
                 call = call.arg("--no-hooks");
             }
             if !chart.kube_version.is_empty() {
-                call = call.arg("--kube-version").arg(&chart.kube_version);
+                call = call.arg(format!("--kube-version={}", chart.kube_version));
             }
             for api in &chart.api_versions {
-                call = call.arg("--api-versions").arg(api);
+                call = call.arg(format!("--api-versions={api}"));
             }
             let output = helm
                 .run(call)

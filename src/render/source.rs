@@ -535,6 +535,17 @@ fn helm_job(
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_string();
+        // helm reads `--set-file a=x,b=y` as two files: a name with `,` or `=` would make it
+        // read any file on the machine into the values.
+        if name.is_empty()
+            || name.contains([',', '=', '\\'])
+            || name.chars().any(char::is_whitespace)
+        {
+            return Err(format!(
+                "helm.fileParameters name {:?}: not a values key (no `,`, `=`, `\\` or spaces)",
+                name.chars().take(120).collect::<String>()
+            ));
+        }
         let raw = parameter.get("path").and_then(Value::as_str).unwrap_or("");
         let mut found = resolve_value_file(raw, &env, refs, &chart, git_chart)?;
         match found.pop() {
