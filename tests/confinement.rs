@@ -308,3 +308,98 @@ fn a_file_parameter_name_cannot_read_a_file_outside_the_repository() {
         assert!(!String::from_utf8_lossy(&output.stdout).contains(hostname.trim()));
     }
 }
+
+/// Hostile `helmCharts` under `--kustomize-enable-helm`: a values path whose name carries a
+/// comma (helm splits `--values` on commas) reads nothing outside the tree; a release name
+/// that is a template, a field of the wrong type and a chart committed under `charts/` (which
+/// kustomize would render instead of the mirror's) are refused.
+#[test]
+fn hostile_helm_charts_in_a_kustomization_are_confined() {
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secret.path().join("secret.yaml"),
+        "source: SECRET-OUTSIDE-THE-REPOSITORY\n",
+    )
+    .unwrap();
+    let outside = format!("values.yaml,{}/secret.yaml", secret.path().display());
+    let app = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: inflated\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: base\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: probes\n";
+    let chart = "helmCharts:\n  - name: probe\n    repo: https://charts.example.test/cases\n    version: 1.0.0\n";
+    // (what, the files it adds, the refusal expected; None: renders, reading nothing outside)
+    type Case = (String, Vec<(String, String)>, Option<&'static str>);
+    let cases: Vec<Case> = vec![
+        (
+            "a comma in a values path".into(),
+            vec![
+                (
+                    "base/kustomization.yaml".into(),
+                    format!("{chart}    valuesFile: {outside:?}\n"),
+                ),
+                (
+                    format!("base/{outside}").replace("//", "/"),
+                    "source: decoy\n".into(),
+                ),
+            ],
+            None,
+        ),
+        (
+            "a release name that is a template".into(),
+            vec![(
+                "base/kustomization.yaml".into(),
+                format!("{chart}    releaseName: '{{{{ env \"HOME\" }}}}'\n"),
+            )],
+            Some("not a release name"),
+        ),
+        (
+            "a field of the wrong type".into(),
+            vec![(
+                "base/kustomization.yaml".into(),
+                format!("{chart}    valuesFile: [values.yaml]\n"),
+            )],
+            Some("the wrong type"),
+        ),
+        (
+            "a committed chart kustomize would render instead".into(),
+            vec![
+                ("base/kustomization.yaml".into(), chart.to_string()),
+                (
+                    "base/charts/probe/Chart.yaml".into(),
+                    "apiVersion: v2\nname: probe\nversion: 1.0.0\n".into(),
+                ),
+            ],
+            Some("is committed under charts/"),
+        ),
+    ];
+    for (name, files, refusal) in cases {
+        let mut all: Vec<(String, String)> = vec![
+            ("apps/app.yaml".into(), app.into()),
+            ("base/values.yaml".into(), "source: values\n".into()),
+        ];
+        all.extend(files);
+        let borrowed: Vec<(&str, &str)> =
+            all.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+        let repo = repo_with(&borrowed);
+        let cache = tempfile::tempdir().unwrap();
+        let output = common::gate(cache.path())
+            .args(["render", "--format", "yaml", "--kustomize-enable-helm"])
+            .args(["--repo-url", common::SAMPLE_REPO_URL])
+            .arg("--charts")
+            .arg(common::project_root().join("tests/render-cases/_charts"))
+            .arg("--repo")
+            .arg(repo.path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            !stdout.contains("SECRET-OUTSIDE") && !stderr.contains("SECRET-OUTSIDE"),
+            "{name}: {stdout}{stderr}"
+        );
+        match refusal {
+            Some(why) => assert!(
+                !output.status.success() && stderr.contains(why),
+                "{name}: {stderr}"
+            ),
+            None => assert!(output.status.success(), "{name}: {stderr}"),
+        }
+    }
+}

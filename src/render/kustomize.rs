@@ -512,6 +512,24 @@ pub fn helm_charts(
     for (index, item) in items.iter().enumerate() {
         let at = format!("helmCharts[{index}]");
         exact_keys(item, HELM_CHART_FIELDS, &format!("{at}: "))?;
+        // kustomize decodes a HelmChart strictly: a field of the wrong type fails the build.
+        if let Some(map) = item.as_object() {
+            for (key, value) in map {
+                let ok = match key.as_str() {
+                    "includeCRDs" | "skipTests" | "skipHooks" => value.is_boolean(),
+                    "additionalValuesFiles" | "apiVersions" => value
+                        .as_array()
+                        .is_some_and(|a| a.iter().all(Value::is_string)),
+                    "valuesInline" => value.is_object() || value.is_null(),
+                    _ => value.is_string(),
+                };
+                if !ok {
+                    return Err(format!(
+                        "{at}.{key}: the wrong type (kustomize refuses this kustomization)"
+                    ));
+                }
+            }
+        }
         let text = |key: &str| {
             item.get(key)
                 .and_then(Value::as_str)
@@ -544,12 +562,21 @@ pub fn helm_charts(
                 });
             }
         }
+        let release = match text("releaseName") {
+            name if name.is_empty() => "release-name".to_string(),
+            name => name,
+        };
+        // A release name is a DNS-1123 subdomain of at most 53 characters (helm's rule); the
+        // gate passes it as a name template, so nothing else may reach it.
+        if release.len() > 53 || !crate::names::is_dns1123_subdomain(&release) {
+            return Err(format!(
+                "{at}.releaseName {:?}: not a release name (lowercase letters, digits, `-`, `.`, at most 53)",
+                release.chars().take(80).collect::<String>()
+            ));
+        }
         charts.push(HelmChart {
             chart,
-            release: match text("releaseName") {
-                name if name.is_empty() => "release-name".into(),
-                name => name,
-            },
+            release,
             namespace: text("namespace"),
             values_files,
             values_inline: item.get("valuesInline").cloned().unwrap_or(Value::Null),
@@ -606,7 +633,36 @@ pub fn inflate(
             continue;
         }
         let mut resources = strings(kustomization.get("resources"));
+        // The output goes to a folder no file of the commit can name (a committed file of the
+        // same name would otherwise be overwritten, and a patch on it would vanish).
+        let out_dir = tempfile::Builder::new()
+            .prefix(".gate-helm-")
+            .tempdir_in(&dir)
+            .map_err(|e| format!("{label}: {e}"))?
+            .keep();
+        let out_name = out_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let chart_home = kustomization
+            .pointer("/helmGlobals/chartHome")
+            .and_then(Value::as_str)
+            .unwrap_or("charts")
+            .to_string();
         for chart in &charts {
+            // kustomize renders a chart already under chartHome instead of pulling it: the
+            // gate renders from its mirror, so such a commit is refused, not shown wrong.
+            let home = dir.join(&chart_home);
+            if home.join(&chart.chart.chart).exists()
+                || home
+                    .join(format!("{}-{}", chart.chart.chart, chart.chart.version))
+                    .exists()
+            {
+                return Err(format!(
+                    "{label}: helmCharts {}: a chart of that name is committed under {chart_home}/, which kustomize would render instead of the repository's; the gate refuses to guess which",
+                    chart.chart
+                ));
+            }
             let chart_dir = super::charts::locate(mirror, &chart.chart)?;
             // Every value rides on its flag (`--name-template=...`): a release name or a
             // version that starts with `-` stays a value, never a flag of its own.
@@ -618,18 +674,42 @@ pub fn inflate(
             if !chart.namespace.is_empty() {
                 call = call.arg(format!("--namespace={}", chart.namespace));
             }
-            for file in chart.values_files.iter() {
-                call = call.arg("--values").arg(dir.join(file));
+            // Values files are copied to scratch and passed by that path: helm splits a
+            // `--values` argument on commas.
+            let mut copy_values = |file: &str| -> Result<PathBuf, String> {
+                let entry = PathEntry {
+                    field: "valuesFile".into(),
+                    value: file.to_string(),
+                    may_be_base: false,
+                    plugin: false,
+                };
+                let source = resolve(tree, &dir, &entry)
+                    .map_err(|why| format!("{label}: valuesFile {file:?} {why}"))?;
+                counter += 1;
+                let target = scratch.join(format!("kustomize-helm-values-{counter}.yaml"));
+                std::fs::copy(&source, &target).map_err(|e| format!("{label}: {file}: {e}"))?;
+                Ok(target)
+            };
+            let mut values = Vec::new();
+            for file in &chart.values_files {
+                values.push(copy_values(file)?);
+            }
+            let mut additional = Vec::new();
+            for file in &chart.additional_values_files {
+                additional.push(copy_values(file)?);
+            }
+            for file in values {
+                call = call.arg(format!("--values={}", file.display()));
             }
             if !chart.values_inline.is_null() {
                 counter += 1;
                 let inline = scratch.join(format!("kustomize-helm-values-{counter}.json"));
                 std::fs::write(&inline, chart.values_inline.to_string())
                     .map_err(|e| format!("{}: {e}", inline.display()))?;
-                call = call.arg("--values").arg(inline);
+                call = call.arg(format!("--values={}", inline.display()));
             }
-            for file in &chart.additional_values_files {
-                call = call.arg("--values").arg(dir.join(file));
+            for file in additional {
+                call = call.arg(format!("--values={}", file.display()));
             }
             if chart.include_crds {
                 call = call.arg("--include-crds");
@@ -657,10 +737,10 @@ pub fn inflate(
                 ));
             }
             counter += 1;
-            let name = format!("gate-helm-chart-{counter}.yaml");
-            std::fs::write(dir.join(&name), &output.stdout)
-                .map_err(|e| format!("{}: {e}", dir.join(&name).display()))?;
-            resources.push(name);
+            let name = format!("chart-{counter}.yaml");
+            std::fs::write(out_dir.join(&name), &output.stdout)
+                .map_err(|e| format!("{}: {e}", out_dir.join(&name).display()))?;
+            resources.push(format!("{out_name}/{name}"));
         }
         if let Some(map) = kustomization.as_object_mut() {
             map.remove("helmCharts");
