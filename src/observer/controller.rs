@@ -283,7 +283,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             })
             .map(|w| WAREHOUSE.expand(&w))
             .collect();
-        let freights: Vec<Value> = ctx
+        let mut freights: Vec<Value> = ctx
             .freights
             .state()
             .iter()
@@ -302,14 +302,45 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             .filter(|p| PROMOTION.text(p, &["spec", "stage"]) == stage_name)
             .map(|p| PROMOTION.expand(p))
             .collect();
-        let inputs = decision::Inputs {
+        let mut decided = decision::decide(&decision::Inputs {
             app: &app_value,
             stage: &stage,
             warehouses: &warehouses,
             freights: &freights,
             promotions: &promotions,
-        };
-        match decision::decide(&inputs) {
+        });
+        // A Freight event lost on the way leaves the cache without the Freight that ends a
+        // FreightMissing until the watch lists again: ask the API server before saying so.
+        if matches!(decided, Decision::FreightMissing { .. }) {
+            let freights_api: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.freight);
+            let live: Vec<Value> = freights_api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|f| {
+                    let origin = f
+                        .data
+                        .pointer("/origin/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    origins.iter().any(|x| x == origin)
+                })
+                .filter_map(|f| value_of(f).ok())
+                .collect();
+            if live.len() != freights.len() {
+                freights = live;
+                decided = decision::decide(&decision::Inputs {
+                    app: &app_value,
+                    stage: &stage,
+                    warehouses: &warehouses,
+                    freights: &freights,
+                    promotions: &promotions,
+                });
+            }
+        }
+        match decided {
             Decision::NoDrift => {
                 ctx.metrics.freight_missing.get_or_create(&labels).set(0);
                 outcome(ctx, "no_drift");
