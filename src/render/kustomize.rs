@@ -19,9 +19,10 @@ pub const KUSTOMIZATION_FILES: [&str; 3] =
     ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
 /// Checks every kustomization reachable from `dir` (inside `root`). Returns the first refusal,
-/// or whether a kustomization holds `helmCharts` to inflate (only when `enable_helm`).
-pub fn check_confined(root: &Path, dir: &Path, enable_helm: bool) -> Result<bool, String> {
-    let mut helm = false;
+/// or the folders (relative to `root`) whose kustomization holds `helmCharts` to inflate
+/// (only when `enable_helm`).
+pub fn check_confined(root: &Path, dir: &Path, enable_helm: bool) -> Result<Vec<PathBuf>, String> {
+    let mut helm = Vec::new();
     let root = lexical(root);
     let start = lexical(dir);
     if !start.starts_with(&root) {
@@ -45,13 +46,13 @@ pub fn check_confined(root: &Path, dir: &Path, enable_helm: bool) -> Result<bool
             continue;
         };
         let label = relative(&root, &file);
-        let text = std::fs::read(&file).map_err(|e| format!("{label}: {e}"))?;
-        let text = String::from_utf8(text)
-            .map_err(|_| format!("{label}: not UTF-8 text; kustomize would misread it"))?;
+        let text = read_text(&file, &label)?;
         let kustomization = yaml::parse_document(&text, &label).map_err(|e| e.to_string())?;
         let (found, charts) =
             helm_charts(&kustomization, enable_helm).map_err(|e| format!("{label}: {e}"))?;
-        helm |= !charts.is_empty();
+        if !charts.is_empty() {
+            helm.push(dir.strip_prefix(&root).unwrap_or(&dir).to_path_buf());
+        }
         for entry in entries(&kustomization)
             .map_err(|e| format!("{label}: {e}"))?
             .into_iter()
@@ -71,9 +72,7 @@ pub fn check_confined(root: &Path, dir: &Path, enable_helm: bool) -> Result<bool
             // which kustomize resolves from this kustomization's folder.
             if entry.plugin && target.is_file() {
                 let plugin_label = relative(&root, &target);
-                let text = std::fs::read(&target).map_err(|e| format!("{plugin_label}: {e}"))?;
-                let text = String::from_utf8(text)
-                    .map_err(|_| format!("{plugin_label}: not UTF-8 text"))?;
+                let text = read_text(&target, &plugin_label)?;
                 for (index, document) in yaml::parse_documents(&text, &plugin_label)
                     .map_err(|e| e.to_string())?
                     .iter()
@@ -591,25 +590,21 @@ pub fn helm_charts(
     Ok((paths, charts))
 }
 
-/// Inflates every `helmCharts` entry reachable from `dir` inside `tree` (a private copy of the
-/// commit's files) the way kustomize would, but from the chart mirror and with the confined
-/// helm: each chart's output becomes a file the kustomization lists as a resource, and the
-/// `helmCharts` field is removed. kubectl's kustomize cannot do it itself here: it asks
-/// `helm version -c`, which Helm 4 no longer has.
+/// Inflates the `helmCharts` of the kustomizations in `folders` (relative to `tree`, a private
+/// copy of the commit's files, as `check_confined` found them) the way kustomize would, but
+/// from the chart mirror and with the confined helm: each chart's output becomes a file the
+/// kustomization lists as a resource, and the `helmCharts` field is removed. kubectl's
+/// kustomize cannot do it itself here: it asks `helm version -c`, which Helm 4 no longer has.
 pub fn inflate(
     tree: &Path,
-    dir: &Path,
+    folders: &[PathBuf],
     helm: &super::tools::Tool,
     mirror: Option<&Path>,
     scratch: &Path,
 ) -> Result<(), String> {
-    let mut seen = BTreeSet::new();
-    let mut stack = vec![lexical(dir)];
     let mut counter = 0usize;
-    while let Some(dir) = stack.pop() {
-        if !seen.insert(dir.clone()) {
-            continue;
-        }
+    for folder in folders {
+        let dir = tree.join(folder);
         let Some(file) = KUSTOMIZATION_FILES
             .iter()
             .map(|f| dir.join(f))
@@ -618,20 +613,9 @@ pub fn inflate(
             continue;
         };
         let label = relative(tree, &file);
-        let text = std::fs::read_to_string(&file).map_err(|e| format!("{label}: {e}"))?;
+        let text = read_text(&file, &label)?;
         let mut kustomization = yaml::parse_document(&text, &label).map_err(|e| e.to_string())?;
-        for entry in entries(&kustomization).map_err(|e| format!("{label}: {e}"))? {
-            if entry.may_be_base
-                && let Ok(target) = resolve(tree, &dir, &entry)
-                && target.is_dir()
-            {
-                stack.push(target);
-            }
-        }
         let (_, charts) = helm_charts(&kustomization, true).map_err(|e| format!("{label}: {e}"))?;
-        if charts.is_empty() {
-            continue;
-        }
         let mut resources = strings(kustomization.get("resources"));
         // The output goes to a folder no file of the commit can name (a committed file of the
         // same name would otherwise be overwritten, and a patch on it would vanish).
@@ -756,6 +740,13 @@ pub fn inflate(
             .map_err(|e| format!("{label}: {e}"))?;
     }
     Ok(())
+}
+
+/// A file the scan reads, as UTF-8 text (anything else kustomize would misread).
+fn read_text(path: &Path, label: &str) -> Result<String, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{label}: {e}"))?;
+    String::from_utf8(bytes)
+        .map_err(|_| format!("{label}: not UTF-8 text; kustomize would misread it"))
 }
 
 /// `a/b/../c` -> `a/c`, without touching the disk (the materialised tree has no links).

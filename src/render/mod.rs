@@ -795,12 +795,12 @@ fn run_job(
             )?;
             let root = k.snapshot.materialized_root().map_err(|e| e.to_string())?;
             let build = k.build_dir(root.path(), &key[..key.len().min(16)])?;
-            let inflate =
+            let with_charts =
                 kustomize::check_confined(&build.root, &build.dir, config.kustomize_enable_helm)
                     .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
             // Charts are inflated into a private copy of the tree (the shared one stays as
             // the commit has it).
-            let copy = if inflate {
+            let copy = if !with_charts.is_empty() {
                 let tree = tempfile::Builder::new()
                     .prefix("gate-tree-")
                     .tempdir()
@@ -812,7 +812,7 @@ fn run_job(
                     .join(build.dir.strip_prefix(&build.root).unwrap_or(Path::new("")));
                 kustomize::inflate(
                     tree.path(),
-                    &dir,
+                    &with_charts,
                     &config.helm,
                     config.charts.as_deref(),
                     &scratch,
