@@ -411,7 +411,8 @@ async fn record(
     next: axum::middleware::Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let bytes = axum::body::to_bytes(body, 10 * 1024 * 1024)
+    // A git push can be large; the smart-HTTP handler takes the same bound.
+    let bytes = axum::body::to_bytes(body, 256 * 1024 * 1024)
         .await
         .unwrap_or_default();
     let user = user_of(&state, &parts.headers).or_else(|| git_user(&state, &parts.headers));
