@@ -73,11 +73,45 @@ fn attacks(checkout: &Path, port: u16) -> Vec<(&'static str, Vec<(String, String
         (
             "a Helm chart inflated by kustomize",
             vec![(
-                base,
+                base.clone(),
                 format!(
                     "{keep}helmCharts:\n  - name: stolen\n    repo: http://127.0.0.1:{port}\n    version: 1.0.0\n"
                 ),
             )],
+        ),
+        (
+            "a transformer configuration file naming a URL",
+            vec![
+                (base.clone(), format!("{keep}transformers: [t.yaml]\n")),
+                (
+                    "manifests/common/base/t.yaml".into(),
+                    format!(
+                        "apiVersion: builtin\nkind: PatchTransformer\nmetadata: {{name: x}}\npath: http://127.0.0.1:{port}/patch.yaml\n"
+                    ),
+                ),
+            ],
+        ),
+        (
+            "a folder kustomize would clone from github.com",
+            vec![
+                (base.clone(), format!("{keep}  - github.com/org/repo\n")),
+                (
+                    "manifests/common/base/github.com/org/repo/kustomization.yaml".into(),
+                    "resources: []\n".into(),
+                ),
+            ],
+        ),
+        (
+            "a miscased key kustomize reads as resources",
+            vec![
+                (
+                    base,
+                    format!(
+                        "resources:\n  - configmap.yaml\n  - deployment.yaml\nRESOURCES:\n  - {climb}\n"
+                    ),
+                ),
+                ("kustomization.yaml".into(), read_config.into()),
+            ],
         ),
     ]
 }
@@ -137,8 +171,10 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
         repo.commit_overlay(overlay.path(), &branch, name);
         let cache = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
+        // Without the network namespace: the pre-scan alone must keep every attack out.
         let output = common::gate(cache.path())
             .env("GITHUB_TOKEN", ENV_CANARY)
+            .env("GATE_NO_NETNS", "1")
             .args(["check", "--head", &branch, "--default-branch", "main"])
             .args(["--repo-url", common::SAMPLE_REPO_URL])
             .arg("--repo")
@@ -190,7 +226,10 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
                 &String::from_utf8_lossy(&output.stderr),
             );
         }
-        if !(report.contains("kustomization.yaml: ") || report.contains("--enable-helm")) {
+        if !(report.contains("kustomization.yaml: ")
+            || report.contains("t.yaml: document 0: ")
+            || report.contains("--enable-helm"))
+        {
             unnamed.push(format!("{name}:\n{report}"));
         }
     }
