@@ -607,14 +607,18 @@ async fn an_accepted_delivery_survives_sigkill_and_half_sent_connections_do_not_
     )
     .await;
     assert_eq!(status, 202, "{body}");
-    let pending = || {
+    let journaled = |kind: &str| {
         std::fs::read_dir(workdir.join("journal"))
             .unwrap()
             .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().starts_with("pending-"))
+            .filter(|e| e.file_name().to_string_lossy().starts_with(kind))
             .count()
     };
-    assert_eq!(pending(), 1, "the delivery is on disk before the 202");
+    assert_eq!(
+        journaled("pending-"),
+        1,
+        "the delivery is on disk before the 202"
+    );
 
     ground.bosun.as_mut().unwrap().kill().unwrap();
     // A render tree the killed process would have left behind.
@@ -627,13 +631,16 @@ async fn an_accepted_delivery_survives_sigkill_and_half_sent_connections_do_not_
     ground.settle().await.unwrap();
     let (state, description) = bosun_status(&ground, "green");
     assert_eq!(state, "success", "{description}");
-    assert_eq!(pending(), 0, "a finished triage leaves nothing to replay");
-    let tracked = std::fs::read_dir(workdir.join("journal"))
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tracked-"))
-        .count();
-    assert_eq!(tracked, 1, "the pull request is followed across restarts");
+    assert_eq!(
+        journaled("pending-"),
+        0,
+        "a finished triage leaves nothing to replay"
+    );
+    assert_eq!(
+        journaled("tracked-"),
+        1,
+        "the pull request is followed across restarts"
+    );
 
     // Half-sent requests: connected, a request line, never the end of the headers.
     let address = ground
@@ -654,14 +661,7 @@ async fn an_accepted_delivery_survives_sigkill_and_half_sent_connections_do_not_
         stalled.push(stream);
     }
     let (number, _) = pull(&ground, "green-two", "check-cases/patch-bump-green/head").await;
-    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
-    let (status, body) = deliver(
-        &ground,
-        &json!({"repository": SLUG, "pullRequest": number}),
-        Some(&secret),
-    )
-    .await;
-    assert_eq!(status, 202, "{body}");
+    intake(&ground, number).await;
     drop(stalled);
     ground.settle().await.unwrap();
 }

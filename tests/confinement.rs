@@ -116,6 +116,26 @@ fn attacks(checkout: &Path, port: u16) -> Vec<(&'static str, Vec<(String, String
     ]
 }
 
+/// The gate on `repo` (read as the sample repository's URL), with `args` first.
+fn gate_on(cache: &Path, repo: &Path, args: &[&str]) -> Command {
+    let mut command = common::gate(cache);
+    command
+        .args(args)
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo);
+    command
+}
+
+/// The sample repository's inventory and chart mirror.
+fn sample_inputs(command: &mut Command) -> &mut Command {
+    command
+        .arg("--inventory")
+        .arg(common::sample_dir().join("inventory.yaml"))
+        .arg("--charts")
+        .arg(common::sample_dir().join("charts"))
+}
+
 /// A repository whose first commit holds `files` (path, text).
 fn repo_with(files: &[(&str, &str)]) -> common::TestRepo {
     let fixture = tempfile::tempdir().unwrap();
@@ -172,17 +192,14 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
         let cache = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
         // Without the network namespace: the pre-scan alone must keep every attack out.
-        let output = common::gate(cache.path())
+        let mut check = gate_on(
+            cache.path(),
+            repo.path(),
+            &["check", "--head", &branch, "--default-branch", "main"],
+        );
+        let output = sample_inputs(&mut check)
             .env("GITHUB_TOKEN", ENV_CANARY)
             .env("GATE_NO_NETNS", "1")
-            .args(["check", "--head", &branch, "--default-branch", "main"])
-            .args(["--repo-url", common::SAMPLE_REPO_URL])
-            .arg("--repo")
-            .arg(repo.path())
-            .arg("--inventory")
-            .arg(common::sample_dir().join("inventory.yaml"))
-            .arg("--charts")
-            .arg(common::sample_dir().join("charts"))
             .arg("--report")
             .arg(out.path().join("report.md"))
             .arg("--json")
@@ -204,16 +221,13 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
         // Never green: the render is refused, and the refusal names the kustomization.
         assert_eq!(output.status.code(), Some(2), "{name}: {report}");
         for format in ["yaml", "json"] {
-            let output = common::gate(cache.path())
+            let mut render = gate_on(
+                cache.path(),
+                repo.path(),
+                &["render", "--revision", &branch, "--format", format],
+            );
+            let output = sample_inputs(&mut render)
                 .env("GITHUB_TOKEN", ENV_CANARY)
-                .args(["render", "--revision", &branch, "--format", format])
-                .args(["--repo-url", common::SAMPLE_REPO_URL])
-                .arg("--repo")
-                .arg(repo.path())
-                .arg("--inventory")
-                .arg(common::sample_dir().join("inventory.yaml"))
-                .arg("--charts")
-                .arg(common::sample_dir().join("charts"))
                 .output()
                 .unwrap();
             assert!(!output.status.success(), "{name}: render {format}");
@@ -258,13 +272,13 @@ fn a_render_past_its_deadline_is_killed_and_fails_closed() {
     ];
     let repo = repo_with(&files);
     let cache = tempfile::tempdir().unwrap();
-    let output = common::gate(cache.path())
-        .args(["render", "--render-timeout", "1"])
-        .args(["--repo-url", common::SAMPLE_REPO_URL])
-        .arg("--repo")
-        .arg(repo.path())
-        .output()
-        .unwrap();
+    let output = gate_on(
+        cache.path(),
+        repo.path(),
+        &["render", "--render-timeout", "1"],
+    )
+    .output()
+    .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(
@@ -294,13 +308,13 @@ fn a_chart_rendering_fifty_thousand_objects_renders() {
     ];
     let repo = repo_with(&files);
     let cache = tempfile::tempdir().unwrap();
-    let output = common::gate(cache.path())
-        .args(["--quiet", "render", "--format", "json"])
-        .args(["--repo-url", common::SAMPLE_REPO_URL])
-        .arg("--repo")
-        .arg(repo.path())
-        .output()
-        .unwrap();
+    let output = gate_on(
+        cache.path(),
+        repo.path(),
+        &["--quiet", "render", "--format", "json"],
+    )
+    .output()
+    .unwrap();
     assert!(
         output.status.success(),
         "{}",
@@ -332,11 +346,7 @@ fn a_file_parameter_name_cannot_read_a_file_outside_the_repository() {
         ),
     ]);
     let cache = tempfile::tempdir().unwrap();
-    let output = common::gate(cache.path())
-        .args(["render", "--format", "yaml"])
-        .args(["--repo-url", common::SAMPLE_REPO_URL])
-        .arg("--repo")
-        .arg(repo.path())
+    let output = gate_on(cache.path(), repo.path(), &["render", "--format", "yaml"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -418,15 +428,15 @@ fn hostile_helm_charts_in_a_kustomization_are_confined() {
             all.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
         let repo = repo_with(&borrowed);
         let cache = tempfile::tempdir().unwrap();
-        let output = common::gate(cache.path())
-            .args(["render", "--format", "yaml", "--kustomize-enable-helm"])
-            .args(["--repo-url", common::SAMPLE_REPO_URL])
-            .arg("--charts")
-            .arg(common::project_root().join("tests/render-cases/_charts"))
-            .arg("--repo")
-            .arg(repo.path())
-            .output()
-            .unwrap();
+        let output = gate_on(
+            cache.path(),
+            repo.path(),
+            &["render", "--format", "yaml", "--kustomize-enable-helm"],
+        )
+        .arg("--charts")
+        .arg(common::project_root().join("tests/render-cases/_charts"))
+        .output()
+        .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
