@@ -18,6 +18,14 @@ use crate::yaml;
 pub const KUSTOMIZATION_FILES: [&str; 3] =
     ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
+/// The kustomization file of a folder on disk, in kustomize's order.
+pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
+    KUSTOMIZATION_FILES
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|p| p.is_file())
+}
+
 /// Checks every kustomization reachable from `dir` (inside `root`). Returns the first refusal,
 /// or the folders (relative to `root`) whose kustomization holds `helmCharts` to inflate
 /// (only when `enable_helm`).
@@ -37,11 +45,7 @@ pub fn check_confined(root: &Path, dir: &Path, enable_helm: bool) -> Result<Vec<
         if !seen.insert(dir.clone()) {
             continue;
         }
-        let Some(file) = KUSTOMIZATION_FILES
-            .iter()
-            .map(|f| dir.join(f))
-            .find(|p| p.is_file())
-        else {
+        let Some(file) = kustomization_file(&dir) else {
             // kustomize itself says a folder without a kustomization is not a base.
             continue;
         };
@@ -605,11 +609,7 @@ pub fn inflate(
     let mut counter = 0usize;
     for folder in folders {
         let dir = tree.join(folder);
-        let Some(file) = KUSTOMIZATION_FILES
-            .iter()
-            .map(|f| dir.join(f))
-            .find(|p| p.is_file())
-        else {
+        let Some(file) = kustomization_file(&dir) else {
             continue;
         };
         let label = relative(tree, &file);

@@ -259,7 +259,7 @@ fn plan_source(
     let kind = match explicit.first() {
         Some(kind) => *kind,
         None if snapshot.exists(&join(&path, "Chart.yaml")) => "helm",
-        None if ["kustomization.yaml", "kustomization.yml", "Kustomization"]
+        None if super::kustomize::KUSTOMIZATION_FILES
             .iter()
             .any(|f| snapshot.exists(&join(&path, f))) =>
         {
@@ -897,10 +897,7 @@ impl KustomizeJob {
             copy_dir(&target, &copy).map_err(|e| format!("{}: {e}", copy.display()))?;
             (copy, root.to_path_buf(), None)
         };
-        let file = ["kustomization.yaml", "kustomization.yml", "Kustomization"]
-            .iter()
-            .map(|f| copy.join(f))
-            .find(|p| p.is_file())
+        let file = super::kustomize::kustomization_file(&copy)
             .ok_or(format!("{}: no kustomization file", self.path))?;
         let text =
             std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
