@@ -64,15 +64,40 @@ fn check_cases() {
             .output()
             .expect("gate runs");
         let report = std::fs::read_to_string(out.path().join("report.md")).expect("report written");
+        let json_text = std::fs::read_to_string(out.path().join("verdict.json")).expect("json");
+        let verdict: Value = serde_json::from_str(&json_text).expect("json");
+        // The JSON reads back into the result it was written from.
+        let result: gitops_loop::gate::report::GateResult =
+            serde_json::from_str(&json_text).expect("the JSON is a GateResult");
+        assert_eq!(serde_json::to_value(&result).unwrap(), verdict);
+        // Quiet: stdout is the outcome line only.
         assert_eq!(
             String::from_utf8_lossy(&output.stdout),
-            report,
-            "stdout is the full report"
+            format!(
+                "addons-gate: {}\n",
+                gitops_loop::gate::report::text(&gitops_loop::gate::publish::title(&result))
+            ),
+            "quiet stdout is the outcome line"
         );
-        let verdict: Value = serde_json::from_str(
-            &std::fs::read_to_string(out.path().join("verdict.json")).expect("json"),
-        )
-        .expect("json");
+        // The diff as distinct changes, each with how many Applications it applies to.
+        let changes: Vec<String> = verdict["diff"]["changes"]
+            .as_array()
+            .expect("changes")
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {} {}/{} {}: {} fields, {} applications, {} chart-only",
+                    c["id"],
+                    c["change"].as_str().unwrap_or(""),
+                    c["object"]["group"].as_str().unwrap_or(""),
+                    c["object"]["kind"].as_str().unwrap_or(""),
+                    c["object"]["name"].as_str().unwrap_or(""),
+                    c["fields"].as_array().map_or(0, Vec::len),
+                    c["applications"].as_array().map_or(0, Vec::len),
+                    c["chartOnlyIn"].as_array().map_or(0, Vec::len),
+                )
+            })
+            .collect();
         // The machine blocks carry the same verdict the JSON does.
         let parsed = gitops_loop::gate::report::parse(&report).expect("report parses");
         assert_eq!(
@@ -81,7 +106,7 @@ fn check_cases() {
         );
         let shas = [base, head];
         let snapshot = format!(
-            "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}",
+            "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}\n--- distinct changes\n{}",
             case.description.trim(),
             output.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&output.stderr).trim(),
@@ -91,6 +116,7 @@ fn check_cases() {
                 &shas
             ),
             serde_json::to_string_pretty(&verdict["findings"]).unwrap(),
+            changes.join("\n"),
         );
         insta::assert_snapshot!(snapshot);
     });
@@ -98,5 +124,36 @@ fn check_cases() {
         common::NetworkWatch::get().connections(),
         0,
         "a render reached the network (the proxy variables point at the watch)"
+    );
+}
+
+/// Without `--quiet`, stdout is the whole report (what `--report` writes) and stderr says
+/// how long the check took and how many distinct changes it found.
+#[test]
+fn check_prints_the_report_unless_quiet() {
+    let case_dir = common::project_root().join("tests/check-cases/es-major-bump");
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
+    let cache = tempfile::tempdir().expect("cache");
+    let out = tempfile::tempdir().expect("out");
+    let output = common::gate(cache.path())
+        .args(["check", "--head", "pr", "--default-branch", "main"])
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--inventory")
+        .arg(common::sample_dir().join("inventory.yaml"))
+        .arg("--charts")
+        .arg(common::sample_dir().join("charts"))
+        .arg("--report")
+        .arg(out.path().join("report.md"))
+        .output()
+        .expect("gate runs");
+    let report = std::fs::read_to_string(out.path().join("report.md")).expect("report written");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), report);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("gate: checked in ") && stderr.contains(" distinct changes"),
+        "{stderr}"
     );
 }

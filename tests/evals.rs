@@ -62,6 +62,7 @@ fn config(repo: &std::path::Path, cache: &std::path::Path) -> RenderConfig {
         chart_pulls: Default::default(),
         chart_repo_mirrors: Vec::new(),
         kustomize_enable_helm: false,
+        parsed: Default::default(),
     }
 }
 

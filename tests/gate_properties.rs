@@ -28,7 +28,8 @@ fn app(cluster: &str, name: &str, objects: Vec<Value>) -> RenderedApplication {
         },
         destination_namespace: "default".into(),
         sources: vec![],
-        objects,
+        objects: objects.into_iter().map(std::sync::Arc::new).collect(),
+        render_keys: vec![],
         manifest: serde_json::Value::Null,
         stored: serde_json::Value::Null,
         destination_unknown: None,
@@ -71,11 +72,48 @@ proptest! {
         prop_assert_eq!(forward.counts.objects_changed, backward.counts.objects_changed);
         for (f, b) in forward.applications.iter().zip(&backward.applications) {
             prop_assert_eq!(&f.app, &b.app);
-            prop_assert_eq!(&f.added, &b.removed);
-            prop_assert_eq!(&f.removed, &b.added);
+            prop_assert_eq!(&f.objects.added, &b.objects.removed);
+            prop_assert_eq!(&f.objects.removed, &b.objects.added);
             let expected = match f.status { AppStatus::Added => AppStatus::Removed, AppStatus::Removed => AppStatus::Added, s => s };
             prop_assert_eq!(b.status, expected);
         }
+    }
+
+    #[test]
+    fn the_diff_json_round_trips(base in rendering_strategy(), head in rendering_strategy()) {
+        let d = diff::diff(&base, &head);
+        let json = serde_json::to_value(&d).unwrap();
+        let back: diff::RenderDiff = serde_json::from_value(json.clone()).unwrap();
+        prop_assert_eq!(&back, &d);
+        // Every change an Application names exists once in the table and names it back.
+        let changes = json["changes"].as_array().unwrap();
+        for (i, change) in changes.iter().enumerate() {
+            prop_assert_eq!(change["id"].as_u64(), Some(i as u64));
+        }
+        for app in json["applications"].as_array().unwrap() {
+            for id in app["changes"].as_array().unwrap() {
+                let change = &changes[id.as_u64().unwrap() as usize];
+                prop_assert!(change["applications"].as_array().unwrap().contains(&app["app"]));
+            }
+        }
+    }
+
+    #[test]
+    fn shared_objects_diff_like_copies(base in rendering_strategy(), head in rendering_strategy()) {
+        // Every Application of the head shares the first Application's objects (one
+        // allocation, as the engine shares equal documents); the diff must be what fresh
+        // copies give.
+        let mut shared = head.clone();
+        if let Some(first) = shared.applications.first().map(|a| a.objects.clone()) {
+            for app in &mut shared.applications {
+                app.objects = first.clone();
+            }
+        }
+        let mut copies = shared.clone();
+        for app in &mut copies.applications {
+            app.objects = app.objects.iter().map(|o| std::sync::Arc::new(Value::clone(o))).collect();
+        }
+        prop_assert_eq!(diff::diff(&base, &shared), diff::diff(&base, &copies));
     }
 
     #[test]

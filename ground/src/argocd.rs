@@ -43,9 +43,10 @@ pub fn identity() -> User {
 
 /// Raw image strings of the workloads' pod templates, sorted and de-duplicated; nothing for
 /// a workload scaled to zero.
-pub fn images_of(objects: &[Value]) -> Vec<String> {
+pub fn images_of<V: std::borrow::Borrow<Value>>(objects: &[V]) -> Vec<String> {
     let mut images = BTreeSet::new();
     for object in objects {
+        let object: &Value = object.borrow();
         let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
         let pod_spec = match kind {
             "Deployment" | "StatefulSet" | "ReplicaSet" => {

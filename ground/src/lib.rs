@@ -258,6 +258,7 @@ impl Ground {
             chart_pulls: Default::default(),
             chart_repo_mirrors: Vec::new(),
             kustomize_enable_helm: false,
+            parsed: Default::default(),
         };
         let argocd = ArgoCd::new(render_config, bare, "main");
 

@@ -3,6 +3,9 @@
 //! Exit codes: 0 success; 1 the render failed (errors are printed one per line on stderr,
 //! nothing on stdout); 2 the command line was wrong.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -208,6 +211,24 @@ fn write_atomically(path: &std::path::Path, content: &str) -> Result<()> {
     Ok(())
 }
 
+/// Streams a value as pretty JSON into a file, atomically (no whole-document string).
+fn write_json_atomically(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    {
+        let mut writer = std::io::BufWriter::new(file.as_file_mut());
+        serde_json::to_writer_pretty(&mut writer, value)?;
+        std::io::Write::flush(&mut writer)?;
+    }
+    file.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
 fn parse_pair(text: &str) -> Result<(String, String), String> {
     let (from, to) = text.split_once('=').ok_or("expected FROM=TO")?;
     Ok((from.to_string(), to.to_string()))
@@ -285,6 +306,7 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
         },
         chart_repo_mirrors: args.chart_repo_mirrors.clone(),
         kustomize_enable_helm: args.kustomize_enable_helm,
+        parsed: Default::default(),
     })
 }
 
@@ -299,15 +321,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let started = std::time::Instant::now();
             match render::render(&config) {
                 Ok(rendering) => {
-                    let text = match format {
-                        Format::Summary => output::summary(&rendering),
-                        Format::Yaml => output::yaml_stream(&rendering),
-                        Format::Json => output::json(&rendering),
-                    };
-                    print!("{text}");
-                    if !text.ends_with('\n') {
-                        println!();
+                    let stdout = std::io::stdout();
+                    let mut out = std::io::BufWriter::new(stdout.lock());
+                    match format {
+                        Format::Summary => {
+                            let text = output::summary(&rendering);
+                            std::io::Write::write_all(&mut out, text.as_bytes())?;
+                            if !text.ends_with('\n') {
+                                std::io::Write::write_all(&mut out, b"\n")?;
+                            }
+                        }
+                        Format::Yaml => output::write_yaml_stream(&rendering, &mut out)?,
+                        Format::Json => output::write_json(&rendering, &mut out)?,
                     }
+                    std::io::Write::flush(&mut out)?;
                     if !cli.quiet {
                         let s = &rendering.stats;
                         eprintln!(
@@ -339,6 +366,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 head: check.head.clone(),
                 default_branch: check.default_branch.clone(),
             };
+            let started = std::time::Instant::now();
             let result = gate::check::check(&config, &revisions);
             let (comment, full) = gate::report::render(&result);
             let full = full.unwrap_or(comment);
@@ -346,9 +374,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 write_atomically(path, &full)?;
             }
             if let Some(path) = &check.json {
-                write_atomically(path, &serde_json::to_string_pretty(&result)?)?;
+                write_json_atomically(path, &result)?;
             }
-            print!("{full}");
+            if cli.quiet {
+                // The outcome line only (the report is in --report, the details in --json).
+                println!(
+                    "addons-gate: {}",
+                    gate::report::text(&gate::publish::title(&result))
+                );
+            } else {
+                print!("{full}");
+                eprintln!(
+                    "gate: checked in {} ms ({} Applications differ, {} distinct changes; peak RSS {})",
+                    started.elapsed().as_millis(),
+                    result.diff.applications.len(),
+                    result.diff.distinct_changes(),
+                    peak_rss()
+                );
+            }
             Ok(ExitCode::from(result.verdict.outcome.exit_code()))
         }
         Command::Publish {

@@ -275,6 +275,7 @@ impl Bosun {
                 .map(|m| (m.from.clone(), m.to.clone()))
                 .collect(),
             kustomize_enable_helm: self.config.render.kustomize_enable_helm,
+            parsed: Default::default(),
         }
     }
 
@@ -943,7 +944,7 @@ fn crd_for<'r>(
     rendering
         .applications
         .iter()
-        .flat_map(|a| a.objects.iter())
+        .flat_map(|a| a.objects.iter().map(|o| &**o))
         .find(|o| {
             crate::gate::rules::crd_info(o).is_some_and(|(_, crd)| {
                 crd.group == group && crd.kind == kind && crd.served.contains(version)
@@ -1012,8 +1013,8 @@ pub fn reshape_losses(
                             && o.get("apiVersion").and_then(Value::as_str)
                                 == Some(swap.from.as_str())
                     })
-                    .cloned()
-                    .map(|mut o| {
+                    .map(|o| {
+                        let mut o = Value::clone(o);
                         o["apiVersion"] = swap.to.clone().into();
                         o
                     })

@@ -103,8 +103,23 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         c.revision = revision.to_string();
         render::render(&c)
     };
-    let head_rendering = at(&head);
-    let base_rendering = at(&base);
+    // Both commits render at once: their helm processes share the cores, and one commit's
+    // planning overlaps the other's helm runs.
+    let (head_rendering, base_rendering) = std::thread::scope(|scope| {
+        let head_thread = scope.spawn(|| at(&head));
+        let base_rendering = at(&base);
+        let head_rendering = head_thread.join().unwrap_or_else(|_| {
+            Err(RenderFailure {
+                revision: head.clone(),
+                diagnostics: vec![render::Diagnostic {
+                    severity: render::Severity::Error,
+                    subject: "render".into(),
+                    message: "the head's render stopped unexpectedly".into(),
+                }],
+            })
+        });
+        (head_rendering, base_rendering)
+    });
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
         (b, h) => {
@@ -122,8 +137,15 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         Ok(s) => s,
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };
-    let mut render_diff = diff::diff(&base_rendering, &head_rendering);
-    isolate_chart_moves(config, &head, &head_rendering, &mut render_diff);
+    let mut differ = diff::Differ::default();
+    let mut render_diff = diff::diff_with(&mut differ, &base_rendering, &head_rendering);
+    isolate_chart_moves(
+        config,
+        &mut differ,
+        &head,
+        &head_rendering,
+        &mut render_diff,
+    );
     let findings = rules::evaluate(
         &base_rendering,
         &head_rendering,
@@ -170,6 +192,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
 /// tried alone so one that cannot render at its old version does not hide the others.
 fn isolate_chart_moves(
     config: &RenderConfig,
+    differ: &mut diff::Differ,
     head: &str,
     head_rendering: &render::Rendering,
     render_diff: &mut RenderDiff,
@@ -214,13 +237,10 @@ fn isolate_chart_moves(
         ) else {
             continue;
         };
-        let (added, removed, changed) = diff::diff_objects(&old_version.objects, &after.objects);
-        if added != app_diff.added || removed != app_diff.removed || changed != app_diff.changed {
-            app_diff.chart_only = Some(diff::ChartOnly {
-                added,
-                removed,
-                changed,
-            });
+        let chart_only = differ.applications(Some(old_version), Some(after));
+        if !std::sync::Arc::ptr_eq(&chart_only, &app_diff.objects) && chart_only != app_diff.objects
+        {
+            app_diff.chart_only = Some(chart_only);
         }
     }
 }

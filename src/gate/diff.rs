@@ -1,11 +1,13 @@
 //! The diff of two renderings: Applications added, removed and changed per cluster; per
 //! Application, objects added, removed and changed; per changed object, the fields.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::render::parsed::Object;
 use crate::render::{RenderedApplication, Rendering, object_sort_key};
 
 /// An Application's identity across two renders.
@@ -23,7 +25,7 @@ impl std::fmt::Display for AppKey {
 }
 
 /// An object's identity inside one Application.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectKey {
     pub group: String,
     pub kind: String,
@@ -72,7 +74,97 @@ pub struct FieldChange {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObjectChange {
     pub object: ObjectKey,
-    pub fields: Vec<FieldChange>,
+    /// Shared by every Application whose render produced the same pair of objects.
+    pub fields: Arc<Vec<FieldChange>>,
+    /// For a CustomResourceDefinition: its versions at both commits and how many schema
+    /// fields moved (the report shows this table, not the schema diff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crd: Option<Arc<CrdChange>>,
+}
+
+/// A CustomResourceDefinition's change, summarised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CrdChange {
+    pub before: Vec<CrdVersion>,
+    pub after: Vec<CrdVersion>,
+    /// Schema fields (paths under a version's `schema`) added, removed and changed, in the
+    /// versions both commits have.
+    pub schema_fields_added: usize,
+    pub schema_fields_removed: usize,
+    pub schema_fields_changed: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CrdVersion {
+    pub name: String,
+    pub served: bool,
+    pub storage: bool,
+}
+
+impl CrdChange {
+    fn of(old: &Value, new: &Value, fields: &[FieldChange]) -> Option<CrdChange> {
+        let versions = |crd: &Value| -> Option<Vec<CrdVersion>> {
+            if crd.get("kind")?.as_str()? != "CustomResourceDefinition" {
+                return None;
+            }
+            Some(
+                crd.pointer("/spec/versions")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| {
+                        Some(CrdVersion {
+                            name: v.get("name")?.as_str()?.to_string(),
+                            served: v.get("served").and_then(Value::as_bool) == Some(true),
+                            storage: v.get("storage").and_then(Value::as_bool) == Some(true),
+                        })
+                    })
+                    .collect(),
+            )
+        };
+        let (before, after) = (versions(old)?, versions(new)?);
+        let mut change = CrdChange {
+            before,
+            after,
+            schema_fields_added: 0,
+            schema_fields_removed: 0,
+            schema_fields_changed: 0,
+        };
+        for field in fields.iter().filter(|f| is_schema_field(&f.path)) {
+            match (&field.old, &field.new) {
+                (None, Some(_)) => change.schema_fields_added += 1,
+                (Some(_), None) => change.schema_fields_removed += 1,
+                _ => change.schema_fields_changed += 1,
+            }
+        }
+        Some(change)
+    }
+}
+
+/// A path inside a CRD version's schema (`spec.versions[name=v1].schema.…`).
+pub fn is_schema_field(path: &str) -> bool {
+    path.contains(".schema")
+}
+
+/// A path the CRD table summarises: a whole version, its flags, or its schema.
+pub fn is_crd_version_field(path: &str) -> bool {
+    path.starts_with("spec.versions")
+}
+
+/// Objects added, removed and changed between two object lists. One value is shared by every
+/// Application whose pair of renders is the same.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObjectsDiff {
+    pub added: Vec<ObjectKey>,
+    pub removed: Vec<ObjectKey>,
+    pub changed: Vec<ObjectChange>,
+}
+
+impl ObjectsDiff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
 }
 
 /// A chart whose version differs between the two renders of one Application.
@@ -93,33 +185,21 @@ pub enum AppStatus {
     Changed,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AppDiff {
     pub app: AppKey,
     pub status: AppStatus,
     pub chart_moves: Vec<ChartMove>,
-    pub added: Vec<ObjectKey>,
-    pub removed: Vec<ObjectKey>,
-    pub changed: Vec<ObjectChange>,
+    /// What the Application's render changed.
+    pub objects: Arc<ObjectsDiff>,
     /// True when the Application's own spec (sources, destination) changed.
     pub spec_changed: bool,
     /// The generated Application itself, field by field (labels, annotations, finalizers,
     /// spec: a sync policy, a destination, a source), between the two commits.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub application_fields: Vec<FieldChange>,
     /// When the chart version moved and something else changed too: the chart's own change,
     /// rendered with the head's values at both versions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chart_only: Option<ChartOnly>,
-}
-
-/// The objects a chart version move changes by itself (head's values at both versions).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChartOnly {
-    pub added: Vec<ObjectKey>,
-    pub removed: Vec<ObjectKey>,
-    pub changed: Vec<ObjectChange>,
+    pub chart_only: Option<Arc<ObjectsDiff>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -133,11 +213,19 @@ pub struct DiffCounts {
     pub objects_changed: usize,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// Serialised as distinct changes and where they apply (see `wire`).
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RenderDiff {
     pub counts: DiffCounts,
     /// Only Applications with a difference, sorted by cluster and name.
     pub applications: Vec<AppDiff>,
+}
+
+impl RenderDiff {
+    /// How many distinct object changes the diff holds (as `--json` lists them).
+    pub fn distinct_changes(&self) -> usize {
+        wire::count(self)
+    }
 }
 
 pub fn key_of(app: &RenderedApplication) -> AppKey {
@@ -164,7 +252,149 @@ pub fn charts_of(app: &RenderedApplication) -> BTreeMap<(String, String), String
         .collect()
 }
 
+/// The two objects a field diff was computed for, and the diff.
+type FieldsOfPair = (
+    Object,
+    Object,
+    Arc<Vec<FieldChange>>,
+    Option<Arc<CrdChange>>,
+);
+
+/// Computes object diffs once per distinct pair of renders and field diffs once per distinct
+/// pair of objects, however many Applications share them.
+#[derive(Default)]
+pub struct Differ {
+    by_renders: HashMap<(Vec<String>, Vec<String>), Arc<ObjectsDiff>>,
+    /// Keyed by the objects' addresses; the objects are kept so an address is never reused.
+    by_objects: HashMap<(usize, usize), FieldsOfPair>,
+}
+
+impl Differ {
+    /// The diff of two Applications' objects (`None`: the Application is absent).
+    pub fn applications(
+        &mut self,
+        old: Option<&RenderedApplication>,
+        new: Option<&RenderedApplication>,
+    ) -> Arc<ObjectsDiff> {
+        let keys =
+            |a: Option<&RenderedApplication>| a.map(|a| a.render_keys.clone()).unwrap_or_default();
+        let (old_keys, new_keys) = (keys(old), keys(new));
+        // Equal render keys: the same objects, nothing to compare. (Keys are empty for an
+        // Application built without the engine; those are always compared.)
+        if old.is_some() && new.is_some() && !old_keys.is_empty() && old_keys == new_keys {
+            return Arc::default();
+        }
+        let memo = !old_keys.is_empty() || !new_keys.is_empty();
+        if memo && let Some(diff) = self.by_renders.get(&(old_keys.clone(), new_keys.clone())) {
+            return diff.clone();
+        }
+        let diff = Arc::new(self.objects(
+            old.map(|a| a.objects.as_slice()).unwrap_or_default(),
+            new.map(|a| a.objects.as_slice()).unwrap_or_default(),
+        ));
+        if memo {
+            self.by_renders.insert((old_keys, new_keys), diff.clone());
+        }
+        diff
+    }
+
+    /// Objects added, removed and changed (with fields) between two object lists.
+    pub fn objects(&mut self, old: &[Object], new: &[Object]) -> ObjectsDiff {
+        let index = |objects: &[Object]| -> BTreeMap<ObjectKey, Object> {
+            objects
+                .iter()
+                .map(|o| (ObjectKey::of(o), o.clone()))
+                .collect()
+        };
+        let (old, new) = (index(old), index(new));
+        let added = new
+            .keys()
+            .filter(|k| !old.contains_key(*k))
+            .cloned()
+            .collect();
+        let removed = old
+            .keys()
+            .filter(|k| !new.contains_key(*k))
+            .cloned()
+            .collect();
+        let mut changed = Vec::new();
+        for (key, new_object) in &new {
+            let Some(old_object) = old.get(key) else {
+                continue;
+            };
+            if Arc::ptr_eq(old_object, new_object) {
+                continue;
+            }
+            let pair = (
+                Arc::as_ptr(old_object) as usize,
+                Arc::as_ptr(new_object) as usize,
+            );
+            let (fields, crd) = match self.by_objects.get(&pair) {
+                Some((_, _, fields, crd)) => (fields.clone(), crd.clone()),
+                None => {
+                    let fields = Arc::new(field_changes(key, old_object, new_object));
+                    let crd = if key.kind == "CustomResourceDefinition" && !fields.is_empty() {
+                        CrdChange::of(old_object, new_object, &fields).map(Arc::new)
+                    } else {
+                        None
+                    };
+                    self.by_objects.insert(
+                        pair,
+                        (
+                            old_object.clone(),
+                            new_object.clone(),
+                            fields.clone(),
+                            crd.clone(),
+                        ),
+                    );
+                    (fields, crd)
+                }
+            };
+            if fields.is_empty() {
+                continue;
+            }
+            changed.push(ObjectChange {
+                object: key.clone(),
+                fields,
+                crd,
+            });
+        }
+        ObjectsDiff {
+            added,
+            removed,
+            changed,
+        }
+    }
+}
+
+/// The fields that differ between two versions of one object, Secret values hidden.
+fn field_changes(key: &ObjectKey, old: &Value, new: &Value) -> Vec<FieldChange> {
+    let mut fields = Vec::new();
+    if old == new {
+        return fields;
+    }
+    diff_values("", old, new, &mut fields);
+    if key.kind == "Secret" && key.group.is_empty() {
+        for field in &mut fields {
+            if field.path.starts_with("data") || field.path.starts_with("stringData") {
+                field.old = field.old.as_ref().map(|_| Value::String(REDACTED.into()));
+                field.new = field.new.as_ref().map(|_| Value::String(REDACTED.into()));
+            }
+        }
+    }
+    fields
+}
+
+/// Objects added, removed and changed between two object lists (a one-off `Differ`).
+pub fn diff_objects(old: &[Object], new: &[Object]) -> ObjectsDiff {
+    Differ::default().objects(old, new)
+}
+
 pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
+    diff_with(&mut Differ::default(), base, head)
+}
+
+pub fn diff_with(differ: &mut Differ, base: &Rendering, head: &Rendering) -> RenderDiff {
     let base_apps: BTreeMap<AppKey, &RenderedApplication> =
         base.applications.iter().map(|a| (key_of(a), a)).collect();
     let head_apps: BTreeMap<AppKey, &RenderedApplication> =
@@ -174,11 +404,8 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
     keys.dedup();
     let mut result = RenderDiff::default();
     for key in keys {
-        let (old, new) = (base_apps.get(key), head_apps.get(key));
-        let empty: Vec<Value> = Vec::new();
-        let old_objects = old.map(|a| &a.objects).unwrap_or(&empty);
-        let new_objects = new.map(|a| &a.objects).unwrap_or(&empty);
-        let (added, removed, changed) = diff_objects(old_objects, new_objects);
+        let (old, new) = (base_apps.get(key).copied(), head_apps.get(key).copied());
+        let objects = differ.applications(old, new);
         let status = match (old, new) {
             (None, Some(_)) => AppStatus::Added,
             (Some(_), None) => AppStatus::Removed,
@@ -215,9 +442,7 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
             _ => Vec::new(),
         };
         if status == AppStatus::Changed
-            && added.is_empty()
-            && removed.is_empty()
-            && changed.is_empty()
+            && objects.is_empty()
             && !spec_changed
             && application_fields.is_empty()
         {
@@ -228,16 +453,14 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
             AppStatus::Removed => result.counts.applications_removed += 1,
             AppStatus::Changed => result.counts.applications_changed += 1,
         }
-        result.counts.objects_added += added.len();
-        result.counts.objects_removed += removed.len();
-        result.counts.objects_changed += changed.len();
+        result.counts.objects_added += objects.added.len();
+        result.counts.objects_removed += objects.removed.len();
+        result.counts.objects_changed += objects.changed.len();
         result.applications.push(AppDiff {
             app: key.clone(),
             status,
             chart_moves,
-            added,
-            removed,
-            changed,
+            objects,
             spec_changed,
             application_fields,
             chart_only: None,
@@ -246,52 +469,224 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
     result
 }
 
-/// Objects added, removed and changed (with fields) between two object lists.
-pub fn diff_objects(
-    old: &[Value],
-    new: &[Value],
-) -> (Vec<ObjectKey>, Vec<ObjectKey>, Vec<ObjectChange>) {
-    let index = |objects: &[Value]| -> BTreeMap<ObjectKey, Value> {
-        objects
-            .iter()
-            .map(|o| (ObjectKey::of(o), o.clone()))
-            .collect()
-    };
-    let (old, new) = (index(old), index(new));
-    let added = new
-        .keys()
-        .filter(|k| !old.contains_key(*k))
-        .cloned()
-        .collect();
-    let removed = old
-        .keys()
-        .filter(|k| !new.contains_key(*k))
-        .cloned()
-        .collect();
-    let mut changed = Vec::new();
-    for (key, new_object) in &new {
-        let Some(old_object) = old.get(key) else {
-            continue;
-        };
-        if old_object == new_object {
-            continue;
+/// The JSON shape of a diff: each distinct object change once, with the Applications it
+/// applies to, and per Application the ids of its changes. A CRD schema change an operator
+/// chart makes on 600 clusters is written once, not 600 times.
+mod wire {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Diff {
+        counts: DiffCounts,
+        changes: Vec<Change>,
+        applications: Vec<App>,
+    }
+
+    #[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq, Hash)]
+    #[serde(rename_all = "lowercase")]
+    enum ChangeKind {
+        Added,
+        Removed,
+        Changed,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Change {
+        id: usize,
+        change: ChangeKind,
+        object: ObjectKey,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fields: Arc<Vec<FieldChange>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        crd: Option<Arc<CrdChange>>,
+        /// The Applications whose render makes this change.
+        applications: Vec<AppKey>,
+        /// The Applications whose chart version move makes it by itself.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        chart_only_in: Vec<AppKey>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct App {
+        app: AppKey,
+        status: AppStatus,
+        chart_moves: Vec<ChartMove>,
+        /// Ids of `changes`.
+        changes: Vec<usize>,
+        spec_changed: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        application_fields: Vec<FieldChange>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chart_only: Option<Vec<usize>>,
+    }
+
+    #[derive(Default)]
+    struct Table {
+        changes: Vec<Change>,
+        ids: HashMap<(ChangeKind, ObjectKey, usize), usize>,
+        /// Field lists by address, then by content: each distinct list gets one number.
+        by_address: HashMap<usize, usize>,
+        by_text: HashMap<String, usize>,
+    }
+
+    impl Table {
+        fn fields_id(&mut self, change: &ObjectChange) -> usize {
+            let address = Arc::as_ptr(&change.fields) as usize;
+            if let Some(&id) = self.by_address.get(&address) {
+                return id;
+            }
+            let text = serde_json::to_string(&(&change.fields, &change.crd)).unwrap_or_default();
+            let next = self.by_text.len() + 1;
+            let id = *self.by_text.entry(text).or_insert(next);
+            self.by_address.insert(address, id);
+            id
         }
-        let mut fields = Vec::new();
-        diff_values("", old_object, new_object, &mut fields);
-        if key.kind == "Secret" && key.group.is_empty() {
-            for field in &mut fields {
-                if field.path.starts_with("data") || field.path.starts_with("stringData") {
-                    field.old = field.old.as_ref().map(|_| Value::String(REDACTED.into()));
-                    field.new = field.new.as_ref().map(|_| Value::String(REDACTED.into()));
-                }
+
+        fn id(
+            &mut self,
+            kind: ChangeKind,
+            object: &ObjectKey,
+            change: Option<&ObjectChange>,
+            app: &AppKey,
+            chart_only: bool,
+        ) -> usize {
+            let fields_id = change.map(|c| self.fields_id(c)).unwrap_or(0);
+            let next = self.changes.len();
+            let id = *self
+                .ids
+                .entry((kind, object.clone(), fields_id))
+                .or_insert(next);
+            if id == next {
+                self.changes.push(Change {
+                    id,
+                    change: kind,
+                    object: object.clone(),
+                    fields: change.map(|c| c.fields.clone()).unwrap_or_default(),
+                    crd: change.and_then(|c| c.crd.clone()),
+                    applications: Vec::new(),
+                    chart_only_in: Vec::new(),
+                });
+            }
+            let change = &mut self.changes[id];
+            let apps = if chart_only {
+                &mut change.chart_only_in
+            } else {
+                &mut change.applications
+            };
+            if apps.last() != Some(app) {
+                apps.push(app.clone());
+            }
+            id
+        }
+
+        fn ids(&mut self, diff: &ObjectsDiff, app: &AppKey, chart_only: bool) -> Vec<usize> {
+            let mut ids = Vec::new();
+            for object in &diff.added {
+                ids.push(self.id(ChangeKind::Added, object, None, app, chart_only));
+            }
+            for object in &diff.removed {
+                ids.push(self.id(ChangeKind::Removed, object, None, app, chart_only));
+            }
+            for change in &diff.changed {
+                ids.push(self.id(
+                    ChangeKind::Changed,
+                    &change.object,
+                    Some(change),
+                    app,
+                    chart_only,
+                ));
+            }
+            ids
+        }
+    }
+
+    pub(super) fn count(diff: &RenderDiff) -> usize {
+        let mut table = Table::default();
+        for app in &diff.applications {
+            table.ids(&app.objects, &app.app, false);
+            if let Some(chart_only) = &app.chart_only {
+                table.ids(chart_only, &app.app, true);
             }
         }
-        changed.push(ObjectChange {
-            object: key.clone(),
-            fields,
-        });
+        table.changes.len()
     }
-    (added, removed, changed)
+
+    impl Serialize for RenderDiff {
+        fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let mut table = Table::default();
+            let mut applications = Vec::with_capacity(self.applications.len());
+            for app in &self.applications {
+                let changes = table.ids(&app.objects, &app.app, false);
+                let chart_only = app
+                    .chart_only
+                    .as_ref()
+                    .map(|diff| table.ids(diff, &app.app, true));
+                applications.push(App {
+                    app: app.app.clone(),
+                    status: app.status,
+                    chart_moves: app.chart_moves.clone(),
+                    changes,
+                    spec_changed: app.spec_changed,
+                    application_fields: app.application_fields.clone(),
+                    chart_only,
+                });
+            }
+            Diff {
+                counts: self.counts.clone(),
+                changes: table.changes,
+                applications,
+            }
+            .serialize(serializer)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for RenderDiff {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            let wire = Diff::deserialize(deserializer)?;
+            let by_id: HashMap<usize, &Change> = wire.changes.iter().map(|c| (c.id, c)).collect();
+            let objects = |ids: &[usize]| -> Result<ObjectsDiff, D::Error> {
+                let mut diff = ObjectsDiff::default();
+                for id in ids {
+                    let change = by_id.get(id).ok_or_else(|| {
+                        serde::de::Error::custom(format!("no change with id {id}"))
+                    })?;
+                    match change.change {
+                        ChangeKind::Added => diff.added.push(change.object.clone()),
+                        ChangeKind::Removed => diff.removed.push(change.object.clone()),
+                        ChangeKind::Changed => diff.changed.push(ObjectChange {
+                            object: change.object.clone(),
+                            fields: change.fields.clone(),
+                            crd: change.crd.clone(),
+                        }),
+                    }
+                }
+                Ok(diff)
+            };
+            let mut applications = Vec::with_capacity(wire.applications.len());
+            for app in &wire.applications {
+                applications.push(AppDiff {
+                    app: app.app.clone(),
+                    status: app.status,
+                    chart_moves: app.chart_moves.clone(),
+                    objects: Arc::new(objects(&app.changes)?),
+                    spec_changed: app.spec_changed,
+                    application_fields: app.application_fields.clone(),
+                    chart_only: match &app.chart_only {
+                        Some(ids) => Some(Arc::new(objects(ids)?)),
+                        None => None,
+                    },
+                });
+            }
+            Ok(RenderDiff {
+                counts: wire.counts,
+                applications,
+            })
+        }
+    }
 }
 
 fn child_path(parent: &str, key: &str) -> String {
@@ -445,13 +840,13 @@ mod tests {
 
     #[test]
     fn secret_values_are_hidden() {
-        let old = vec![
+        let old = vec![Arc::new(
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"password": "YQ=="}}),
-        ];
-        let new = vec![
+        )];
+        let new = vec![Arc::new(
             json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {"password": "Yg=="}}),
-        ];
-        let (_, _, changed) = diff_objects(&old, &new);
+        )];
+        let changed = diff_objects(&old, &new).changed;
         assert_eq!(changed[0].fields[0].path, "data.password");
         assert_eq!(changed[0].fields[0].new, Some(json!(REDACTED)));
         assert!(!serde_json::to_string(&changed).unwrap().contains("Yg=="));

@@ -233,11 +233,32 @@ fn short(sha: &str) -> &str {
     &sha[..sha.len().min(7)]
 }
 
+/// A value as the report quotes it: the start of its JSON text (every caller clips it to a
+/// few dozen characters, so a 40 KB CRD version is never serialised whole).
 fn value_text(value: &Option<Value>) -> String {
+    const LIMIT: usize = 1024;
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() >= LIMIT {
+                return Err(std::io::Error::other("enough"));
+            }
+            let n = buf.len().min(LIMIT - self.0.len());
+            self.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
     match value {
         None => "(absent)".to_string(),
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+        Some(Value::String(s)) => s.chars().take(LIMIT).collect(),
+        Some(other) => {
+            let mut out = Bounded(Vec::new());
+            let _ = serde_json::to_writer(&mut out, other);
+            String::from_utf8_lossy(&out.0).into_owned()
+        }
     }
 }
 
@@ -490,41 +511,44 @@ fn app_changes(app: &crate::gate::diff::AppDiff) -> String {
                 .fields
                 .iter()
                 .filter(|f| {
-                    change.object.kind != "CustomResourceDefinition" || !f.path.contains(".schema")
+                    change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path)
                 })
                 .take(20)
                 .map(|f| code(&f.path))
                 .collect();
+            if change.crd.is_some() && fields.is_empty() {
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "  - changed {}: {}",
                 code(&change.object.to_string()),
-                if fields.is_empty() {
-                    "schema fields".to_string()
-                } else {
-                    fields.join(", ")
-                }
+                fields.join(", ")
             );
         }
+        crd_table(&mut out, &chart_only.changed, "  ");
         let _ = writeln!(out, "- everything this change deploys differently:");
     }
-    for object in &app.added {
+    for object in &app.objects.added {
         let _ = writeln!(out, "- added {}", code(&object.to_string()));
     }
-    for object in &app.removed {
+    for object in &app.objects.removed {
         let _ = writeln!(out, "- removed {}", code(&object.to_string()));
     }
-    for change in &app.changed {
+    for change in &app.objects.changed {
+        // A CRD's schema diff runs to thousands of lines on real charts: its versions and
+        // schema field counts are in the table below (`--json` has every field); its other
+        // fields (labels, names, conversion) are listed here.
+        let shown: Vec<_> = change
+            .fields
+            .iter()
+            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+            .collect();
+        if change.crd.is_some() && shown.is_empty() {
+            continue;
+        }
         let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
-        // A CRD's schema diff runs to thousands of lines on real charts: the versions and
-        // flags are shown, the schema fields counted (`--json` has every one).
-        let is_crd = change.object.kind == "CustomResourceDefinition";
-        let mut schema_fields = 0;
-        for field in &change.fields {
-            if is_crd && field.path.contains(".schema") {
-                schema_fields += 1;
-                continue;
-            }
+        for field in shown {
             let _ = writeln!(
                 out,
                 "  - {}: {} → {}",
@@ -533,15 +557,57 @@ fn app_changes(app: &crate::gate::diff::AppDiff) -> String {
                 code(&clip(&value_text(&field.new), 80))
             );
         }
-        if schema_fields > 0 {
-            let _ = writeln!(
-                out,
-                "  - {schema_fields} schema field{} changed (every one is in `gate check --json`)",
-                if schema_fields == 1 { "" } else { "s" }
-            );
-        }
     }
+    crd_table(&mut out, &app.objects.changed, "");
     out
+}
+
+/// The CustomResourceDefinitions among `changes` as one table: versions (served, storage)
+/// at both commits and schema fields added, removed and changed.
+fn crd_table(out: &mut String, changes: &[crate::gate::diff::ObjectChange], indent: &str) {
+    let rows: Vec<_> = changes
+        .iter()
+        .filter_map(|c| Some((c, c.crd.as_ref()?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let versions = |list: &[crate::gate::diff::CrdVersion]| -> String {
+        let shown: Vec<String> = list
+            .iter()
+            .map(|v| {
+                let flags = match (v.served, v.storage) {
+                    (true, true) => "served, storage",
+                    (true, false) => "served",
+                    (false, true) => "not served, storage",
+                    (false, false) => "not served",
+                };
+                format!("{} ({flags})", code(&v.name))
+            })
+            .collect();
+        if shown.is_empty() {
+            "none".to_string()
+        } else {
+            shown.join(", ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "\n{indent}| CustomResourceDefinition | versions at the merge base | versions at the head | schema fields added / removed / changed (versions at both) |\n{indent}|---|---|---|---|"
+    );
+    for (change, crd) in rows {
+        let _ = writeln!(
+            out,
+            "{indent}| {} | {} | {} | {} / {} / {} |",
+            code(&change.object.name),
+            versions(&crd.before),
+            versions(&crd.after),
+            crd.schema_fields_added,
+            crd.schema_fields_removed,
+            crd.schema_fields_changed
+        );
+    }
+    out.push('\n');
 }
 
 fn details_section(result: &GateResult) -> String {

@@ -1,6 +1,7 @@
 //! The gate's rules: findings with a stable id, a severity and their evidence.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -8,6 +9,7 @@ use serde_json::Value;
 use super::diff::{AppStatus, ObjectKey, RenderDiff};
 use crate::render::git::Snapshot;
 use crate::render::inventory::Inventory;
+use crate::render::parsed::Object;
 use crate::render::{RenderedApplication, Rendering};
 use crate::{names, yaml};
 
@@ -105,11 +107,34 @@ pub(crate) struct CrdInfo {
     pub(crate) storage: String,
 }
 
-fn crds_by_cluster(rendering: &Rendering) -> BTreeMap<String, BTreeMap<String, CrdInfo>> {
+/// Work the rules do per distinct object, not per Application: an operator chart's CRDs are
+/// one shared object on every cluster (and at both commits).
+#[derive(Default)]
+struct Memo {
+    /// By object address; the object is kept so the address is not reused.
+    crds: HashMap<usize, (Object, Option<(String, CrdInfo)>)>,
+    /// (object, CRD, version) addresses -> the outcome of pruning and validating.
+    losses: HashMap<(usize, usize), (Object, Object, Vec<String>)>,
+}
+
+impl Memo {
+    fn crd_info(&mut self, object: &Object) -> Option<(String, CrdInfo)> {
+        self.crds
+            .entry(Arc::as_ptr(object) as usize)
+            .or_insert_with(|| (object.clone(), crd_info(object)))
+            .1
+            .clone()
+    }
+}
+
+fn crds_by_cluster(
+    memo: &mut Memo,
+    rendering: &Rendering,
+) -> BTreeMap<String, BTreeMap<String, CrdInfo>> {
     let mut out: BTreeMap<String, BTreeMap<String, CrdInfo>> = BTreeMap::new();
     for app in &rendering.applications {
         for object in &app.objects {
-            if let Some((name, info)) = crd_info(object) {
+            if let Some((name, info)) = memo.crd_info(object) {
                 out.entry(app.cluster.name.clone())
                     .or_default()
                     .insert(name, info);
@@ -180,7 +205,7 @@ pub(crate) fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
 /// apiVersion and its kind.
 fn grouped_objects(
     rendering: &Rendering,
-) -> impl Iterator<Item = (&RenderedApplication, &Value, &str, &str)> {
+) -> impl Iterator<Item = (&RenderedApplication, &Object, &str, &str)> {
     rendering.applications.iter().flat_map(|app| {
         app.objects.iter().filter_map(move |object| {
             let api_version = object.get("apiVersion").and_then(Value::as_str)?;
@@ -199,11 +224,11 @@ fn grouped_objects(
 /// object of a custom kind: (Application `ns/name on cluster`, object, what happens). The
 /// schema is the one the object's cluster serves at this render for the version the object
 /// declares; an object whose CRD or version is not there is another rule's business.
-fn apply_losses(rendering: &Rendering) -> Vec<(String, String, String)> {
-    let mut crds: BTreeMap<(&str, String, String), &Value> = BTreeMap::new();
+fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, String)> {
+    let mut crds: BTreeMap<(&str, String, String), &Object> = BTreeMap::new();
     for app in &rendering.applications {
         for object in &app.objects {
-            if let Some((_, info)) = crd_info(object) {
+            if let Some((_, info)) = memo.crd_info(object) {
                 crds.insert(
                     (
                         app.cluster.name.as_str(),
@@ -239,27 +264,43 @@ fn apply_losses(rendering: &Rendering) -> Vec<(String, String, String)> {
             else {
                 continue;
             };
-            let mut copy = object.clone();
-            let outcome = crate::schema::prune_and_validate(&mut copy, schema);
             let label = format!("{} {}", api_version, object_label(&ObjectKey::of(object)));
             let where_ = format!("{}/{} on {}", app.namespace, app.name, app.cluster.name);
-            for (path, value) in outcome.pruned {
-                let mut value = value.to_string();
-                if value.chars().count() > 80 {
-                    value = format!("{}…", value.chars().take(80).collect::<String>());
-                }
-                out.push((
-                    where_.clone(),
-                    label.clone(),
-                    format!(
-                        "{path} = {value} would be pruned (the {version} schema has no such field)"
-                    ),
-                ));
-            }
-            for error in outcome.errors {
-                out.push((where_.clone(), label.clone(), format!("rejected: {error}")));
+            let losses = &memo
+                .losses
+                .entry((Arc::as_ptr(object) as usize, Arc::as_ptr(crd) as usize))
+                .or_insert_with(|| {
+                    (
+                        Object::clone(object),
+                        Object::clone(crd),
+                        losses_of(object, schema, version),
+                    )
+                })
+                .2;
+            for loss in losses {
+                out.push((where_.clone(), label.clone(), loss.clone()));
             }
         }
+    }
+    out
+}
+
+/// What the API server would prune from, or why it would reject, one object under a schema.
+fn losses_of(object: &Value, schema: &Value, version: &str) -> Vec<String> {
+    let mut copy = object.clone();
+    let outcome = crate::schema::prune_and_validate(&mut copy, schema);
+    let mut out = Vec::new();
+    for (path, value) in outcome.pruned {
+        let mut value = value.to_string();
+        if value.chars().count() > 80 {
+            value = format!("{}…", value.chars().take(80).collect::<String>());
+        }
+        out.push(format!(
+            "{path} = {value} would be pruned (the {version} schema has no such field)"
+        ));
+    }
+    for error in outcome.errors {
+        out.push(format!("rejected: {error}"));
     }
     out
 }
@@ -534,8 +575,9 @@ pub fn evaluate(
                 .map(move |c| (dir.clone(), c))
         })
         .collect();
-    let base_crds = crds_by_cluster(base);
-    let head_crds = crds_by_cluster(head);
+    let mut memo = Memo::default();
+    let base_crds = crds_by_cluster(&mut memo, base);
+    let head_crds = crds_by_cluster(&mut memo, head);
 
     // dropped-served-version
     let mut dropped_by_crd: BTreeMap<String, DroppedServedVersion> = BTreeMap::new();
@@ -767,7 +809,7 @@ pub fn evaluate(
     let mut crds_added: BTreeSet<String> = BTreeSet::new();
     let mut crds_removed: BTreeSet<String> = BTreeSet::new();
     for app in &diff.applications {
-        for object in &app.removed {
+        for object in &app.objects.removed {
             if object.group == "rbac.authorization.k8s.io"
                 && rbac_kinds.contains(&object.kind.as_str())
             {
@@ -777,7 +819,7 @@ pub fn evaluate(
                 crds_removed.insert(object.name.clone());
             }
         }
-        for object in &app.added {
+        for object in &app.objects.added {
             if object.kind == "CustomResourceDefinition" {
                 crds_added.insert(object.name.clone());
             }
@@ -815,9 +857,9 @@ pub fn evaluate(
     // Values the apply would drop: every rendered object of a custom kind, through the
     // structural schema of the version it declares as its cluster serves it at this commit.
     let base_losses: std::collections::HashSet<(String, String, String)> =
-        apply_losses(base).into_iter().collect();
+        apply_losses(&mut memo, base).into_iter().collect();
     let mut losses: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for (app, object, loss) in apply_losses(head) {
+    for (app, object, loss) in apply_losses(&mut memo, head) {
         let introduced = !base_losses.contains(&(app.clone(), object.clone(), loss.clone()));
         let severity = if introduced { "blocking" } else { "note" };
         losses
@@ -1097,7 +1139,8 @@ mod tests {
             },
             destination_namespace: "web".into(),
             sources: vec![source],
-            objects,
+            objects: objects.into_iter().map(std::sync::Arc::new).collect(),
+            render_keys: vec![],
             manifest: Value::Null,
             stored: Value::Null,
             destination_unknown: None,

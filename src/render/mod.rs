@@ -15,6 +15,7 @@ pub mod kustomize;
 pub mod matching;
 pub mod output;
 pub mod params;
+pub mod parsed;
 pub mod repos;
 pub mod source;
 pub mod template;
@@ -26,12 +27,14 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use serde_json::Value;
+use sha2::Digest as _;
 
 use self::cache::RenderCache;
 use self::git::Snapshot;
 use self::inventory::Inventory;
+use self::parsed::{Object, ParsedStore};
 use self::repos::RepoResolver;
-use self::source::{PlanContext, RenderJob, push_object};
+use self::source::{PlanContext, RenderJob};
 use self::tools::Tool;
 use crate::yaml;
 
@@ -63,6 +66,9 @@ pub struct RenderConfig {
     /// Argo CD's `kustomize.buildOptions` include `--enable-helm`: a kustomization's
     /// `helmCharts` are inflated (from the chart mirror, by the confined helm).
     pub kustomize_enable_helm: bool,
+    /// Parsed render outputs shared by the renders of one run (clones of this config share
+    /// it): an output or a document seen before is not parsed again.
+    pub parsed: ParsedStore,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -132,8 +138,13 @@ pub struct RenderedApplication {
     pub destination_namespace: String,
     /// The sources as rendered (after `.argocd-source*.yaml` overrides).
     pub sources: Vec<Value>,
-    /// Rendered objects, sorted by group, kind, namespace, name.
-    pub objects: Vec<Value>,
+    /// Rendered objects, sorted by group, kind, namespace, name. Equal objects rendered by
+    /// several Applications (or at both commits of a check) are one shared allocation.
+    pub objects: Vec<Object>,
+    /// The keys of the renders the objects came from, in source order: two Applications with
+    /// equal keys rendered the same objects.
+    #[serde(skip)]
+    pub render_keys: Vec<String>,
     /// The Application object itself, as generated (metadata with annotations, spec).
     #[serde(skip)]
     pub manifest: Value,
@@ -312,7 +323,7 @@ struct Engine<'a> {
     helm_version: String,
     kubectl_version: String,
     chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
-    memo: HashMap<String, Result<Vec<Value>, String>>,
+    memo: HashMap<String, parsed::Parsed>,
     stats: RenderStats,
     diagnostics: Vec<Diagnostic>,
     seen: HashMap<String, Seen>,
@@ -416,7 +427,7 @@ impl Engine<'_> {
             self.execute_pending_jobs();
             let mut next = Vec::new();
             for p in pending {
-                let mut objects = Vec::new();
+                let mut objects: Vec<Object> = Vec::new();
                 let mut failed = false;
                 for key in &p.job_keys {
                     match self.memo.get(key) {
@@ -432,11 +443,11 @@ impl Engine<'_> {
                 if failed {
                     continue;
                 }
-                objects.sort_by_key(object_sort_key);
+                objects.sort_by_cached_key(|o| object_sort_key(o));
                 for object in &objects {
                     if is_argo_kind(object, "Application") || is_argo_kind(object, "ApplicationSet")
                     {
-                        let mut child = object.clone();
+                        let mut child = Value::clone(object);
                         if child.pointer("/metadata/namespace").is_none() {
                             child["metadata"]["namespace"] =
                                 Value::String(p.app.destination_namespace.clone()).clone();
@@ -457,6 +468,7 @@ impl Engine<'_> {
                 }
                 let mut app = p.app;
                 app.objects = objects;
+                app.render_keys = p.job_keys;
                 self.applications.insert(p.id, app);
             }
             wave = next;
@@ -580,8 +592,20 @@ impl Engine<'_> {
                 RenderJob::Helm(h) => h.cache_key(&self.helm_version),
                 RenderJob::Kustomize(k) => k.cache_key(&self.kubectl_version),
                 RenderJob::Objects(objects) => {
-                    let key = format!("objects-{}-{}", id, job_keys.len());
-                    self.memo.insert(key.clone(), Ok(objects.clone()));
+                    // Keyed by content, so equal directories share their objects.
+                    let key = format!(
+                        "objects-{}",
+                        git::hex(&sha2::Sha256::digest(
+                            serde_json::to_vec(&objects).unwrap_or_default()
+                        ))
+                    );
+                    if !self.memo.contains_key(&key) {
+                        let parsed = self.config.parsed.get(&key).unwrap_or_else(|| {
+                            Ok(Arc::new(objects.iter().cloned().map(Arc::new).collect()))
+                        });
+                        self.config.parsed.insert(&key, parsed.clone());
+                        self.memo.insert(key.clone(), parsed);
+                    }
                     job_keys.push(key);
                     continue;
                 }
@@ -631,6 +655,7 @@ impl Engine<'_> {
                 destination_namespace: text("/spec/destination/namespace", ""),
                 sources,
                 objects: Vec::new(),
+                render_keys: Vec::new(),
                 manifest: app.clone(),
                 stored: stored_application(app),
                 destination_unknown: None,
@@ -676,11 +701,28 @@ impl Engine<'_> {
         }
         self.stats.unique_renders += unique.len();
         let mut to_run = Vec::new();
+        let mut to_parse = Vec::new();
+        let mut theirs = Vec::new();
+        let mut guard = parsed::ClaimGuard::new(&self.config.parsed);
         for (key, job) in unique {
+            match self.config.parsed.claim(&key) {
+                parsed::Claim::Done(parsed) => {
+                    self.memo.insert(key, parsed);
+                    continue;
+                }
+                parsed::Claim::Theirs => {
+                    theirs.push(key);
+                    continue;
+                }
+                parsed::Claim::Mine => guard.hold(&key),
+            }
             if let Some(text) = self.config.cache.get(&key) {
                 self.stats.cache_hits += 1;
-                self.memo
-                    .insert(key, parse_rendered(&text, "cached render"));
+                to_parse.push(parsed::Output {
+                    key,
+                    label: "cached render".into(),
+                    text,
+                });
             } else {
                 to_run.push((key, job));
             }
@@ -694,18 +736,36 @@ impl Engine<'_> {
         }
         let config = self.config;
         let work = self.work.clone();
-        let results = parallel_map(to_run, config.jobs.max(1), |(key, job)| {
+        let jobs = config.jobs.max(1);
+        let results = parallel_map(to_run, jobs, |(key, job)| {
             let output = run_job(config, &work, &key, &job);
             (key, output)
         });
+        let mut fresh = std::collections::HashSet::new();
         for (key, output) in results {
-            let parsed = output.and_then(|(label, text)| {
-                let parsed = parse_rendered(&text, &label);
-                if parsed.is_ok() {
-                    self.config.cache.put(&key, &text);
+            match output {
+                Ok((label, text)) => {
+                    fresh.insert(key.clone());
+                    to_parse.push(parsed::Output { key, label, text });
                 }
-                parsed
-            });
+                Err(message) => {
+                    self.config.parsed.insert(&key, Err(message.clone()));
+                    self.memo.insert(key, Err(message));
+                }
+            }
+        }
+        let results = self.config.parsed.parse(&to_parse, jobs);
+        for (output, (key, parsed)) in to_parse.iter().zip(results) {
+            // A fresh render is stored once it parsed.
+            if parsed.is_ok() && fresh.contains(&key) {
+                self.config.cache.put(&key, &output.text);
+            }
+            self.memo.insert(key, parsed);
+        }
+        drop(guard);
+        // Renders another render of this run was producing.
+        for key in theirs {
+            let parsed = self.config.parsed.wait(&key);
             self.memo.insert(key, parsed);
         }
     }
@@ -738,20 +798,6 @@ impl Engine<'_> {
             stats: self.stats,
         })
     }
-}
-
-fn parse_rendered(text: &str, label: &str) -> Result<Vec<Value>, String> {
-    let documents = yaml::parse_stream(text, label, yaml::MAX_RENDERED_DOCUMENTS).map_err(|e| {
-        format!(
-            "{label} printed invalid YAML: line {}: {}",
-            e.line, e.message
-        )
-    })?;
-    let mut objects = Vec::new();
-    for document in documents {
-        push_object(document, &mut objects);
-    }
-    Ok(objects)
 }
 
 /// Runs one helm or kustomize job; returns (label, stdout).

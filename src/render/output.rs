@@ -107,28 +107,33 @@ pub fn summary(rendering: &Rendering) -> String {
 }
 
 /// Every generated Application (as Argo CD stores it) and every object it renders, as a YAML
-/// stream, each document introduced by a comment.
-pub fn yaml_stream(rendering: &Rendering) -> String {
-    let mut out = String::new();
+/// stream, each document introduced by a comment. Written as it goes: a fleet's render is
+/// never one string in memory.
+pub fn write_yaml_stream(
+    rendering: &Rendering,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
     for app in &rendering.applications {
-        let _ = writeln!(
+        writeln!(
             out,
             "---\n# Application {}/{} on cluster {}: the Application itself",
             app.namespace, app.name, app.cluster.name
-        );
-        out.push_str(&yaml::to_string(&app.stored));
+        )?;
+        out.write_all(yaml::to_string(&app.stored).as_bytes())?;
         for object in &app.objects {
-            let _ = writeln!(
+            writeln!(
                 out,
                 "---\n# Application {}/{} on cluster {}",
                 app.namespace, app.name, app.cluster.name
-            );
-            out.push_str(&yaml::to_string(object));
+            )?;
+            out.write_all(yaml::to_string(object).as_bytes())?;
         }
     }
-    out
+    Ok(())
 }
 
-pub fn json(rendering: &Rendering) -> String {
-    serde_json::to_string_pretty(rendering).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+/// The rendering as pretty JSON, written as it goes.
+pub fn write_json(rendering: &Rendering, out: &mut impl std::io::Write) -> std::io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, rendering)?;
+    writeln!(out)
 }

@@ -1,0 +1,353 @@
+//! Parsed render outputs, shared by every render of one run (a check renders the merge base
+//! and the head with one store).
+//!
+//! A render output (keyed by its render key) is parsed once; inside outputs, each distinct
+//! YAML document is parsed once too, so the 25 CRDs an operator chart renders identically on
+//! 600 clusters are one allocation each. Equal documents are then the same `Arc`, and the diff
+//! compares pointers before it compares values.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Condvar, Mutex};
+
+use serde_json::Value;
+
+use super::source::push_object;
+use crate::yaml;
+
+/// One rendered Kubernetes object, shared by every Application that renders it.
+pub type Object = Arc<Value>;
+
+/// The objects of one render output, or why it could not be read.
+pub type Parsed = Result<Arc<Vec<Object>>, String>;
+
+#[derive(Default)]
+struct Store {
+    renders: HashMap<String, Parsed>,
+    documents: HashMap<Arc<str>, Arc<Vec<Object>>>,
+    /// Render keys a render of this run is producing right now.
+    claimed: HashSet<String>,
+}
+
+/// The store; cloning shares it. Two renders running at once (a check's merge base and
+/// head) never run one render key twice: the first claims it, the second waits for it.
+#[derive(Clone, Default)]
+pub struct ParsedStore(Arc<(Mutex<Store>, Condvar)>);
+
+/// What a render does about a key.
+pub enum Claim {
+    /// Already produced in this run.
+    Done(Parsed),
+    /// This render produces it (and must publish it, which `ClaimGuard` makes sure of).
+    Mine,
+    /// Another render is producing it: `wait` for it after running this render's own.
+    Theirs,
+}
+
+/// Publishes an error for every claimed key left unpublished when dropped (a render that
+/// stopped half-way), so a render waiting for one of them never waits forever.
+pub struct ClaimGuard {
+    store: ParsedStore,
+    keys: Vec<String>,
+}
+
+impl ClaimGuard {
+    pub fn new(store: &ParsedStore) -> Self {
+        ClaimGuard {
+            store: store.clone(),
+            keys: Vec::new(),
+        }
+    }
+
+    pub fn hold(&mut self, key: &str) {
+        self.keys.push(key.to_string());
+    }
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        for key in &self.keys {
+            if self.store.lock().claimed.contains(key) {
+                self.store
+                    .insert(key, Err("the render producing this stopped".to_string()));
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for ParsedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ParsedStore")
+    }
+}
+
+/// A render output to parse: its key, a label for errors, its text.
+pub struct Output {
+    pub key: String,
+    pub label: String,
+    pub text: String,
+}
+
+impl ParsedStore {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.0.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The parsed objects of a render key already seen in this run.
+    pub fn get(&self, key: &str) -> Option<Parsed> {
+        self.lock().renders.get(key).cloned()
+    }
+
+    /// Records a render key's result (an error, or objects that did not come from YAML) and
+    /// wakes renders waiting for it.
+    pub fn insert(&self, key: &str, parsed: Parsed) {
+        let mut store = self.lock();
+        store.renders.insert(key.to_string(), parsed);
+        store.claimed.remove(key);
+        drop(store);
+        self.0.1.notify_all();
+    }
+
+    /// Decides who produces a key.
+    pub fn claim(&self, key: &str) -> Claim {
+        let mut store = self.lock();
+        if let Some(parsed) = store.renders.get(key) {
+            return Claim::Done(parsed.clone());
+        }
+        if store.claimed.insert(key.to_string()) {
+            Claim::Mine
+        } else {
+            Claim::Theirs
+        }
+    }
+
+    /// Waits until another render publishes a key it claimed.
+    pub fn wait(&self, key: &str) -> Parsed {
+        let mut store = self.lock();
+        loop {
+            if let Some(parsed) = store.renders.get(key) {
+                return parsed.clone();
+            }
+            if !store.claimed.contains(key) {
+                return Err(format!("render {key} was claimed but never produced"));
+            }
+            store = self.0.1.wait(store).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Parses outputs on up to `jobs` threads, each distinct document once across the run.
+    /// Returns (key, result) in the order given.
+    pub fn parse(&self, outputs: &[Output], jobs: usize) -> Vec<(String, Parsed)> {
+        // Split every output into documents; a stream with directives is parsed whole.
+        // An output over the document limit is refused before any of it is parsed.
+        let split: Vec<Option<Vec<(usize, &str)>>> = outputs
+            .iter()
+            .map(|o| split_documents(&o.text).unwrap_or_else(|| vec![(0, o.text.as_str())]))
+            .map(|pieces| (pieces.len() <= yaml::MAX_RENDERED_DOCUMENTS).then_some(pieces))
+            .collect();
+        let mut wanted: HashMap<&str, (usize, &str)> = HashMap::new();
+        {
+            let store = self.lock();
+            for (output, segments) in outputs.iter().zip(&split) {
+                for (line, segment) in segments.iter().flatten() {
+                    if !store.documents.contains_key(*segment) {
+                        wanted
+                            .entry(segment)
+                            .or_insert((*line, output.label.as_str()));
+                    }
+                }
+            }
+        }
+        let parsed = super::parallel_map(
+            wanted.into_iter().collect::<Vec<_>>(),
+            jobs,
+            |(segment, (line, label))| (segment, parse_segment(segment, line, label)),
+        );
+        let mut failed: HashMap<&str, String> = HashMap::new();
+        {
+            let mut store = self.lock();
+            for (segment, result) in parsed {
+                match result {
+                    Ok(objects) => {
+                        // The first parse of a document wins, so every render shares it.
+                        store
+                            .documents
+                            .entry(Arc::from(segment))
+                            .or_insert_with(|| Arc::new(objects));
+                    }
+                    Err(message) => {
+                        failed.insert(segment, message);
+                    }
+                }
+            }
+        }
+        let store = self.lock();
+        let mut out = Vec::with_capacity(outputs.len());
+        for (output, segments) in outputs.iter().zip(&split) {
+            let result = (|| {
+                let Some(segments) = segments else {
+                    return Err(format!(
+                        "{} printed invalid YAML: the render exceeds the limit of {} documents",
+                        output.label,
+                        yaml::MAX_RENDERED_DOCUMENTS
+                    ));
+                };
+                let mut objects = Vec::new();
+                for (_, segment) in segments {
+                    if let Some(message) = failed.get(segment) {
+                        return Err(format!("{} printed invalid YAML: {message}", output.label));
+                    }
+                    if let Some(parsed) = store.documents.get(*segment) {
+                        objects.extend(parsed.iter().cloned());
+                    }
+                }
+                Ok(Arc::new(objects))
+            })();
+            out.push((output.key.clone(), result));
+        }
+        drop(store);
+        let mut store = self.lock();
+        for (key, result) in &out {
+            store.renders.insert(key.clone(), result.clone());
+            store.claimed.remove(key);
+        }
+        drop(store);
+        self.0.1.notify_all();
+        out
+    }
+}
+
+/// Parses one document (or, for a stream that could not be split, a whole stream).
+fn parse_segment(segment: &str, first_line: usize, label: &str) -> Result<Vec<Object>, String> {
+    let documents = yaml::parse_stream(segment, label, yaml::MAX_RENDERED_DOCUMENTS)
+        .map_err(|e| format!("line {}: {}", e.line + first_line as u64, e.message))?;
+    let mut objects = Vec::new();
+    for document in documents {
+        push_object(document, &mut objects);
+    }
+    Ok(objects.into_iter().map(Arc::new).collect())
+}
+
+/// Splits a YAML stream at its document start markers (`---` at the start of a line followed
+/// by a space, a tab or the line's end): YAML forbids that line inside a document, in every
+/// scalar style, so each piece holds whole documents. Returns each piece with the number of
+/// lines before it. A stream with a directive (a line starting with `%`) is not split: a
+/// directive belongs to the document after it.
+pub fn split_documents(text: &str) -> Option<Vec<(usize, &str)>> {
+    let mut pieces = Vec::new();
+    let mut start = 0usize;
+    let mut start_line = 0usize;
+    let mut offset = 0usize;
+    for (line_number, line) in text.split_inclusive('\n').enumerate() {
+        if line.starts_with('%') {
+            return None;
+        }
+        let marker = line
+            .strip_prefix("---")
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\n', '\r']));
+        if marker && offset > start {
+            pieces.push((start_line, &text[start..offset]));
+            start = offset;
+            start_line = line_number;
+        }
+        offset += line.len();
+    }
+    if offset > start {
+        pieces.push((start_line, &text[start..offset]));
+    }
+    Some(pieces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_at_document_markers_only() {
+        let text = "a: 1\n---\nb: |\n  --- not a marker\n---x: 1\n--- # c\nc: 2\n";
+        let pieces: Vec<&str> = split_documents(text)
+            .unwrap()
+            .into_iter()
+            .map(|(_, p)| p)
+            .collect();
+        assert_eq!(
+            pieces,
+            vec![
+                "a: 1\n",
+                "---\nb: |\n  --- not a marker\n---x: 1\n",
+                "--- # c\nc: 2\n"
+            ]
+        );
+        assert!(split_documents("%YAML 1.2\n---\na: 1\n").is_none());
+    }
+
+    #[test]
+    fn equal_documents_are_one_allocation_across_outputs() {
+        let store = ParsedStore::default();
+        let crd = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared}\n";
+        let out = store.parse(
+            &[
+                Output {
+                    key: "a".into(),
+                    label: "a".into(),
+                    text: format!("{crd}---\nkind: Secret\nmetadata: {{name: a}}\n"),
+                },
+                Output {
+                    key: "b".into(),
+                    label: "b".into(),
+                    text: format!("{crd}---\nkind: Secret\nmetadata: {{name: b}}\n"),
+                },
+            ],
+            2,
+        );
+        let a = out[0].1.clone().unwrap();
+        let b = out[1].1.clone().unwrap();
+        assert_eq!((a.len(), b.len()), (2, 2));
+        assert!(Arc::ptr_eq(&a[0], &b[0]));
+        assert!(!Arc::ptr_eq(&a[1], &b[1]));
+        assert!(store.get("a").is_some());
+    }
+
+    #[test]
+    fn an_invalid_document_fails_the_output_with_its_line() {
+        let store = ParsedStore::default();
+        let out = store.parse(
+            &[Output {
+                key: "k".into(),
+                label: "helm template x".into(),
+                text: "a: 1\n---\nb: [\n".into(),
+            }],
+            1,
+        );
+        let err = out[0].1.clone().unwrap_err();
+        assert!(
+            err.starts_with("helm template x printed invalid YAML: line "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_key_claimed_by_one_render_is_waited_for_by_the_other() {
+        let store = ParsedStore::default();
+        assert!(matches!(store.claim("k"), Claim::Mine));
+        assert!(matches!(store.claim("k"), Claim::Theirs));
+        let waiter = {
+            let store = store.clone();
+            std::thread::spawn(move || store.wait("k"))
+        };
+        store.insert("k", Ok(Arc::new(vec![])));
+        assert!(waiter.join().unwrap().is_ok());
+        assert!(matches!(store.claim("k"), Claim::Done(Ok(_))));
+    }
+
+    #[test]
+    fn a_render_that_stops_releases_its_claims_with_an_error() {
+        let store = ParsedStore::default();
+        {
+            let mut guard = ClaimGuard::new(&store);
+            assert!(matches!(store.claim("k"), Claim::Mine));
+            guard.hold("k");
+        }
+        let err = store.wait("k").unwrap_err();
+        assert!(err.contains("stopped"), "{err}");
+    }
+}
