@@ -75,7 +75,10 @@ fn check_cases() {
             String::from_utf8_lossy(&output.stdout),
             format!(
                 "addons-gate: {}\n",
-                gitops_loop::gate::report::text(&gitops_loop::gate::publish::title(&result))
+                gitops_loop::gate::publish::title(&result)
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect::<String>()
             ),
             "quiet stdout is the outcome line"
         );

@@ -395,3 +395,45 @@ proptest! {
         prop_assert!(many.abs_diff(ten) <= 16, "10 Applications: {ten} bytes; {n}: {many} bytes");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// However many findings a check has (one per object and loss, say 3,000 pruned fields),
+    /// the comment fits GitHub's limit, keeps every machine block, and the full report keeps
+    /// every finding.
+    #[test]
+    fn the_comment_fits_whatever_the_number_of_findings(
+        blocking in 0usize..1500,
+        notes in 0usize..3000,
+        summary_len in 10usize..300,
+    ) {
+        let mut result = result_with(vec![]);
+        let summary = "x".repeat(summary_len);
+        for i in 0..blocking {
+            result.findings.push(Finding {
+                rule: rules::FIELD_PRUNED_ON_APPLY.into(),
+                severity: Severity::Blocking,
+                summary: format!("{i} {summary}"),
+                evidence: Value::Null,
+            });
+        }
+        for i in 0..notes {
+            result.findings.push(Finding {
+                rule: rules::SYNC_POLICY_CHANGED.into(),
+                severity: Severity::Note,
+                summary: format!("{i} {summary}"),
+                evidence: Value::Null,
+            });
+        }
+        if blocking > 0 {
+            result.verdict.outcome = Outcome::Blocked;
+            result.verdict.blocking.insert(rules::FIELD_PRUNED_ON_APPLY.into(), blocking);
+        }
+        let (comment, full) = report::render(&result);
+        prop_assert!(comment.chars().count() <= report::COMMENT_LIMIT, "{} chars", comment.chars().count());
+        let parsed = report::parse(&comment).unwrap();
+        prop_assert_eq!(parsed.verdict, result.verdict.clone());
+        let full = full.unwrap_or(comment);
+        prop_assert_eq!(full.matches(&summary).count(), blocking + notes);
+    }
+}

@@ -110,6 +110,8 @@ impl ArgoCd {
         self.synced = Some(revision.clone());
         let mut config = self.config.clone();
         config.revision = revision.clone();
+        // A fresh parsed-output store per sync: nothing accumulates over a scenario.
+        config.parsed = Default::default();
         let rendering = match tokio::task::spawn_blocking(move || render::render(&config)).await {
             Ok(Ok(rendering)) => rendering,
             Ok(Err(failure)) => {

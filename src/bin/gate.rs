@@ -378,10 +378,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             if cli.quiet {
                 // The outcome line only (the report is in --report, the details in --json).
-                println!(
-                    "addons-gate: {}",
-                    gate::report::text(&gate::publish::title(&result))
-                );
+                // Plain text for a terminal or a CI log: no Markdown escapes, no control
+                // characters (a render error can quote a chart).
+                let title: String = gate::publish::title(&result)
+                    .chars()
+                    .map(|c| if c.is_control() { ' ' } else { c })
+                    .collect();
+                println!("addons-gate: {title}");
             } else {
                 print!("{full}");
                 eprintln!(

@@ -98,27 +98,35 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         Ok(base) => base,
         Err(e) => return undecided(String::new(), head, vec![e]),
     };
+    // One parsed-output store per check: both commits share it, nothing outlives the check
+    // (a transient render failure is not remembered by the next one).
+    let mut config = config.clone();
+    config.parsed = Default::default();
+    let config = &config;
     let at = |revision: &str| {
         let mut c = config.clone();
         c.revision = revision.to_string();
         render::render(&c)
     };
-    // Both commits render at once: their helm processes share the cores, and one commit's
-    // planning overlaps the other's helm runs.
+    let stopped = |revision: &str| {
+        Err(RenderFailure {
+            revision: revision.to_string(),
+            diagnostics: vec![render::Diagnostic {
+                severity: render::Severity::Error,
+                subject: "render".into(),
+                message: "the render stopped unexpectedly".into(),
+            }],
+        })
+    };
+    // Both commits render at once: their helm processes share the cores (the `--jobs`
+    // slots are shared too), and one commit's planning overlaps the other's helm runs.
     let (head_rendering, base_rendering) = std::thread::scope(|scope| {
         let head_thread = scope.spawn(|| at(&head));
-        let base_rendering = at(&base);
-        let head_rendering = head_thread.join().unwrap_or_else(|_| {
-            Err(RenderFailure {
-                revision: head.clone(),
-                diagnostics: vec![render::Diagnostic {
-                    severity: render::Severity::Error,
-                    subject: "render".into(),
-                    message: "the head's render stopped unexpectedly".into(),
-                }],
-            })
-        });
-        (head_rendering, base_rendering)
+        let base_thread = scope.spawn(|| at(&base));
+        (
+            head_thread.join().unwrap_or_else(|_| stopped(&head)),
+            base_thread.join().unwrap_or_else(|_| stopped(&base)),
+        )
     });
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),

@@ -67,8 +67,24 @@ pub const REDACTED: &str = "(secret value hidden)";
 pub struct FieldChange {
     /// `spec.template.spec.containers[0].image`
     pub path: String,
+    /// Absent from the JSON when the field was absent; `null` when it was null.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub old: Option<Value>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
     pub new: Option<Value>,
+}
+
+/// A key present in the JSON is `Some`, even when its value is `null`.
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(deserializer).map(Some)
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,14 +158,25 @@ impl CrdChange {
     }
 }
 
-/// A path inside a CRD version's schema (`spec.versions[name=v1].schema.…`).
-pub fn is_schema_field(path: &str) -> bool {
-    path.contains(".schema")
+/// The part of a CRD field path after `spec.versions[...]`, when it is one.
+fn version_rest(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("spec.versions[")?;
+    // Version names are DNS labels (the gate refuses others): no `]` inside.
+    Some(&rest[rest.find(']')? + 1..])
 }
 
-/// A path the CRD table summarises: a whole version, its flags, or its schema.
+/// A path inside a CRD version's schema (`spec.versions[name=v1].schema.…`).
+pub fn is_schema_field(path: &str) -> bool {
+    version_rest(path).is_some_and(|rest| rest == ".schema" || rest.starts_with(".schema."))
+}
+
+/// A path the CRD table summarises: a whole version added or removed, its served and storage
+/// flags, its schema. Other version fields (deprecated, subresources, printer columns) are
+/// listed like any field.
 pub fn is_crd_version_field(path: &str) -> bool {
-    path.starts_with("spec.versions")
+    version_rest(path)
+        .is_some_and(|rest| rest.is_empty() || rest == ".served" || rest == ".storage")
+        || is_schema_field(path)
 }
 
 /// Objects added, removed and changed between two object lists. One value is shared by every

@@ -273,13 +273,21 @@ fn clip(s: &str, max: usize) -> String {
 /// Renders the report; the second value is the full report when the first had to be cut to
 /// fit a comment.
 pub fn render(result: &GateResult) -> (String, Option<String>) {
-    let head = head_section(result);
+    let full_head = head_section(result, None);
     let blocks = blocks_section(result);
     let details = details_section(result);
-    let full = format!("{head}{details}\n{blocks}");
+    let full = format!("{full_head}{details}\n{blocks}");
     if full.chars().count() <= COMMENT_LIMIT {
         return (full, None);
     }
+    // Too long for a comment: at most a few findings per rule in the head (the counts and
+    // machine blocks stay whole), the details cut to what is left.
+    let head = head_section(result, Some(LISTED_PER_RULE));
+    let comment = fit(&head, &details, &blocks);
+    (comment, Some(full))
+}
+
+fn fit(head: &str, details: &str, blocks: &str) -> String {
     let note = "\n_Details are cut to fit a comment; the full report is in the check run's output file (`gate check --report`)._\n";
     let budget = COMMENT_LIMIT
         .saturating_sub(head.chars().count() + blocks.chars().count() + note.chars().count() + 64);
@@ -293,10 +301,32 @@ pub fn render(result: &GateResult) -> (String, Option<String>) {
     } else {
         ""
     };
-    (format!("{head}{cut}{closing}{note}\n{blocks}"), Some(full))
+    format!("{head}{cut}{closing}{note}\n{blocks}")
 }
 
-fn head_section(result: &GateResult) -> String {
+/// Findings of one rule listed in a comment cut to fit (the full report lists every one).
+const LISTED_PER_RULE: usize = 15;
+
+/// The bullets of one rule beyond `limit`, as a count line.
+fn more_line(
+    out: &mut String,
+    counts: &std::collections::BTreeMap<&str, usize>,
+    limit: Option<usize>,
+) {
+    let Some(limit) = limit else { return };
+    for (rule, n) in counts {
+        if *n > limit {
+            let _ = writeln!(
+                out,
+                "- {}: {} more (every one is in the full report and `gate check --json`)",
+                code(rule),
+                n - limit
+            );
+        }
+    }
+}
+
+fn head_section(result: &GateResult, limit: Option<usize>) -> String {
     let v = &result.verdict;
     let mut out = String::new();
     let _ = writeln!(out, "{MARKER}");
@@ -408,12 +438,19 @@ fn head_section(result: &GateResult) -> String {
         }
         out.push('\n');
     }
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
     for finding in blocking
         .iter()
         .filter(|f| f.rule != rules::DROPPED_SERVED_VERSION)
     {
+        let n = counts.entry(finding.rule.as_str()).or_insert(0);
+        *n += 1;
+        if limit.is_some_and(|l| *n > l) {
+            continue;
+        }
         let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
     }
+    more_line(&mut out, &counts, limit);
     let notes: Vec<&Finding> = result
         .findings
         .iter()
@@ -421,14 +458,26 @@ fn head_section(result: &GateResult) -> String {
         .collect();
     if !notes.is_empty() {
         let _ = writeln!(out, "\n**Notes**\n");
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
         for finding in notes {
+            let n = counts.entry(finding.rule.as_str()).or_insert(0);
+            *n += 1;
+            if limit.is_some_and(|l| *n > l) {
+                continue;
+            }
             let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
             if finding.rule == rules::ADDON_ADDED {
                 let _ = writeln!(
                     out,
                     "\n  | Application | cluster | namespace | renders from |\n  | --- | --- | --- | --- |"
                 );
-                for row in finding.evidence.as_array().into_iter().flatten() {
+                let rows = finding
+                    .evidence
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let shown = limit.map_or(rows.len(), |l| l.min(rows.len()));
+                for row in &rows[..shown] {
                     let field =
                         |k: &str| row.get(k).and_then(Value::as_str).unwrap_or("").to_string();
                     let renders: Vec<String> = row
@@ -445,9 +494,17 @@ fn head_section(result: &GateResult) -> String {
                         renders.join("<br>")
                     );
                 }
+                if shown < rows.len() {
+                    let _ = writeln!(
+                        out,
+                        "  | and {} more | | | (every one is in the full report) |",
+                        rows.len() - shown
+                    );
+                }
                 out.push('\n');
             }
         }
+        more_line(&mut out, &counts, limit);
     }
     out
 }

@@ -738,6 +738,7 @@ impl Engine<'_> {
         let work = self.work.clone();
         let jobs = config.jobs.max(1);
         let results = parallel_map(to_run, jobs, |(key, job)| {
+            let _slot = config.parsed.slot(jobs);
             let output = run_job(config, &work, &key, &job);
             (key, output)
         });

@@ -20,6 +20,28 @@ pub type Object = Arc<Value>;
 /// The objects of one render output, or why it could not be read.
 pub type Parsed = Result<Arc<Vec<Object>>, String>;
 
+/// Process slots shared by every render of a run: `--jobs` bounds helm and kustomize
+/// processes across the merge base's and the head's renders together.
+#[derive(Default)]
+struct Slots {
+    busy: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// A held process slot, released on drop.
+pub struct Slot<'a> {
+    slots: &'a Slots,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut busy = self.slots.busy.lock().unwrap_or_else(|p| p.into_inner());
+        *busy = busy.saturating_sub(1);
+        drop(busy);
+        self.slots.freed.notify_one();
+    }
+}
+
 #[derive(Default)]
 struct Store {
     renders: HashMap<String, Parsed>,
@@ -31,7 +53,7 @@ struct Store {
 /// The store; cloning shares it. Two renders running at once (a check's merge base and
 /// head) never run one render key twice: the first claims it, the second waits for it.
 #[derive(Clone, Default)]
-pub struct ParsedStore(Arc<(Mutex<Store>, Condvar)>);
+pub struct ParsedStore(Arc<(Mutex<Store>, Condvar)>, Arc<Slots>);
 
 /// What a render does about a key.
 pub enum Claim {
@@ -90,6 +112,17 @@ pub struct Output {
 impl ParsedStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.0.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for one of `jobs` process slots shared by the run's renders.
+    pub fn slot(&self, jobs: usize) -> Slot<'_> {
+        let slots = &*self.1;
+        let mut busy = slots.busy.lock().unwrap_or_else(|p| p.into_inner());
+        while *busy >= jobs.max(1) {
+            busy = slots.freed.wait(busy).unwrap_or_else(|p| p.into_inner());
+        }
+        *busy += 1;
+        Slot { slots }
     }
 
     /// The parsed objects of a render key already seen in this run.
@@ -191,13 +224,21 @@ impl ParsedStore {
                         yaml::MAX_RENDERED_DOCUMENTS
                     ));
                 };
-                let mut objects = Vec::new();
+                let mut objects: Vec<Object> = Vec::new();
                 for (_, segment) in segments {
                     if let Some(message) = failed.get(segment) {
                         return Err(format!("{} printed invalid YAML: {message}", output.label));
                     }
                     if let Some(parsed) = store.documents.get(*segment) {
                         objects.extend(parsed.iter().cloned());
+                    }
+                    // `...`-separated documents share a piece: count what was parsed.
+                    if objects.len() > yaml::MAX_RENDERED_DOCUMENTS {
+                        return Err(format!(
+                            "{} printed invalid YAML: the render exceeds the limit of {} documents",
+                            output.label,
+                            yaml::MAX_RENDERED_DOCUMENTS
+                        ));
                     }
                 }
                 Ok(Arc::new(objects))

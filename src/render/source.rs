@@ -769,7 +769,12 @@ impl HelmJob {
             "kube",
             self.kube_version.as_deref().unwrap_or("").as_bytes(),
         );
-        field("api", self.api_versions.join("\n").as_bytes());
+        // One field per entry: a list joined with a separator could equal another list whose
+        // entry holds that separator, and equal keys are taken as equal renders.
+        field("api-count", &(self.api_versions.len() as u64).to_le_bytes());
+        for api in &self.api_versions {
+            field("api", api.as_bytes());
+        }
         for v in &self.values {
             field("values", &v.content);
         }
@@ -1039,6 +1044,45 @@ fn parse_kustomize_image(spec: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Equal keys are taken as equal renders (the diff skips them): two inputs helm renders
+    /// differently must never share a key, whatever separators their strings hold.
+    #[test]
+    fn inputs_that_differ_never_share_a_render_key() {
+        let job = |api: &[&str], values: &[&[u8]]| HelmJob {
+            chart: ChartLocation::Mirror(PathBuf::from("/c")),
+            chart_label: "c".into(),
+            chart_digest: "d".into(),
+            release: "r".into(),
+            namespace: "n".into(),
+            kube_version: None,
+            api_versions: api.iter().map(|s| s.to_string()).collect(),
+            values: values
+                .iter()
+                .map(|v| ValuesInput {
+                    name: "v".into(),
+                    content: v.to_vec(),
+                })
+                .collect(),
+            set: vec![],
+            set_string: vec![],
+            set_file: vec![],
+            include_crds: true,
+            skip_tests: false,
+            skip_schema_validation: false,
+        };
+        let key = |j: HelmJob| j.cache_key("v4");
+        assert_ne!(
+            key(job(&["x/v1", "y/v1"], &[])),
+            key(job(&["x/v1\ny/v1"], &[]))
+        );
+        assert_ne!(
+            key(job(&["x/v1", "y/v1"], &[])),
+            key(job(&["x/v1,y/v1"], &[]))
+        );
+        assert_ne!(key(job(&[], &[b"a", b"b"])), key(job(&[], &[b"ab"])));
+        assert_eq!(key(job(&["x/v1"], &[b"a"])), key(job(&["x/v1"], &[b"a"])));
+    }
 
     #[test]
     fn set_values_escape_commas_like_argo_cd() {
