@@ -2,6 +2,7 @@
 pub mod bosun;
 pub mod forge;
 pub mod gate;
+pub mod model;
 pub mod names;
 pub mod observer;
 pub mod render;

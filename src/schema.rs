@@ -1,6 +1,10 @@
 //! Structural schemas as the API server applies them to custom resources: unknown fields are
 //! pruned (unless `x-kubernetes-preserve-unknown-fields`), defaults filled, then types,
-//! `required`, `enum` and `minItems` are validated. Patterns and formats are not checked.
+//! `required`, `enum`, `pattern`, `minimum`/`maximum` (and their exclusive forms),
+//! `minLength`/`maxLength`, `minItems`/`maxItems` and `minProperties`/`maxProperties` are
+//! validated. `format` is not checked. CEL rules (`x-kubernetes-validations`) cannot be
+//! evaluated here: each node carrying them that the object reaches is listed in
+//! `Outcome::unevaluated`, and a caller that must be sure (Bosun's reshape) refuses on it.
 //!
 //! The proving ground's API double applies it on every write; Bosun applies it to a document
 //! it is about to move to another version, to learn what the move would lose.
@@ -14,6 +18,8 @@ pub struct Outcome {
     pub pruned: Vec<(String, Value)>,
     /// Violations, each with its field path, worded as the API server's 422 words them.
     pub errors: Vec<String>,
+    /// Paths whose schema holds CEL rules (`x-kubernetes-validations`) this code cannot run.
+    pub unevaluated: Vec<String>,
 }
 
 /// Prunes unknown fields from `object` and validates it against `schema` (an
@@ -114,6 +120,18 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
             list.join(", ")
         ));
     }
+    bounds(value, schema, path, out);
+    if schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .is_some_and(|rules| !rules.is_empty())
+    {
+        out.unevaluated.push(if path.is_empty() {
+            "<root>".into()
+        } else {
+            path.to_string()
+        });
+    }
     let preserve = schema
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
@@ -179,6 +197,79 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
     }
 }
 
+/// `pattern`, numeric bounds, lengths and sizes, worded as the API server words them.
+fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
+    let number = |key: &str| schema.get(key).and_then(Value::as_f64);
+    let count = |key: &str| schema.get(key).and_then(Value::as_u64);
+    let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool) == Some(true);
+    match value {
+        Value::String(text) => {
+            let length = text.chars().count() as u64;
+            if let Some(max) = count("maxLength").filter(|m| length > *m) {
+                out.errors.push(format!(
+                    "{path}: Too long: may not be more than {max} bytes"
+                ));
+            }
+            if let Some(min) = count("minLength").filter(|m| length < *m) {
+                out.errors.push(format!(
+                    "{path}: Invalid value: \"{text}\": {path} in body should be at least {min} chars long"
+                ));
+            }
+            if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+                match regex::Regex::new(pattern) {
+                    Ok(re) if re.is_match(text) => {}
+                    Ok(_) => out.errors.push(format!(
+                        "{path}: Invalid value: \"{text}\": {path} in body should match '{pattern}'"
+                    )),
+                    Err(_) => out
+                        .unevaluated
+                        .push(format!("{path} (pattern {pattern:?})")),
+                }
+            }
+        }
+        Value::Number(n) => {
+            let Some(x) = n.as_f64() else { return };
+            if let Some(max) = number("maximum")
+                && (x > max || (exclusive("exclusiveMaximum") && x >= max))
+            {
+                out.errors.push(format!(
+                    "{path}: Invalid value: {n}: {path} in body should be less than or equal to {max}"
+                ));
+            }
+            if let Some(min) = number("minimum")
+                && (x < min || (exclusive("exclusiveMinimum") && x <= min))
+            {
+                out.errors.push(format!(
+                    "{path}: Invalid value: {n}: {path} in body should be greater than or equal to {min}"
+                ));
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = count("maxItems").filter(|m| items.len() as u64 > *m) {
+                out.errors.push(format!(
+                    "{path}: Too many: {}: must have at most {max} items",
+                    items.len()
+                ));
+            }
+        }
+        Value::Object(map) => {
+            if let Some(max) = count("maxProperties").filter(|m| map.len() as u64 > *m) {
+                out.errors.push(format!(
+                    "{path}: Too many: {}: must have at most {max} items",
+                    map.len()
+                ));
+            }
+            if let Some(min) = count("minProperties").filter(|m| (map.len() as u64) < *m) {
+                out.errors.push(format!(
+                    "{path}: Invalid value: {}: {path} in body should have at least {min} properties",
+                    map.len()
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,5 +302,25 @@ mod tests {
         assert!(object.get("extra").is_none());
         assert_eq!(object["spec"]["free"]["anything"], json!(true));
         assert_eq!(object["metadata"]["name"], json!("p"));
+    }
+
+    #[test]
+    fn patterns_bounds_and_cel_rules() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5},
+            "replicas": {"type": "integer", "minimum": 1, "maximum": 3},
+            "tags": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
+            "rule": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'x'"}]}}}}});
+        let mut object =
+            json!({"spec": {"name": "ABCDEFG", "replicas": 4, "tags": ["a", "b"], "rule": "y"}});
+        let outcome = prune_and_validate(&mut object, &schema);
+        assert_eq!(outcome.errors.len(), 4, "{:?}", outcome.errors);
+        assert_eq!(outcome.unevaluated, ["spec.rule"]);
+        let mut fine = json!({"spec": {"name": "abc", "replicas": 2, "tags": ["a"]}});
+        let outcome = prune_and_validate(&mut fine, &schema);
+        assert!(
+            outcome.errors.is_empty() && outcome.unevaluated.is_empty(),
+            "{outcome:?}"
+        );
     }
 }

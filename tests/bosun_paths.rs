@@ -23,7 +23,11 @@ async fn start_polling(config: Value, poll: u64) -> Ground {
     let root = common::project_root();
     let mut scenario = Scenario::load(&root.join("scenarios/triage")).unwrap();
     scenario.timeline.clear();
-    scenario.bosun = Some(BosunSpec { config, poll });
+    scenario.bosun = Some(BosunSpec {
+        config,
+        poll,
+        model: None,
+    });
     let options = Options {
         gate: env!("CARGO_BIN_EXE_gate").into(),
         observer: None,

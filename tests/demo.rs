@@ -17,6 +17,11 @@ pub async fn play(name: &str) -> Ground {
 pub async fn play_with(name: &str, faults: FaultPlan) -> Ground {
     let root = common::project_root();
     let scenario = Scenario::load(&root.join("scenarios").join(name)).unwrap();
+    play_scenario(scenario, faults).await
+}
+
+pub async fn play_scenario(scenario: Scenario, faults: FaultPlan) -> Ground {
+    let root = common::project_root();
     let options = Options {
         gate: env!("CARGO_BIN_EXE_gate").into(),
         observer: Some(env!("CARGO_BIN_EXE_observer").into()),
@@ -214,9 +219,54 @@ async fn bosun_swaps_the_api_versions_and_the_gate_goes_green() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_swap_that_would_lose_a_value_pushes_nothing_and_hands_off() {
+async fn a_swap_that_would_lose_a_value_is_reshaped_through_the_harness_and_lands() {
     let ground = play("structural").await;
     insta::assert_snapshot!(ground.transcript.text());
+    // Bosun's commit holds the reshaped document as the harness wrote it: no immutable.
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let file = ground::git::git(
+        &bare,
+        &[
+            "show",
+            "main:platform/secret-stores/database-credentials.yaml",
+        ],
+    )
+    .unwrap();
+    assert!(
+        file.starts_with("apiVersion: external-secrets.io/v1\n"),
+        "{file}"
+    );
+    assert!(!file.contains("immutable"), "{file}");
+    // The model saw the document once, with the destination schema; nothing else.
+    let requests = ground.model.as_ref().unwrap().requests();
+    assert_eq!(requests.len(), 1);
+    assert!(
+        requests[0].contains("database-credentials") && requests[0].contains("destinationSchema")
+    );
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let (_, body) = comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .expect("Bosun's comment");
+    assert!(
+        body.contains("dropped `spec.target.immutable` = true"),
+        "{body}"
+    );
+    insta::assert_snapshot!("structural_bosun_comment", body);
+}
+
+/// The structural pull request with another model set-up: what Bosun does, and that it
+/// pushed nothing and handed off.
+async fn structural_handoff(model: Option<ground::model::ModelScript>) -> (Ground, String) {
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/structural")).unwrap();
+    scenario.bosun.as_mut().unwrap().model = model;
+    scenario.expect.merged.clear();
+    scenario.expect.open = vec![1];
+    scenario.expect.labels = [(1, vec!["needs-human".to_string()])].into();
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
     let bare = ground.forge.bare_path("platform/gitops").unwrap();
     let branch = ground::git::git(
         &bare,
@@ -227,7 +277,7 @@ async fn a_swap_that_would_lose_a_value_pushes_nothing_and_hands_off() {
         ],
     )
     .unwrap();
-    // The branch holds Kargo's bump only: Bosun pushed nothing.
+    // The branch holds Kargo's bump only: Bosun pushed nothing, not even the clean swaps.
     let authors =
         ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")]).unwrap();
     assert!(!authors.contains("bosun"), "{authors}");
@@ -237,6 +287,107 @@ async fn a_swap_that_would_lose_a_value_pushes_nothing_and_hands_off() {
         .find(|(author, body)| {
             author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
         })
-        .expect("Bosun's handoff");
-    insta::assert_snapshot!("structural_bosun_comment", body);
+        .expect("Bosun's handoff")
+        .clone();
+    (ground, body)
+}
+
+fn script(replies: Vec<serde_json::Value>) -> Option<ground::model::ModelScript> {
+    Some(
+        serde_json::from_value(serde_json::json!({
+            "provider": "anthropic",
+            "replies": replies,
+        }))
+        .unwrap(),
+    )
+}
+
+fn good_reply() -> serde_json::Value {
+    let text = std::fs::read_to_string(
+        common::project_root().join("scenarios/structural/reshape-good.yaml"),
+    )
+    .unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_model_a_swap_that_would_lose_a_value_pushes_nothing_and_hands_off() {
+    let (_, body) = structural_handoff(None).await;
+    assert!(
+        body.contains("a reshape needs a model, which is not configured"),
+        "{body}"
+    );
+    insta::assert_snapshot!("structural_no_model_comment", body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reshape_that_invents_a_value_or_renames_the_object_is_refused_and_nothing_is_pushed() {
+    let mut invented = good_reply();
+    invented["document"]["spec"]["target"]["creationPolicy"] = "Merge".into();
+    let (ground, body) =
+        structural_handoff(script(vec![serde_json::json!({"value": invented})])).await;
+    assert!(
+        body.contains("rule kept-values") || body.contains("`kept-values`"),
+        "{body}"
+    );
+    assert_eq!(ground.model.as_ref().unwrap().requests().len(), 1);
+    let mut renamed = good_reply();
+    renamed["document"]["metadata"]["name"] = "database-credentials-v1".into();
+    let (_, body) = structural_handoff(script(vec![serde_json::json!({"value": renamed})])).await;
+    assert!(body.contains("`identity`"), "{body}");
+    let mut extra = good_reply();
+    extra["document"]["spec"]["target"]["template"] = serde_json::json!({"type": "Opaque"});
+    let (_, body) = structural_handoff(script(vec![serde_json::json!({"value": extra})])).await;
+    assert!(body.contains("`schema-fit`"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_that_fails_or_answers_nonsense_is_a_refusal_and_nothing_is_pushed() {
+    // Not JSON.
+    let (_, body) = structural_handoff(script(vec![
+        serde_json::json!({"text": "apiVersion: v1\nkind: Secret"}),
+    ]))
+    .await;
+    assert!(body.contains("was refused"), "{body}");
+    // A 429 storm: retried (honouring retry-after), then refused.
+    let storm: Vec<serde_json::Value> = (0..4)
+        .map(|_| serde_json::json!({"status": 429, "retryAfter": 0}))
+        .collect();
+    let (_, body) = structural_handoff(script(storm)).await;
+    assert!(body.contains("429"), "{body}");
+    // A 500 then the good reply: the retry lands it.
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/structural")).unwrap();
+    scenario.bosun.as_mut().unwrap().model = script(vec![
+        serde_json::json!({"status": 500}),
+        serde_json::json!({"value": good_reply()}),
+    ]);
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    assert_eq!(ground.model.as_ref().unwrap().requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_never_receives_a_secret_value_from_the_repository() {
+    // The repository holds a Secret with a canary value in the very file Bosun reshapes.
+    let root = common::project_root();
+    let repo = tempfile::tempdir().unwrap();
+    common::copy_tree(&root.join("scenarios/sample/repo"), repo.path());
+    let file = repo
+        .path()
+        .join("platform/secret-stores/database-credentials.yaml");
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    text.push_str("---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: canary\nstringData:\n  token: canary-7f3a9c-never-leaves\ndata:\n  other: Y2FuYXJ5LWJhc2U2NC12YWx1ZQ==\n");
+    std::fs::write(&file, text).unwrap();
+    let mut scenario = Scenario::load(&root.join("scenarios/structural")).unwrap();
+    scenario.repository.content = repo.path().display().to_string();
+    let model = scenario.bosun.as_mut().unwrap().model.as_mut().unwrap();
+    model.never = vec![
+        "canary-7f3a9c-never-leaves".into(),
+        "Y2FuYXJ5LWJhc2U2NC12YWx1ZQ==".into(),
+    ];
+    // play_scenario fails the test on a model double failure (a forbidden string seen).
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    let requests = ground.model.as_ref().unwrap().requests();
+    assert_eq!(requests.len(), 1);
+    assert!(!requests[0].contains("canary-7f3a9c"));
 }

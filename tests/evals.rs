@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use gitops_loop::bosun::applier::{self, Policy};
 use gitops_loop::bosun::classify::{self, Path, Situation};
-use gitops_loop::bosun::{swap, triage};
+use gitops_loop::bosun::swap;
 use gitops_loop::gate::{check, report};
 use gitops_loop::render::{self, RenderConfig, cache::RenderCache, inventory::Inventory, tools};
 use serde::Deserialize;
@@ -127,7 +127,9 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
                 ),
                 Ok(rewrites) => {
                     let rendering = render::render(&config).unwrap();
-                    let losses = triage::reshape_losses(&rewrites, &plan, &dropped, &rendering);
+                    let losses = gitops_loop::bosun::reshape::reshape_losses(
+                        &rewrites, &plan, &dropped, &rendering,
+                    );
                     if losses.is_empty() {
                         (
                             "swap",

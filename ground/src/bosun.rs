@@ -53,9 +53,11 @@ pub struct Launch<'a> {
     pub overrides: &'a Value,
     /// `--poll` seconds (0: off).
     pub poll: u64,
+    /// Environment variables for the process (the model double's key).
+    pub env: Vec<(String, String)>,
 }
 
-fn merge(base: &mut Value, over: &Value) {
+pub(crate) fn merge(base: &mut Value, over: &Value) {
     match (base, over) {
         (Value::Object(base), Value::Object(over)) => {
             for (key, value) in over {
@@ -103,6 +105,7 @@ impl BosunProcess {
         let kubeconfig = launch.kubeconfig.to_path_buf();
         let tools = launch.tools.to_path_buf();
         let poll = launch.poll.to_string();
+        let extra_env = launch.env.clone();
         let log_path = log.clone();
         let spawn = move || -> std::io::Result<Child> {
             // Appended to: a restarted process's log follows the first one's.
@@ -111,6 +114,7 @@ impl BosunProcess {
                 .append(true)
                 .open(&log_path)?;
             Command::new(&binary)
+                .envs(extra_env.iter().map(|(k, v)| (k, v)))
                 .env("BOSUN_FORGE_TOKEN", &forge_token)
                 // Fixed commit dates, as the ground's own commits: a run repeats byte for byte.
                 .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")

@@ -17,6 +17,7 @@ pub mod forge;
 pub mod git;
 pub mod kargo;
 pub mod kube;
+pub mod model;
 pub mod scenario;
 pub mod transcript;
 
@@ -84,6 +85,8 @@ pub struct Ground {
     pub ci: Ci,
     /// The real `bosun serve`, when the scenario runs it (then the gate runner).
     pub bosun: Option<self::bosun::BosunProcess>,
+    /// The scripted model, when the scenario gives Bosun one.
+    pub model: Option<self::model::ModelDouble>,
     pub transcript: Transcript,
     /// kubeconfig for the observer's identity.
     pub kubeconfig: PathBuf,
@@ -352,6 +355,7 @@ impl Ground {
             .map(|r| (r.alias.clone(), r.url()))
             .collect();
 
+        let mut model_double = None;
         let bosun = match &scenario.bosun {
             None => None,
             Some(spec) => {
@@ -384,6 +388,35 @@ impl Ground {
                     KUBE_BOSUN_TOKEN,
                     "argocd",
                 )?;
+                let mut overrides = spec.config.clone();
+                let mut env = Vec::new();
+                if let Some(script) = &spec.model {
+                    let double =
+                        self::model::ModelDouble::start(script, &scenario.dir, transcript.clone())
+                            .await?;
+                    let mut model = json!({
+                        "provider": script.provider,
+                        "baseUrl": double.base_url(&script.provider),
+                        "model": "ground-model",
+                        "apiKeyEnv": "BOSUN_MODEL_KEY",
+                        "timeoutSeconds": 30,
+                    });
+                    self::bosun::merge(&mut model, &script.config);
+                    self::bosun::merge(&mut overrides, &json!({ "model": model }));
+                    env.push((
+                        "BOSUN_MODEL_KEY".to_string(),
+                        self::model::MODEL_KEY.to_string(),
+                    ));
+                    transcript.say(
+                        "model",
+                        format!(
+                            "a scripted {} model with {} replies",
+                            script.provider,
+                            script.replies.len()
+                        ),
+                    );
+                    model_double = Some(double);
+                }
                 let process = self::bosun::BosunProcess::start(self::bosun::Launch {
                     binary: &binary,
                     dir: dir.path(),
@@ -398,8 +431,9 @@ impl Ground {
                     tools: &options.tools,
                     chart_mirrors: ci.chart_repo_mirrors.clone(),
                     charts: &charts_mirror,
-                    overrides: &spec.config,
+                    overrides: &overrides,
                     poll: spec.poll,
+                    env,
                 })
                 .await?;
                 kargo
@@ -427,6 +461,7 @@ impl Ground {
             argocd,
             ci,
             bosun,
+            model: model_double,
             transcript,
             kubeconfig,
             admin_kubeconfig,
@@ -1114,6 +1149,25 @@ impl Ground {
             if actual != *count {
                 failures.push(format!(
                     "Stage {stage}: {actual} Promotions, expected {count}"
+                ));
+            }
+        }
+        if let Some(model) = &self.model {
+            failures.extend(
+                model
+                    .failures()
+                    .into_iter()
+                    .map(|f| format!("model double: {f}")),
+            );
+            if model.unused() > 0 {
+                failures.push(format!(
+                    "model double: {} scripted repl{} never asked for",
+                    model.unused(),
+                    if model.unused() == 1 {
+                        "y was"
+                    } else {
+                        "ies were"
+                    }
                 ));
             }
         }

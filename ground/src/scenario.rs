@@ -102,6 +102,9 @@ pub struct BosunSpec {
     /// `bosun serve --poll` in seconds (default 0: only deliveries start a triage).
     #[serde(default)]
     pub poll: u64,
+    /// A scripted model (the model double); without it Bosun runs with `provider: none`.
+    #[serde(default)]
+    pub model: Option<crate::model::ModelScript>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -137,7 +137,11 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
             .with_context(|| format!("cannot restrict {}", tmp.display()))?;
         let _ = tempfile::env::override_temp_dir(&tmp);
     }
+    let model = gitops_loop::model::from_config(&config.model)
+        .map_err(|e| anyhow::anyhow!("{}: model: {e}", "bosun.yaml"))?
+        .map(Arc::from);
     Ok(Bosun {
+        model,
         config,
         forge: Arc::new(forge),
         token,

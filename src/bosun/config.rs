@@ -35,7 +35,7 @@ pub struct Config {
     /// Repairs pushed to one pull request before Bosun hands off instead.
     #[serde(default = "default_attempt_cap")]
     pub attempt_cap: u32,
-    /// The language model. Only `none` exists yet: the paths that would ask one hand off.
+    /// The language model behind the harness (`none`: the paths that would ask one hand off).
     #[serde(default)]
     pub model: ModelConfig,
     #[serde(default)]
@@ -197,12 +197,58 @@ impl Default for Labels {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelConfig {
-    /// `none`: no model; every path that would ask one hands off to a person.
+    /// `none` (default): no model; every path that would ask one hands off to a person.
+    /// `anthropic`: the Messages API. `openai`: Chat Completions (any compatible server).
     #[serde(default)]
     pub provider: ModelProvider,
+    /// The API root (default `https://api.anthropic.com`, `https://api.openai.com/v1`).
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// The model name the provider knows.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The environment variable holding the key (default `ANTHROPIC_API_KEY`,
+    /// `OPENAI_API_KEY`; an OpenAI-compatible local server may need none).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// One call's deadline, retries excluded.
+    #[serde(default = "default_model_timeout")]
+    pub timeout_seconds: u64,
+    #[serde(default = "default_max_output_tokens")]
+    pub max_output_tokens: u32,
+    /// Calls per pull request head (counted from Bosun's own comments on it, so a restart
+    /// does not reset the count; a new head starts a new count).
+    #[serde(default = "default_max_calls")]
+    pub max_calls_per_pull_request: u32,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            provider: ModelProvider::None,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            timeout_seconds: default_model_timeout(),
+            max_output_tokens: default_max_output_tokens(),
+            max_calls_per_pull_request: default_max_calls(),
+        }
+    }
+}
+
+fn default_model_timeout() -> u64 {
+    120
+}
+
+fn default_max_output_tokens() -> u32 {
+    8192
+}
+
+fn default_max_calls() -> u32 {
+    5
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -210,6 +256,8 @@ pub struct ModelConfig {
 pub enum ModelProvider {
     #[default]
     None,
+    Anthropic,
+    Openai,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -359,6 +407,22 @@ impl Config {
             globset::Glob::new(glob)
                 .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
         }
+        let model = &config.model;
+        if model.provider != ModelProvider::None {
+            if model.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
+                return Err(ConfigError::Invalid(format!(
+                    "{origin}: model.model names no model (required with provider {:?})",
+                    model.provider
+                )));
+            }
+            if let Some(url) = &model.base_url
+                && !(url.starts_with("https://") || url.starts_with("http://"))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{origin}: model.baseUrl {url:?} is not an http(s) URL"
+                )));
+            }
+        }
         Ok(config)
     }
 
@@ -425,5 +489,18 @@ mod tests {
         let err = Config::parse(&format!("{base}deny: ['a/[']\n"), "b.yaml").unwrap_err();
         assert!(err.to_string().starts_with("b.yaml: glob \"a/[\""), "{err}");
         assert!(Config::parse(&format!("{base}model: {{provider: openai}}\n"), "b.yaml").is_err());
+        assert!(
+            Config::parse(
+                &format!("{base}model: {{provider: gemini, model: m}}\n"),
+                "b.yaml"
+            )
+            .is_err()
+        );
+        let config = Config::parse(
+            &format!("{base}model: {{provider: openai, model: qwen, baseUrl: 'http://127.0.0.1:8000/v1'}}\n"),
+            "b.yaml",
+        )
+        .unwrap();
+        assert_eq!(config.model.max_calls_per_pull_request, 5);
     }
 }

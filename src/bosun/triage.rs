@@ -2,7 +2,6 @@
 //! the verdict back from the published report only, classify, act, and repeat on the commit a
 //! repair pushed until the gate has judged it.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -13,8 +12,8 @@ use serde_json::Value;
 use super::applier::{self, Policy, Rewrite, Scope};
 use super::classify::{self, Handoff, Path as TriagePath, Situation};
 use super::config::{Config, InventoryConfig, PromotionScope};
-use super::reshape::{self, Loss};
-use super::swap::{self, Swap};
+use super::reshape::{self, Loss, reshape_losses};
+use super::swap;
 use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upsert_marked_comment};
 use crate::gate::publish::{self, CHECK_NAME};
 use crate::gate::report::{self, MARKER, ParsedReport};
@@ -24,7 +23,7 @@ use crate::render::charts::{self, ChartPulls};
 use crate::render::git::Snapshot;
 use crate::render::inventory::Inventory;
 use crate::render::tools::Tool;
-use crate::render::{self, RenderConfig, Rendering};
+use crate::render::{self, RenderConfig};
 
 /// The marker of Bosun's own comment (one per pull request, updated in place).
 pub const COMMENT_MARKER: &str = "<!-- bosun:triage v1 -->";
@@ -89,6 +88,31 @@ pub struct Bosun {
     /// The Kubernetes client for the live inventory (None with a file inventory).
     pub kube: Option<kube::Client>,
     pub workdir: PathBuf,
+    /// The model behind the harness (`model.provider: none`: None, the model paths hand off).
+    pub model: Option<Arc<dyn crate::model::Model>>,
+}
+
+/// The marker recording the model calls made for one head of a pull request, in Bosun's own
+/// comment: `<!-- bosun:model-calls HEAD N -->`. Written before the calls, so a restart counts
+/// them; a new head starts a new count.
+const MODEL_CALLS_MARK: &str = "<!-- bosun:model-calls ";
+
+/// Model calls already made for `head`, from Bosun's comments.
+fn model_calls_made(comments: &[crate::forge::Comment], me: &str, head: &str) -> u32 {
+    comments
+        .iter()
+        .filter(|c| c.author == me && c.body.starts_with(COMMENT_MARKER))
+        .flat_map(|c| {
+            c.body
+                .match_indices(MODEL_CALLS_MARK)
+                .map(|(i, _)| &c.body[i + MODEL_CALLS_MARK.len()..])
+        })
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            (words.next()? == head).then(|| words.next()?.parse::<u32>().ok())?
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
@@ -665,6 +689,166 @@ impl Bosun {
         }
     }
 
+    /// Asks the model for each lossy document (one call each, within the per-head cap) and
+    /// puts every accepted proposal, re-serialised by the harness, into the rewrites. Returns
+    /// a comment line per reshaped document, or the handoff when anything is refused: then
+    /// nothing is pushed, the clean swaps included.
+    async fn reshape(
+        &self,
+        slug: &RepoSlug,
+        pr: &crate::forge::PullRequest,
+        model: &dyn crate::model::Model,
+        rewrites: &mut [Rewrite],
+        lossy: &[reshape::Lossy],
+        run: &mut Run,
+    ) -> Result<Result<Vec<String>, (Handoff, Vec<String>)>, TriageError> {
+        let files = || {
+            let mut f: Vec<String> = lossy.iter().map(|l| l.document.file.clone()).collect();
+            f.dedup();
+            f.join(", ")
+        };
+        let handoff = |fact: String| Handoff {
+            open: files(),
+            choice:
+                "how to carry each listed value into the new version's shape (or decide to drop it)"
+                    .into(),
+            fact,
+        };
+        let cap = self.config.model.max_calls_per_pull_request;
+        let comments = self.forge.comments(slug, pr.number).await?;
+        let made = model_calls_made(&comments, &self.me, &pr.head_sha);
+        let needed = lossy.len() as u32;
+        if made + needed > cap {
+            let details = lossy
+                .iter()
+                .flat_map(|l| {
+                    l.losses
+                        .iter()
+                        .map(|x| format!("{}: {x}", report::text(&l.document.to_string())))
+                })
+                .collect();
+            return Ok(Err((
+                handoff(format!(
+                    "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
+                    if needed == 1 { "" } else { "s" }
+                )),
+                details,
+            )));
+        }
+        // Recorded before the calls: a restart counts them.
+        self.comment(
+            slug,
+            pr.number,
+            &format!(
+                "Reshaping {needed} document{} with the model before anything is pushed.\n{MODEL_CALLS_MARK}{} {} -->\n",
+                if needed == 1 { "" } else { "s" },
+                pr.head_sha,
+                made + needed
+            ),
+        )
+        .await?;
+        let mut lines = Vec::new();
+        for item in lossy {
+            let Some(schema) = crate::schema::version_schema(&item.crd, &item.version) else {
+                return Ok(Err((
+                    handoff(format!("the CRD declares no schema for {}", item.version)),
+                    vec![],
+                )));
+            };
+            let request = crate::model::Request {
+                purpose: "reshape".into(),
+                subject: item.document.to_string(),
+                system: reshape::SYSTEM.into(),
+                prompt: reshape::prompt(&item.object, schema, &item.losses),
+                schema: reshape::reply_schema(),
+            };
+            let doc = report::text(&item.document.to_string());
+            let reply = match model.call(&request).await {
+                Ok(reply) => reply,
+                Err(refusal) => {
+                    run.say(format!(
+                        "model call for {} refused: {refusal}",
+                        item.document
+                    ));
+                    return Ok(Err((
+                        handoff(format!(
+                            "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
+                            item.document
+                        )),
+                        item.losses.iter().map(|x| format!("{doc}: {x}")).collect(),
+                    )));
+                }
+            };
+            let accepted = match reshape::check_proposal(
+                &item.object,
+                &reply.value,
+                &item.crd,
+                &item.version,
+            ) {
+                Ok(accepted) => accepted,
+                Err(refused) => {
+                    run.say(format!(
+                        "reshape of {} refused by {}: {}",
+                        item.document, refused.rule, refused.detail
+                    ));
+                    let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
+                    details.extend(item.losses.iter().map(|x| format!("{doc}: {x}")));
+                    return Ok(Err((
+                        handoff(format!(
+                            "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
+                            item.document, refused.rule
+                        )),
+                        details,
+                    )));
+                }
+            };
+            let Some(rewrite) = rewrites.iter_mut().find(|r| r.path == item.document.file) else {
+                return Ok(Err((
+                    handoff(format!(
+                        "{} is not among the rewritten files",
+                        item.document.file
+                    )),
+                    vec![],
+                )));
+            };
+            match reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml) {
+                Some(after) => rewrite.after = after,
+                None => {
+                    return Ok(Err((
+                        handoff(format!(
+                            "{} could not be found again in its file",
+                            item.document
+                        )),
+                        vec![],
+                    )));
+                }
+            }
+            let mut parts = Vec::new();
+            for (from, to, value) in &accepted.moved {
+                parts.push(format!(
+                    "moved {} = {} to {}",
+                    report::code(from),
+                    report::text(&value.to_string()),
+                    report::code(to)
+                ));
+            }
+            for (path, value) in &accepted.dropped {
+                parts.push(format!(
+                    "dropped {} = {} (the {} schema has no field for it)",
+                    report::code(path),
+                    report::text(&value.to_string()),
+                    report::text(&item.version)
+                ));
+            }
+            run.say(format!(
+                "reshaped {} ({} tokens in, {} out)",
+                item.document, reply.usage.input_tokens, reply.usage.output_tokens
+            ));
+            lines.push(format!("{doc}: {}", parts.join("; ")));
+        }
+        Ok(Ok(lines))
+    }
+
     async fn swap(
         &self,
         slug: &RepoSlug,
@@ -706,6 +890,7 @@ impl Bosun {
         let plan = swap::plan(dropped);
         let mut head_config = config.clone();
         head_config.revision = head.clone();
+        head_config.parsed = Default::default();
         let rendering =
             tokio::task::block_in_place(|| render::render(&head_config)).map_err(|f| {
                 TriageError::Gate(format!(
@@ -748,7 +933,51 @@ impl Bosun {
                     .map(Some);
             }
         };
-        let losses = reshape_losses(&rewrites, &plan, dropped, &rendering);
+        let mut rewrites = rewrites;
+        let mut reshaped: Vec<String> = Vec::new();
+        let lossy = reshape::lossy_documents(&rewrites, &plan, dropped, &rendering);
+        let reshapable = !lossy.is_empty()
+            && lossy.iter().all(|l| {
+                !l.template && l.losses.iter().all(|x| !matches!(x, Loss::Unverifiable(_)))
+            });
+        if let (true, Some(model)) = (reshapable, self.model.as_ref()) {
+            match self
+                .reshape(slug, pr, model.as_ref(), &mut rewrites, &lossy, run)
+                .await?
+            {
+                Ok(lines) => {
+                    // Belt and braces: the reshaped files lose nothing under the schema.
+                    let left = reshape_losses(&rewrites, &plan, dropped, &rendering);
+                    if !left.is_empty() {
+                        let details: Vec<String> = left
+                            .iter()
+                            .map(|(d, l)| format!("{}: {l}", report::text(&d.to_string())))
+                            .collect();
+                        let handoff = Handoff {
+                            open: lossy.iter().map(|l| l.document.file.clone()).collect::<Vec<_>>().join(", "),
+                            choice: "how to carry each listed value into the new version's shape".into(),
+                            fact: "the reshaped documents would still lose values; nothing was pushed, not even the clean swaps".into(),
+                        };
+                        return self
+                            .hand_off(slug, number, &handoff, &details, run)
+                            .await
+                            .map(Some);
+                    }
+                    reshaped = lines;
+                }
+                Err((handoff, details)) => {
+                    return self
+                        .hand_off(slug, number, &handoff, &details, run)
+                        .await
+                        .map(Some);
+                }
+            }
+        }
+        let losses = if reshaped.is_empty() {
+            reshape_losses(&rewrites, &plan, dropped, &rendering)
+        } else {
+            Vec::new()
+        };
         if !losses.is_empty() {
             let details: Vec<String> = losses
                 .iter()
@@ -784,10 +1013,18 @@ impl Bosun {
         applier::write(checkout, &rewrites).map_err(|e| TriageError::Write(e.to_string()))?;
         let files: Vec<&str> = rewrites.iter().map(|r| r.path.as_str()).collect();
         let swapped: usize = plan.values().map(Vec::len).sum();
-        let mut message = format!(
-            "Move {swapped} manifest{} off API versions the new chart stops serving\n\nBosun rewrote apiVersion values only, as the addons-gate report asked:\n",
-            if swapped == 1 { "" } else { "s" }
-        );
+        let mut message = if reshaped.is_empty() {
+            format!(
+                "Move {swapped} manifest{} off API versions the new chart stops serving\n\nBosun rewrote apiVersion values only, as the addons-gate report asked:\n",
+                if swapped == 1 { "" } else { "s" }
+            )
+        } else {
+            format!(
+                "Move {swapped} manifest{} off API versions the new chart stops serving, reshaping {} for the new schema\n\nBosun rewrote apiVersion values as the addons-gate report asked, and re-serialised the reshaped documents from the structure its harness validated:\n",
+                if swapped == 1 { "" } else { "s" },
+                reshaped.len()
+            )
+        };
         for file in &files {
             let _ = writeln!(message, "- {file}");
         }
@@ -834,8 +1071,13 @@ impl Bosun {
         }
         run.repair_seconds = Some(started.elapsed().as_secs_f64());
         let mut body = format!(
-            "**Repaired.** The gate found manifests declaring API versions the new chart stops serving. Bosun moved {swapped} of them to the versions the gate named (commit `{}`), changing apiVersion values only:\n\n",
-            short(&commit)
+            "**Repaired.** The gate found manifests declaring API versions the new chart stops serving. Bosun moved {swapped} of them to the versions the gate named (commit `{}`), {}:\n\n",
+            short(&commit),
+            if reshaped.is_empty() {
+                "changing apiVersion values only"
+            } else {
+                "changing apiVersion values, and reshaping the documents listed below"
+            }
         );
         for crd in dropped {
             let _ = writeln!(
@@ -852,6 +1094,12 @@ impl Bosun {
                     .collect::<Vec<_>>()
                     .join(", ")
             );
+        }
+        if !reshaped.is_empty() {
+            body.push_str("\nThe new schema has no place for some values as they were written, so these documents were reshaped (a model proposed each one; Bosun's harness checked that it keeps the object's identity, fits the new schema and carries no value the original or the schema did not supply, then wrote the YAML itself):\n\n");
+            for line in &reshaped {
+                let _ = writeln!(body, "- {line}");
+            }
         }
         run.repaired = Some(body.clone());
         body.push_str("\nThe gate re-runs on the pushed commit and counts the consumers again.\n");
@@ -919,155 +1167,6 @@ fn refused_value_places(checkout: &Path, revision: &str, error: &str) -> Vec<Str
     places
 }
 
-/// A document a swap rewrote, for messages.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct DocumentRef {
-    pub file: String,
-    pub kind: String,
-    pub name: String,
-}
-
-impl std::fmt::Display for DocumentRef {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({} {})", self.file, self.kind, self.name)
-    }
-}
-
-/// The CustomResourceDefinition at the head that serves `group/version` for `kind` (there may
-/// be several: one per cluster, at different chart versions).
-fn crd_for<'r>(
-    rendering: &'r Rendering,
-    group: &str,
-    kind: &str,
-    version: &str,
-) -> Option<&'r Value> {
-    rendering
-        .applications
-        .iter()
-        .flat_map(|a| a.objects.iter().map(|o| &**o))
-        .find(|o| {
-            crate::gate::rules::crd_info(o).is_some_and(|(_, crd)| {
-                crd.group == group && crd.kind == kind && crd.served.contains(version)
-            })
-        })
-}
-
-/// Every value the swap would lose, per document: plain manifests are read back from their
-/// rewritten text; a chart template's objects are taken from the head's rendering.
-pub fn reshape_losses(
-    rewrites: &[Rewrite],
-    plan: &BTreeMap<String, Vec<Swap>>,
-    dropped: &[DroppedServedVersion],
-    rendering: &Rendering,
-) -> Vec<(DocumentRef, Loss)> {
-    let mut out = Vec::new();
-    let destination = |swap: &Swap| {
-        dropped
-            .iter()
-            .find(|d| d.kind == swap.kind && format!("{}/{}", d.group, d.storage) == swap.to)
-    };
-    for rewrite in rewrites {
-        let documents = crate::yaml::parse_documents(&rewrite.after, &rewrite.path);
-        for swap in plan.get(&rewrite.path).into_iter().flatten() {
-            let here = DocumentRef {
-                file: rewrite.path.clone(),
-                kind: swap.kind.clone(),
-                name: swap.name.clone(),
-            };
-            // Anything that cannot be checked is a loss: an unchecked swap is never pushed.
-            let mut unverifiable = |why: String| out.push((here.clone(), Loss::Unverifiable(why)));
-            let Some(target) = destination(swap) else {
-                unverifiable(format!(
-                    "the gate's evidence names no destination for {}",
-                    swap.to
-                ));
-                continue;
-            };
-            let Some(crd) = crd_for(rendering, &target.group, &target.kind, &target.storage) else {
-                unverifiable(format!(
-                    "no CustomResourceDefinition at the head serves {}",
-                    swap.to
-                ));
-                continue;
-            };
-            let objects: Vec<Value> = if swap.template {
-                let chart_dir = rewrite
-                    .path
-                    .rsplit_once("/templates/")
-                    .map(|(dir, _)| dir.to_string())
-                    .unwrap_or_default();
-                rendering
-                    .applications
-                    .iter()
-                    .filter(|a| {
-                        a.sources.iter().any(|s| {
-                            s.get("path")
-                                .and_then(Value::as_str)
-                                .map(render::git::normalize)
-                                == Some(chart_dir.clone())
-                        })
-                    })
-                    .flat_map(|a| a.objects.iter())
-                    .filter(|o| {
-                        o.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
-                            && o.get("apiVersion").and_then(Value::as_str)
-                                == Some(swap.from.as_str())
-                    })
-                    .map(|o| {
-                        let mut o = Value::clone(o);
-                        o["apiVersion"] = swap.to.clone().into();
-                        o
-                    })
-                    .collect()
-            } else {
-                match &documents {
-                    Ok(documents) => documents
-                        .iter()
-                        .filter(|d| {
-                            d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
-                                && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
-                                && d.pointer("/metadata/name")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("")
-                                    == swap.name
-                        })
-                        .cloned()
-                        .collect(),
-                    Err(e) => {
-                        unverifiable(format!("the rewritten file does not parse: {e}"));
-                        continue;
-                    }
-                }
-            };
-            if objects.is_empty() {
-                unverifiable(if swap.template {
-                    "no Application at the head renders this template's object".to_string()
-                } else {
-                    "the rewritten document was not found".to_string()
-                });
-                continue;
-            }
-            for object in objects {
-                let document = DocumentRef {
-                    file: rewrite.path.clone(),
-                    kind: swap.kind.clone(),
-                    name: object
-                        .pointer("/metadata/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or(&swap.name)
-                        .to_string(),
-                };
-                for loss in reshape::losses(&object, crd, &target.storage) {
-                    out.push((document.clone(), loss));
-                }
-            }
-        }
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out.dedup();
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1121,39 +1220,6 @@ mod tests {
         assert_eq!(
             attempts_of(&labels(&["bosun/attempt-x", "bosun/attempt-y"]), prefix),
             2
-        );
-    }
-
-    #[test]
-    fn a_swap_whose_destination_schema_cannot_be_found_is_a_loss_not_a_pass() {
-        let swap = crate::bosun::swap::test_swap("a.yaml");
-        let plan = BTreeMap::from([("a.yaml".to_string(), vec![swap])]);
-        let rewrite = Rewrite {
-            path: "a.yaml".into(),
-            before: String::new(),
-            after: "apiVersion: e.io/v1\nkind: E\nmetadata: {name: a}\n".into(),
-        };
-        let dropped = DroppedServedVersion {
-            crd: "es.e.io".into(),
-            group: "e.io".into(),
-            kind: "E".into(),
-            dropped: vec!["v1beta1".into()],
-            served: vec!["v1".into()],
-            storage: "v1".into(),
-            clusters: vec![],
-            consumers: vec![],
-        };
-        // A rendering without the CRD (say, only another cluster's older chart renders it).
-        let rendering = Rendering {
-            revision: "r".into(),
-            applications: vec![],
-            diagnostics: vec![],
-            stats: Default::default(),
-        };
-        let losses = reshape_losses(&[rewrite], &plan, &[dropped], &rendering);
-        assert!(
-            matches!(losses.as_slice(), [(_, Loss::Unverifiable(why))] if why.contains("no CustomResourceDefinition at the head serves e.io/v1")),
-            "{losses:?}"
         );
     }
 

@@ -1,0 +1,67 @@
+//! What never leaves the process: Secret values. Every value a prompt carries goes through
+//! `redact` first; the gate's report hides the same values (`diff::REDACTED`).
+
+use serde_json::Value;
+
+/// Shown to a model instead of a Secret's value.
+pub const REDACTED: &str = "(redacted)";
+
+/// A copy of `value` with the `data` and `stringData` values of every Secret in it (at any
+/// depth: a List, a chart's values holding manifests) replaced.
+pub fn redact(value: &Value) -> Value {
+    let mut copy = value.clone();
+    walk(&mut copy);
+    copy
+}
+
+fn is_secret(map: &serde_json::Map<String, Value>) -> bool {
+    map.get("kind").and_then(Value::as_str) == Some("Secret")
+        && map
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_none_or(|v| v == "v1")
+}
+
+fn walk(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            if is_secret(map) {
+                for key in ["data", "stringData"] {
+                    if let Some(Value::Object(entries)) = map.get_mut(key) {
+                        for entry in entries.values_mut() {
+                            *entry = Value::String(REDACTED.into());
+                        }
+                    } else if let Some(other) = map.get_mut(key) {
+                        *other = Value::String(REDACTED.into());
+                    }
+                }
+            }
+            for child in map.values_mut() {
+                walk(child);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(walk),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secret_values_are_replaced_at_any_depth() {
+        let value = json!({"items": [
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+             "data": {"password": "Y2FuYXJ5"}, "stringData": {"token": "canary-token"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "data": {"keep": "me"}}
+        ]});
+        let text = redact(&value).to_string();
+        assert!(
+            !text.contains("canary") && !text.contains("Y2FuYXJ5"),
+            "{text}"
+        );
+        assert!(text.contains("keep") && text.contains("me"));
+    }
+}
