@@ -1,5 +1,5 @@
 # Every target is one line calling cargo xtask; the logic lives there.
-.PHONY: demo demo-triage demo-structural test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun
+.PHONY: demo demo-triage demo-structural test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun bench-check-crd-heavy bench-reshape
 demo:
 	cargo xtask demo
 demo-triage:
@@ -18,6 +18,10 @@ bench-observer:
 	cargo xtask bench observer
 bench-bosun:
 	cargo xtask bench bosun
+bench-check-crd-heavy:
+	cargo xtask bench check --chart crd-heavy
+bench-reshape:
+	cargo xtask bench reshape
 ground-up:
 	cargo xtask ground up
 kind-up:

@@ -214,3 +214,207 @@ fn evals() {
     assert_eq!(passed, results.len(), "evals below 100%: {results:#?}");
     assert!(results.len() >= 7, "evals went missing");
 }
+
+/// The reshape's harness on recorded replies (evals/reshape/*/case.yaml): good, subtly wrong
+/// and hostile. Each reply goes through what Bosun runs on a model's reply body: the reply
+/// limits (`model::parse_reply`), then `reshape::check_proposal`. Prints a table; the
+/// threshold is every reply as expected and no unsafe acceptance, and each harness rule must
+/// be needed: some reply is accepted when only that rule is switched off.
+#[test]
+fn reshape_evals() {
+    use gitops_loop::bosun::reshape::{self, rule};
+    use gitops_loop::model;
+    use serde_json::{Value, json};
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ReshapeCase {
+        #[allow(dead_code)]
+        description: String,
+        original: String,
+        crd: String,
+        version: String,
+        good: Value,
+        replies: Vec<ReplyCase>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ReplyCase {
+        name: String,
+        #[serde(default)]
+        set: BTreeMap<String, Value>,
+        #[serde(default)]
+        remove: Vec<String>,
+        #[serde(default)]
+        reply: Option<Value>,
+        #[serde(default)]
+        reply_extra: Option<serde_json::Map<String, Value>>,
+        #[serde(default)]
+        raw: Option<String>,
+        #[serde(default)]
+        generate: Option<String>,
+        expect: String,
+        #[serde(default)]
+        rule: Option<String>,
+    }
+    fn set_at(target: &mut Value, pointer: &str, value: Value) {
+        let (parent, last) = pointer.rsplit_once('/').unwrap();
+        let parent = target.pointer_mut(parent).unwrap();
+        match parent {
+            Value::Array(items) => {
+                let index: usize = last.parse().unwrap();
+                if index == items.len() {
+                    items.push(value);
+                } else {
+                    items[index] = value;
+                }
+            }
+            Value::Object(map) => {
+                map.insert(last.to_string(), value);
+            }
+            _ => panic!("{pointer}: not a container"),
+        }
+    }
+
+    let root = common::project_root().join("evals/reshape");
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut unsafe_acceptances = 0;
+    let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let rules = [
+        rule::SHAPE,
+        rule::IDENTITY,
+        rule::SCHEMA,
+        rule::KEPT,
+        rule::ACCOUNTED,
+    ];
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    for dir in dirs {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        let case: ReshapeCase = serde_saphyr::from_str(&read("case.yaml")).unwrap();
+        let original: Value = serde_saphyr::from_str(&read(&case.original)).unwrap();
+        let crd: Value = serde_saphyr::from_str(&read(&case.crd)).unwrap();
+        let case_name = dir.file_name().unwrap().to_string_lossy().to_string();
+        for reply in &case.replies {
+            let mut document = case.good.clone();
+            for (pointer, value) in &reply.set {
+                set_at(&mut document, pointer, value.clone());
+            }
+            for pointer in &reply.remove {
+                let (parent, last) = pointer.rsplit_once('/').unwrap();
+                document
+                    .pointer_mut(parent)
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(last);
+            }
+            let mut whole = reply.reply.clone().unwrap_or(json!({"document": document}));
+            if let Some(extra) = &reply.reply_extra {
+                whole.as_object_mut().unwrap().extend(extra.clone());
+            }
+            let bytes: Vec<u8> = match (&reply.raw, reply.generate.as_deref()) {
+                (Some(raw), _) => raw.clone().into_bytes(),
+                (None, Some("ten-megabyte-string")) => {
+                    let mut big = whole.clone();
+                    big["document"]["spec"]["target"]["name"] = "x".repeat(10 << 20).into();
+                    serde_json::to_vec(&big).unwrap()
+                }
+                (None, Some("deep-nesting")) => {
+                    format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)).into_bytes()
+                }
+                (None, Some("padded-good")) => {
+                    let mut text = serde_json::to_vec(&whole).unwrap();
+                    text.extend(std::iter::repeat_n(b' ', model::MAX_REPLY_BYTES));
+                    text
+                }
+                (None, Some(other)) => panic!("unknown generator {other}"),
+                (None, None) => serde_json::to_vec(&whole).unwrap(),
+            };
+            let got = match model::parse_reply(&bytes) {
+                Err(_) => Err("reply-limits".to_string()),
+                Ok(value) => reshape::check_proposal(&original, &value, &crd, &case.version)
+                    .map(|_| ())
+                    .map_err(|r| r.rule.to_string()),
+            };
+            // Which rules this reply needs: switched off alone, the reply is accepted.
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                for rule in rules {
+                    if got.as_ref().err().map(String::as_str) == Some(rule)
+                        && reshape::check_proposal_without(
+                            &original,
+                            &value,
+                            &crd,
+                            &case.version,
+                            &[rule],
+                        )
+                        .is_ok()
+                    {
+                        needed.entry(rule).or_default().push(reply.name.clone());
+                    }
+                }
+                if got == Err("reply-limits".to_string())
+                    && reshape::check_proposal(&original, &value, &crd, &case.version).is_ok()
+                {
+                    needed
+                        .entry("reply-limits")
+                        .or_default()
+                        .push(reply.name.clone());
+                }
+            }
+            let expected = match (reply.expect.as_str(), &reply.rule) {
+                ("accept", _) => Ok(()),
+                (_, Some(rule)) => Err(rule.clone()),
+                _ => panic!("{}: a refusal names its rule", reply.name),
+            };
+            if got.is_ok() && expected.is_err() {
+                unsafe_acceptances += 1;
+            }
+            let shown = |r: &Result<(), String>| match r {
+                Ok(()) => "accept".to_string(),
+                Err(rule) => format!("refuse ({rule})"),
+            };
+            if got != expected {
+                failures.push(format!(
+                    "{case_name} / {}: expected {}, got {}",
+                    reply.name,
+                    shown(&expected),
+                    shown(&got)
+                ));
+            }
+            rows.push(format!(
+                "| {case_name} | {} | {} | {} |",
+                reply.name,
+                shown(&expected),
+                shown(&got)
+            ));
+        }
+    }
+    println!("| case | reply | expected | got |\n|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!(
+        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
+        rows.len() - failures.len(),
+        rows.len()
+    );
+    for rule in rules.iter().copied().chain(["reply-limits"]) {
+        println!(
+            "rule {rule} needed by: {}",
+            needed.get(rule).map(|v| v.join(", ")).unwrap_or_default()
+        );
+    }
+    assert_eq!(unsafe_acceptances, 0, "unsafe acceptances");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for rule in rules.iter().copied().chain(["reply-limits"]) {
+        assert!(
+            needed.contains_key(rule),
+            "no reply needs rule {rule}: removing it would fail nothing"
+        );
+    }
+}

@@ -323,3 +323,143 @@ pub async fn bosun(
         triage,
     })
 }
+
+/// Figures of the reshape harness on many documents.
+pub struct ReshapeFigures {
+    pub documents: usize,
+    pub files: usize,
+    /// Finding the lossy documents, checking every scripted proposal, writing each document's
+    /// YAML into its file and checking the files again: everything Bosun does around the model
+    /// calls, none of the calls.
+    pub harness: Duration,
+}
+
+/// The structural scenario's reshape at scale: `documents` ExternalSecrets carrying the field
+/// v1 prunes, in files of 10, each with a scripted good proposal (the calls themselves are
+/// the model's time, not the harness's).
+pub fn reshape(sample_charts: &std::path::Path, documents: usize) -> Result<ReshapeFigures> {
+    use gitops_loop::bosun::{applier::Rewrite, reshape, swap};
+    use gitops_loop::gate::rules::{Consumer, DroppedServedVersion};
+    use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
+    use std::collections::BTreeMap;
+
+    let crd_path = sample_charts
+        .join("charts.example.test/stable/external-secrets/2.10.0/crds/externalsecrets.yaml");
+    let crd: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(&crd_path)?)
+        .with_context(|| crd_path.display().to_string())?;
+    let document = |i: usize, api: &str, immutable: bool| {
+        format!(
+            "apiVersion: {api}\nkind: ExternalSecret\nmetadata:\n  name: secret-{i:04}\nspec:\n  refreshInterval: 1h\n  secretStoreRef:\n    name: vault-platform\n    kind: ClusterSecretStore\n  target:\n    name: secret-{i:04}\n    creationPolicy: Owner\n{}  data:\n    - secretKey: password\n      remoteRef:\n        key: platform/{i:04}\n        property: password\n",
+            if immutable {
+                "    immutable: true\n"
+            } else {
+                ""
+            }
+        )
+    };
+    let per_file = 10;
+    let mut rewrites = Vec::new();
+    let mut consumers = Vec::new();
+    for file in 0..documents.div_ceil(per_file) {
+        let path = format!("secrets/file-{file:03}.yaml");
+        let range = file * per_file..((file + 1) * per_file).min(documents);
+        let text = |api: &str| {
+            range
+                .clone()
+                .map(|i| document(i, api, true))
+                .collect::<Vec<_>>()
+                .join("---\n")
+        };
+        for (index, i) in range.clone().enumerate() {
+            consumers.push(Consumer {
+                path: path.clone(),
+                document: index,
+                api_version: "external-secrets.io/v1beta1".into(),
+                kind: "ExternalSecret".into(),
+                namespace: String::new(),
+                name: format!("secret-{i:04}"),
+                template: false,
+            });
+        }
+        rewrites.push(Rewrite {
+            path,
+            before: text("external-secrets.io/v1beta1"),
+            after: text("external-secrets.io/v1"),
+        });
+    }
+    let dropped = DroppedServedVersion {
+        crd: "externalsecrets.external-secrets.io".into(),
+        group: "external-secrets.io".into(),
+        kind: "ExternalSecret".into(),
+        dropped: vec!["v1beta1".into()],
+        served: vec!["v1".into()],
+        storage: "v1".into(),
+        clusters: vec!["prod".into()],
+        consumers,
+    };
+    let plan = swap::plan(std::slice::from_ref(&dropped));
+    let rendering = Rendering {
+        revision: "bench".into(),
+        applications: vec![RenderedApplication {
+            name: "external-secrets".into(),
+            namespace: "argocd".into(),
+            project: "default".into(),
+            origin: Origin::File {
+                path: "bench.yaml".into(),
+                document: 0,
+            },
+            cluster: ClusterRef {
+                name: "prod".into(),
+                server: "https://prod".into(),
+            },
+            destination_namespace: "external-secrets".into(),
+            sources: vec![],
+            objects: vec![std::sync::Arc::new(crd.clone())],
+            render_keys: vec![],
+            manifest: serde_json::Value::Null,
+            stored: serde_json::Value::Null,
+            destination_unknown: None,
+        }],
+        diagnostics: vec![],
+        stats: Default::default(),
+    };
+    // The scripted replies: each document as the good reshape would return it.
+    let replies: BTreeMap<String, serde_json::Value> = (0..documents)
+        .map(|i| {
+            let value: serde_json::Value =
+                serde_saphyr::from_str(&document(i, "external-secrets.io/v1", false))
+                    .unwrap_or_default();
+            (format!("secret-{i:04}"), json!({"document": value}))
+        })
+        .collect();
+    let started = Instant::now();
+    let lossy =
+        reshape::lossy_documents(&rewrites, &plan, std::slice::from_ref(&dropped), &rendering);
+    if lossy.len() != documents {
+        bail!("{} lossy documents, expected {documents}", lossy.len());
+    }
+    for item in &lossy {
+        let schema =
+            gitops_loop::schema::version_schema(&item.crd, &item.version).context("schema")?;
+        let _prompt = reshape::prompt(&item.object, schema, &item.losses);
+        let reply = replies.get(&item.document.name).context("reply")?;
+        let accepted = reshape::check_proposal(&item.object, reply, &item.crd, &item.version)
+            .map_err(|r| anyhow::anyhow!("{}: {r}", item.document))?;
+        let rewrite = rewrites
+            .iter_mut()
+            .find(|r| r.path == item.document.file)
+            .context("rewrite")?;
+        rewrite.after = reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml)
+            .context("document not found again")?;
+    }
+    let left = reshape::reshape_losses(&rewrites, &plan, &[dropped], &rendering);
+    let harness = started.elapsed();
+    if !left.is_empty() {
+        bail!("{} losses left after the reshape", left.len());
+    }
+    Ok(ReshapeFigures {
+        documents,
+        files: rewrites.len(),
+        harness,
+    })
+}

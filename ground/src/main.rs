@@ -53,6 +53,14 @@ enum Command {
         #[arg(long, default_value_t = 300)]
         consumers: usize,
     },
+    /// Benchmark the reshape harness: N documents needing a reshape, scripted proposals.
+    BenchReshape {
+        /// The sample chart mirror (scenarios/sample/charts).
+        #[arg(long)]
+        charts: PathBuf,
+        #[arg(long, default_value_t = 300)]
+        documents: usize,
+    },
     /// Benchmark the observer: N Applications and M Stages on the API double.
     BenchObserver {
         #[arg(long)]
@@ -98,6 +106,18 @@ async fn main() -> Result<()> {
             println!(
                 "[ground] the scenario's expectations hold ({:.1} s)",
                 started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        Command::BenchReshape { charts, documents } => {
+            let f = ground::bench::reshape(&charts, documents)?;
+            println!(
+                "bench reshape: {} documents needing a reshape in {} files, scripted proposals",
+                f.documents, f.files
+            );
+            println!(
+                "  harness (find, check every proposal, write, check again): {:.3} s",
+                f.harness.as_secs_f64()
             );
             Ok(())
         }

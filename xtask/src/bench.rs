@@ -24,6 +24,12 @@ pub enum Which {
         #[arg(long, default_value_t = 300)]
         consumers: usize,
     },
+    /// Bosun's reshape harness: 300 documents needing a reshape, model replies scripted (the
+    /// figure is the harness's own time).
+    Reshape {
+        #[arg(long, default_value_t = 300)]
+        documents: usize,
+    },
     /// The observer against 10,000 Applications and 1,000 Stages on the ground.
     Observer {
         #[arg(long, default_value_t = 10_000)]
@@ -75,6 +81,21 @@ pub fn run(which: Which) -> Result<()> {
             stages,
         } => observer(applications, stages),
         Which::Bosun { consumers } => bosun(consumers),
+        Which::Reshape { documents } => {
+            let sh = Shell::new()?;
+            let root = project_root();
+            sh.change_dir(&root);
+            cmd!(sh, "cargo build --release --quiet -p ground --bin ground").run()?;
+            let ground = root.join("target/release/ground");
+            let charts = root.join("scenarios/sample/charts");
+            let documents = documents.to_string();
+            cmd!(
+                sh,
+                "{ground} bench-reshape --charts {charts} --documents {documents}"
+            )
+            .run()?;
+            Ok(())
+        }
     }
 }
 
