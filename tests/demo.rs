@@ -391,3 +391,13 @@ async fn the_model_never_receives_a_secret_value_from_the_repository() {
     assert_eq!(requests.len(), 1);
     assert!(!requests[0].contains("canary-7f3a9c"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_cap_of_zero_hands_off_without_calling_the_model() {
+    // A cap of 0: the reshape is never asked for; the handoff names the cap.
+    let mut model = script(vec![]).unwrap();
+    model.config = serde_json::json!({"maxCallsPerPullRequest": 0});
+    let (ground, body) = structural_handoff(Some(model)).await;
+    assert!(body.contains("maxCallsPerPullRequest"), "{body}");
+    assert!(ground.model.as_ref().unwrap().requests().is_empty());
+}

@@ -450,7 +450,7 @@ pub fn reshape(sample_charts: &std::path::Path, documents: usize) -> Result<Resh
             .find(|r| r.path == item.document.file)
             .context("rewrite")?;
         rewrite.after = reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml)
-            .context("document not found again")?;
+            .map_err(|why| anyhow::anyhow!("{}: {why}", item.document))?;
     }
     let left = reshape::reshape_losses(&rewrites, &plan, &[dropped], &rendering);
     let harness = started.elapsed();

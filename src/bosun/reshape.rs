@@ -328,11 +328,13 @@ pub fn prompt(document: &Value, schema: &Value, losses: &[Loss]) -> String {
             Loss::Unverifiable(_) => None,
         })
         .collect();
-    let material = json!({
-        "document": crate::model::redact(document),
+    // Everything is redacted, not only the document: a lost value can hold a whole Secret
+    // (a manifest carried inside a custom resource).
+    let material = crate::model::redact(&json!({
+        "document": document,
         "destinationSchema": schema,
         "wouldBeLost": lost,
-    });
+    }));
     format!(
         "Migrate this resource. The material is JSON:\n{}",
         serde_json::to_string_pretty(&material).unwrap_or_default()
@@ -414,28 +416,39 @@ pub fn check_proposal_without(
             format!("{path}: a validation rule of the schema cannot be evaluated here"),
         );
     }
-    // What the destination prunes from the original: those values may move or go.
+    // What the destination prunes from the original: those values may move or go. Paths are
+    // compared as lists of keys and indexes, never as joined text (a key may hold a `.`).
     let mut pruned_original = original.clone();
-    let lost = schema::prune_and_validate(&mut pruned_original, schema).pruned;
-    let lost_paths: Vec<&str> = lost.iter().map(|(p, _)| p.as_str()).collect();
-    let under_lost = |path: &str| {
-        lost_paths.iter().any(|p| {
-            path == *p || path.starts_with(&format!("{p}.")) || path.starts_with(&format!("{p}["))
-        })
+    let _ = schema::prune_and_validate(&mut pruned_original, schema);
+    let original_leaves = leaf_paths(original);
+    let kept: std::collections::HashSet<&Path> = {
+        let survivors: std::collections::HashSet<Path> = leaf_paths(&pruned_original)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        original_leaves
+            .iter()
+            .filter(|(p, _)| survivors.contains(p))
+            .map(|(p, _)| p)
+            .collect()
     };
-    let original_leaves = leaves(original);
-    let proposal_leaves = leaves(proposal);
+    let proposal_leaves = leaf_paths(proposal);
+    let proposal_at: std::collections::HashMap<&Path, &Value> =
+        proposal_leaves.iter().map(|(p, v)| (p, v)).collect();
+    let original_at: std::collections::HashMap<&Path, &Value> =
+        original_leaves.iter().map(|(p, v)| (p, v)).collect();
     for (path, value) in &original_leaves {
-        if under_lost(path) || !on(rule::KEPT) {
+        if !kept.contains(path) || !on(rule::KEPT) {
             continue;
         }
-        match proposal_leaves.iter().find(|(p, _)| p == path) {
-            Some((_, v)) if v == value => {}
-            Some((_, v)) => {
+        match proposal_at.get(path) {
+            Some(v) if *v == value => {}
+            Some(v) => {
                 return refuse(
                     rule::KEPT,
                     format!(
-                        "{path} is {} where the original has {}",
+                        "{} is {} where the original has {}",
+                        path_text(path),
                         short(Some(v)),
                         short(Some(value))
                     ),
@@ -445,42 +458,59 @@ pub fn check_proposal_without(
                 return refuse(
                     rule::KEPT,
                     format!(
-                        "{path} = {} is missing, and the {version} schema keeps it",
+                        "{} = {} is missing, and the {version} schema keeps it",
+                        path_text(path),
                         short(Some(value))
                     ),
                 );
             }
         }
     }
-    let mut displaced: Vec<(&String, &Value)> = original_leaves
+    // Values the schema change displaced, each usable once. An empty object or list, or a
+    // null, carries nothing to move (an empty selector placed elsewhere means "everything").
+    let mut displaced: Vec<(&Path, &Value)> = original_leaves
         .iter()
-        .filter(|(p, _)| under_lost(p))
+        .filter(|(p, _)| !kept.contains(p))
         .map(|(p, v)| (p, v))
         .collect();
+    let movable = |v: &Value| match v {
+        Value::Null => false,
+        Value::Object(o) => !o.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => true,
+    };
     let mut moved = Vec::new();
     for (path, value) in &proposal_leaves {
-        if original_leaves.iter().any(|(p, v)| p == path && v == value) {
+        if original_at.get(path) == Some(&value) {
             continue;
         }
-        if let Some(at) = displaced.iter().position(|(_, v)| *v == value) {
+        if let Some(at) = displaced
+            .iter()
+            .position(|(_, v)| *v == value && movable(v))
+        {
             let (from, _) = displaced.remove(at);
-            moved.push((from.clone(), path.clone(), value.clone()));
+            moved.push((path_text(from), path_text(path), value.clone()));
             continue;
         }
-        if dictated(schema, path, value) || !on(rule::ACCOUNTED) {
+        // A schema default (or one-value enum, const) may be written where the apiserver
+        // would write it anyway: under a parent the original has. A new parent (a new list
+        // item, a new optional object) would be an invention.
+        let parent_exists = path.len() <= 1 || node_at(original, &path[..path.len() - 1]).is_some();
+        if (parent_exists && dictated(schema, path, value)) || !on(rule::ACCOUNTED) {
             continue;
         }
         return refuse(
             rule::ACCOUNTED,
             format!(
-                "{path} = {} is neither in the original, displaced by the schema change, nor dictated by the schema",
+                "{} = {} is neither in the original, displaced by the schema change, nor dictated by the schema under a parent the original has",
+                path_text(path),
                 short(Some(value))
             ),
         );
     }
     let dropped: Vec<(String, Value)> = displaced
         .into_iter()
-        .map(|(p, v)| (p.clone(), v.clone()))
+        .map(|(p, v)| (path_text(p), v.clone()))
         .collect();
     let document = order_like(original, proposal);
     let yaml = crate::yaml::to_string(&document);
@@ -502,10 +532,13 @@ pub fn check_proposal_without(
 }
 
 /// `text` with the document that parses as `object` (same apiVersion, kind, name and
-/// namespace) replaced by `yaml`; its leading `---` line is kept. None when no single
-/// document matches.
-pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Option<String> {
-    let pieces = crate::render::parsed::split_documents(text)?;
+/// namespace) replaced by `yaml`. The document's `---` line and the comment lines before and
+/// after it stay; the rest of the file keeps its bytes. Refused (with the reason) when no
+/// single document matches, or when Kubernetes would read the original differently from how
+/// this project's reader did (a YAML 1.1 hazard): rewriting it would change what it means.
+pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Result<String, String> {
+    let pieces = crate::render::parsed::split_documents(text)
+        .ok_or("the file has YAML directives; it is not rewritten")?;
     let same = |doc: &Value| {
         ["apiVersion", "kind"]
             .iter()
@@ -522,24 +555,113 @@ pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Option<String
         .map(|(i, _)| i)
         .collect();
     let [index] = matches.as_slice() else {
-        return None;
+        return Err(format!(
+            "{} documents of the file match the object, not one",
+            matches.len()
+        ));
     };
+    let (_, piece) = pieces[*index];
+    if let Some(hazard) = yaml11_hazard(piece) {
+        return Err(hazard);
+    }
+    let lines: Vec<&str> = piece.split_inclusive('\n').collect();
+    let loose = |l: &str| l.trim().is_empty() || l.starts_with('#');
+    let mut head = String::new();
+    let mut first = 0;
+    if lines.first().is_some_and(|l| l.starts_with("---")) {
+        head.push_str("---\n");
+        first = 1;
+    }
+    while first < lines.len() && loose(lines[first]) {
+        head.push_str(lines[first]);
+        first += 1;
+    }
+    let mut last = lines.len();
+    while last > first && loose(lines[last - 1]) {
+        last -= 1;
+    }
+    let tail: String = lines[last..].concat();
     let mut out = String::with_capacity(text.len() + yaml.len());
-    for (i, (_, piece)) in pieces.iter().enumerate() {
+    for (i, (_, other)) in pieces.iter().enumerate() {
         if i != *index {
-            out.push_str(piece);
+            out.push_str(other);
             continue;
         }
-        if let Some(first) = piece.lines().next().filter(|l| l.starts_with("---")) {
-            out.push_str(first);
-            out.push('\n');
+        if !head.is_empty() && !head.ends_with('\n') {
+            head.push('\n');
         }
+        out.push_str(&head);
         out.push_str(yaml);
         if !yaml.ends_with('\n') {
             out.push('\n');
         }
+        out.push_str(&tail);
     }
-    Some(out)
+    Ok(out)
+}
+
+/// Where Kubernetes (go-yaml v2, YAML 1.1) and this project's reader could disagree on one
+/// document's text: a key YAML 1.1 reads as a boolean, null or number when plain (`y`, `on`,
+/// `0755`, `1.0`), or a plain value only one of the two reads as a boolean (`yEs`). Re-writing
+/// such a document would change what the cluster sees, so the reshape refuses it.
+fn yaml11_hazard(piece: &str) -> Option<String> {
+    fn ambiguous_key(key: &str) -> bool {
+        let lower = key.to_ascii_lowercase();
+        if [
+            "y", "n", "yes", "no", "true", "false", "on", "off", "null", "~", "",
+        ]
+        .contains(&lower.as_str())
+        {
+            return true;
+        }
+        let mut chars = key.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_digit() || "+-.".contains(c))
+            && key
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || "+-._xXoObB:".contains(c) || c == 'e' || c == 'E')
+    }
+    fn keys(value: &Value, out: &mut Option<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if out.is_none() && ambiguous_key(key) {
+                        *out = Some(format!(
+                            "the key {key:?} reads as a boolean, null or number under Kubernetes' YAML 1.1 when written plain; rewriting the document could change it"
+                        ));
+                    }
+                    keys(child, out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| keys(i, out)),
+            _ => {}
+        }
+    }
+    let mut hazard = None;
+    if let Ok(document) = crate::yaml::parse_document(piece, "rewrite") {
+        keys(&document, &mut hazard);
+    }
+    if hazard.is_some() {
+        return hazard;
+    }
+    const CANONICAL: [&str; 22] = [
+        "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO", "true", "True", "TRUE", "false",
+        "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+    ];
+    let sites = crate::yaml::edit::scalar_sites(piece, "rewrite").ok()?;
+    sites.into_iter().find_map(|(site, _)| {
+        let lower = site.value.to_ascii_lowercase();
+        (site.quoted.is_none()
+            && ["y", "n", "yes", "no", "true", "false", "on", "off"].contains(&lower.as_str())
+            && !CANONICAL.contains(&site.value.as_str()))
+        .then(|| {
+            format!(
+                "the value {:?} is a string to Kubernetes' YAML 1.1 and a boolean to this project's reader; rewriting the document could change it",
+                site.value
+            )
+        })
+    })
 }
 
 fn short(value: Option<&Value>) -> String {
@@ -554,50 +676,108 @@ fn short(value: Option<&Value>) -> String {
     }
 }
 
-/// Every leaf (scalar, empty object, empty list) of a document with its path (`a.b[0].c`),
-/// `apiVersion`, `kind` and `metadata` excluded (the identity rule covers them).
-pub fn leaves(document: &Value) -> Vec<(String, Value)> {
-    fn walk(value: &Value, path: String, out: &mut Vec<(String, Value)>) {
+/// One step of a path inside a document.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// A path inside a document, as keys and indexes (never joined text: a key may hold a `.`).
+pub type Path = Vec<Seg>;
+
+/// A path for messages: `spec.target.name`, `spec.data[0]`, and `["a.b"]` for a key that is
+/// not a plain word.
+pub fn path_text(path: &[Seg]) -> String {
+    let mut out = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(key)
+                if !key.is_empty()
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') =>
+            {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Seg::Key(key) => {
+                out.push_str(&format!(
+                    "[{}]",
+                    serde_json::to_string(key).unwrap_or_default()
+                ));
+            }
+            Seg::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Every leaf (scalar, empty object, empty list) of a document with its path, `apiVersion`,
+/// `kind` and `metadata` excluded (the identity rule covers them).
+pub fn leaf_paths(document: &Value) -> Vec<(Path, Value)> {
+    fn walk(value: &Value, path: &mut Path, out: &mut Vec<(Path, Value)>) {
         match value {
             Value::Object(map) if !map.is_empty() => {
                 for (key, child) in map {
-                    let path = if path.is_empty() {
-                        key.clone()
-                    } else {
-                        format!("{path}.{key}")
-                    };
+                    path.push(Seg::Key(key.clone()));
                     walk(child, path, out);
+                    path.pop();
                 }
             }
             Value::Array(items) if !items.is_empty() => {
                 for (i, child) in items.iter().enumerate() {
-                    walk(child, format!("{path}[{i}]"), out);
+                    path.push(Seg::Index(i));
+                    walk(child, path, out);
+                    path.pop();
                 }
             }
-            other => out.push((path, other.clone())),
+            other => out.push((path.clone(), other.clone())),
         }
     }
     let mut out = Vec::new();
     if let Some(map) = document.as_object() {
         for (key, child) in map {
             if !["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
-                walk(child, key.clone(), &mut out);
+                walk(child, &mut vec![Seg::Key(key.clone())], &mut out);
             }
         }
     }
     out
 }
 
+/// `leaf_paths` with the paths as text (for messages and tests).
+pub fn leaves(document: &Value) -> Vec<(String, Value)> {
+    leaf_paths(document)
+        .into_iter()
+        .map(|(p, v)| (path_text(&p), v))
+        .collect()
+}
+
+/// The node of a document at a path, if there is one.
+fn node_at<'a>(document: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    let mut node = document;
+    for seg in path {
+        node = match seg {
+            Seg::Key(key) => node.as_object()?.get(key)?,
+            Seg::Index(i) => node.as_array()?.get(*i)?,
+        };
+    }
+    Some(node)
+}
+
 /// Whether the schema at `path` dictates `value`: its default, its only enum value, its const.
-fn dictated(schema: &Value, path: &str, value: &Value) -> bool {
+fn dictated(schema: &Value, path: &[Seg], value: &Value) -> bool {
     let mut node = schema;
-    for segment in split_path(path) {
-        let next = match segment {
-            Segment::Key(key) => node
+    for seg in path {
+        let next = match seg {
+            Seg::Key(key) => node
                 .get("properties")
-                .and_then(|p| p.get(&key))
+                .and_then(|p| p.get(key))
                 .or_else(|| node.get("additionalProperties").filter(|a| a.is_object())),
-            Segment::Index => node.get("items"),
+            Seg::Index(_) => node.get("items"),
         };
         match next {
             Some(n) => node = n,
@@ -610,28 +790,6 @@ fn dictated(schema: &Value, path: &str, value: &Value) -> bool {
             .get("enum")
             .and_then(Value::as_array)
             .is_some_and(|e| e.len() == 1 && &e[0] == value)
-}
-
-enum Segment {
-    Key(String),
-    Index,
-}
-
-fn split_path(path: &str) -> Vec<Segment> {
-    let mut out = Vec::new();
-    for part in path.split('.') {
-        let (key, rest) = match part.find('[') {
-            Some(i) => (&part[..i], &part[i..]),
-            None => (part, ""),
-        };
-        if !key.is_empty() {
-            out.push(Segment::Key(key.to_string()));
-        }
-        for _ in rest.matches('[') {
-            out.push(Segment::Index);
-        }
-    }
-    out
 }
 
 /// `proposal` with every object's keys in `original`'s order (keys the original lacks last,
@@ -826,5 +984,152 @@ mod tests {
             rule::ACCOUNTED,
             "Orphan was never in the original"
         );
+    }
+
+    fn open_crd() -> Value {
+        json!({"spec": {"versions": [{"name": "v2", "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "chart": {"type": "string"},
+            "values": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "ports": {"type": "array", "items": {"type": "object", "properties": {
+                "port": {"type": "integer", "default": 80}, "protocol": {"type": "string", "default": "TCP"}}}},
+            "exposure": {"type": "object", "properties": {"public": {"type": "boolean", "default": true}}},
+            "selector": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}]}})
+    }
+
+    fn open_original() -> Value {
+        json!({"apiVersion": "e.io/v2", "kind": "R", "metadata": {"name": "r"},
+            "spec": {"chart": "web", "legacy": "x", "oldOptions": {}, "ports": [{"port": 8443}],
+                "values": {"securityContext": {"runAsNonRoot": true}, "ingress.enabled": true}}})
+    }
+
+    fn open_reply(spec: Value) -> Value {
+        let mut document = open_original();
+        document["spec"] = spec;
+        json!({"document": document})
+    }
+
+    #[test]
+    fn keys_holding_dots_are_paths_of_their_own() {
+        let refused = |spec: Value| {
+            check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v2")
+                .unwrap_err()
+                .rule
+        };
+        let good = json!({"chart": "web", "ports": [{"port": 8443}],
+            "values": {"securityContext": {"runAsNonRoot": true}, "ingress.enabled": true}});
+        assert!(check_proposal(&open_original(), &open_reply(good), &open_crd(), "v2").is_ok());
+        // A kept setting flattened into an inert key.
+        assert_eq!(
+            refused(json!({"chart": "web", "ports": [{"port": 8443}],
+                "values": {"securityContext.runAsNonRoot": true, "ingress.enabled": true}})),
+            rule::KEPT
+        );
+        // An inert key turned into a live setting.
+        assert_eq!(
+            refused(json!({"chart": "web", "ports": [{"port": 8443}],
+                "values": {"securityContext": {"runAsNonRoot": true}, "ingress": {"enabled": true}}})),
+            rule::KEPT
+        );
+        // A kept value copied under a second key.
+        assert_eq!(
+            refused(json!({"chart": "web", "ports": [{"port": 8443}],
+                "values": {"securityContext": {"runAsNonRoot": true}, "ingress.enabled": true, "admin": {"enabled": true}}})),
+            rule::ACCOUNTED
+        );
+    }
+
+    #[test]
+    fn defaults_never_invent_a_parent_and_empty_values_never_move() {
+        let refused = |spec: Value| {
+            check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v2")
+                .unwrap_err()
+                .rule
+        };
+        let values = json!({"securityContext": {"runAsNonRoot": true}, "ingress.enabled": true});
+        // A new list item made of defaults: a new open port.
+        assert_eq!(
+            refused(
+                json!({"chart": "web", "ports": [{"port": 8443}, {"port": 80}], "values": values})
+            ),
+            rule::ACCOUNTED
+        );
+        // A new optional object made of its default.
+        assert_eq!(
+            refused(
+                json!({"chart": "web", "ports": [{"port": 8443}], "values": values, "exposure": {"public": true}})
+            ),
+            rule::ACCOUNTED
+        );
+        // A default under a parent the original has is what the apiserver writes anyway.
+        assert!(check_proposal(
+            &open_original(),
+            &open_reply(json!({"chart": "web", "ports": [{"port": 8443, "protocol": "TCP"}], "values": values})),
+            &open_crd(),
+            "v2"
+        )
+        .is_ok());
+        // A pruned empty object placed as a selector (which would select everything).
+        assert_eq!(
+            refused(
+                json!({"chart": "web", "ports": [{"port": 8443}], "values": values, "selector": {}})
+            ),
+            rule::ACCOUNTED
+        );
+    }
+
+    #[test]
+    fn a_secret_inside_a_lost_value_is_redacted_in_the_prompt() {
+        let losses = vec![Loss::Pruned(
+            "spec.manifest".into(),
+            json!({"apiVersion": "v1", "kind": "Secret", "stringData": {"password": "canary-123"}})
+                .to_string(),
+        )];
+        let text = prompt(&original(), &json!({"type": "object"}), &losses);
+        assert!(!text.contains("canary-123"), "{text}");
+    }
+
+    #[test]
+    fn a_document_is_replaced_with_its_comments_around_it_and_hazards_are_refused() {
+        let object = json!({"apiVersion": "e.io/v1", "kind": "E", "metadata": {"name": "a"}});
+        let text = "# header\napiVersion: e.io/v1\nkind: E\nmetadata: {name: a}\nspec: {x: 1}\n# about b\n--- {apiVersion: e.io/v1, kind: E, metadata: {name: b}}\n";
+        let out = replace_document(
+            text,
+            &object,
+            "apiVersion: e.io/v1\nkind: E\nmetadata:\n  name: a\n",
+        )
+        .unwrap();
+        assert_eq!(
+            out,
+            "# header\napiVersion: e.io/v1\nkind: E\nmetadata:\n  name: a\n# about b\n--- {apiVersion: e.io/v1, kind: E, metadata: {name: b}}\n"
+        );
+        // A flow document on its marker line: the marker is kept alone.
+        let object_b = json!({"apiVersion": "e.io/v1", "kind": "E", "metadata": {"name": "b"}});
+        let out = replace_document(
+            text,
+            &object_b,
+            "apiVersion: e.io/v1\nkind: E\nmetadata:\n  name: b\n",
+        )
+        .unwrap();
+        assert!(
+            out.ends_with("# about b\n---\napiVersion: e.io/v1\nkind: E\nmetadata:\n  name: b\n"),
+            "{out}"
+        );
+        assert!(crate::yaml::parse_documents(&out, "t").is_ok());
+        // Keys and values Kubernetes reads differently.
+        for hazard in [
+            "spec: {y: 1}",
+            "spec: {on: 1}",
+            "spec: {0755: a}",
+            "spec: {x: yEs}",
+        ] {
+            let text = format!("apiVersion: e.io/v1\nkind: E\nmetadata: {{name: a}}\n{hazard}\n");
+            assert!(
+                replace_document(&text, &object, "x: 1\n").is_err(),
+                "{hazard}"
+            );
+        }
+        let fine = "apiVersion: e.io/v1\nkind: E\nmetadata: {name: a}\nspec: {x: yes, 'y': 1}\n";
+        // A quoted `y` is refused too (the reader cannot tell it was quoted): conservative.
+        assert!(replace_document(fine, &object, "x: 1\n").is_err());
     }
 }

@@ -92,16 +92,18 @@ pub struct Bosun {
     pub model: Option<Arc<dyn crate::model::Model>>,
 }
 
-/// The marker recording the model calls made for one head of a pull request, in Bosun's own
-/// comment: `<!-- bosun:model-calls HEAD N -->`. Written before the calls, so a restart counts
-/// them; a new head starts a new count.
+/// The marker of Bosun's model-calls comment: a comment of its own (no other comment of
+/// Bosun's ever replaces it), updated in place, holding one line per head of the pull request:
+/// `<!-- bosun:model-calls HEAD N -->`. Written before the calls, so a restart, a re-delivery
+/// or a poll of the same head counts them; a new head starts a new count.
+const MODEL_CALLS_COMMENT: &str = "<!-- bosun:model-calls v1 -->";
 const MODEL_CALLS_MARK: &str = "<!-- bosun:model-calls ";
 
-/// Model calls already made for `head`, from Bosun's comments.
+/// Model calls already made for `head`, from Bosun's model-calls comment.
 fn model_calls_made(comments: &[crate::forge::Comment], me: &str, head: &str) -> u32 {
     comments
         .iter()
-        .filter(|c| c.author == me && c.body.starts_with(COMMENT_MARKER))
+        .filter(|c| c.author == me && c.body.starts_with(MODEL_CALLS_COMMENT))
         .flat_map(|c| {
             c.body
                 .match_indices(MODEL_CALLS_MARK)
@@ -113,6 +115,30 @@ fn model_calls_made(comments: &[crate::forge::Comment], me: &str, head: &str) ->
         })
         .max()
         .unwrap_or(0)
+}
+
+/// The model-calls comment with `head`'s count set to `n` (other heads' lines kept).
+fn model_calls_body(
+    comments: &[crate::forge::Comment],
+    me: &str,
+    head: &str,
+    n: u32,
+    cap: u32,
+) -> String {
+    let mut lines: Vec<String> = comments
+        .iter()
+        .filter(|c| c.author == me && c.body.starts_with(MODEL_CALLS_COMMENT))
+        .flat_map(|c| c.body.lines().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| {
+            l.starts_with(MODEL_CALLS_MARK) && !l.starts_with(&format!("{MODEL_CALLS_MARK}{head} "))
+        })
+        .collect();
+    lines.push(format!("{MODEL_CALLS_MARK}{head} {n} -->"));
+    format!(
+        "{MODEL_CALLS_COMMENT}\nBosun's model calls on this pull request (at most {cap} per head, `model.maxCallsPerPullRequest`): {n} for `{}`.\n{}\n",
+        short(head),
+        lines.join("\n")
+    )
 }
 
 fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
@@ -735,16 +761,14 @@ impl Bosun {
                 details,
             )));
         }
-        // Recorded before the calls: a restart counts them.
-        self.comment(
+        // Recorded before the calls, in a comment nothing else replaces: a restart counts them.
+        upsert_marked_comment(
+            self.forge.as_ref(),
             slug,
             pr.number,
-            &format!(
-                "Reshaping {needed} document{} with the model before anything is pushed.\n{MODEL_CALLS_MARK}{} {} -->\n",
-                if needed == 1 { "" } else { "s" },
-                pr.head_sha,
-                made + needed
-            ),
+            &self.me,
+            MODEL_CALLS_COMMENT,
+            &model_calls_body(&comments, &self.me, &pr.head_sha, made + needed, cap),
         )
         .await?;
         let mut lines = Vec::new();
@@ -812,11 +836,11 @@ impl Bosun {
                 )));
             };
             match reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml) {
-                Some(after) => rewrite.after = after,
-                None => {
+                Ok(after) => rewrite.after = after,
+                Err(why) => {
                     return Ok(Err((
                         handoff(format!(
-                            "{} could not be found again in its file",
+                            "the reshaped {} cannot be written back: {why}; nothing was pushed, not even the clean swaps",
                             item.document
                         )),
                         vec![],
@@ -1205,6 +1229,38 @@ mod tests {
         assert!(fill("https", "forge.example.test").contains("password=the-token"));
         assert!(!fill("https", "evil.example.test").contains("the-token"));
         assert!(!fill("http", "forge.example.test").contains("the-token"));
+    }
+
+    #[test]
+    fn model_calls_are_counted_per_head_from_bosuns_own_comment_only() {
+        use crate::forge::Comment;
+        let me = "bosun[bot]";
+        let body = model_calls_body(&[], me, "aaa", 2, 5);
+        let mut comments = vec![Comment {
+            id: 1,
+            author: me.into(),
+            body: body.clone(),
+        }];
+        assert_eq!(model_calls_made(&comments, me, "aaa"), 2);
+        assert_eq!(model_calls_made(&comments, me, "bbb"), 0);
+        // Another head's count is kept when this head's is written.
+        comments[0].body = model_calls_body(&comments, me, "bbb", 1, 5);
+        assert_eq!(model_calls_made(&comments, me, "aaa"), 2);
+        assert_eq!(model_calls_made(&comments, me, "bbb"), 1);
+        // A person's comment with the same markers counts for nothing.
+        comments.push(Comment {
+            id: 2,
+            author: "mallory".into(),
+            body: format!("{MODEL_CALLS_COMMENT}\n{MODEL_CALLS_MARK}aaa 0 -->"),
+        });
+        assert_eq!(model_calls_made(&comments, me, "aaa"), 2);
+        // Bosun's triage comment (replaced by every handoff) is not where calls are counted.
+        comments.push(Comment {
+            id: 3,
+            author: me.into(),
+            body: format!("{COMMENT_MARKER}\n{MODEL_CALLS_MARK}ccc 9 -->"),
+        });
+        assert_eq!(model_calls_made(&comments, me, "ccc"), 0);
     }
 
     #[test]

@@ -145,6 +145,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         Ok(s) => s,
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };
+    render::trace("check", "both commits rendered");
     let mut differ = diff::Differ::default();
     let mut render_diff = diff::diff_with(&mut differ, &base_rendering, &head_rendering);
     isolate_chart_moves(
@@ -154,6 +155,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         &head_rendering,
         &mut render_diff,
     );
+    render::trace("check", "diffed, chart moves isolated");
     let findings = rules::evaluate(
         &base_rendering,
         &head_rendering,

@@ -256,6 +256,7 @@ fn render_roots(
             message,
         }],
     };
+    trace(&config.revision, "render starts");
     let snapshot = Snapshot::load(&config.repo_dir, &config.revision)
         .map_err(|e| failure(&config.revision, "repository", e.to_string()))?;
     let commit = snapshot.commit.clone();
@@ -288,6 +289,7 @@ fn render_roots(
         .prefix("gate-render-")
         .tempdir()
         .map_err(|e| failure(&commit, "scratch directory", e.to_string()))?;
+    trace(&config.revision, "snapshot loaded, roots scanned");
     let mut engine = Engine {
         config,
         repos,
@@ -307,7 +309,9 @@ fn render_roots(
         applications: BTreeMap::new(),
         queued: Vec::new(),
     };
+    trace(&config.revision, "tools asked");
     engine.run(roots);
+    trace(&config.revision, "render done");
     engine.finish(commit)
 }
 
@@ -424,7 +428,9 @@ impl Engine<'_> {
                     Err(message) => self.error(&id, message),
                 }
             }
+            trace(&self.config.revision, "wave planned");
             self.execute_pending_jobs();
+            trace(&self.config.revision, "wave rendered and parsed");
             let mut next = Vec::new();
             for p in pending {
                 let mut objects: Vec<Object> = Vec::new();
@@ -737,30 +743,36 @@ impl Engine<'_> {
         let config = self.config;
         let work = self.work.clone();
         let jobs = config.jobs.max(1);
+        // Each fresh output is parsed by the worker that rendered it, outside its process
+        // slot, while other renders run; then stored.
         let results = parallel_map(to_run, jobs, |(key, job)| {
-            let _slot = config.parsed.slot(jobs);
-            let output = run_job(config, &work, &key, &job);
-            (key, output)
-        });
-        let mut fresh = std::collections::HashSet::new();
-        for (key, output) in results {
+            let output = {
+                let _slot = config.parsed.slot(jobs);
+                run_job(config, &work, &key, &job)
+            };
             match output {
                 Ok((label, text)) => {
-                    fresh.insert(key.clone());
-                    to_parse.push(parsed::Output { key, label, text });
+                    let output = parsed::Output { key, label, text };
+                    let (key, parsed) = config
+                        .parsed
+                        .parse(std::slice::from_ref(&output), 1)
+                        .pop()
+                        .unwrap_or((output.key.clone(), Err("no parse result".into())));
+                    if parsed.is_ok() {
+                        config.cache.put(&key, &output.text);
+                    }
+                    (key, parsed)
                 }
                 Err(message) => {
-                    self.config.parsed.insert(&key, Err(message.clone()));
-                    self.memo.insert(key, Err(message));
+                    config.parsed.insert(&key, Err(message.clone()));
+                    (key, Err(message))
                 }
             }
+        });
+        for (key, parsed) in results {
+            self.memo.insert(key, parsed);
         }
-        let results = self.config.parsed.parse(&to_parse, jobs);
-        for (output, (key, parsed)) in to_parse.iter().zip(results) {
-            // A fresh render is stored once it parsed.
-            if parsed.is_ok() && fresh.contains(&key) {
-                self.config.cache.put(&key, &output.text);
-            }
+        for (key, parsed) in self.config.parsed.parse(&to_parse, jobs) {
             self.memo.insert(key, parsed);
         }
         drop(guard);
@@ -890,6 +902,20 @@ fn run_job(
             Ok((label, text))
         }
         RenderJob::Objects(_) => Ok((String::new(), String::new())),
+    }
+}
+
+/// With `GATE_TRACE` set, a line on stderr per phase: milliseconds since the process began.
+pub fn trace(subject: &str, phase: &str) {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    if *ON.get_or_init(|| std::env::var_os("GATE_TRACE").is_some()) {
+        let short: String = subject.chars().take(12).collect();
+        eprintln!(
+            "gate trace {:>6} ms {short}: {phase}",
+            start.elapsed().as_millis()
+        );
     }
 }
 

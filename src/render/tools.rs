@@ -171,7 +171,22 @@ impl Tool {
     }
 
     /// The tool's own version line (`v4.1.4`), used in cache keys and messages.
+    /// The tool's version (part of every render key). Asked once per process and path:
+    /// `kubectl version` alone costs about 0.2 s, and a check renders three times.
     pub fn version(&self) -> String {
+        static VERSIONS: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, String>>> =
+            std::sync::Mutex::new(None);
+        let mut versions = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+        let map = versions.get_or_insert_with(Default::default);
+        if let Some(version) = map.get(&self.path) {
+            return version.clone();
+        }
+        let version = self.ask_version();
+        map.insert(self.path.clone(), version.clone());
+        version
+    }
+
+    fn ask_version(&self) -> String {
         let args: &[&str] = if self.name == "helm" {
             &["version", "--short"]
         } else {
