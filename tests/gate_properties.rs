@@ -168,6 +168,7 @@ fn result_with(dropped: Vec<DroppedServedVersion>) -> GateResult {
         },
         findings,
         diff: Default::default(),
+        chart_defaults: Vec::new(),
     }
 }
 
@@ -372,6 +373,7 @@ fn green_report(base: &Rendering, head: &Rendering) -> String {
         },
         findings: vec![],
         diff,
+        chart_defaults: vec![],
     };
     report::render(&result).0
 }

@@ -215,6 +215,7 @@ mod tests {
                 errors: vec![],
             },
             dropped,
+            not_served: vec![],
         }
     }
 

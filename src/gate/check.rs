@@ -67,6 +67,7 @@ fn undecided(base: String, head: String, errors: Vec<String>) -> GateResult {
         },
         findings,
         diff: RenderDiff::default(),
+        chart_defaults: Vec::new(),
     }
 }
 
@@ -172,6 +173,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         };
         *counts.entry(finding.rule.clone()).or_insert(0) += 1;
     }
+    let chart_defaults = chart_defaults(config, &render_diff);
     let mut result = GateResult {
         verdict: Verdict {
             outcome: if blocking.is_empty() {
@@ -189,6 +191,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         },
         findings,
         diff: render_diff,
+        chart_defaults,
     };
     result.verdict.repository_consumers = result.dropped().iter().map(|d| d.consumers.len()).sum();
     result
@@ -253,6 +256,75 @@ fn isolate_chart_moves(
             app_diff.chart_only = Some(chart_only);
         }
     }
+}
+
+/// Each distinct chart version move's default values that changed (values.yaml of both
+/// versions from the chart mirror).
+fn chart_defaults(
+    config: &RenderConfig,
+    diff: &RenderDiff,
+) -> Vec<crate::gate::report::ChartDefaults> {
+    use crate::render::charts::{ChartRef, locate};
+    const KEPT: usize = 200;
+    let mut moves: Vec<&ChartMove> = diff
+        .applications
+        .iter()
+        .flat_map(|a| a.chart_moves.iter())
+        .collect();
+    moves.sort_by(|a, b| {
+        (&a.repo_url, &a.chart, &a.from, &a.to).cmp(&(&b.repo_url, &b.chart, &b.from, &b.to))
+    });
+    moves.dedup();
+    let values = |version: &str, chart_move: &ChartMove| -> Result<Value, String> {
+        let dir = locate(
+            config.charts.as_deref(),
+            &ChartRef {
+                repo_url: chart_move.repo_url.clone(),
+                chart: chart_move.chart.clone(),
+                version: version.to_string(),
+            },
+        )?;
+        let path = dir.join("values.yaml");
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(_) => return Ok(Value::Null),
+        };
+        if !meta.is_file() || meta.len() > 8 << 20 {
+            return Err("values.yaml is not a regular file under 8 MiB".into());
+        }
+        let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+        let text = crate::yaml::utf8(&bytes, "values.yaml")?;
+        crate::yaml::parse_document(text, "values.yaml")
+            .map_err(|e| format!("values.yaml line {}: {}", e.line, e.message))
+    };
+    moves
+        .into_iter()
+        .map(|chart_move| {
+            let mut out = crate::gate::report::ChartDefaults {
+                chart: chart_move.chart.clone(),
+                repo_url: chart_move.repo_url.clone(),
+                from: chart_move.from.clone(),
+                to: chart_move.to.clone(),
+                changes: Vec::new(),
+                more: 0,
+                unreadable: None,
+            };
+            match (
+                values(&chart_move.from, chart_move),
+                values(&chart_move.to, chart_move),
+            ) {
+                (Ok(before), Ok(after)) => {
+                    let mut changes = Vec::new();
+                    diff::diff_values("", &before, &after, &mut changes);
+                    out.more = changes.len().saturating_sub(KEPT);
+                    changes.truncate(KEPT);
+                    out.changes = changes;
+                }
+                (Err(e), _) | (_, Err(e)) => out.unreadable = Some(e),
+            }
+            out
+        })
+        .collect()
 }
 
 /// The Application with each moved chart's `targetRevision` set back to the base's version.

@@ -67,6 +67,29 @@ pub struct GateResult {
     pub verdict: Verdict,
     pub findings: Vec<Finding>,
     pub diff: RenderDiff,
+    /// Per chart version move: the chart's default values that changed (its values.yaml at
+    /// both versions), so the value that made an object appear is in front of the reader.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chart_defaults: Vec<ChartDefaults>,
+}
+
+/// A chart's default values that changed between two versions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChartDefaults {
+    pub chart: String,
+    pub repo_url: String,
+    pub from: String,
+    pub to: String,
+    /// The first changes, by path (`gate check --json` keeps at most 200).
+    pub changes: Vec<crate::gate::diff::FieldChange>,
+    /// Changes beyond those listed.
+    #[serde(default)]
+    pub more: usize,
+    /// Why the values could not be compared (a chart not in the mirror, YAML that does not
+    /// parse).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
 impl GateResult {
@@ -84,6 +107,9 @@ impl GateResult {
 pub struct ParsedReport {
     pub verdict: Verdict,
     pub dropped: Vec<DroppedServedVersion>,
+    /// `kind-not-served-on-cluster` blockers (the `not-served` blocks).
+    #[serde(default)]
+    pub not_served: Vec<rules::NotServed>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -142,6 +168,7 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
     }
     let mut verdict = None;
     let mut dropped = Vec::new();
+    let mut not_served = Vec::new();
     let blocks = machine_blocks(markdown)?;
     // The gate writes its blocks last, verdict first: nothing before the last verdict block
     // is read (a second line of defence behind the escaping of everything a chart controls).
@@ -168,12 +195,21 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
                     })?;
                 dropped.push(block.into());
             }
+            "not-served" => {
+                not_served.push(serde_json::from_value(value).map_err(|e| {
+                    ReportError::BadBlock {
+                        name,
+                        message: e.to_string(),
+                    }
+                })?);
+            }
             _ => {}
         }
     }
     Ok(ParsedReport {
         verdict: verdict.ok_or(ReportError::NoVerdict)?,
         dropped,
+        not_served,
     })
 }
 
@@ -506,7 +542,47 @@ fn head_section(result: &GateResult, limit: Option<usize>) -> String {
         }
         more_line(&mut out, &counts, limit);
     }
+    chart_defaults_section(&mut out, result, limit);
     out
+}
+
+/// The chart defaults that changed, per chart version move (chart-controlled text, escaped).
+fn chart_defaults_section(out: &mut String, result: &GateResult, limit: Option<usize>) {
+    if result.chart_defaults.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n**Chart defaults that changed**\n");
+    let per_chart = limit.unwrap_or(40).min(40);
+    for defaults in &result.chart_defaults {
+        let head = format!(
+            "- {} {} → {}",
+            code(&defaults.chart),
+            code(&defaults.from),
+            code(&defaults.to)
+        );
+        if let Some(why) = &defaults.unreadable {
+            let _ = writeln!(out, "{head}: not compared ({})", text(why));
+            continue;
+        }
+        if defaults.changes.is_empty() {
+            let _ = writeln!(out, "{head}: no default value changed");
+            continue;
+        }
+        let _ = writeln!(out, "{head}:");
+        for change in defaults.changes.iter().take(per_chart) {
+            let _ = writeln!(
+                out,
+                "  - {}: {} → {}",
+                code(&change.path),
+                code(&clip(&value_text(&change.old), 60)),
+                code(&clip(&value_text(&change.new), 60))
+            );
+        }
+        let more = defaults.changes.len().saturating_sub(per_chart) + defaults.more;
+        if more > 0 {
+            let _ = writeln!(out, "  - and {more} more (in `gate check --json`)");
+        }
+    }
 }
 
 /// `first: item; item` (helm's schema error list) -> (first, items).
@@ -878,6 +954,14 @@ fn blocks_section(result: &GateResult) -> String {
         out.push_str(&machine_block("dropped", &DroppedBlock::from(&dropped)));
         out.push('\n');
     }
+    for finding in result
+        .findings
+        .iter()
+        .filter(|f| f.rule == rules::KIND_NOT_SERVED && f.severity == Severity::Blocking)
+    {
+        out.push_str(&machine_block("not-served", &finding.evidence));
+        out.push('\n');
+    }
     out
 }
 
@@ -896,6 +980,40 @@ mod tests {
         );
         let parsed = machine_blocks(&block).unwrap();
         assert_eq!(parsed, vec![("dropped".to_string(), hostile)]);
+    }
+
+    #[test]
+    fn a_not_served_block_round_trips_hostile_names_and_cannot_add_a_block() {
+        let hostile = rules::NotServed {
+            api_version: "x.io/v1".into(),
+            kind: "X".into(),
+            namespace: "ns".into(),
+            name: "a --> <!-- gitops-gate:not-served {} -->".into(),
+            applications: vec!["argocd/a on prod".into()],
+        };
+        let result = GateResult {
+            verdict: Verdict {
+                outcome: Outcome::Blocked,
+                base: "a".repeat(40),
+                head: "b".repeat(40),
+                counts: Default::default(),
+                blocking: [(rules::KIND_NOT_SERVED.to_string(), 1)].into(),
+                notes: Default::default(),
+                repository_consumers: 0,
+                errors: vec![],
+            },
+            findings: vec![Finding {
+                rule: rules::KIND_NOT_SERVED.into(),
+                severity: Severity::Blocking,
+                summary: format!("X {} is rendered", hostile.name),
+                evidence: serde_json::to_value(&hostile).unwrap(),
+            }],
+            diff: Default::default(),
+            chart_defaults: vec![],
+        };
+        let (markdown, _) = render(&result);
+        assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
+        assert_eq!(parse(&markdown).unwrap().not_served, vec![hostile]);
     }
 
     #[test]

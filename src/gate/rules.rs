@@ -35,6 +35,50 @@ pub const SYNC_POLICY_CHANGED: &str = "sync-policy-changed";
 pub const DESTINATION_UNKNOWN: &str = "destination-unknown";
 /// A rendered CustomResourceDefinition whose names the API server would reject.
 pub const CRD_NAME_INVALID: &str = "crd-name-invalid";
+/// An object of a group its cluster does not serve at all (no version natively, no CRD
+/// rendered there): Argo CD would fail the sync. Blocking where the inventory lists the
+/// cluster's APIs, a note where it does not.
+pub const KIND_NOT_SERVED: &str = "kind-not-served-on-cluster";
+
+/// API groups every Kubernetes cluster serves: the rule never raises objects of these (an
+/// inventory's API list is often partial for them).
+const NATIVE_GROUPS: &[&str] = &[
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
+
+/// A rendered object whose API group its destination cluster does not serve.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotServed {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// `namespace/name on cluster`, each Application that renders it.
+    pub applications: Vec<String>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -741,6 +785,68 @@ pub fn evaluate(
         });
     }
 
+    // kind-not-served-on-cluster: new at head (the same Application, cluster and object at
+    // the base does not count), one finding per object listing every Application.
+    let at_base: std::collections::HashSet<(String, String, ObjectKey, String)> =
+        not_served_objects(base, &base_crds, inventory)
+            .into_iter()
+            .map(|(a, c, k, v, _)| (a, c, k, v))
+            .collect();
+    let mut not_served: BTreeMap<(String, ObjectKey), (NotServed, bool)> = BTreeMap::new();
+    for (application, cluster, key, api_version, listed) in
+        not_served_objects(head, &head_crds, inventory)
+    {
+        if at_base.contains(&(
+            application.clone(),
+            cluster.clone(),
+            key.clone(),
+            api_version.clone(),
+        )) {
+            continue;
+        }
+        let entry = not_served
+            .entry((api_version.clone(), key.clone()))
+            .or_insert_with(|| {
+                (
+                    NotServed {
+                        api_version: api_version.clone(),
+                        kind: key.kind.clone(),
+                        namespace: key.namespace.clone(),
+                        name: key.name.clone(),
+                        applications: Vec::new(),
+                    },
+                    false,
+                )
+            });
+        entry
+            .0
+            .applications
+            .push(format!("{application} on {cluster}"));
+        // Blocking when any of its clusters lists its APIs.
+        entry.1 |= listed;
+    }
+    for (_, (object, blocking)) in not_served {
+        let (group, _) = split_api_version(&object.api_version);
+        findings.push(Finding {
+            rule: KIND_NOT_SERVED.into(),
+            severity: if blocking {
+                Severity::Blocking
+            } else {
+                Severity::Note
+            },
+            summary: format!(
+                "{} {} ({}) is rendered for {}, and {} serves no {group} API and renders no CRD for it there: Argo CD would fail the sync{}",
+                object.kind,
+                if object.namespace.is_empty() { object.name.clone() } else { format!("{}/{}", object.namespace, object.name) },
+                object.api_version,
+                object.applications.join(", "),
+                if object.applications.len() == 1 { "that cluster" } else { "each cluster" },
+                if blocking { "" } else { " (the inventory lists no APIs for the cluster, so this is a note)" }
+            ),
+            evidence: serde_json::to_value(&object).unwrap_or(Value::Null),
+        });
+    }
+
     // addon-added: the expansion of every Application the change creates.
     let added: Vec<&RenderedApplication> = diff
         .applications
@@ -1084,6 +1190,58 @@ fn unserved_objects(
                 });
             }
         }
+    }
+    out
+}
+
+/// Objects whose group the destination cluster serves neither natively (the inventory's API
+/// list) nor through a CRD rendered at this commit for that cluster. Argo CD's own kinds are
+/// left to Argo CD. Returns (application, cluster, object key, whether the cluster's API list
+/// is known).
+fn not_served_objects(
+    rendering: &Rendering,
+    crds: &BTreeMap<String, BTreeMap<String, CrdInfo>>,
+    inventory: &Inventory,
+) -> Vec<(String, String, ObjectKey, String, bool)> {
+    let destinations: std::collections::HashMap<String, crate::render::inventory::Cluster> =
+        inventory
+            .destinations()
+            .into_iter()
+            .map(|c| (c.name.clone(), c))
+            .collect();
+    let mut out = Vec::new();
+    for (app, object, api_version, kind) in grouped_objects(rendering) {
+        let (group, _) = split_api_version(api_version);
+        if NATIVE_GROUPS.contains(&group) || group == "argoproj.io" {
+            continue;
+        }
+        if app.destination_unknown.is_some() {
+            continue;
+        }
+        if crds
+            .get(&app.cluster.name)
+            .is_some_and(|m| m.values().any(|c| c.group == group && c.kind == kind))
+        {
+            continue;
+        }
+        let Some(cluster) = destinations.get(&app.cluster.name) else {
+            continue;
+        };
+        let listed = !cluster.api_versions.is_empty();
+        let served = cluster
+            .api_versions
+            .iter()
+            .any(|entry| entry.split_once('/').is_some_and(|(g, _)| g == group));
+        if served {
+            continue;
+        }
+        out.push((
+            format!("{}/{}", app.namespace, app.name),
+            app.cluster.name.clone(),
+            ObjectKey::of(object),
+            api_version.to_string(),
+            listed,
+        ));
     }
     out
 }
