@@ -418,3 +418,80 @@ fn reshape_evals() {
         );
     }
 }
+
+/// The reshape cases against a real model (`cargo xtask evals --live`; never in CI): each
+/// case's original document goes to the configured provider through Bosun's own client and
+/// prompt, and the reply is scored by the same harness. Prints the table; a refusal is a
+/// result, not a failure (the harness holds either way), but a transport error fails loudly.
+#[test]
+#[ignore = "calls a real model provider: cargo xtask evals --live"]
+fn reshape_evals_live() {
+    use gitops_loop::bosun::config::{ModelConfig, ModelProvider};
+    use gitops_loop::bosun::reshape;
+    use gitops_loop::model::{self, Request};
+    use serde_json::Value;
+
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let provider = match env("BOSUN_LIVE_PROVIDER").as_deref() {
+        Some("anthropic") => ModelProvider::Anthropic,
+        Some("openai") => ModelProvider::Openai,
+        other => panic!("set BOSUN_LIVE_PROVIDER to anthropic or openai (got {other:?})"),
+    };
+    let config = ModelConfig {
+        provider,
+        base_url: env("BOSUN_LIVE_BASE_URL"),
+        model: Some(env("BOSUN_LIVE_MODEL").expect("set BOSUN_LIVE_MODEL")),
+        api_key_env: env("BOSUN_LIVE_KEY_ENV"),
+        ..ModelConfig::default()
+    };
+    let client = model::from_config(&config)
+        .expect("model configuration")
+        .expect("a provider");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let root = common::project_root().join("evals/reshape");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    println!("| case | got | tokens in / out |\n|---|---|---|");
+    for dir in dirs {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        let case: Value = serde_saphyr::from_str(&read("case.yaml")).unwrap();
+        let original: Value =
+            serde_saphyr::from_str(&read(case["original"].as_str().unwrap())).unwrap();
+        let crd: Value = serde_saphyr::from_str(&read(case["crd"].as_str().unwrap())).unwrap();
+        let version = case["version"].as_str().unwrap();
+        let schema = gitops_loop::schema::version_schema(&crd, version).unwrap();
+        let losses = reshape::losses(&original, &crd, version);
+        let request = Request {
+            purpose: "reshape".into(),
+            subject: dir.display().to_string(),
+            system: reshape::SYSTEM.into(),
+            prompt: reshape::prompt(&original, schema, &losses),
+            schema: reshape::reply_schema(),
+        };
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        match runtime.block_on(client.call(&request)) {
+            Ok(reply) => {
+                let got = match reshape::check_proposal(&original, &reply.value, &crd, version) {
+                    Ok(accepted) => format!(
+                        "accept ({} moved, {} dropped)",
+                        accepted.moved.len(),
+                        accepted.dropped.len()
+                    ),
+                    Err(refused) => format!("refuse ({}: {})", refused.rule, refused.detail),
+                };
+                println!(
+                    "| {name} | {got} | {} / {} |",
+                    reply.usage.input_tokens, reply.usage.output_tokens
+                );
+            }
+            Err(model::Refusal::Transport(e)) => panic!("{name}: {e}"),
+            Err(refusal) => println!("| {name} | refused by the client: {refusal} | - |"),
+        }
+    }
+}

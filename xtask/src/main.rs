@@ -40,9 +40,19 @@ enum Command {
     /// A pull request the gate refuses and Bosun repairs: the external-secrets major bump,
     /// held by policy, blocked on dropped served versions, swapped, green, merged, synced.
     DemoTriage,
-    /// A pull request the swap alone cannot fix: the destination schema would prune a field,
-    /// so Bosun pushes nothing and hands off listing each value that would be lost.
+    /// A pull request the swap alone cannot fix: the destination schema would prune a field;
+    /// Bosun asks the (scripted) model for that document, its harness checks the proposal,
+    /// and the reshape lands with the swaps, listing the value dropped.
     DemoStructural,
+    /// The evals (evals/): scored by `cargo test --test evals`. With `--live`, the reshape
+    /// cases go to a real model instead of the recorded replies (never in CI): set
+    /// BOSUN_LIVE_PROVIDER (anthropic or openai), BOSUN_LIVE_MODEL, optionally
+    /// BOSUN_LIVE_BASE_URL, and the key (ANTHROPIC_API_KEY / OPENAI_API_KEY, or the variable
+    /// BOSUN_LIVE_KEY_ENV names).
+    Evals {
+        #[arg(long)]
+        live: bool,
+    },
     /// The embedded ground.
     Ground {
         #[command(subcommand)]
@@ -93,6 +103,20 @@ fn main() -> Result<()> {
         },
         Command::DemoTriage => demo::play("triage", None),
         Command::DemoStructural => demo::play("structural", None),
+        Command::Evals { live } => {
+            let sh = xshell::Shell::new()?;
+            sh.change_dir(project_root());
+            if live {
+                xshell::cmd!(
+                    sh,
+                    "cargo test --test evals reshape_evals_live -- --ignored --nocapture"
+                )
+                .run()?;
+            } else {
+                xshell::cmd!(sh, "cargo test --test evals -- --nocapture").run()?;
+            }
+            Ok(())
+        }
         Command::Ground {
             command: GroundCommand::Up { scenario },
         } => demo::up(&scenario),
