@@ -54,6 +54,28 @@ enum Command {
         #[arg(long, default_value_t = 60)]
         poll: u64,
     },
+    /// Run the gate and the same repair decision on a local checkout, with no forge: a repair
+    /// is left as a commit on a new branch `bosun/repair-<head>` (the working tree is not
+    /// touched), and the gate runs again on it. Exit 0 when the result is green, 1 when a
+    /// person is needed, 2 when the gate could not decide.
+    Repair {
+        /// The repository (a git checkout).
+        #[arg(long)]
+        repo: PathBuf,
+        /// The commit to judge and repair.
+        #[arg(long, default_value = "HEAD")]
+        head: String,
+        /// The merge base (default: computed from the default branch).
+        #[arg(long)]
+        base: Option<String>,
+        /// A cluster inventory file (default: bosun.yaml's `inventory.file`).
+        #[arg(long)]
+        inventory: Option<PathBuf>,
+        /// The repository's URL as Applications write it (default: the only repository in
+        /// bosun.yaml).
+        #[arg(long)]
+        repo_url: Option<String>,
+    },
     /// Triage one pull request now and print what happened.
     Triage {
         /// The pull request number.
@@ -186,6 +208,27 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?;
             Ok(())
         }
+        Command::Repair {
+            repo,
+            head,
+            base,
+            inventory,
+            repo_url,
+        } => {
+            let code = local::repair(
+                &cli,
+                &config,
+                local::Args {
+                    repo,
+                    head,
+                    base: base.as_deref(),
+                    inventory: inventory.as_deref(),
+                    repo_url: repo_url.as_deref(),
+                },
+            )
+            .await?;
+            std::process::exit(code);
+        }
         Command::Triage { pr, repo } => {
             let slug = match repo {
                 Some(slug) => slug.clone(),
@@ -202,6 +245,315 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// `bosun repair`: the gate and the repair decision on a local checkout.
+mod local {
+    use std::path::Path;
+
+    use anyhow::{Context, Result, bail};
+
+    use gitops_loop::bosun::classify::{self, Path as Decision, Situation};
+    use gitops_loop::bosun::config::{Config, InventoryConfig};
+    use gitops_loop::bosun::{applier, repair};
+    use gitops_loop::gate::{check, report};
+    use gitops_loop::render::{self, RenderConfig, cache::RenderCache, inventory::Inventory};
+
+    pub struct Args<'a> {
+        pub repo: &'a Path,
+        pub head: &'a str,
+        pub base: Option<&'a str>,
+        pub inventory: Option<&'a Path>,
+        pub repo_url: Option<&'a str>,
+    }
+
+    fn git(dir: &Path, args: &[&str]) -> Result<String> {
+        let output = std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .output()
+            .context("cannot run git")?;
+        if !output.status.success() {
+            bail!(
+                "git {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    }
+
+    fn plain(text: &str) -> String {
+        text.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect()
+    }
+
+    pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result<i32> {
+        let inventory_path = match (args.inventory, &config.inventory) {
+            (Some(path), _) => path.to_path_buf(),
+            (None, InventoryConfig::File(path)) => path.clone(),
+            (None, InventoryConfig::Kubernetes { .. }) => bail!(
+                "bosun repair reads a file inventory: pass --inventory FILE (bosun.yaml reads Argo CD's cluster Secrets)"
+            ),
+        };
+        let inventory = Inventory::parse(
+            &std::fs::read_to_string(&inventory_path)
+                .with_context(|| format!("cannot read {}", inventory_path.display()))?,
+            &inventory_path.display().to_string(),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let repo_url = match args.repo_url {
+            Some(url) => url.to_string(),
+            None if config.repositories.len() == 1 => config.repositories[0].url.clone(),
+            None => bail!("bosun.yaml lists several repositories: pass --repo-url"),
+        };
+        let limits = config.render.limits();
+        let mut helm = render::tools::find_tool("helm", cli.helm.as_deref(), "GATE_HELM")?;
+        helm.limits = limits;
+        let kubectl = render::tools::find_tool("kubectl", cli.kubectl.as_deref(), "GATE_KUBECTL")
+            .ok()
+            .map(|mut k| {
+                k.limits = limits;
+                k
+            });
+        let workdir = config
+            .workdir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("bosun"));
+        std::fs::create_dir_all(&workdir)?;
+        let model = gitops_loop::model::from_config(&config.model)
+            .map_err(|e| anyhow::anyhow!("bosun.yaml: model: {e}"))?;
+        let render_config = |dir: &Path, revision: &str| RenderConfig {
+            repo_dir: dir.to_path_buf(),
+            revision: revision.to_string(),
+            repo_url: Some(repo_url.clone()),
+            inventory: inventory.clone(),
+            charts: Some(
+                config
+                    .charts
+                    .dir
+                    .clone()
+                    .unwrap_or_else(|| workdir.join("charts")),
+            ),
+            git_mirrors: Vec::new(),
+            helm: helm.clone(),
+            kubectl: kubectl.clone(),
+            cache: RenderCache::at(workdir.join("render-cache")),
+            max_depth: render::DEFAULT_MAX_DEPTH,
+            jobs: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2),
+            // Offline: charts come from the mirror (`gate charts pull` fills it).
+            chart_pulls: Default::default(),
+            chart_repo_mirrors: config
+                .charts
+                .mirrors
+                .iter()
+                .map(|m| (m.from.clone(), m.to.clone()))
+                .collect(),
+            kustomize_enable_helm: config.render.kustomize_enable_helm,
+            parsed: Default::default(),
+        };
+        let judge = |revision: &str| {
+            let result = check::check(
+                &render_config(args.repo, revision),
+                &check::Revisions {
+                    base: args.base.map(str::to_string),
+                    head: revision.to_string(),
+                    default_branch: None,
+                },
+            );
+            // Bosun reads the verdict as it is published, never the in-memory result.
+            let (markdown, _) = report::render(&result);
+            (result, markdown)
+        };
+        let (result, markdown) = tokio::task::block_in_place(|| judge(args.head));
+        let title = plain(&gitops_loop::gate::publish::title(&result));
+        println!(
+            "gate on {}: {title}",
+            &result.verdict.head.get(..7).unwrap_or("")
+        );
+        let parsed = report::parse(&markdown).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let head = result.verdict.head.clone();
+        let decision = classify::classify(&Situation {
+            report: Some(&parsed),
+            head_sha: &head,
+            fork: false,
+            attempts: 0,
+            attempt_cap: config.attempt_cap,
+        });
+        let handoff = |handoff: &classify::Handoff, details: &[String]| {
+            println!(
+                "over to you: open {}. The choice: {}. What stopped a mechanical fix: {}.",
+                plain(&handoff.open),
+                plain(&handoff.choice),
+                plain(&handoff.fact)
+            );
+            for line in details {
+                println!("  - {}", plain(line));
+            }
+        };
+        let dropped = match decision {
+            Decision::Green => {
+                println!("green: nothing to repair");
+                return Ok(0);
+            }
+            Decision::WorthALook(reasons) => {
+                println!("green, worth a look: {}", plain(&reasons.join("; ")));
+                return Ok(0);
+            }
+            Decision::Wait(why) => {
+                println!("no decision: {}", plain(&why));
+                return Ok(2);
+            }
+            Decision::Escalate(why) => {
+                println!("nothing in this repository to change: {}", plain(&why));
+                return Ok(1);
+            }
+            Decision::Handoff(h) => {
+                handoff(&h, &[]);
+                return Ok(if result.verdict.outcome == report::Outcome::Undecided {
+                    2
+                } else {
+                    1
+                });
+            }
+            Decision::Swap(dropped) => dropped,
+        };
+        // The repair is made in a worktree of its own: the user's working tree stays as it is.
+        let worktree = tempfile::Builder::new()
+            .prefix("bosun-repair-")
+            .tempdir_in(&workdir)?;
+        let tree = worktree.path().join("tree");
+        git(
+            args.repo,
+            &[
+                "worktree",
+                "add",
+                "--quiet",
+                "--detach",
+                &tree.display().to_string(),
+                &head,
+            ],
+        )?;
+        let outcome = repair_in(
+            config,
+            &render_config(&tree, &head),
+            &dropped,
+            model.as_deref(),
+        )
+        .await;
+        let committed = match outcome {
+            Ok(Ok(prepared)) => {
+                applier::write(&tree, &prepared.rewrites)?;
+                let mut add = vec!["add", "--"];
+                add.extend(prepared.rewrites.iter().map(|r| r.path.as_str()));
+                git(&tree, &add)?;
+                let mut message = format!(
+                    "Move {} manifest{} off API versions the new chart stops serving\n\nBosun (local mode) rewrote apiVersion values as the gate asked{}.\n",
+                    prepared.swapped,
+                    if prepared.swapped == 1 { "" } else { "s" },
+                    if prepared.reshaped.is_empty() {
+                        ""
+                    } else {
+                        ", and reshaped documents through its harness"
+                    }
+                );
+                for line in &prepared.reshaped {
+                    message.push_str(&format!("- {}\n", plain(line)));
+                }
+                git(
+                    &tree,
+                    &[
+                        "-c",
+                        &format!("user.name={}", config.commit.name),
+                        "-c",
+                        &format!("user.email={}", config.commit.email),
+                        "commit",
+                        "--quiet",
+                        "--no-verify",
+                        "-m",
+                        &message,
+                    ],
+                )?;
+                let commit = git(&tree, &["rev-parse", "HEAD"])?;
+                for line in &prepared.reshaped {
+                    println!("reshaped {}", plain(line));
+                }
+                Some((commit, prepared.rewrites.len(), prepared.swapped))
+            }
+            Ok(Err((h, details))) => {
+                handoff(&h, &details);
+                None
+            }
+            Err(e) => {
+                let _ = git(
+                    args.repo,
+                    &["worktree", "remove", "--force", &tree.display().to_string()],
+                );
+                return Err(e);
+            }
+        };
+        let _ = git(
+            args.repo,
+            &["worktree", "remove", "--force", &tree.display().to_string()],
+        );
+        let Some((commit, files, swapped)) = committed else {
+            return Ok(1);
+        };
+        let branch = format!("bosun/repair-{}", head.get(..12).unwrap_or(&head));
+        git(args.repo, &["branch", "--force", &branch, &commit])?;
+        println!(
+            "repaired: {swapped} manifest(s) in {files} file(s), commit {} on branch {branch}",
+            commit.get(..7).unwrap_or("")
+        );
+        let (again, _) = tokio::task::block_in_place(|| judge(&branch));
+        println!(
+            "gate on {}: {}",
+            commit.get(..7).unwrap_or(""),
+            plain(&gitops_loop::gate::publish::title(&again))
+        );
+        Ok(match again.verdict.outcome {
+            report::Outcome::Green => 0,
+            report::Outcome::Blocked => 1,
+            report::Outcome::Undecided => 2,
+        })
+    }
+
+    async fn repair_in(
+        config: &Config,
+        head_config: &RenderConfig,
+        dropped: &[gitops_loop::gate::rules::DroppedServedVersion],
+        model: Option<&dyn gitops_loop::model::Model>,
+    ) -> Result<Result<repair::Prepared, repair::Refusal>> {
+        let planned =
+            match tokio::task::block_in_place(|| repair::plan(config, head_config, dropped))
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+            {
+                Ok(planned) => planned,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+        let needed = planned.calls_needed(model.is_some());
+        let cap = config.model.max_calls_per_pull_request;
+        if needed > cap {
+            return Ok(Err((
+                gitops_loop::bosun::classify::Handoff {
+                    open: "the documents listed".into(),
+                    choice: "how to carry each listed value into the new version's shape".into(),
+                    fact: format!(
+                        "a reshape needs {needed} model calls and model.maxCallsPerPullRequest allows {cap}"
+                    ),
+                },
+                vec![],
+            )));
+        }
+        Ok(repair::finish(planned, dropped, model, &mut |line| {
+            println!("{}", plain(&line))
+        })
+        .await)
     }
 }
 

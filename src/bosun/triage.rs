@@ -9,11 +9,10 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::applier::{self, Policy, Rewrite, Scope};
+use super::applier;
 use super::classify::{self, Handoff, Path as TriagePath, Situation};
-use super::config::{Config, InventoryConfig, PromotionScope};
-use super::reshape::{self, Loss, reshape_losses};
-use super::swap;
+use super::config::{Config, InventoryConfig};
+use super::repair;
 use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upsert_marked_comment};
 use crate::gate::publish::{self, CHECK_NAME};
 use crate::gate::report::{self, MARKER, ParsedReport};
@@ -715,164 +714,6 @@ impl Bosun {
         }
     }
 
-    /// Asks the model for each lossy document (one call each, within the per-head cap) and
-    /// puts every accepted proposal, re-serialised by the harness, into the rewrites. Returns
-    /// a comment line per reshaped document, or the handoff when anything is refused: then
-    /// nothing is pushed, the clean swaps included.
-    async fn reshape(
-        &self,
-        slug: &RepoSlug,
-        pr: &crate::forge::PullRequest,
-        model: &dyn crate::model::Model,
-        rewrites: &mut [Rewrite],
-        lossy: &[reshape::Lossy],
-        run: &mut Run,
-    ) -> Result<Result<Vec<String>, (Handoff, Vec<String>)>, TriageError> {
-        let files = || {
-            let mut f: Vec<String> = lossy.iter().map(|l| l.document.file.clone()).collect();
-            f.dedup();
-            f.join(", ")
-        };
-        let handoff = |fact: String| Handoff {
-            open: files(),
-            choice:
-                "how to carry each listed value into the new version's shape (or decide to drop it)"
-                    .into(),
-            fact,
-        };
-        let cap = self.config.model.max_calls_per_pull_request;
-        let comments = self.forge.comments(slug, pr.number).await?;
-        let made = model_calls_made(&comments, &self.me, &pr.head_sha);
-        let needed = lossy.len() as u32;
-        if made + needed > cap {
-            let details = lossy
-                .iter()
-                .flat_map(|l| {
-                    l.losses
-                        .iter()
-                        .map(|x| format!("{}: {x}", report::text(&l.document.to_string())))
-                })
-                .collect();
-            return Ok(Err((
-                handoff(format!(
-                    "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
-                    if needed == 1 { "" } else { "s" }
-                )),
-                details,
-            )));
-        }
-        // Recorded before the calls, in a comment nothing else replaces: a restart counts them.
-        upsert_marked_comment(
-            self.forge.as_ref(),
-            slug,
-            pr.number,
-            &self.me,
-            MODEL_CALLS_COMMENT,
-            &model_calls_body(&comments, &self.me, &pr.head_sha, made + needed, cap),
-        )
-        .await?;
-        let mut lines = Vec::new();
-        for item in lossy {
-            let Some(schema) = crate::schema::version_schema(&item.crd, &item.version) else {
-                return Ok(Err((
-                    handoff(format!("the CRD declares no schema for {}", item.version)),
-                    vec![],
-                )));
-            };
-            let request = crate::model::Request {
-                purpose: "reshape".into(),
-                subject: item.document.to_string(),
-                system: reshape::SYSTEM.into(),
-                prompt: reshape::prompt(&item.object, schema, &item.losses),
-                schema: reshape::reply_schema(),
-            };
-            let doc = report::text(&item.document.to_string());
-            let reply = match model.call(&request).await {
-                Ok(reply) => reply,
-                Err(refusal) => {
-                    run.say(format!(
-                        "model call for {} refused: {refusal}",
-                        item.document
-                    ));
-                    return Ok(Err((
-                        handoff(format!(
-                            "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
-                            item.document
-                        )),
-                        item.losses.iter().map(|x| format!("{doc}: {x}")).collect(),
-                    )));
-                }
-            };
-            let accepted = match reshape::check_proposal(
-                &item.object,
-                &reply.value,
-                &item.crd,
-                &item.version,
-            ) {
-                Ok(accepted) => accepted,
-                Err(refused) => {
-                    run.say(format!(
-                        "reshape of {} refused by {}: {}",
-                        item.document, refused.rule, refused.detail
-                    ));
-                    let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
-                    details.extend(item.losses.iter().map(|x| format!("{doc}: {x}")));
-                    return Ok(Err((
-                        handoff(format!(
-                            "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
-                            item.document, refused.rule
-                        )),
-                        details,
-                    )));
-                }
-            };
-            let Some(rewrite) = rewrites.iter_mut().find(|r| r.path == item.document.file) else {
-                return Ok(Err((
-                    handoff(format!(
-                        "{} is not among the rewritten files",
-                        item.document.file
-                    )),
-                    vec![],
-                )));
-            };
-            match reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml) {
-                Ok(after) => rewrite.after = after,
-                Err(why) => {
-                    return Ok(Err((
-                        handoff(format!(
-                            "the reshaped {} cannot be written back: {why}; nothing was pushed, not even the clean swaps",
-                            item.document
-                        )),
-                        vec![],
-                    )));
-                }
-            }
-            let mut parts = Vec::new();
-            for (from, to, value) in &accepted.moved {
-                parts.push(format!(
-                    "moved {} = {} to {}",
-                    report::code(from),
-                    report::text(&value.to_string()),
-                    report::code(to)
-                ));
-            }
-            for (path, value) in &accepted.dropped {
-                parts.push(format!(
-                    "dropped {} = {} (the {} schema has no field for it)",
-                    report::code(path),
-                    report::text(&value.to_string()),
-                    report::text(&item.version)
-                ));
-            }
-            run.say(format!(
-                "reshaped {} ({} tokens in, {} out)",
-                item.document, reply.usage.input_tokens, reply.usage.output_tokens
-            ));
-            lines.push(format!("{doc}: {}", parts.join("; ")));
-        }
-        Ok(Ok(lines))
-    }
-
     async fn swap(
         &self,
         slug: &RepoSlug,
@@ -883,7 +724,6 @@ impl Bosun {
         run: &mut Run,
     ) -> Result<Option<String>, TriageError> {
         let checkout = config.repo_dir.as_path();
-        let url = config.repo_url.as_deref().unwrap_or_default();
         let started = std::time::Instant::now();
         let number = pr.number;
         let head = pr.head_sha.clone();
@@ -911,132 +751,91 @@ impl Bosun {
             &["checkout", "--quiet", "--force", "--detach", &head],
         )?;
         git(checkout, &["clean", "--quiet", "-fdx"])?;
-        let plan = swap::plan(dropped);
         let mut head_config = config.clone();
         head_config.revision = head.clone();
         head_config.parsed = Default::default();
-        let rendering =
-            tokio::task::block_in_place(|| render::render(&head_config)).map_err(|f| {
-                TriageError::Gate(format!(
-                    "the head does not render: {}",
-                    f.diagnostics
-                        .first()
-                        .map(|d| d.message.as_str())
-                        .unwrap_or("")
-                ))
-            })?;
-        let scope = match self.config.promotion_scope {
-            PromotionScope::Deployed => Some(Scope::of(&rendering, |repo| {
-                repo.is_empty()
-                    || crate::render::repos::normalize_repo_url(repo)
-                        == crate::render::repos::normalize_repo_url(url)
-            })),
-            PromotionScope::Repository => None,
-        };
-        let policy = Policy::new(&self.config.deny, &self.config.allow, scope)
-            .map_err(TriageError::Write)?;
-        let rewrites = match applier::prepare(checkout, &policy, &plan) {
-            Ok(rewrites) => rewrites,
-            Err(refusals) => {
-                let files: Vec<String> = refusals.iter().map(|r| r.path.clone()).collect();
-                let handoff = Handoff {
-                    open: files.join(", "),
-                    choice: "move each manifest's apiVersion to the version the gate names, or decide the file should not move".into(),
-                    fact: format!(
-                        "the applier refused {} (nothing was pushed, not even the files it accepted)",
-                        refusals
-                            .iter()
-                            .map(|r| format!("{}: {}", r.path, r.reason))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                };
-                return self
-                    .hand_off(slug, number, &handoff, &[], run)
-                    .await
-                    .map(Some);
-            }
-        };
-        let mut rewrites = rewrites;
-        let mut reshaped: Vec<String> = Vec::new();
-        let lossy = reshape::lossy_documents(&rewrites, &plan, dropped, &rendering);
-        let reshapable = !lossy.is_empty()
-            && lossy.iter().all(|l| {
-                !l.template && l.losses.iter().all(|x| !matches!(x, Loss::Unverifiable(_)))
-            });
-        if let (true, Some(model)) = (reshapable, self.model.as_ref()) {
-            match self
-                .reshape(slug, pr, model.as_ref(), &mut rewrites, &lossy, run)
-                .await?
+        let planned =
+            match tokio::task::block_in_place(|| repair::plan(&self.config, &head_config, dropped))
+                .map_err(TriageError::Gate)?
             {
-                Ok(lines) => {
-                    // Belt and braces: the reshaped files lose nothing under the schema.
-                    let left = reshape_losses(&rewrites, &plan, dropped, &rendering);
-                    if !left.is_empty() {
-                        let details: Vec<String> = left
-                            .iter()
-                            .map(|(d, l)| format!("{}: {l}", report::text(&d.to_string())))
-                            .collect();
-                        let handoff = Handoff {
-                            open: lossy.iter().map(|l| l.document.file.clone()).collect::<Vec<_>>().join(", "),
-                            choice: "how to carry each listed value into the new version's shape".into(),
-                            fact: "the reshaped documents would still lose values; nothing was pushed, not even the clean swaps".into(),
-                        };
-                        return self
-                            .hand_off(slug, number, &handoff, &details, run)
-                            .await
-                            .map(Some);
-                    }
-                    reshaped = lines;
-                }
+                Ok(planned) => planned,
                 Err((handoff, details)) => {
                     return self
                         .hand_off(slug, number, &handoff, &details, run)
                         .await
                         .map(Some);
                 }
+            };
+        // Model calls are counted per head before they are made, in a comment of Bosun's
+        // own: a restart, a re-delivery or a poll of this head counts them.
+        let needed = planned.calls_needed(self.model.is_some());
+        if needed > 0 {
+            let cap = self.config.model.max_calls_per_pull_request;
+            let comments = self.forge.comments(slug, number).await?;
+            let made = model_calls_made(&comments, &self.me, &head);
+            if made + needed > cap {
+                let handoff = Handoff {
+                    open: planned
+                        .lossy
+                        .iter()
+                        .map(|l| l.document.file.clone())
+                        .collect::<std::collections::BTreeSet<_>>()
+                        .into_iter()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
+                    fact: format!(
+                        "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
+                        if needed == 1 { "" } else { "s" }
+                    ),
+                };
+                let details: Vec<String> = planned
+                    .lossy
+                    .iter()
+                    .flat_map(|l| {
+                        let doc = report::text(&l.document.to_string());
+                        l.losses.iter().map(move |x| format!("{doc}: {x}"))
+                    })
+                    .collect();
+                return self
+                    .hand_off(slug, number, &handoff, &details, run)
+                    .await
+                    .map(Some);
             }
+            upsert_marked_comment(
+                self.forge.as_ref(),
+                slug,
+                number,
+                &self.me,
+                MODEL_CALLS_COMMENT,
+                &model_calls_body(&comments, &self.me, &head, made + needed, cap),
+            )
+            .await?;
         }
-        let losses = if reshaped.is_empty() {
-            reshape_losses(&rewrites, &plan, dropped, &rendering)
-        } else {
-            Vec::new()
+        let mut said = Vec::new();
+        let finished = repair::finish(planned, dropped, self.model.as_deref(), &mut |line| {
+            said.push(line)
+        })
+        .await;
+        for line in said {
+            run.say(line);
+        }
+        let prepared = match finished {
+            Ok(prepared) => prepared,
+            Err((handoff, details)) => {
+                return self
+                    .hand_off(slug, number, &handoff, &details, run)
+                    .await
+                    .map(Some);
+            }
         };
-        if !losses.is_empty() {
-            let details: Vec<String> = losses
-                .iter()
-                .map(|(document, loss)| format!("{}: {loss}", report::text(&document.to_string())))
-                .collect();
-            let files: Vec<&str> = {
-                let mut f: Vec<&str> = losses.iter().map(|(d, _)| d.file.as_str()).collect();
-                f.dedup();
-                f
-            };
-            let handoff = Handoff {
-                open: files.join(", "),
-                choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
-                fact: if losses.iter().all(|(_, l)| matches!(l, Loss::Unverifiable(_))) {
-                    format!(
-                        "the schema check could not run on {} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
-                        losses.len(),
-                        if losses.len() == 1 { "" } else { "s" }
-                    )
-                } else {
-                    format!(
-                        "the destination schema would prune or reject {} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
-                        losses.len(),
-                        if losses.len() == 1 { "" } else { "s" }
-                    )
-                },
-            };
-            return self
-                .hand_off(slug, number, &handoff, &details, run)
-                .await
-                .map(Some);
-        }
+        let repair::Prepared {
+            rewrites,
+            swapped,
+            reshaped,
+        } = prepared;
         applier::write(checkout, &rewrites).map_err(|e| TriageError::Write(e.to_string()))?;
         let files: Vec<&str> = rewrites.iter().map(|r| r.path.as_str()).collect();
-        let swapped: usize = plan.values().map(Vec::len).sum();
         let mut message = if reshaped.is_empty() {
             format!(
                 "Move {swapped} manifest{} off API versions the new chart stops serving\n\nBosun rewrote apiVersion values only, as the addons-gate report asked:\n",

@@ -1,0 +1,156 @@
+//! `bosun repair`: the gate and the repair decision on a local checkout, no forge. The real
+//! binary on the sample repository with the external-secrets major bump.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+fn bosun_repair(repo: &Path, work: &Path, extra_config: &str) -> std::process::Output {
+    bosun_repair_env(repo, work, extra_config, &[])
+}
+
+fn bosun_repair_env(
+    repo: &Path,
+    work: &Path,
+    extra_config: &str,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let config = work.join("bosun.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "forge: {{apiUrl: 'http://127.0.0.1:9'}}\nrepositories: [{{slug: platform/gitops, url: '{}'}}]\ninventory: {{file: '{}'}}\ncharts: {{dir: '{}'}}\nworkdir: '{}'\n{extra_config}",
+            common::SAMPLE_REPO_URL,
+            common::sample_dir().join("inventory.yaml").display(),
+            common::sample_dir().join("charts").display(),
+            work.join("state").display(),
+        ),
+    )
+    .unwrap();
+    let tools = common::project_root().join("target/tools");
+    Command::new(env!("CARGO_BIN_EXE_bosun"))
+        .arg("--config")
+        .arg(&config)
+        .args(["repair", "--head", "pr", "--base", "main", "--repo"])
+        .arg(repo)
+        .env("GATE_HELM", tools.join("helm"))
+        .env("GATE_KUBECTL", tools.join("kubectl"))
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_green() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let head = repo.commit_overlay(
+        &common::project_root().join("tests/check-cases/es-major-bump/head"),
+        "pr",
+        "bump external-secrets",
+    );
+    // The same model settings as a triage: here the ground's model double, scripted with the
+    // structural scenario's good reshape.
+    let script: ground::model::ModelScript = serde_json::from_value(serde_json::json!({
+        "provider": "openai",
+        "replies": [{"file": "reshape-good.yaml"}],
+    }))
+    .unwrap();
+    let double = ground::model::ModelDouble::start(
+        &script,
+        &common::project_root().join("scenarios/structural"),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let model = format!(
+        "model: {{provider: openai, model: ground-model, baseUrl: '{}', apiKeyEnv: LOCAL_MODEL_KEY}}\n",
+        double.base_url("openai")
+    );
+    let (repo_path, work_path) = (repo.path().to_path_buf(), work.path().to_path_buf());
+    let output = tokio::task::spawn_blocking(move || {
+        bosun_repair_env(
+            &repo_path,
+            &work_path,
+            &model,
+            &[("LOCAL_MODEL_KEY", ground::model::MODEL_KEY)],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(double.failures().is_empty(), "{:?}", double.failures());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("blocked: 4 dropped-served-version"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("repaired: 8 manifest(s)"), "{stdout}");
+    assert!(
+        stdout.contains("dropped `spec.target.immutable` = true"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().last().unwrap().contains(": passed"),
+        "{stdout}"
+    );
+    // The branch holds the repair; the user's checkout is where it was, untouched.
+    let branch = format!("bosun/repair-{}", &head[..12]);
+    let diff = git(repo.path(), &["diff", "--stat", "pr", &branch]);
+    assert!(
+        diff.contains("8 files changed") || diff.contains("files changed"),
+        "{diff}"
+    );
+    assert_eq!(repo.head(), head);
+    assert_eq!(git(repo.path(), &["status", "--porcelain"]), "");
+    assert_eq!(
+        git(repo.path(), &["worktree", "list", "--porcelain"])
+            .matches("worktree ")
+            .count(),
+        1
+    );
+}
+
+#[test]
+fn a_local_repair_that_would_lose_a_value_without_a_model_commits_nothing() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    // The structural case: the sample's database-credentials.yaml sets a field v1 prunes.
+    repo.commit_overlay(
+        &common::project_root().join("tests/check-cases/es-major-bump/head"),
+        "pr",
+        "bump external-secrets",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let output = bosun_repair(repo.path(), work.path(), "");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("over to you"), "{stdout}");
+    assert!(
+        stdout.contains("a reshape needs a model, which is not configured"),
+        "{stdout}"
+    );
+    assert!(git(repo.path(), &["branch", "--list", "bosun/*"]).is_empty());
+}
