@@ -136,15 +136,38 @@ impl Planned {
     }
 }
 
-/// Reshapes what needs it (one model call per lossy document) and checks the rewrites lose
-/// nothing. Any refusal is a handoff, and then nothing may be written, the clean swaps
-/// included. `say` hears one line per call.
-pub async fn finish(
-    planned: Planned,
+/// What the repair needs next: the model's answers to these requests (in order), or nothing
+/// more. A function of data (the plan and the replies so far), so the evals and tests can
+/// drive it with scripted replies, and the runners (triage, `bosun repair`) only make calls.
+pub enum Step {
+    /// Ask the model these, one at a time, then decide again with the replies appended.
+    Ask(Vec<Request>),
+    /// Decided: the rewrites to write, or the handoff (and then nothing is written, the clean
+    /// swaps included).
+    Done(Result<Prepared, Refusal>),
+}
+
+/// The reshape's request for one lossy document.
+fn request(item: &Lossy) -> Result<Request, String> {
+    let schema = crate::schema::version_schema(&item.crd, &item.version)
+        .ok_or_else(|| format!("the CRD declares no schema for {}", item.version))?;
+    Ok(Request {
+        purpose: "reshape".into(),
+        subject: item.document.to_string(),
+        system: reshape::SYSTEM.into(),
+        prompt: reshape::prompt(&item.object, schema, &item.losses),
+        schema: reshape::reply_schema(),
+    })
+}
+
+/// Decides the repair from the plan and the model's replies so far (one per lossy document,
+/// in order). Every reply is checked by the harness; any refusal hands off.
+pub fn decide(
+    planned: &Planned,
     dropped: &[DroppedServedVersion],
-    model: Option<&dyn Model>,
-    say: &mut (dyn FnMut(String) + Send),
-) -> Result<Prepared, Refusal> {
+    model_configured: bool,
+    replies: &[Result<crate::model::Reply, crate::model::Refusal>],
+) -> Step {
     let swapped: usize = planned.plan.values().map(Vec::len).sum();
     let choice =
         "how to carry each listed value into the new version's shape (or decide to drop it)";
@@ -154,15 +177,15 @@ pub async fn finish(
         fact,
     };
     if planned.lossy.is_empty() {
-        return Ok(Prepared {
-            rewrites: planned.rewrites,
+        return Step::Done(Ok(Prepared {
+            rewrites: planned.rewrites.clone(),
             swapped,
             reshaped: Vec::new(),
-        });
+        }));
     }
     let count = planned.lossy.iter().map(|l| l.losses.len()).sum::<usize>();
     let plural = |n: usize| if n == 1 { "" } else { "s" };
-    let Some(model) = model.filter(|_| planned.reshapable()) else {
+    if !(model_configured && planned.reshapable()) {
         let fact = if planned
             .lossy
             .iter()
@@ -172,7 +195,7 @@ pub async fn finish(
                 "the schema check could not run on {count} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
                 plural(count)
             )
-        } else if model.is_some() {
+        } else if model_configured {
             format!(
                 "the destination schema would prune or reject {count} value{} the swap alone would lose, in a chart template or a document the check could not read, which Bosun does not reshape; nothing was pushed, not even the clean swaps",
                 plural(count)
@@ -183,39 +206,31 @@ pub async fn finish(
                 plural(count)
             )
         };
-        return Err((handoff(fact), planned.loss_lines()));
-    };
+        return Step::Done(Err((handoff(fact), planned.loss_lines())));
+    }
     let mut rewrites = planned.rewrites.clone();
     let mut lines = Vec::new();
-    for item in &planned.lossy {
+    for (index, item) in planned.lossy.iter().enumerate() {
         let doc = report::text(&item.document.to_string());
-        let Some(schema) = crate::schema::version_schema(&item.crd, &item.version) else {
-            return Err((
-                handoff(format!("the CRD declares no schema for {}", item.version)),
-                vec![],
-            ));
+        let Some(reply) = replies.get(index) else {
+            // The rest need asking.
+            let requests: Result<Vec<Request>, String> =
+                planned.lossy[index..].iter().map(request).collect();
+            return match requests {
+                Ok(requests) => Step::Ask(requests),
+                Err(why) => Step::Done(Err((handoff(why), vec![]))),
+            };
         };
-        let request = Request {
-            purpose: "reshape".into(),
-            subject: item.document.to_string(),
-            system: reshape::SYSTEM.into(),
-            prompt: reshape::prompt(&item.object, schema, &item.losses),
-            schema: reshape::reply_schema(),
-        };
-        let reply = match model.call(&request).await {
+        let reply = match reply {
             Ok(reply) => reply,
             Err(refusal) => {
-                say(format!(
-                    "model call for {} refused: {refusal}",
-                    item.document
-                ));
-                return Err((
+                return Step::Done(Err((
                     handoff(format!(
                         "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
                         item.document
                     )),
                     item.losses.iter().map(|x| format!("{doc}: {x}")).collect(),
-                ));
+                )));
             }
         };
         let accepted = match reshape::check_proposal(
@@ -226,40 +241,36 @@ pub async fn finish(
         ) {
             Ok(accepted) => accepted,
             Err(refused) => {
-                say(format!(
-                    "reshape of {} refused by {}: {}",
-                    item.document, refused.rule, refused.detail
-                ));
                 let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
                 details.extend(item.losses.iter().map(|x| format!("{doc}: {x}")));
-                return Err((
+                return Step::Done(Err((
                     handoff(format!(
                         "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
                         item.document, refused.rule
                     )),
                     details,
-                ));
+                )));
             }
         };
         let Some(rewrite) = rewrites.iter_mut().find(|r| r.path == item.document.file) else {
-            return Err((
+            return Step::Done(Err((
                 handoff(format!(
                     "{} is not among the rewritten files",
                     item.document.file
                 )),
                 vec![],
-            ));
+            )));
         };
         match reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml) {
             Ok(after) => rewrite.after = after,
             Err(why) => {
-                return Err((
+                return Step::Done(Err((
                     handoff(format!(
                         "the reshaped {} cannot be written back: {why}; nothing was pushed, not even the clean swaps",
                         item.document
                     )),
                     vec![],
-                ));
+                )));
             }
         }
         let mut parts = Vec::new();
@@ -279,10 +290,6 @@ pub async fn finish(
                 report::text(&item.version)
             ));
         }
-        say(format!(
-            "reshaped {} ({} tokens in, {} out)",
-            item.document, reply.usage.input_tokens, reply.usage.output_tokens
-        ));
         let mut line = String::new();
         let _ = write!(line, "{doc}: {}", parts.join("; "));
         lines.push(line);
@@ -290,7 +297,7 @@ pub async fn finish(
     // Belt and braces: the reshaped files lose nothing under the schema.
     let left = reshape_losses(&rewrites, &planned.plan, dropped, &planned.rendering);
     if !left.is_empty() {
-        return Err((
+        return Step::Done(Err((
             Handoff {
                 open: planned.files(),
                 choice: choice.into(),
@@ -299,11 +306,181 @@ pub async fn finish(
             left.iter()
                 .map(|(d, l)| format!("{}: {l}", report::text(&d.to_string())))
                 .collect(),
-        ));
+        )));
     }
-    Ok(Prepared {
+    Step::Done(Ok(Prepared {
         rewrites,
         swapped,
         reshaped: lines,
-    })
+    }))
+}
+
+/// Runs `decide` to the end: makes each call it asks for, one at a time, and decides again.
+/// `say` hears one line per call.
+pub async fn finish(
+    planned: Planned,
+    dropped: &[DroppedServedVersion],
+    model: Option<&dyn Model>,
+    say: &mut (dyn FnMut(String) + Send),
+) -> Result<Prepared, Refusal> {
+    let mut replies = Vec::new();
+    loop {
+        match decide(&planned, dropped, model.is_some(), &replies) {
+            Step::Done(result) => return result,
+            Step::Ask(requests) => {
+                let (Some(model), Some(request)) = (model, requests.into_iter().next()) else {
+                    // decide never asks without a model; refuse rather than loop.
+                    return Err((
+                        Handoff {
+                            open: planned.files(),
+                            choice: "how to carry each listed value into the new version's shape"
+                                .into(),
+                            fact: "a reshape needs a model, which is not configured".into(),
+                        },
+                        vec![],
+                    ));
+                };
+                let reply = model.call(&request).await;
+                match &reply {
+                    Ok(reply) => say(format!(
+                        "model replied for {} ({} tokens in, {} out)",
+                        request.subject, reply.usage.input_tokens, reply.usage.output_tokens
+                    )),
+                    Err(refusal) => say(format!(
+                        "model call for {} refused: {refusal}",
+                        request.subject
+                    )),
+                }
+                replies.push(reply);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::rules::Consumer;
+    use crate::model::{Reply, Usage};
+    use crate::render::{ClusterRef, Origin, RenderedApplication};
+    use serde_json::{Value, json};
+
+    fn setup() -> (Planned, Vec<DroppedServedVersion>) {
+        let crd_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "scenarios/sample/charts/charts.example.test/stable/external-secrets/2.10.0/crds/externalsecrets.yaml",
+        );
+        let crd: Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(crd_path).unwrap()).unwrap();
+        let doc = |api: &str| {
+            format!(
+                "apiVersion: {api}\nkind: ExternalSecret\nmetadata:\n  name: s\nspec:\n  refreshInterval: 1h\n  target:\n    name: s\n    immutable: true\n"
+            )
+        };
+        let rewrites = vec![Rewrite {
+            path: "s.yaml".into(),
+            before: doc("external-secrets.io/v1beta1"),
+            after: doc("external-secrets.io/v1"),
+        }];
+        let dropped = vec![DroppedServedVersion {
+            crd: "externalsecrets.external-secrets.io".into(),
+            group: "external-secrets.io".into(),
+            kind: "ExternalSecret".into(),
+            dropped: vec!["v1beta1".into()],
+            served: vec!["v1".into()],
+            storage: "v1".into(),
+            clusters: vec!["prod".into()],
+            consumers: vec![Consumer {
+                path: "s.yaml".into(),
+                document: 0,
+                api_version: "external-secrets.io/v1beta1".into(),
+                kind: "ExternalSecret".into(),
+                namespace: String::new(),
+                name: "s".into(),
+                template: false,
+            }],
+        }];
+        let plan = swap::plan(&dropped);
+        let rendering = Rendering {
+            revision: "r".into(),
+            applications: vec![RenderedApplication {
+                name: "es".into(),
+                namespace: "argocd".into(),
+                project: "default".into(),
+                origin: Origin::File {
+                    path: "a.yaml".into(),
+                    document: 0,
+                },
+                cluster: ClusterRef {
+                    name: "prod".into(),
+                    server: "https://prod".into(),
+                },
+                destination_namespace: "es".into(),
+                sources: vec![],
+                objects: vec![std::sync::Arc::new(crd)],
+                render_keys: vec![],
+                manifest: Value::Null,
+                stored: Value::Null,
+                destination_unknown: None,
+            }],
+            diagnostics: vec![],
+            stats: Default::default(),
+        };
+        let lossy = reshape::lossy_documents(&rewrites, &plan, &dropped, &rendering);
+        (
+            Planned {
+                plan,
+                rendering,
+                rewrites,
+                lossy,
+            },
+            dropped,
+        )
+    }
+
+    fn reply(value: Value) -> Result<Reply, crate::model::Refusal> {
+        Ok(Reply {
+            value,
+            usage: Usage::default(),
+        })
+    }
+
+    #[test]
+    fn the_decision_asks_then_decides_from_the_replies_alone() {
+        let (planned, dropped) = setup();
+        assert_eq!(planned.calls_needed(true), 1);
+        let Step::Ask(requests) = decide(&planned, &dropped, true, &[]) else {
+            panic!("expected a request");
+        };
+        assert_eq!(requests.len(), 1);
+        assert!(requests[0].prompt.contains("\"immutable\""));
+        let good = json!({"document": {"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
+            "metadata": {"name": "s"}, "spec": {"refreshInterval": "1h", "target": {"name": "s"}}}});
+        let Step::Done(Ok(prepared)) = decide(&planned, &dropped, true, &[reply(good.clone())])
+        else {
+            panic!("expected a repair");
+        };
+        assert!(prepared.reshaped[0].contains("dropped `spec.target.immutable` = true"));
+        assert!(!prepared.rewrites[0].after.contains("immutable"));
+        // A refused call, a reply the harness refuses, or no model: a handoff.
+        let refused = [Err(crate::model::Refusal::Empty)];
+        assert!(matches!(
+            decide(&planned, &dropped, true, &refused),
+            Step::Done(Err(_))
+        ));
+        let mut invented = good;
+        invented["document"]["spec"]["target"]["creationPolicy"] = json!("Merge");
+        let Step::Done(Err((handoff, _))) = decide(&planned, &dropped, true, &[reply(invented)])
+        else {
+            panic!("expected a handoff");
+        };
+        assert!(
+            handoff.fact.contains("accounted-values"),
+            "{}",
+            handoff.fact
+        );
+        let Step::Done(Err((handoff, _))) = decide(&planned, &dropped, false, &[]) else {
+            panic!("expected a handoff");
+        };
+        assert!(handoff.fact.contains("not configured"));
+    }
 }
