@@ -65,7 +65,7 @@ async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_gre
     // structural scenario's good reshape.
     let script: ground::model::ModelScript = serde_json::from_value(serde_json::json!({
         "provider": "openai",
-        "replies": [{"file": "reshape-good.yaml"}],
+        "replies": [{"file": "reshape-good.yaml"}, {"file": "reshape-good.yaml"}],
     }))
     .unwrap();
     let double = ground::model::ModelDouble::start(
@@ -81,16 +81,18 @@ async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_gre
         double.base_url("openai")
     );
     let (repo_path, work_path) = (repo.path().to_path_buf(), work.path().to_path_buf());
-    let output = tokio::task::spawn_blocking(move || {
-        bosun_repair_env(
-            &repo_path,
-            &work_path,
-            &model,
-            &[("LOCAL_MODEL_KEY", ground::model::MODEL_KEY)],
-        )
-    })
-    .await
-    .unwrap();
+    let run = move || {
+        let (repo_path, work_path, model) = (repo_path.clone(), work_path.clone(), model.clone());
+        tokio::task::spawn_blocking(move || {
+            bosun_repair_env(
+                &repo_path,
+                &work_path,
+                &model,
+                &[("LOCAL_MODEL_KEY", ground::model::MODEL_KEY)],
+            )
+        })
+    };
+    let output = run().await.unwrap();
     assert!(double.failures().is_empty(), "{:?}", double.failures());
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(

@@ -57,7 +57,7 @@ enum Command {
     /// Run the gate and the same repair decision on a local checkout, with no forge: a repair
     /// is left as a commit on a new branch `bosun/repair-<head>` (the working tree is not
     /// touched), and the gate runs again on it. Exit 0 when the result is green, 1 when a
-    /// person is needed, 2 when the gate could not decide.
+    /// person is needed, 2 when the gate could not decide, 3 on an error.
     Repair {
         /// The repository (a git checkout).
         #[arg(long)]
@@ -65,7 +65,8 @@ enum Command {
         /// The commit to judge and repair.
         #[arg(long, default_value = "HEAD")]
         head: String,
-        /// The merge base (default: computed from the default branch).
+        /// The commit to compare with, as given (default: the merge base of the head and the
+        /// default branch).
         #[arg(long)]
         base: Option<String>,
         /// A cluster inventory file (default: bosun.yaml's `inventory.file`).
@@ -226,8 +227,15 @@ async fn run(cli: Cli) -> Result<()> {
                     repo_url: repo_url.as_deref(),
                 },
             )
-            .await?;
-            std::process::exit(code);
+            .await;
+            match code {
+                Ok(code) => std::process::exit(code),
+                Err(e) => {
+                    eprintln!("bosun: {e:#}");
+                    // Distinct from 1 (a person is needed) and 2 (the gate could not decide).
+                    std::process::exit(3);
+                }
+            }
         }
         Command::Triage { pr, repo } => {
             let slug = match repo {
@@ -285,6 +293,35 @@ mod local {
         Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
     }
 
+    /// Removes the repair's worktree however the run ends (an error, a panic): the user's
+    /// repository never keeps a stray worktree.
+    struct Worktree<'a> {
+        repo: &'a Path,
+        tree: std::path::PathBuf,
+    }
+
+    impl Drop for Worktree<'_> {
+        fn drop(&mut self) {
+            let tree = self.tree.display().to_string();
+            let _ = git(self.repo, &["worktree", "remove", "--force", &tree]);
+            let _ = git(self.repo, &["worktree", "prune"]);
+        }
+    }
+
+    /// Git in the repair's worktree: no hooks and no signing of the user's configuration run
+    /// on content a pull request wrote, and pathspecs are literal.
+    fn git_quiet(dir: &Path, args: &[&str]) -> Result<String> {
+        let mut all = vec![
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "commit.gpgsign=false",
+            "--literal-pathspecs",
+        ];
+        all.extend_from_slice(args);
+        git(dir, &all)
+    }
+
     fn plain(text: &str) -> String {
         text.chars()
             .map(|c| if c.is_control() { ' ' } else { c })
@@ -319,11 +356,7 @@ mod local {
                 k.limits = limits;
                 k
             });
-        let workdir = config
-            .workdir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("bosun"));
-        std::fs::create_dir_all(&workdir)?;
+        let workdir = local_workdir(config)?;
         let model = gitops_loop::model::from_config(&config.model)
             .map_err(|e| anyhow::anyhow!("bosun.yaml: model: {e}"))?;
         let render_config = |dir: &Path, revision: &str| RenderConfig {
@@ -424,13 +457,15 @@ mod local {
             Decision::Swap(dropped) => dropped,
         };
         // The repair is made in a worktree of its own: the user's working tree stays as it is.
-        let worktree = tempfile::Builder::new()
+        let scratch = tempfile::Builder::new()
             .prefix("bosun-repair-")
             .tempdir_in(&workdir)?;
-        let tree = worktree.path().join("tree");
+        let tree = scratch.path().join("tree");
         git(
             args.repo,
             &[
+                "-c",
+                "core.hooksPath=/dev/null",
                 "worktree",
                 "add",
                 "--quiet",
@@ -439,78 +474,94 @@ mod local {
                 &head,
             ],
         )?;
+        let guard = Worktree {
+            repo: args.repo,
+            tree: tree.clone(),
+        };
         let outcome = repair_in(
             config,
             &render_config(&tree, &head),
             &dropped,
             model.as_deref(),
         )
-        .await;
-        let committed = match outcome {
-            Ok(Ok(prepared)) => {
-                applier::write(&tree, &prepared.rewrites)?;
-                let mut add = vec!["add", "--"];
-                add.extend(prepared.rewrites.iter().map(|r| r.path.as_str()));
-                git(&tree, &add)?;
-                let mut message = format!(
-                    "Move {} manifest{} off API versions the new chart stops serving\n\nBosun (local mode) rewrote apiVersion values as the gate asked{}.\n",
-                    prepared.swapped,
-                    if prepared.swapped == 1 { "" } else { "s" },
-                    if prepared.reshaped.is_empty() {
-                        ""
-                    } else {
-                        ", and reshaped documents through its harness"
-                    }
-                );
-                for line in &prepared.reshaped {
-                    message.push_str(&format!("- {}\n", plain(line)));
-                }
-                git(
-                    &tree,
-                    &[
-                        "-c",
-                        &format!("user.name={}", config.commit.name),
-                        "-c",
-                        &format!("user.email={}", config.commit.email),
-                        "commit",
-                        "--quiet",
-                        "--no-verify",
-                        "-m",
-                        &message,
-                    ],
-                )?;
-                let commit = git(&tree, &["rev-parse", "HEAD"])?;
-                for line in &prepared.reshaped {
-                    println!("reshaped {}", plain(line));
-                }
-                Some((commit, prepared.rewrites.len(), prepared.swapped))
-            }
-            Ok(Err((h, details))) => {
+        .await?;
+        let prepared = match outcome {
+            Ok(prepared) => prepared,
+            Err((h, details)) => {
                 handoff(&h, &details);
-                None
-            }
-            Err(e) => {
-                let _ = git(
-                    args.repo,
-                    &["worktree", "remove", "--force", &tree.display().to_string()],
-                );
-                return Err(e);
+                return Ok(1);
             }
         };
-        let _ = git(
-            args.repo,
-            &["worktree", "remove", "--force", &tree.display().to_string()],
+        applier::write(&tree, &prepared.rewrites)?;
+        let mut add = vec!["add", "--"];
+        add.extend(prepared.rewrites.iter().map(|r| r.path.as_str()));
+        git_quiet(&tree, &add)?;
+        let mut message = format!(
+            "Move {} manifest{} off API versions the new chart stops serving\n\nBosun (local mode) rewrote apiVersion values as the gate asked{}.\n",
+            prepared.swapped,
+            if prepared.swapped == 1 { "" } else { "s" },
+            if prepared.reshaped.is_empty() {
+                ""
+            } else {
+                ", and reshaped documents through its harness"
+            }
         );
-        let Some((commit, files, swapped)) = committed else {
-            return Ok(1);
-        };
-        let branch = format!("bosun/repair-{}", head.get(..12).unwrap_or(&head));
-        git(args.repo, &["branch", "--force", &branch, &commit])?;
+        for line in &prepared.reshaped {
+            message.push_str(&format!("- {}\n", plain(line)));
+        }
+        git_quiet(
+            &tree,
+            &[
+                "-c",
+                &format!("user.name={}", config.commit.name),
+                "-c",
+                &format!("user.email={}", config.commit.email),
+                "commit",
+                "--quiet",
+                "--no-verify",
+                "-m",
+                &message,
+            ],
+        )?;
+        let commit = git(&tree, &["rev-parse", "HEAD"])?;
+        drop(guard);
+        for line in &prepared.reshaped {
+            println!("reshaped {}", plain(line));
+        }
+        // A branch of its own, never moved over something else: when the name is taken, the
+        // commit's id is added; the ref is created only if it does not exist.
+        let mut branch = format!("bosun/repair-{}", head.get(..12).unwrap_or(&head));
+        if git(
+            args.repo,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("refs/heads/{branch}"),
+            ],
+        )
+        .is_ok()
+        {
+            branch = format!("{branch}-{}", commit.get(..7).unwrap_or(""));
+        }
+        git(
+            args.repo,
+            &[
+                "update-ref",
+                &format!("refs/heads/{branch}"),
+                &commit,
+                "0000000000000000000000000000000000000000",
+            ],
+        )
+        .with_context(|| format!("cannot create branch {branch} (it exists)"))?;
         println!(
-            "repaired: {swapped} manifest(s) in {files} file(s), commit {} on branch {branch}",
+            "repaired: {} manifest(s) in {} file(s), commit {} on branch {branch}",
+            prepared.swapped,
+            prepared.rewrites.len(),
             commit.get(..7).unwrap_or("")
         );
-        let (again, _) = tokio::task::block_in_place(|| judge(&branch));
+        // Judged by commit id (a tag of the same name would win over the branch).
+        let (again, _) = tokio::task::block_in_place(|| judge(&commit));
         println!(
             "gate on {}: {}",
             commit.get(..7).unwrap_or(""),
@@ -521,6 +572,35 @@ mod local {
             report::Outcome::Blocked => 1,
             report::Outcome::Undecided => 2,
         })
+    }
+
+    /// `workdir` from bosun.yaml, else `$XDG_CACHE_HOME/bosun` or `~/.cache/bosun`: a folder
+    /// this user owns and nobody else can write (its render cache is trusted).
+    fn local_workdir(config: &Config) -> Result<std::path::PathBuf> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = match &config.workdir {
+            Some(dir) => dir.clone(),
+            None => std::env::var_os("XDG_CACHE_HOME")
+                .filter(|v| !v.is_empty())
+                .map(std::path::PathBuf::from)
+                .or_else(|| {
+                    std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache"))
+                })
+                .context("no work folder: set workdir in bosun.yaml (or HOME)")?
+                .join("bosun"),
+        };
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        let meta = std::fs::metadata(&dir)?;
+        if meta.uid() != rustix::process::getuid().as_raw() {
+            bail!(
+                "{} belongs to another user; set workdir in bosun.yaml",
+                dir.display()
+            );
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot restrict {}", dir.display()))?;
+        Ok(dir)
     }
 
     async fn repair_in(
@@ -541,13 +621,13 @@ mod local {
         if needed > cap {
             return Ok(Err((
                 gitops_loop::bosun::classify::Handoff {
-                    open: "the documents listed".into(),
+                    open: planned.files(),
                     choice: "how to carry each listed value into the new version's shape".into(),
                     fact: format!(
                         "a reshape needs {needed} model calls and model.maxCallsPerPullRequest allows {cap}"
                     ),
                 },
-                vec![],
+                planned.loss_lines(),
             )));
         }
         Ok(repair::finish(planned, dropped, model, &mut |line| {

@@ -115,7 +115,8 @@ impl Planned {
         }
     }
 
-    fn files(&self) -> String {
+    /// The lossy documents' files, each once.
+    pub fn files(&self) -> String {
         let mut files: Vec<&str> = self
             .lossy
             .iter()
@@ -125,7 +126,8 @@ impl Planned {
         files.join(", ")
     }
 
-    fn loss_lines(&self) -> Vec<String> {
+    /// One line per value the swap alone would lose.
+    pub fn loss_lines(&self) -> Vec<String> {
         self.lossy
             .iter()
             .flat_map(|l| {

@@ -287,7 +287,8 @@ fn chart_defaults(
         let path = dir.join("values.yaml");
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(meta) => meta,
-            Err(_) => return Ok(Value::Null),
+            // A chart without values.yaml has no defaults.
+            Err(_) => return Ok(Value::Object(Default::default())),
         };
         if !meta.is_file() || meta.len() > 8 << 20 {
             return Err("values.yaml is not a regular file under 8 MiB".into());
@@ -295,6 +296,13 @@ fn chart_defaults(
         let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
         let text = crate::yaml::utf8(&bytes, "values.yaml")?;
         crate::yaml::parse_document(text, "values.yaml")
+            .map(|v| {
+                if v.is_null() {
+                    Value::Object(Default::default())
+                } else {
+                    v
+                }
+            })
             .map_err(|e| format!("values.yaml line {}: {}", e.line, e.message))
     };
     moves
@@ -314,11 +322,9 @@ fn chart_defaults(
                 values(&chart_move.to, chart_move),
             ) {
                 (Ok(before), Ok(after)) => {
-                    let mut changes = Vec::new();
-                    diff::diff_values("", &before, &after, &mut changes);
-                    out.more = changes.len().saturating_sub(KEPT);
-                    changes.truncate(KEPT);
+                    let (changes, more) = diff::diff_values_limited(&before, &after, KEPT);
                     out.changes = changes;
+                    out.more = more;
                 }
                 (Err(e), _) | (_, Err(e)) => out.unreadable = Some(e),
             }

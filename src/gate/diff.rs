@@ -733,25 +733,49 @@ fn child_path(parent: &str, key: &str) -> String {
 
 /// Appends the leaf differences between `old` and `new` under `path`.
 pub fn diff_values(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChange>) {
+    walk_diff(path, old, new, &mut |path, old, new| {
+        out.push(FieldChange {
+            path,
+            old: old.cloned(),
+            new: new.cloned(),
+        })
+    });
+}
+
+/// The first `limit` leaf differences, and how many more there are: nothing beyond the limit
+/// is copied (a chart's values.yaml can be megabytes).
+pub fn diff_values_limited(old: &Value, new: &Value, limit: usize) -> (Vec<FieldChange>, usize) {
+    let mut out = Vec::new();
+    let mut more = 0usize;
+    walk_diff("", old, new, &mut |path, old, new| {
+        if out.len() < limit {
+            out.push(FieldChange {
+                path,
+                old: old.cloned(),
+                new: new.cloned(),
+            });
+        } else {
+            more += 1;
+        }
+    });
+    (out, more)
+}
+
+/// Receives each leaf difference: its path, the old value and the new one.
+type Emit<'e> = dyn FnMut(String, Option<&Value>, Option<&Value>) + 'e;
+
+fn walk_diff(path: &str, old: &Value, new: &Value, emit: &mut Emit<'_>) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, va) in a {
                 match b.get(k) {
-                    Some(vb) => diff_values(&child_path(path, k), va, vb, out),
-                    None => out.push(FieldChange {
-                        path: child_path(path, k),
-                        old: Some(va.clone()),
-                        new: None,
-                    }),
+                    Some(vb) => walk_diff(&child_path(path, k), va, vb, emit),
+                    None => emit(child_path(path, k), Some(va), None),
                 }
             }
             for (k, vb) in b {
                 if !a.contains_key(k) {
-                    out.push(FieldChange {
-                        path: child_path(path, k),
-                        old: None,
-                        new: Some(vb.clone()),
-                    });
+                    emit(child_path(path, k), None, Some(vb));
                 }
             }
         }
@@ -767,21 +791,13 @@ pub fn diff_values(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChan
             for (name, x) in &named_a {
                 let item_path = format!("{path}[name={name}]");
                 match named_b.iter().find(|(n, _)| n == name) {
-                    Some((_, y)) => diff_values(&item_path, x, y, out),
-                    None => out.push(FieldChange {
-                        path: item_path,
-                        old: Some((*x).clone()),
-                        new: None,
-                    }),
+                    Some((_, y)) => walk_diff(&item_path, x, y, emit),
+                    None => emit(item_path, Some(x), None),
                 }
             }
             for (name, y) in &named_b {
                 if !named_a.iter().any(|(n, _)| n == name) {
-                    out.push(FieldChange {
-                        path: format!("{path}[name={name}]"),
-                        old: None,
-                        new: Some((*y).clone()),
-                    });
+                    emit(format!("{path}[name={name}]"), None, Some(y));
                 }
             }
         }
@@ -789,26 +805,13 @@ pub fn diff_values(path: &str, old: &Value, new: &Value, out: &mut Vec<FieldChan
             for i in 0..a.len().max(b.len()) {
                 let item_path = format!("{path}[{i}]");
                 match (a.get(i), b.get(i)) {
-                    (Some(x), Some(y)) => diff_values(&item_path, x, y, out),
-                    (Some(x), None) => out.push(FieldChange {
-                        path: item_path,
-                        old: Some(x.clone()),
-                        new: None,
-                    }),
-                    (None, Some(y)) => out.push(FieldChange {
-                        path: item_path,
-                        old: None,
-                        new: Some(y.clone()),
-                    }),
-                    (None, None) => {}
+                    (Some(x), Some(y)) => walk_diff(&item_path, x, y, emit),
+                    (x, y) if x.is_some() || y.is_some() => emit(item_path, x, y),
+                    _ => {}
                 }
             }
         }
-        (a, b) if a != b => out.push(FieldChange {
-            path: path.to_string(),
-            old: Some(a.clone()),
-            new: Some(b.clone()),
-        }),
+        (a, b) if a != b => emit(path.to_string(), Some(a), Some(b)),
         _ => {}
     }
 }
@@ -849,6 +852,15 @@ mod tests {
                 "metadata.labels[\"app.kubernetes.io/name\"]"
             ]
         );
+    }
+
+    #[test]
+    fn a_limited_diff_copies_only_the_first_changes_and_counts_the_rest() {
+        let old = json!({"a": (0..500).map(|i| (format!("k{i}"), json!(i))).collect::<serde_json::Map<_, _>>()});
+        let new = json!({"a": (0..500).map(|i| (format!("k{i}"), json!(i + 1))).collect::<serde_json::Map<_, _>>()});
+        let (changes, more) = diff_values_limited(&old, &new, 200);
+        assert_eq!((changes.len(), more), (200, 300));
+        assert_eq!(changes[0].path, "a.k0");
     }
 
     #[test]

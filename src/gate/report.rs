@@ -573,7 +573,7 @@ fn chart_defaults_section(out: &mut String, result: &GateResult, limit: Option<u
             let _ = writeln!(
                 out,
                 "  - {}: {} → {}",
-                code(&change.path),
+                code(&clip(&change.path, 100)),
                 code(&clip(&value_text(&change.old), 60)),
                 code(&clip(&value_text(&change.new), 60))
             );
@@ -990,6 +990,7 @@ mod tests {
             namespace: "ns".into(),
             name: "a --> <!-- gitops-gate:not-served {} -->".into(),
             applications: vec!["argocd/a on prod".into()],
+            more_applications: 0,
         };
         let result = GateResult {
             verdict: Verdict {

@@ -68,6 +68,19 @@ const NATIVE_GROUPS: &[&str] = &[
     "storagemigration.k8s.io",
 ];
 
+/// Applications a `not-served` block lists (the rest are counted).
+const NOT_SERVED_LISTED: usize = 25;
+
+/// The first `n` items joined, and how many more.
+fn listed(items: &[String], n: usize) -> String {
+    let shown = items.iter().take(n).cloned().collect::<Vec<_>>().join(", ");
+    if items.len() > n {
+        format!("{shown} and {} more", items.len() - n)
+    } else {
+        shown
+    }
+}
+
 /// A rendered object whose API group its destination cluster does not serve.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -76,8 +89,15 @@ pub struct NotServed {
     pub kind: String,
     pub namespace: String,
     pub name: String,
-    /// `namespace/name on cluster`, each Application that renders it.
+    /// `namespace/name on cluster`, the Applications that render it (the first 25).
     pub applications: Vec<String>,
+    /// How many more Applications render it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more_applications: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -787,21 +807,18 @@ pub fn evaluate(
 
     // kind-not-served-on-cluster: new at head (the same Application, cluster and object at
     // the base does not count), one finding per object listing every Application.
-    let at_base: std::collections::HashSet<(String, String, ObjectKey, String)> =
+    // Whether a kind is served depends on the cluster, not the Application: an object the
+    // base already rendered on that cluster (under any Application name) is not new.
+    let at_base: std::collections::HashSet<(String, ObjectKey, String)> =
         not_served_objects(base, &base_crds, inventory)
             .into_iter()
-            .map(|(a, c, k, v, _)| (a, c, k, v))
+            .map(|(_, c, k, v, _)| (c, k, v))
             .collect();
     let mut not_served: BTreeMap<(String, ObjectKey), (NotServed, bool)> = BTreeMap::new();
     for (application, cluster, key, api_version, listed) in
         not_served_objects(head, &head_crds, inventory)
     {
-        if at_base.contains(&(
-            application.clone(),
-            cluster.clone(),
-            key.clone(),
-            api_version.clone(),
-        )) {
+        if at_base.contains(&(cluster.clone(), key.clone(), api_version.clone())) {
             continue;
         }
         let entry = not_served
@@ -814,6 +831,7 @@ pub fn evaluate(
                         namespace: key.namespace.clone(),
                         name: key.name.clone(),
                         applications: Vec::new(),
+                        more_applications: 0,
                     },
                     false,
                 )
@@ -825,7 +843,7 @@ pub fn evaluate(
         // Blocking when any of its clusters lists its APIs.
         entry.1 |= listed;
     }
-    for (_, (object, blocking)) in not_served {
+    for (_, (mut object, blocking)) in not_served {
         let (group, _) = split_api_version(&object.api_version);
         findings.push(Finding {
             rule: KIND_NOT_SERVED.into(),
@@ -835,15 +853,22 @@ pub fn evaluate(
                 Severity::Note
             },
             summary: format!(
-                "{} {} ({}) is rendered for {}, and {} serves no {group} API and renders no CRD for it there: Argo CD would fail the sync{}",
+                "{} {} ({}) is rendered for {}, and {} serves no {} of the {group} API and renders no CRD for it there: Argo CD would fail the sync{}",
                 object.kind,
                 if object.namespace.is_empty() { object.name.clone() } else { format!("{}/{}", object.namespace, object.name) },
                 object.api_version,
-                object.applications.join(", "),
+                listed(&object.applications, 5),
                 if object.applications.len() == 1 { "that cluster" } else { "each cluster" },
-                if blocking { "" } else { " (the inventory lists no APIs for the cluster, so this is a note)" }
+                object.kind,
+                if blocking { "" } else { " (a note: the inventory lists no APIs for the cluster, or the object carries Argo CD's SkipDryRunOnMissingResource option)" }
             ),
-            evidence: serde_json::to_value(&object).unwrap_or(Value::Null),
+            evidence: {
+                // The block stays small on a fleet: the first Applications and a count.
+                let total = object.applications.len();
+                object.applications.truncate(NOT_SERVED_LISTED);
+                object.more_applications = total.saturating_sub(NOT_SERVED_LISTED);
+                serde_json::to_value(&object).unwrap_or(Value::Null)
+            },
         });
     }
 
@@ -1209,13 +1234,30 @@ fn not_served_objects(
             .into_iter()
             .map(|c| (c.name.clone(), c))
             .collect();
+    // Groups an APIService rendered for the cluster serves (an aggregated API, not a CRD).
+    let mut aggregated: BTreeSet<(String, String)> = BTreeSet::new();
+    for app in &rendering.applications {
+        for object in &app.objects {
+            if object.get("kind").and_then(Value::as_str) == Some("APIService")
+                && object
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| v.starts_with("apiregistration.k8s.io/"))
+                && let Some(group) = object.pointer("/spec/group").and_then(Value::as_str)
+            {
+                aggregated.insert((app.cluster.name.clone(), group.to_string()));
+            }
+        }
+    }
     let mut out = Vec::new();
     for (app, object, api_version, kind) in grouped_objects(rendering) {
         let (group, _) = split_api_version(api_version);
         if NATIVE_GROUPS.contains(&group) || group == "argoproj.io" {
             continue;
         }
-        if app.destination_unknown.is_some() {
+        if app.destination_unknown.is_some()
+            || aggregated.contains(&(app.cluster.name.clone(), group.to_string()))
+        {
             continue;
         }
         if crds
@@ -1227,14 +1269,18 @@ fn not_served_objects(
         let Some(cluster) = destinations.get(&app.cluster.name) else {
             continue;
         };
-        let listed = !cluster.api_versions.is_empty();
-        let served = cluster
-            .api_versions
-            .iter()
-            .any(|entry| entry.split_once('/').is_some_and(|(g, _)| g == group));
-        if served {
+        if serves_kind(&cluster.api_versions, group, kind) {
             continue;
         }
+        // Argo CD's escape for a CRD installed from elsewhere: a note, not a blocker.
+        let skip_dry_run = object
+            .pointer("/metadata/annotations/argocd.argoproj.io~1sync-options")
+            .and_then(Value::as_str)
+            .is_some_and(|o| {
+                o.split(',')
+                    .any(|x| x.trim() == "SkipDryRunOnMissingResource=true")
+            });
+        let listed = !cluster.api_versions.is_empty() && !skip_dry_run;
         out.push((
             format!("{}/{}", app.namespace, app.name),
             app.cluster.name.clone(),
@@ -1244,6 +1290,23 @@ fn not_served_objects(
         ));
     }
     out
+}
+
+/// Whether an inventory API list serves `kind` of `group` at some version: an entry
+/// `group/version/Kind`, or `group/version` when the list names no kind of that
+/// group/version (then every kind of it counts).
+fn serves_kind(entries: &[String], group: &str, kind: &str) -> bool {
+    let parts: Vec<Vec<&str>> = entries.iter().map(|e| e.split('/').collect()).collect();
+    parts.iter().any(|p| match p.as_slice() {
+        [g, _, k] => *g == group && *k == kind,
+        [g, v] => {
+            *g == group
+                && !parts
+                    .iter()
+                    .any(|q| matches!(q.as_slice(), [qg, qv, _] if qg == g && qv == v))
+        }
+        _ => false,
+    })
 }
 
 /// True when a version move crosses a major boundary (for 0.x, a minor change counts).
@@ -1380,5 +1443,27 @@ mod tests {
         assert!(!crosses_major("1.19.2", "1.19.3"));
         assert!(!crosses_major("3.4.0", "3.5.0"));
         assert!(crosses_major("v3.4.0", "4.0.0"));
+    }
+
+    #[test]
+    fn an_inventory_serves_a_kind_by_its_kind_entry_or_a_bare_group_version() {
+        let list = |e: &[&str]| e.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let kinds = list(&[
+            "monitoring.coreos.com/v1",
+            "monitoring.coreos.com/v1/ServiceMonitor",
+        ]);
+        assert!(serves_kind(
+            &kinds,
+            "monitoring.coreos.com",
+            "ServiceMonitor"
+        ));
+        assert!(!serves_kind(&kinds, "monitoring.coreos.com", "Probe"));
+        let versions = list(&["monitoring.coreos.com/v1"]);
+        assert!(serves_kind(&versions, "monitoring.coreos.com", "Probe"));
+        assert!(!serves_kind(
+            &versions,
+            "grafana.integreatly.org",
+            "GrafanaDashboard"
+        ));
     }
 }
