@@ -153,16 +153,51 @@ pub fn classify(situation: &Situation) -> Path {
                     "The chart itself renders an apiVersion the cluster no longer serves, and no manifest in this repository declares it: there are no values to change in this repository.".into(),
                 );
             }
+            if only(rules::KIND_NOT_SERVED) && !report.not_served.is_empty() {
+                return Path::Handoff(not_served_handoff(&report.not_served));
+            }
             let rules: Vec<&str> = verdict.blocking.keys().map(String::as_str).collect();
             Path::Handoff(Handoff {
                 open: "the files the gate's blocking findings name".into(),
                 choice: "how to resolve each blocking finding".into(),
                 fact: format!(
-                    "the gate blocks on {}, which no deterministic repair covers, and no model is configured",
+                    "the gate blocks on {}, which no repair Bosun makes covers",
                     rules.join(", ")
                 ),
             })
         }
+    }
+}
+
+/// A handoff a person acts on in one read for `kind-not-served-on-cluster`: the objects, where
+/// they render, and the two ways out.
+fn not_served_handoff(objects: &[rules::NotServed]) -> Handoff {
+    let first = &objects[0];
+    let name = |o: &rules::NotServed| {
+        if o.namespace.is_empty() {
+            format!("{} {} ({})", o.kind, o.name, o.api_version)
+        } else {
+            format!("{} {}/{} ({})", o.kind, o.namespace, o.name, o.api_version)
+        }
+    };
+    let apps: Vec<String> = first.applications.iter().take(5).cloned().collect();
+    let more = first.applications.len().saturating_sub(5) + first.more_applications;
+    Handoff {
+        open: format!(
+            "the values or manifests of {}{}",
+            apps.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ),
+        choice: "stop rendering it there (the chart value that turns it on, often a default the new chart version changed: the report lists them under \"Chart defaults that changed\"), or make the cluster serve it (install its CRD, or list the API in the cluster's inventory entry if the cluster already serves it)".into(),
+        fact: format!(
+            "{} {} rendered where the cluster serves no such kind, so Argo CD would fail the sync; Bosun does not propose that scalar fix yet",
+            objects.iter().map(name).collect::<Vec<_>>().join(", "),
+            if objects.len() == 1 { "is" } else { "are" }
+        ),
     }
 }
 
@@ -332,5 +367,36 @@ mod tests {
         assert!(
             matches!(classify(&situation(Some(&other))), Path::Handoff(h) if h.fact.starts_with("the gate could not render"))
         );
+    }
+
+    #[test]
+    fn a_kind_no_cluster_serves_gets_a_handoff_naming_the_object_and_the_way_out() {
+        let mut r = report(Outcome::Blocked, &[(rules::KIND_NOT_SERVED, 1)], 0);
+        r.not_served = vec![rules::NotServed {
+            api_version: "monitoring.coreos.com/v1".into(),
+            kind: "ServiceMonitor".into(),
+            namespace: "monitoring".into(),
+            name: "metrics-agent".into(),
+            applications: vec!["argocd/metrics-agent-prod-us on prod-us".into()],
+            more_applications: 0,
+        }];
+        let Path::Handoff(handoff) = classify(&situation(Some(&r))) else {
+            panic!("expected a handoff");
+        };
+        assert!(
+            handoff
+                .open
+                .contains("argocd/metrics-agent-prod-us on prod-us"),
+            "{}",
+            handoff.open
+        );
+        assert!(
+            handoff.fact.starts_with(
+                "ServiceMonitor monitoring/metrics-agent (monitoring.coreos.com/v1) is rendered"
+            ),
+            "{}",
+            handoff.fact
+        );
+        assert!(handoff.choice.contains("Chart defaults that changed"));
     }
 }
