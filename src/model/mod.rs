@@ -114,6 +114,8 @@ pub fn from_config(config: &ModelConfig) -> Result<Option<Box<dyn Model>>, Strin
             "model.provider anthropic needs a key in ${key_env}"
         ));
     }
+    // TLS needs a crypto provider; installing it twice is harmless.
+    crate::forge::github::install_crypto_provider();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(config.timeout_seconds.max(1)))
         .redirect(reqwest::redirect::Policy::none())
@@ -143,6 +145,22 @@ struct Http {
 }
 
 impl Http {
+    fn max_tokens_field(&self) -> &'static str {
+        let host = self
+            .base_url
+            .split("://")
+            .nth(1)
+            .unwrap_or("")
+            .split(['/', ':'])
+            .next()
+            .unwrap_or("");
+        if host == "api.openai.com" {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+
     fn body(&self, request: &Request) -> (String, Value) {
         match self.provider {
             ModelProvider::Anthropic => (
@@ -164,7 +182,10 @@ impl Http {
                 format!("{}/chat/completions", self.base_url),
                 json!({
                     "model": self.model,
-                    "max_tokens": self.max_output_tokens,
+                    // OpenAI's own API wants `max_completion_tokens` (its newer models refuse
+                    // `max_tokens`); compatible servers (vLLM, Ollama, llama.cpp) read
+                    // `max_tokens`.
+                    self.max_tokens_field(): self.max_output_tokens,
                     "messages": [
                         {"role": "system", "content": request.system},
                         {"role": "user", "content": request.prompt},
@@ -409,6 +430,34 @@ mod tests {
         ));
         assert_eq!(check_reply(&json!({}), &schema()), Err(Refusal::Empty));
         assert!(check_reply(&json!({"document": {"a": 1}}), &schema()).is_ok());
+    }
+
+    #[test]
+    fn openai_itself_gets_max_completion_tokens_and_compatible_servers_max_tokens() {
+        crate::forge::github::install_crypto_provider();
+        let http = |base_url: &str| Http {
+            provider: ModelProvider::Openai,
+            client: reqwest::Client::new(),
+            base_url: base_url.into(),
+            model: "m".into(),
+            api_key: None,
+            max_output_tokens: 100,
+            timeout_seconds: 1,
+            retries: 0,
+        };
+        let request = Request {
+            purpose: "t".into(),
+            subject: "t".into(),
+            system: "s".into(),
+            prompt: "p".into(),
+            schema: schema(),
+        };
+        let (url, body) = http("https://api.openai.com/v1").body(&request);
+        assert_eq!(url, "https://api.openai.com/v1/chat/completions");
+        assert_eq!(body["max_completion_tokens"], 100);
+        assert!(body.get("max_tokens").is_none());
+        let (_, body) = http("http://127.0.0.1:8000/v1").body(&request);
+        assert_eq!(body["max_tokens"], 100);
     }
 
     #[test]
