@@ -419,34 +419,19 @@ fn reshape_evals() {
     }
 }
 
-/// The reshape cases against a real model (`cargo xtask evals --live`; never in CI): each
-/// case's original document goes to the configured provider through Bosun's own client and
-/// prompt, and the reply is scored by the same harness. Prints the table; a refusal is a
-/// result, not a failure (the harness holds either way), but a transport error fails loudly.
-#[test]
-#[ignore = "calls a real model provider: cargo xtask evals --live"]
-fn reshape_evals_live() {
-    use gitops_loop::bosun::config::{ModelConfig, ModelProvider};
+/// Each reshape case's original document sent to `config`'s provider through Bosun's own
+/// client and prompt, the reply scored by the harness: one table row per case.
+fn live_rows(config: &gitops_loop::bosun::config::ModelConfig, key: Option<String>) -> Vec<String> {
     use gitops_loop::bosun::reshape;
     use gitops_loop::model::{self, Request};
     use serde_json::Value;
 
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let provider = match env("BOSUN_LIVE_PROVIDER").as_deref() {
-        Some("anthropic") => ModelProvider::Anthropic,
-        Some("openai") => ModelProvider::Openai,
-        other => panic!("set BOSUN_LIVE_PROVIDER to anthropic or openai (got {other:?})"),
-    };
-    let config = ModelConfig {
-        provider,
-        base_url: env("BOSUN_LIVE_BASE_URL"),
-        model: Some(env("BOSUN_LIVE_MODEL").expect("set BOSUN_LIVE_MODEL")),
-        api_key_env: env("BOSUN_LIVE_KEY_ENV"),
-        ..ModelConfig::default()
-    };
-    let client = model::from_config(&config)
-        .expect("model configuration")
-        .expect("a provider");
+    let client = match key {
+        Some(key) => model::with_key(config, Some(key)),
+        None => model::from_config(config),
+    }
+    .expect("model configuration")
+    .expect("a provider");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -457,7 +442,7 @@ fn reshape_evals_live() {
         .map(|e| e.unwrap().path())
         .collect();
     dirs.sort();
-    println!("| case | got | tokens in / out |\n|---|---|---|");
+    let mut rows = Vec::new();
     for dir in dirs {
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
         let case: Value = serde_saphyr::from_str(&read("case.yaml")).unwrap();
@@ -475,7 +460,7 @@ fn reshape_evals_live() {
             schema: reshape::reply_schema(),
         };
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        match runtime.block_on(client.call(&request)) {
+        let row = match runtime.block_on(client.call(&request)) {
             Ok(reply) => {
                 let got = match reshape::check_proposal(&original, &reply.value, &crd, version) {
                     Ok(accepted) => format!(
@@ -485,13 +470,93 @@ fn reshape_evals_live() {
                     ),
                     Err(refused) => format!("refuse ({}: {})", refused.rule, refused.detail),
                 };
-                println!(
+                format!(
                     "| {name} | {got} | {} / {} |",
                     reply.usage.input_tokens, reply.usage.output_tokens
-                );
+                )
             }
             Err(model::Refusal::Transport(e)) => panic!("{name}: {e}"),
-            Err(refusal) => println!("| {name} | refused by the client: {refusal} | - |"),
-        }
+            Err(refusal) => format!("| {name} | refused by the client: {refusal} | - |"),
+        };
+        println!("{row}");
+        rows.push(row);
+    }
+    rows
+}
+
+/// The reshape cases against a real model (`cargo xtask evals --live`; never in CI). Prints
+/// the table; a refusal is a result, not a failure (the harness holds either way), but a
+/// transport error fails loudly.
+#[test]
+#[ignore = "calls a real model provider: cargo xtask evals --live"]
+fn reshape_evals_live() {
+    use gitops_loop::bosun::config::{ModelConfig, ModelProvider};
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let provider = match env("BOSUN_LIVE_PROVIDER").as_deref() {
+        Some("anthropic") => ModelProvider::Anthropic,
+        Some("openai") => ModelProvider::Openai,
+        other => panic!("set BOSUN_LIVE_PROVIDER to anthropic or openai (got {other:?})"),
+    };
+    println!("| case | got | tokens in / out |\n|---|---|---|");
+    live_rows(
+        &ModelConfig {
+            provider,
+            base_url: env("BOSUN_LIVE_BASE_URL"),
+            model: Some(env("BOSUN_LIVE_MODEL").expect("set BOSUN_LIVE_MODEL")),
+            api_key_env: env("BOSUN_LIVE_KEY_ENV"),
+            ..ModelConfig::default()
+        },
+        None,
+    );
+}
+
+/// The live runner, pointed at the ground's model double (both wire formats) scripted with
+/// each case's good reply: the client, prompt and harness path `--live` uses works.
+#[test]
+fn the_live_evals_run_end_to_end_against_the_model_double() {
+    use gitops_loop::bosun::config::{ModelConfig, ModelProvider};
+    use serde_json::{Value, json};
+
+    let root = common::project_root().join("evals/reshape");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let replies: Vec<Value> = dirs
+        .iter()
+        .map(|dir| {
+            let case: Value =
+                serde_saphyr::from_str(&std::fs::read_to_string(dir.join("case.yaml")).unwrap())
+                    .unwrap();
+            json!({"value": {"document": case["good"]}})
+        })
+        .collect();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for (provider, wire) in [
+        (ModelProvider::Anthropic, "anthropic"),
+        (ModelProvider::Openai, "openai"),
+    ] {
+        let script: ground::model::ModelScript =
+            serde_json::from_value(json!({"provider": wire, "replies": replies})).unwrap();
+        let double = runtime
+            .block_on(ground::model::ModelDouble::start(
+                &script,
+                &root,
+                Default::default(),
+            ))
+            .unwrap();
+        let rows = live_rows(
+            &ModelConfig {
+                provider,
+                base_url: Some(double.base_url(wire)),
+                model: Some("ground-model".into()),
+                ..ModelConfig::default()
+            },
+            Some(ground::model::MODEL_KEY.into()),
+        );
+        assert_eq!(rows.len(), dirs.len());
+        assert!(rows.iter().all(|r| r.contains("| accept (")), "{rows:?}");
+        assert!(double.failures().is_empty(), "{:?}", double.failures());
     }
 }

@@ -81,8 +81,30 @@ pub trait Model: Send + Sync {
     async fn call(&self, request: &Request) -> Result<Reply, Refusal>;
 }
 
-/// The model `bosun.yaml` configures, or `None` for `provider: none`.
+/// The model `bosun.yaml` configures, or `None` for `provider: none`. The key is read from
+/// the environment variable `apiKeyEnv` names.
 pub fn from_config(config: &ModelConfig) -> Result<Option<Box<dyn Model>>, String> {
+    let key_env = config
+        .api_key_env
+        .clone()
+        .unwrap_or_else(|| match config.provider {
+            ModelProvider::Anthropic => "ANTHROPIC_API_KEY".into(),
+            _ => "OPENAI_API_KEY".into(),
+        });
+    let api_key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
+    if config.provider == ModelProvider::Anthropic && api_key.is_none() {
+        return Err(format!(
+            "model.provider anthropic needs a key in ${key_env}"
+        ));
+    }
+    with_key(config, api_key)
+}
+
+/// `from_config` with the key given (None: no key).
+pub fn with_key(
+    config: &ModelConfig,
+    api_key: Option<String>,
+) -> Result<Option<Box<dyn Model>>, String> {
     let provider = match config.provider {
         ModelProvider::None => return Ok(None),
         provider => provider,
@@ -101,19 +123,6 @@ pub fn from_config(config: &ModelConfig) -> Result<Option<Box<dyn Model>>, Strin
         })
         .trim_end_matches('/')
         .to_string();
-    let key_env = config
-        .api_key_env
-        .clone()
-        .unwrap_or_else(|| match provider {
-            ModelProvider::Anthropic => "ANTHROPIC_API_KEY".into(),
-            _ => "OPENAI_API_KEY".into(),
-        });
-    let api_key = std::env::var(&key_env).ok().filter(|k| !k.is_empty());
-    if provider == ModelProvider::Anthropic && api_key.is_none() {
-        return Err(format!(
-            "model.provider anthropic needs a key in ${key_env}"
-        ));
-    }
     // TLS needs a crypto provider; installing it twice is harmless.
     crate::forge::github::install_crypto_provider();
     let client = reqwest::Client::builder()
