@@ -107,9 +107,38 @@ fn check_cases() {
             serde_json::to_value(&parsed.verdict).unwrap(),
             verdict["verdict"]
         );
+        // What Bosun makes of this report (the path and, for a handoff, what a person reads).
+        let bosun = {
+            use gitops_loop::bosun::classify::{self, Path, Situation};
+            let head_sha = parsed.verdict.head.clone();
+            match classify::classify(&Situation {
+                report: Some(&parsed),
+                head_sha: &head_sha,
+                fork: false,
+                attempts: 0,
+                attempt_cap: 2,
+            }) {
+                Path::Wait(why) => format!("wait: {why}"),
+                Path::Green => "green".to_string(),
+                Path::WorthALook(reasons) => format!("worth a look: {}", reasons.join("; ")),
+                Path::Swap(dropped) => format!(
+                    "swap: {}",
+                    dropped
+                        .iter()
+                        .map(|d| format!("{} -> {}/{}", d.kind, d.group, d.storage))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Path::Escalate(line) => format!("escalate: {line}"),
+                Path::Handoff(h) => format!(
+                    "handoff:\n  open: {}\n  choice: {}\n  fact: {}",
+                    h.open, h.choice, h.fact
+                ),
+            }
+        };
         let shas = [base, head];
         let snapshot = format!(
-            "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}\n--- distinct changes\n{}",
+            "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}\n--- distinct changes\n{}\n--- bosun\n{}",
             case.description.trim(),
             output.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&output.stderr).trim(),
@@ -120,6 +149,7 @@ fn check_cases() {
             ),
             serde_json::to_string_pretty(&verdict["findings"]).unwrap(),
             changes.join("\n"),
+            redact_shas(&bosun, &shas),
         );
         insta::assert_snapshot!(snapshot);
     });

@@ -156,6 +156,63 @@ pub fn classify(situation: &Situation) -> Path {
             if only(rules::KIND_NOT_SERVED) && !report.not_served.is_empty() {
                 return Path::Handoff(not_served_handoff(&report.not_served));
             }
+            let block = |rule: &str| report.findings.iter().find(|f| f.rule == rule);
+            if only(rules::DESTINATION_UNKNOWN)
+                && let Some(finding) = block(rules::DESTINATION_UNKNOWN)
+            {
+                let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
+                return Path::Handoff(Handoff {
+                    open: format!(
+                        "{} (it generates the Application {}/{})",
+                        field("origin"),
+                        field("namespace"),
+                        field("application")
+                    ),
+                    choice: "point the Application at a cluster Argo CD knows (its destination server or name), or add that cluster to Argo CD (its cluster Secret, which the inventory is read from)".into(),
+                    fact: format!(
+                        "the Application {}/{} targets {}, which is no cluster of the inventory: Argo CD would report \"cluster not found\" and deploy nothing",
+                        field("namespace"),
+                        field("application"),
+                        field("destination")
+                    ),
+                });
+            }
+            if only(rules::FIELD_PRUNED_ON_APPLY)
+                && let Some(finding) = block(rules::FIELD_PRUNED_ON_APPLY)
+            {
+                let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
+                let apps: Vec<String> = finding.evidence["applications"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_string))
+                    .take(5)
+                    .collect();
+                let others = report
+                    .findings
+                    .iter()
+                    .filter(|f| f.rule == rules::FIELD_PRUNED_ON_APPLY)
+                    .count()
+                    - 1;
+                return Path::Handoff(Handoff {
+                    open: format!(
+                        "the manifest or values that render {} (in {})",
+                        field("object"),
+                        apps.join(", ")
+                    ),
+                    choice: "move the value to the field the schema of that version declares, or remove it if the version no longer has that setting".into(),
+                    fact: format!(
+                        "{}: {}{}; the API server would accept the object and quietly lose the value",
+                        field("object"),
+                        field("loss"),
+                        if others > 0 {
+                            format!(" (and {others} more such finding{} in the report)", if others == 1 { "" } else { "s" })
+                        } else {
+                            String::new()
+                        }
+                    ),
+                });
+            }
             let rules: Vec<&str> = verdict.blocking.keys().map(String::as_str).collect();
             Path::Handoff(Handoff {
                 open: "the files the gate's blocking findings name".into(),
@@ -251,6 +308,7 @@ mod tests {
             },
             dropped,
             not_served: vec![],
+            findings: vec![],
         }
     }
 
@@ -398,5 +456,48 @@ mod tests {
             handoff.fact
         );
         assert!(handoff.choice.contains("Chart defaults that changed"));
+    }
+
+    #[test]
+    fn an_unknown_destination_and_a_pruned_value_get_handoffs_naming_what_to_open() {
+        let mut r = report(Outcome::Blocked, &[(rules::DESTINATION_UNKNOWN, 1)], 0);
+        r.findings = vec![crate::gate::report::BlockFinding {
+            rule: rules::DESTINATION_UNKNOWN.into(),
+            evidence: serde_json::json!({"application": "web-lab", "namespace": "argocd",
+                "origin": "ApplicationSet argocd/web", "destination": "server https://lab.example.test"}),
+        }];
+        let Path::Handoff(h) = classify(&situation(Some(&r))) else {
+            panic!("expected a handoff");
+        };
+        assert!(
+            h.open.starts_with("ApplicationSet argocd/web"),
+            "{}",
+            h.open
+        );
+        assert!(
+            h.fact.contains("server https://lab.example.test"),
+            "{}",
+            h.fact
+        );
+        let mut r = report(Outcome::Blocked, &[(rules::FIELD_PRUNED_ON_APPLY, 1)], 0);
+        r.findings = vec![crate::gate::report::BlockFinding {
+            rule: rules::FIELD_PRUNED_ON_APPLY.into(),
+            evidence: serde_json::json!({"object": "example.test/v1 Widget web/a",
+                "loss": "spec.size = 3 would be pruned (the v1 schema has no such field)",
+                "applications": ["argocd/web-prod on prod"]}),
+        }];
+        let Path::Handoff(h) = classify(&situation(Some(&r))) else {
+            panic!("expected a handoff");
+        };
+        assert!(
+            h.open.contains("example.test/v1 Widget web/a"),
+            "{}",
+            h.open
+        );
+        assert!(
+            h.fact.contains("spec.size = 3 would be pruned"),
+            "{}",
+            h.fact
+        );
     }
 }

@@ -110,7 +110,22 @@ pub struct ParsedReport {
     /// `kind-not-served-on-cluster` blockers (the `not-served` blocks).
     #[serde(default)]
     pub not_served: Vec<rules::NotServed>,
+    /// Other blocking findings a reader can act on (`finding` blocks: `destination-unknown`,
+    /// `field-pruned-on-apply`), with their evidence.
+    #[serde(default)]
+    pub findings: Vec<BlockFinding>,
 }
+
+/// A blocking finding as its `finding` block carries it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BlockFinding {
+    pub rule: String,
+    pub evidence: Value,
+}
+
+/// Rules whose blocking findings get a `finding` block, and at most how many per rule.
+const FINDING_BLOCKS: [&str; 2] = [rules::DESTINATION_UNKNOWN, rules::FIELD_PRUNED_ON_APPLY];
+const FINDING_BLOCKS_PER_RULE: usize = 20;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReportError {
@@ -169,6 +184,7 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
     let mut verdict = None;
     let mut dropped = Vec::new();
     let mut not_served = Vec::new();
+    let mut findings = Vec::new();
     let blocks = machine_blocks(markdown)?;
     // The gate writes its blocks last, verdict first: nothing before the last verdict block
     // is read (a second line of defence behind the escaping of everything a chart controls).
@@ -195,6 +211,14 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
                     })?;
                 dropped.push(block.into());
             }
+            "finding" => {
+                findings.push(serde_json::from_value(value).map_err(|e| {
+                    ReportError::BadBlock {
+                        name,
+                        message: e.to_string(),
+                    }
+                })?);
+            }
             "not-served" => {
                 not_served.push(serde_json::from_value(value).map_err(|e| {
                     ReportError::BadBlock {
@@ -210,6 +234,7 @@ pub fn parse(markdown: &str) -> Result<ParsedReport, ReportError> {
         verdict: verdict.ok_or(ReportError::NoVerdict)?,
         dropped,
         not_served,
+        findings,
     })
 }
 
@@ -961,6 +986,34 @@ fn blocks_section(result: &GateResult) -> String {
     {
         out.push_str(&machine_block("not-served", &finding.evidence));
         out.push('\n');
+    }
+    for rule in FINDING_BLOCKS {
+        for finding in result
+            .findings
+            .iter()
+            .filter(|f| f.rule == rule && f.severity == Severity::Blocking)
+            .take(FINDING_BLOCKS_PER_RULE)
+        {
+            let mut evidence = finding.evidence.clone();
+            // A block stays small: the first Applications and a count.
+            if let Some(apps) = evidence
+                .get_mut("applications")
+                .and_then(Value::as_array_mut)
+                && apps.len() > 25
+            {
+                let more = apps.len() - 25;
+                apps.truncate(25);
+                evidence["moreApplications"] = more.into();
+            }
+            out.push_str(&machine_block(
+                "finding",
+                &BlockFinding {
+                    rule: rule.to_string(),
+                    evidence,
+                },
+            ));
+            out.push('\n');
+        }
     }
     out
 }
