@@ -177,6 +177,23 @@ pub fn classify(situation: &Situation) -> Path {
                     ),
                 });
             }
+            if only(rules::CRD_NAME_INVALID)
+                && let Some(finding) = block(rules::CRD_NAME_INVALID)
+            {
+                let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
+                return Path::Handoff(Handoff {
+                    open: format!(
+                        "the chart the Application {} on {} renders, at the version this change moves it to",
+                        field("application"),
+                        field("cluster")
+                    ),
+                    choice: "keep the previous chart version until its maintainers publish CustomResourceDefinitions Kubernetes accepts (or fix the chart, if it is this repository's own)".into(),
+                    fact: format!(
+                        "the chart renders a CustomResourceDefinition the API server would reject ({}), so none of its versions would be served",
+                        field("reason")
+                    ),
+                });
+            }
             if only(rules::FIELD_PRUNED_ON_APPLY)
                 && let Some(finding) = block(rules::FIELD_PRUNED_ON_APPLY)
             {

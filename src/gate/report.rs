@@ -111,7 +111,7 @@ pub struct ParsedReport {
     #[serde(default)]
     pub not_served: Vec<rules::NotServed>,
     /// Other blocking findings a reader can act on (`finding` blocks: `destination-unknown`,
-    /// `field-pruned-on-apply`), with their evidence.
+    /// `field-pruned-on-apply`, `crd-name-invalid`), with their evidence.
     #[serde(default)]
     pub findings: Vec<BlockFinding>,
 }
@@ -124,7 +124,11 @@ pub struct BlockFinding {
 }
 
 /// Rules whose blocking findings get a `finding` block, and at most how many per rule.
-const FINDING_BLOCKS: [&str; 2] = [rules::DESTINATION_UNKNOWN, rules::FIELD_PRUNED_ON_APPLY];
+const FINDING_BLOCKS: [&str; 3] = [
+    rules::DESTINATION_UNKNOWN,
+    rules::FIELD_PRUNED_ON_APPLY,
+    rules::CRD_NAME_INVALID,
+];
 const FINDING_BLOCKS_PER_RULE: usize = 20;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
