@@ -215,6 +215,90 @@ fn evals() {
     assert!(results.len() >= 7, "evals went missing");
 }
 
+/// A repair plan holding one document as the swap left it (at `version`), with the CRD on a
+/// cluster: what `repair::decide` needs to judge a reshape reply for it.
+fn plan_for(
+    text: &str,
+    original: &serde_json::Value,
+    crd: &serde_json::Value,
+    version: &str,
+) -> (
+    gitops_loop::bosun::repair::Planned,
+    Vec<gitops_loop::gate::rules::DroppedServedVersion>,
+) {
+    use gitops_loop::bosun::{applier::Rewrite, reshape};
+    use gitops_loop::gate::rules::{Consumer, DroppedServedVersion};
+    use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
+    let api_version = original["apiVersion"].as_str().unwrap();
+    let group = api_version.split('/').next().unwrap().to_string();
+    let kind = original["kind"].as_str().unwrap().to_string();
+    let text_of = |k: &str| original["metadata"][k].as_str().unwrap_or("").to_string();
+    let dropped = vec![DroppedServedVersion {
+        crd: "eval".into(),
+        group: group.clone(),
+        kind: kind.clone(),
+        dropped: vec!["v0".into()],
+        served: vec![version.to_string()],
+        storage: version.to_string(),
+        clusters: vec!["eval".into()],
+        consumers: vec![Consumer {
+            path: "document.yaml".into(),
+            document: 0,
+            api_version: format!("{group}/v0"),
+            kind,
+            namespace: text_of("namespace"),
+            name: text_of("name"),
+            template: false,
+        }],
+    }];
+    let plan = gitops_loop::bosun::swap::plan(&dropped);
+    let rewrites = vec![Rewrite {
+        path: "document.yaml".into(),
+        before: text.replace(api_version, &format!("{group}/v0")),
+        after: text.to_string(),
+    }];
+    let rendering = Rendering {
+        revision: "eval".into(),
+        applications: vec![RenderedApplication {
+            name: "eval".into(),
+            namespace: "argocd".into(),
+            project: "default".into(),
+            origin: Origin::File {
+                path: "eval.yaml".into(),
+                document: 0,
+            },
+            cluster: ClusterRef {
+                name: "eval".into(),
+                server: "https://eval".into(),
+            },
+            destination_namespace: "eval".into(),
+            sources: vec![],
+            objects: vec![std::sync::Arc::new(crd.clone())],
+            render_keys: vec![],
+            manifest: serde_json::Value::Null,
+            stored: serde_json::Value::Null,
+            destination_unknown: None,
+        }],
+        diagnostics: vec![],
+        stats: Default::default(),
+    };
+    let lossy = reshape::lossy_documents(&rewrites, &plan, &dropped, &rendering);
+    assert_eq!(
+        lossy.len(),
+        1,
+        "the case's document loses values under the destination"
+    );
+    (
+        gitops_loop::bosun::repair::Planned {
+            plan,
+            rendering,
+            rewrites,
+            lossy,
+        },
+        dropped,
+    )
+}
+
 /// The reshape's harness on recorded replies (evals/reshape/*/case.yaml): good, subtly wrong
 /// and hostile. Each reply goes through what Bosun runs on a model's reply body: the reply
 /// limits (`model::parse_reply`), then `reshape::check_proposal`. Prints a table; the
@@ -299,6 +383,10 @@ fn reshape_evals() {
         let original: Value = serde_saphyr::from_str(&read(&case.original)).unwrap();
         let crd: Value = serde_saphyr::from_str(&read(&case.crd)).unwrap();
         let case_name = dir.file_name().unwrap().to_string_lossy().to_string();
+        // The case as a triage would meet it: the swap left the document at the destination
+        // version, and Bosun's repair decision (`repair::decide`, what triage and `bosun
+        // repair` run) judges each reply.
+        let planned_case = plan_for(&read(&case.original), &original, &crd, &case.version);
         for reply in &case.replies {
             let mut document = case.good.clone();
             for (pointer, value) in &reply.set {
@@ -335,12 +423,30 @@ fn reshape_evals() {
                 (None, Some(other)) => panic!("unknown generator {other}"),
                 (None, None) => serde_json::to_vec(&whole).unwrap(),
             };
-            let got = match model::parse_reply(&bytes) {
-                Err(_) => Err("reply-limits".to_string()),
-                Ok(value) => reshape::check_proposal(&original, &value, &crd, &case.version)
-                    .map(|_| ())
-                    .map_err(|r| r.rule.to_string()),
-            };
+            let (planned, dropped) = &planned_case;
+            let reply_result = model::parse_reply(&bytes).map(|value| model::Reply {
+                value,
+                usage: Default::default(),
+            });
+            let client_refused = reply_result.is_err();
+            let got =
+                match gitops_loop::bosun::repair::decide(planned, dropped, true, &[reply_result]) {
+                    gitops_loop::bosun::repair::Step::Done(Ok(_)) => Ok(()),
+                    gitops_loop::bosun::repair::Step::Done(Err((handoff, _))) => {
+                        Err(if client_refused {
+                            "reply-limits".to_string()
+                        } else {
+                            handoff
+                                .fact
+                                .split("(rule ")
+                                .nth(1)
+                                .and_then(|rest| rest.split(')').next())
+                                .unwrap_or("?")
+                                .to_string()
+                        })
+                    }
+                    gitops_loop::bosun::repair::Step::Ask(_) => Err("asked again".to_string()),
+                };
             // Which rules this reply needs: switched off alone, the reply is accepted.
             if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
                 for rule in rules {
