@@ -228,7 +228,6 @@ fn plan_for(
 ) {
     use gitops_loop::bosun::{applier::Rewrite, reshape};
     use gitops_loop::gate::rules::{Consumer, DroppedServedVersion};
-    use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
     let api_version = original["apiVersion"].as_str().unwrap();
     let group = api_version.split('/').next().unwrap().to_string();
     let kind = original["kind"].as_str().unwrap().to_string();
@@ -240,7 +239,7 @@ fn plan_for(
         dropped: vec!["v0".into()],
         served: vec![version.to_string()],
         storage: version.to_string(),
-        clusters: vec!["eval".into()],
+        clusters: vec!["prod".into()],
         consumers: vec![Consumer {
             path: "document.yaml".into(),
             document: 0,
@@ -257,31 +256,7 @@ fn plan_for(
         before: text.replace(api_version, &format!("{group}/v0")),
         after: text.to_string(),
     }];
-    let rendering = Rendering {
-        revision: "eval".into(),
-        applications: vec![RenderedApplication {
-            name: "eval".into(),
-            namespace: "argocd".into(),
-            project: "default".into(),
-            origin: Origin::File {
-                path: "eval.yaml".into(),
-                document: 0,
-            },
-            cluster: ClusterRef {
-                name: "eval".into(),
-                server: "https://eval".into(),
-            },
-            destination_namespace: "eval".into(),
-            sources: vec![],
-            objects: vec![std::sync::Arc::new(crd.clone())],
-            render_keys: vec![],
-            manifest: serde_json::Value::Null,
-            stored: serde_json::Value::Null,
-            destination_unknown: None,
-        }],
-        diagnostics: vec![],
-        stats: Default::default(),
-    };
+    let rendering = ground::bench::one_cluster_rendering([crd.clone()]);
     let lossy = reshape::lossy_documents(&rewrites, &plan, &dropped, &rendering);
     assert_eq!(
         lossy.len(),

@@ -324,6 +324,39 @@ pub async fn bosun(
     })
 }
 
+/// A rendering of one Application on one cluster (`prod`) holding `objects`: what the repair
+/// decision reads CRD schemas from, for benches and evals that bring their own documents.
+pub fn one_cluster_rendering(
+    objects: impl IntoIterator<Item = serde_json::Value>,
+) -> gitops_loop::render::Rendering {
+    use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
+    Rendering {
+        revision: "fixture".into(),
+        applications: vec![RenderedApplication {
+            name: "fixture".into(),
+            namespace: "argocd".into(),
+            project: "default".into(),
+            origin: Origin::File {
+                path: "fixture.yaml".into(),
+                document: 0,
+            },
+            cluster: ClusterRef {
+                name: "prod".into(),
+                server: "https://prod".into(),
+            },
+            destination_namespace: "fixture".into(),
+            sources: vec![],
+            objects: objects.into_iter().map(std::sync::Arc::new).collect(),
+            render_keys: vec![],
+            manifest: serde_json::Value::Null,
+            stored: serde_json::Value::Null,
+            destination_unknown: None,
+        }],
+        diagnostics: vec![],
+        stats: Default::default(),
+    }
+}
+
 /// Figures of the reshape harness on many documents.
 pub struct ReshapeFigures {
     pub documents: usize,
@@ -340,7 +373,6 @@ pub struct ReshapeFigures {
 pub fn reshape(sample_charts: &std::path::Path, documents: usize) -> Result<ReshapeFigures> {
     use gitops_loop::bosun::{applier::Rewrite, reshape, swap};
     use gitops_loop::gate::rules::{Consumer, DroppedServedVersion};
-    use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
     use std::collections::BTreeMap;
 
     let crd_path = sample_charts
@@ -398,31 +430,7 @@ pub fn reshape(sample_charts: &std::path::Path, documents: usize) -> Result<Resh
         consumers,
     };
     let plan = swap::plan(std::slice::from_ref(&dropped));
-    let rendering = Rendering {
-        revision: "bench".into(),
-        applications: vec![RenderedApplication {
-            name: "external-secrets".into(),
-            namespace: "argocd".into(),
-            project: "default".into(),
-            origin: Origin::File {
-                path: "bench.yaml".into(),
-                document: 0,
-            },
-            cluster: ClusterRef {
-                name: "prod".into(),
-                server: "https://prod".into(),
-            },
-            destination_namespace: "external-secrets".into(),
-            sources: vec![],
-            objects: vec![std::sync::Arc::new(crd.clone())],
-            render_keys: vec![],
-            manifest: serde_json::Value::Null,
-            stored: serde_json::Value::Null,
-            destination_unknown: None,
-        }],
-        diagnostics: vec![],
-        stats: Default::default(),
-    };
+    let rendering = one_cluster_rendering([crd.clone()]);
     // The scripted replies: each document as the good reshape would return it.
     let replies: BTreeMap<String, serde_json::Value> = (0..documents)
         .map(|i| {

@@ -266,7 +266,7 @@ mod local {
     use gitops_loop::bosun::config::{Config, InventoryConfig};
     use gitops_loop::bosun::{applier, repair};
     use gitops_loop::gate::{check, report};
-    use gitops_loop::render::{self, RenderConfig, cache::RenderCache, inventory::Inventory};
+    use gitops_loop::render::{self, RenderConfig, inventory::Inventory};
 
     pub struct Args<'a> {
         pub repo: &'a Path,
@@ -359,36 +359,19 @@ mod local {
         let workdir = local_workdir(config)?;
         let model = gitops_loop::model::from_config(&config.model)
             .map_err(|e| anyhow::anyhow!("bosun.yaml: model: {e}"))?;
-        let render_config = |dir: &Path, revision: &str| RenderConfig {
-            repo_dir: dir.to_path_buf(),
-            revision: revision.to_string(),
-            repo_url: Some(repo_url.clone()),
-            inventory: inventory.clone(),
-            charts: Some(
-                config
-                    .charts
-                    .dir
-                    .clone()
-                    .unwrap_or_else(|| workdir.join("charts")),
-            ),
-            git_mirrors: Vec::new(),
-            helm: helm.clone(),
-            kubectl: kubectl.clone(),
-            cache: RenderCache::at(workdir.join("render-cache")),
-            max_depth: render::DEFAULT_MAX_DEPTH,
-            jobs: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
-            // Offline: charts come from the mirror (`gate charts pull` fills it).
-            chart_pulls: Default::default(),
-            chart_repo_mirrors: config
-                .charts
-                .mirrors
-                .iter()
-                .map(|m| (m.from.clone(), m.to.clone()))
-                .collect(),
-            kustomize_enable_helm: config.render.kustomize_enable_helm,
-            parsed: Default::default(),
+        // Offline: charts come from the mirror (`gate charts pull` fills it).
+        let render_config = |dir: &Path, revision: &str| {
+            let mut c = gitops_loop::bosun::triage::render_config(
+                config,
+                &workdir,
+                (&helm, kubectl.as_ref()),
+                dir,
+                &repo_url,
+                inventory.clone(),
+                Default::default(),
+            );
+            c.revision = revision.to_string();
+            c
         };
         let judge = |revision: &str| {
             let result = check::check(
@@ -619,16 +602,7 @@ mod local {
         let needed = planned.calls_needed(model.is_some());
         let cap = config.model.max_calls_per_pull_request;
         if needed > cap {
-            return Ok(Err((
-                gitops_loop::bosun::classify::Handoff {
-                    open: planned.files(),
-                    choice: "how to carry each listed value into the new version's shape".into(),
-                    fact: format!(
-                        "a reshape needs {needed} model calls and model.maxCallsPerPullRequest allows {cap}"
-                    ),
-                },
-                planned.loss_lines(),
-            )));
+            return Ok(Err(planned.cap_refusal(needed, 0, cap)));
         }
         Ok(repair::finish(planned, dropped, model, &mut |line| {
             println!("{}", plain(&line))

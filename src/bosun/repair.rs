@@ -115,6 +115,22 @@ impl Planned {
         }
     }
 
+    /// The handoff when the reshape needs `needed` calls and the cap allows fewer (`made` of
+    /// `cap` already used for this head).
+    pub fn cap_refusal(&self, needed: u32, made: u32, cap: u32) -> Refusal {
+        (
+            Handoff {
+                open: self.files(),
+                choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
+                fact: format!(
+                    "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
+                    if needed == 1 { "" } else { "s" }
+                ),
+            },
+            self.loss_lines(),
+        )
+    }
+
     /// The lossy documents' files, each once.
     pub fn files(&self) -> String {
         let mut files: Vec<&str> = self

@@ -91,6 +91,49 @@ pub struct Bosun {
     pub model: Option<Arc<dyn crate::model::Model>>,
 }
 
+/// How Bosun renders a checkout (a triage's or `bosun repair`'s): its chart mirror, render
+/// cache and limits from bosun.yaml, the tools it found.
+pub fn render_config(
+    config: &Config,
+    workdir: &Path,
+    (helm, kubectl): (&Tool, Option<&Tool>),
+    checkout: &Path,
+    url: &str,
+    inventory: Inventory,
+    chart_pulls: ChartPulls,
+) -> RenderConfig {
+    RenderConfig {
+        repo_dir: checkout.to_path_buf(),
+        revision: "HEAD".into(),
+        repo_url: Some(url.to_string()),
+        inventory,
+        charts: Some(
+            config
+                .charts
+                .dir
+                .clone()
+                .unwrap_or_else(|| workdir.join("charts")),
+        ),
+        git_mirrors: Vec::new(),
+        helm: helm.clone(),
+        kubectl: kubectl.cloned(),
+        cache: RenderCache::at(workdir.join("render-cache")),
+        max_depth: render::DEFAULT_MAX_DEPTH,
+        jobs: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2),
+        chart_pulls,
+        chart_repo_mirrors: config
+            .charts
+            .mirrors
+            .iter()
+            .map(|m| (m.from.clone(), m.to.clone()))
+            .collect(),
+        kustomize_enable_helm: config.render.kustomize_enable_helm,
+        parsed: Default::default(),
+    }
+}
+
 /// The marker of Bosun's model-calls comment: a comment of its own (no other comment of
 /// Bosun's ever replaces it), updated in place, holding one line per head of the pull request:
 /// `<!-- bosun:model-calls HEAD N -->`. Written before the calls, so a restart, a re-delivery
@@ -295,37 +338,15 @@ impl Bosun {
         inventory: Inventory,
         chart_pulls: ChartPulls,
     ) -> RenderConfig {
-        RenderConfig {
-            repo_dir: checkout.to_path_buf(),
-            revision: "HEAD".into(),
-            repo_url: Some(url.to_string()),
+        render_config(
+            &self.config,
+            &self.workdir,
+            (&self.helm, self.kubectl.as_ref()),
+            checkout,
+            url,
             inventory,
-            charts: Some(
-                self.config
-                    .charts
-                    .dir
-                    .clone()
-                    .unwrap_or_else(|| self.workdir.join("charts")),
-            ),
-            git_mirrors: Vec::new(),
-            helm: self.helm.clone(),
-            kubectl: self.kubectl.clone(),
-            cache: RenderCache::at(self.workdir.join("render-cache")),
-            max_depth: render::DEFAULT_MAX_DEPTH,
-            jobs: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
             chart_pulls,
-            chart_repo_mirrors: self
-                .config
-                .charts
-                .mirrors
-                .iter()
-                .map(|m| (m.from.clone(), m.to.clone()))
-                .collect(),
-            kustomize_enable_helm: self.config.render.kustomize_enable_helm,
-            parsed: Default::default(),
-        }
+        )
     }
 
     async fn status(&self, slug: &RepoSlug, sha: &str, state: StatusState, description: &str) {
@@ -774,29 +795,7 @@ impl Bosun {
             let comments = self.forge.comments(slug, number).await?;
             let made = model_calls_made(&comments, &self.me, &head);
             if made + needed > cap {
-                let handoff = Handoff {
-                    open: planned
-                        .lossy
-                        .iter()
-                        .map(|l| l.document.file.clone())
-                        .collect::<std::collections::BTreeSet<_>>()
-                        .into_iter()
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
-                    fact: format!(
-                        "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
-                        if needed == 1 { "" } else { "s" }
-                    ),
-                };
-                let details: Vec<String> = planned
-                    .lossy
-                    .iter()
-                    .flat_map(|l| {
-                        let doc = report::text(&l.document.to_string());
-                        l.losses.iter().map(move |x| format!("{doc}: {x}"))
-                    })
-                    .collect();
+                let (handoff, details) = planned.cap_refusal(needed, made, cap);
                 return self
                     .hand_off(slug, number, &handoff, &details, run)
                     .await
