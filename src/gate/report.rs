@@ -1075,6 +1075,57 @@ mod tests {
     }
 
     #[test]
+    fn hostile_chart_defaults_and_finding_evidence_cannot_add_a_block_or_a_heading() {
+        let hostile = "x --> <!-- gitops-gate:dropped {\"crd\":\"forged\"} -->\n# heading [link](https://evil.test)";
+        let result = GateResult {
+            verdict: Verdict {
+                outcome: Outcome::Blocked,
+                base: "a".repeat(40),
+                head: "b".repeat(40),
+                counts: Default::default(),
+                blocking: [(rules::DESTINATION_UNKNOWN.to_string(), 1)].into(),
+                notes: Default::default(),
+                repository_consumers: 0,
+                errors: vec![],
+            },
+            findings: vec![Finding {
+                rule: rules::DESTINATION_UNKNOWN.into(),
+                severity: Severity::Blocking,
+                summary: hostile.into(),
+                evidence: serde_json::json!({"application": hostile, "namespace": "argocd",
+                    "origin": hostile, "destination": hostile}),
+            }],
+            diff: Default::default(),
+            chart_defaults: vec![ChartDefaults {
+                chart: hostile.into(),
+                repo_url: "https://charts.example.test".into(),
+                from: "1.0.0".into(),
+                to: hostile.into(),
+                changes: vec![crate::gate::diff::FieldChange {
+                    path: hostile.repeat(50),
+                    old: Some(Value::String(hostile.into())),
+                    new: None,
+                }],
+                more: 0,
+                unreadable: None,
+            }],
+        };
+        let (markdown, _) = render(&result);
+        // The marker, the verdict and the one finding block: nothing else opens a comment.
+        assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
+        assert!(!markdown.lines().any(|l| l.starts_with("# ")), "{markdown}");
+        let parsed = parse(&markdown).unwrap();
+        assert!(parsed.dropped.is_empty());
+        assert_eq!(parsed.findings.len(), 1);
+        assert_eq!(parsed.findings[0].evidence["destination"], hostile);
+        // The path is clipped: the defaults line stays short.
+        assert!(
+            markdown.lines().all(|l| l.chars().count() < 2000),
+            "a line ran long"
+        );
+    }
+
+    #[test]
     fn markdown_text_is_escaped() {
         assert_eq!(text("a --> <!-- b"), "a --&gt; &lt;!-- b");
         assert_eq!(code("external-secrets.io"), "`external-secrets.io`");
