@@ -223,7 +223,15 @@ impl Ground {
             .context("bare repository")?;
 
         // Chart repositories, and the mirror the gate and Argo CD read (unpublished left out).
-        let mirror_source = scenario.path(&scenario.charts.mirror);
+        let mirror_source = match &scenario.charts.overlay {
+            None => scenario.path(&scenario.charts.mirror),
+            Some(overlay) => {
+                let merged = dir.path().join("chart-sources");
+                git::copy_tree(&scenario.path(&scenario.charts.mirror), &merged)?;
+                git::copy_tree(&scenario.path(overlay), &merged)?;
+                merged
+            }
+        };
         let mut chart_repositories = Vec::new();
         let mut unpublished = Vec::new();
         for spec in &scenario.charts.repositories {

@@ -202,10 +202,12 @@ fn next(shared: &Shared, wire: &str, headers: &HeaderMap, body: &Bytes) -> Optio
         "anthropic" => request["messages"][0]["content"].as_str().unwrap_or(""),
         _ => request["messages"][1]["content"].as_str().unwrap_or(""),
     };
+    // A values migration asks about a chart: its `"chart":` line.
     let subject = prompt
         .split("\"metadata\"")
         .nth(1)
         .and_then(|rest| rest.split("\"name\": \"").nth(1))
+        .or_else(|| prompt.split("\"chart\": \"").nth(1))
         .and_then(|rest| rest.split('"').next())
         .unwrap_or("?")
         .to_string();

@@ -50,6 +50,9 @@ pub struct Repository {
 pub struct Charts {
     /// Every chart the scenario knows, in the chart mirror layout.
     pub mirror: String,
+    /// Charts laid over `mirror` (a scenario's own chart versions), same layout.
+    #[serde(default)]
+    pub overlay: Option<String>,
     pub repositories: Vec<ChartRepository>,
 }
 

@@ -328,6 +328,12 @@ mod local {
             .collect()
     }
 
+    /// What the local repair does.
+    enum Work {
+        Swap(Vec<gitops_loop::gate::rules::DroppedServedVersion>),
+        Migrate,
+    }
+
     pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result<i32> {
         let inventory_path = match (args.inventory, &config.inventory) {
             (Some(path), _) => path.to_path_buf(),
@@ -412,7 +418,7 @@ mod local {
                 println!("  - {}", plain(line));
             }
         };
-        let dropped = match decision {
+        let work = match decision {
             Decision::Green => {
                 println!("green: nothing to repair");
                 return Ok(0);
@@ -437,7 +443,8 @@ mod local {
                     1
                 });
             }
-            Decision::Swap(dropped) => dropped,
+            Decision::Swap(dropped) => Work::Swap(dropped),
+            Decision::Migrate(_) => Work::Migrate,
         };
         // The repair is made in a worktree of its own: the user's working tree stays as it is.
         let scratch = tempfile::Builder::new()
@@ -461,35 +468,109 @@ mod local {
             repo: args.repo,
             tree: tree.clone(),
         };
-        let outcome = repair_in(
-            config,
-            &render_config(&tree, &head),
-            &dropped,
-            model.as_deref(),
-        )
-        .await?;
-        let prepared = match outcome {
-            Ok(prepared) => prepared,
-            Err((h, details)) => {
-                handoff(&h, &details);
-                return Ok(1);
+        let head_config = render_config(&tree, &head);
+        let (rewrites, mut message, lines, summary) = match work {
+            Work::Swap(dropped) => {
+                let outcome = repair_in(config, &head_config, &dropped, model.as_deref()).await?;
+                let prepared = match outcome {
+                    Ok(prepared) => prepared,
+                    Err((h, details)) => {
+                        handoff(&h, &details);
+                        return Ok(1);
+                    }
+                };
+                let message = format!(
+                    "Move {} manifest{} off API versions the new chart stops serving\n\nBosun (local mode) rewrote apiVersion values as the gate asked{}.\n",
+                    prepared.swapped,
+                    if prepared.swapped == 1 { "" } else { "s" },
+                    if prepared.reshaped.is_empty() {
+                        ""
+                    } else {
+                        ", and reshaped documents through its harness"
+                    }
+                );
+                let summary = format!("{} manifest(s)", prepared.swapped);
+                (
+                    prepared.rewrites,
+                    message,
+                    prepared
+                        .reshaped
+                        .iter()
+                        .map(|l| format!("reshaped {l}"))
+                        .collect::<Vec<_>>(),
+                    summary,
+                )
+            }
+            Work::Migrate => {
+                let base = result.verdict.base.clone();
+                let outcome = match tokio::task::block_in_place(|| {
+                    gitops_loop::bosun::triage::migration_plan(&head_config, &base)
+                }) {
+                    Ok(Some(migrations)) => {
+                        let mut say = |line: String| println!("{}", plain(&line));
+                        gitops_loop::bosun::triage::migration_finish(
+                            &migrations,
+                            &head_config,
+                            model.as_deref(),
+                            &mut say,
+                        )
+                        .await
+                    }
+                    Ok(None) => {
+                        println!("no decision: the head renders for Bosun");
+                        return Ok(2);
+                    }
+                    Err(refusal) => Err(refusal),
+                };
+                let prepared = match outcome {
+                    Ok(prepared) => prepared,
+                    Err((h, details)) => {
+                        handoff(&h, &details);
+                        return Ok(1);
+                    }
+                };
+                let policy = applier::Policy::new(&config.deny, &config.allow, None)
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                if let Err(refusals) = applier::admit_rewrites(&tree, &policy, &prepared.rewrites) {
+                    handoff(
+                        &classify::Handoff {
+                            open: refusals
+                                .iter()
+                                .map(|r| r.path.clone())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            choice: "which settings to migrate".into(),
+                            fact: format!(
+                                "the applier refused {}",
+                                refusals
+                                    .iter()
+                                    .map(ToString::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join("; ")
+                            ),
+                        },
+                        &[],
+                    );
+                    return Ok(1);
+                }
+                let summary = format!("values in {} file(s)", prepared.rewrites.len());
+                (
+                    prepared.rewrites,
+                    "Migrate values the new chart's values schema refuses\n\nBosun (local mode) applied its harness's accepted proposal key by key.\n".to_string(),
+                    prepared
+                        .lines
+                        .iter()
+                        .map(|l| format!("migrated {l}"))
+                        .collect::<Vec<_>>(),
+                    summary,
+                )
             }
         };
-        applier::write(&tree, &prepared.rewrites)?;
+        applier::write(&tree, &rewrites)?;
         let mut add = vec!["add", "--"];
-        add.extend(prepared.rewrites.iter().map(|r| r.path.as_str()));
+        add.extend(rewrites.iter().map(|r| r.path.as_str()));
         git_quiet(&tree, &add)?;
-        let mut message = format!(
-            "Move {} manifest{} off API versions the new chart stops serving\n\nBosun (local mode) rewrote apiVersion values as the gate asked{}.\n",
-            prepared.swapped,
-            if prepared.swapped == 1 { "" } else { "s" },
-            if prepared.reshaped.is_empty() {
-                ""
-            } else {
-                ", and reshaped documents through its harness"
-            }
-        );
-        for line in &prepared.reshaped {
+        for line in &lines {
             message.push_str(&format!("- {}\n", plain(line)));
         }
         git_quiet(
@@ -508,8 +589,8 @@ mod local {
         )?;
         let commit = git(&tree, &["rev-parse", "HEAD"])?;
         drop(guard);
-        for line in &prepared.reshaped {
-            println!("reshaped {}", plain(line));
+        for line in &lines {
+            println!("{}", plain(line));
         }
         // A branch of its own, never moved over something else: when the name is taken, the
         // commit's id is added; the ref is created only if it does not exist.
@@ -538,9 +619,8 @@ mod local {
         )
         .with_context(|| format!("cannot create branch {branch} (it exists)"))?;
         println!(
-            "repaired: {} manifest(s) in {} file(s), commit {} on branch {branch}",
-            prepared.swapped,
-            prepared.rewrites.len(),
+            "repaired: {summary} in {} file(s), commit {} on branch {branch}",
+            rewrites.len(),
             commit.get(..7).unwrap_or("")
         );
         // Judged by commit id (a tag of the same name would win over the branch).

@@ -172,6 +172,61 @@ fn safe_path(root: &Path, path: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the policy lets Bosun write `path`: a plain path inside the tree with no link on
+/// the way, not denied, allowed, and in the promotion scope.
+fn admit(root: &Path, policy: &Policy, path: &str) -> Result<(), String> {
+    safe_path(root, path)?;
+    // The lists see the path as the filesystem resolves it: `a//b` and `a/./b` are `a/b`.
+    let normal = crate::render::git::normalize(path);
+    if policy.deny.is_match(&normal) {
+        return Err("the deny-list matches it".into());
+    }
+    if !policy.allow.is_match(&normal) {
+        return Err("the allowlist does not match it".into());
+    }
+    if let Some(scope) = &policy.scope
+        && !scope.contains(path)
+    {
+        return Err(
+            "outside the promotion scope: no Application deploys it or renders from it".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Checks rewrites planned elsewhere (the values migration) against the same policy, and
+/// that each file still holds exactly the content the rewrite was planned from. Writes
+/// nothing; refuses with every reason.
+pub fn admit_rewrites(
+    root: &Path,
+    policy: &Policy,
+    rewrites: &[Rewrite],
+) -> Result<(), Vec<Refusal>> {
+    let mut refusals = Vec::new();
+    for rewrite in rewrites {
+        let refuse = |reason: String| Refusal {
+            path: rewrite.path.clone(),
+            reason,
+        };
+        if let Err(reason) = admit(root, policy, &rewrite.path) {
+            refusals.push(refuse(reason));
+            continue;
+        }
+        match std::fs::read_to_string(root.join(&rewrite.path)) {
+            Ok(now) if now == rewrite.before => {}
+            Ok(_) => refusals.push(refuse(
+                "the file changed since the rewrite was planned from it".into(),
+            )),
+            Err(e) => refusals.push(refuse(format!("cannot read it: {e}"))),
+        }
+    }
+    if refusals.is_empty() {
+        Ok(())
+    } else {
+        Err(refusals)
+    }
+}
+
 /// Plans every file's new content, or refuses with every reason. Writes nothing.
 pub fn prepare(
     root: &Path,
@@ -185,26 +240,8 @@ pub fn prepare(
             path: path.clone(),
             reason,
         };
-        if let Err(reason) = safe_path(root, path) {
+        if let Err(reason) = admit(root, policy, path) {
             refusals.push(refuse(reason));
-            continue;
-        }
-        // The lists see the path as the filesystem resolves it: `a//b` and `a/./b` are `a/b`.
-        let normal = crate::render::git::normalize(path);
-        if policy.deny.is_match(&normal) {
-            refusals.push(refuse("the deny-list matches it".into()));
-            continue;
-        }
-        if !policy.allow.is_match(&normal) {
-            refusals.push(refuse("the allowlist does not match it".into()));
-            continue;
-        }
-        if let Some(scope) = &policy.scope
-            && !scope.contains(path)
-        {
-            refusals.push(refuse(
-                "outside the promotion scope: no Application deploys it or renders from it".into(),
-            ));
             continue;
         }
         let before = match std::fs::read_to_string(root.join(path)) {

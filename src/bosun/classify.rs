@@ -42,6 +42,9 @@ pub enum Path {
     Swap(Vec<DroppedServedVersion>),
     /// Blocked with nothing in this repository to change: say so in one line.
     Escalate(String),
+    /// The head does not render because the new chart's values schema refuses this
+    /// repository's values: migrate the values files (the error as the gate gave it).
+    Migrate(String),
     /// Everything else: a person decides.
     Handoff(Handoff),
 }
@@ -90,6 +93,31 @@ pub fn classify(situation: &Situation) -> Path {
                 .unwrap_or_else(|| "the render failed".into());
             let values_schema = error.contains("values don't meet the specifications")
                 || error.contains("values.schema.json");
+            let at_head = verdict.errors.iter().all(|e| e.starts_with("at head"));
+            if values_schema && at_head {
+                let open = "the values the failing Application layers (named in the error)";
+                if situation.fork {
+                    return Path::Handoff(Handoff {
+                        open: open.into(),
+                        choice: "which settings to remove, rename or add so the new chart's values schema accepts them".into(),
+                        fact: format!("the branch lives in a fork, and Bosun pushes only to branches of the repository itself: {error}"),
+                    });
+                }
+                if situation.attempts >= situation.attempt_cap {
+                    return Path::Handoff(Handoff {
+                        open: open.into(),
+                        choice: "why the new chart still refuses the values after the repair"
+                            .into(),
+                        fact: format!(
+                            "Bosun already pushed {} repair{} to this pull request (the cap is {}): {error}",
+                            situation.attempts,
+                            if situation.attempts == 1 { "" } else { "s" },
+                            situation.attempt_cap
+                        ),
+                    });
+                }
+                return Path::Migrate(error);
+            }
             Path::Handoff(Handoff {
                 open: if values_schema {
                     "the values the failing Application layers (named in the error)".into()
@@ -425,18 +453,28 @@ mod tests {
     }
 
     #[test]
-    fn a_values_schema_refusal_hands_off_naming_the_missing_model() {
+    fn a_values_schema_refusal_at_head_is_a_migration_unless_a_fork_or_the_cap() {
         let mut failed = report(Outcome::Undecided, &[(rules::RENDER_FAILED, 1)], 0);
         failed.verdict.errors = vec!["at head: argocd/x: helm template: values don't meet the specifications of the schema(s) in the following chart(s):\n- at '/webhook': additional properties 'create' not allowed".into()];
-        let Path::Handoff(handoff) = classify(&situation(Some(&failed))) else {
-            panic!("not a handoff");
+        let Path::Migrate(error) = classify(&situation(Some(&failed))) else {
+            panic!("not a migration");
         };
-        assert!(
-            handoff
-                .fact
-                .contains("a values migration needs a model, which is not configured")
-        );
-        assert!(handoff.fact.contains("/webhook"));
+        assert!(error.contains("/webhook"));
+        let mut fork = situation(Some(&failed));
+        fork.fork = true;
+        assert!(matches!(classify(&fork), Path::Handoff(h) if h.fact.contains("fork")));
+        let mut capped = situation(Some(&failed));
+        capped.attempts = capped.attempt_cap;
+        assert!(matches!(classify(&capped), Path::Handoff(h) if h.fact.contains("already pushed")));
+        // At the base too: not this pull request's values to migrate.
+        let mut both = failed.clone();
+        both.verdict
+            .errors
+            .push("at base: argocd/x: helm template: values don't meet the specifications".into());
+        assert!(matches!(
+            classify(&situation(Some(&both))),
+            Path::Handoff(_)
+        ));
         let mut other = failed.clone();
         other.verdict.errors = vec!["at head: chart not found".into()];
         assert!(

@@ -117,6 +117,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
                 subject: "render".into(),
                 message: "the render stopped unexpectedly".into(),
             }],
+            helm_failures: Vec::new(),
         })
     };
     // Both commits render at once: their helm processes share the cores (the `--jobs`

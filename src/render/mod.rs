@@ -185,6 +185,18 @@ pub struct RenderStats {
 pub struct RenderFailure {
     pub revision: String,
     pub diagnostics: Vec<Diagnostic>,
+    /// The helm runs that failed, with their inputs (Bosun's values migration reads them).
+    pub helm_failures: Vec<HelmFailure>,
+}
+
+/// A helm source that did not render: the Application, its cluster, the job as it ran, and
+/// helm's error.
+#[derive(Debug, Clone)]
+pub struct HelmFailure {
+    pub application: String,
+    pub cluster: String,
+    pub job: source::HelmJob,
+    pub message: String,
 }
 
 impl std::fmt::Display for RenderFailure {
@@ -255,6 +267,7 @@ fn render_roots(
             subject: subject.to_string(),
             message,
         }],
+        helm_failures: Vec::new(),
     };
     trace(&config.revision, "render starts");
     let snapshot = Snapshot::load(&config.repo_dir, &config.revision)
@@ -283,6 +296,7 @@ fn render_roots(
         None => scan_roots(&snapshot).map_err(|d| RenderFailure {
             revision: commit.clone(),
             diagnostics: vec![d],
+            helm_failures: Vec::new(),
         })?,
     };
     let work = tempfile::Builder::new()
@@ -308,6 +322,8 @@ fn render_roots(
         edges: Vec::new(),
         applications: BTreeMap::new(),
         queued: Vec::new(),
+        helm_jobs: HashMap::new(),
+        helm_failures: Vec::new(),
     };
     trace(&config.revision, "tools asked");
     engine.run(roots);
@@ -334,6 +350,9 @@ struct Engine<'a> {
     edges: Vec<(String, String)>,
     applications: BTreeMap<String, RenderedApplication>,
     queued: Vec<(String, RenderJob)>,
+    /// Each helm job by key, kept to say what failed.
+    helm_jobs: HashMap<String, source::HelmJob>,
+    helm_failures: Vec<HelmFailure>,
 }
 
 /// A planned Application: its place in the output and the keys of its render jobs.
@@ -440,6 +459,14 @@ impl Engine<'_> {
                         Some(Ok(rendered)) => objects.extend(rendered.iter().cloned()),
                         Some(Err(message)) => {
                             let message = message.clone();
+                            if let Some(job) = self.helm_jobs.get(key) {
+                                self.helm_failures.push(HelmFailure {
+                                    application: p.id.clone(),
+                                    cluster: p.app.cluster.name.clone(),
+                                    job: job.clone(),
+                                    message: message.clone(),
+                                });
+                            }
                             self.error(&p.id, message);
                             failed = true;
                         }
@@ -616,6 +643,11 @@ impl Engine<'_> {
                     continue;
                 }
             };
+            if let RenderJob::Helm(h) = &job {
+                self.helm_jobs
+                    .entry(key.clone())
+                    .or_insert_with(|| h.clone());
+            }
             if !self.memo.contains_key(&key) {
                 self.queued.push((key.clone(), job));
             }
@@ -798,6 +830,7 @@ impl Engine<'_> {
             return Err(RenderFailure {
                 revision: commit,
                 diagnostics: self.diagnostics,
+                helm_failures: self.helm_failures,
             });
         }
         let mut applications: Vec<RenderedApplication> = self.applications.into_values().collect();
@@ -811,6 +844,18 @@ impl Engine<'_> {
             stats: self.stats,
         })
     }
+}
+
+/// Runs one helm job on its own (confined like every render's helm), for a check outside a
+/// render: Bosun's values migration renders the chart with the values it proposes. Returns
+/// helm's output, or its error.
+pub fn run_helm(config: &RenderConfig, job: &source::HelmJob) -> Result<String, String> {
+    let work = tempfile::Builder::new()
+        .prefix("gate-helm-")
+        .tempdir()
+        .map_err(|e| format!("scratch directory: {e}"))?;
+    let key = job.cache_key(&config.helm.version());
+    run_job(config, work.path(), &key, &RenderJob::Helm(job.clone())).map(|(_, text)| text)
 }
 
 /// Runs one helm or kustomize job; returns (label, stdout).

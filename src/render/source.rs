@@ -34,6 +34,17 @@ pub enum ChartLocation {
 pub struct ValuesInput {
     pub name: String,
     pub content: Vec<u8>,
+    /// The repository file it was read from, when it came from a git snapshot (a values
+    /// migration edits only files of the repository under review).
+    pub file: Option<ValuesFile>,
+}
+
+/// A values file's place in a git snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValuesFile {
+    pub repo_dir: PathBuf,
+    pub commit: String,
+    pub path: String,
 }
 
 #[derive(Debug, Clone)]
@@ -487,6 +498,7 @@ fn helm_job(
         values.push(ValuesInput {
             name: "helm.valuesObject".into(),
             content: object.to_string().into_bytes(),
+            file: None,
         });
     } else if let Some(text) = helm
         .get("values")
@@ -496,6 +508,7 @@ fn helm_job(
         values.push(ValuesInput {
             name: "helm.values".into(),
             content: text.as_bytes().to_vec(),
+            file: None,
         });
     }
     let mut set = Vec::new();
@@ -616,6 +629,7 @@ fn resolve_value_file(
                     .map(|content| ValuesInput {
                         name: raw.to_string(),
                         content,
+                        file: None,
                     })
                     .map_err(|_| raw.to_string()),
             ])
@@ -638,6 +652,11 @@ fn read_from_snapshot(
                 Ok(ValuesInput {
                     name: p.to_string(),
                     content: snapshot.read(p).unwrap_or_default().to_vec(),
+                    file: Some(ValuesFile {
+                        repo_dir: snapshot.repo_dir.clone(),
+                        commit: snapshot.commit.clone(),
+                        path: p.to_string(),
+                    }),
                 })
             })
             .collect();
@@ -658,6 +677,11 @@ fn read_from_snapshot(
             .map(|c| ValuesInput {
                 name: raw.to_string(),
                 content: c.to_vec(),
+                file: Some(ValuesFile {
+                    repo_dir: snapshot.repo_dir.clone(),
+                    commit: snapshot.commit.clone(),
+                    path: path.to_string(),
+                }),
             })
             .ok_or_else(|| raw.to_string()),
     ]
@@ -1062,6 +1086,7 @@ mod tests {
                 .map(|v| ValuesInput {
                     name: "v".into(),
                     content: v.to_vec(),
+                    file: None,
                 })
                 .collect(),
             set: vec![],

@@ -5,6 +5,7 @@
 //! rejected). Lossless edits (Bosun's apiVersion swap) live beside this in later modules.
 
 pub mod edit;
+pub mod keys;
 
 use serde_json::Value;
 
