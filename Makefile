@@ -1,11 +1,14 @@
 # Every target is one line calling cargo xtask; the logic lives there.
-.PHONY: demo demo-triage demo-structural test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun bench-check-crd-heavy bench-reshape
+.PHONY: demo demo-triage demo-structural demo-migration test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun bench-check-crd-heavy bench-reshape
 demo:
 	cargo xtask demo
 demo-triage:
 	cargo xtask demo-triage
 demo-structural:
 	cargo xtask demo-structural
+
+demo-migration:
+	cargo xtask demo-migration
 test:
 	cargo xtask test
 tools:

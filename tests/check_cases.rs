@@ -130,6 +130,7 @@ fn check_cases() {
                         .join(", ")
                 ),
                 Path::Escalate(line) => format!("escalate: {line}"),
+                Path::Migrate(error) => format!("migrate values: {error}"),
                 Path::Handoff(h) => format!(
                     "handoff:\n  open: {}\n  choice: {}\n  fact: {}",
                     h.open, h.choice, h.fact

@@ -401,3 +401,198 @@ async fn a_call_cap_of_zero_hands_off_without_calling_the_model() {
     assert!(body.contains("maxCallsPerPullRequest"), "{body}");
     assert!(ground.model.as_ref().unwrap().requests().is_empty());
 }
+
+/// The values-migration pull request with another model set-up (and optionally another chart
+/// overlay or repository): Bosun pushed nothing and handed off; its handoff comment.
+async fn migration_handoff(
+    model: Option<ground::model::ModelScript>,
+    edit: impl FnOnce(&mut Scenario),
+) -> (Ground, String) {
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/values-migration")).unwrap();
+    scenario.bosun.as_mut().unwrap().model = model;
+    scenario.expect.merged.clear();
+    scenario.expect.open = vec![1];
+    scenario.expect.labels = [(1, vec!["needs-human".to_string()])].into();
+    edit(&mut scenario);
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let branch = ground::git::git(
+        &bare,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            "refs/heads/kargo/",
+        ],
+    )
+    .unwrap();
+    let authors =
+        ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")]).unwrap();
+    assert!(!authors.contains("bosun"), "{authors}");
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let (_, body) = comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .expect("Bosun's handoff")
+        .clone();
+    (ground, body)
+}
+
+fn good_migration() -> serde_json::Value {
+    let text = std::fs::read_to_string(
+        common::project_root().join("scenarios/values-migration/migration-good.yaml"),
+    )
+    .unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_values_schema_refusal_is_migrated_key_by_key_and_lands() {
+    let ground = play("values-migration").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    // What lands: one key renamed on its own line, one removed, every comment and every other
+    // line as it was.
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let file =
+        ground::git::git(&bare, &["show", "main:values/cert-manager-lite/base.yaml"]).unwrap();
+    assert_eq!(
+        file,
+        "# cert-manager-lite: settings shared by every cluster.\ncrds:\n  # The Certificate CRD ships with the chart on every cluster.\n  install: true\n  # Never delete Certificates with the release.\n# klog verbosity, 0-6 (staging overrides it).\nlogLevel: 2\nresources:\n  requests:\n    cpu: 10m\n    memory: 48Mi"
+    );
+    // One call, about the chart, with both schemas and the files.
+    let requests = ground.model.as_ref().unwrap().requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].contains("newValuesSchema") && requests[0].contains("oldValuesSchema"));
+    assert!(requests[0].contains("values/cert-manager-lite/clusters/staging.yaml"));
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let (_, body) = comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .expect("Bosun's comment");
+    assert!(
+        body.contains("moved `crds.enabled` = true to `crds.install`"),
+        "{body}"
+    );
+    assert!(body.contains("removed `crds.keep` = true"), "{body}");
+    insta::assert_snapshot!("values_migration_bosun_comment", body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_model_a_values_schema_refusal_hands_off_and_pushes_nothing() {
+    let (ground, body) = migration_handoff(None, |_| {}).await;
+    assert!(
+        body.contains("a values migration needs a model, which is not configured"),
+        "{body}"
+    );
+    assert!(
+        body.contains("values/cert-manager-lite/base.yaml"),
+        "{body}"
+    );
+    assert!(ground.model.is_none());
+    insta::assert_snapshot!("values_migration_no_model_comment", body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_migration_that_invents_a_value_drops_a_declared_one_or_answers_for_another_file_is_refused()
+ {
+    let reply = |value: serde_json::Value| script(vec![serde_json::json!({"value": value})]);
+    // An invented value: an image tag nobody set.
+    let mut invented = good_migration();
+    invented["files"][0]["values"]["image"] = serde_json::json!({"tag": "v9.9.9"});
+    let (_, body) = migration_handoff(reply(invented), |_| {}).await;
+    assert!(body.contains("`accounted-values`"), "{body}");
+    assert!(body.contains("v9.9.9"), "{body}");
+    // A declared value silently dropped.
+    let mut dropped = good_migration();
+    dropped["files"][0]["values"]
+        .as_object_mut()
+        .unwrap()
+        .remove("logLevel");
+    let (_, body) = migration_handoff(reply(dropped), |_| {}).await;
+    assert!(body.contains("`kept-values`"), "{body}");
+    // A changed declared value.
+    let mut changed = good_migration();
+    changed["files"][2]["values"]["logLevel"] = 6.into();
+    let (_, body) = migration_handoff(reply(changed), |_| {}).await;
+    assert!(body.contains("`kept-values`"), "{body}");
+    // A file nobody asked about (a path outside the values the Application layers).
+    let mut elsewhere = good_migration();
+    elsewhere["files"][0]["file"] = "bootstrap/addons.yaml".into();
+    let (_, body) = migration_handoff(reply(elsewhere), |_| {}).await;
+    assert!(body.contains("`reply-shape`"), "{body}");
+    // Values the schema still refuses (the key kept as it was).
+    let mut refused = good_migration();
+    refused["files"][0]["values"]["crds"] = serde_json::json!({"enabled": true});
+    let (_, body) = migration_handoff(reply(refused), |_| {}).await;
+    assert!(body.contains("`schema-fit`"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_required_key_nothing_supplies_escalates_before_the_model_is_called() {
+    // The chart of this variant requires `crds.issuer`, with no default and nothing in the old
+    // values to derive it from.
+    let root = common::project_root();
+    let charts = tempfile::tempdir().unwrap();
+    common::copy_tree(
+        &root.join("scenarios/values-migration/charts"),
+        charts.path(),
+    );
+    let schema_path = charts
+        .path()
+        .join("charts.example.test/stable/cert-manager-lite/1.20.0/values.schema.json");
+    let mut schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&schema_path).unwrap()).unwrap();
+    schema["properties"]["crds"]["required"] = serde_json::json!(["issuer"]);
+    schema["properties"]["crds"]["properties"]["issuer"] = serde_json::json!({"type": "string"});
+    std::fs::write(&schema_path, schema.to_string()).unwrap();
+    let (ground, body) = migration_handoff(script(vec![]), |scenario| {
+        scenario.charts.overlay = Some(charts.path().display().to_string())
+    })
+    .await;
+    assert!(body.contains("requires crds.issuer"), "{body}");
+    assert!(body.contains("no model was asked"), "{body}");
+    assert!(ground.model.as_ref().unwrap().requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_never_receives_a_token_from_a_values_file() {
+    // base.yaml also sets a token the new chart no longer has a setting for.
+    let root = common::project_root();
+    let overlay = tempfile::tempdir().unwrap();
+    common::copy_tree(
+        &root.join("scenarios/values-migration/repo-overlay"),
+        overlay.path(),
+    );
+    let base = overlay.path().join("values/cert-manager-lite/base.yaml");
+    let mut text = std::fs::read_to_string(&base).unwrap();
+    text.push_str("acme:\n  apiToken: canary-5e1d-never-leaves\n");
+    std::fs::write(&base, text).unwrap();
+    let root_scenario = root.join("scenarios/values-migration");
+    let mut scenario = Scenario::load(&root_scenario).unwrap();
+    scenario.repository.overlay = Some(overlay.path().display().to_string());
+    let model = scenario.bosun.as_mut().unwrap().model.as_mut().unwrap();
+    model.never = vec!["canary-5e1d-never-leaves".into()];
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    let requests = ground.model.as_ref().unwrap().requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].contains("(redacted-1)"), "{}", requests[0]);
+    // The token went with the key the new chart has no setting for; the comment names the
+    // key and not the value.
+    let comments = ground.forge.comments("platform/gitops", 1);
+    assert!(
+        comments
+            .iter()
+            .all(|(_, body)| !body.contains("canary-5e1d"))
+    );
+    assert!(comments.iter().any(|(_, body)| {
+        body.contains("removed `acme.apiToken` = (a sensitive value, not shown)")
+    }));
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let file =
+        ground::git::git(&bare, &["show", "main:values/cert-manager-lite/base.yaml"]).unwrap();
+    assert!(!file.contains("acme"), "{file}");
+}

@@ -107,6 +107,24 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
             vec![],
             format!("{} {} {}", h.open, h.choice, h.fact),
         ),
+        // Without a model, as the evals run: the migration's precheck and plan, then the
+        // handoff `migration::decide` gives (a model's replies are scored by migration_evals).
+        Path::Migrate(_) => {
+            use gitops_loop::bosun::{migration, triage};
+            let text = |h: &gitops_loop::bosun::classify::Handoff| {
+                format!("{} {} {}", h.open, h.choice, h.fact)
+            };
+            match triage::migration_plan(&config, &parsed.verdict.base) {
+                Ok(Some(migrations)) => {
+                    match migration::decide(&migrations, false, &[], &|_| Ok(())) {
+                        migration::Step::Done(Err((h, _))) => ("handoff", vec![], text(&h)),
+                        _ => ("migrate", vec![], String::new()),
+                    }
+                }
+                Ok(None) => ("wait", vec![], "the head renders".into()),
+                Err((h, _)) => ("handoff", vec![], text(&h)),
+            }
+        }
         Path::Swap(dropped) => {
             let plan = swap::plan(&dropped);
             let policy = Policy::new(

@@ -143,7 +143,7 @@ pub fn plan(
                 "the Application or source the error names".into(),
                 format!(
                     "the head fails to render for more than a values schema refusal, which a values migration does not address: {}",
-                    report::text(&other)
+                    other
                 ),
             ),
             vec![],
@@ -208,8 +208,7 @@ pub fn plan(
                         ),
                         format!(
                             "{} layers no values file of this repository, and Bosun migrates values files only: {}",
-                            f.application,
-                            report::text(&f.message)
+                            f.application, f.message
                         ),
                     ),
                     vec![],
@@ -566,13 +565,30 @@ impl Migration {
         )
     }
 
-    /// The files the migration rewrites, each once.
+    /// What a person opens: each file that sets values the new chart does not declare, with
+    /// those keys (or every file, when none does: then the refusal is about a declared value).
     pub fn open(&self) -> String {
-        self.files
+        let places: Vec<String> = self
+            .files
             .iter()
-            .map(|f| f.path.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+            .filter_map(|f| {
+                let keys: Vec<String> = leaves(&f.value)
+                    .into_iter()
+                    .filter(|(p, _)| !declared(self, p))
+                    .map(|(p, _)| path_text(&p))
+                    .collect();
+                (!keys.is_empty()).then(|| format!("{} (keys {})", f.path, keys.join(", ")))
+            })
+            .collect();
+        if places.is_empty() {
+            self.files
+                .iter()
+                .map(|f| f.path.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            places.join("; ")
+        }
     }
 }
 
@@ -670,7 +686,7 @@ pub fn check_reply(
             }
         }
         // (c) Every value is accounted for.
-        let displaced: Vec<&(Vec<String>, Value)> = original
+        let mut displaced: Vec<&(Vec<String>, Value)> = original
             .iter()
             .filter(|(p, _)| !declared(migration, p))
             .collect();
@@ -680,10 +696,12 @@ pub fn check_reply(
             if value_at(&file.value, path) == Some(value) {
                 continue;
             }
-            if let Some((from, _)) = displaced
+            // A displaced value moves once: used twice, the second copy is invented.
+            if let Some(index) = displaced
                 .iter()
-                .find(|(p, v)| v == value && value_at(proposal, p).is_none())
+                .position(|(p, v)| v == value && value_at(proposal, p).is_none())
             {
+                let (from, _) = displaced.remove(index);
                 moved.push((path_text(from), path_text(path), value.clone()));
                 continue;
             }
@@ -748,7 +766,7 @@ pub fn check_reply(
 }
 
 /// The key-level edits that turn `text` (whose values are `original`) into `proposal`:
-/// renames, then sets, then removals, then additions; then the file is read back and compared
+/// renames, then sets, then additions, then removals; then the file is read back and compared
 /// with the proposal. Any mismatch is a refusal.
 pub fn rewrite(
     path: &str,
@@ -791,11 +809,13 @@ pub fn rewrite(
     for (at, value) in &changed {
         out = yaml::keys::set_value(&out, path, 0, at, value).map_err(fail)?;
     }
-    for (at, _) in &removed {
-        out = yaml::keys::remove_key(&out, path, 0, at).map_err(fail)?;
-    }
+    // Additions before removals: a mapping that loses every key it had and gains others
+    // keeps a line to add them after.
     for (at, value) in &added {
         out = yaml::keys::set_value(&out, path, 0, at, value).map_err(fail)?;
+    }
+    for (at, _) in &removed {
+        out = yaml::keys::remove_key(&out, path, 0, at).map_err(fail)?;
     }
     let read = values_of(out.as_bytes(), path).map_err(|e| Refused {
         rule: rule::READ_BACK,
@@ -885,16 +905,16 @@ pub fn decide(
                         "what to set for {}",
                         missing
                             .iter()
-                            .map(|k| report::code(k))
+                            .map(String::as_str)
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
                     fact: format!(
                         "{} requires {} and nothing supplies a value (no default, not in its values.yaml, not in the old values), so no model was asked",
-                        report::text(&m.chart),
+                        m.chart,
                         missing
                             .iter()
-                            .map(|k| report::code(k))
+                            .map(String::as_str)
                             .collect::<Vec<_>>()
                             .join(", ")
                     ),
@@ -909,12 +929,10 @@ pub fn decide(
                 open,
                 format!(
                     "the new chart refuses this repository's values, and a values migration needs a model, which is not configured: {}",
-                    report::text(
-                        &migrations
-                            .first()
-                            .map(|m| m.error.clone())
-                            .unwrap_or_default()
-                    )
+                    migrations
+                        .first()
+                        .map(|m| m.error.clone())
+                        .unwrap_or_default()
                 ),
             ),
             vec![],
@@ -936,7 +954,7 @@ pub fn decide(
                 return refused(
                     format!(
                         "the model's values migration for {} was refused ({refusal}); nothing was pushed",
-                        report::text(&m.chart)
+                        m.chart
                     ),
                     vec![],
                 );
@@ -980,8 +998,7 @@ pub fn decide(
                 return refused(
                     format!(
                         "the harness refused the model's values migration for {} (rule {}); nothing was pushed",
-                        report::text(&m.chart),
-                        refused_by.rule
+                        m.chart, refused_by.rule
                     ),
                     vec![format!("the proposal was refused by {refused_by}")],
                 );
@@ -991,7 +1008,7 @@ pub fn decide(
             return refused(
                 format!(
                     "the model's values migration for {} changes nothing, and the chart refuses the values as they are",
-                    report::text(&m.chart)
+                    m.chart
                 ),
                 vec![],
             );
@@ -1008,13 +1025,22 @@ pub fn decide(
             }
             rewrites.push(w);
         }
+        // A sensitive value is named, never shown (the comment and the commit message are
+        // read by more people than the file).
+        let shown = |path: &str, value: &Value| {
+            if path.split('.').any(sensitive) {
+                "(a sensitive value, not shown)".to_string()
+            } else {
+                report::text(&short(value))
+            }
+        };
         for a in &accepted {
             let mut parts = Vec::new();
             for (from, to, value) in &a.moved {
                 parts.push(format!(
                     "moved {} = {} to {}",
                     report::code(from),
-                    report::text(&short(value)),
+                    shown(from, value),
                     report::code(to)
                 ));
             }
@@ -1022,14 +1048,14 @@ pub fn decide(
                 parts.push(format!(
                     "removed {} = {} (the new chart has no setting for it)",
                     report::code(path),
-                    report::text(&short(value))
+                    shown(path, value)
                 ));
             }
             for (path, value) in &a.set {
                 parts.push(format!(
                     "set {} = {} (from the new chart)",
                     report::code(path),
-                    report::text(&short(value))
+                    shown(path, value)
                 ));
             }
             if !parts.is_empty() {
@@ -1069,4 +1095,309 @@ pub fn old_schema_in(
         let dir = crate::render::charts::locate(mirror, &chart).ok()?;
         serde_json::from_slice(&std::fs::read(dir.join("values.schema.json")).ok()?).ok()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::source::{ValuesFile as Place, ValuesInput};
+    use proptest::prelude::*;
+
+    const ORIGINAL: &str = "# shared\ncrds:\n  # ship the CRD\n  enabled: true\n  # keep it\n  keep: true\nlogLevel: 2\nauth:\n  apiToken: hunter2\n";
+
+    fn schema() -> Value {
+        json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "crds": {"type": "object", "additionalProperties": false,
+                         "properties": {"install": {"type": "boolean"},
+                                        "mode": {"enum": ["Always"]}}},
+                "logLevel": {"type": "integer", "maximum": 6},
+                "resources": {"type": "object"},
+                "replicas": {"type": "integer", "default": 1}
+            }
+        })
+    }
+
+    fn migration(text: &str, schema: Value) -> Migration {
+        let value = values_of(text.as_bytes(), "v.yaml").unwrap();
+        let job = HelmJob {
+            chart: ChartLocation::Mirror("/nowhere/c/2.0.0".into()),
+            chart_label: "chart c version 2.0.0".into(),
+            chart_digest: "d".into(),
+            release: "r".into(),
+            namespace: "n".into(),
+            kube_version: None,
+            api_versions: vec![],
+            values: vec![ValuesInput {
+                name: "$values/v.yaml".into(),
+                content: text.as_bytes().to_vec(),
+                file: Some(Place {
+                    repo_dir: "/repo".into(),
+                    commit: "c0".into(),
+                    path: "v.yaml".into(),
+                }),
+            }],
+            set: vec![],
+            set_string: vec![],
+            set_file: vec![],
+            include_crds: true,
+            skip_tests: false,
+            skip_schema_validation: false,
+        };
+        Migration {
+            chart: "chart c version 2.0.0".into(),
+            error: "values don't meet the specifications".into(),
+            new_schema: schema,
+            new_defaults: json!({"logLevel": 2, "resources": {}}),
+            old_schema: None,
+            files: vec![ValuesFile {
+                path: "v.yaml".into(),
+                text: text.into(),
+                value,
+            }],
+            failures: vec![HelmFailure {
+                application: "Application argocd/c".into(),
+                cluster: "prod".into(),
+                job,
+                message: "values don't meet the specifications".into(),
+            }],
+        }
+    }
+
+    fn reply(values: Value) -> Value {
+        json!({"files": [{"file": "v.yaml", "values": values}]})
+    }
+
+    fn good() -> Value {
+        json!({"crds": {"install": true}, "logLevel": 2})
+    }
+
+    fn rule_of(m: &Migration, values: Value) -> Result<(), &'static str> {
+        check_reply(m, &reply(values), &[], &[])
+            .map(|_| ())
+            .map_err(|r| r.rule)
+    }
+
+    #[test]
+    fn the_harness_accepts_a_move_and_a_drop_and_refuses_each_wrong_reply_by_its_rule() {
+        let m = migration(ORIGINAL, schema());
+        let accepted = check_reply(&m, &reply(good()), &[], &[]).unwrap();
+        assert_eq!(
+            accepted[0].moved,
+            vec![("crds.enabled".into(), "crds.install".into(), json!(true))]
+        );
+        assert_eq!(
+            accepted[0].dropped,
+            vec![
+                ("crds.keep".into(), json!(true)),
+                ("auth.apiToken".into(), json!("hunter2"))
+            ]
+        );
+        // Schema-dictated values: a default, a one-value enum.
+        let mut dictated = good();
+        dictated["replicas"] = json!(1);
+        dictated["crds"]["mode"] = json!("Always");
+        assert_eq!(rule_of(&m, dictated), Ok(()));
+        // Invented, used twice, a declared value changed or dropped, a schema violation.
+        let mut invented = good();
+        invented["replicas"] = json!(3);
+        assert_eq!(rule_of(&m, invented), Err(rule::ACCOUNTED));
+        let mut twice = good();
+        twice["resources"] = json!({"enabled": true});
+        twice["crds"]["mode"] = json!("Always");
+        let mut doubled = twice.clone();
+        doubled["resources"] = json!({"a": true, "b": true});
+        assert_eq!(rule_of(&m, doubled), Err(rule::ACCOUNTED));
+        let mut changed = good();
+        changed["logLevel"] = json!(3);
+        assert_eq!(rule_of(&m, changed), Err(rule::KEPT));
+        assert_eq!(
+            rule_of(&m, json!({"crds": {"install": true}})),
+            Err(rule::KEPT)
+        );
+        let mut kept_old = good();
+        kept_old["crds"]["keep"] = json!(true);
+        assert_eq!(rule_of(&m, kept_old), Err(rule::SCHEMA));
+        // Shape: another file, a file twice, extra fields.
+        let other = json!({"files": [{"file": "other.yaml", "values": good()}]});
+        assert_eq!(
+            check_reply(&m, &other, &[], &[])
+                .map(|_| ())
+                .unwrap_err()
+                .rule,
+            rule::SHAPE
+        );
+        let twice_file = json!({"files": [{"file": "v.yaml", "values": good()}, {"file": "v.yaml", "values": good()}]});
+        assert_eq!(
+            check_reply(&m, &twice_file, &[], &[])
+                .map(|_| ())
+                .unwrap_err()
+                .rule,
+            rule::SHAPE
+        );
+        let extra = json!({"files": [{"file": "v.yaml", "values": good()}], "note": "x"});
+        assert_eq!(
+            check_reply(&m, &extra, &[], &[])
+                .map(|_| ())
+                .unwrap_err()
+                .rule,
+            rule::SHAPE
+        );
+    }
+
+    #[test]
+    fn sensitive_values_go_out_as_placeholders_and_come_back_only_where_they_were_moved() {
+        let m = migration(ORIGINAL, schema());
+        let (request, held) = m.request();
+        assert!(!request.prompt.contains("hunter2"), "{}", request.prompt);
+        assert!(request.prompt.contains("(redacted-1)"));
+        assert_eq!(held, vec![json!("hunter2")]);
+        // A placeholder put under a declared key is the value itself, and it was displaced:
+        // but `logLevel` is an integer, so the schema refuses it.
+        let mut misplaced = good();
+        misplaced["resources"] = json!({"token": "(redacted-1)"});
+        let accepted = check_reply(&m, &reply(misplaced), &held, &[]).unwrap();
+        assert_eq!(accepted[0].values["resources"]["token"], json!("hunter2"));
+    }
+
+    #[test]
+    fn a_required_key_nothing_supplies_is_found_before_any_call() {
+        let mut s = schema();
+        s["properties"]["crds"]["required"] = json!(["issuer", "install"]);
+        s["properties"]["crds"]["properties"]["issuer"] = json!({"type": "string"});
+        s["properties"]["crds"]["properties"]["install"]["default"] = json!(false);
+        let m = migration(ORIGINAL, s.clone());
+        assert_eq!(unsuppliable(&m), vec!["crds.issuer".to_string()]);
+        let Step::Done(Err((handoff, _))) = decide(&[m], true, &[], &|_| Ok(())) else {
+            panic!("expected the precheck's handoff");
+        };
+        assert!(
+            handoff.fact.contains("no model was asked"),
+            "{}",
+            handoff.fact
+        );
+        // A key of that name in the old values can supply it (the model may move it).
+        let m = migration("crds:\n  issuer: letsencrypt\n  enabled: true\n", s);
+        assert!(unsuppliable(&m).is_empty());
+    }
+
+    #[test]
+    fn the_decision_asks_once_then_renders_then_writes_key_by_key() {
+        let m = migration(ORIGINAL, schema());
+        let migrations = [m];
+        let Step::Ask(requests) = decide(&migrations, true, &[], &|_| Ok(())) else {
+            panic!("expected a request");
+        };
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].purpose, "values-migration");
+        let replies = [Ok(Reply {
+            value: reply(good()),
+            usage: Default::default(),
+        })];
+        let Step::Done(Ok(prepared)) = decide(&migrations, true, &replies, &|_| Ok(())) else {
+            panic!("expected a migration");
+        };
+        assert_eq!(
+            prepared.rewrites[0].after,
+            "# shared\ncrds:\n  # ship the CRD\n  install: true\n  # keep it\nlogLevel: 2\n"
+        );
+        assert!(
+            prepared.lines[0].contains("removed `auth.apiToken` = (a sensitive value, not shown)")
+        );
+        // helm refusing the proposal: refused by `renders`, nothing written.
+        let Step::Done(Err((handoff, _))) = decide(&migrations, true, &replies, &|_| {
+            Err("template failed".into())
+        }) else {
+            panic!("expected a handoff");
+        };
+        assert!(handoff.fact.contains("rule renders"), "{}", handoff.fact);
+        // No model: a handoff naming the keys the new chart does not declare.
+        let Step::Done(Err((handoff, _))) = decide(&migrations, false, &[], &|_| Ok(())) else {
+            panic!("expected a handoff");
+        };
+        assert_eq!(
+            handoff.open,
+            "v.yaml (keys crds.enabled, crds.keep, auth.apiToken)"
+        );
+    }
+
+    #[test]
+    fn an_edit_that_cannot_be_made_on_the_keys_own_lines_is_refused_by_read_back() {
+        let text = "crds: {enabled: true, keep: true}\nlogLevel: 2\n";
+        let original = values_of(text.as_bytes(), "v").unwrap();
+        let refused = rewrite("v.yaml", text, &original, &good()).unwrap_err();
+        assert_eq!(refused.rule, rule::READ_BACK);
+    }
+
+    /// Values over a small alphabet of keys, so originals and proposals share paths.
+    fn values(depth: u32) -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            any::<bool>().prop_map(Value::Bool),
+            (0i64..5).prop_map(|n| json!(n)),
+            prop::sample::select(vec!["a", "yes", "1.0", "x: y", "#c", ""]).prop_map(|s| json!(s)),
+            Just(json!([1, "two"])),
+        ];
+        leaf.prop_recursive(depth, 16, 4, |inner| {
+            prop::collection::btree_map(
+                prop::sample::select(vec!["a", "b", "c", "on"]),
+                inner,
+                1..4,
+            )
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()))
+        })
+    }
+
+    fn map(depth: u32) -> impl Strategy<Value = Value> {
+        values(depth).prop_map(|v| if v.is_object() { v } else { json!({"a": v}) })
+    }
+
+    proptest! {
+        /// An accepted proposal holds no value outside the original, the new chart's
+        /// values.yaml and what the schema dictates.
+        #[test]
+        fn an_accepted_proposal_holds_only_supplied_values(original in map(3), proposal in map(3)) {
+            let text = crate::yaml::to_string(&original);
+            let mut m = migration(&text, json!({"type": "object", "properties": {"a": {"type": "object"}, "b": {"default": 1}}}));
+            m.new_defaults = json!({"c": "a"});
+            if let Ok(accepted) = check_reply(&m, &reply(proposal), &[], &[]) {
+                let supplied: Vec<Value> = leaves(&original).into_iter().map(|(_, v)| v).collect();
+                for (path, value) in leaves(&accepted[0].values) {
+                    prop_assert!(
+                        supplied.contains(&value)
+                            || value_at(&m.new_defaults, &path) == Some(&value)
+                            || dictated(&m.new_schema, &path, &value),
+                        "{} = {value} came from nowhere", path_text(&path)
+                    );
+                }
+            }
+        }
+
+        /// Key-level edits of block YAML reach any proposal, and what is written reads back
+        /// as the proposal (or nothing is written).
+        #[test]
+        fn key_edits_reach_the_proposal_or_refuse(original in map(3), proposal in map(3)) {
+            let text = format!("# top\n{}", block_yaml(&original));
+            let parsed = values_of(text.as_bytes(), "t").unwrap();
+            prop_assert_eq!(&parsed, &original);
+            match rewrite("t.yaml", &text, &original, &proposal) {
+                Ok(out) => {
+                    prop_assert_eq!(values_of(out.as_bytes(), "t").unwrap(), proposal);
+                    prop_assert!(out.starts_with("# top\n"));
+                }
+                Err(refused) => prop_assert!(false, "refused: {refused}"),
+            }
+        }
+    }
+
+    /// Block YAML as a person writes it (the same emitter the edits use for new keys).
+    fn block_yaml(value: &Value) -> String {
+        let mut out = String::new();
+        for (k, v) in value.as_object().unwrap() {
+            let one = yaml::keys::set_value(&out, "t", 0, std::slice::from_ref(k), v).unwrap();
+            out = one;
+        }
+        out
+    }
 }

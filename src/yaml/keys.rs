@@ -303,13 +303,28 @@ pub fn set_value(
             .collect();
         match roots.last() {
             Some(last) => (key_lines(text, last).1, last.indent),
-            None if document == 0 && text.trim().is_empty() => (text.len(), 0),
+            // An empty document (comments at most): the key goes at the end.
+            None if document == 0
+                && super::parse_documents(text, origin)
+                    .is_ok_and(|d| d.iter().all(|v| v.is_null())) =>
+            {
+                (text.len(), 0)
+            }
             None => return Err(not_found(origin, document, path)),
         }
     } else {
-        site(&sites, document, parent)
-            .filter(|s| s.own_line && s.scalar.is_none() && !s.value_is_sequence)
+        let parent_site = site(&sites, document, parent)
+            .filter(|s| s.own_line && !s.value_is_sequence)
             .ok_or_else(|| not_found(origin, document, parent))?;
+        if let Some((start, end)) = parent_site.scalar {
+            // An empty parent (`key:`, `key: null`, `key: {}`): it becomes the new mapping.
+            if !matches!(text[start..end].trim(), "" | "null" | "~" | "{}") {
+                return Err(not_found(origin, document, parent));
+            }
+            let mut mapping = serde_json::Map::new();
+            mapping.insert(key.clone(), value.clone());
+            return set_value(text, origin, document, parent, &Value::Object(mapping));
+        }
         let children: Vec<&KeySite> = sites
             .iter()
             .filter(|s| {

@@ -44,6 +44,9 @@ enum Command {
     /// Bosun asks the (scripted) model for that document, its harness checks the proposal,
     /// and the reshape lands with the swaps, listing the value dropped.
     DemoStructural,
+    /// The values migration: a chart whose new values schema refuses this repository's values,
+    /// migrated key by key through Bosun's harness (scenarios/values-migration).
+    DemoMigration,
     /// The evals (evals/): scored by `cargo test --test evals`. With `--live`, the reshape
     /// cases go to a real model instead of the recorded replies (never in CI): set
     /// BOSUN_LIVE_PROVIDER (anthropic or openai), BOSUN_LIVE_MODEL, optionally
@@ -103,6 +106,7 @@ fn main() -> Result<()> {
         },
         Command::DemoTriage => demo::play("triage", None),
         Command::DemoStructural => demo::play("structural", None),
+        Command::DemoMigration => demo::play("values-migration", None),
         Command::Evals { live } => {
             let sh = xshell::Shell::new()?;
             sh.change_dir(project_root());
