@@ -659,3 +659,282 @@ fn the_live_evals_run_end_to_end_against_the_model_double() {
         assert!(double.failures().is_empty(), "{:?}", double.failures());
     }
 }
+
+/// The values migration's harness on recorded replies (evals/values-migration/*/case.yaml),
+/// judged by `migration::decide` (what triage and `bosun repair` run) with the real helm for
+/// the render check. Same threshold as the reshape: every reply as expected, no unsafe
+/// acceptance, and every rule needed by some reply.
+#[test]
+fn migration_evals() {
+    use gitops_loop::bosun::migration::{self, Migration, ValuesFile, rule};
+    use gitops_loop::model;
+    use gitops_loop::render::source::{ChartLocation, HelmJob, ValuesFile as Place, ValuesInput};
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct MigrationCase {
+        #[allow(dead_code)]
+        description: String,
+        chart: String,
+        files: Vec<FileCase>,
+        good: Value,
+        replies: Vec<ReplyCase>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct FileCase {
+        path: String,
+        from: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ReplyCase {
+        name: String,
+        #[serde(default)]
+        set: BTreeMap<String, Value>,
+        #[serde(default)]
+        remove: Vec<String>,
+        #[serde(default)]
+        reply: Option<Value>,
+        #[serde(default)]
+        reply_extra: Option<serde_json::Map<String, Value>>,
+        #[serde(default)]
+        raw: Option<String>,
+        #[serde(default)]
+        generate: Option<String>,
+        expect: String,
+        #[serde(default)]
+        rule: Option<String>,
+    }
+
+    let cache = tempfile::tempdir().unwrap();
+    let render_config = config(&common::sample_dir().join("repo"), cache.path());
+    let render = |job: &HelmJob| -> Result<(), String> {
+        gitops_loop::render::run_helm(&render_config, job).map(|_| ())
+    };
+    let root = common::project_root().join("evals/values-migration");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let rules = [rule::SHAPE, rule::KEPT, rule::ACCOUNTED, rule::SCHEMA];
+    let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut unsafe_acceptances = 0;
+    for dir in dirs {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        let case: MigrationCase = serde_saphyr::from_str(&read("case.yaml")).unwrap();
+        let case_name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let chart = dir.join(&case.chart).canonicalize().unwrap();
+        let files: Vec<ValuesFile> = case
+            .files
+            .iter()
+            .map(|f| {
+                let text = read(&f.from);
+                ValuesFile {
+                    path: f.path.clone(),
+                    value: serde_saphyr::from_str::<Value>(&text).unwrap(),
+                    text,
+                }
+            })
+            .collect();
+        let job = HelmJob {
+            chart: ChartLocation::Mirror(chart.clone()),
+            chart_label: case_name.clone(),
+            chart_digest: case_name.clone(),
+            release: "eval".into(),
+            namespace: "eval".into(),
+            kube_version: None,
+            api_versions: vec![],
+            values: files
+                .iter()
+                .map(|f| ValuesInput {
+                    name: f.path.clone(),
+                    content: f.text.clone().into_bytes(),
+                    file: Some(Place {
+                        repo_dir: "/repo".into(),
+                        commit: "head".into(),
+                        path: f.path.clone(),
+                    }),
+                })
+                .collect(),
+            set: vec![],
+            set_string: vec![],
+            set_file: vec![],
+            include_crds: true,
+            skip_tests: true,
+            skip_schema_validation: false,
+        };
+        // The case as a triage meets it: helm refuses the original values.
+        let refused = render(&job).expect_err("the chart refuses the original values");
+        let m = Migration {
+            chart: case_name.clone(),
+            error: refused.clone(),
+            new_schema: serde_json::from_str(
+                &std::fs::read_to_string(chart.join("values.schema.json")).unwrap(),
+            )
+            .unwrap(),
+            new_defaults: serde_saphyr::from_str(
+                &std::fs::read_to_string(chart.join("values.yaml")).unwrap(),
+            )
+            .unwrap(),
+            old_schema: None,
+            files,
+            failures: vec![gitops_loop::render::HelmFailure {
+                application: format!("Application argocd/{case_name}"),
+                cluster: "prod".into(),
+                job,
+                message: refused,
+            }],
+        };
+        let migrations = [m];
+        for reply in &case.replies {
+            let mut whole = reply.reply.clone().unwrap_or_else(|| case.good.clone());
+            for (pointer, value) in &reply.set {
+                let (parent, last) = pointer.rsplit_once('/').unwrap();
+                match whole.pointer_mut(parent).unwrap() {
+                    Value::Array(items) => items.push(value.clone()),
+                    Value::Object(map) => {
+                        map.insert(last.to_string(), value.clone());
+                    }
+                    _ => panic!("{pointer}"),
+                }
+            }
+            for pointer in &reply.remove {
+                let (parent, last) = pointer.rsplit_once('/').unwrap();
+                whole
+                    .pointer_mut(parent)
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(last);
+            }
+            if let Some(extra) = &reply.reply_extra {
+                whole.as_object_mut().unwrap().extend(extra.clone());
+            }
+            let bytes: Vec<u8> = match (&reply.raw, reply.generate.as_deref()) {
+                (Some(raw), _) => raw.clone().into_bytes(),
+                (None, Some("ten-megabyte-string")) => {
+                    let mut big = whole.clone();
+                    big["files"][0]["values"]["crds"]["install"] = "x".repeat(10 << 20).into();
+                    serde_json::to_vec(&big).unwrap()
+                }
+                (None, Some("deep-nesting")) => {
+                    format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)).into_bytes()
+                }
+                (None, Some("padded-good")) => {
+                    let mut text = serde_json::to_vec(&whole).unwrap();
+                    text.extend(std::iter::repeat_n(b' ', model::MAX_REPLY_BYTES));
+                    text
+                }
+                (None, Some(other)) => panic!("unknown generator {other}"),
+                (None, None) => serde_json::to_vec(&whole).unwrap(),
+            };
+            // The reply limits only, as in the reshape evals: the response schema is the
+            // harness's `reply-shape` rule here, so that rule is shown to be needed.
+            let reply_result = model::parse_reply(&bytes).map(|value| model::Reply {
+                value,
+                usage: Default::default(),
+            });
+            let client_refused = reply_result.is_err();
+            let got = match migration::decide(&migrations, true, &[reply_result], &render) {
+                migration::Step::Done(Ok(_)) => Ok(()),
+                migration::Step::Done(Err((handoff, _))) => Err(if client_refused {
+                    "reply-limits".to_string()
+                } else {
+                    handoff
+                        .fact
+                        .split("(rule ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(')').next())
+                        .unwrap_or("?")
+                        .to_string()
+                }),
+                migration::Step::Ask(_) => Err("asked again".to_string()),
+            };
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                for rule in rules {
+                    if got.as_ref().err().map(String::as_str) == Some(rule)
+                        && migration::check_reply(&migrations[0], &value, &[], &[rule]).is_ok()
+                    {
+                        needed.entry(rule).or_default().push(reply.name.clone());
+                    }
+                }
+                // Needed by `renders`: every other rule holds.
+                if got.as_ref().err().map(String::as_str) == Some(rule::RENDERS)
+                    && migration::check_reply(&migrations[0], &value, &[], &[]).is_ok()
+                {
+                    needed
+                        .entry(rule::RENDERS)
+                        .or_default()
+                        .push(reply.name.clone());
+                }
+                if got == Err("reply-limits".to_string())
+                    && migration::check_reply(&migrations[0], &value, &[], &[]).is_ok()
+                {
+                    needed
+                        .entry("reply-limits")
+                        .or_default()
+                        .push(reply.name.clone());
+                }
+            }
+            let expected = match (reply.expect.as_str(), &reply.rule) {
+                ("accept", _) => Ok(()),
+                (_, Some(rule)) => Err(rule.clone()),
+                _ => panic!("{}: a refusal names its rule", reply.name),
+            };
+            if got.is_ok() && expected.is_err() {
+                unsafe_acceptances += 1;
+            }
+            let shown = |r: &Result<(), String>| match r {
+                Ok(()) => "accept".to_string(),
+                Err(rule) => format!("refuse ({rule})"),
+            };
+            if got != expected {
+                failures.push(format!(
+                    "{case_name} / {}: expected {}, got {}",
+                    reply.name,
+                    shown(&expected),
+                    shown(&got)
+                ));
+            }
+            rows.push(format!(
+                "| {case_name} | {} | {} | {} |",
+                reply.name,
+                shown(&expected),
+                shown(&got)
+            ));
+        }
+    }
+    println!("| case | reply | expected | got |\n|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!(
+        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
+        rows.len() - failures.len(),
+        rows.len()
+    );
+    let all: Vec<&str> = rules
+        .iter()
+        .copied()
+        .chain([rule::RENDERS, "reply-limits"])
+        .collect();
+    for rule in &all {
+        println!(
+            "rule {rule} needed by: {}",
+            needed.get(rule).map(|v| v.join(", ")).unwrap_or_default()
+        );
+    }
+    assert_eq!(unsafe_acceptances, 0, "unsafe acceptances");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for rule in &all {
+        assert!(
+            needed.contains_key(rule),
+            "no reply needs rule {rule}: removing it would fail nothing"
+        );
+    }
+}
