@@ -18,6 +18,22 @@ fn bosun_repair_env(
     extra_config: &str,
     env: &[(&str, &str)],
 ) -> std::process::Output {
+    bosun_repair_with(
+        repo,
+        work,
+        &common::sample_dir().join("charts"),
+        extra_config,
+        env,
+    )
+}
+
+fn bosun_repair_with(
+    repo: &Path,
+    work: &Path,
+    charts: &Path,
+    extra_config: &str,
+    env: &[(&str, &str)],
+) -> std::process::Output {
     let config = work.join("bosun.yaml");
     std::fs::write(
         &config,
@@ -25,7 +41,7 @@ fn bosun_repair_env(
             "forge: {{apiUrl: 'http://127.0.0.1:9'}}\nrepositories: [{{slug: platform/gitops, url: '{}'}}]\ninventory: {{file: '{}'}}\ncharts: {{dir: '{}'}}\nworkdir: '{}'\n{extra_config}",
             common::SAMPLE_REPO_URL,
             common::sample_dir().join("inventory.yaml").display(),
-            common::sample_dir().join("charts").display(),
+            charts.display(),
             work.join("state").display(),
         ),
     )
@@ -155,4 +171,88 @@ fn a_local_repair_that_would_lose_a_value_without_a_model_commits_nothing() {
         "{stdout}"
     );
     assert!(git(repo.path(), &["branch", "--list", "bosun/*"]).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_values_migration_is_a_commit_that_edits_only_the_keys_and_the_gate_goes_green() {
+    let root = common::project_root();
+    let story = root.join("scenarios/values-migration");
+    // The story's repository and charts: the commented values on main, the bump on pr.
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    repo.commit_overlay(&story.join("repo-overlay"), "main", "comment the values");
+    let bump = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(bump.path().join("targets")).unwrap();
+    std::fs::write(
+        bump.path().join("targets/addons.yaml"),
+        std::fs::read_to_string(common::sample_dir().join("repo/targets/addons.yaml"))
+            .unwrap()
+            .replace("version: 1.19.2", "version: 1.20.0"),
+    )
+    .unwrap();
+    let head = repo.commit_overlay(bump.path(), "pr", "bump cert-manager-lite");
+    let charts = tempfile::tempdir().unwrap();
+    common::copy_tree(&common::sample_dir().join("charts"), charts.path());
+    common::copy_tree(&story.join("charts"), charts.path());
+    let script: ground::model::ModelScript = serde_json::from_value(serde_json::json!({
+        "provider": "openai",
+        "replies": [{"file": "migration-good.yaml"}],
+    }))
+    .unwrap();
+    let double = ground::model::ModelDouble::start(&script, &story, Default::default())
+        .await
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let model = format!(
+        "model: {{provider: openai, model: ground-model, baseUrl: '{}', apiKeyEnv: LOCAL_MODEL_KEY}}\n",
+        double.base_url("openai")
+    );
+    let (repo_path, work_path, charts_path) = (
+        repo.path().to_path_buf(),
+        work.path().to_path_buf(),
+        charts.path().to_path_buf(),
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        bosun_repair_with(
+            &repo_path,
+            &work_path,
+            &charts_path,
+            &model,
+            &[("LOCAL_MODEL_KEY", ground::model::MODEL_KEY)],
+        )
+    })
+    .await
+    .unwrap();
+    assert!(double.failures().is_empty(), "{:?}", double.failures());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("could not decide"), "{stdout}");
+    assert!(
+        stdout.contains("moved `crds.enabled` = true to `crds.install`"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.lines().last().unwrap().contains(": passed"),
+        "{stdout}"
+    );
+    let branch = format!("bosun/repair-{}", &head[..12]);
+    let diff = git(repo.path(), &["diff", "pr", &branch]);
+    let changed: Vec<&str> = diff
+        .lines()
+        .filter(|l| {
+            (l.starts_with('+') || l.starts_with('-'))
+                && !l.starts_with("+++")
+                && !l.starts_with("---")
+        })
+        .collect();
+    assert_eq!(
+        changed,
+        ["-  enabled: true", "+  install: true", "-  keep: true"],
+        "{diff}"
+    );
+    assert_eq!(repo.head(), head);
 }

@@ -542,9 +542,16 @@ impl Migration {
             .iter()
             .map(|f| json!({"file": f.path, "values": redact_values(&f.value, &mut held)}))
             .collect();
+        // helm's error can quote a value it refused: the held ones are replaced there too.
+        let mut error = self.error.clone();
+        for (index, value) in held.iter().enumerate() {
+            if let Some(text) = value.as_str().filter(|t| t.len() >= 4) {
+                error = error.replace(text, &format!("(redacted-{})", index + 1));
+            }
+        }
         let material = json!({
             "chart": self.chart,
-            "helmError": self.error,
+            "helmError": error,
             "newValuesSchema": self.new_schema,
             "oldValuesSchema": self.old_schema,
             "newChartDefaults": crate::model::redact(&self.new_defaults),
@@ -686,9 +693,13 @@ pub fn check_reply(
             }
         }
         // (c) Every value is accounted for.
+        // A null or an empty mapping carries nothing, and never moves (a null moved under
+        // a chart default would delete it).
         let mut displaced: Vec<&(Vec<String>, Value)> = original
             .iter()
-            .filter(|(p, _)| !declared(migration, p))
+            .filter(|(p, v)| {
+                !declared(migration, p) && !v.is_null() && !v.as_object().is_some_and(Map::is_empty)
+            })
             .collect();
         let mut moved = Vec::new();
         let mut set = Vec::new();
@@ -1261,6 +1272,10 @@ mod tests {
         assert!(!request.prompt.contains("hunter2"), "{}", request.prompt);
         assert!(request.prompt.contains("(redacted-1)"));
         assert_eq!(held, vec![json!("hunter2")]);
+        let mut quoted = migration(ORIGINAL, schema());
+        quoted.error = "at '/auth/apiToken': 'hunter2' is not valid".into();
+        let (request, _) = quoted.request();
+        assert!(!request.prompt.contains("hunter2"), "{}", request.prompt);
         // A placeholder put under a declared key is the value itself, and it was displaced:
         // but `logLevel` is an integer, so the schema refuses it.
         let mut misplaced = good();
