@@ -131,6 +131,20 @@ fn check_cases() {
                 ),
                 Path::Escalate(line) => format!("escalate: {line}"),
                 Path::Migrate(error) => format!("migrate values: {error}"),
+                Path::Fix(objects) => format!(
+                    "mechanical fix: {}",
+                    objects
+                        .iter()
+                        .map(|o| format!(
+                            "{} {}/{} on {}",
+                            o.kind,
+                            o.namespace,
+                            o.name,
+                            o.applications.join(", ")
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
                 Path::Handoff(h) => format!(
                     "handoff:\n  open: {}\n  choice: {}\n  fact: {}",
                     h.open, h.choice, h.fact

@@ -408,8 +408,17 @@ async fn migration_handoff(
     model: Option<ground::model::ModelScript>,
     edit: impl FnOnce(&mut Scenario),
 ) -> (Ground, String) {
+    story_handoff("values-migration", model, edit).await
+}
+
+/// A story's pull request with another model set-up: Bosun pushed nothing and handed off.
+async fn story_handoff(
+    story: &str,
+    model: Option<ground::model::ModelScript>,
+    edit: impl FnOnce(&mut Scenario),
+) -> (Ground, String) {
     let root = common::project_root();
-    let mut scenario = Scenario::load(&root.join("scenarios/values-migration")).unwrap();
+    let mut scenario = Scenario::load(&root.join("scenarios").join(story)).unwrap();
     scenario.bosun.as_mut().unwrap().model = model;
     scenario.expect.merged.clear();
     scenario.expect.open = vec![1];
@@ -595,4 +604,96 @@ async fn the_model_never_receives_a_token_from_a_values_file() {
     let file =
         ground::git::git(&bare, &["show", "main:values/cert-manager-lite/base.yaml"]).unwrap();
     assert!(!file.contains("acme"), "{file}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kind_the_cluster_does_not_serve_is_fixed_by_one_key_the_model_selects() {
+    let ground = play("mechanical-fix").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let file = ground::git::git(
+        &bare,
+        &[
+            "show",
+            "main:values/cert-manager-lite/clusters/prod-us.yaml",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        file,
+        "# cert-manager-lite on prod-us (no Prometheus Operator on this cluster).\nreplicaCount: 1\nserviceMonitor:\n  enabled: false"
+    );
+    // One call: the objects, the changed defaults and the inventory.
+    let requests = ground.model.as_ref().unwrap().requests();
+    assert_eq!(requests.len(), 1);
+    assert!(requests[0].contains("changedDefaults") && requests[0].contains("inventory"));
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let (_, body) = comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .expect("Bosun's comment");
+    insta::assert_snapshot!("mechanical_fix_bosun_comment", body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_model_the_mechanical_fix_hands_off_naming_the_default_that_changed() {
+    let (_, body) = story_handoff("mechanical-fix", None, |_| {}).await;
+    assert!(
+        body.contains("cert-manager-lite turned serviceMonitor.enabled on by default"),
+        "{body}"
+    );
+    insta::assert_snapshot!("mechanical_fix_no_model_comment", body);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fix_with_a_version_not_in_the_report_a_key_outside_the_inventory_or_a_denied_file_is_refused()
+ {
+    let reply = |file: &str, key: serde_json::Value, value: serde_json::Value| {
+        script(vec![serde_json::json!({"value": {
+            "classification": "chart-default",
+            "edits": [{"file": file, "key": key, "value": value}],
+        }})])
+    };
+    // A version nobody named: the pinned line the pull request changed, moved on again.
+    let (_, body) = story_handoff(
+        "mechanical-fix",
+        reply(
+            "targets/addons.yaml",
+            serde_json::json!([1, "version"]),
+            "1.22.0".into(),
+        ),
+        |_| {},
+    )
+    .await;
+    assert!(body.contains("`sourced-value`"), "{body}");
+    // A key outside the inventory.
+    let (_, body) = story_handoff(
+        "mechanical-fix",
+        reply(
+            "bootstrap/addons.yaml",
+            serde_json::json!(["spec", "syncPolicy"]),
+            "none".into(),
+        ),
+        |_| {},
+    )
+    .await;
+    assert!(body.contains("`inventory`"), "{body}");
+    // A file the deny-list covers.
+    let (_, body) = story_handoff(
+        "mechanical-fix",
+        reply(
+            "values/cert-manager-lite/clusters/prod-us.yaml",
+            serde_json::json!(["serviceMonitor", "enabled"]),
+            false.into(),
+        ),
+        |scenario| {
+            scenario.bosun.as_mut().unwrap().config =
+                serde_json::json!({"deny": ["values/cert-manager-lite/clusters/**"]});
+        },
+    )
+    .await;
+    assert!(body.contains("the applier refused"), "{body}");
+    assert!(body.contains("deny-list"), "{body}");
 }

@@ -107,6 +107,22 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
             vec![],
             format!("{} {} {}", h.open, h.choice, h.fact),
         ),
+        // Without a model: the mechanical fix's plan and the handoff it gives.
+        Path::Fix(not_served) => {
+            use gitops_loop::bosun::triage;
+            let text = |h: &gitops_loop::bosun::classify::Handoff| {
+                format!("{} {} {}", h.open, h.choice, h.fact)
+            };
+            match triage::fix_plan(&config, &parsed.verdict.base, &not_served, &markdown) {
+                Ok((fix, _)) => match gitops_loop::bosun::mechanical::decide(&fix, false, None) {
+                    gitops_loop::bosun::mechanical::Step::Done(Err((h, _))) => {
+                        ("handoff", vec![], text(&h))
+                    }
+                    _ => ("fix", vec![], String::new()),
+                },
+                Err((h, _)) => ("handoff", vec![], text(&h)),
+            }
+        }
         // Without a model, as the evals run: the migration's precheck and plan, then the
         // handoff `migration::decide` gives (a model's replies are scored by migration_evals).
         Path::Migrate(_) => {

@@ -33,6 +33,7 @@ fn app(cluster: &str, name: &str, objects: Vec<Value>) -> RenderedApplication {
         manifest: serde_json::Value::Null,
         stored: serde_json::Value::Null,
         destination_unknown: None,
+        values_files: Vec::new(),
     }
 }
 

@@ -351,6 +351,7 @@ pub fn one_cluster_rendering(
             manifest: serde_json::Value::Null,
             stored: serde_json::Value::Null,
             destination_unknown: None,
+            values_files: Vec::new(),
         }],
         diagnostics: vec![],
         stats: Default::default(),

@@ -332,6 +332,7 @@ mod local {
     enum Work {
         Swap(Vec<gitops_loop::gate::rules::DroppedServedVersion>),
         Migrate,
+        Fix(Vec<gitops_loop::gate::rules::NotServed>),
     }
 
     pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result<i32> {
@@ -445,6 +446,7 @@ mod local {
             }
             Decision::Swap(dropped) => Work::Swap(dropped),
             Decision::Migrate(_) => Work::Migrate,
+            Decision::Fix(not_served) => Work::Fix(not_served),
         };
         // The repair is made in a worktree of its own: the user's working tree stays as it is.
         let scratch = tempfile::Builder::new()
@@ -497,6 +499,75 @@ mod local {
                         .reshaped
                         .iter()
                         .map(|l| format!("reshaped {l}"))
+                        .collect::<Vec<_>>(),
+                    summary,
+                )
+            }
+            Work::Fix(not_served) => {
+                let base = result.verdict.base.clone();
+                let planned = tokio::task::block_in_place(|| {
+                    gitops_loop::bosun::triage::fix_plan(
+                        &head_config,
+                        &base,
+                        &not_served,
+                        &markdown,
+                    )
+                });
+                let (fix, rendering) = match planned {
+                    Ok(planned) => planned,
+                    Err((h, details)) => {
+                        handoff(&h, &details);
+                        return Ok(1);
+                    }
+                };
+                let mut say = |line: String| println!("{}", plain(&line));
+                let prepared = match gitops_loop::bosun::triage::fix_finish(
+                    &fix,
+                    &not_served,
+                    model.as_deref(),
+                    &mut say,
+                )
+                .await
+                {
+                    Ok(prepared) => prepared,
+                    Err((h, details)) => {
+                        handoff(&h, &details);
+                        return Ok(1);
+                    }
+                };
+                let policy =
+                    gitops_loop::bosun::triage::fix_policy(config, &head_config, &rendering)
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                if let Err(refusals) = applier::admit_rewrites(&tree, &policy, &prepared.rewrites) {
+                    handoff(
+                        &classify::Handoff {
+                            open: refusals
+                                .iter()
+                                .map(|r| r.path.clone())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            choice: "which key to set".into(),
+                            fact: format!(
+                                "the applier refused {}",
+                                refusals
+                                    .iter()
+                                    .map(ToString::to_string)
+                                    .collect::<Vec<_>>()
+                                    .join("; ")
+                            ),
+                        },
+                        &[],
+                    );
+                    return Ok(1);
+                }
+                let summary = format!("{} key(s)", prepared.edits.len());
+                (
+                    prepared.rewrites,
+                    "Stop rendering objects where the cluster does not serve their kind\n\nBosun (local mode) set keys a model selected from its inventory of editable keys.\n".to_string(),
+                    prepared
+                        .edits
+                        .iter()
+                        .map(|e| format!("set {}", e.line()))
                         .collect::<Vec<_>>(),
                     summary,
                 )

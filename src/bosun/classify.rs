@@ -45,6 +45,8 @@ pub enum Path {
     /// The head does not render because the new chart's values schema refuses this
     /// repository's values: migrate the values files (the error as the gate gave it).
     Migrate(String),
+    /// Only `kind-not-served-on-cluster`: the mechanical fix (a scalar the render proves).
+    Fix(Vec<rules::NotServed>),
     /// Everything else: a person decides.
     Handoff(Handoff),
 }
@@ -182,7 +184,12 @@ pub fn classify(situation: &Situation) -> Path {
                 );
             }
             if only(rules::KIND_NOT_SERVED) && !report.not_served.is_empty() {
-                return Path::Handoff(not_served_handoff(&report.not_served));
+                // A scalar the render proves may fix it: the mechanical fix, unless Bosun may
+                // not push here.
+                if situation.fork || situation.attempts >= situation.attempt_cap {
+                    return Path::Handoff(not_served_handoff(&report.not_served));
+                }
+                return Path::Fix(report.not_served.clone());
             }
             let block = |rule: &str| report.findings.iter().find(|f| f.rule == rule);
             if only(rules::DESTINATION_UNKNOWN)
@@ -273,7 +280,7 @@ pub fn classify(situation: &Situation) -> Path {
 
 /// A handoff a person acts on in one read for `kind-not-served-on-cluster`: the objects, where
 /// they render, and the two ways out.
-fn not_served_handoff(objects: &[rules::NotServed]) -> Handoff {
+pub fn not_served_handoff(objects: &[rules::NotServed]) -> Handoff {
     let first = &objects[0];
     let name = |o: &rules::NotServed| {
         if o.namespace.is_empty() {
@@ -296,7 +303,7 @@ fn not_served_handoff(objects: &[rules::NotServed]) -> Handoff {
         ),
         choice: "stop rendering it there (the chart value that turns it on, often a default the new chart version changed: the report lists them under \"Chart defaults that changed\"), or make the cluster serve it (install its CRD, or list the API in the cluster's inventory entry if the cluster already serves it)".into(),
         fact: format!(
-            "{} {} rendered where the cluster serves no such kind, so Argo CD would fail the sync; Bosun does not propose that scalar fix yet",
+            "{} {} rendered where the cluster serves no such kind, so Argo CD would fail the sync;",
             objects.iter().map(name).collect::<Vec<_>>().join(", "),
             if objects.len() == 1 { "is" } else { "are" }
         ),
@@ -483,7 +490,8 @@ mod tests {
     }
 
     #[test]
-    fn a_kind_no_cluster_serves_gets_a_handoff_naming_the_object_and_the_way_out() {
+    fn a_kind_no_cluster_serves_gets_the_mechanical_fix_or_in_a_fork_a_handoff_naming_the_way_out()
+    {
         let mut r = report(Outcome::Blocked, &[(rules::KIND_NOT_SERVED, 1)], 0);
         r.not_served = vec![rules::NotServed {
             api_version: "monitoring.coreos.com/v1".into(),
@@ -493,7 +501,14 @@ mod tests {
             applications: vec!["argocd/metrics-agent-prod-us on prod-us".into()],
             more_applications: 0,
         }];
-        let Path::Handoff(handoff) = classify(&situation(Some(&r))) else {
+        let Path::Fix(objects) = classify(&situation(Some(&r))) else {
+            panic!("expected the mechanical fix");
+        };
+        assert_eq!(objects, r.not_served);
+        // In a fork (or at the attempt cap): the handoff.
+        let mut fork = situation(Some(&r));
+        fork.fork = true;
+        let Path::Handoff(handoff) = classify(&fork) else {
             panic!("expected a handoff");
         };
         assert!(

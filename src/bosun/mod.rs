@@ -7,6 +7,7 @@ pub mod applier;
 pub mod classify;
 pub mod config;
 pub mod journal;
+pub mod mechanical;
 pub mod migration;
 pub mod repair;
 pub mod reshape;

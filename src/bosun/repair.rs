@@ -439,6 +439,7 @@ mod tests {
                 manifest: Value::Null,
                 stored: Value::Null,
                 destination_unknown: None,
+                values_files: Vec::new(),
             }],
             diagnostics: vec![],
             stats: Default::default(),

@@ -265,7 +265,7 @@ fn chart_defaults(
     config: &RenderConfig,
     diff: &RenderDiff,
 ) -> Vec<crate::gate::report::ChartDefaults> {
-    use crate::render::charts::{ChartRef, locate};
+    use crate::render::charts::ChartRef;
     const KEPT: usize = 200;
     let mut moves: Vec<&ChartMove> = diff
         .applications
@@ -277,34 +277,14 @@ fn chart_defaults(
     });
     moves.dedup();
     let values = |version: &str, chart_move: &ChartMove| -> Result<Value, String> {
-        let dir = locate(
+        crate::render::charts::default_values(
             config.charts.as_deref(),
             &ChartRef {
                 repo_url: chart_move.repo_url.clone(),
                 chart: chart_move.chart.clone(),
                 version: version.to_string(),
             },
-        )?;
-        let path = dir.join("values.yaml");
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
-            // A chart without values.yaml has no defaults.
-            Err(_) => return Ok(Value::Object(Default::default())),
-        };
-        if !meta.is_file() || meta.len() > 8 << 20 {
-            return Err("values.yaml is not a regular file under 8 MiB".into());
-        }
-        let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-        let text = crate::yaml::utf8(&bytes, "values.yaml")?;
-        crate::yaml::parse_document(text, "values.yaml")
-            .map(|v| {
-                if v.is_null() {
-                    Value::Object(Default::default())
-                } else {
-                    v
-                }
-            })
-            .map_err(|e| format!("values.yaml line {}: {}", e.line, e.message))
+        )
     };
     moves
         .into_iter()

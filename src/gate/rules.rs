@@ -1365,6 +1365,7 @@ mod tests {
             manifest: Value::Null,
             stored: Value::Null,
             destination_unknown: None,
+            values_files: Vec::new(),
         };
         let secret = json!({"apiVersion": "external-secrets.io/v1beta1", "kind": "ExternalSecret",
             "metadata": {"name": "web-tls", "namespace": "web"}});

@@ -99,6 +99,37 @@ pub fn locate(mirror: Option<&Path>, chart: &ChartRef) -> Result<PathBuf, String
     }
 }
 
+/// A chart's default values (its values.yaml) from the mirror: `{}` when it has none; an
+/// error for a chart not in the mirror, a values.yaml that is not a regular file under 8 MiB,
+/// or YAML that does not parse.
+pub fn default_values(
+    mirror: Option<&Path>,
+    chart: &ChartRef,
+) -> Result<serde_json::Value, String> {
+    use serde_json::Value;
+    let dir = locate(mirror, chart)?;
+    let path = dir.join("values.yaml");
+    let meta = match std::fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        // A chart without values.yaml has no defaults.
+        Err(_) => return Ok(Value::Object(Default::default())),
+    };
+    if !meta.is_file() || meta.len() > 8 << 20 {
+        return Err("values.yaml is not a regular file under 8 MiB".into());
+    }
+    let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+    let text = crate::yaml::utf8(&bytes, "values.yaml")?;
+    crate::yaml::parse_document(text, "values.yaml")
+        .map(|v| {
+            if v.is_null() {
+                Value::Object(Default::default())
+            } else {
+                v
+            }
+        })
+        .map_err(|e| format!("values.yaml line {}: {}", e.line, e.message))
+}
+
 /// Which chart repositories a render may pull a missing chart from. A render is offline
 /// (`Never`) unless asked; `gate charts pull` pulls what the user's repository names (`Any`);
 /// Bosun pulls only from repositories on its allowlist (`Only`), so a pull request naming any

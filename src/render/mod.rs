@@ -156,6 +156,10 @@ pub struct RenderedApplication {
     /// CD generates the Application and marks it "cluster not found"; nothing is rendered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub destination_unknown: Option<String>,
+    /// The values files of the rendered repository (at the rendered commit) its helm sources
+    /// layer, in order: what Bosun may edit for this Application.
+    #[serde(skip)]
+    pub values_files: Vec<String>,
 }
 
 /// The cluster name an Application with an unknown destination is listed under.
@@ -616,11 +620,19 @@ impl Engine<'_> {
         let planned = source::plan(app, &cluster, &ctx)?;
         let mut job_keys = Vec::new();
         let mut sources = Vec::new();
+        let mut values_files: Vec<String> = Vec::new();
         for planned_source in planned {
             sources.push(planned_source.source);
             let Some(job) = planned_source.job else {
                 continue;
             };
+            if let RenderJob::Helm(h) = &job {
+                for file in h.values.iter().filter_map(|v| v.file.as_ref()) {
+                    if file.repo_dir == self.config.repo_dir && !values_files.contains(&file.path) {
+                        values_files.push(file.path.clone());
+                    }
+                }
+            }
             let key = match &job {
                 RenderJob::Helm(h) => h.cache_key(&self.helm_version),
                 RenderJob::Kustomize(k) => k.cache_key(&self.kubectl_version),
@@ -653,7 +665,7 @@ impl Engine<'_> {
             }
             job_keys.push(key);
         }
-        Ok(self.pending_app(
+        let mut pending = self.pending_app(
             id,
             item,
             ClusterRef {
@@ -662,7 +674,9 @@ impl Engine<'_> {
             },
             sources,
             job_keys,
-        ))
+        );
+        pending.app.values_files = values_files;
+        Ok(pending)
     }
 
     fn pending_app(
@@ -697,6 +711,7 @@ impl Engine<'_> {
                 manifest: app.clone(),
                 stored: stored_application(app),
                 destination_unknown: None,
+                values_files: Vec::new(),
             },
         }
     }

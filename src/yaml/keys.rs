@@ -313,9 +313,15 @@ pub fn set_value(
             None => return Err(not_found(origin, document, path)),
         }
     } else {
-        let parent_site = site(&sites, document, parent)
-            .filter(|s| s.own_line && !s.value_is_sequence)
-            .ok_or_else(|| not_found(origin, document, parent))?;
+        let Some(parent_site) = site(&sites, document, parent) else {
+            // No such parent: the nearest one that exists gets the missing mappings.
+            let mut mapping = serde_json::Map::new();
+            mapping.insert(key.clone(), value.clone());
+            return set_value(text, origin, document, parent, &Value::Object(mapping));
+        };
+        if !parent_site.own_line || parent_site.value_is_sequence {
+            return Err(not_found(origin, document, parent));
+        }
         if let Some((start, end)) = parent_site.scalar {
             // An empty parent (`key:`, `key: null`, `key: {}`): it becomes the new mapping.
             if !matches!(text[start..end].trim(), "" | "null" | "~" | "{}") {
@@ -464,7 +470,9 @@ mod tests {
         assert!(out.starts_with(TEXT), "{out}");
         let out = set_value(TEXT, "t", 0, &p("list"), &json!(["c"])).unwrap();
         assert!(out.contains("list:\n  - c\ntail: x\n"), "{out}");
-        assert!(set_value(TEXT, "t", 0, &p("missing.key"), &json!(1)).is_err());
+        let out = set_value(TEXT, "t", 0, &p("missing.key"), &json!(1)).unwrap();
+        assert!(out.ends_with("tail: x\nmissing:\n  key: 1\n"), "{out}");
+        assert!(set_value(TEXT, "t", 0, &p("logLevel.key"), &json!(1)).is_err());
         let out = set_value("", "t", 0, &p("a"), &json!("b")).unwrap();
         assert_eq!(out, "a: b\n");
     }
