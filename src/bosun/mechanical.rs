@@ -667,7 +667,7 @@ pub fn rewrite(fix: &Fix, edits: &[Edit]) -> Result<Vec<Rewrite>, Refused> {
             }
             text = if e.from.is_some() && e.to.is_string() {
                 edit::set_scalar(&text, file, 0, &e.key, &scalar_text(&e.to))
-                    .map_err(|x| edit_failed(x))?
+                    .map_err(&edit_failed)?
             } else {
                 let keys: Option<Vec<String>> = e
                     .key
@@ -679,9 +679,9 @@ pub fn rewrite(fix: &Fix, edits: &[Edit]) -> Result<Vec<Rewrite>, Refused> {
                     .collect();
                 match keys {
                     Some(keys) => crate::yaml::keys::set_value(&text, file, 0, &keys, &e.to)
-                        .map_err(|x| edit_failed(x))?,
+                        .map_err(&edit_failed)?,
                     None => edit::set_scalar(&text, file, 0, &e.key, &scalar_text(&e.to))
-                        .map_err(|x| edit_failed(x))?,
+                        .map_err(&edit_failed)?,
                 }
             };
         }
