@@ -754,6 +754,11 @@ fn migration_evals() {
                     path: f.path.clone(),
                     value: serde_saphyr::from_str::<Value>(&text).unwrap(),
                     text,
+                    place: Place {
+                        repo_dir: "/repo".into(),
+                        commit: "head".into(),
+                        path: f.path.clone(),
+                    },
                 }
             })
             .collect();

@@ -132,25 +132,7 @@ pub fn version_shaped(key: &[Segment], value: &Value) -> bool {
 
 fn sensitive(key: &[Segment]) -> bool {
     key.iter().any(|s| match s {
-        Segment::Key(k) => {
-            let k: String = k
-                .chars()
-                .filter(char::is_ascii_alphanumeric)
-                .collect::<String>()
-                .to_ascii_lowercase();
-            [
-                "password",
-                "passwd",
-                "secret",
-                "token",
-                "apikey",
-                "privatekey",
-                "credential",
-                "certificate",
-            ]
-            .iter()
-            .any(|w| k.contains(w))
-        }
+        Segment::Key(k) => crate::model::redact::sensitive_key(k),
         Segment::Index(_) => false,
     })
 }
@@ -164,6 +146,11 @@ fn scalar_leaves(text: &str, origin: &str) -> Vec<(Vec<Segment>, Value)> {
         match value {
             Value::Object(map) => {
                 for (k, v) in map {
+                    // A credential (by its key, or an env list's `{name: DB_PASSWORD,
+                    // value: ...}`) is never editable, nor shown to a model.
+                    if crate::model::redact::sensitive_entry(map, k) {
+                        continue;
+                    }
                     path.push(Segment::Key(k.clone()));
                     walk(v, path, out);
                     path.pop();

@@ -56,6 +56,8 @@ pub struct ValuesFile {
     pub path: String,
     pub text: String,
     pub value: Value,
+    /// Where helm read it: this repository, the head commit, the path.
+    pub place: crate::render::source::ValuesFile,
 }
 
 /// One chart's migration: the failing helm runs of that chart, the files they layer, and
@@ -178,6 +180,30 @@ pub fn plan(
         };
         let mut files: Vec<ValuesFile> = Vec::new();
         for f in &failures {
+            let inline = f
+                .job
+                .values
+                .iter()
+                .any(|v| v.file.is_none() && v.name.starts_with("helm."));
+            if inline
+                || !f.job.set.is_empty()
+                || !f.job.set_string.is_empty()
+                || !f.job.set_file.is_empty()
+            {
+                return Err((
+                    handoff(
+                        format!(
+                            "the helm values of {} (inline in the Application)",
+                            f.application
+                        ),
+                        format!(
+                            "{} also sets values inline (helm.values, valuesObject or parameters), which Bosun does not rewrite: {}",
+                            f.application, f.message
+                        ),
+                    ),
+                    vec![],
+                ));
+            }
             let mut editable = 0;
             for input in &f.job.values {
                 let Some(file) = &input.file else { continue };
@@ -197,6 +223,7 @@ pub fn plan(
                     path: file.path.clone(),
                     text,
                     value,
+                    place: file.clone(),
                 });
             }
             if editable == 0 {
@@ -213,6 +240,28 @@ pub fn plan(
                     ),
                     vec![],
                 ));
+            }
+        }
+        // A file another Application reads too (one that renders, or another chart) would
+        // change under it: a person decides.
+        for file in &files {
+            for (application, cluster, layered) in &failure.values_users {
+                if layered.contains(&file.path)
+                    && !failures
+                        .iter()
+                        .any(|f| &f.application == application && &f.cluster == cluster)
+                {
+                    return Err((
+                        handoff(
+                            file.path.clone(),
+                            format!(
+                                "{} is also layered by {application} on {cluster}, which this migration does not render; changing it could change that Application",
+                                file.path
+                            ),
+                        ),
+                        vec![],
+                    ));
+                }
             }
         }
         migrations.push(Migration {
@@ -253,11 +302,21 @@ pub fn coalesce(base: &Value, layer: &Value) -> Value {
 /// The values one failing helm run gets: the chart's defaults, then each layer in order, the
 /// repository's files as `files` (a proposal, or the originals) say.
 fn layered(migration: &Migration, failure: &HelmFailure, files: &[(String, Value)]) -> Value {
-    let mut values = migration.new_defaults.clone();
+    layered_over(migration.new_defaults.clone(), migration, failure, files)
+}
+
+/// `layered` over `values` instead of the chart's defaults.
+fn layered_over(
+    mut values: Value,
+    migration: &Migration,
+    failure: &HelmFailure,
+    files: &[(String, Value)],
+) -> Value {
     for input in &failure.job.values {
         let own = input
             .file
             .as_ref()
+            .filter(|f| migration.files.iter().any(|m| &m.place == *f))
             .and_then(|f| files.iter().find(|(p, _)| *p == f.path));
         let layer = match own {
             Some((_, v)) => v.clone(),
@@ -283,19 +342,41 @@ fn schema_at<'a>(schema: &'a Value, path: &[String]) -> Node<'a> {
             node = next;
             continue;
         }
-        if let Some(patterns) = node.get("patternProperties").and_then(Value::as_object)
-            && let Some(next) = patterns.iter().find_map(|(p, s)| {
-                regex::Regex::new(p)
-                    .ok()
-                    .filter(|r| r.is_match(key))
-                    .map(|_| s)
-            })
+        if let Some(patterns) = node.get("patternProperties").and_then(Value::as_object) {
+            // Many or large patterns, or one this regex engine cannot read (ECMA-262
+            // lookarounds): counted as declaring everything, the side that refuses more.
+            if patterns.len() > 64 || patterns.keys().any(|p| p.len() > 1024) {
+                return Node::Free;
+            }
+            let mut matched = None;
+            for (pattern, schema) in patterns {
+                match regex::RegexBuilder::new(pattern)
+                    .size_limit(1 << 20)
+                    .build()
+                {
+                    Ok(r) if r.is_match(key) => {
+                        matched = Some(schema);
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(_) => return Node::Free,
+                }
+            }
+            if let Some(next) = matched {
+                node = next;
+                continue;
+            }
+        }
+        // Combinators and references are not followed: everything below counts as declared.
+        if ["$ref", "allOf", "anyOf", "oneOf", "if"]
+            .iter()
+            .any(|k| node.get(k).is_some())
         {
-            node = next;
-            continue;
+            return Node::Free;
         }
         match node.get("additionalProperties") {
             Some(Value::Bool(false)) => return Node::Undeclared,
+            Some(Value::Bool(true)) => return Node::Free,
             Some(next @ Value::Object(_)) => node = next,
             _ => {
                 // Properties listed but the key is not one, with no `additionalProperties`:
@@ -451,40 +532,41 @@ fn required_missing(
     }
 }
 
-/// Keys whose string values never leave the process (a values file is not a Secret, but it
-/// holds passwords and tokens as often).
-fn sensitive(key: &str) -> bool {
-    let k: String = key
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect::<String>()
-        .to_ascii_lowercase();
-    [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "apikey",
-        "privatekey",
-        "credential",
-        "certificate",
-    ]
-    .iter()
-    .any(|s| k.contains(s))
+/// Whether the value at `path` of a values document is a credential (its key, or the
+/// `value` of a `{name, value}` pair named like one, on the way).
+fn sensitive_path(document: &Value, path: &[String]) -> bool {
+    let mut node = document;
+    for key in path {
+        let Some(map) = node.as_object() else {
+            return false;
+        };
+        if crate::model::redact::sensitive_entry(map, key) {
+            return true;
+        }
+        match map.get(key) {
+            Some(next) => node = next,
+            None => return crate::model::redact::sensitive_key(key),
+        }
+    }
+    false
 }
 
-/// A copy of a values document with every string under a sensitive key, and every Secret's
-/// data, replaced by a placeholder; the placeholders and the values they stand for.
+/// A copy of a values document with every string or number under a credential's key (and
+/// every Secret's data) replaced by a placeholder; the placeholders and the values they stand
+/// for.
 fn redact_values(value: &Value, held: &mut Vec<Value>) -> Value {
     fn walk(value: &Value, hot: bool, held: &mut Vec<Value>) -> Value {
         match value {
             Value::Object(map) => Value::Object(
                 map.iter()
-                    .map(|(k, v)| (k.clone(), walk(v, hot || sensitive(k), held)))
+                    .map(|(k, v)| {
+                        let hot = hot || crate::model::redact::sensitive_entry(map, k);
+                        (k.clone(), walk(v, hot, held))
+                    })
                     .collect(),
             ),
             Value::Array(items) => Value::Array(items.iter().map(|v| walk(v, hot, held)).collect()),
-            Value::String(_) if hot => {
+            Value::String(_) | Value::Number(_) if hot => {
                 held.push(value.clone());
                 Value::String(format!("(redacted-{})", held.len()))
             }
@@ -680,14 +762,18 @@ pub fn check_reply(
                 && value_at(proposal, path) != Some(value)
                 && on(rule::KEPT)
             {
+                // Paths only: a refusal is shown to people, and a value may be a secret.
                 return refuse(
                     rule::KEPT,
                     format!(
-                        "{}: {} = {} is declared by the new chart but the proposal has {}",
+                        "{}: {} is declared by the new chart, and the proposal {} it",
                         file.path,
                         path_text(path),
-                        short(value),
-                        value_at(proposal, path).map_or("nothing".into(), short)
+                        if value_at(proposal, path).is_some() {
+                            "changes"
+                        } else {
+                            "drops"
+                        }
                     ),
                 );
             }
@@ -714,11 +800,16 @@ pub fn check_reply(
             {
                 continue;
             }
-            // A displaced value moves once: used twice, the second copy is invented.
-            if let Some(index) = displaced
-                .iter()
-                .position(|(p, v)| v == value && value_at(proposal, p).is_none())
-            {
+            // A displaced value moves once (used twice, the second copy is invented), to a
+            // key the new schema names and the old did not, keeping a name of its old path
+            // (`crds.enabled` -> `crds.install`, `logLevel` -> `log.level`), and a
+            // credential only to a key that is one too.
+            if let Some(index) = displaced.iter().position(|(p, v)| {
+                v == value
+                    && value_at(proposal, p).is_none()
+                    && moves_to(migration, p, path)
+                    && (!sensitive_path(&file.value, p) || sensitive_path(proposal, path))
+            }) {
                 let (from, _) = displaced.remove(index);
                 moved.push((path_text(from), path_text(path), value.clone()));
                 continue;
@@ -733,10 +824,9 @@ pub fn check_reply(
                 return refuse(
                     rule::ACCOUNTED,
                     format!(
-                        "{}: {} = {} is in neither the original file nor the new chart",
+                        "{}: the value at {} is in neither the original file (at that path, or displaced from a related one) nor the new chart",
                         file.path,
-                        path_text(path),
-                        short(value)
+                        path_text(path)
                     ),
                 );
             }
@@ -768,19 +858,78 @@ pub fn check_reply(
         for failure in &migration.failures {
             let values = layered(migration, failure, &files);
             if let Some(error) = validator.iter_errors(&values).next() {
+                // The schema's rule, not the value it refused (which may be a secret).
                 return refuse(
                     rule::SCHEMA,
                     format!(
-                        "{}: at {}: {}",
+                        "{}: at {} the new schema refuses the values ({})",
                         failure.application,
                         error.instance_path(),
-                        error
+                        error.schema_path()
                     ),
                 );
             }
         }
     }
+    // (a) again, on what helm sees: for each failing run, every declared value the layered
+    // files set is what the layered proposal sets (a later file cannot override it, a `{}` or
+    // a `null` cannot replace or delete it).
+    if on(rule::KEPT) {
+        let originals: Vec<(String, Value)> = migration
+            .files
+            .iter()
+            .map(|f| (f.path.clone(), f.value.clone()))
+            .collect();
+        let proposed: Vec<(String, Value)> = accepted
+            .iter()
+            .map(|a| (a.path.clone(), a.values.clone()))
+            .collect();
+        for failure in &migration.failures {
+            // The layers alone: what the repository sets, not the chart's defaults (a moved
+            // value may replace a default).
+            let before = layered_over(json!({}), migration, failure, &originals);
+            let after = layered_over(json!({}), migration, failure, &proposed);
+            for (path, value) in leaves(&before) {
+                if declared(migration, &path) && value_at(&after, &path) != Some(&value) {
+                    return refuse(
+                        rule::KEPT,
+                        format!(
+                            "{}: {} is declared by the new chart, and with the proposal helm would see another value there",
+                            failure.application,
+                            path_text(&path)
+                        ),
+                    );
+                }
+            }
+        }
+    }
     Ok(accepted)
+}
+
+/// Whether a displaced value may move from `from` to `to`: the new schema names `to` (not
+/// merely allows it) and the old schema, when known, did not; and a name is kept: a key of
+/// one path is part of a key of the other (`crds.enabled` -> `crds.install` keep `crds`,
+/// `logLevel` -> `log.level` keep `log`).
+fn moves_to(migration: &Migration, from: &[String], to: &[String]) -> bool {
+    if !matches!(schema_at(&migration.new_schema, to), Node::At(_)) {
+        return false;
+    }
+    if let Some(old) = &migration.old_schema
+        && !matches!(schema_at(old, to), Node::Undeclared)
+    {
+        return false;
+    }
+    let names = |path: &[String]| -> Vec<String> {
+        path.iter()
+            .map(|k| k.to_ascii_lowercase())
+            .filter(|k| k.len() >= 3)
+            .collect()
+    };
+    let (a, b) = (names(from), names(to));
+    a.iter().any(|x| {
+        b.iter()
+            .any(|y| x.contains(y.as_str()) || y.contains(x.as_str()))
+    })
 }
 
 /// The key-level edits that turn `text` (whose values are `original`) into `proposal`:
@@ -792,6 +941,14 @@ pub fn rewrite(
     original: &Value,
     proposal: &Value,
 ) -> Result<String, Refused> {
+    // Where helm's YAML 1.1 reader and ours could disagree on this file, the harness's view
+    // of it is not helm's: nothing is rewritten.
+    if let Some(hazard) = super::reshape::yaml11_hazard(text) {
+        return Err(Refused {
+            rule: rule::READ_BACK,
+            detail: format!("{path}: {hazard}"),
+        });
+    }
     let mut removed = Vec::new();
     let mut added = Vec::new();
     let mut changed = Vec::new();
@@ -839,6 +996,12 @@ pub fn rewrite(
         rule: rule::READ_BACK,
         detail: format!("{path}: the edited file does not read back: {e}"),
     })?;
+    if let Some(hazard) = super::reshape::yaml11_hazard(&out) {
+        return Err(Refused {
+            rule: rule::READ_BACK,
+            detail: format!("{path}: the edited file: {hazard}"),
+        });
+    }
     if &read != proposal {
         return Err(Refused {
             rule: rule::READ_BACK,
@@ -979,21 +1142,6 @@ pub fn decide(
             }
         };
         let harness = check_reply(m, &reply.value, &held, &[]).and_then(|accepted| {
-            // (d) The real helm renders the new chart with the proposal.
-            for failure in &m.failures {
-                let mut job = failure.job.clone();
-                for input in &mut job.values {
-                    if let Some(file) = &input.file
-                        && let Some(a) = accepted.iter().find(|a| a.path == file.path)
-                    {
-                        input.content = serde_json::to_vec(&a.values).unwrap_or_default();
-                    }
-                }
-                render(&job).map_err(|e| Refused {
-                    rule: rule::RENDERS,
-                    detail: format!("{}: {e}", failure.application),
-                })?;
-            }
             let mut written = Vec::new();
             for a in &accepted {
                 let Some(file) = m.files.iter().find(|f| f.path == a.path) else {
@@ -1007,6 +1155,31 @@ pub fn decide(
                     before: file.text.clone(),
                     after: rewrite(&a.path, &file.text, &file.value, &a.values)?,
                 });
+            }
+            // (d) The real helm renders the new chart with the bytes that would land.
+            for failure in &m.failures {
+                let mut job = failure.job.clone();
+                for input in &mut job.values {
+                    if let Some(place) = &input.file
+                        && let Some(file) = m.files.iter().find(|f| &f.place == place)
+                        && let Some(w) = written.iter().find(|w| w.path == file.path)
+                    {
+                        input.content = w.after.clone().into_bytes();
+                    }
+                }
+                render(&job).map_err(|e| Refused {
+                    rule: rule::RENDERS,
+                    detail: format!(
+                        "{}: helm does not render the chart with it ({})",
+                        failure.application,
+                        e.lines()
+                            .next()
+                            .unwrap_or("")
+                            .chars()
+                            .take(200)
+                            .collect::<String>()
+                    ),
+                })?;
             }
             Ok((accepted, written))
         });
@@ -1046,7 +1219,7 @@ pub fn decide(
         // A sensitive value is named, never shown (the comment and the commit message are
         // read by more people than the file).
         let shown = |path: &str, value: &Value| {
-            if path.split('.').any(sensitive) {
+            if path.split('.').any(crate::model::redact::sensitive_key) {
                 "(a sensitive value, not shown)".to_string()
             } else {
                 report::text(&short(value))
@@ -1174,6 +1347,11 @@ mod tests {
                 path: "v.yaml".into(),
                 text: text.into(),
                 value,
+                place: Place {
+                    repo_dir: "/repo".into(),
+                    commit: "c0".into(),
+                    path: "v.yaml".into(),
+                },
             }],
             failures: vec![HelmFailure {
                 application: "Application argocd/c".into(),
@@ -1276,12 +1454,27 @@ mod tests {
         quoted.error = "at '/auth/apiToken': 'hunter2' is not valid".into();
         let (request, _) = quoted.request();
         assert!(!request.prompt.contains("hunter2"), "{}", request.prompt);
-        // A placeholder put under a declared key is the value itself, and it was displaced:
-        // but `logLevel` is an integer, so the schema refuses it.
+        // A placeholder is the value itself once back: moved to a key that is no credential,
+        // or to one the new schema does not name, it is refused; so is the refusal's text
+        // free of the value.
         let mut misplaced = good();
         misplaced["resources"] = json!({"token": "(redacted-1)"});
-        let accepted = check_reply(&m, &reply(misplaced), &held, &[]).unwrap();
-        assert_eq!(accepted[0].values["resources"]["token"], json!("hunter2"));
+        let refused = check_reply(&m, &reply(misplaced), &held, &[]).unwrap_err();
+        assert_eq!(refused.rule, rule::ACCOUNTED);
+        assert!(!refused.detail.contains("hunter2"), "{}", refused.detail);
+        let mut as_tag = good();
+        as_tag["crds"]["install"] = json!("(redacted-1)");
+        let refused = check_reply(&m, &reply(as_tag), &held, &[]).unwrap_err();
+        assert!(!refused.detail.contains("hunter2"), "{}", refused.detail);
+        // An env list's `{name: DB_PASSWORD, value: ...}` and a numeric credential are held
+        // back too.
+        let listed = migration(
+            "env:\n  - name: DB_PASSWORD\n    value: s3cr3t\nauth:\n  pin: 8374\n  password: 8374928\n",
+            schema(),
+        );
+        let (request, held) = listed.request();
+        assert!(!request.prompt.contains("s3cr3t") && !request.prompt.contains("8374928"));
+        assert_eq!(held, vec![json!("s3cr3t"), json!(8374), json!(8374928)]);
     }
 
     #[test]
@@ -1351,6 +1544,76 @@ mod tests {
         let original = values_of(text.as_bytes(), "v").unwrap();
         let refused = rewrite("v.yaml", text, &original, &good()).unwrap_err();
         assert_eq!(refused.rule, rule::READ_BACK);
+        // A file helm's YAML 1.1 reader reads differently (a plain `on` key), or a key the
+        // proposal adds that would read differently: nothing is rewritten.
+        let text = "on: 1\nlogLevel: 2\n";
+        let original = values_of(text.as_bytes(), "v").unwrap();
+        let refused = rewrite("v.yaml", text, &original, &json!({"logLevel": 3})).unwrap_err();
+        assert_eq!(refused.rule, rule::READ_BACK);
+        let text = "logLevel: 2\n";
+        let original = values_of(text.as_bytes(), "v").unwrap();
+        let refused =
+            rewrite("v.yaml", text, &original, &json!({"logLevel": 2, "y": 1})).unwrap_err();
+        assert_eq!(refused.rule, rule::READ_BACK);
+    }
+
+    #[test]
+    fn a_move_keeps_a_name_lands_on_a_key_the_new_schema_names_and_the_old_did_not() {
+        let mut s = schema();
+        s["properties"]["hostNetwork"] = json!({"type": "boolean"});
+        s["properties"]["log"] =
+            json!({"type": "object", "properties": {"level": {"type": "integer"}}});
+        let mut m = migration(
+            "crds:\n  enabled: true\nlogLevel2: 4\nlogLevel: 2\n",
+            s.clone(),
+        );
+        // An unrelated key the value happens to fit: refused.
+        let unrelated = json!({"hostNetwork": true, "logLevel": 2, "log": {"level": 4}});
+        assert_eq!(rule_of(&m, unrelated), Err(rule::ACCOUNTED));
+        // Related names: accepted.
+        assert_eq!(
+            rule_of(
+                &m,
+                json!({"crds": {"install": true}, "logLevel": 2, "log": {"level": 4}})
+            ),
+            Ok(())
+        );
+        // A key the old schema already named is not where a displaced value goes.
+        m.old_schema = Some(
+            json!({"type": "object", "properties": {"log": {"type": "object", "properties": {"level": {}}}}}),
+        );
+        assert_eq!(
+            rule_of(
+                &m,
+                json!({"crds": {"install": true}, "logLevel": 2, "log": {"level": 4}})
+            ),
+            Err(rule::ACCOUNTED)
+        );
+    }
+
+    #[test]
+    fn what_helm_sees_is_checked_across_layers() {
+        // Two files: base sets replicas 5; the proposal adds the chart default 1 to the
+        // later layer, which would override it.
+        let mut m = migration("replicas: 5\ncrds:\n  enabled: true\n", schema());
+        let mut later = m.files[0].clone();
+        later.path = "later.yaml".into();
+        later.place.path = "later.yaml".into();
+        later.text = "logLevel: 2\n".into();
+        later.value = json!({"logLevel": 2});
+        m.files.push(later.clone());
+        m.failures[0].job.values.push(ValuesInput {
+            name: "later.yaml".into(),
+            content: later.text.clone().into_bytes(),
+            file: Some(later.place.clone()),
+        });
+        m.new_defaults = json!({"replicas": 1});
+        let proposal = json!({"files": [
+            {"file": "v.yaml", "values": {"replicas": 5, "crds": {"install": true}}},
+            {"file": "later.yaml", "values": {"logLevel": 2, "replicas": 1}}
+        ]});
+        let refused = check_reply(&m, &proposal, &[], &[]).unwrap_err();
+        assert_eq!(refused.rule, rule::KEPT, "{}", refused.detail);
     }
 
     /// Values over a small alphabet of keys, so originals and proposals share paths.
@@ -1363,7 +1626,7 @@ mod tests {
         ];
         leaf.prop_recursive(depth, 16, 4, |inner| {
             prop::collection::btree_map(
-                prop::sample::select(vec!["a", "b", "c", "on"]),
+                prop::sample::select(vec!["a", "b", "c", "d-e"]),
                 inner,
                 0..4,
             )

@@ -604,7 +604,7 @@ pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Result<String
 /// document's text: a key YAML 1.1 reads as a boolean, null or number when plain (`y`, `on`,
 /// `0755`, `1.0`), or a plain value only one of the two reads as a boolean (`yEs`). Re-writing
 /// such a document would change what the cluster sees, so the reshape refuses it.
-fn yaml11_hazard(piece: &str) -> Option<String> {
+pub(crate) fn yaml11_hazard(piece: &str) -> Option<String> {
     fn ambiguous_key(key: &str) -> bool {
         let lower = key.to_ascii_lowercase();
         if [

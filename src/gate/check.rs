@@ -118,6 +118,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
                 message: "the render stopped unexpectedly".into(),
             }],
             helm_failures: Vec::new(),
+            values_users: Vec::new(),
         })
     };
     // Both commits render at once: their helm processes share the cores (the `--jobs`

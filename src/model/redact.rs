@@ -6,6 +6,47 @@ use serde_json::Value;
 /// Shown to a model instead of a Secret's value.
 pub const REDACTED: &str = "(redacted)";
 
+/// Whether a key names a credential: a password, secret, token, API or access key, private
+/// key, credential, certificate, DSN or connection string (`_`, `-` and case ignored), or is
+/// `key` or `auth` itself. Values under such keys never leave the process.
+pub fn sensitive_key(key: &str) -> bool {
+    let k: String = key
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    k == "key"
+        || k == "auth"
+        || k.ends_with("auth")
+        || [
+            "password",
+            "passwd",
+            "passphrase",
+            "secret",
+            "token",
+            "apikey",
+            "accesskey",
+            "privatekey",
+            "credential",
+            "certificate",
+            "dsn",
+            "connectionstring",
+        ]
+        .iter()
+        .any(|w| k.contains(w))
+}
+
+/// Whether the entry `key` of `map` holds a credential: its key is sensitive, or it is the
+/// `value` of a `{name, value}` pair whose name is (an `env` list's `DB_PASSWORD`).
+pub fn sensitive_entry(map: &serde_json::Map<String, Value>, key: &str) -> bool {
+    sensitive_key(key)
+        || (key == "value"
+            && map
+                .get("name")
+                .and_then(Value::as_str)
+                .is_some_and(sensitive_key))
+}
+
 /// A copy of `value` with the `data` and `stringData` values of every Secret in it (at any
 /// depth: a List, a chart's values holding manifests) replaced.
 pub fn redact(value: &Value) -> Value {

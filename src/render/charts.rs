@@ -304,6 +304,46 @@ fn ensure_dir(dir: &Path) -> Result<&Path, String> {
 
 /// helm prints warnings, then `Error: ...` possibly followed by a list (schema errors): keep the
 /// error and its list, on one line (`first: item; item`).
+/// helm's schema errors list properties in map order (`additional properties 'b', 'a' not
+/// allowed`), which changes from run to run; sorted, the same values give the same report.
+fn sorted_names(item: &str) -> String {
+    for (open, close) in [
+        ("additional properties ", " not allowed"),
+        ("missing properties ", ""),
+    ] {
+        if let Some(start) = item.find(open) {
+            let rest = &item[start + open.len()..];
+            let end = if close.is_empty() {
+                rest.find(|c: char| {
+                    c != '\'' && c != ',' && c != ' ' && !c.is_alphanumeric() && !"_-.".contains(c)
+                })
+                .unwrap_or(rest.len())
+            } else {
+                match rest.find(close) {
+                    Some(end) => end,
+                    None => continue,
+                }
+            };
+            let names = &rest[..end];
+            let mut parts: Vec<&str> = names.split(", ").collect();
+            if parts.len() > 1
+                && parts
+                    .iter()
+                    .all(|p| p.starts_with('\'') && p.ends_with('\''))
+            {
+                parts.sort_unstable();
+                return format!(
+                    "{}{}{}",
+                    &item[..start + open.len()],
+                    parts.join(", "),
+                    &rest[end..]
+                );
+            }
+        }
+    }
+    item.to_string()
+}
+
 pub fn first_error_line(stderr: &str) -> String {
     let lines: Vec<&str> = stderr
         .lines()
@@ -320,7 +360,7 @@ pub fn first_error_line(stderr: &str) -> String {
         }
         if let Some(item) = line.strip_prefix("- ") {
             out.push_str(if out.ends_with(':') { " " } else { "; " });
-            out.push_str(item);
+            out.push_str(&sorted_names(item));
         } else {
             out.push(' ');
             out.push_str(line);
@@ -393,6 +433,23 @@ mod tests {
         assert_eq!(repo_key("https://x/../../etc"), "x/etc");
         assert!(is_oci("registry.example.test/charts"));
         assert!(!is_oci("https://charts.example.test"));
+    }
+
+    #[test]
+    fn helm_schema_errors_name_properties_in_one_order() {
+        let a = first_error_line(
+            "Error: values don't meet the specifications of the schema(s) in the following chart(s):\nc:\n- at '/crds': additional properties 'keep', 'enabled' not allowed\n",
+        );
+        let b = first_error_line(
+            "Error: values don't meet the specifications of the schema(s) in the following chart(s):\nc:\n- at '/crds': additional properties 'enabled', 'keep' not allowed\n",
+        );
+        assert_eq!(a, b);
+        assert!(
+            a.ends_with("additional properties 'enabled', 'keep' not allowed"),
+            "{a}"
+        );
+        let m = first_error_line("Error: x:\n- at '': missing properties 'b', 'a'\n");
+        assert!(m.ends_with("missing properties 'a', 'b'"), "{m}");
     }
 
     #[test]

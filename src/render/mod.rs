@@ -191,6 +191,9 @@ pub struct RenderFailure {
     pub diagnostics: Vec<Diagnostic>,
     /// The helm runs that failed, with their inputs (Bosun's values migration reads them).
     pub helm_failures: Vec<HelmFailure>,
+    /// Every Application planned, failing or not, with its cluster and the values files of
+    /// the rendered repository it layers: who else reads a file a repair would change.
+    pub values_users: Vec<(String, String, Vec<String>)>,
 }
 
 /// A helm source that did not render: the Application, its cluster, the job as it ran, and
@@ -272,6 +275,7 @@ fn render_roots(
             message,
         }],
         helm_failures: Vec::new(),
+        values_users: Vec::new(),
     };
     trace(&config.revision, "render starts");
     let snapshot = Snapshot::load(&config.repo_dir, &config.revision)
@@ -301,6 +305,7 @@ fn render_roots(
             revision: commit.clone(),
             diagnostics: vec![d],
             helm_failures: Vec::new(),
+            values_users: Vec::new(),
         })?,
     };
     let work = tempfile::Builder::new()
@@ -328,6 +333,7 @@ fn render_roots(
         queued: Vec::new(),
         helm_jobs: HashMap::new(),
         helm_failures: Vec::new(),
+        values_users: Vec::new(),
     };
     trace(&config.revision, "tools asked");
     engine.run(roots);
@@ -357,6 +363,7 @@ struct Engine<'a> {
     /// Each helm job by key, kept to say what failed.
     helm_jobs: HashMap<String, source::HelmJob>,
     helm_failures: Vec<HelmFailure>,
+    values_users: Vec<(String, String, Vec<String>)>,
 }
 
 /// A planned Application: its place in the output and the keys of its render jobs.
@@ -675,6 +682,8 @@ impl Engine<'_> {
             sources,
             job_keys,
         );
+        self.values_users
+            .push((id.to_string(), cluster.name.clone(), values_files.clone()));
         pending.app.values_files = values_files;
         Ok(pending)
     }
@@ -846,6 +855,7 @@ impl Engine<'_> {
                 revision: commit,
                 diagnostics: self.diagnostics,
                 helm_failures: self.helm_failures,
+                values_users: self.values_users,
             });
         }
         let mut applications: Vec<RenderedApplication> = self.applications.into_values().collect();

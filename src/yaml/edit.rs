@@ -222,6 +222,9 @@ pub fn plain_is_safe(value: &str) -> bool {
         return false;
     }
     !(value.contains(": ")
+        || value
+            .chars()
+            .any(|c| c.is_control() || c == '\u{2028}' || c == '\u{2029}')
         || value.contains(" #")
         || value.ends_with(':')
         || value.contains('\n')
@@ -236,7 +239,10 @@ fn double_quote(value: &str) -> String {
             '\\' => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\t' => out.push_str("\\t"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            // Line and paragraph separators: a YAML 1.1 reader folds them like line breaks.
+            c if c.is_control() || c == '\u{2028}' || c == '\u{2029}' => {
+                out.push_str(&format!("\\u{:04x}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -398,6 +404,9 @@ mod tests {
             "external-secrets.io/v1"
         );
         assert_eq!(render_scalar("it's", Some('\'')), "'it''s'");
+        // Separators a YAML 1.1 reader folds are escaped, never written raw.
+        assert_eq!(render_scalar("a\u{2028}b", None), "\"a\\u2028b\"");
+        assert_eq!(render_scalar("a\u{85}b", None), "\"a\\u0085b\"");
     }
 
     #[test]
