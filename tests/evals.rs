@@ -959,3 +959,235 @@ fn migration_evals() {
         );
     }
 }
+
+/// The mechanical fix's harness on recorded replies (evals/mechanical-fix/*/case.yaml),
+/// judged by `mechanical::decide` (what triage and `bosun repair` run). Same threshold: every
+/// reply as expected, no unsafe acceptance, every rule needed by some reply, and no credential
+/// of the files in the request.
+#[test]
+fn mechanical_evals() {
+    use gitops_loop::bosun::mechanical::{self, AppInputs, ChangedDefault, rule};
+    use gitops_loop::model;
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields, rename_all = "camelCase")]
+    struct FixCase {
+        #[allow(dead_code)]
+        description: String,
+        report: String,
+        not_served: Vec<gitops_loop::gate::rules::NotServed>,
+        files: Vec<FileCase>,
+        defaults: Vec<DefaultCase>,
+        #[serde(default)]
+        changed: Vec<FileCase>,
+        #[serde(default)]
+        never: Vec<String>,
+        good: Value,
+        replies: Vec<ReplyCase>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct FileCase {
+        path: String,
+        from: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct DefaultCase {
+        chart: String,
+        from: String,
+        to: String,
+        key: Vec<String>,
+        #[serde(default)]
+        old: Option<Value>,
+        #[serde(default)]
+        new: Option<Value>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ReplyCase {
+        name: String,
+        #[serde(default)]
+        set: BTreeMap<String, Value>,
+        #[serde(default)]
+        reply_extra: Option<serde_json::Map<String, Value>>,
+        #[serde(default)]
+        raw: Option<String>,
+        #[serde(default)]
+        generate: Option<String>,
+        expect: String,
+        #[serde(default)]
+        rule: Option<String>,
+    }
+
+    let root = common::project_root().join("evals/mechanical-fix");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let rules = [rule::SHAPE, rule::INVENTORY, rule::SCALAR, rule::SOURCED];
+    let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut unsafe_acceptances = 0;
+    for dir in dirs {
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        let case: FixCase = serde_saphyr::from_str(&read("case.yaml")).unwrap();
+        let case_name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let app = AppInputs {
+            values_files: case
+                .files
+                .iter()
+                .map(|f| (f.path.clone(), read(&f.from)))
+                .collect(),
+            defaults: case
+                .defaults
+                .iter()
+                .map(|d| ChangedDefault {
+                    chart: d.chart.clone(),
+                    from: d.from.clone(),
+                    to: d.to.clone(),
+                    key: d.key.clone(),
+                    old: d.old.clone(),
+                    new: d.new.clone(),
+                })
+                .collect(),
+        };
+        let changed: Vec<(String, String)> = case
+            .changed
+            .iter()
+            .map(|f| (f.path.clone(), read(&f.from)))
+            .collect();
+        let fix = mechanical::build(&case.not_served, &[app], &changed, &case.report).unwrap();
+        let request = fix.request();
+        for canary in &case.never {
+            assert!(
+                !request.prompt.contains(canary.as_str()),
+                "{case_name}: the request holds {canary}"
+            );
+        }
+        for reply in &case.replies {
+            let mut whole = case.good.clone();
+            for (pointer, value) in &reply.set {
+                let (parent, last) = pointer.rsplit_once('/').unwrap();
+                match whole.pointer_mut(parent).unwrap() {
+                    Value::Array(items) => {
+                        let index: usize = last.parse().unwrap();
+                        if index == items.len() {
+                            items.push(value.clone());
+                        } else {
+                            items[index] = value.clone();
+                        }
+                    }
+                    Value::Object(map) => {
+                        map.insert(last.to_string(), value.clone());
+                    }
+                    _ => panic!("{pointer}"),
+                }
+            }
+            if let Some(extra) = &reply.reply_extra {
+                whole.as_object_mut().unwrap().extend(extra.clone());
+            }
+            let bytes: Vec<u8> = match (&reply.raw, reply.generate.as_deref()) {
+                (Some(raw), _) => raw.clone().into_bytes(),
+                (None, Some("padded-good")) => {
+                    let mut text = serde_json::to_vec(&whole).unwrap();
+                    text.extend(std::iter::repeat_n(b' ', model::MAX_REPLY_BYTES));
+                    text
+                }
+                (None, Some(other)) => panic!("unknown generator {other}"),
+                (None, None) => serde_json::to_vec(&whole).unwrap(),
+            };
+            let reply_result = model::parse_reply(&bytes).map(|value| model::Reply {
+                value,
+                usage: Default::default(),
+            });
+            let client_refused = reply_result.is_err();
+            let got = match mechanical::decide(&fix, true, Some(&reply_result)) {
+                mechanical::Step::Done(Ok(_)) => Ok(()),
+                mechanical::Step::Done(Err((handoff, _))) => Err(if client_refused {
+                    "reply-limits".to_string()
+                } else {
+                    handoff
+                        .fact
+                        .split("(rule ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(')').next())
+                        .unwrap_or("?")
+                        .to_string()
+                }),
+                mechanical::Step::Ask(_) => Err("asked again".to_string()),
+            };
+            if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
+                for rule in rules {
+                    if got.as_ref().err().map(String::as_str) == Some(rule)
+                        && mechanical::check_reply_without(&fix, &value, &[rule])
+                            .is_ok_and(|edits| mechanical::rewrite(&fix, &edits).is_ok())
+                    {
+                        needed.entry(rule).or_default().push(reply.name.clone());
+                    }
+                }
+                if got == Err("reply-limits".to_string())
+                    && mechanical::check_reply(&fix, &value).is_ok()
+                {
+                    needed
+                        .entry("reply-limits")
+                        .or_default()
+                        .push(reply.name.clone());
+                }
+            }
+            let expected = match (reply.expect.as_str(), &reply.rule) {
+                ("accept", _) => Ok(()),
+                (_, Some(rule)) => Err(rule.clone()),
+                _ => panic!("{}: a refusal names its rule", reply.name),
+            };
+            if got.is_ok() && expected.is_err() {
+                unsafe_acceptances += 1;
+            }
+            let shown = |r: &Result<(), String>| match r {
+                Ok(()) => "accept".to_string(),
+                Err(rule) => format!("refuse ({rule})"),
+            };
+            if got != expected {
+                failures.push(format!(
+                    "{case_name} / {}: expected {}, got {}",
+                    reply.name,
+                    shown(&expected),
+                    shown(&got)
+                ));
+            }
+            rows.push(format!(
+                "| {case_name} | {} | {} | {} |",
+                reply.name,
+                shown(&expected),
+                shown(&got)
+            ));
+        }
+    }
+    println!("| case | reply | expected | got |\n|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!(
+        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
+        rows.len() - failures.len(),
+        rows.len()
+    );
+    let all: Vec<&str> = rules.iter().copied().chain(["reply-limits"]).collect();
+    for rule in &all {
+        println!(
+            "rule {rule} needed by: {}",
+            needed.get(rule).map(|v| v.join(", ")).unwrap_or_default()
+        );
+    }
+    assert_eq!(unsafe_acceptances, 0, "unsafe acceptances");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for rule in &all {
+        assert!(
+            needed.contains_key(rule),
+            "no reply needs rule {rule}: removing it would fail nothing"
+        );
+    }
+}

@@ -183,10 +183,17 @@ fn value_at<'a>(value: &'a Value, key: &[Segment]) -> Option<&'a Value> {
     Some(node)
 }
 
-/// Builds the fix's inventory for the Applications the `not-served` blocks name, from the
-/// head's rendering (their values files), the base's (the chart versions they move from),
-/// the chart mirror (both versions' defaults), and the YAML files the pull request changed.
-/// `read` reads a file at the head.
+/// What one Application the `not-served` blocks name brings to the fix: the values files it
+/// layers (path, text at the head) and the chart defaults that changed under it.
+#[derive(Debug, Clone, Default)]
+pub struct AppInputs {
+    pub values_files: Vec<(String, String)>,
+    pub defaults: Vec<ChangedDefault>,
+}
+
+/// Gathers each named Application's inputs from the head's rendering (its values files), the
+/// base's (the chart versions it moves from) and the chart mirror (both versions' defaults),
+/// then builds the fix. `read` reads a file at the head.
 pub fn plan(
     not_served: &[NotServed],
     head: &Rendering,
@@ -200,38 +207,15 @@ pub fn plan(
         .iter()
         .flat_map(|n| n.applications.iter().map(String::as_str))
         .collect();
-    let apps: Vec<&crate::render::RenderedApplication> = head
-        .applications
-        .iter()
-        .filter(|a| {
-            named.contains(&format!("{}/{} on {}", a.namespace, a.name, a.cluster.name).as_str())
-        })
-        .collect();
-    let mut files: BTreeMap<String, String> = BTreeMap::new();
-    let mut inventory: Vec<Editable> = Vec::new();
-    let mut defaults: Vec<ChangedDefault> = Vec::new();
-    let push = |inventory: &mut Vec<Editable>, entry: Editable| {
-        if !sensitive(&entry.key) && !inventory.contains(&entry) {
-            inventory.push(entry);
-        }
-    };
-    for app in &apps {
-        let mut own: Vec<(String, Value)> = Vec::new();
+    let mut apps = Vec::new();
+    for app in head.applications.iter().filter(|a| {
+        named.contains(&format!("{}/{} on {}", a.namespace, a.name, a.cluster.name).as_str())
+    }) {
+        let mut inputs = AppInputs::default();
         for path in &app.values_files {
-            let Some(text) = read(path) else { continue };
-            for (key, value) in scalar_leaves(&text, path) {
-                push(
-                    &mut inventory,
-                    Editable {
-                        file: path.clone(),
-                        key,
-                        current: Some(value),
-                    },
-                );
+            if let Some(text) = read(path) {
+                inputs.values_files.push((path.clone(), text));
             }
-            let parsed = crate::yaml::parse_document(&text, path).unwrap_or(Value::Null);
-            own.push((path.clone(), parsed));
-            files.insert(path.clone(), text);
         }
         // The chart defaults that changed, for each chart source that moved.
         let base_app = base.and_then(|b| {
@@ -272,60 +256,115 @@ pub fn plan(
             let (Ok(old), Ok(new)) = (at(from), at(to)) else {
                 continue;
             };
-            let old_leaves = super::migration::leaves(&old);
-            let new_leaves = super::migration::leaves(&new);
-            let mut keys: Vec<&Vec<String>> = old_leaves
-                .iter()
-                .chain(new_leaves.iter())
-                .map(|(k, _)| k)
-                .collect();
-            keys.sort();
-            keys.dedup();
-            for key in keys {
-                let find = |leaves: &[(Vec<String>, Value)]| {
-                    leaves
-                        .iter()
-                        .find(|(k, _)| k == key)
-                        .map(|(_, v)| v.clone())
-                };
-                let (o, n) = (find(&old_leaves), find(&new_leaves));
-                if o == n || key.is_empty() {
-                    continue;
-                }
-                let change = ChangedDefault {
-                    chart: chart.to_string(),
-                    from: from.to_string(),
-                    to: to.to_string(),
-                    key: key.clone(),
-                    old: o,
-                    new: n,
-                };
-                if !defaults.contains(&change) {
-                    defaults.push(change);
-                }
-                // Settable in every values file this Application layers.
-                for (path, parsed) in &own {
-                    let segments = strings(key);
-                    push(
-                        &mut inventory,
-                        Editable {
-                            file: path.clone(),
-                            current: value_at(parsed, &segments).cloned(),
-                            key: segments,
-                        },
-                    );
-                }
+            inputs
+                .defaults
+                .extend(changed_defaults(chart, from, to, &old, &new));
+        }
+        apps.push(inputs);
+    }
+    let changed: Vec<(String, String)> = changed_files
+        .iter()
+        .filter(|p| p.ends_with(".yaml") || p.ends_with(".yml"))
+        .filter_map(|p| read(p).map(|t| (p.clone(), t)))
+        .collect();
+    build(not_served, &apps, &changed, report)
+}
+
+/// The defaults of a chart that differ between two versions' values.
+pub fn changed_defaults(
+    chart: &str,
+    from: &str,
+    to: &str,
+    old: &Value,
+    new: &Value,
+) -> Vec<ChangedDefault> {
+    let old_leaves = super::migration::leaves(old);
+    let new_leaves = super::migration::leaves(new);
+    let mut keys: Vec<&Vec<String>> = old_leaves
+        .iter()
+        .chain(new_leaves.iter())
+        .map(|(k, _)| k)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    let find = |leaves: &[(Vec<String>, Value)], key: &Vec<String>| {
+        leaves
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
+    keys.into_iter()
+        .filter(|key| !key.is_empty())
+        .filter_map(|key| {
+            let (o, n) = (find(&old_leaves, key), find(&new_leaves, key));
+            (o != n).then(|| ChangedDefault {
+                chart: chart.to_string(),
+                from: from.to_string(),
+                to: to.to_string(),
+                key: key.clone(),
+                old: o,
+                new: n,
+            })
+        })
+        .collect()
+}
+
+/// Builds the fix's inventory: each scalar leaf of each Application's values files; each
+/// changed default's key, settable in each of that Application's files; each version-shaped
+/// line of the YAML files the pull request changed. Credentials are never editable.
+pub fn build(
+    not_served: &[NotServed],
+    apps: &[AppInputs],
+    changed_files: &[(String, String)],
+    report: &str,
+) -> Result<Fix, Refusal> {
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    let mut inventory: Vec<Editable> = Vec::new();
+    let mut defaults: Vec<ChangedDefault> = Vec::new();
+    let push = |inventory: &mut Vec<Editable>, entry: Editable| {
+        if !sensitive(&entry.key) && !inventory.contains(&entry) {
+            inventory.push(entry);
+        }
+    };
+    for app in apps {
+        let mut own: Vec<(String, Value)> = Vec::new();
+        for (path, text) in &app.values_files {
+            for (key, value) in scalar_leaves(text, path) {
+                push(
+                    &mut inventory,
+                    Editable {
+                        file: path.clone(),
+                        key,
+                        current: Some(value),
+                    },
+                );
+            }
+            let parsed = crate::yaml::parse_document(text, path).unwrap_or(Value::Null);
+            own.push((path.clone(), parsed));
+            files.insert(path.clone(), text.clone());
+        }
+        for change in &app.defaults {
+            if !defaults.contains(change) {
+                defaults.push(change.clone());
+            }
+            // Settable in every values file this Application layers.
+            for (path, parsed) in &own {
+                let segments = strings(&change.key);
+                push(
+                    &mut inventory,
+                    Editable {
+                        file: path.clone(),
+                        current: value_at(parsed, &segments).cloned(),
+                        key: segments,
+                    },
+                );
             }
         }
     }
     // The version lines the pull request changed.
-    for path in changed_files {
-        if !(path.ends_with(".yaml") || path.ends_with(".yml")) {
-            continue;
-        }
-        let Some(text) = read(path) else { continue };
+    for (path, text) in changed_files {
         let mut any = false;
-        for (key, value) in scalar_leaves(&text, path) {
+        for (key, value) in scalar_leaves(text, path) {
             if version_shaped(&key, &value) {
                 any = true;
                 push(
@@ -339,10 +378,14 @@ pub fn plan(
             }
         }
         if any {
-            files.insert(path.clone(), text);
+            files.insert(path.clone(), text.clone());
         }
     }
     if inventory.is_empty() {
+        let named: Vec<&str> = not_served
+            .iter()
+            .flat_map(|n| n.applications.iter().map(String::as_str))
+            .collect();
         return Err((
             Handoff {
                 open: named.join(", "),
@@ -474,10 +517,21 @@ fn parse_key(value: &Value) -> Option<Vec<Segment>> {
 /// Checks a reply against the fix: every rule but `read-back`. Returns the edits (no-ops
 /// left out).
 pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
+    check_reply_without(fix, reply, &[])
+}
+
+/// `check_reply` with some rules switched off: only the evals use it, to show that each rule
+/// is needed.
+pub fn check_reply_without(
+    fix: &Fix,
+    reply: &Value,
+    disabled: &[&str],
+) -> Result<Vec<Edit>, Refused> {
+    let on = |r: &str| !disabled.contains(&r);
     let refuse = |rule: &'static str, detail: String| Err(Refused { rule, detail });
     let Some(map) = reply
         .as_object()
-        .filter(|m| m.len() == 2 && m.contains_key("classification"))
+        .filter(|m| (m.len() == 2 || !on(rule::SHAPE)) && m.contains_key("classification"))
     else {
         return refuse(
             rule::SHAPE,
@@ -487,12 +541,14 @@ pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
     let Some(items) = map.get("edits").and_then(Value::as_array) else {
         return refuse(rule::SHAPE, "`edits` is not a list".into());
     };
-    if items.len() > MAX_EDITS {
+    if items.len() > MAX_EDITS && on(rule::SHAPE) {
         return refuse(rule::SHAPE, format!("more than {MAX_EDITS} edits"));
     }
     let mut edits = Vec::new();
     for item in items {
-        let fields = item.as_object().filter(|o| o.len() == 3);
+        let fields = item
+            .as_object()
+            .filter(|o| o.len() == 3 || !on(rule::SHAPE));
         let (Some(file), Some(key), Some(value)) = (
             fields.and_then(|o| o.get("file")).and_then(Value::as_str),
             fields.and_then(|o| o.get("key")).and_then(parse_key),
@@ -503,17 +559,19 @@ pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
                 "an edit is not {\"file\", \"key\", \"value\"} alone".into(),
             );
         };
-        let Some(entry) = fix
+        let entry = fix
             .inventory
             .iter()
-            .find(|e| e.file == file && e.key == key)
-        else {
+            .find(|e| e.file == file && e.key == key);
+        if entry.is_none() && on(rule::INVENTORY) {
             return refuse(
                 rule::INVENTORY,
                 format!("{file}: {} is not an editable key", key_text(&key)),
             );
         };
-        if !matches!(value, Value::String(_) | Value::Number(_) | Value::Bool(_)) {
+        if !matches!(value, Value::String(_) | Value::Number(_) | Value::Bool(_))
+            && on(rule::SCALAR)
+        {
             return refuse(
                 rule::SCALAR,
                 format!("{file}: {} would be set to a non-scalar", key_text(&key)),
@@ -525,20 +583,21 @@ pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
                 strings(&d.key) == key
                     && (d.old.as_ref() == Some(value) || d.new.as_ref() == Some(value))
             });
-            if version_shaped(&key, value) && !in_report {
+            if version_shaped(&key, value) && !in_report && on(rule::SOURCED) {
                 return refuse(
                     rule::SOURCED,
+                    // The model's text is not repeated: a refusal is shown to people.
                     format!(
-                        "{file}: {} = {text:?} is version-shaped and not in the gate's report",
+                        "{file}: {} would get a version-shaped value the gate's report does not name",
                         key_text(&key)
                     ),
                 );
             }
-            if !in_report && !from_defaults {
+            if !in_report && !from_defaults && on(rule::SOURCED) {
                 return refuse(
                     rule::SOURCED,
                     format!(
-                        "{file}: {} = {text:?} is in neither the gate's report nor the chart's defaults",
+                        "{file}: {} would get a text that is in neither the gate's report nor the chart's defaults",
                         key_text(&key)
                     ),
                 );
@@ -550,7 +609,10 @@ pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
             .get(file)
             .and_then(|t| crate::yaml::parse_document(t, file).ok())
             .and_then(|v| value_at(&v, &key).cloned());
-        if now != entry.current {
+        if let Some(entry) = entry
+            && now != entry.current
+            && on(rule::FROM_VALUE)
+        {
             return refuse(
                 rule::FROM_VALUE,
                 format!(
@@ -559,13 +621,13 @@ pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
                 ),
             );
         }
-        if entry.current.as_ref() == Some(value) {
+        if now.as_ref() == Some(value) {
             continue;
         }
         edits.push(Edit {
             file: file.to_string(),
             key,
-            from: entry.current.clone(),
+            from: now,
             to: value.clone(),
         });
     }
@@ -792,5 +854,125 @@ impl Edit {
                 shown(&self.to)
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fix(prod_us: &str) -> Fix {
+        let app = AppInputs {
+            values_files: vec![
+                (
+                    "base.yaml".into(),
+                    "image:\n  tag: v1.0.0\nauth:\n  token: t0p\n".into(),
+                ),
+                ("prod-us.yaml".into(), prod_us.into()),
+            ],
+            defaults: vec![ChangedDefault {
+                chart: "c".into(),
+                from: "1.0.0".into(),
+                to: "1.1.0".into(),
+                key: vec!["serviceMonitor".into(), "enabled".into()],
+                old: None,
+                new: Some(json!(true)),
+            }],
+        };
+        let not_served = vec![NotServed {
+            api_version: "monitoring.coreos.com/v1".into(),
+            kind: "ServiceMonitor".into(),
+            namespace: "n".into(),
+            name: "c".into(),
+            applications: vec!["argocd/c on prod-us".into()],
+            more_applications: 0,
+        }];
+        build(&not_served, &[app], &[], "report: image v1.1.0").unwrap()
+    }
+
+    fn edit(file: &str, key: Value, value: Value) -> Value {
+        json!({"classification": "chart-default", "edits": [{"file": file, "key": key, "value": value}]})
+    }
+
+    #[test]
+    fn the_inventory_holds_values_leaves_and_changed_defaults_never_credentials() {
+        let fix = fix("# prod-us\nreplicas: 1\n");
+        let keys: Vec<String> = fix
+            .inventory
+            .iter()
+            .map(|e| format!("{}:{}", e.file, key_text(&e.key)))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "base.yaml:image.tag",
+                "prod-us.yaml:replicas",
+                "base.yaml:serviceMonitor.enabled",
+                "prod-us.yaml:serviceMonitor.enabled"
+            ]
+        );
+        assert!(!fix.request().prompt.contains("t0p"));
+        assert!(fix.suggestion().unwrap().contains("serviceMonitor.enabled"));
+    }
+
+    #[test]
+    fn an_accepted_edit_lands_on_its_own_line_and_a_drifted_file_is_refused() {
+        let fix = fix("# prod-us\nreplicas: 1\n");
+        let edits = check_reply(
+            &fix,
+            &edit(
+                "prod-us.yaml",
+                json!(["serviceMonitor", "enabled"]),
+                json!(false),
+            ),
+        )
+        .unwrap();
+        let rewrites = rewrite(&fix, &edits).unwrap();
+        assert_eq!(
+            rewrites[0].after,
+            "# prod-us\nreplicas: 1\nserviceMonitor:\n  enabled: false\n"
+        );
+        // A version the report names is allowed; one it does not name is refused.
+        assert!(
+            check_reply(
+                &fix,
+                &edit("base.yaml", json!(["image", "tag"]), json!("v1.1.0"))
+            )
+            .is_ok()
+        );
+        assert_eq!(
+            check_reply(
+                &fix,
+                &edit("base.yaml", json!(["image", "tag"]), json!("v1.2.0"))
+            )
+            .unwrap_err()
+            .rule,
+            rule::SOURCED
+        );
+        // The file changed after the inventory was made: from-value refuses.
+        let mut drifted = fix.clone();
+        drifted
+            .files
+            .insert("prod-us.yaml".into(), "replicas: 2\n".into());
+        assert_eq!(
+            check_reply(
+                &drifted,
+                &edit("prod-us.yaml", json!(["replicas"]), json!(3))
+            )
+            .unwrap_err()
+            .rule,
+            rule::FROM_VALUE
+        );
+    }
+
+    #[test]
+    fn version_shapes() {
+        let k = |s: &str| vec![Segment::Key(s.into())];
+        assert!(version_shaped(&k("tag"), &json!("latest")));
+        assert!(version_shaped(&k("x"), &json!("v1.2.3")));
+        assert!(version_shaped(&k("x"), &json!("1.2")));
+        assert!(version_shaped(&k("x"), &json!("sha256:abc")));
+        assert!(!version_shaped(&k("x"), &json!("disabled")));
+        assert!(!version_shaped(&k("tag"), &json!(1)));
     }
 }

@@ -47,6 +47,9 @@ enum Command {
     /// The values migration: a chart whose new values schema refuses this repository's values,
     /// migrated key by key through Bosun's harness (scenarios/values-migration).
     DemoMigration,
+    /// The mechanical fix: a chart default turns on a kind a cluster does not serve; the
+    /// (scripted) model selects one key from Bosun's inventory (scenarios/mechanical-fix).
+    DemoFix,
     /// The evals (evals/): scored by `cargo test --test evals`. With `--live`, the reshape
     /// cases go to a real model instead of the recorded replies (never in CI): set
     /// BOSUN_LIVE_PROVIDER (anthropic or openai), BOSUN_LIVE_MODEL, optionally
@@ -107,6 +110,7 @@ fn main() -> Result<()> {
         Command::DemoTriage => demo::play("triage", None),
         Command::DemoStructural => demo::play("structural", None),
         Command::DemoMigration => demo::play("values-migration", None),
+        Command::DemoFix => demo::play("mechanical-fix", None),
         Command::Evals { live } => {
             let sh = xshell::Shell::new()?;
             sh.change_dir(project_root());
