@@ -670,7 +670,7 @@ async fn a_fix_with_a_version_not_in_the_report_a_key_outside_the_inventory_or_a
         |_| {},
     )
     .await;
-    assert!(body.contains("`sourced-value`"), "{body}");
+    assert!(body.contains("`inventory`"), "{body}");
     // A key outside the inventory.
     let (_, body) = story_handoff(
         "mechanical-fix",

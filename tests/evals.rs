@@ -980,7 +980,9 @@ fn mechanical_evals() {
         files: Vec<FileCase>,
         defaults: Vec<DefaultCase>,
         #[serde(default)]
-        changed: Vec<FileCase>,
+        changed: Vec<ChangedCase>,
+        #[serde(default)]
+        shared: Vec<String>,
         #[serde(default)]
         never: Vec<String>,
         good: Value,
@@ -991,6 +993,13 @@ fn mechanical_evals() {
     struct FileCase {
         path: String,
         from: String,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ChangedCase {
+        path: String,
+        from: String,
+        base: String,
     }
     #[derive(Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -1027,7 +1036,7 @@ fn mechanical_evals() {
         .map(|e| e.unwrap().path())
         .collect();
     dirs.sort();
-    let rules = [rule::SHAPE, rule::INVENTORY, rule::SCALAR, rule::SOURCED];
+    let rules = [rule::SHAPE, rule::INVENTORY, rule::SOURCED];
     let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut rows = Vec::new();
     let mut failures = Vec::new();
@@ -1055,12 +1064,18 @@ fn mechanical_evals() {
                 })
                 .collect(),
         };
-        let changed: Vec<(String, String)> = case
+        let changed: Vec<mechanical::ChangedFile> = case
             .changed
             .iter()
-            .map(|f| (f.path.clone(), read(&f.from)))
+            .map(|f| mechanical::ChangedFile {
+                path: f.path.clone(),
+                text: read(&f.from),
+                base: Some(read(&f.base)),
+            })
             .collect();
-        let fix = mechanical::build(&case.not_served, &[app], &changed, &case.report).unwrap();
+        let shared = case.shared.iter().cloned().collect();
+        let fix =
+            mechanical::build(&case.not_served, &[app], &changed, &shared, &case.report).unwrap();
         let request = fix.request();
         for canary in &case.never {
             assert!(

@@ -566,7 +566,11 @@ fn redact_values(value: &Value, held: &mut Vec<Value>) -> Value {
                     .collect(),
             ),
             Value::Array(items) => Value::Array(items.iter().map(|v| walk(v, hot, held)).collect()),
-            Value::String(_) | Value::Number(_) if hot => {
+            Value::String(text) if hot || crate::model::redact::sensitive_value(text) => {
+                held.push(value.clone());
+                Value::String(format!("(redacted-{})", held.len()))
+            }
+            Value::Number(_) if hot => {
                 held.push(value.clone());
                 Value::String(format!("(redacted-{})", held.len()))
             }

@@ -1227,7 +1227,12 @@ impl Bosun {
             "Stop rendering {} where the cluster does not serve it\n\nA model selected these edits from Bosun's inventory of editable keys; Bosun's harness and applier checked them:\n",
             not_served
                 .iter()
-                .map(|n| n.kind.as_str())
+                .map(|n| n
+                    .kind
+                    .chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .take(63)
+                    .collect::<String>())
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect::<Vec<_>>()
@@ -1416,6 +1421,18 @@ pub fn fix_plan(
             .read(path)
             .and_then(|b| String::from_utf8(b.to_vec()).ok())
     };
+    let base_snapshot = (!base.is_empty())
+        .then(|| Snapshot::load(&head_config.repo_dir, base).ok())
+        .flatten();
+    let read_base = |path: &str| -> Option<String> {
+        let snapshot = base_snapshot.as_ref()?;
+        if snapshot.is_symlink(path) {
+            return None;
+        }
+        snapshot
+            .read(path)
+            .and_then(|b| String::from_utf8(b.to_vec()).ok())
+    };
     let fix = mechanical::plan(
         not_served,
         &head,
@@ -1423,6 +1440,7 @@ pub fn fix_plan(
         head_config.charts.as_deref(),
         &changed,
         &read,
+        &read_base,
         report_body,
     )?;
     Ok((fix, head))

@@ -15,9 +15,13 @@ pub fn sensitive_key(key: &str) -> bool {
         .filter(char::is_ascii_alphanumeric)
         .collect::<String>()
         .to_ascii_lowercase();
-    k == "key"
+    k.ends_with("key")
         || k == "auth"
         || k.ends_with("auth")
+        || k.ends_with("pw")
+        || k.ends_with("pass")
+        || k.ends_with("webhookurl")
+        || k.ends_with("databaseurl")
         || [
             "password",
             "passwd",
@@ -34,6 +38,21 @@ pub fn sensitive_key(key: &str) -> bool {
         ]
         .iter()
         .any(|w| k.contains(w))
+}
+
+/// Whether a string looks like it carries a credential whatever its key: a URL with user
+/// information (`postgres://user:pass@host`), or a flag naming one (`--client-secret=...`).
+pub fn sensitive_value(text: &str) -> bool {
+    if let Some((_, rest)) = text.split_once("://") {
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if authority.contains('@') {
+            return true;
+        }
+    }
+    text.starts_with('-')
+        && text
+            .split_once('=')
+            .is_some_and(|(flag, _)| sensitive_key(flag.trim_start_matches('-')))
 }
 
 /// Whether the entry `key` of `map` holds a credential: its key is sensitive, or it is the
@@ -90,6 +109,40 @@ fn walk(value: &mut Value) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn credential_keys_and_values_are_recognised() {
+        for key in [
+            "password",
+            "dbPassword",
+            "apiToken",
+            "client_secret",
+            "signingKey",
+            "tlsKey",
+            "bindPW",
+            "smtpPass",
+            "slackWebhookUrl",
+            "DATABASE_URL",
+            "dsn",
+            "auth",
+        ] {
+            assert!(sensitive_key(key), "{key}");
+        }
+        for key in [
+            "enabled",
+            "replicaCount",
+            "image",
+            "tag",
+            "interval",
+            "keepalive",
+        ] {
+            assert!(!sensitive_key(key), "{key}");
+        }
+        assert!(sensitive_value("postgres://u:p@db:5432/x"));
+        assert!(sensitive_value("--client-secret=abc"));
+        assert!(!sensitive_value("https://charts.example.test/stable"));
+        assert!(!sensitive_value("--v=2"));
+    }
 
     #[test]
     fn secret_values_are_replaced_at_any_depth() {
