@@ -342,14 +342,20 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
         "{comment}"
     );
 
-    // Green and unremarkable: no comment, no label, a success status.
-    assert!(bosun_comment(&ground, green).is_none());
+    // Green and unremarkable: one comment saying what the change does, no label, a success
+    // status.
+    let explained = bosun_comment(&ground, green).unwrap();
+    assert!(
+        explained.starts_with("<!-- bosun:triage v1 -->\n**The gate is green.**")
+            && explained.contains("What this change does"),
+        "{explained}"
+    );
     assert!(ground.forge.labels(SLUG, green).is_empty());
     assert_eq!(
         bosun_status(&ground, "green"),
         (
             "success".to_string(),
-            "addons-gate is green; nothing to do".to_string()
+            "addons-gate is green; explained".to_string()
         )
     );
 

@@ -700,3 +700,24 @@ async fn a_fix_with_a_version_not_in_the_report_a_key_outside_the_inventory_or_a
     assert!(body.contains("the applier refused"), "{body}");
     assert!(body.contains("deny-list"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_green_bump_is_explained_from_the_gate_report_in_one_comment() {
+    let ground = play("green-explained").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    let comments = ground.forge.comments("platform/gitops", 1);
+    let (_, body) = comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .expect("Bosun's explanation");
+    assert!(
+        body.contains("Chart `cert-manager-lite` `1.19.2` → `1.19.3` (3 Applications on prod-eu, prod-us, staging)"),
+        "{body}"
+    );
+    assert!(body.contains("`v1.19.2` → `v1.19.3`"), "{body}");
+    // Explaining pushes nothing and labels nothing.
+    assert!(ground.forge.labels("platform/gitops", 1).is_empty());
+    insta::assert_snapshot!("green_explained_bosun_comment", body);
+}

@@ -139,8 +139,9 @@ proptest! {
         let parsed = report::parse(&markdown).unwrap();
         prop_assert_eq!(parsed.dropped, vec![dropped]);
         prop_assert_eq!(parsed.verdict, result.verdict);
-        // Only the gate's own blocks exist: the marker, the verdict and one dropped block.
-        prop_assert_eq!(markdown.matches("<!-- gitops-gate:").count(), 3);
+        // Only the gate's own blocks exist: the marker, the verdict, the summary and one
+        // dropped block.
+        prop_assert_eq!(markdown.matches("<!-- gitops-gate:").count(), 4);
     }
 }
 
@@ -195,9 +196,10 @@ fn a_chart_rendered_name_cannot_forge_a_block() {
         }],
     };
     let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
-    // Only the marker, the verdict and the genuine dropped block open or close a comment.
-    assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
-    assert_eq!(markdown.matches("-->").count(), 3, "{markdown}");
+    // Only the marker, the verdict, the summary and the genuine dropped block open or close
+    // a comment.
+    assert_eq!(markdown.matches("<!--").count(), 4, "{markdown}");
+    assert_eq!(markdown.matches("-->").count(), 4, "{markdown}");
     let parsed = report::parse(&markdown).unwrap();
     assert_eq!(parsed.dropped, vec![dropped.clone()]);
     // Bosun acts on the genuine block only: one swap, in the file the gate named.
@@ -323,7 +325,7 @@ fn a_crd_version_name_cannot_forge_a_block_either() {
     let mut dropped = dropped_with("e.io", "E", 1, |_| "a.yaml".into(), |_| "a".into());
     dropped.dropped = vec![hostile.into()];
     let (markdown, _) = report::render(&result_with(vec![dropped.clone()]));
-    assert_eq!(markdown.matches("<!--").count(), 3, "{markdown}");
+    assert_eq!(markdown.matches("<!--").count(), 4, "{markdown}");
     let parsed = report::parse(&markdown).unwrap();
     assert_eq!(parsed.dropped, vec![dropped]);
     // A block written before the gate's own (say, by a chart name that got through) is not read.

@@ -419,13 +419,24 @@ mod local {
                 println!("  - {}", plain(line));
             }
         };
+        let decision_reasons = match &decision {
+            Decision::WorthALook(reasons) => Some(reasons.clone()),
+            _ => None,
+        };
         let work = match decision {
-            Decision::Green => {
-                println!("green: nothing to repair");
-                return Ok(0);
-            }
-            Decision::WorthALook(reasons) => {
-                println!("green, worth a look: {}", plain(&reasons.join("; ")));
+            Decision::Green | Decision::WorthALook(_) => {
+                match &decision_reasons {
+                    Some(reasons) => {
+                        println!("green, worth a look: {}", plain(&reasons.join("; ")))
+                    }
+                    None => println!("green: nothing to repair"),
+                }
+                // What the change does, from the report's summary block.
+                if let Some(summary) = &parsed.summary {
+                    for line in gitops_loop::bosun::explain::lines(summary, &parsed.verdict) {
+                        println!("  - {}", plain(&line));
+                    }
+                }
                 return Ok(0);
             }
             Decision::Wait(why) => {

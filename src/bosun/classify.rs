@@ -348,6 +348,7 @@ mod tests {
             .into_iter()
             .collect();
         ParsedReport {
+            summary: None,
             verdict: Verdict {
                 outcome,
                 base: "a".repeat(40),

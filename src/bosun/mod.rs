@@ -6,6 +6,7 @@
 pub mod applier;
 pub mod classify;
 pub mod config;
+pub mod explain;
 pub mod journal;
 pub mod mechanical;
 pub mod migration;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::applier;
 use super::classify::{self, Handoff, Path as TriagePath, Situation};
 use super::config::{Config, InventoryConfig};
+use super::explain;
 use super::mechanical;
 use super::migration;
 use super::repair;
@@ -670,14 +671,30 @@ impl Bosun {
                 } else {
                     "swap".into()
                 };
+                let explained = report
+                    .as_ref()
+                    .and_then(|r| r.summary.as_ref().map(|s| explain::section(s, &r.verdict)));
                 if run.pushed.is_empty() {
+                    // A held pull request with a green gate: say what it does, so the person
+                    // who merges reads it in one place.
+                    if let Some(explained) = &explained {
+                        self.comment(
+                            slug,
+                            number,
+                            &format!("**The gate is green.** Nothing here needs a change; the merge is a person's.\n\n{explained}"),
+                        )
+                        .await?;
+                        run.say("addons-gate is green; explained");
+                        return Ok(Some("addons-gate is green; explained".into()));
+                    }
                     run.say("addons-gate is green; nothing to do");
                     Ok(Some("addons-gate is green; nothing to do".into()))
                 } else {
                     if let Some(repaired) = &run.repaired {
                         let body = format!(
-                            "{repaired}\nThe gate re-ran on `{}` and is green.\n",
-                            short(&pr.head_sha)
+                            "{repaired}\nThe gate re-ran on `{}` and is green.\n{}",
+                            short(&pr.head_sha),
+                            explained.map(|e| format!("\n{e}")).unwrap_or_default()
                         );
                         self.comment(slug, number, &body).await?;
                     }
@@ -702,6 +719,11 @@ impl Bosun {
                     "**Worth a look before merging.** The gate is green, and the render shows that {}. Nothing blocks; the gate's report has the details.",
                     reasons.join(", and ")
                 );
+                if let Some(r) = &report
+                    && let Some(summary) = &r.summary
+                {
+                    let _ = write!(body, "\n{}", explain::section(summary, &r.verdict));
+                }
                 self.comment(slug, number, &body).await?;
                 self.label(slug, number, &self.config.labels.worth_a_look)
                     .await?;

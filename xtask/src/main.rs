@@ -50,6 +50,9 @@ enum Command {
     /// The mechanical fix: a chart default turns on a kind a cluster does not serve; the
     /// (scripted) model selects one key from Bosun's inventory (scenarios/mechanical-fix).
     DemoFix,
+    /// A held minor bump with a green gate: Bosun explains what it does from the gate's
+    /// report, in one comment (scenarios/green-explained).
+    DemoGreen,
     /// The evals (evals/): scored by `cargo test --test evals`. With `--live`, the reshape
     /// cases go to a real model instead of the recorded replies (never in CI): set
     /// BOSUN_LIVE_PROVIDER (anthropic or openai), BOSUN_LIVE_MODEL, optionally
@@ -111,6 +114,7 @@ fn main() -> Result<()> {
         Command::DemoStructural => demo::play("structural", None),
         Command::DemoMigration => demo::play("values-migration", None),
         Command::DemoFix => demo::play("mechanical-fix", None),
+        Command::DemoGreen => demo::play("green-explained", None),
         Command::Evals { live } => {
             let sh = xshell::Shell::new()?;
             sh.change_dir(project_root());
