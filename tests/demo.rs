@@ -717,7 +717,84 @@ async fn a_held_green_bump_is_explained_from_the_gate_report_in_one_comment() {
         "{body}"
     );
     assert!(body.contains("`v1.19.2` → `v1.19.3`"), "{body}");
-    // Explaining pushes nothing and labels nothing.
-    assert!(ground.forge.labels("platform/gitops", 1).is_empty());
+    // The maintainers' notes, read through the registry's token flow and the releases API:
+    // quoted (escaped, one line), and their manual step makes the green gate worth a look.
+    assert!(body.contains("Action required"), "{body}");
+    assert!(body.contains("describe a manual step"), "{body}");
+    assert!(
+        !body.contains("## Upgrade notes"),
+        "a note cannot open a heading: {body}"
+    );
+    assert_eq!(
+        ground.forge.labels("platform/gitops", 1),
+        vec!["worth-a-look".to_string()]
+    );
+    let requests = ground.oci.as_ref().unwrap().requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.starts_with("token repository:jetstack/cert-manager-controller:pull")),
+        "{requests:?}"
+    );
     insta::assert_snapshot!("green_explained_bosun_comment", body);
+}
+
+/// The green-explained story with a registry or a source host that does not answer as hoped:
+/// the explanation stands, with one line saying what could not be read; never a failed triage.
+async fn green_with(edit: impl FnOnce(&mut Scenario)) -> String {
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/green-explained")).unwrap();
+    scenario.expect.labels.clear();
+    edit(&mut scenario);
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    let comments = ground.forge.comments("platform/gitops", 1);
+    comments
+        .iter()
+        .find(|(author, body)| {
+            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+        })
+        .map(|(_, body)| body.clone())
+        .expect("Bosun's explanation")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn release_notes_that_cannot_be_read_leave_the_explanation_and_say_why() {
+    // The registry answers 500 for the image.
+    let body = green_with(|s| s.images[0].status = Some(500)).await;
+    assert!(body.contains("What this change does"), "{body}");
+    assert!(
+        body.contains("Release notes not read") && body.contains("answered 500"),
+        "{body}"
+    );
+    // An image without the source label.
+    let body = green_with(|s| s.images[0].labels.clear()).await;
+    assert!(
+        body.contains("names no org.opencontainers.image.source"),
+        "{body}"
+    );
+    // A source host not on the allowlist.
+    let body = green_with(|s| {
+        s.images[0].labels.insert(
+            "org.opencontainers.image.source".into(),
+            "https://gitlab.example.test/jetstack/cert-manager".into(),
+        );
+    })
+    .await;
+    assert!(
+        body.contains("is not on the release-notes allowlist"),
+        "{body}"
+    );
+    // A registry not on the allowlist: nothing is asked of it.
+    let body = green_with(|s| {
+        s.bosun.as_mut().unwrap().config =
+            serde_json::json!({"releaseNotes": {"registries": [{"host": "ghcr.io", "url": "http://127.0.0.1:9"}]}});
+    })
+    .await;
+    assert!(
+        body.contains("the registry quay.io is not on the allowlist"),
+        "{body}"
+    );
+    // A forge without releases for the repository.
+    let body = green_with(|s| s.releases.clear()).await;
+    assert!(body.contains("answered 404"), "{body}");
 }

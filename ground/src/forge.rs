@@ -110,6 +110,9 @@ struct ForgeState {
     injected: u64,
     users: BTreeMap<String, String>,
     repos: BTreeMap<String, Repo>,
+    /// Releases of source repositories (`owner/name` -> GitHub release objects, newest
+    /// first), as `GET /repos/{owner}/{repo}/releases` lists them.
+    releases: BTreeMap<String, Vec<serde_json::Value>>,
     /// Where the bare repositories live (`owner/name.git`), served over smart HTTP.
     git_root: PathBuf,
     next_id: u64,
@@ -191,6 +194,21 @@ impl ForgeDouble {
     }
 
     /// A token that authenticates as `login`.
+    /// Publishes a release of `owner/name` (a source repository an image names): GitHub's
+    /// release object fields `tag_name`, `name`, `body`, `html_url`, `draft`, `prerelease`.
+    pub fn add_release(&self, repository: &str, tag: &str, name: &str, body: &str) {
+        let url = format!("https://github.com/{repository}/releases/tag/{tag}");
+        lock(&self.state)
+            .releases
+            .entry(repository.to_string())
+            .or_default()
+            .insert(
+                0,
+                serde_json::json!({"tag_name": tag, "name": name, "body": body,
+                    "html_url": url, "draft": false, "prerelease": tag.contains('-')}),
+            );
+    }
+
     pub fn add_user(&self, token: &str, login: &str) {
         lock(&self.state)
             .users
@@ -345,6 +363,7 @@ fn router(state: Shared) -> Router {
     Router::new()
         .route("/user", get(get_user))
         .route("/repos/{owner}/{repo}", get(get_repo))
+        .route("/repos/{owner}/{repo}/releases", get(list_releases))
         .route(
             "/repos/{owner}/{repo}/pulls",
             get(list_pulls).post(create_pull),
@@ -601,6 +620,32 @@ async fn get_repo(
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     axum::Json(repo_json(repo)).into_response()
+}
+
+/// GitHub's list releases endpoint: public (no token needed), newest first, `per_page`
+/// honoured up to 100; a repository with none answers `[]`, an unknown one 404 (as GitHub
+/// does for a repository it does not have).
+async fn list_releases(
+    State(state): State<Shared>,
+    UrlPath((owner, repo)): UrlPath<(String, String)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let state = lock(&state);
+    let per_page = query
+        .get("per_page")
+        .and_then(|p| p.parse::<usize>().ok())
+        .unwrap_or(30)
+        .min(100);
+    match state.releases.get(&format!("{owner}/{repo}")) {
+        Some(list) => {
+            axum::Json(list.iter().take(per_page).cloned().collect::<Vec<_>>()).into_response()
+        }
+        None => (
+            StatusCode::NOT_FOUND,
+            axum::Json(serde_json::json!({"message": "Not Found"})),
+        )
+            .into_response(),
+    }
 }
 
 async fn list_pulls(

@@ -18,6 +18,7 @@ pub mod git;
 pub mod kargo;
 pub mod kube;
 pub mod model;
+pub mod oci;
 pub mod scenario;
 pub mod transcript;
 
@@ -87,6 +88,8 @@ pub struct Ground {
     pub bosun: Option<self::bosun::BosunProcess>,
     /// The scripted model, when the scenario gives Bosun one.
     pub model: Option<self::model::ModelDouble>,
+    /// The OCI registry double, when the scenario scripts image labels.
+    pub oci: Option<self::oci::OciRegistryDouble>,
     pub transcript: Transcript,
     /// kubeconfig for the observer's identity.
     pub kubeconfig: PathBuf,
@@ -364,6 +367,16 @@ impl Ground {
             .collect();
 
         let mut model_double = None;
+        let mut oci_double = None;
+        // Source repositories' releases, on the forge double's GitHub API.
+        for release in &scenario.releases {
+            forge.add_release(
+                &release.repository,
+                &release.tag,
+                &release.name,
+                &release.body,
+            );
+        }
         let bosun = match &scenario.bosun {
             None => None,
             Some(spec) => {
@@ -425,6 +438,37 @@ impl Ground {
                     );
                     model_double = Some(double);
                 }
+                // Release notes: the registries the scenario scripts map to the OCI double and
+                // GitHub's API to the forge double; with nothing scripted, Bosun reads none
+                // (no network here).
+                if scenario.images.is_empty() {
+                    self::bosun::merge(
+                        &mut overrides,
+                        &json!({"releaseNotes": {"enabled": false}}),
+                    );
+                } else {
+                    let double = self::oci::OciRegistryDouble::start(&scenario.images).await?;
+                    let mut hosts: Vec<String> = scenario
+                        .images
+                        .iter()
+                        .filter_map(|i| i.repository.split_once('/').map(|(h, _)| h.to_string()))
+                        .collect();
+                    hosts.sort();
+                    hosts.dedup();
+                    let registries: Vec<serde_json::Value> = hosts
+                        .iter()
+                        .map(|h| json!({"host": h, "url": double.url()}))
+                        .collect();
+                    let mut notes = json!({"releaseNotes": {
+                        "registries": registries,
+                        "githubApiUrl": forge.url(),
+                        "sourceHosts": ["github.com"],
+                    }});
+                    // The scenario's own settings win (an allowlist that leaves a host out).
+                    self::bosun::merge(&mut notes, &overrides);
+                    overrides = notes;
+                    oci_double = Some(double);
+                }
                 let process = self::bosun::BosunProcess::start(self::bosun::Launch {
                     binary: &binary,
                     dir: dir.path(),
@@ -470,6 +514,7 @@ impl Ground {
             ci,
             bosun,
             model: model_double,
+            oci: oci_double,
             transcript,
             kubeconfig,
             admin_kubeconfig,

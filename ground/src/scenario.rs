@@ -17,6 +17,12 @@ pub struct Scenario {
     pub kargo: KargoSpec,
     #[serde(default)]
     pub registry: Vec<Image>,
+    /// Image tags the OCI registry double serves, with their config labels (release notes).
+    #[serde(default)]
+    pub images: Vec<crate::oci::OciImage>,
+    /// Releases of source repositories, served by the forge double's GitHub API.
+    #[serde(default)]
+    pub releases: Vec<ReleaseSpec>,
     /// Run the real `bosun serve`; it is then the gate runner (the CI job stays off).
     #[serde(default)]
     pub bosun: Option<BosunSpec>,
@@ -108,6 +114,18 @@ pub struct BosunSpec {
     /// A scripted model (the model double); without it Bosun runs with `provider: none`.
     #[serde(default)]
     pub model: Option<crate::model::ModelScript>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReleaseSpec {
+    /// `owner/name` on github.com.
+    pub repository: String,
+    pub tag: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub body: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -163,8 +163,17 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
     let model = gitops_loop::model::from_config(&config.model)
         .map_err(|e| anyhow::anyhow!("{}: model: {e}", "bosun.yaml"))?
         .map(Arc::from);
+    let notes = if config.release_notes.enabled {
+        Some(Arc::new(
+            gitops_loop::bosun::notes::Notes::new(config.release_notes.clone())
+                .map_err(|e| anyhow::anyhow!("bosun.yaml: releaseNotes: {e}"))?,
+        ))
+    } else {
+        None
+    };
     Ok(Bosun {
         model,
+        notes,
         config,
         forge: Arc::new(forge),
         token,

@@ -38,6 +38,9 @@ pub struct Config {
     /// The language model behind the harness (`none`: the paths that would ask one hand off).
     #[serde(default)]
     pub model: ModelConfig,
+    /// Release notes for the images a green change moves (explained gates).
+    #[serde(default)]
+    pub release_notes: NotesConfig,
     #[serde(default)]
     pub webhook: WebhookConfig,
     /// The identity of Bosun's commits.
@@ -237,6 +240,97 @@ impl Default for ModelConfig {
             max_calls_per_pull_request: default_max_calls(),
         }
     }
+}
+
+/// Where Bosun may read release notes: registries (by the host image references name) and
+/// source hosts, both allowlists; every answer time-limited and size-capped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NotesConfig {
+    /// Off: green gates are explained from the report alone.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// The registries whose images' labels Bosun reads, by the host references write, with the
+    /// URL it asks (a pull-through mirror may stand in) and the hosts their token endpoints may
+    /// be on.
+    #[serde(default = "default_registries")]
+    pub registries: Vec<RegistryEndpoint>,
+    /// The hosts of source repositories whose releases Bosun reads (GitHub's REST API).
+    #[serde(default = "default_source_hosts")]
+    pub source_hosts: Vec<String>,
+    #[serde(default = "default_github_api")]
+    pub github_api_url: String,
+    /// The environment variable holding a GitHub token (optional: anonymous reads are rate
+    /// limited to 60 an hour).
+    #[serde(default)]
+    pub token_env: Option<String>,
+    #[serde(default = "default_notes_timeout")]
+    pub timeout_seconds: u64,
+    #[serde(default = "default_notes_bytes")]
+    pub max_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryEndpoint {
+    pub host: String,
+    pub url: String,
+    #[serde(default)]
+    pub token_hosts: Vec<String>,
+}
+
+impl Default for NotesConfig {
+    fn default() -> Self {
+        NotesConfig {
+            enabled: true,
+            registries: default_registries(),
+            source_hosts: default_source_hosts(),
+            github_api_url: default_github_api(),
+            token_env: None,
+            timeout_seconds: default_notes_timeout(),
+            max_bytes: default_notes_bytes(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_registries() -> Vec<RegistryEndpoint> {
+    let r = |host: &str, url: &str, tokens: &[&str]| RegistryEndpoint {
+        host: host.into(),
+        url: url.into(),
+        token_hosts: tokens.iter().map(|t| t.to_string()).collect(),
+    };
+    vec![
+        r(
+            "docker.io",
+            "https://registry-1.docker.io",
+            &["auth.docker.io"],
+        ),
+        r("ghcr.io", "https://ghcr.io", &[]),
+        r("quay.io", "https://quay.io", &[]),
+        r("registry.k8s.io", "https://registry.k8s.io", &[]),
+        r("gcr.io", "https://gcr.io", &[]),
+        r("public.ecr.aws", "https://public.ecr.aws", &[]),
+    ]
+}
+
+fn default_source_hosts() -> Vec<String> {
+    vec!["github.com".into()]
+}
+
+fn default_github_api() -> String {
+    "https://api.github.com".into()
+}
+
+fn default_notes_timeout() -> u64 {
+    5
+}
+
+fn default_notes_bytes() -> usize {
+    1 << 20
 }
 
 fn default_model_timeout() -> u64 {

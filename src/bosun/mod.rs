@@ -10,6 +10,7 @@ pub mod explain;
 pub mod journal;
 pub mod mechanical;
 pub mod migration;
+pub mod notes;
 pub mod repair;
 pub mod reshape;
 pub mod server;

@@ -92,6 +92,8 @@ pub struct Bosun {
     pub workdir: PathBuf,
     /// The model behind the harness (`model.provider: none`: None, the model paths hand off).
     pub model: Option<Arc<dyn crate::model::Model>>,
+    /// The release-notes reader (`releaseNotes.enabled: false`: None), with its caches.
+    pub notes: Option<Arc<super::notes::Notes>>,
 }
 
 /// How Bosun renders a checkout (a triage's or `bosun repair`'s): its chart mirror, render
@@ -665,15 +667,178 @@ impl Bosun {
                 run.path = "wait".into();
                 Ok(Some(format!("waiting: {why}")))
             }
+            path @ (TriagePath::Green | TriagePath::WorthALook(_)) => {
+                // The maintainers' release notes for the images the change moves; notes that
+                // describe a manual step make a green gate worth a look.
+                let (notes, manual) = match report.as_ref().and_then(|r| r.summary.as_ref()) {
+                    Some(summary) => self.release_notes(summary, run).await,
+                    None => (String::new(), Vec::new()),
+                };
+                let path = match path {
+                    TriagePath::WorthALook(mut reasons) => {
+                        reasons.extend(manual);
+                        TriagePath::WorthALook(reasons)
+                    }
+                    TriagePath::Green if !manual.is_empty() => TriagePath::WorthALook(manual),
+                    other => other,
+                };
+                self.green(slug, number, pr, report.as_ref(), path, &notes, run)
+                    .await
+            }
+            TriagePath::Escalate(line) => {
+                self.comment(slug, number, &format!("{line}\n")).await?;
+                self.label(slug, number, &self.config.labels.needs_human)
+                    .await?;
+                run.say(format!(
+                    "escalated (label {}): no values to change in this repository",
+                    self.config.labels.needs_human
+                ));
+                run.path = "escalate".into();
+                Ok(Some(
+                    "escalated: no values to change in this repository".into(),
+                ))
+            }
+            TriagePath::Handoff(mut handoff) => {
+                // A values schema refusal names keys: point at the files that set them.
+                let places = refused_value_places(checkout, &pr.head_sha, &handoff.fact);
+                if !places.is_empty() {
+                    handoff.open = places.join(", ");
+                }
+                self.hand_off(slug, number, &handoff, &[], run)
+                    .await
+                    .map(Some)
+            }
+            TriagePath::Swap(dropped) => self.swap(slug, config, pr, &dropped, attempts, run).await,
+            TriagePath::Fix(not_served) => {
+                let base = report
+                    .as_ref()
+                    .map(|r| r.verdict.base.clone())
+                    .unwrap_or_default();
+                self.fix(slug, config, pr, &not_served, &base, &body, attempts, run)
+                    .await
+            }
+            TriagePath::Migrate(_) => {
+                let base = report
+                    .as_ref()
+                    .map(|r| r.verdict.base.clone())
+                    .unwrap_or_default();
+                self.migrate(slug, config, pr, &base, attempts, run).await
+            }
+        }
+    }
+
+    /// The release notes for the images a green change moves (at most 5 images, 5 releases
+    /// each), as a comment section, and the manual steps they describe (worth-a-look
+    /// reasons). Notes are hostile text: one escaped, clipped line each. Whatever cannot be
+    /// read is said in one line; it never fails the triage.
+    async fn release_notes(
+        &self,
+        summary: &crate::gate::report::Summary,
+        run: &mut Run,
+    ) -> (String, Vec<String>) {
+        let Some(notes) = &self.notes else {
+            return (String::new(), Vec::new());
+        };
+        let mut lines = Vec::new();
+        let mut manual = Vec::new();
+        let mut unread = Vec::new();
+        for image in summary.images.iter().take(5) {
+            if image.image.contains(" → ") {
+                continue; // another repository: not one image's releases
+            }
+            let found = notes.for_image(&image.image, &image.from, &image.to).await;
+            if let Some(why) = found.unread {
+                unread.push(why);
+            }
+            for release in &found.releases {
+                let first: String = release
+                    .body
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .chars()
+                    .take(400)
+                    .collect();
+                lines.push(format!(
+                    "- {} {}{}: {}{}",
+                    report::code(&image.image),
+                    report::code(&release.tag),
+                    if release.url.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", report::text(&release.url))
+                    },
+                    report::text(&first),
+                    if release.body.chars().count() > 400 {
+                        "…"
+                    } else {
+                        ""
+                    }
+                ));
+                if let Some(phrase) = super::notes::manual_step(&release.body) {
+                    // The image and the tag come from a chart and a source host: escaped.
+                    manual.push(format!(
+                        "the release notes of {} {} describe a manual step (\"{phrase}\")",
+                        report::code(&image.image),
+                        report::code(&release.tag)
+                    ));
+                }
+            }
+        }
+        let mut out = String::new();
+        if !lines.is_empty() {
+            out.push_str("\nRelease notes (the maintainers' own, for the image tags this change moves; quoted, not checked):\n\n");
+            for line in &lines {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        if !unread.is_empty() {
+            let _ = writeln!(
+                out,
+                "\nRelease notes not read: {}.",
+                unread
+                    .iter()
+                    .map(|u| report::text(u))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        run.say(format!(
+            "release notes: {} release{} read{}",
+            lines.len(),
+            if lines.len() == 1 { "" } else { "s" },
+            if unread.is_empty() {
+                String::new()
+            } else {
+                format!(", {} not read", unread.len())
+            }
+        ));
+        (out, manual)
+    }
+
+    /// The green paths: explained, worth a look, or green on a repair.
+    #[allow(clippy::too_many_arguments)]
+    async fn green(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        pr: &crate::forge::PullRequest,
+        report: Option<&ParsedReport>,
+        path: TriagePath,
+        notes: &str,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        let explained = report
+            .and_then(|r| r.summary.as_ref().map(|s| explain::section(s, &r.verdict)))
+            .map(|e| format!("{e}{notes}"));
+        match path {
             TriagePath::Green => {
                 run.path = if run.pushed.is_empty() {
                     "green".into()
                 } else {
                     "swap".into()
                 };
-                let explained = report
-                    .as_ref()
-                    .and_then(|r| r.summary.as_ref().map(|s| explain::section(s, &r.verdict)));
                 if run.pushed.is_empty() {
                     // A held pull request with a green gate: say what it does, so the person
                     // who merges reads it in one place.
@@ -719,10 +884,8 @@ impl Bosun {
                     "**Worth a look before merging.** The gate is green, and the render shows that {}. Nothing blocks; the gate's report has the details.",
                     reasons.join(", and ")
                 );
-                if let Some(r) = &report
-                    && let Some(summary) = &r.summary
-                {
-                    let _ = write!(body, "\n{}", explain::section(summary, &r.verdict));
+                if let Some(explained) = &explained {
+                    let _ = write!(body, "\n{explained}");
                 }
                 self.comment(slug, number, &body).await?;
                 self.label(slug, number, &self.config.labels.worth_a_look)
@@ -735,45 +898,7 @@ impl Bosun {
                 run.path = "worth-a-look".into();
                 Ok(Some(format!("green; worth a look: {}", reasons.join("; "))))
             }
-            TriagePath::Escalate(line) => {
-                self.comment(slug, number, &format!("{line}\n")).await?;
-                self.label(slug, number, &self.config.labels.needs_human)
-                    .await?;
-                run.say(format!(
-                    "escalated (label {}): no values to change in this repository",
-                    self.config.labels.needs_human
-                ));
-                run.path = "escalate".into();
-                Ok(Some(
-                    "escalated: no values to change in this repository".into(),
-                ))
-            }
-            TriagePath::Handoff(mut handoff) => {
-                // A values schema refusal names keys: point at the files that set them.
-                let places = refused_value_places(checkout, &pr.head_sha, &handoff.fact);
-                if !places.is_empty() {
-                    handoff.open = places.join(", ");
-                }
-                self.hand_off(slug, number, &handoff, &[], run)
-                    .await
-                    .map(Some)
-            }
-            TriagePath::Swap(dropped) => self.swap(slug, config, pr, &dropped, attempts, run).await,
-            TriagePath::Fix(not_served) => {
-                let base = report
-                    .as_ref()
-                    .map(|r| r.verdict.base.clone())
-                    .unwrap_or_default();
-                self.fix(slug, config, pr, &not_served, &base, &body, attempts, run)
-                    .await
-            }
-            TriagePath::Migrate(_) => {
-                let base = report
-                    .as_ref()
-                    .map(|r| r.verdict.base.clone())
-                    .unwrap_or_default();
-                self.migrate(slug, config, pr, &base, attempts, run).await
-            }
+            _ => unreachable!("green() is called with a green path"),
         }
     }
 

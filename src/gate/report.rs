@@ -257,7 +257,10 @@ impl Summary {
                 if is_rbac(key) && seen_objects.insert(("+", key.clone())) {
                     summary.rbac_added += 1;
                 }
-                if is_crd(key) && seen_objects.insert(("+", key.clone())) {
+                if is_crd(key)
+                    && crate::names::is_dns1123_subdomain(&key.name)
+                    && seen_objects.insert(("+", key.clone()))
+                {
                     crds.push(SummaryCrd {
                         name: clip_text(&key.name),
                         before: vec![],
@@ -269,7 +272,10 @@ impl Summary {
                 if is_rbac(key) && seen_objects.insert(("-", key.clone())) {
                     summary.rbac_removed += 1;
                 }
-                if is_crd(key) && seen_objects.insert(("-", key.clone())) {
+                if is_crd(key)
+                    && crate::names::is_dns1123_subdomain(&key.name)
+                    && seen_objects.insert(("-", key.clone()))
+                {
                     crds.push(SummaryCrd {
                         name: clip_text(&key.name),
                         before: vec!["(removed)".into()],
@@ -310,7 +316,16 @@ impl Summary {
                             .collect()
                     };
                     let (before, after) = (served(&crd.before), served(&crd.after));
-                    if before != after && seen_objects.insert(("~", change.object.clone())) {
+                    // A name Kubernetes would reject never reaches a machine block (the
+                    // `crd-name-invalid` finding names it, quoted and cut, for people).
+                    let valid = crate::names::is_dns1123_subdomain(&change.object.name)
+                        && crd
+                            .before
+                            .iter()
+                            .chain(&crd.after)
+                            .all(|v| crate::names::is_dns1035_label(&v.name));
+                    if valid && before != after && seen_objects.insert(("~", change.object.clone()))
+                    {
                         crds.push(SummaryCrd {
                             name: clip_text(&change.object.name),
                             before,
