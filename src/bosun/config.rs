@@ -277,6 +277,36 @@ pub struct RegistryEndpoint {
     pub url: String,
     #[serde(default)]
     pub token_hosts: Vec<String>,
+    /// Hosts it may redirect a download to (its CDN).
+    #[serde(default)]
+    pub redirect_hosts: Vec<String>,
+}
+
+impl NotesConfig {
+    /// Every host a release-notes request may reach (lowercase): the registries' URLs, their
+    /// token and redirect hosts, and the releases API.
+    pub fn allowed_hosts(&self) -> std::collections::BTreeSet<String> {
+        let host = |url: &str| {
+            url.split_once("://").map(|(_, rest)| {
+                rest.split(['/', ':'])
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase()
+            })
+        };
+        let mut hosts: std::collections::BTreeSet<String> = self
+            .registries
+            .iter()
+            .flat_map(|r| {
+                host(&r.url)
+                    .into_iter()
+                    .chain(r.token_hosts.iter().map(|h| h.to_ascii_lowercase()))
+                    .chain(r.redirect_hosts.iter().map(|h| h.to_ascii_lowercase()))
+            })
+            .collect();
+        hosts.extend(host(&self.github_api_url));
+        hosts
+    }
 }
 
 impl Default for NotesConfig {
@@ -298,22 +328,33 @@ fn yes() -> bool {
 }
 
 fn default_registries() -> Vec<RegistryEndpoint> {
-    let r = |host: &str, url: &str, tokens: &[&str]| RegistryEndpoint {
+    let r = |host: &str, url: &str, tokens: &[&str], redirects: &[&str]| RegistryEndpoint {
         host: host.into(),
         url: url.into(),
         token_hosts: tokens.iter().map(|t| t.to_string()).collect(),
+        redirect_hosts: redirects.iter().map(|t| t.to_string()).collect(),
     };
     vec![
         r(
             "docker.io",
             "https://registry-1.docker.io",
             &["auth.docker.io"],
+            &["production.cloudflare.docker.com"],
         ),
-        r("ghcr.io", "https://ghcr.io", &[]),
-        r("quay.io", "https://quay.io", &[]),
-        r("registry.k8s.io", "https://registry.k8s.io", &[]),
-        r("gcr.io", "https://gcr.io", &[]),
-        r("public.ecr.aws", "https://public.ecr.aws", &[]),
+        r(
+            "ghcr.io",
+            "https://ghcr.io",
+            &[],
+            &["pkg-containers.githubusercontent.com"],
+        ),
+        r(
+            "quay.io",
+            "https://quay.io",
+            &[],
+            &["cdn01.quay.io", "cdn02.quay.io", "cdn03.quay.io"],
+        ),
+        r("gcr.io", "https://gcr.io", &[], &["storage.googleapis.com"]),
+        r("public.ecr.aws", "https://public.ecr.aws", &[], &[]),
     ]
 }
 

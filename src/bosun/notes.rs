@@ -45,6 +45,15 @@ pub struct ImageNotes {
 /// An image reference's registry host and repository name (`nginx` is Docker Hub's
 /// `library/nginx`).
 pub fn split_reference(image: &str) -> (String, String) {
+    let (host, name) = split_host(image);
+    // Docker Hub's official images live under `library/`.
+    if host == "docker.io" && !name.contains('/') {
+        return (host, format!("library/{name}"));
+    }
+    (host, name)
+}
+
+fn split_host(image: &str) -> (String, String) {
     let (first, rest) = image.split_once('/').unwrap_or(("", image));
     if !first.is_empty() && (first.contains('.') || first.contains(':') || first == "localhost") {
         (first.to_string(), rest.to_string())
@@ -86,7 +95,8 @@ fn version_key(tag: &str) -> Option<(Vec<u64>, bool)> {
     numbers.filter(|n| !n.is_empty()).map(|n| (n, pre))
 }
 
-/// The releases after `from` up to and including `to`, newest first, at most `MAX_RELEASES`.
+/// The releases after `from` up to and including `to`, newest first (every one: the caller
+/// shows the first `MAX_RELEASES` and reads them all for manual steps).
 pub fn between(releases: &[Release], from: &str, to: &str) -> Vec<Release> {
     let (Some(lo), Some(hi)) = (version_key(from), version_key(to)) else {
         return releases
@@ -104,11 +114,7 @@ pub fn between(releases: &[Release], from: &str, to: &str) -> Vec<Release> {
         })
         .collect();
     picked.sort_by(|a, b| b.0.cmp(&a.0));
-    picked
-        .into_iter()
-        .take(MAX_RELEASES)
-        .map(|(_, r)| r)
-        .collect()
+    picked.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The documented phrase rule for release notes that describe a manual step: whole phrases,
@@ -127,11 +133,23 @@ pub fn manual_step(body: &str) -> Option<&'static str> {
     let lower = body.to_lowercase();
     PHRASES.iter().copied().find(|p| {
         lower.match_indices(p).any(|(i, _)| {
-            // "no breaking changes", "without a manual step": a negation is not a step.
-            let before = lower[..i].trim_end();
-            let negated = ["no", "without", "not", "without a", "no manual"]
+            // "no breaking changes", "not a breaking change", "non-breaking change",
+            // "without a manual step", "Breaking changes: none": a negation is not a step.
+            let words: Vec<&str> = lower[..i]
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .rev()
+                .take(3)
+                .collect();
+            let after: String = lower[i + p.len()..]
+                .trim_start_matches([':', ' ', '\n', '#', '-', '*'])
+                .chars()
+                .take(4)
+                .collect();
+            let negated = words
                 .iter()
-                .any(|n| before.ends_with(n));
+                .any(|w| ["no", "not", "non", "without", "never", "zero"].contains(w))
+                || after == "none";
             !negated
                 && !lower[..i]
                     .chars()
@@ -150,8 +168,33 @@ pub fn manual_step(body: &str) -> Option<&'static str> {
 pub struct Notes {
     config: NotesConfig,
     client: reqwest::Client,
-    sources: Mutex<HashMap<String, Result<Option<String>, String>>>,
-    releases: Mutex<HashMap<String, Result<Vec<Release>, String>>>,
+    sources: Mutex<HashMap<String, (std::time::Instant, Option<String>)>>,
+    releases: Mutex<HashMap<String, (std::time::Instant, Vec<Release>)>>,
+}
+
+/// How long an answer is reused: a release published after it is seen at the next look.
+const CACHE_TTL: Duration = Duration::from_secs(600);
+/// At most this many answers are kept per cache (then it starts over).
+const CACHE_ENTRIES: usize = 512;
+
+fn cached<T: Clone>(
+    cache: &Mutex<HashMap<String, (std::time::Instant, T)>>,
+    key: &str,
+) -> Option<T> {
+    let cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    cache
+        .get(key)
+        .filter(|(at, _)| at.elapsed() < CACHE_TTL)
+        .map(|(_, v)| v.clone())
+}
+
+/// Only answers are kept: an error (a timeout, a 5xx, a rate limit) is asked again next time.
+fn remember<T>(cache: &Mutex<HashMap<String, (std::time::Instant, T)>>, key: &str, value: T) {
+    let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() >= CACHE_ENTRIES {
+        cache.clear();
+    }
+    cache.insert(key.to_string(), (std::time::Instant::now(), value));
 }
 
 #[derive(Deserialize)]
@@ -164,12 +207,17 @@ struct TokenAnswer {
 
 impl Notes {
     pub fn new(config: NotesConfig) -> Result<Notes, String> {
+        let allowed = config.allowed_hosts();
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(config.timeout_seconds.max(1)))
-            // Redirects are followed only to https, at most 3 (a registry sends blobs to its
-            // CDN); the first host is always an allowlisted one.
-            .redirect(reqwest::redirect::Policy::custom(|attempt| {
-                if attempt.previous().len() >= 3 || attempt.url().scheme() != "https" {
+            // Only to https, only to an allowlisted host (a registry, its token or redirect
+            // hosts, the releases API), at most 3 redirects (`previous()` holds the first URL).
+            .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+                let host = attempt.url().host_str().unwrap_or("").to_ascii_lowercase();
+                if attempt.previous().len() > 3
+                    || attempt.url().scheme() != "https"
+                    || !allowed.contains(&host)
+                {
                     attempt.stop()
                 } else {
                     attempt.follow()
@@ -235,7 +283,10 @@ impl Notes {
         };
         let realm = param("realm").ok_or("answered 401 without a token realm")?;
         if !self.allowed_realm(&realm) {
-            return Err(format!("its token realm {realm} is not on the allowlist"));
+            return Err(format!(
+                "its token realm {} is not on the allowlist",
+                realm.chars().take(120).collect::<String>()
+            ));
         }
         let mut token_url = reqwest::Url::parse(&realm).map_err(|e| e.to_string())?;
         {
@@ -289,19 +340,16 @@ impl Notes {
     /// names none. An error says why it could not be read.
     pub async fn source(&self, image: &str, tag: &str) -> Result<Option<String>, String> {
         let key = format!("{image}:{tag}");
-        if let Some(hit) = self
-            .sources
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&key)
-        {
-            return hit.clone();
+        if let Some(hit) = cached(&self.sources, &key) {
+            return Ok(hit);
         }
-        let result = self.read_source(image, tag).await;
-        self.sources
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, result.clone());
+        let result = self
+            .read_source(image, tag)
+            .await
+            .map(|s| s.map(|s| s.chars().take(300).collect::<String>()));
+        if let Ok(source) = &result {
+            remember(&self.sources, &key, source.clone());
+        }
         result
     }
 
@@ -384,25 +432,19 @@ impl Notes {
 
     /// A repository's releases (the first page of 100), from GitHub's REST API.
     pub async fn releases(&self, repository: &str) -> Result<Vec<Release>, String> {
-        if let Some(hit) = self
-            .releases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(repository)
-        {
-            return hit.clone();
+        if let Some(hit) = cached(&self.releases, repository) {
+            return Ok(hit);
         }
         let result = self.read_releases(repository).await;
-        self.releases
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(repository.to_string(), result.clone());
+        if let Ok(list) = &result {
+            remember(&self.releases, repository, list.clone());
+        }
         result
     }
 
     async fn read_releases(&self, repository: &str) -> Result<Vec<Release>, String> {
         let url = format!(
-            "{}/repos/{repository}/releases?per_page=100",
+            "{}/repos/{repository}/releases?per_page=30",
             self.config.github_api_url.trim_end_matches('/')
         );
         let mut request = self
@@ -498,11 +540,20 @@ impl Notes {
             };
         }
         match self.releases(&repository).await {
-            Ok(all) => ImageNotes {
-                source: Some(source),
-                releases: between(&all, from, to),
-                unread: None,
-            },
+            Ok(all) => {
+                let releases = between(&all, from, to);
+                let unread = releases.is_empty().then(|| {
+                    format!(
+                        "{repository} has no release between {from} and {to} among its {} newest",
+                        all.len()
+                    )
+                });
+                ImageNotes {
+                    source: Some(source),
+                    releases,
+                    unread,
+                }
+            }
             Err(why) => ImageNotes {
                 source: Some(source),
                 unread: Some(format!("the releases of {repository}: {why}")),
@@ -589,6 +640,18 @@ mod tests {
         assert_eq!(
             manual_step("## BREAKING CHANGES\n- x"),
             Some("breaking changes")
+        );
+        for quiet in [
+            "No known breaking changes.",
+            "This is a non-breaking change.",
+            "This is not a breaking change.",
+            "Breaking changes: None",
+        ] {
+            assert_eq!(manual_step(quiet), None, "{quiet}");
+        }
+        assert_eq!(
+            manual_step("Played the piano. Breaking change: x"),
+            Some("breaking change")
         );
     }
 }

@@ -441,6 +441,21 @@ impl Bosun {
     }
 
     async fn comment(&self, slug: &RepoSlug, number: u64, body: &str) -> Result<(), TriageError> {
+        // A forge refuses a comment past 65,536 characters: whatever a chart or a release
+        // note made it, it is cut to fit (the gate's report has the whole of it).
+        const LIMIT: usize = 60_000;
+        let body = if body.chars().count() > LIMIT {
+            let cut: String = body.chars().take(LIMIT).collect();
+            let cut = cut
+                .rsplit_once('\n')
+                .map_or(cut.as_str(), |(head, _)| head)
+                .to_string();
+            format!(
+                "{cut}\n\n(cut here: the comment would be too long; the gate's report has the rest)\n"
+            )
+        } else {
+            body.to_string()
+        };
         let body = format!("{COMMENT_MARKER}\n{body}");
         upsert_marked_comment(
             self.forge.as_ref(),
@@ -742,39 +757,36 @@ impl Bosun {
         let mut lines = Vec::new();
         let mut manual = Vec::new();
         let mut unread = Vec::new();
+        // One deadline for every look-up of this triage, whatever the per-request ones add up
+        // to; the same move of one source repository is read once.
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut seen_moves = std::collections::BTreeSet::new();
         for image in summary.images.iter().take(5) {
             if image.image.contains(" → ") {
-                continue; // another repository: not one image's releases
+                unread.push(format!(
+                    "{}: the repository changed, not one image's tags",
+                    image.image
+                ));
+                continue;
             }
-            let found = notes.for_image(&image.image, &image.from, &image.to).await;
+            let Ok(found) = tokio::time::timeout_at(
+                deadline,
+                notes.for_image(&image.image, &image.from, &image.to),
+            )
+            .await
+            else {
+                unread.push("the look-ups ran past their deadline".into());
+                break;
+            };
             if let Some(why) = found.unread {
                 unread.push(why);
             }
-            for release in &found.releases {
-                let first: String = release
-                    .body
-                    .split_whitespace()
-                    .collect::<Vec<_>>()
-                    .join(" ")
-                    .chars()
-                    .take(400)
-                    .collect();
-                lines.push(format!(
-                    "- {} {}{}: {}{}",
-                    report::code(&image.image),
-                    report::code(&release.tag),
-                    if release.url.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", report::text(&release.url))
-                    },
-                    report::text(&first),
-                    if release.body.chars().count() > 400 {
-                        "…"
-                    } else {
-                        ""
-                    }
-                ));
+            let move_key = (found.source.clone(), image.from.clone(), image.to.clone());
+            if found.source.is_some() && !seen_moves.insert(move_key) {
+                continue;
+            }
+            for (index, release) in found.releases.iter().enumerate() {
+                // Every release in the range is read for a manual step; the first few shown.
                 if let Some(phrase) = super::notes::manual_step(&release.body) {
                     // The image and the tag come from a chart and a source host: escaped.
                     manual.push(format!(
@@ -783,8 +795,64 @@ impl Bosun {
                         report::code(&release.tag)
                     ));
                 }
+                if index >= super::notes::MAX_RELEASES {
+                    continue;
+                }
+                let first: String = release
+                    .body
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .chars()
+                    .take(400)
+                    .collect();
+                // A mention in a note must not notify anyone: a zero-width space after `@`.
+                let quiet = |t: &str| t.replace('@', "@\u{200b}");
+                lines.push(format!(
+                    "- {} {}{}: {}{}",
+                    report::code(&image.image),
+                    report::code(&release.tag),
+                    if release.url.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", report::text(&quiet(&release.url)))
+                    },
+                    report::text(&quiet(&first)),
+                    if release.body.chars().count() > 400 {
+                        "…"
+                    } else {
+                        ""
+                    }
+                ));
+            }
+            if found.releases.len() > super::notes::MAX_RELEASES {
+                lines.push(format!(
+                    "- and {} earlier release{} in the range (read for manual steps, not shown)",
+                    found.releases.len() - super::notes::MAX_RELEASES,
+                    if found.releases.len() - super::notes::MAX_RELEASES == 1 {
+                        ""
+                    } else {
+                        "s"
+                    }
+                ));
             }
         }
+        if summary.images.len() > 5 {
+            unread.push(format!(
+                "{} more images (Bosun reads the first 5)",
+                summary.images.len() - 5
+            ));
+        }
+        manual.dedup();
+        let unread: Vec<String> = unread
+            .into_iter()
+            .map(|u| {
+                u.chars()
+                    .take(200)
+                    .collect::<String>()
+                    .replace('@', "@\u{200b}")
+            })
+            .collect();
         let mut out = String::new();
         if !lines.is_empty() {
             out.push_str("\nRelease notes (the maintainers' own, for the image tags this change moves; quoted, not checked):\n\n");

@@ -180,6 +180,9 @@ pub struct SummaryDefault {
 /// At most this many items per list of the `summary` block.
 pub const SUMMARY_ITEMS: usize = 20;
 
+/// The most characters the `summary` block may take, as written.
+const SUMMARY_BUDGET: usize = 12_000;
+
 /// Each text of the `summary` block is clipped to this many characters, so the block stays a
 /// few kilobytes whatever a chart holds.
 const SUMMARY_TEXT: usize = 120;
@@ -205,10 +208,16 @@ fn clip_value(v: Value) -> Value {
 
 /// An image reference split at its tag or digest: (repository, tag).
 fn split_image(image: &str) -> (String, String) {
-    if let Some((repo, digest)) = image.split_once('@') {
-        return (repo.to_string(), digest.to_string());
+    // `name:tag@digest`: the tag is what moved (the digest pins it).
+    let (image, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    let tagged = image.rsplit_once(':').filter(|(_, tag)| !tag.contains('/'));
+    if let (None, Some(digest)) = (tagged, digest) {
+        return (image.to_string(), digest.to_string());
     }
-    match image.rsplit_once(':') {
+    match tagged {
         Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
         _ => (image.to_string(), "latest".to_string()),
     }
@@ -238,8 +247,9 @@ impl Summary {
                 {
                     Some(c) => {
                         c.applications += 1;
-                        if !c.clusters.contains(&app.app.cluster) {
-                            c.clusters.push(app.app.cluster.clone());
+                        let cluster = clip_text(&app.app.cluster);
+                        if c.clusters.len() < 10 && !c.clusters.contains(&cluster) {
+                            c.clusters.push(cluster);
                         }
                     }
                     None => charts.push(SummaryChart {
@@ -364,6 +374,27 @@ impl Summary {
         summary.crds = crds;
         summary.defaults = defaults;
         summary.more = more;
+        // A budget on the block as written (escaping can grow a text sixfold): the longest
+        // lists give way first, and `more` counts what went.
+        while machine_block("summary", &summary).len() > SUMMARY_BUDGET {
+            let lists = [
+                summary.defaults.len(),
+                summary.images.len(),
+                summary.crds.len(),
+                summary.charts.len(),
+            ];
+            let Some((longest, _)) = lists.iter().enumerate().max_by_key(|(_, n)| **n) else {
+                break;
+            };
+            match longest {
+                0 if !summary.defaults.is_empty() => drop(summary.defaults.pop()),
+                1 if !summary.images.is_empty() => drop(summary.images.pop()),
+                2 if !summary.crds.is_empty() => drop(summary.crds.pop()),
+                3 if !summary.charts.is_empty() => drop(summary.charts.pop()),
+                _ => break,
+            }
+            summary.more += 1;
+        }
         summary
     }
 }
@@ -1292,6 +1323,74 @@ fn blocks_section(result: &GateResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_summary_block_stays_within_its_budget_and_reads_tags_under_digests() {
+        use crate::gate::diff::{
+            AppDiff, AppKey, AppStatus, FieldChange, ObjectChange, ObjectKey, ObjectsDiff,
+        };
+        let hostile = "-".repeat(500);
+        let change = |i: usize| ObjectChange {
+            object: ObjectKey {
+                group: "apps".into(),
+                kind: "Deployment".into(),
+                namespace: "n".into(),
+                name: format!("d{i}"),
+            },
+            fields: std::sync::Arc::new(vec![FieldChange {
+                path: "spec.template.spec.containers[0].image".into(),
+                old: Some(Value::String(format!("r{i}/{hostile}:{hostile}"))),
+                new: Some(Value::String(format!("r{i}/{hostile}:v2{hostile}"))),
+            }]),
+            crd: None,
+        };
+        let mut result = GateResult {
+            verdict: Verdict {
+                outcome: Outcome::Green,
+                base: "a".repeat(40),
+                head: "b".repeat(40),
+                counts: Default::default(),
+                blocking: Default::default(),
+                notes: Default::default(),
+                repository_consumers: 0,
+                errors: vec![],
+            },
+            findings: vec![],
+            diff: Default::default(),
+            chart_defaults: vec![],
+        };
+        result.diff.applications.push(AppDiff {
+            app: AppKey {
+                cluster: hostile.clone(),
+                namespace: "argocd".into(),
+                name: "a".into(),
+            },
+            status: AppStatus::Changed,
+            chart_moves: vec![],
+            objects: std::sync::Arc::new(ObjectsDiff {
+                added: vec![],
+                removed: vec![],
+                changed: (0..20).map(change).collect(),
+            }),
+            spec_changed: false,
+            application_fields: vec![],
+            chart_only: None,
+        });
+        let summary = Summary::of(&result);
+        assert!(machine_block("summary", &summary).len() <= SUMMARY_BUDGET);
+        assert!(summary.more > 0);
+        assert_eq!(
+            split_image("registry.k8s.io/ingress-nginx/controller:v1.9.4@sha256:abc"),
+            (
+                "registry.k8s.io/ingress-nginx/controller".to_string(),
+                "v1.9.4".to_string()
+            )
+        );
+        assert_eq!(
+            split_image("r/x@sha256:abc"),
+            ("r/x".to_string(), "sha256:abc".to_string())
+        );
+    }
 
     #[test]
     fn blocks_never_contain_comment_syntax() {
