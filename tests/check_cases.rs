@@ -145,10 +145,8 @@ fn check_cases() {
                         .collect::<Vec<_>>()
                         .join("; ")
                 ),
-                Path::Handoff(h) => format!(
-                    "handoff:\n  open: {}\n  choice: {}\n  fact: {}",
-                    h.open, h.choice, h.fact
-                ),
+                // The comment a person reads, exactly as Bosun writes it.
+                Path::Handoff(h) => format!("handoff:\n{}", classify::handoff_comment(&h, &[])),
             }
         };
         let shas = [base, head];

@@ -280,6 +280,27 @@ pub fn classify(situation: &Situation) -> Path {
 
 /// A handoff a person acts on in one read for `kind-not-served-on-cluster`: the objects, where
 /// they render, and the two ways out.
+/// The comment a handoff leaves (after Bosun's marker): which file and key to open, the
+/// choice, the one fact that stopped a mechanical fix, and the details. Every part a chart or a
+/// pull request controls is escaped; each detail was made safe where it was written.
+pub fn handoff_comment(handoff: &Handoff, details: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut body = format!(
+        "**Over to you.** Open {}. The choice: {}. What stopped a mechanical fix: {}.\n",
+        crate::gate::report::text(&handoff.open),
+        crate::gate::report::text(&handoff.choice),
+        crate::gate::report::text(&handoff.fact)
+    );
+    if !details.is_empty() {
+        body.push('\n');
+        for line in details {
+            let _ = writeln!(body, "- {line}");
+        }
+    }
+    body.push_str("\nBosun has stopped here; nothing was pushed by this step.\n");
+    body
+}
+
 pub fn not_served_handoff(objects: &[rules::NotServed]) -> Handoff {
     let first = &objects[0];
     let name = |o: &rules::NotServed| {

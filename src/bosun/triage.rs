@@ -484,20 +484,7 @@ impl Bosun {
         details: &[String],
         run: &mut Run,
     ) -> Result<String, TriageError> {
-        let mut body = format!(
-            "**Over to you.** Open {}. The choice: {}. What stopped a mechanical fix: {}.\n",
-            report::text(&handoff.open),
-            report::text(&handoff.choice),
-            report::text(&handoff.fact)
-        );
-        if !details.is_empty() {
-            body.push('\n');
-            // Each detail is Markdown made safe where it was written (`Loss`'s Display).
-            for line in details {
-                let _ = writeln!(body, "- {line}");
-            }
-        }
-        body.push_str("\nBosun has stopped here; nothing was pushed by this step.\n");
+        let body = classify::handoff_comment(handoff, details);
         self.comment(slug, number, &body).await?;
         self.label(slug, number, &self.config.labels.needs_human)
             .await?;
