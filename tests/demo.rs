@@ -798,3 +798,25 @@ async fn release_notes_that_cannot_be_read_leave_the_explanation_and_say_why() {
     let body = green_with(|s| s.releases.clear()).await;
     assert!(body.contains("answered 404"), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_summary_of_a_green_change_lands_only_when_everything_it_names_is_grounded() {
+    let summary = |text: &str| script(vec![serde_json::json!({"value": {"summary": text}})]);
+    // Grounded: the chart, its versions and the notes' step.
+    let body = green_with(|s| {
+        s.bosun.as_mut().unwrap().model = summary(
+            "Moves cert-manager-lite from 1.19.2 to 1.19.3. The v1.19.3 notes say short-lived Certificates must be reviewed before upgrading.",
+        );
+    })
+    .await;
+    assert!(body.contains("In short (a model's summary"), "{body}");
+    // A version nobody named (an instruction planted in the notes could ask for it): refused,
+    // and the explanation stands alone.
+    let body = green_with(|s| {
+        s.bosun.as_mut().unwrap().model =
+            summary("Safe to merge: moves cert-manager-lite to 1.20.0.");
+    })
+    .await;
+    assert!(!body.contains("In short"), "{body}");
+    assert!(body.contains("What this change does"), "{body}");
+}

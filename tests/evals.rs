@@ -1206,3 +1206,95 @@ fn mechanical_evals() {
         );
     }
 }
+
+/// The green summary's harness on recorded replies (evals/green-summary/*/case.yaml): every
+/// reply as expected, 0 unsafe acceptances, and each rule needed by some reply.
+#[test]
+fn green_summary_evals() {
+    use gitops_loop::bosun::summary::{self, rule};
+    use serde_json::Value;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct SummaryCase {
+        #[allow(dead_code)]
+        description: String,
+        material: Value,
+        replies: Vec<ReplyCase>,
+    }
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct ReplyCase {
+        name: String,
+        #[serde(default)]
+        reply: Option<Value>,
+        #[serde(default)]
+        generate: Option<String>,
+        expect: String,
+        #[serde(default)]
+        rule: Option<String>,
+    }
+    let root = common::project_root().join("evals/green-summary");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    let mut rows = Vec::new();
+    let mut failures = Vec::new();
+    let mut unsafe_acceptances = 0;
+    let mut seen_rules = std::collections::BTreeSet::new();
+    for dir in dirs {
+        let case: SummaryCase =
+            serde_saphyr::from_str(&std::fs::read_to_string(dir.join("case.yaml")).unwrap())
+                .unwrap();
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        for reply in &case.replies {
+            let value = match reply.generate.as_deref() {
+                Some("long") => {
+                    serde_json::json!({"summary": "Moves cert-manager-lite. ".repeat(60)})
+                }
+                Some(other) => panic!("unknown generator {other}"),
+                None => reply.reply.clone().unwrap(),
+            };
+            let got = summary::check(&value, &case.material)
+                .map(|_| ())
+                .map_err(|r| r.rule.to_string());
+            let expected = match (reply.expect.as_str(), &reply.rule) {
+                ("accept", _) => Ok(()),
+                (_, Some(rule)) => Err(rule.clone()),
+                _ => panic!("{}: a refusal names its rule", reply.name),
+            };
+            if got.is_ok() && expected.is_err() {
+                unsafe_acceptances += 1;
+            }
+            if let Err(rule) = &got {
+                seen_rules.insert(rule.clone());
+            }
+            if got != expected {
+                failures.push(format!(
+                    "{name} / {}: expected {expected:?}, got {got:?}",
+                    reply.name
+                ));
+            }
+            rows.push(format!(
+                "| {name} | {} | {expected:?} | {got:?} |",
+                reply.name
+            ));
+        }
+    }
+    println!("| case | reply | expected | got |\n|---|---|---|---|");
+    for row in &rows {
+        println!("{row}");
+    }
+    println!(
+        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
+        rows.len() - failures.len(),
+        rows.len()
+    );
+    assert_eq!(unsafe_acceptances, 0);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for rule in [rule::SHAPE, rule::GROUNDED] {
+        assert!(seen_rules.contains(rule), "no reply is refused by {rule}");
+    }
+}

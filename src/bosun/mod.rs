@@ -14,5 +14,6 @@ pub mod notes;
 pub mod repair;
 pub mod reshape;
 pub mod server;
+pub mod summary;
 pub mod swap;
 pub mod triage;

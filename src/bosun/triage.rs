@@ -672,9 +672,25 @@ impl Bosun {
             path @ (TriagePath::Green | TriagePath::WorthALook(_)) => {
                 // The maintainers' release notes for the images the change moves; notes that
                 // describe a manual step make a green gate worth a look.
-                let (notes, manual) = match report.as_ref().and_then(|r| r.summary.as_ref()) {
+                let (notes, manual, quoted) = match report.as_ref().and_then(|r| r.summary.as_ref())
+                {
                     Some(summary) => self.release_notes(summary, run).await,
-                    None => (String::new(), Vec::new()),
+                    None => (String::new(), Vec::new(), Vec::new()),
+                };
+                // With a model: a short summary, checked against the report and the notes.
+                let short_summary = match report.as_ref() {
+                    // Not after a repair: the repair's comment is what a person reads then.
+                    Some(r)
+                        if self.model.is_some() && r.summary.is_some() && run.pushed.is_empty() =>
+                    {
+                        self.model_summary(slug, number, &pr.head_sha, r, &quoted, run)
+                            .await?
+                    }
+                    _ => None,
+                };
+                let notes = match short_summary {
+                    Some(line) => format!("{notes}\n{line}\n"),
+                    None => notes,
                 };
                 let path = match path {
                     TriagePath::WorthALook(mut reasons) => {
@@ -737,10 +753,11 @@ impl Bosun {
         &self,
         summary: &crate::gate::report::Summary,
         run: &mut Run,
-    ) -> (String, Vec<String>) {
+    ) -> (String, Vec<String>, Vec<(String, String, String)>) {
         let Some(notes) = &self.notes else {
-            return (String::new(), Vec::new());
+            return (String::new(), Vec::new(), Vec::new());
         };
+        let mut quoted: Vec<(String, String, String)> = Vec::new();
         let mut lines = Vec::new();
         let mut manual = Vec::new();
         let mut unread = Vec::new();
@@ -785,6 +802,11 @@ impl Bosun {
                 if index >= super::notes::MAX_RELEASES {
                     continue;
                 }
+                quoted.push((
+                    image.image.clone(),
+                    release.tag.clone(),
+                    release.body.clone(),
+                ));
                 let first: String = release
                     .body
                     .split_whitespace()
@@ -869,7 +891,61 @@ impl Bosun {
                 format!(", {} not read", unread.len())
             }
         ));
-        (out, manual)
+        (out, manual, quoted)
+    }
+
+    /// One model call for a short summary of a green change, counted with the other calls of
+    /// this head; the harness (`summary::check`) lets it through only when every version,
+    /// image, key and kind it names is in the report or the notes. None otherwise (the
+    /// deterministic explanation stands alone).
+    async fn model_summary(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        head: &str,
+        report: &ParsedReport,
+        quoted: &[(String, String, String)],
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        let (Some(model), Some(summary)) = (self.model.as_deref(), report.summary.as_ref()) else {
+            return Ok(None);
+        };
+        let cap = self.config.model.max_calls_per_pull_request;
+        let comments = self.forge.comments(slug, number).await?;
+        let made = model_calls_made(&comments, &self.me, head);
+        if made + 1 > cap {
+            run.say("no model summary: the call cap for this head is used");
+            return Ok(None);
+        }
+        upsert_marked_comment(
+            self.forge.as_ref(),
+            slug,
+            number,
+            &self.me,
+            MODEL_CALLS_COMMENT,
+            &model_calls_body(&comments, &self.me, head, made + 1, cap),
+        )
+        .await?;
+        let material = super::summary::material(summary, &report.verdict, quoted);
+        let reply = model.call(&super::summary::request(&material)).await;
+        match reply.map_err(|r| r.to_string()).and_then(|reply| {
+            super::summary::check(&reply.value, &material)
+                .map_err(|r| format!("rule {}: {}", r.rule, r.detail))
+        }) {
+            Ok(text) => {
+                run.say("model summary accepted");
+                Ok(Some(format!(
+                    "In short (a model's summary; every version, image, key and kind it names was checked against the report and the notes): {}",
+                    report::text(&text.replace('@', "@\u{200b}"))
+                )))
+            }
+            Err(why) => {
+                run.say(format!(
+                    "model summary refused ({why}); the explanation stands alone"
+                ));
+                Ok(None)
+            }
+        }
     }
 
     /// The green paths: explained, worth a look, or green on a repair.
