@@ -819,4 +819,21 @@ async fn a_model_summary_of_a_green_change_lands_only_when_everything_it_names_i
     .await;
     assert!(!body.contains("In short"), "{body}");
     assert!(body.contains("What this change does"), "{body}");
+    // Notes no phrase of the rule catches, which the model judges to describe a step: worth a
+    // look (the judgement can only add the label).
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/green-explained")).unwrap();
+    for release in &mut scenario.releases {
+        release.body =
+            "The controller now refuses Certificates shorter than 1h; review yours first.".into();
+    }
+    scenario.bosun.as_mut().unwrap().model = script(vec![serde_json::json!({"value": {
+        "summary": "Moves cert-manager-lite from 1.19.2 to 1.19.3; review Certificates shorter than 1h first.",
+        "manualStep": true
+    }})]);
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    assert_eq!(
+        ground.forge.labels("platform/gitops", 1),
+        vec!["worth-a-look".to_string()]
+    );
 }

@@ -672,11 +672,11 @@ impl Bosun {
             path @ (TriagePath::Green | TriagePath::WorthALook(_)) => {
                 // The maintainers' release notes for the images the change moves; notes that
                 // describe a manual step make a green gate worth a look.
-                let (notes, manual, quoted) = match report.as_ref().and_then(|r| r.summary.as_ref())
-                {
-                    Some(summary) => self.release_notes(summary, run).await,
-                    None => (String::new(), Vec::new(), Vec::new()),
-                };
+                let (notes, mut manual, quoted) =
+                    match report.as_ref().and_then(|r| r.summary.as_ref()) {
+                        Some(summary) => self.release_notes(summary, run).await,
+                        None => (String::new(), Vec::new(), Vec::new()),
+                    };
                 // With a model: a short summary, checked against the report and the notes.
                 let short_summary = match report.as_ref() {
                     // Not after a repair: the repair's comment is what a person reads then.
@@ -689,7 +689,17 @@ impl Bosun {
                     _ => None,
                 };
                 let notes = match short_summary {
-                    Some(line) => format!("{notes}\n{line}\n"),
+                    Some((line, step)) => {
+                        // The model judged the notes to describe a step: worth a look (it can
+                        // only add the label, never block), beside the phrase rule.
+                        if step && !quoted.is_empty() {
+                            manual.push(
+                                "a model reading the release notes found a step to take around the merge"
+                                    .to_string(),
+                            );
+                        }
+                        format!("{notes}\n{line}\n")
+                    }
                     None => notes,
                 };
                 let path = match path {
@@ -906,7 +916,7 @@ impl Bosun {
         report: &ParsedReport,
         quoted: &[(String, String, String)],
         run: &mut Run,
-    ) -> Result<Option<String>, TriageError> {
+    ) -> Result<Option<(String, bool)>, TriageError> {
         let (Some(model), Some(summary)) = (self.model.as_deref(), report.summary.as_ref()) else {
             return Ok(None);
         };
@@ -932,11 +942,14 @@ impl Bosun {
             super::summary::check(&reply.value, &material)
                 .map_err(|r| format!("rule {}: {}", r.rule, r.detail))
         }) {
-            Ok(text) => {
+            Ok((text, step)) => {
                 run.say("model summary accepted");
-                Ok(Some(format!(
-                    "In short (a model's summary; every version, image, key and kind it names was checked against the report and the notes): {}",
-                    report::text(&text.replace('@', "@\u{200b}"))
+                Ok(Some((
+                    format!(
+                        "In short (a model's summary; every version, image, key and kind it names was checked against the report and the notes): {}",
+                        report::text(&text.replace('@', "@\u{200b}"))
+                    ),
+                    step,
                 )))
             }
             Err(why) => {
