@@ -260,36 +260,7 @@ async fn a_swap_that_would_lose_a_value_is_reshaped_through_the_harness_and_land
 /// The structural pull request with another model set-up: what Bosun does, and that it
 /// pushed nothing and handed off.
 async fn structural_handoff(model: Option<ground::model::ModelScript>) -> (Ground, String) {
-    let root = common::project_root();
-    let mut scenario = Scenario::load(&root.join("scenarios/structural")).unwrap();
-    scenario.bosun.as_mut().unwrap().model = model;
-    scenario.expect.merged.clear();
-    scenario.expect.open = vec![1];
-    scenario.expect.labels = [(1, vec!["needs-human".to_string()])].into();
-    let ground = play_scenario(scenario, FaultPlan::none()).await;
-    let bare = ground.forge.bare_path("platform/gitops").unwrap();
-    let branch = ground::git::git(
-        &bare,
-        &[
-            "for-each-ref",
-            "--format=%(refname:short)",
-            "refs/heads/kargo/",
-        ],
-    )
-    .unwrap();
-    // The branch holds Kargo's bump only: Bosun pushed nothing, not even the clean swaps.
-    let authors =
-        ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")]).unwrap();
-    assert!(!authors.contains("bosun"), "{authors}");
-    let comments = ground.forge.comments("platform/gitops", 1);
-    let (_, body) = comments
-        .iter()
-        .find(|(author, body)| {
-            author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
-        })
-        .expect("Bosun's handoff")
-        .clone();
-    (ground, body)
+    story_handoff("structural", model, |_| {}).await
 }
 
 fn script(replies: Vec<serde_json::Value>) -> Option<ground::model::ModelScript> {

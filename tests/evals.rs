@@ -308,6 +308,93 @@ fn plan_for(
     )
 }
 
+/// The score of a model path's evals: one row per reply, the failures, the unsafe acceptances
+/// (a refusal expected, an acceptance got), and which replies need which rule.
+#[derive(Default)]
+struct Scoreboard {
+    rows: Vec<String>,
+    failures: Vec<String>,
+    unsafe_acceptances: usize,
+    needed: BTreeMap<String, Vec<String>>,
+}
+
+impl Scoreboard {
+    /// `reply` is accepted when `rule` alone is switched off: the rule is needed.
+    fn need(&mut self, rule: &str, reply: &str) {
+        self.needed
+            .entry(rule.to_string())
+            .or_default()
+            .push(reply.to_string());
+    }
+
+    /// One reply's outcome against its expectation (`accept`, or a refusal by `rule`).
+    fn record(
+        &mut self,
+        case: &str,
+        reply: &str,
+        expect: &str,
+        rule: &Option<String>,
+        got: Result<(), String>,
+    ) {
+        let expected = match (expect, rule) {
+            ("accept", _) => Ok(()),
+            (_, Some(rule)) => Err(rule.clone()),
+            _ => panic!("{reply}: a refusal names its rule"),
+        };
+        if got.is_ok() && expected.is_err() {
+            self.unsafe_acceptances += 1;
+        }
+        let shown = |r: &Result<(), String>| match r {
+            Ok(()) => "accept".to_string(),
+            Err(rule) => format!("refuse ({rule})"),
+        };
+        if got != expected {
+            self.failures.push(format!(
+                "{case} / {reply}: expected {}, got {}",
+                shown(&expected),
+                shown(&got)
+            ));
+        }
+        self.rows.push(format!(
+            "| {case} | {reply} | {} | {} |",
+            shown(&expected),
+            shown(&got)
+        ));
+    }
+
+    /// Prints the table and the score, and holds the threshold: every reply as expected, no
+    /// unsafe acceptance, every rule in `rules` needed by some reply.
+    fn finish(self, rules: &[&str]) {
+        println!("| case | reply | expected | got |\n|---|---|---|---|");
+        for row in &self.rows {
+            println!("{row}");
+        }
+        println!(
+            "score: {}/{} as expected, {} unsafe acceptances",
+            self.rows.len() - self.failures.len(),
+            self.rows.len(),
+            self.unsafe_acceptances
+        );
+        for rule in rules {
+            println!(
+                "rule {rule} needed by: {}",
+                self.needed
+                    .get(*rule)
+                    .map(|v| v.join(", "))
+                    .unwrap_or_default()
+            );
+        }
+        assert_eq!(self.unsafe_acceptances, 0, "unsafe acceptances");
+        assert!(self.failures.is_empty(), "{}", self.failures.join("\n"));
+        for rule in rules {
+            assert!(
+                self.needed.contains_key(*rule),
+                "no reply needs rule {rule}: removing it would fail nothing"
+            );
+        }
+    }
+}
+
 /// The reshape's harness on recorded replies (evals/reshape/*/case.yaml): good, subtly wrong
 /// and hostile. Each reply goes through what Bosun runs on a model's reply body: the reply
 /// limits (`model::parse_reply`), then `reshape::check_proposal`. Prints a table; the
@@ -370,10 +457,7 @@ fn reshape_evals() {
     }
 
     let root = common::project_root().join("evals/reshape");
-    let mut rows = Vec::new();
-    let mut failures = Vec::new();
-    let mut unsafe_acceptances = 0;
-    let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut board = Scoreboard::default();
     let rules = [
         rule::SHAPE,
         rule::IDENTITY,
@@ -469,69 +553,20 @@ fn reshape_evals() {
                         )
                         .is_ok()
                     {
-                        needed.entry(rule).or_default().push(reply.name.clone());
+                        board.need(rule, &reply.name);
                     }
                 }
                 if got == Err("reply-limits".to_string())
                     && reshape::check_proposal(&original, &value, &crd, &case.version).is_ok()
                 {
-                    needed
-                        .entry("reply-limits")
-                        .or_default()
-                        .push(reply.name.clone());
+                    board.need("reply-limits", &reply.name);
                 }
             }
-            let expected = match (reply.expect.as_str(), &reply.rule) {
-                ("accept", _) => Ok(()),
-                (_, Some(rule)) => Err(rule.clone()),
-                _ => panic!("{}: a refusal names its rule", reply.name),
-            };
-            if got.is_ok() && expected.is_err() {
-                unsafe_acceptances += 1;
-            }
-            let shown = |r: &Result<(), String>| match r {
-                Ok(()) => "accept".to_string(),
-                Err(rule) => format!("refuse ({rule})"),
-            };
-            if got != expected {
-                failures.push(format!(
-                    "{case_name} / {}: expected {}, got {}",
-                    reply.name,
-                    shown(&expected),
-                    shown(&got)
-                ));
-            }
-            rows.push(format!(
-                "| {case_name} | {} | {} | {} |",
-                reply.name,
-                shown(&expected),
-                shown(&got)
-            ));
+            board.record(&case_name, &reply.name, &reply.expect, &reply.rule, got);
         }
     }
-    println!("| case | reply | expected | got |\n|---|---|---|---|");
-    for row in &rows {
-        println!("{row}");
-    }
-    println!(
-        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
-        rows.len() - failures.len(),
-        rows.len()
-    );
-    for rule in rules.iter().copied().chain(["reply-limits"]) {
-        println!(
-            "rule {rule} needed by: {}",
-            needed.get(rule).map(|v| v.join(", ")).unwrap_or_default()
-        );
-    }
-    assert_eq!(unsafe_acceptances, 0, "unsafe acceptances");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for rule in rules.iter().copied().chain(["reply-limits"]) {
-        assert!(
-            needed.contains_key(rule),
-            "no reply needs rule {rule}: removing it would fail nothing"
-        );
-    }
+    let all: Vec<&str> = rules.iter().copied().chain(["reply-limits"]).collect();
+    board.finish(&all);
 }
 
 /// Each reshape case's original document sent to `config`'s provider through Bosun's own
@@ -736,10 +771,7 @@ fn migration_evals() {
         .collect();
     dirs.sort();
     let rules = [rule::SHAPE, rule::KEPT, rule::ACCOUNTED, rule::SCHEMA];
-    let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut rows = Vec::new();
-    let mut failures = Vec::new();
-    let mut unsafe_acceptances = 0;
+    let mut board = Scoreboard::default();
     for dir in dirs {
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
         let case: MigrationCase = serde_saphyr::from_str(&read("case.yaml")).unwrap();
@@ -881,83 +913,30 @@ fn migration_evals() {
                     if got.as_ref().err().map(String::as_str) == Some(rule)
                         && migration::check_reply(&migrations[0], &value, &[], &[rule]).is_ok()
                     {
-                        needed.entry(rule).or_default().push(reply.name.clone());
+                        board.need(rule, &reply.name);
                     }
                 }
                 // Needed by `renders`: every other rule holds.
                 if got.as_ref().err().map(String::as_str) == Some(rule::RENDERS)
                     && migration::check_reply(&migrations[0], &value, &[], &[]).is_ok()
                 {
-                    needed
-                        .entry(rule::RENDERS)
-                        .or_default()
-                        .push(reply.name.clone());
+                    board.need(rule::RENDERS, &reply.name);
                 }
                 if got == Err("reply-limits".to_string())
                     && migration::check_reply(&migrations[0], &value, &[], &[]).is_ok()
                 {
-                    needed
-                        .entry("reply-limits")
-                        .or_default()
-                        .push(reply.name.clone());
+                    board.need("reply-limits", &reply.name);
                 }
             }
-            let expected = match (reply.expect.as_str(), &reply.rule) {
-                ("accept", _) => Ok(()),
-                (_, Some(rule)) => Err(rule.clone()),
-                _ => panic!("{}: a refusal names its rule", reply.name),
-            };
-            if got.is_ok() && expected.is_err() {
-                unsafe_acceptances += 1;
-            }
-            let shown = |r: &Result<(), String>| match r {
-                Ok(()) => "accept".to_string(),
-                Err(rule) => format!("refuse ({rule})"),
-            };
-            if got != expected {
-                failures.push(format!(
-                    "{case_name} / {}: expected {}, got {}",
-                    reply.name,
-                    shown(&expected),
-                    shown(&got)
-                ));
-            }
-            rows.push(format!(
-                "| {case_name} | {} | {} | {} |",
-                reply.name,
-                shown(&expected),
-                shown(&got)
-            ));
+            board.record(&case_name, &reply.name, &reply.expect, &reply.rule, got);
         }
     }
-    println!("| case | reply | expected | got |\n|---|---|---|---|");
-    for row in &rows {
-        println!("{row}");
-    }
-    println!(
-        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
-        rows.len() - failures.len(),
-        rows.len()
-    );
     let all: Vec<&str> = rules
         .iter()
         .copied()
         .chain([rule::RENDERS, "reply-limits"])
         .collect();
-    for rule in &all {
-        println!(
-            "rule {rule} needed by: {}",
-            needed.get(rule).map(|v| v.join(", ")).unwrap_or_default()
-        );
-    }
-    assert_eq!(unsafe_acceptances, 0, "unsafe acceptances");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for rule in &all {
-        assert!(
-            needed.contains_key(rule),
-            "no reply needs rule {rule}: removing it would fail nothing"
-        );
-    }
+    board.finish(&all);
 }
 
 /// The mechanical fix's harness on recorded replies (evals/mechanical-fix/*/case.yaml),
@@ -1037,10 +1016,7 @@ fn mechanical_evals() {
         .collect();
     dirs.sort();
     let rules = [rule::SHAPE, rule::INVENTORY, rule::SOURCED];
-    let mut needed: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut rows = Vec::new();
-    let mut failures = Vec::new();
-    let mut unsafe_acceptances = 0;
+    let mut board = Scoreboard::default();
     for dir in dirs {
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
         let case: FixCase = serde_saphyr::from_str(&read("case.yaml")).unwrap();
@@ -1141,70 +1117,20 @@ fn mechanical_evals() {
                         && mechanical::check_reply_without(&fix, &value, &[rule])
                             .is_ok_and(|edits| mechanical::rewrite(&fix, &edits).is_ok())
                     {
-                        needed.entry(rule).or_default().push(reply.name.clone());
+                        board.need(rule, &reply.name);
                     }
                 }
                 if got == Err("reply-limits".to_string())
                     && mechanical::check_reply(&fix, &value).is_ok()
                 {
-                    needed
-                        .entry("reply-limits")
-                        .or_default()
-                        .push(reply.name.clone());
+                    board.need("reply-limits", &reply.name);
                 }
             }
-            let expected = match (reply.expect.as_str(), &reply.rule) {
-                ("accept", _) => Ok(()),
-                (_, Some(rule)) => Err(rule.clone()),
-                _ => panic!("{}: a refusal names its rule", reply.name),
-            };
-            if got.is_ok() && expected.is_err() {
-                unsafe_acceptances += 1;
-            }
-            let shown = |r: &Result<(), String>| match r {
-                Ok(()) => "accept".to_string(),
-                Err(rule) => format!("refuse ({rule})"),
-            };
-            if got != expected {
-                failures.push(format!(
-                    "{case_name} / {}: expected {}, got {}",
-                    reply.name,
-                    shown(&expected),
-                    shown(&got)
-                ));
-            }
-            rows.push(format!(
-                "| {case_name} | {} | {} | {} |",
-                reply.name,
-                shown(&expected),
-                shown(&got)
-            ));
+            board.record(&case_name, &reply.name, &reply.expect, &reply.rule, got);
         }
     }
-    println!("| case | reply | expected | got |\n|---|---|---|---|");
-    for row in &rows {
-        println!("{row}");
-    }
-    println!(
-        "score: {}/{} as expected, {unsafe_acceptances} unsafe acceptances",
-        rows.len() - failures.len(),
-        rows.len()
-    );
     let all: Vec<&str> = rules.iter().copied().chain(["reply-limits"]).collect();
-    for rule in &all {
-        println!(
-            "rule {rule} needed by: {}",
-            needed.get(rule).map(|v| v.join(", ")).unwrap_or_default()
-        );
-    }
-    assert_eq!(unsafe_acceptances, 0, "unsafe acceptances");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for rule in &all {
-        assert!(
-            needed.contains_key(rule),
-            "no reply needs rule {rule}: removing it would fail nothing"
-        );
-    }
+    board.finish(&all);
 }
 
 /// The green summary's harness on recorded replies (evals/green-summary/*/case.yaml): every

@@ -560,22 +560,7 @@ mod local {
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                 if let Err(refusals) = applier::admit_rewrites(&tree, &policy, &prepared.rewrites) {
                     handoff(
-                        &classify::Handoff {
-                            open: refusals
-                                .iter()
-                                .map(|r| r.path.clone())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            choice: "which key to set".into(),
-                            fact: format!(
-                                "the applier refused {}",
-                                refusals
-                                    .iter()
-                                    .map(ToString::to_string)
-                                    .collect::<Vec<_>>()
-                                    .join("; ")
-                            ),
-                        },
+                        &classify::applier_handoff(&refusals, "which key to set"),
                         &[],
                     );
                     return Ok(1);
@@ -624,22 +609,7 @@ mod local {
                     .map_err(|e| anyhow::anyhow!("{e}"))?;
                 if let Err(refusals) = applier::admit_rewrites(&tree, &policy, &prepared.rewrites) {
                     handoff(
-                        &classify::Handoff {
-                            open: refusals
-                                .iter()
-                                .map(|r| r.path.clone())
-                                .collect::<Vec<_>>()
-                                .join(", "),
-                            choice: "which settings to migrate".into(),
-                            fact: format!(
-                                "the applier refused {}",
-                                refusals
-                                    .iter()
-                                    .map(ToString::to_string)
-                                    .collect::<Vec<_>>()
-                                    .join("; ")
-                            ),
-                        },
+                        &classify::applier_handoff(&refusals, "which settings to migrate"),
                         &[],
                     );
                     return Ok(1);

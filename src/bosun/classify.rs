@@ -301,6 +301,27 @@ pub fn handoff_comment(handoff: &Handoff, details: &[String]) -> String {
     body
 }
 
+/// The handoff when the applier refuses rewrites a harness accepted: the files, and each
+/// reason.
+pub fn applier_handoff(refusals: &[super::applier::Refusal], choice: &str) -> Handoff {
+    Handoff {
+        open: refusals
+            .iter()
+            .map(|r| r.path.clone())
+            .collect::<Vec<_>>()
+            .join(", "),
+        choice: choice.to_string(),
+        fact: format!(
+            "the applier refused {} (nothing was pushed)",
+            refusals
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+}
+
 pub fn not_served_handoff(objects: &[rules::NotServed]) -> Handoff {
     let first = &objects[0];
     let name = |o: &rules::NotServed| {

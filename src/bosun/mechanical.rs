@@ -88,23 +88,8 @@ pub struct Fix {
     pub report: String,
 }
 
-/// Why the harness refused a reply.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    pub rule: &'static str,
-    pub detail: String,
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "`{}`: {}",
-            self.rule,
-            crate::gate::report::text(&self.detail)
-        )
-    }
-}
+/// Why the harness refused a reply: one type for every harness (the rule and the path).
+pub use super::reshape::Refused;
 
 fn key_text(key: &[Segment]) -> String {
     edit::path_text(key)

@@ -37,18 +37,8 @@ pub mod rule {
     pub const READ_BACK: &str = "read-back";
 }
 
-/// Why the harness refused a proposal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    pub rule: &'static str,
-    pub detail: String,
-}
-
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "`{}`: {}", self.rule, report::text(&self.detail))
-    }
-}
+/// Why the harness refused a reply: one type for every harness (the rule and the path).
+pub use super::reshape::Refused;
 
 /// A values file of the repository the migration may rewrite.
 #[derive(Debug, Clone)]

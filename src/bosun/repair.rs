@@ -333,6 +333,27 @@ pub fn decide(
     }))
 }
 
+/// Makes one model call and says how it went (`say` hears one line): the one place every
+/// model path calls a model.
+pub async fn call(
+    model: &dyn Model,
+    request: &Request,
+    say: &mut (dyn FnMut(String) + Send),
+) -> Result<crate::model::Reply, crate::model::Refusal> {
+    let reply = model.call(request).await;
+    match &reply {
+        Ok(reply) => say(format!(
+            "model replied for {} ({} tokens in, {} out)",
+            request.subject, reply.usage.input_tokens, reply.usage.output_tokens
+        )),
+        Err(refusal) => say(format!(
+            "model call for {} refused: {refusal}",
+            request.subject
+        )),
+    }
+    reply
+}
+
 /// Runs `decide` to the end: makes each call it asks for, one at a time, and decides again.
 /// `say` hears one line per call.
 pub async fn finish(
@@ -358,17 +379,7 @@ pub async fn finish(
                         vec![],
                     ));
                 };
-                let reply = model.call(&request).await;
-                match &reply {
-                    Ok(reply) => say(format!(
-                        "model replied for {} ({} tokens in, {} out)",
-                        request.subject, reply.usage.input_tokens, reply.usage.output_tokens
-                    )),
-                    Err(refusal) => say(format!(
-                        "model call for {} refused: {refusal}",
-                        request.subject
-                    )),
-                }
+                let reply = call(model, &request, say).await;
                 replies.push(reply);
             }
         }

@@ -64,12 +64,8 @@ pub fn request(material: &Value) -> Request {
     }
 }
 
-/// Why a summary was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    pub rule: &'static str,
-    pub detail: String,
-}
+/// Why the harness refused a reply: one type for every harness (the rule and the path).
+pub use super::reshape::Refused;
 
 /// The names a text makes claims with: version-like tokens (`v1.2.3`, `1.20`), image-like
 /// references (`a.b/c`), backticked spans, and CamelCase words (kinds).

@@ -920,22 +920,10 @@ impl Bosun {
         let (Some(model), Some(summary)) = (self.model.as_deref(), report.summary.as_ref()) else {
             return Ok(None);
         };
-        let cap = self.config.model.max_calls_per_pull_request;
-        let comments = self.forge.comments(slug, number).await?;
-        let made = model_calls_made(&comments, &self.me, head);
-        if made + 1 > cap {
+        if self.reserve_calls(slug, number, head, 1).await?.is_err() {
             run.say("no model summary: the call cap for this head is used");
             return Ok(None);
         }
-        upsert_marked_comment(
-            self.forge.as_ref(),
-            slug,
-            number,
-            &self.me,
-            MODEL_CALLS_COMMENT,
-            &model_calls_body(&comments, &self.me, head, made + 1, cap),
-        )
-        .await?;
         let material = super::summary::material(summary, &report.verdict, quoted);
         let reply = model.call(&super::summary::request(&material)).await;
         match reply.map_err(|r| r.to_string()).and_then(|reply| {
@@ -1101,26 +1089,14 @@ impl Bosun {
         // Model calls are counted per head before they are made, in a comment of Bosun's
         // own: a restart, a re-delivery or a poll of this head counts them.
         let needed = planned.calls_needed(self.model.is_some());
-        if needed > 0 {
-            let cap = self.config.model.max_calls_per_pull_request;
-            let comments = self.forge.comments(slug, number).await?;
-            let made = model_calls_made(&comments, &self.me, &head);
-            if made + needed > cap {
-                let (handoff, details) = planned.cap_refusal(needed, made, cap);
-                return self
-                    .hand_off(slug, number, &handoff, &details, run)
-                    .await
-                    .map(Some);
-            }
-            upsert_marked_comment(
-                self.forge.as_ref(),
-                slug,
-                number,
-                &self.me,
-                MODEL_CALLS_COMMENT,
-                &model_calls_body(&comments, &self.me, &head, made + needed, cap),
-            )
-            .await?;
+        if needed > 0
+            && let Err((made, cap)) = self.reserve_calls(slug, number, &head, needed).await?
+        {
+            let (handoff, details) = planned.cap_refusal(needed, made, cap);
+            return self
+                .hand_off(slug, number, &handoff, &details, run)
+                .await
+                .map(Some);
         }
         let mut said = Vec::new();
         let finished = repair::finish(planned, dropped, self.model.as_deref(), &mut |line| {
@@ -1273,12 +1249,11 @@ impl Bosun {
         let precheck_refuses = migrations
             .iter()
             .any(|m| !migration::unsuppliable(m).is_empty());
-        if needed > 0 && !precheck_refuses {
-            let cap = self.config.model.max_calls_per_pull_request;
-            let comments = self.forge.comments(slug, number).await?;
-            let made = model_calls_made(&comments, &self.me, &head);
-            if made + needed > cap {
-                let handoff = Handoff {
+        if needed > 0
+            && !precheck_refuses
+            && let Err((made, cap)) = self.reserve_calls(slug, number, &head, needed).await?
+        {
+            let handoff = Handoff {
                     open: migrations
                         .iter()
                         .map(migration::Migration::open)
@@ -1290,20 +1265,10 @@ impl Bosun {
                         if needed == 1 { "" } else { "s" }
                     ),
                 };
-                return self
-                    .hand_off(slug, number, &handoff, &[], run)
-                    .await
-                    .map(Some);
-            }
-            upsert_marked_comment(
-                self.forge.as_ref(),
-                slug,
-                number,
-                &self.me,
-                MODEL_CALLS_COMMENT,
-                &model_calls_body(&comments, &self.me, &head, made + needed, cap),
-            )
-            .await?;
+            return self
+                .hand_off(slug, number, &handoff, &[], run)
+                .await
+                .map(Some);
         }
         let mut said = Vec::new();
         let finished = migration_finish(
@@ -1328,22 +1293,10 @@ impl Bosun {
         let policy = applier::Policy::new(&self.config.deny, &self.config.allow, None)
             .map_err(TriageError::Gate)?;
         if let Err(refusals) = applier::admit_rewrites(checkout, &policy, &prepared.rewrites) {
-            let handoff = Handoff {
-                open: refusals
-                    .iter()
-                    .map(|r| r.path.clone())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                choice: "which settings to remove, rename or add so the new chart's values schema accepts them".into(),
-                fact: format!(
-                    "the applier refused {} (nothing was pushed)",
-                    refusals
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            };
+            let handoff = classify::applier_handoff(
+                &refusals,
+                "which settings to remove, rename or add so the new chart's values schema accepts them",
+            );
             return self
                 .hand_off(slug, number, &handoff, &[], run)
                 .await
@@ -1446,32 +1399,20 @@ impl Bosun {
                     .map(Some);
             }
         };
-        if self.model.is_some() {
-            let cap = self.config.model.max_calls_per_pull_request;
-            let comments = self.forge.comments(slug, number).await?;
-            let made = model_calls_made(&comments, &self.me, &head);
-            if made + 1 > cap {
-                let handoff = Handoff {
-                    open: classify::not_served_handoff(not_served).open,
-                    choice: classify::not_served_handoff(not_served).choice,
-                    fact: format!(
-                        "a scalar fix needs 1 model call for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed"
-                    ),
-                };
-                return self
-                    .hand_off(slug, number, &handoff, &[], run)
-                    .await
-                    .map(Some);
-            }
-            upsert_marked_comment(
-                self.forge.as_ref(),
-                slug,
-                number,
-                &self.me,
-                MODEL_CALLS_COMMENT,
-                &model_calls_body(&comments, &self.me, &head, made + 1, cap),
-            )
-            .await?;
+        if self.model.is_some()
+            && let Err((made, cap)) = self.reserve_calls(slug, number, &head, 1).await?
+        {
+            let handoff = Handoff {
+                open: classify::not_served_handoff(not_served).open,
+                choice: classify::not_served_handoff(not_served).choice,
+                fact: format!(
+                    "a scalar fix needs 1 model call for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed"
+                ),
+            };
+            return self
+                .hand_off(slug, number, &handoff, &[], run)
+                .await
+                .map(Some);
         }
         let mut said = Vec::new();
         let finished = fix_finish(&fix, not_served, self.model.as_deref(), &mut |line| {
@@ -1493,22 +1434,10 @@ impl Bosun {
         let policy =
             fix_policy(&self.config, &head_config, &rendering).map_err(TriageError::Gate)?;
         if let Err(refusals) = applier::admit_rewrites(checkout, &policy, &prepared.rewrites) {
-            let handoff = Handoff {
-                open: refusals
-                    .iter()
-                    .map(|r| r.path.clone())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                choice: classify::not_served_handoff(not_served).choice,
-                fact: format!(
-                    "the applier refused {} (nothing was pushed)",
-                    refusals
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-            };
+            let handoff = classify::applier_handoff(
+                &refusals,
+                &classify::not_served_handoff(not_served).choice,
+            );
             return self
                 .hand_off(slug, number, &handoff, &[], run)
                 .await
@@ -1588,6 +1517,33 @@ impl Bosun {
             )));
         }
         Ok(None)
+    }
+
+    /// Counts `needed` model calls for this head before they are made, in Bosun's own
+    /// comment (restart-safe): `Err((made, cap))` when the cap does not allow them.
+    async fn reserve_calls(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        head: &str,
+        needed: u32,
+    ) -> Result<Result<(), (u32, u32)>, TriageError> {
+        let cap = self.config.model.max_calls_per_pull_request;
+        let comments = self.forge.comments(slug, number).await?;
+        let made = model_calls_made(&comments, &self.me, head);
+        if made + needed > cap {
+            return Ok(Err((made, cap)));
+        }
+        upsert_marked_comment(
+            self.forge.as_ref(),
+            slug,
+            number,
+            &self.me,
+            MODEL_CALLS_COMMENT,
+            &model_calls_body(&comments, &self.me, head, made + needed, cap),
+        )
+        .await?;
+        Ok(Ok(()))
     }
 
     /// The handoff when the pull request's head branch is the default or the base branch.
@@ -1779,17 +1735,7 @@ pub async fn fix_finish(
     let Some(model) = model else {
         return with_object(Err((object.clone(), vec![])));
     };
-    let reply = model.call(&request).await;
-    match &reply {
-        Ok(reply) => say(format!(
-            "model replied for {} ({} tokens in, {} out)",
-            request.subject, reply.usage.input_tokens, reply.usage.output_tokens
-        )),
-        Err(refusal) => say(format!(
-            "model call for {} refused: {refusal}",
-            request.subject
-        )),
-    }
+    let reply = repair::call(model, &request, say).await;
     match mechanical::decide(fix, true, Some(&reply)) {
         mechanical::Step::Done(result) => with_object(result),
         mechanical::Step::Ask(_) => with_object(Err((object.clone(), vec![]))),
@@ -1852,17 +1798,7 @@ pub async fn migration_finish(
                         vec![],
                     ));
                 };
-                let reply = model.call(&request).await;
-                match &reply {
-                    Ok(reply) => say(format!(
-                        "model replied for {} ({} tokens in, {} out)",
-                        request.subject, reply.usage.input_tokens, reply.usage.output_tokens
-                    )),
-                    Err(refusal) => say(format!(
-                        "model call for {} refused: {refusal}",
-                        request.subject
-                    )),
-                }
+                let reply = repair::call(model, &request, say).await;
                 replies.push(reply);
             }
         }
