@@ -53,6 +53,10 @@ struct Store {
     blobs: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     faults: BTreeMap<String, u16>,
     requests: Vec<String>,
+    /// The token realm challenges name instead of this registry's own `/token`.
+    realm: Option<String>,
+    /// Blob downloads answer 307 to this base URL, as registries redirect to a CDN.
+    blob_redirect: Option<String>,
 }
 
 type Shared = Arc<Mutex<Store>>;
@@ -81,72 +85,78 @@ fn name_of(repository: &str) -> String {
     }
 }
 
+/// Pushes one image: its config blob, one manifest per platform, and the tag (an index or a
+/// manifest). A tag pushed again moves to the new content, as a registry's does.
+fn add(store: &mut Store, image: &OciImage) {
+    let name = name_of(&image.repository);
+    if let Some(status) = image.status {
+        store.faults.insert(format!("{name}:{}", image.tag), status);
+    }
+    let mut manifest_for = |arch: &str| -> (String, Vec<u8>) {
+        let config = serde_json::to_vec(&json!({
+            "architecture": arch, "os": "linux",
+            "config": {"Labels": image.labels},
+            "rootfs": {"type": "layers", "diff_ids": []}
+        }))
+        .unwrap_or_default();
+        let config_digest = digest(&config);
+        store
+            .blobs
+            .entry(name.clone())
+            .or_default()
+            .insert(config_digest.clone(), config.clone());
+        let manifest = serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                       "digest": config_digest, "size": config.len()},
+            "layers": []
+        }))
+        .unwrap_or_default();
+        let d = digest(&manifest);
+        store.manifests.entry(name.clone()).or_default().insert(
+            d.clone(),
+            (
+                "application/vnd.oci.image.manifest.v1+json".into(),
+                manifest.clone(),
+            ),
+        );
+        (d, manifest)
+    };
+    if image.multi_arch {
+        let entries: Vec<Value> = ["arm64", "amd64"]
+            .iter()
+            .map(|arch| {
+                let (d, m) = manifest_for(arch);
+                json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                           "digest": d, "size": m.len(),
+                           "platform": {"os": "linux", "architecture": arch}})
+            })
+            .collect();
+        let index = serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": entries
+        }))
+        .unwrap_or_default();
+        store.manifests.entry(name.clone()).or_default().insert(
+            image.tag.clone(),
+            ("application/vnd.oci.image.index.v1+json".into(), index),
+        );
+    } else {
+        let (_, m) = manifest_for("amd64");
+        store.manifests.entry(name.clone()).or_default().insert(
+            image.tag.clone(),
+            ("application/vnd.oci.image.manifest.v1+json".into(), m),
+        );
+    }
+}
+
 impl OciRegistryDouble {
     pub async fn start(images: &[OciImage]) -> Result<OciRegistryDouble> {
         let mut store = Store::default();
         for image in images {
-            let name = name_of(&image.repository);
-            if let Some(status) = image.status {
-                store.faults.insert(format!("{name}:{}", image.tag), status);
-            }
-            let mut manifest_for = |arch: &str| -> (String, Vec<u8>) {
-                let config = serde_json::to_vec(&json!({
-                    "architecture": arch, "os": "linux",
-                    "config": {"Labels": image.labels},
-                    "rootfs": {"type": "layers", "diff_ids": []}
-                }))
-                .unwrap_or_default();
-                let config_digest = digest(&config);
-                store
-                    .blobs
-                    .entry(name.clone())
-                    .or_default()
-                    .insert(config_digest.clone(), config.clone());
-                let manifest = serde_json::to_vec(&json!({
-                    "schemaVersion": 2,
-                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                               "digest": config_digest, "size": config.len()},
-                    "layers": []
-                }))
-                .unwrap_or_default();
-                let d = digest(&manifest);
-                store.manifests.entry(name.clone()).or_default().insert(
-                    d.clone(),
-                    (
-                        "application/vnd.oci.image.manifest.v1+json".into(),
-                        manifest.clone(),
-                    ),
-                );
-                (d, manifest)
-            };
-            if image.multi_arch {
-                let entries: Vec<Value> = ["arm64", "amd64"]
-                    .iter()
-                    .map(|arch| {
-                        let (d, m) = manifest_for(arch);
-                        json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
-                               "digest": d, "size": m.len(),
-                               "platform": {"os": "linux", "architecture": arch}})
-                    })
-                    .collect();
-                let index = serde_json::to_vec(&json!({
-                    "schemaVersion": 2,
-                    "mediaType": "application/vnd.oci.image.index.v1+json",
-                    "manifests": entries
-                }))
-                .unwrap_or_default();
-                store.manifests.entry(name.clone()).or_default().insert(
-                    image.tag.clone(),
-                    ("application/vnd.oci.image.index.v1+json".into(), index),
-                );
-            } else {
-                let (_, m) = manifest_for("amd64");
-                store.manifests.entry(name.clone()).or_default().insert(
-                    image.tag.clone(),
-                    ("application/vnd.oci.image.manifest.v1+json".into(), m),
-                );
-            }
+            add(&mut store, image);
         }
         let store = Arc::new(Mutex::new(store));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -170,6 +180,26 @@ impl OciRegistryDouble {
         format!("http://{}", self.addr)
     }
 
+    /// Pushes `image` (a tag already served moves to it).
+    pub fn put(&self, image: &OciImage) {
+        let mut store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        add(&mut store, image);
+    }
+
+    /// Challenges name `realm` as the token endpoint (a registry whose tokens come from
+    /// another host, as Docker Hub's come from auth.docker.io).
+    pub fn set_realm(&self, realm: &str) {
+        self.store.lock().unwrap_or_else(|p| p.into_inner()).realm = Some(realm.to_string());
+    }
+
+    /// Blob downloads answer 307 to `base` (a CDN), as Docker Hub, ghcr.io and Quay do.
+    pub fn redirect_blobs_to(&self, base: &str) {
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .blob_redirect = Some(base.to_string());
+    }
+
     /// Every request path received (token and content), in order.
     pub fn requests(&self) -> Vec<String> {
         self.store
@@ -180,12 +210,13 @@ impl OciRegistryDouble {
     }
 }
 
-fn challenge(headers: &HeaderMap, scope: Option<&str>) -> Response {
+fn challenge(headers: &HeaderMap, scope: Option<&str>, realm: Option<&str>) -> Response {
     let host = headers
         .get("host")
         .and_then(|h| h.to_str().ok())
         .unwrap_or("127.0.0.1");
-    let mut value = format!("Bearer realm=\"http://{host}/token\",service=\"ground-registry\"");
+    let realm = realm.map_or_else(|| format!("http://{host}/token"), str::to_string);
+    let mut value = format!("Bearer realm=\"{realm}\",service=\"ground-registry\"");
     if let Some(scope) = scope {
         value.push_str(&format!(",scope=\"{scope}\""));
     }
@@ -206,11 +237,16 @@ fn authorized(headers: &HeaderMap) -> bool {
     headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {TOKEN}"))
 }
 
-async fn base(headers: HeaderMap) -> Response {
+async fn base(State(store): State<Shared>, headers: HeaderMap) -> Response {
     if authorized(&headers) {
         axum::Json(json!({})).into_response()
     } else {
-        challenge(&headers, None)
+        let realm = store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .realm
+            .clone();
+        challenge(&headers, None, realm.as_deref())
     }
 }
 
@@ -248,7 +284,18 @@ async fn content(
     let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
     store.requests.push(format!("{kind} {name} {reference}"));
     if !authorized(&headers) {
-        return challenge(&headers, Some(&format!("repository:{name}:pull")));
+        return challenge(
+            &headers,
+            Some(&format!("repository:{name}:pull")),
+            store.realm.as_deref(),
+        );
+    }
+    if let (Some(to), "blobs") = (&store.blob_redirect, kind) {
+        let mut response = StatusCode::TEMPORARY_REDIRECT.into_response();
+        if let Ok(v) = HeaderValue::from_str(&format!("{to}/v2/{name}/blobs/{reference}")) {
+            response.headers_mut().insert("location", v);
+        }
+        return response;
     }
     if let Some(status) = store.faults.get(&format!("{name}:{reference}")) {
         return StatusCode::from_u16(*status)

@@ -364,3 +364,22 @@ async fn user_promotions_hold_or_resume_auto_promotion() {
     );
     assert_eq!(list.len(), 2);
 }
+
+#[tokio::test]
+async fn the_crds_cel_rules_refuse_what_the_api_server_refuses() {
+    // [kube apiextensions-apiserver: x-kubernetes-validations run on every write; Kargo's
+    // Stage CRD: a promotion step sets exactly one of `uses` or `task`]. The rules run through
+    // the product's CEL evaluator; the world's own Stage (one `uses` step) passed the same rule.
+    let world = world(1, false).await;
+    let admin = user("system:admin");
+    let stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": "both"},
+        "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": "charts"}, "sources": {"direct": true}}],
+                 "promotionTemplate": {"spec": {"steps": [{"uses": "argocd-update", "task": {"name": "t"}}]}}}});
+    let err = create(&world.kube, "stages", stage, &admin).unwrap_err();
+    assert_eq!(err.code, 422, "{err:?}");
+    assert!(
+        err.message.contains("exactly one of uses or task"),
+        "{}",
+        err.message
+    );
+}

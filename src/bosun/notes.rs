@@ -163,8 +163,17 @@ pub fn manual_step(body: &str) -> Option<&'static str> {
     })
 }
 
-/// The reader, with its caches: image sources per `image@digest` (and `image:tag` for the
-/// lookup), releases per repository. One per Bosun process.
+/// A repository name, tag or digest a registry serves: no path tricks, no URL syntax.
+fn valid_reference(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 256
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:@+".contains(c))
+        && !s.contains("..")
+}
+
+/// The reader, with its caches: image sources per manifest digest, releases per
+/// repository. One per Bosun process.
 pub struct Notes {
     config: NotesConfig,
     client: reqwest::Client,
@@ -207,6 +216,7 @@ struct TokenAnswer {
 
 impl Notes {
     pub fn new(config: NotesConfig) -> Result<Notes, String> {
+        crate::forge::github::install_crypto_provider();
         let allowed = config.allowed_hosts();
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(config.timeout_seconds.max(1)))
@@ -338,13 +348,36 @@ impl Notes {
 
     /// The image's source repository URL (`org.opencontainers.image.source`), or None when it
     /// names none. An error says why it could not be read.
+    ///
+    /// The tag is resolved on every call (one manifest request: a tag can move); what the
+    /// image says is cached per manifest digest, computed here from the bytes received (a
+    /// registry's `Docker-Content-Digest` header is not trusted), so a re-pushed tag is read
+    /// again and an unchanged one costs one request.
     pub async fn source(&self, image: &str, tag: &str) -> Result<Option<String>, String> {
-        let key = format!("{image}:{tag}");
+        let (host, name) = split_reference(image);
+        let endpoint = self
+            .config
+            .registries
+            .iter()
+            .find(|r| r.host.eq_ignore_ascii_case(&host))
+            .ok_or_else(|| format!("the registry {host} is not on the allowlist"))?;
+        if !valid_reference(&name) || !valid_reference(tag) {
+            return Err("the image reference is not one a registry serves".into());
+        }
+        let base = endpoint.url.trim_end_matches('/').to_string();
+        let bytes = self
+            .registry_get(&format!("{base}/v2/{name}/manifests/{tag}"), ACCEPT)
+            .await?;
+        let digest = format!(
+            "sha256:{}",
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes))
+        );
+        let key = format!("{}/{name}@{digest}", host.to_ascii_lowercase());
         if let Some(hit) = cached(&self.sources, &key) {
             return Ok(hit);
         }
         let result = self
-            .read_source(image, tag)
+            .read_source(&base, &name, &bytes)
             .await
             .map(|s| s.map(|s| s.chars().take(300).collect::<String>()));
         if let Ok(source) = &result {
@@ -353,29 +386,16 @@ impl Notes {
         result
     }
 
-    async fn read_source(&self, image: &str, tag: &str) -> Result<Option<String>, String> {
-        let (host, name) = split_reference(image);
-        let endpoint = self
-            .config
-            .registries
-            .iter()
-            .find(|r| r.host.eq_ignore_ascii_case(&host))
-            .ok_or_else(|| format!("the registry {host} is not on the allowlist"))?;
-        let valid = |s: &str| {
-            !s.is_empty()
-                && s.len() <= 256
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./:@+".contains(c))
-                && !s.contains("..")
-        };
-        if !valid(&name) || !valid(tag) {
-            return Err("the image reference is not one a registry serves".into());
-        }
-        let base = endpoint.url.trim_end_matches('/');
+    async fn read_source(
+        &self,
+        base: &str,
+        name: &str,
+        manifest: &[u8],
+    ) -> Result<Option<String>, String> {
+        let valid = valid_reference;
         let manifest_url = |reference: &str| format!("{base}/v2/{name}/manifests/{reference}");
         let manifest: Value =
-            serde_json::from_slice(&self.registry_get(&manifest_url(tag), ACCEPT).await?)
-                .map_err(|_| "the manifest is not JSON".to_string())?;
+            serde_json::from_slice(manifest).map_err(|_| "the manifest is not JSON".to_string())?;
         let annotation = |m: &Value| {
             m.pointer("/annotations")
                 .and_then(|a| a.get(SOURCE_LABEL))

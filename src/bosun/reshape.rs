@@ -1009,6 +1009,39 @@ mod tests {
     }
 
     #[test]
+    fn the_crds_cel_rules_are_evaluated_and_a_rule_that_cannot_run_refuses() {
+        let crd = |rule: &str| {
+            json!({"spec": {"versions": [{"name": "v2", "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": {"type": "object",
+                    "x-kubernetes-validations": [{"rule": rule, "message": "min above max"}],
+                    "properties": {"min": {"type": "integer"}, "max": {"type": "integer"}}}}}}}]}})
+        };
+        let doc = |min: i64, max: i64| {
+            json!({"apiVersion": "e.io/v2", "kind": "K", "metadata": {"name": "n"},
+                "spec": {"min": min, "max": max}})
+        };
+        let reply = |d: Value| json!({"document": d});
+        let rule = "self.min <= self.max";
+        assert!(check_proposal(&doc(1, 2), &reply(doc(1, 2)), &crd(rule), "v2").is_ok());
+        let refused = check_proposal(&doc(3, 2), &reply(doc(3, 2)), &crd(rule), "v2").unwrap_err();
+        assert_eq!(refused.rule, rule::SCHEMA);
+        assert!(
+            refused.detail.contains("min above max"),
+            "{}",
+            refused.detail
+        );
+        let transition = "self.min == oldSelf.min";
+        let refused =
+            check_proposal(&doc(1, 2), &reply(doc(1, 2)), &crd(transition), "v2").unwrap_err();
+        assert_eq!(refused.rule, rule::SCHEMA);
+        assert!(
+            refused.detail.contains("cannot be evaluated"),
+            "{}",
+            refused.detail
+        );
+    }
+
+    #[test]
     fn keys_holding_dots_are_paths_of_their_own() {
         let refused = |spec: Value| {
             check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v2")

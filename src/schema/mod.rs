@@ -1,13 +1,17 @@
 //! Structural schemas as the API server applies them to custom resources: unknown fields are
 //! pruned (unless `x-kubernetes-preserve-unknown-fields`), defaults filled, then types,
 //! `required`, `enum`, `pattern`, `minimum`/`maximum` (and their exclusive forms),
-//! `minLength`/`maxLength`, `minItems`/`maxItems` and `minProperties`/`maxProperties` are
-//! validated. `format` is not checked. CEL rules (`x-kubernetes-validations`) cannot be
-//! evaluated here: each node carrying them that the object reaches is listed in
-//! `Outcome::unevaluated`, and a caller that must be sure (Bosun's reshape) refuses on it.
+//! `minLength`/`maxLength`, `minItems`/`maxItems`, `minProperties`/`maxProperties`, the
+//! registry's string `format`s ([`format`]) and CEL rules (`x-kubernetes-validations`, through
+//! [`cel`]) are validated. A rule or format this code cannot run is listed in
+//! `Outcome::unevaluated`, never passed: a caller that must be sure (Bosun's reshape) refuses
+//! on it, the ground's API double skips it.
 //!
 //! The proving ground's API double applies it on every write; Bosun applies it to a document
 //! it is about to move to another version, to learn what the move would lose.
+
+pub mod cel;
+pub mod format;
 
 use serde_json::{Map, Value};
 
@@ -121,17 +125,6 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
         ));
     }
     bounds(value, schema, path, out);
-    if schema
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-        .is_some_and(|rules| !rules.is_empty())
-    {
-        out.unevaluated.push(if path.is_empty() {
-            "<root>".into()
-        } else {
-            path.to_string()
-        });
-    }
     let preserve = schema
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
@@ -195,6 +188,26 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
         }
         _ => {}
     }
+    // CEL rules run last, on the pruned and defaulted value, as the API server runs them.
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        let shown = if path.is_empty() { "<root>" } else { path };
+        for rule in rules {
+            match cel::evaluate(rule, value) {
+                cel::Verdict::Holds => {}
+                cel::Verdict::Fails(field, message) => {
+                    let at = format!("{shown}{field}");
+                    out.errors.push(format!(
+                        "{at}: Invalid value: \"{}\": {message}",
+                        type_name(value)
+                    ));
+                }
+                cel::Verdict::Unevaluated(why) => out.unevaluated.push(format!("{shown} ({why})")),
+            }
+        }
+    }
 }
 
 /// `pattern`, numeric bounds, lengths and sizes, worded as the API server words them.
@@ -224,6 +237,17 @@ fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
                     Err(_) => out
                         .unevaluated
                         .push(format!("{path} (pattern {pattern:?})")),
+                }
+            }
+            if let Some(name) = schema.get("format").and_then(Value::as_str) {
+                match format::violates(name, text) {
+                    None => {}
+                    Some(true) => out.errors.push(format!(
+                        "{path}: Invalid value: \"{text}\": {path} in body must be of type {name}: \"{text}\""
+                    )),
+                    Some(false) => out
+                        .unevaluated
+                        .push(format!("{path} (format {name:?})")),
                 }
             }
         }
@@ -310,13 +334,21 @@ mod tests {
             "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5},
             "replicas": {"type": "integer", "minimum": 1, "maximum": 3},
             "tags": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
-            "rule": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'x'"}]}}}}});
-        let mut object =
-            json!({"spec": {"name": "ABCDEFG", "replicas": 4, "tags": ["a", "b"], "rule": "y"}});
+            "rule": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'x'"}]},
+            "since": {"type": "string", "format": "date-time"},
+            "limit": {"type": "string", "x-kubernetes-validations": [{"rule": "quantity(self).isLessThan(quantity('1'))"}]}}}}});
+        let mut object = json!({"spec": {"name": "ABCDEFG", "replicas": 4, "tags": ["a", "b"],
+            "rule": "x", "since": "yesterday", "limit": "2"}});
         let outcome = prune_and_validate(&mut object, &schema);
-        assert_eq!(outcome.errors.len(), 4, "{:?}", outcome.errors);
-        assert_eq!(outcome.unevaluated, ["spec.rule"]);
-        let mut fine = json!({"spec": {"name": "abc", "replicas": 2, "tags": ["a"]}});
+        assert_eq!(outcome.errors.len(), 6, "{:?}", outcome.errors);
+        assert!(outcome.errors.contains(
+            &"spec.rule: Invalid value: \"string\": failed rule: self != 'x'".to_string()
+        ));
+        assert!(outcome.errors.contains(&"spec.since: Invalid value: \"yesterday\": spec.since in body must be of type date-time: \"yesterday\"".to_string()));
+        assert_eq!(outcome.unevaluated.len(), 1, "{:?}", outcome.unevaluated);
+        assert!(outcome.unevaluated[0].starts_with("spec.limit ("));
+        let mut fine = json!({"spec": {"name": "abc", "replicas": 2, "tags": ["a"], "rule": "y",
+            "since": "2026-12-01T00:00:00Z"}});
         let outcome = prune_and_validate(&mut fine, &schema);
         assert!(
             outcome.errors.is_empty() && outcome.unevaluated.is_empty(),
