@@ -472,3 +472,65 @@ pub fn reshape(sample_charts: &std::path::Path, documents: usize) -> Result<Resh
         harness,
     })
 }
+
+/// What Bosun's release-notes reader costs a triage: one image move read through the OCI
+/// registry double's token flow (index, linux/amd64 manifest, config labels) and the forge
+/// double's releases list (30 releases with realistic bodies), cold and then from the caches.
+pub struct NotesFigures {
+    pub cold: Duration,
+    pub cached: Duration,
+    pub releases: usize,
+}
+
+pub async fn notes() -> Result<NotesFigures> {
+    use gitops_loop::bosun::{config::NotesConfig, notes::Notes};
+    let image = crate::oci::OciImage {
+        repository: "quay.io/jetstack/cert-manager-controller".into(),
+        tag: "v1.19.30".into(),
+        labels: [(
+            "org.opencontainers.image.source".to_string(),
+            "https://github.com/cert-manager/cert-manager".to_string(),
+        )]
+        .into(),
+        multi_arch: true,
+        status: None,
+    };
+    let registry = crate::oci::OciRegistryDouble::start(&[image]).await?;
+    let forge = crate::forge::ForgeDouble::start(None).await?;
+    let body = "## Changes\n\n- Fixed a bug in the webhook's CA injection.\n".repeat(40);
+    for patch in 1..=30 {
+        forge.add_release(
+            "cert-manager/cert-manager",
+            &format!("v1.19.{patch}"),
+            &format!("v1.19.{patch}"),
+            &body,
+        );
+    }
+    let config: NotesConfig = serde_json::from_value(json!({
+        "registries": [{"host": "quay.io", "url": registry.url()}],
+        "githubApiUrl": forge.url(),
+        "sourceHosts": ["github.com"],
+    }))?;
+    let notes = Notes::new(config).map_err(anyhow::Error::msg)?;
+    let read = || {
+        notes.for_image(
+            "quay.io/jetstack/cert-manager-controller",
+            "v1.19.1",
+            "v1.19.30",
+        )
+    };
+    let start = Instant::now();
+    let first = read().await;
+    let cold = start.elapsed();
+    if let Some(why) = first.unread {
+        bail!("the bench's notes were not read: {why}");
+    }
+    let start = Instant::now();
+    let again = read().await;
+    let cached = start.elapsed();
+    Ok(NotesFigures {
+        cold,
+        cached,
+        releases: again.releases.len(),
+    })
+}

@@ -137,6 +137,13 @@ async fn main() -> Result<()> {
                 "  whole triage (gate, repair, gate again): {:.1} s",
                 f.triage.as_secs_f64()
             );
+            let n = ground::bench::notes().await?;
+            println!(
+                "  release notes of one image move ({} releases): cold {:.1} ms, cached {:.1} ms",
+                n.releases,
+                n.cold.as_secs_f64() * 1000.0,
+                n.cached.as_secs_f64() * 1000.0
+            );
             Ok(())
         }
         Command::BenchObserver {
