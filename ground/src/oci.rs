@@ -89,9 +89,10 @@ fn name_of(repository: &str) -> String {
 /// manifest). A tag pushed again moves to the new content, as a registry's does.
 fn add(store: &mut Store, image: &OciImage) {
     let name = name_of(&image.repository);
-    if let Some(status) = image.status {
-        store.faults.insert(format!("{name}:{}", image.tag), status);
-    }
+    match image.status {
+        Some(status) => store.faults.insert(format!("{name}:{}", image.tag), status),
+        None => store.faults.remove(&format!("{name}:{}", image.tag)),
+    };
     let mut manifest_for = |arch: &str| -> (String, Vec<u8>) {
         let config = serde_json::to_vec(&json!({
             "architecture": arch, "os": "linux",

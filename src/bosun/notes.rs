@@ -163,6 +163,22 @@ pub fn manual_step(body: &str) -> Option<&'static str> {
     })
 }
 
+/// Content fetched by digest must hash to it: what is cached per manifest digest is then bound
+/// to that digest all the way down (a registry or CDN cannot swap the config behind it).
+fn verify(bytes: &[u8], digest: &str) -> Result<(), String> {
+    let Some(expected) = digest.strip_prefix("sha256:") else {
+        return Err(format!(
+            "{digest} is not a sha256 digest this reader checks"
+        ));
+    };
+    let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
+    if actual.eq_ignore_ascii_case(expected) {
+        Ok(())
+    } else {
+        Err(format!("the content served for {digest} does not match it"))
+    }
+}
+
 /// A repository name, tag or digest a registry serves: no path tricks, no URL syntax.
 fn valid_reference(s: &str) -> bool {
     !s.is_empty()
@@ -419,9 +435,10 @@ impl Notes {
                 .and_then(Value::as_str)
                 .filter(|d| valid(d))
                 .ok_or("the index lists no manifest")?;
-            let platform: Value =
-                serde_json::from_slice(&self.registry_get(&manifest_url(chosen), ACCEPT).await?)
-                    .map_err(|_| "the manifest is not JSON".to_string())?;
+            let bytes = self.registry_get(&manifest_url(chosen), ACCEPT).await?;
+            verify(&bytes, chosen)?;
+            let platform: Value = serde_json::from_slice(&bytes)
+                .map_err(|_| "the manifest is not JSON".to_string())?;
             if let Some(source) = annotation(&platform) {
                 return Ok(Some(source));
             }
@@ -434,15 +451,15 @@ impl Notes {
             .and_then(Value::as_str)
             .filter(|d| valid(d))
             .ok_or("the manifest names no config")?;
-        let config: Value = serde_json::from_slice(
-            &self
-                .registry_get(
-                    &format!("{base}/v2/{name}/blobs/{config_digest}"),
-                    "application/json",
-                )
-                .await?,
-        )
-        .map_err(|_| "the image config is not JSON".to_string())?;
+        let bytes = self
+            .registry_get(
+                &format!("{base}/v2/{name}/blobs/{config_digest}"),
+                "application/json",
+            )
+            .await?;
+        verify(&bytes, config_digest)?;
+        let config: Value = serde_json::from_slice(&bytes)
+            .map_err(|_| "the image config is not JSON".to_string())?;
         Ok(config
             .pointer("/config/Labels")
             .and_then(|l| l.get(SOURCE_LABEL))

@@ -56,6 +56,8 @@ pub fn losses(object: &Value, crd: &Value, version: &str) -> Vec<Loss> {
         .into_iter()
         .map(|(path, value)| Loss::Pruned(path, value.to_string()))
         .chain(outcome.errors.into_iter().map(Loss::Rejected))
+        // A rule or format that cannot be checked here is not proof of a clean move.
+        .chain(outcome.unevaluated.into_iter().map(Loss::Unverifiable))
         .collect()
 }
 

@@ -17,10 +17,9 @@ use std::sync::Arc;
 const MAX_RULE_BYTES: usize = 4096;
 /// Comprehension macros a rule may hold; each one multiplies the cost by a list's length.
 const MAX_COMPREHENSIONS: usize = 2;
-/// The work a rule may do on a value, in value nodes visited: a rule with `k` list macros over
-/// a value of `n` nodes may cost about `n^(k+1)`, so it is run only when that stays within this
-/// budget (the API server bounds a rule's estimated cost too, and refuses the CRD past it).
-const MAX_COST: u64 = 1_000_000;
+/// The work a rule may do: see the estimate in `evaluate_here`. The API server bounds a rule's
+/// estimated cost too, and refuses the CRD past it; a rule past this budget is not run here.
+const MAX_COST: u64 = 10_000_000;
 /// Nesting this deep is not converted (the object's own nesting is bounded before it gets here;
 /// this keeps the conversion's recursion bounded on its own).
 const MAX_DEPTH: usize = 64;
@@ -41,20 +40,21 @@ pub enum Verdict {
 /// tests play the deepest shapes that fit).
 const STACK_BYTES: usize = 256 << 20;
 
-/// Evaluates one entry of `x-kubernetes-validations` against `value`.
-pub fn evaluate(rule: &Value, value: &Value) -> Verdict {
+/// Evaluates one entry of `x-kubernetes-validations` against `value`, the node `schema`
+/// describes (the schema decides how the value is typed in CEL, as the API server types it).
+pub fn evaluate(rule: &Value, value: &Value, schema: &Value) -> Verdict {
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("cel".into())
             .stack_size(STACK_BYTES)
-            .spawn_scoped(scope, || evaluate_here(rule, value))
+            .spawn_scoped(scope, || evaluate_here(rule, value, schema))
             .map_err(|e| e.to_string())
             .and_then(|handle| handle.join().map_err(|_| "it panicked".to_string()))
             .unwrap_or_else(|why| Verdict::Unevaluated(format!("the evaluator failed: {why}")))
     })
 }
 
-fn evaluate_here(rule: &Value, value: &Value) -> Verdict {
+fn evaluate_here(rule: &Value, value: &Value, schema: &Value) -> Verdict {
     let Some(text) = rule.get("rule").and_then(Value::as_str) else {
         return Verdict::Unevaluated("a validation without a rule".into());
     };
@@ -87,14 +87,28 @@ fn evaluate_here(rule: &Value, value: &Value) -> Verdict {
             "a rule with more than {MAX_COMPREHENSIONS} list macros"
         ));
     }
-    let nodes = nodes(value);
-    let exponent = u32::try_from(comprehensions + 1).unwrap_or(u32::MAX);
-    if nodes
-        .checked_pow(exponent)
+    // The cost: a rule whose list macros nest `d` deep iterates its ranges (the value's nodes,
+    // or the rule's own literals, both counted) n^d times, and each step may copy values as
+    // large as the whole: n^(d+1); without macros, each of the rule's operators may: n x size.
+    // Long strings count by their length, since a rule can copy them.
+    let size = expression_nodes(program.expression())
+        + message_program
+            .as_ref()
+            .map_or(0, |p| expression_nodes(p.expression()));
+    let n = nodes(value) + size;
+    let nesting = depth(program.expression()).max(
+        message_program
+            .as_ref()
+            .map_or(0, |p| depth(p.expression())),
+    );
+    let exponent = u32::try_from(nesting + 1).unwrap_or(u32::MAX);
+    let per_step = if nesting == 0 { size } else { 1 };
+    if n.checked_pow(exponent)
+        .and_then(|c| c.checked_mul(per_step))
         .is_none_or(|cost| cost > MAX_COST)
     {
         return Verdict::Unevaluated(format!(
-            "a rule with {comprehensions} list macros over {nodes} values costs more than this \
+            "a rule with {comprehensions} list macros over {n} values costs more than this \
              evaluator's budget"
         ));
     }
@@ -103,8 +117,12 @@ fn evaluate_here(rule: &Value, value: &Value) -> Verdict {
             "transition rule {text:?} (it needs the stored object)"
         ));
     }
-    let Some(converted) = to_cel(value, 0) else {
-        return Verdict::Unevaluated("a value nested too deep".into());
+    if let Some(why) = differs_from_kubernetes(text, program.expression(), schema) {
+        return Verdict::Unevaluated(format!("rule {text:?}: {why}"));
+    }
+    let converted = match to_cel(value, schema, 0) {
+        Ok(converted) => converted,
+        Err(why) => return Verdict::Unevaluated(why),
     };
     let mut context = cel::Context::default();
     context.add_variable_from_value("self", converted);
@@ -128,6 +146,70 @@ fn evaluate_here(rule: &Value, value: &Value) -> Verdict {
             Verdict::Fails(field, format!("rule evaluation error: no such key: {key}"))
         }
         Err(error) => Verdict::Unevaluated(format!("rule {text:?}: {error}")),
+    }
+}
+
+/// How deep comprehensions nest in the parsed expression.
+fn depth(expression: &cel::IdedExpr) -> usize {
+    use cel::common::ast::Expr;
+    let inner = |e: &cel::IdedExpr| depth(e);
+    match &expression.expr {
+        Expr::Comprehension(c) => {
+            let body = [&c.accu_init, &c.loop_cond, &c.loop_step, &c.result]
+                .into_iter()
+                .map(inner)
+                .max()
+                .unwrap_or(0);
+            (1 + body).max(inner(&c.iter_range))
+        }
+        _ => {
+            let mut deepest = 0;
+            let mut children: Vec<&cel::IdedExpr> = Vec::new();
+            collect_children(expression, &mut children);
+            for child in children {
+                deepest = deepest.max(depth(child));
+            }
+            deepest
+        }
+    }
+}
+
+/// The direct children of an expression node.
+fn collect_children<'e>(expression: &'e cel::IdedExpr, out: &mut Vec<&'e cel::IdedExpr>) {
+    use cel::common::ast::{EntryExpr, Expr};
+    match &expression.expr {
+        Expr::Comprehension(c) => {
+            out.extend([
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ]);
+        }
+        Expr::Call(call) => {
+            out.extend(call.target.as_deref());
+            out.extend(call.args.iter());
+        }
+        Expr::Select(select) => out.push(&select.operand),
+        Expr::List(list) => out.extend(list.elements.iter()),
+        Expr::Map(map) => {
+            for e in &map.entries {
+                match &e.expr {
+                    EntryExpr::MapEntry(m) => out.extend([&m.key, &m.value]),
+                    EntryExpr::StructField(f) => out.push(&f.value),
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for e in &st.entries {
+                match &e.expr {
+                    EntryExpr::MapEntry(m) => out.extend([&m.key, &m.value]),
+                    EntryExpr::StructField(f) => out.push(&f.value),
+                }
+            }
+        }
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
     }
 }
 
@@ -173,13 +255,138 @@ fn macros(expression: &cel::IdedExpr) -> usize {
     }
 }
 
-/// The value's size in nodes (every scalar, list and map counts one).
+/// The value's size in nodes (every scalar, list and map counts one; a string one per 64
+/// bytes).
 fn nodes(value: &Value) -> u64 {
     match value {
         Value::Array(items) => 1 + items.iter().map(nodes).sum::<u64>(),
         Value::Object(map) => 1 + map.values().map(nodes).sum::<u64>(),
+        Value::String(s) => 1 + (s.len() as u64) / 64,
         _ => 1,
     }
+}
+
+/// How many nodes the parsed expression has (a literal list of 600 items counts 601).
+fn expression_nodes(expression: &cel::IdedExpr) -> u64 {
+    let mut count = 0;
+    visit(expression, &mut |_| count += 1);
+    count
+}
+
+/// Calls `f` on every node of the expression.
+fn visit(expression: &cel::IdedExpr, f: &mut dyn FnMut(&cel::common::ast::Expr)) {
+    use cel::common::ast::{EntryExpr, Expr};
+    f(&expression.expr);
+    match &expression.expr {
+        Expr::Comprehension(c) => {
+            for e in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                visit(e, f);
+            }
+        }
+        Expr::Call(call) => {
+            if let Some(target) = call.target.as_deref() {
+                visit(target, f);
+            }
+            for arg in &call.args {
+                visit(arg, f);
+            }
+        }
+        Expr::Select(select) => visit(&select.operand, f),
+        Expr::List(list) => {
+            for e in &list.elements {
+                visit(e, f);
+            }
+        }
+        Expr::Map(map) => {
+            for e in &map.entries {
+                match &e.expr {
+                    EntryExpr::MapEntry(m) => {
+                        visit(&m.key, f);
+                        visit(&m.value, f);
+                    }
+                    EntryExpr::StructField(field) => visit(&field.value, f),
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for e in &st.entries {
+                match &e.expr {
+                    EntryExpr::MapEntry(m) => {
+                        visit(&m.key, f);
+                        visit(&m.value, f);
+                    }
+                    EntryExpr::StructField(field) => visit(&field.value, f),
+                }
+            }
+        }
+        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    }
+}
+
+/// Where this evaluator would answer differently from Kubernetes' cel-go, the rule is not run:
+/// a regular expression using `\d`, `\w`, `\s` or `\b` (ASCII in Go's RE2, Unicode in Rust's
+/// regex) or a pattern that is not a literal; `==`, `!=` or `+` reaching a list Kubernetes
+/// treats as a set or a map (order-free equality, union).
+fn differs_from_kubernetes(
+    text: &str,
+    expression: &cel::IdedExpr,
+    schema: &Value,
+) -> Option<&'static str> {
+    use cel::common::ast::Expr;
+    let mut matches_call = false;
+    let mut dynamic_pattern = false;
+    let mut list_operator = false;
+    visit(expression, &mut |node| {
+        if let Expr::Call(call) = node {
+            if call.func_name == "matches" {
+                matches_call = true;
+                if !call
+                    .args
+                    .last()
+                    .is_some_and(|a| matches!(a.expr, Expr::Literal(_)))
+                {
+                    dynamic_pattern = true;
+                }
+            }
+            if ["_==_", "_!=_", "_+_"].contains(&call.func_name.as_str()) {
+                list_operator = true;
+            }
+        }
+    });
+    let class = regex::Regex::new(r"\\[dwsbDWSB]").ok()?;
+    if matches_call && (dynamic_pattern || class.is_match(text)) {
+        return Some("its regular expression may match differently from Go's RE2 here");
+    }
+    if list_operator && has_set_or_map_list(schema, 0) {
+        return Some("it compares or joins a list Kubernetes treats as a set or a map");
+    }
+    None
+}
+
+fn has_set_or_map_list(schema: &Value, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    if matches!(
+        schema.get("x-kubernetes-list-type").and_then(Value::as_str),
+        Some("set" | "map")
+    ) {
+        return true;
+    }
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .is_some_and(|p| p.values().any(|s| has_set_or_map_list(s, depth + 1)))
+        || ["items", "additionalProperties"]
+            .iter()
+            .filter_map(|k| schema.get(*k))
+            .any(|s| has_set_or_map_list(s, depth + 1))
 }
 
 /// `messageExpression` when it evaluates to a non-empty string, else `message`, else the
@@ -202,29 +409,108 @@ fn message(
     }
 }
 
-/// JSON to CEL as the API server types it: integers are `int`, other numbers `double`.
-fn to_cel(value: &Value, depth: usize) -> Option<cel::Value> {
-    if depth > MAX_DEPTH {
+/// CEL's reserved words: a property so named is reached as `__<word>__`.
+const RESERVED: [&str; 21] = [
+    "true",
+    "false",
+    "null",
+    "in",
+    "as",
+    "break",
+    "const",
+    "continue",
+    "else",
+    "for",
+    "function",
+    "if",
+    "import",
+    "let",
+    "loop",
+    "package",
+    "namespace",
+    "return",
+    "var",
+    "void",
+    "while",
+];
+
+/// A property name as Kubernetes exposes it to CEL (apiserver `cel.Escape`): reserved words
+/// become `__word__`; `__`, `.`, `-` and `/` become `__underscores__`, `__dot__`, `__dash__`
+/// and `__slash__`; a name with any other character cannot be reached (None).
+pub fn escape(name: &str) -> Option<String> {
+    if RESERVED.contains(&name) {
+        return Some(format!("__{name}__"));
+    }
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    if !(first.is_ascii_alphabetic() || "_.-/".contains(first))
+        || !chars.all(|c| c.is_ascii_alphanumeric() || "_.-/".contains(c))
+    {
         return None;
     }
-    Some(match value {
+    Some(
+        name.replace("__", "__underscores__")
+            .replace('.', "__dot__")
+            .replace('-', "__dash__")
+            .replace('/', "__slash__"),
+    )
+}
+
+/// JSON to CEL as the API server types it from the schema: integers are `int`, a `number`
+/// field is always `double`, a `format: byte` string is `bytes`; the properties of an object
+/// with declared `properties` are reached by their escaped names and a null one is absent;
+/// a map's keys (`additionalProperties`, or no schema) stay as they are.
+fn to_cel(value: &Value, schema: &Value, depth: usize) -> Result<cel::Value, String> {
+    if depth > MAX_DEPTH {
+        return Err("a value nested too deep".into());
+    }
+    let declared = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    let none = Value::Null;
+    Ok(match value {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) if schema.get("type").and_then(Value::as_str) == Some("number") => {
+            cel::Value::Float(n.as_f64().unwrap_or(f64::NAN))
+        }
         Value::Number(n) => match n.as_i64() {
             Some(i) => cel::Value::Int(i),
             None => cel::Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
+        Value::String(s) if schema.get("format").and_then(Value::as_str) == Some("byte") => {
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(s)
+                .map_err(|_| "a format: byte value that is not base64".to_string())?;
+            cel::Value::Bytes(Arc::new(bytes))
+        }
         Value::String(s) => cel::Value::String(Arc::new(s.clone())),
-        Value::Array(items) => cel::Value::List(Arc::new(
-            items
-                .iter()
-                .map(|item| to_cel(item, depth + 1))
-                .collect::<Option<Vec<_>>>()?,
-        )),
+        Value::Array(items) => {
+            let item_schema = schema.get("items").unwrap_or(&none);
+            cel::Value::List(Arc::new(
+                items
+                    .iter()
+                    .map(|item| to_cel(item, item_schema, depth + 1))
+                    .collect::<Result<Vec<_>, _>>()?,
+            ))
+        }
         Value::Object(map) => {
             let mut out: HashMap<String, cel::Value> = HashMap::with_capacity(map.len());
             for (key, item) in map {
-                out.insert(key.clone(), to_cel(item, depth + 1)?);
+                if let Some(properties) = declared {
+                    // A structural object: null is absent, names are escaped.
+                    if item.is_null() {
+                        continue;
+                    }
+                    let Some(name) = escape(key) else { continue };
+                    let sub = properties.get(key).or(additional).unwrap_or(&none);
+                    out.insert(name, to_cel(item, sub, depth + 1)?);
+                } else {
+                    out.insert(
+                        key.clone(),
+                        to_cel(item, additional.unwrap_or(&none), depth + 1)?,
+                    );
+                }
             }
             cel::Value::from(out)
         }
@@ -237,7 +523,7 @@ mod tests {
     use serde_json::json;
 
     fn run(rule: Value, value: Value) -> Verdict {
-        evaluate(&rule, &value)
+        evaluate(&rule, &value, &Value::Null)
     }
 
     #[test]
@@ -283,6 +569,105 @@ mod tests {
             run(json!({"rule": "self.matches('^v[0-9]+$')"}), json!("v1")),
             Verdict::Holds
         );
+    }
+
+    #[test]
+    fn values_are_typed_from_the_schema_as_the_api_server_types_them() {
+        let schema = json!({"type": "object", "properties": {
+            "max-replicas": {"type": "integer"}, "a": {"type": "string", "nullable": true},
+            "b": {"type": "string"}, "used": {"type": "number"}, "total": {"type": "number"},
+            "key": {"type": "string", "format": "byte"}, "in": {"type": "string"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}}}});
+        let run = |rule: &str, value: Value| evaluate(&json!({"rule": rule}), &value, &schema);
+        // Escaped names reach `max-replicas` and the reserved word `in`.
+        assert!(matches!(
+            run(
+                "!has(self.max__dash__replicas) || self.max__dash__replicas <= 10",
+                json!({"max-replicas": 50})
+            ),
+            Verdict::Fails(..)
+        ));
+        assert_eq!(
+            run("self.__in__ == 'x'", json!({"in": "x"})),
+            Verdict::Holds
+        );
+        // A null nullable field is absent.
+        assert!(matches!(
+            run("has(self.a) || has(self.b)", json!({"a": null})),
+            Verdict::Fails(..)
+        ));
+        // A number field is a double even when written as an integer.
+        assert!(matches!(
+            run(
+                "self.used / self.total <= 0.5",
+                json!({"used": 3, "total": 4})
+            ),
+            Verdict::Fails(..)
+        ));
+        // A format: byte string is bytes.
+        assert!(matches!(
+            run("size(self.key) >= 16", json!({"key": "AAAAAAAAAAAAAAAA"})),
+            Verdict::Fails(..)
+        ));
+        // A map's keys stay as they are.
+        assert_eq!(
+            run(
+                "self.labels['app.kubernetes.io/name'] == 'x'",
+                json!({"labels": {"app.kubernetes.io/name": "x"}})
+            ),
+            Verdict::Holds
+        );
+        assert_eq!(
+            escape("a.b-c/d__e"),
+            Some("a__dot__b__dash__c__slash__d__underscores__e".into())
+        );
+        assert_eq!(escape("ünicode"), None);
+    }
+
+    #[test]
+    fn rules_cel_go_answers_differently_are_not_run() {
+        let set = json!({"type": "object", "properties": {"tags": {"type": "array",
+            "x-kubernetes-list-type": "set", "items": {"type": "string"}}}});
+        let value = json!({"tags": ["x"]});
+        assert!(matches!(
+            evaluate(
+                &json!({"rule": "size(self.tags + ['x']) > size(self.tags)"}),
+                &value,
+                &set
+            ),
+            Verdict::Unevaluated(_)
+        ));
+        assert!(matches!(
+            run(json!({"rule": "self.matches('^\\\\w+$')"}), json!("café")),
+            Verdict::Unevaluated(_)
+        ));
+        assert!(matches!(
+            run(
+                json!({"rule": "self.s.matches(self.p)"}),
+                json!({"s": "a", "p": "a"})
+            ),
+            Verdict::Unevaluated(_)
+        ));
+        assert_eq!(
+            run(json!({"rule": "self.matches('^[a-z]+$')"}), json!("abc")),
+            Verdict::Holds
+        );
+    }
+
+    #[test]
+    fn a_rule_whose_literals_would_cost_too_much_is_not_run() {
+        // The reviewer's attack: two macros over a literal list of 677 items in the rule itself.
+        let list = format!("[{}]", vec!["0"; 600].join(","));
+        let rule = format!("size({list}.map(x, {list}.map(y, {list}))) > 0");
+        assert!(rule.len() <= MAX_RULE_BYTES);
+        assert!(matches!(
+            run(json!({"rule": rule}), json!(1)),
+            Verdict::Unevaluated(_)
+        ));
+        // A long string copied by a macro counts by its length.
+        let rule = json!({"rule": "size(self.l.map(x, self.s + self.s)) > 0"});
+        let value = json!({"l": vec![0; 100], "s": "x".repeat(1 << 20)});
+        assert!(matches!(run(rule, value), Verdict::Unevaluated(_)));
     }
 
     #[test]

@@ -48,7 +48,22 @@ pub fn prune_and_validate(object: &mut Value, schema: &Value) -> Outcome {
     if let Some(required) = root.get_mut("required").and_then(Value::as_array_mut) {
         required.retain(|r| !matches!(r.as_str(), Some("apiVersion" | "kind" | "metadata")));
     }
-    walk(&mut rest, &root, "", &mut out);
+    // Root rules see apiVersion, kind and metadata.name / generateName too, as the API
+    // server shows them.
+    let mut identity = Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = map.get(key) {
+            identity.insert(key.to_string(), v.clone());
+        }
+    }
+    let mut metadata = Map::new();
+    for key in ["name", "generateName"] {
+        if let Some(v) = map.get("metadata").and_then(|m| m.get(key)) {
+            metadata.insert(key.to_string(), v.clone());
+        }
+    }
+    identity.insert("metadata".into(), Value::Object(metadata));
+    walk(&mut rest, &root, "", &mut out, Some(&identity));
     for key in map.keys().cloned().collect::<Vec<_>>() {
         if !["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
             map.remove(&key);
@@ -89,7 +104,13 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
+fn walk(
+    value: &mut Value,
+    schema: &Value,
+    path: &str,
+    out: &mut Outcome,
+    identity: Option<&Map<String, Value>>,
+) {
     if value.is_null()
         && schema
             .get("nullable")
@@ -156,7 +177,7 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
                 match sub_schema {
                     Some(sub) => {
                         if let Some(v) = map.get_mut(&key) {
-                            walk(v, sub, &child(path, &key), out);
+                            walk(v, sub, &child(path, &key), out, None);
                         }
                     }
                     None if preserve
@@ -174,7 +195,7 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    walk(item, item_schema, &format!("{path}[{i}]"), out);
+                    walk(item, item_schema, &format!("{path}[{i}]"), out, None);
                 }
             }
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
@@ -194,8 +215,33 @@ fn walk(value: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
         .and_then(Value::as_array)
     {
         let shown = if path.is_empty() { "<root>" } else { path };
+        let seen = match (identity, &*value) {
+            (Some(identity), Value::Object(map)) => {
+                let mut whole = map.clone();
+                for (k, v) in identity {
+                    whole.insert(k.clone(), v.clone());
+                }
+                Value::Object(whole)
+            }
+            _ => value.clone(),
+        };
+        let mut seen_schema = schema.clone();
+        if identity.is_some()
+            && let Some(props) = seen_schema
+                .get_mut("properties")
+                .and_then(Value::as_object_mut)
+        {
+            for key in ["apiVersion", "kind"] {
+                props.insert(key.into(), serde_json::json!({"type": "string"}));
+            }
+            props.insert(
+                "metadata".into(),
+                serde_json::json!({"type": "object", "properties": {
+                    "name": {"type": "string"}, "generateName": {"type": "string"}}}),
+            );
+        }
         for rule in rules {
-            match cel::evaluate(rule, value) {
+            match cel::evaluate(rule, &seen, &seen_schema) {
                 cel::Verdict::Holds => {}
                 cel::Verdict::Fails(field, message) => {
                     let at = format!("{shown}{field}");
@@ -240,14 +286,14 @@ fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
                 }
             }
             if let Some(name) = schema.get("format").and_then(Value::as_str) {
-                match format::violates(name, text) {
-                    None => {}
-                    Some(true) => out.errors.push(format!(
+                match format::check(name, text) {
+                    format::Check::Passes => {}
+                    format::Check::Violates => out.errors.push(format!(
                         "{path}: Invalid value: \"{text}\": {path} in body must be of type {name}: \"{text}\""
                     )),
-                    Some(false) => out
+                    format::Check::Unchecked => out
                         .unevaluated
-                        .push(format!("{path} (format {name:?})")),
+                        .push(format!("{path} (format {name:?} is not checked here)")),
                 }
             }
         }
@@ -329,13 +375,28 @@ mod tests {
     }
 
     #[test]
+    fn root_rules_see_the_objects_name_kind_and_api_version() {
+        let schema = json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.metadata.name.size() <= 5 && self.kind == 'K'", "message": "short names"}],
+            "properties": {"spec": {"type": "object"}}});
+        let mut ok =
+            json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "abc"}, "spec": {}});
+        assert!(prune_and_validate(&mut ok, &schema).errors.is_empty());
+        let mut long = json!({"apiVersion": "x/v1", "kind": "K", "metadata": {"name": "abcdefgh"}, "spec": {}});
+        assert_eq!(
+            prune_and_validate(&mut long, &schema).errors,
+            ["<root>: Invalid value: \"object\": short names"]
+        );
+    }
+
+    #[test]
     fn patterns_bounds_and_cel_rules() {
         let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
             "name": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 5},
             "replicas": {"type": "integer", "minimum": 1, "maximum": 3},
             "tags": {"type": "array", "maxItems": 1, "items": {"type": "string"}},
             "rule": {"type": "string", "x-kubernetes-validations": [{"rule": "self != 'x'"}]},
-            "since": {"type": "string", "format": "date-time"},
+            "since": {"type": "string", "format": "date"},
             "limit": {"type": "string", "x-kubernetes-validations": [{"rule": "quantity(self).isLessThan(quantity('1'))"}]}}}}});
         let mut object = json!({"spec": {"name": "ABCDEFG", "replicas": 4, "tags": ["a", "b"],
             "rule": "x", "since": "yesterday", "limit": "2"}});
@@ -344,11 +405,11 @@ mod tests {
         assert!(outcome.errors.contains(
             &"spec.rule: Invalid value: \"string\": failed rule: self != 'x'".to_string()
         ));
-        assert!(outcome.errors.contains(&"spec.since: Invalid value: \"yesterday\": spec.since in body must be of type date-time: \"yesterday\"".to_string()));
+        assert!(outcome.errors.contains(&"spec.since: Invalid value: \"yesterday\": spec.since in body must be of type date: \"yesterday\"".to_string()));
         assert_eq!(outcome.unevaluated.len(), 1, "{:?}", outcome.unevaluated);
         assert!(outcome.unevaluated[0].starts_with("spec.limit ("));
         let mut fine = json!({"spec": {"name": "abc", "replicas": 2, "tags": ["a"], "rule": "y",
-            "since": "2026-12-01T00:00:00Z"}});
+            "since": "2026-12-01"}});
         let outcome = prune_and_validate(&mut fine, &schema);
         assert!(
             outcome.errors.is_empty() && outcome.unevaluated.is_empty(),
