@@ -48,7 +48,7 @@ struct World {
 }
 
 /// A Project with one Warehouse, Freight for versions 1.0.0..=count, and a Stage `prod` whose
-/// only step is argocd-update with no Applications (so a promotion succeeds at once).
+/// only step is compose-output (so a promotion succeeds at once).
 async fn world(count: usize, auto: bool) -> World {
     let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
     kube.load_crds(&crds()).unwrap();
@@ -62,7 +62,7 @@ async fn world(count: usize, auto: bool) -> World {
     let admin = user("system:admin");
     let stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": "prod", "annotations": if auto { json!({kargo::AUTO_PROMOTION_ANNOTATION: "true"}) } else { json!({}) }},
         "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": "charts"}, "sources": {"direct": true}}],
-                 "promotionTemplate": {"spec": {"vars": [{"name": "v", "value": "1"}], "steps": [{"uses": "argocd-update", "config": {"apps": []}}]}}}});
+                 "promotionTemplate": {"spec": {"vars": [{"name": "v", "value": "1"}], "steps": [{"uses": "compose-output", "config": {"done": true}}]}}}});
     create(&kube, "stages", stage, &admin).unwrap();
     let mut freights = Vec::new();
     for i in 0..count {
@@ -157,7 +157,7 @@ async fn promotion_webhook_replaces_the_name_and_copies_the_steps() {
     );
     assert_eq!(
         created["spec"]["steps"],
-        json!([{"uses": "argocd-update", "config": {"apps": []}}])
+        json!([{"uses": "compose-output", "config": {"done": true}}])
     );
     assert_eq!(
         created["spec"]["vars"],
@@ -382,4 +382,93 @@ async fn the_crds_cel_rules_refuse_what_the_api_server_refuses() {
         "{}",
         err.message
     );
+}
+
+/// A Stage `held` whose template is `steps`, and a Promotion of the first Freight to it; the
+/// Promotion after the controller settled.
+async fn promote_through(world: &mut World, steps: Value) -> Value {
+    let admin = user("system:admin");
+    let stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": "held"},
+        "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": "charts"}, "sources": {"direct": true}}],
+                 "promotionTemplate": {"spec": {"steps": steps}}}});
+    create(&world.kube, "stages", stage, &admin).unwrap();
+    world.kargo.grants.allow("alice", NS, "held");
+    let promotion = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion", "metadata": {"generateName": "held-"},
+        "spec": {"stage": "held", "freight": world.freights[0], "steps": [{"uses": "compose-output", "config": {"x": 1}}]}});
+    let created = create(&world.kube, "promotions", promotion, &user("alice")).unwrap();
+    settle(world).await;
+    get(
+        &world.kube,
+        "promotions",
+        created["metadata"]["name"].as_str().unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn an_unreachable_http_endpoint_errors_the_promotion_unless_retry_allows_it() {
+    // [K pkg/promotion/runner/builtin/http_requester.go]: a request that cannot be sent is
+    // Errored with a recoverable error; [K pkg/promotion/local_orchestrator.go]: it ends the
+    // Promotion once `retry.errorThreshold` (default 1) consecutive errors are reached.
+    let http = |retry: Value| {
+        let mut step = json!({"uses": "http", "as": "bosun", "config": {"method": "POST",
+            "url": "http://127.0.0.1:1/intake", "body": "{}"}});
+        if !retry.is_null() {
+            step["retry"] = retry;
+        }
+        json!([step])
+    };
+    let mut world = world(1, false).await;
+    let done = promote_through(&mut world, http(Value::Null)).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(message.contains("error threshold of 1"), "{message}");
+
+    let mut world = self::world(1, false).await;
+    let done = promote_through(&mut world, http(json!({"errorThreshold": 3}))).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(message.contains("error threshold of 3"), "{message}");
+}
+
+#[tokio::test]
+async fn a_json_looking_template_becomes_an_object_and_fails_the_step_schema() {
+    // [K pkg/expressions/json_templates.go]: an evaluated string that parses as JSON becomes
+    // that value; the http step's config schema wants a string body, so the Promotion Errors.
+    // Quoting the whole object keeps it a string (docs/bosun.md gives this form).
+    let unquoted = json!([{"uses": "http", "config": {"method": "POST", "url": "http://127.0.0.1:1/intake",
+        "body": "{\"stage\": \"${{ ctx.stage }}\"}"}}]);
+    let mut world = world(1, false).await;
+    let done = promote_through(&mut world, unquoted).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("invalid http config") && message.contains("/body"),
+        "{message}"
+    );
+
+    let quoted = json!([{"uses": "http", "config": {"method": "POST", "url": "http://127.0.0.1:1/intake",
+        "body": "${{ quote({\"stage\": ctx.stage}) }}"}}]);
+    let mut world = self::world(1, false).await;
+    let done = promote_through(&mut world, quoted).await;
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(!message.contains("invalid http config"), "{message}");
+    assert!(message.contains("error sending HTTP request"), "{message}");
+}
+
+#[tokio::test]
+async fn steps_are_aliased_from_one_and_an_if_condition_skips_them() {
+    // [K api/v1alpha1/promotion_types.go GetAlias]: `step-<i+1>`; [K pkg/promotion/evaluator.go
+    // ShouldSkip]: a false `if:` skips the step, a non-bool one errors.
+    let steps = json!([
+        {"uses": "compose-output", "config": {"n": 1}},
+        {"uses": "compose-output", "if": "${{ outputs['step-1'].n == 2 }}", "config": {"n": 2}},
+        {"uses": "compose-output", "if": "${{ status('step-2') == 'Skipped' }}", "config": {"n": "${{ outputs['step-1'].n + 2 }}"}},
+        {"uses": "compose-output", "if": "${{ outputs['step-3'].n }}", "config": {"n": 4}}
+    ]);
+    let mut world = world(1, false).await;
+    let done = promote_through(&mut world, steps).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("step 4"), "{message}");
+    assert!(message.contains("must evaluate to a boolean"), "{message}");
 }

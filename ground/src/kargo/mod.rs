@@ -8,6 +8,7 @@
 //! The actor advances in explicit ticks driven by the ground, so a run is deterministic.
 
 pub mod expr;
+pub mod schemas;
 pub mod steps;
 
 use std::collections::BTreeMap;
@@ -450,6 +451,10 @@ struct Run {
     /// Argo CD Applications an `argocd-update` step named: verified after success.
     apps: Vec<(String, String)>,
     merge_commit: Option<String>,
+    /// Each step run so far: (alias, Succeeded / Skipped / Failed / Errored), for `status()`.
+    statuses: Vec<(String, String)>,
+    /// Consecutive errors of the current step (against its `retry.errorThreshold`).
+    errors: u32,
 }
 
 /// A Stage waiting for its Applications after a successful promotion.
@@ -933,38 +938,68 @@ impl Kargo {
             }
             let step = &steps[index];
             let uses = text(step, "/uses").to_string();
+            // [K api/v1alpha1/promotion_types.go GetAlias]: `step-<i+1>` when `as` is unset.
             let alias = step
                 .get("as")
                 .and_then(Value::as_str)
+                .filter(|a| !a.is_empty())
                 .map(str::to_string)
-                .unwrap_or_else(|| format!("step-{index}"));
+                .unwrap_or_else(|| format!("step-{}", index + 1));
             let run = self
                 .runs
                 .get(&name)
-                .map(|r| (r.outputs.clone(), r.workdir.clone().unwrap_or_default()))
+                .map(|r| {
+                    (
+                        r.outputs.clone(),
+                        r.workdir.clone().unwrap_or_default(),
+                        r.statuses.clone(),
+                    )
+                })
                 .unwrap_or_default();
-            let scope = expr::Scope {
-                ctx: json!({"project": self.namespace, "stage": stage, "promotion": name, "targetFreight": {"name": text(&freight, "/metadata/name"), "alias": text(&freight, "/alias"), "origin": {"name": text(&freight, "/origin/name")}}}),
-                vars: &vars,
-                outputs: &run.0,
-                freight: &freight,
-                secrets: &self.secrets,
+            let prepared = self.prepare_step(step, &vars, &run.0, &run.2, &freight, stage, &name);
+            let config = match prepared {
+                Ok(Some(c)) => c,
+                Ok(None) => {
+                    transcript.say(
+                        "kargo",
+                        format!(
+                            "{name} step {}/{} {uses}: skipped (its if: condition is false)",
+                            index + 1,
+                            steps.len()
+                        ),
+                    );
+                    let run = self.runs.entry(name.clone()).or_default();
+                    run.statuses.push((alias, "Skipped".into()));
+                    run.step += 1;
+                    progress = true;
+                    continue;
+                }
+                Err(e) => {
+                    self.finish(
+                        kube,
+                        transcript,
+                        stage,
+                        &name,
+                        "Errored",
+                        &format!("step {} ({uses}): {e}", index + 1),
+                    );
+                    return true;
+                }
             };
-            let config =
-                match expr::evaluate_value(step.get("config").unwrap_or(&Value::Null), &scope) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        self.finish(
-                            kube,
-                            transcript,
-                            stage,
-                            &name,
-                            "Errored",
-                            &format!("step {} ({uses}): {e}", index + 1),
-                        );
-                        return true;
-                    }
-                };
+            if let Err(e) = schemas::validate(&uses, &config) {
+                self.finish(
+                    kube,
+                    transcript,
+                    stage,
+                    &name,
+                    "Errored",
+                    &format!(
+                        "step {} ({uses}): an unrecoverable error occurred: {e}",
+                        index + 1
+                    ),
+                );
+                return true;
+            }
             let context = steps::StepContext {
                 kargo: self,
                 workdir: &run.1,
@@ -1003,7 +1038,9 @@ impl Kargo {
                     {
                         run.merge_commit = Some(commit.to_string());
                     }
-                    run.outputs.insert(alias, output);
+                    run.outputs.insert(alias.clone(), output);
+                    run.statuses.push((alias, "Succeeded".into()));
+                    run.errors = 0;
                     run.step += 1;
                     run.waiting_said = false;
                     let _ = Self::patch_status(
@@ -1024,7 +1061,8 @@ impl Kargo {
                             steps.len()
                         ),
                     );
-                    run.outputs.insert(alias, json!({}));
+                    run.outputs.insert(alias.clone(), json!({}));
+                    run.statuses.push((alias, "Skipped".into()));
                     run.step += 1;
                     progress = true;
                 }
@@ -1036,6 +1074,44 @@ impl Kargo {
                                 "{name} step {}/{} {uses}: waiting: {said}",
                                 index + 1,
                                 steps.len()
+                            ),
+                        );
+                        run.waiting_said = true;
+                        progress = true;
+                    }
+                    return progress;
+                }
+                // [K pkg/promotion/local_orchestrator.go determineStepCompletion]: a
+                // recoverable error counts against `retry.errorThreshold` (default 1: the
+                // first error ends the Promotion as Errored); below it the step is retried.
+                steps::Outcome::Errored { said } => {
+                    run.errors += 1;
+                    let threshold = step
+                        .pointer("/retry/errorThreshold")
+                        .and_then(Value::as_u64)
+                        .filter(|t| *t > 0)
+                        .unwrap_or(1);
+                    if u64::from(run.errors) >= threshold {
+                        self.finish(
+                            kube,
+                            transcript,
+                            stage,
+                            &name,
+                            "Errored",
+                            &format!(
+                                "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
+                                index + 1
+                            ),
+                        );
+                        return true;
+                    }
+                    if !run.waiting_said {
+                        transcript.say(
+                            "kargo",
+                            format!(
+                                "{name} step {}/{} {uses}: {said}; step will be retried (error threshold {threshold})",
+                                index + 1,
+                                steps.len(),
                             ),
                         );
                         run.waiting_said = true;
@@ -1056,6 +1132,96 @@ impl Kargo {
                 }
             }
         }
+    }
+
+    /// A step's vars, `if:` and config, as Kargo's step evaluator prepares them
+    /// ([K pkg/promotion/evaluator.go Vars, ShouldSkip, Config]): the Promotion's vars then the
+    /// step's own (only those see earlier outputs), each a template seeing the vars before it;
+    /// a step whose `if:` is false is
+    /// skipped (`None`), one whose `if:` is not a bool errors; without `if:`, a step after a
+    /// failure is skipped (the runner stops at a failure, so that never arises here).
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_step(
+        &self,
+        step: &Value,
+        promotion_vars: &Map<String, Value>,
+        outputs: &Map<String, Value>,
+        statuses: &[(String, String)],
+        freight: &Value,
+        stage: &str,
+        name: &str,
+    ) -> Result<Option<Value>, String> {
+        let ctx = json!({"project": self.namespace, "stage": stage, "promotion": name, "targetFreight": {"name": text(freight, "/metadata/name"), "alias": text(freight, "/alias"), "origin": {"name": text(freight, "/origin/name")}}});
+        let mut vars = Map::new();
+        let step_vars: Vec<(String, Value)> = step
+            .get("vars")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                Some((
+                    v.get("name")?.as_str()?.to_string(),
+                    v.get("value").cloned().unwrap_or(Value::Null),
+                ))
+            })
+            .collect();
+        // [K evaluator.go Vars]: the Promotion's vars do not see outputs; a step's own do.
+        let no_outputs = Map::new();
+        let promotion_count = promotion_vars.len();
+        for (i, (key, raw)) in promotion_vars
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(step_vars)
+            .enumerate()
+        {
+            let (seen, seen_statuses) = if i < promotion_count {
+                (&no_outputs, &[][..])
+            } else {
+                (outputs, statuses)
+            };
+            let scope = expr::Scope {
+                ctx: ctx.clone(),
+                vars: &vars,
+                outputs: seen,
+                freight,
+                secrets: &self.secrets,
+                statuses: seen_statuses,
+            };
+            let value =
+                expr::evaluate_value(&raw, &scope).map_err(|e| format!("var {key}: {e}"))?;
+            vars.insert(key, value);
+        }
+        let scope = expr::Scope {
+            ctx,
+            vars: &vars,
+            outputs,
+            freight,
+            secrets: &self.secrets,
+            statuses,
+        };
+        if let Some(condition) = step
+            .get("if")
+            .and_then(Value::as_str)
+            .filter(|c| !c.is_empty())
+        {
+            match expr::evaluate_template(condition, &scope)? {
+                Value::Bool(true) => {}
+                Value::Bool(false) => return Ok(None),
+                other => {
+                    return Err(format!(
+                        "if: expression must evaluate to a boolean, got {}",
+                        match other {
+                            Value::String(_) => "string",
+                            Value::Number(_) => "float64",
+                            Value::Null => "<nil>",
+                            Value::Array(_) => "[]interface {}",
+                            _ => "map[string]interface {}",
+                        }
+                    ));
+                }
+            }
+        }
+        expr::evaluate_value(step.get("config").unwrap_or(&Value::Null), &scope).map(Some)
     }
 
     fn finish(

@@ -17,10 +17,23 @@ pub struct StepContext<'a> {
 }
 
 pub enum Outcome {
-    Done { output: Value, said: String },
-    Skipped { said: String },
-    Waiting { said: String },
-    Failed { said: String },
+    Done {
+        output: Value,
+        said: String,
+    },
+    Skipped {
+        said: String,
+    },
+    Waiting {
+        said: String,
+    },
+    Failed {
+        said: String,
+    },
+    /// A recoverable error (a transport error): retried until `retry.errorThreshold`.
+    Errored {
+        said: String,
+    },
 }
 
 fn text<'v>(value: &'v Value, key: &str) -> &'v str {
@@ -63,11 +76,62 @@ pub async fn run(ctx: &StepContext<'_>, uses: &str, config: &Value) -> Outcome {
                 ),
             ))
         }
+        // [K compose_output.go]: the config is the output.
+        "compose-output" => Ok((config.clone(), "outputs composed".to_string())),
+        "yaml-parse" => return yaml_parse(ctx, config),
         other => Err(format!("step {other:?} is not supported by the ground")),
     };
     match result {
         Ok((output, said)) => Outcome::Done { output, said },
         Err(said) => Outcome::Failed { said },
+    }
+}
+
+/// [K yaml_parser.go]: reads the file's first YAML document and evaluates each output's
+/// `fromExpression` against it; any error Errors the step.
+fn yaml_parse(ctx: &StepContext, config: &Value) -> Outcome {
+    let result = (|| -> Result<Value, String> {
+        let path = inside(ctx.workdir, text(config, "path"))?;
+        let bytes = std::fs::read_to_string(&path)
+            .map_err(|e| format!("error reading YAML file {:?}: {e}", text(config, "path")))?;
+        if bytes.is_empty() {
+            return Err(format!(
+                "could not parse empty YAML file: {:?}",
+                text(config, "path")
+            ));
+        }
+        let data: Value = serde_saphyr::from_multiple::<Value>(&bytes)
+            .map_err(|e| format!("could not parse YAML file: {e}"))?
+            .into_iter()
+            .next()
+            .unwrap_or(Value::Null);
+        let mut outputs = serde_json::Map::new();
+        for output in config
+            .get("outputs")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let value = super::expr::evaluate_in(text(output, "fromExpression"), &data)?;
+            outputs.insert(text(output, "name").to_string(), value);
+        }
+        Ok(Value::Object(outputs))
+    })();
+    match result {
+        Ok(output) => {
+            let said = format!(
+                "read {} from {}",
+                output
+                    .as_object()
+                    .map(|o| o.keys().cloned().collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default(),
+                text(config, "path")
+            );
+            Outcome::Done { output, said }
+        }
+        Err(said) => Outcome::Errored {
+            said: format!("failed to extract outputs: {said}"),
+        },
     }
 }
 
@@ -237,6 +301,7 @@ fn git_push(ctx: &StepContext, config: &Value) -> Result<(Value, String), String
 }
 
 fn http_client() -> reqwest::Client {
+    gitops_loop::forge::github::install_crypto_provider();
     reqwest::Client::new()
 }
 
@@ -503,8 +568,20 @@ async fn http(ctx: &StepContext<'_>, config: &Value) -> Outcome {
                 response.status()
             ),
         },
-        Err(e) => Outcome::Waiting {
-            said: format!("{method} {}: {e}", text(config, "url")),
+        // [K http_requester.go]: a request that cannot be sent (connection refused, DNS) is
+        // Errored, not retried by itself: `retry.errorThreshold` decides.
+        Err(e) => Outcome::Errored {
+            said: format!(
+                "error sending HTTP request: {method} {}: {}",
+                text(config, "url"),
+                if e.is_connect() {
+                    "connection refused"
+                } else if e.is_timeout() {
+                    "timed out"
+                } else {
+                    "the request failed"
+                }
+            ),
         },
     }
 }
