@@ -1,0 +1,77 @@
+{{/* Labels on every object. */}}
+{{- define "kargo-pipelines.labels" -}}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kargo-pipelines
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* A Stage's name: <target>-<stage>. */}}
+{{- define "kargo-pipelines.stageName" -}}
+{{ printf "%s-%s" .target.name .stage.name }}
+{{- end -}}
+
+{{/*
+The expr-lang expression that reads the pinned line's current value from the parsed file:
+`$env["a"]["b"]` for the key `a.b` (a key segment that is a number indexes a list).
+*/}}
+{{- define "kargo-pipelines.readKey" -}}
+$env
+{{- range (splitList "." .) -}}
+{{- if regexMatch "^[0-9]+$" . -}}[{{ . }}]{{- else -}}["{{ . }}"]{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Whether a promotion waits for a person, as an expression over the current version (read by
+the `current` step) and the Freight's version. The one rule, shared with the gate's
+`major-version-boundary` note: a major change is a boundary, and so is a minor change below
+1.0.0 (0.x counts its minor as its major); a version Kargo's semverDiff cannot compare holds.
+A trusted target merges itself below that boundary (patch only, or minor too with
+`autoMerge: minor`); `hold: always` and untrusted targets always wait.
+*/}}
+{{- define "kargo-pipelines.hold" -}}
+{{- $t := .target -}}
+{{- if or (eq ($t.hold | default "auto") "always") (not $t.trusted) -}}
+${{ "{{" }} true {{ "}}" }}
+{{- else -}}
+{{- $from := "string(outputs.current.version)" -}}
+{{- $to := printf "chartFrom('%s', '%s').Version" $t.chart.repoURL $t.chart.name -}}
+{{- $diff := printf "semverDiff(%s, %s)" $from $to -}}
+{{- $minorHolds := eq ($t.autoMerge | default "patch") "patch" -}}
+${{ "{{" }} {{ $diff }} in ['Major', 'Incomparable'] || ({{ $diff }} == 'Minor' && ({{ $minorHolds }} || {{ $from }} startsWith '0.' || {{ $from }} startsWith 'v0.')) {{ "}}" }}
+{{- end -}}
+{{- end -}}
+
+{{/* Fails the render when two targets share a name or a path leaves the repository. */}}
+{{- define "kargo-pipelines.check" -}}
+{{- $seen := dict -}}
+{{- range .Values.targets -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "targets: the name %q is used twice" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- $target := . -}}
+{{- $stages := dict -}}
+{{- range .stages -}}
+{{- if hasKey $stages .name -}}
+{{- fail (printf "targets[%s].stages: the stage %q is listed twice" $target.name .name) -}}
+{{- end -}}
+{{- $_ := set $stages .name true -}}
+{{- if or (has ".." (splitList "/" .file)) (hasPrefix "/" .file) -}}
+{{- fail (printf "targets[%s].stages[%s].file: %q leaves the repository" $target.name .name .file) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Stage's Applications as a PromQL regular expression inside a double-quoted string: names
+joined by `|`, each `.` escaped as `\\.` (a backslash escaped for the PromQL string).
+*/}}
+{{- define "kargo-pipelines.appNames" -}}
+{{- $names := list -}}
+{{- range .applications -}}
+{{- $names = append $names (replace "." "\\\\." .name) -}}
+{{- end -}}
+{{- join "|" $names -}}
+{{- end -}}

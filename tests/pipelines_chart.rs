@@ -1,0 +1,304 @@
+//! charts/kargo-pipelines, rendered with the real helm: the objects it renders, checked against
+//! the ground's CRDs with the product's structural-schema code, every step config evaluated
+//! with the ground's Kargo expressions and checked against Kargo's step schemas, the merge
+//! policy agreeing with the gate's major-version boundary, and the values schema refusing a
+//! malformed target with a clear message.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use ground::kargo::{expr, schemas};
+use proptest::prelude::*;
+use serde_json::{Map, Value, json};
+use std::path::PathBuf;
+
+const CHART: &str = "kargo-pipelines";
+const EXAMPLE: &str = "charts/kargo-pipelines/examples/addons.yaml";
+
+fn example() -> PathBuf {
+    common::project_root().join(EXAMPLE)
+}
+
+fn template(args: &[&str]) -> std::process::Output {
+    let example = example();
+    let mut all = vec!["-f", example.to_str().unwrap()];
+    all.extend_from_slice(args);
+    common::helm_template(CHART, "platform-addons", &all)
+}
+
+fn objects(args: &[&str]) -> Vec<Value> {
+    common::rendered_objects(&template(args))
+}
+
+fn stage<'a>(objects: &'a [Value], name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == "Stage" && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no Stage {name}"))
+}
+
+#[test]
+fn the_example_renders_as_snapshotted() {
+    let output = template(&[]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    insta::assert_snapshot!(String::from_utf8_lossy(&output.stdout));
+}
+
+#[test]
+fn the_readme_shows_the_example_values_verbatim() {
+    let readme =
+        std::fs::read_to_string(common::project_root().join("charts/kargo-pipelines/README.md"))
+            .unwrap();
+    let example = std::fs::read_to_string(example()).unwrap();
+    assert!(
+        readme.contains(example.trim()),
+        "README.md and {EXAMPLE} differ"
+    );
+}
+
+#[test]
+fn every_rendered_object_fits_the_grounds_crds() {
+    let crds = common::project_root().join("kind/crds");
+    let mut schemas_by_kind = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(&crds).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let crd: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let group = crd["spec"]["group"].as_str().unwrap().to_string();
+        let kind = crd["spec"]["names"]["kind"].as_str().unwrap().to_string();
+        schemas_by_kind.insert((group, kind), crd);
+    }
+    let rendered = objects(&[]);
+    assert!(!rendered.is_empty());
+    for object in &rendered {
+        let (group, version) = object["apiVersion"]
+            .as_str()
+            .unwrap()
+            .split_once('/')
+            .unwrap();
+        let kind = object["kind"].as_str().unwrap();
+        let crd = schemas_by_kind
+            .get(&(group.to_string(), kind.to_string()))
+            .unwrap_or_else(|| panic!("the ground has no CRD for {group}/{kind}"));
+        let schema = gitops_loop::schema::version_schema(crd, version).unwrap();
+        let mut copy = object.clone();
+        let outcome = gitops_loop::schema::prune_and_validate(&mut copy, schema);
+        let name = &object["metadata"]["name"];
+        assert!(
+            outcome.pruned.is_empty(),
+            "{kind} {name}: pruned {:?}",
+            outcome.pruned
+        );
+        assert!(
+            outcome.errors.is_empty(),
+            "{kind} {name}: {:?}",
+            outcome.errors
+        );
+        assert!(
+            outcome.unevaluated.is_empty(),
+            "{kind} {name}: {:?}",
+            outcome.unevaluated
+        );
+    }
+}
+
+/// Plays a Stage's steps through the ground's expression evaluator with the outputs Kargo's
+/// steps would give, checking every evaluated config against the step's schema. Returns the
+/// aliases of the steps that would run.
+fn play_steps(stage: &Value, from: &str, to: &str) -> Vec<String> {
+    let freight = json!({"charts": [
+        {"repoURL": "https://charts.jetstack.io", "name": "cert-manager", "version": to},
+        {"repoURL": "https://charts.external-secrets.io", "name": "external-secrets", "version": to}]});
+    let secrets: Map<String, Value> = [("bosun".to_string(), json!({"token": "t"}))]
+        .into_iter()
+        .collect();
+    let mut outputs = Map::new();
+    let mut statuses: Vec<(String, String)> = Vec::new();
+    let mut ran = Vec::new();
+    let steps = stage["spec"]["promotionTemplate"]["spec"]["steps"]
+        .as_array()
+        .unwrap();
+    for (i, step) in steps.iter().enumerate() {
+        let uses = step["uses"].as_str().unwrap();
+        let alias = step["as"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("step-{}", i + 1));
+        let vars = Map::new();
+        let scope = expr::Scope {
+            ctx: json!({"project": "platform-addons", "stage": stage["metadata"]["name"]}),
+            vars: &vars,
+            outputs: &outputs,
+            freight: &freight,
+            secrets: &secrets,
+            statuses: &statuses,
+        };
+        if let Some(condition) = step["if"].as_str() {
+            match expr::evaluate_template(condition, &scope).unwrap() {
+                Value::Bool(true) => {}
+                Value::Bool(false) => {
+                    statuses.push((alias, "Skipped".into()));
+                    continue;
+                }
+                other => panic!("step {alias}: if: gave {other}, not a bool"),
+            }
+        }
+        let config = expr::evaluate_value(&step["config"], &scope)
+            .unwrap_or_else(|e| panic!("step {alias} ({uses}): {e}"));
+        schemas::validate(uses, &config).unwrap_or_else(|e| panic!("step {alias}: {e}"));
+        let output = match uses {
+            "yaml-parse" => json!({"version": from}),
+            "compose-output" => config.clone(),
+            "yaml-update" => json!({"commitMessage": "Updated"}),
+            "git-push" => json!({"branch": "kargo/promotion/x"}),
+            "git-open-pr" => {
+                json!({"pr": {"id": 7, "url": "https://github.com/example-org/gitops/pull/7"}})
+            }
+            _ => json!({}),
+        };
+        outputs.insert(alias.clone(), output);
+        statuses.push((alias.clone(), "Succeeded".into()));
+        ran.push(alias);
+    }
+    ran
+}
+
+#[test]
+fn every_step_config_evaluates_to_what_kargos_step_schemas_accept() {
+    let rendered = objects(&[]);
+    // A trusted patch: merged by Kargo, Bosun not asked.
+    let ran = play_steps(
+        stage(&rendered, "cert-manager-staging"),
+        "v1.19.3",
+        "v1.19.4",
+    );
+    assert!(ran.contains(&"merge".to_string()), "{ran:?}");
+    assert!(
+        !ran.contains(&"bosun".to_string()) && !ran.contains(&"wait".to_string()),
+        "{ran:?}"
+    );
+    // A trusted minor with autoMerge: patch waits for a person, and Bosun is told.
+    let ran = play_steps(stage(&rendered, "cert-manager-prod"), "v1.19.4", "v1.20.0");
+    assert!(
+        ran.contains(&"bosun".to_string()) && ran.contains(&"wait".to_string()),
+        "{ran:?}"
+    );
+    assert!(!ran.contains(&"merge".to_string()), "{ran:?}");
+    // hold: always: even a patch waits.
+    let ran = play_steps(
+        stage(&rendered, "external-secrets-prod"),
+        "0.10.0",
+        "0.10.1",
+    );
+    assert!(
+        ran.contains(&"wait".to_string()) && !ran.contains(&"merge".to_string()),
+        "{ran:?}"
+    );
+}
+
+#[test]
+fn a_chain_takes_freight_from_the_stage_before_it_once_verified_there() {
+    let rendered = objects(&[]);
+    let staging = stage(&rendered, "cert-manager-staging");
+    let prod = stage(&rendered, "cert-manager-prod");
+    assert_eq!(
+        staging["spec"]["requestedFreight"][0]["sources"],
+        json!({"direct": true})
+    );
+    assert_eq!(
+        prod["spec"]["requestedFreight"][0]["sources"],
+        json!({"stages": ["cert-manager-staging"]})
+    );
+    assert_eq!(
+        prod["spec"]["verification"],
+        json!({"analysisTemplates": [{"name": "cert-manager-healthy"}],
+            "args": [{"name": "applications", "value": "cert-manager-prod-eu|cert-manager-prod-us"},
+                     {"name": "expected", "value": "2"}]})
+    );
+    let config = rendered
+        .iter()
+        .find(|o| o["kind"] == "ProjectConfig")
+        .unwrap();
+    let stages: Vec<&str> = config["spec"]["promotionPolicies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["stage"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "cert-manager-staging",
+            "cert-manager-prod",
+            "external-secrets-prod"
+        ]
+    );
+}
+
+#[test]
+fn malformed_values_are_refused_with_the_field_named() {
+    for (args, expected) in [
+        (vec!["--set", "targets[0].name=Cert_Manager"], "name"),
+        (vec!["--set", "targets[0].hold=sometimes"], "hold"),
+        (
+            vec!["--set", "targets[0].chart.repoURL=file:///etc/passwd"],
+            "repoURL",
+        ),
+        (
+            vec!["--set", "targets[0].stages[0].file=/etc/passwd"],
+            "file",
+        ),
+        (
+            vec!["--set", "targets[0].stages[0].file=clusters/../../x.yaml"],
+            "leaves the repository",
+        ),
+        (vec!["--set", "targets[1].name=cert-manager"], "used twice"),
+        (
+            vec!["--set", "targets[0].stages[0].applications=null"],
+            "applications",
+        ),
+        (vec!["--set", "targets[0].surprise=1"], "surprise"),
+        (vec!["--set", "bosun.url=https://evil.example/x\"y"], "url"),
+    ] {
+        let output = template(&args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?} was accepted");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+fn hold_of(stage: &Value, from: &str, to: &str) -> bool {
+    let ran = play_steps(stage, from, to);
+    assert_ne!(
+        ran.contains(&"merge".to_string()),
+        ran.contains(&"wait".to_string())
+    );
+    ran.contains(&"wait".to_string())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// The merge policy and the gate's `major-version-boundary` note follow one rule: with
+    /// `autoMerge: minor`, a trusted target waits for a person exactly when the gate calls the
+    /// bump a major boundary (0.x counts its minor as its major).
+    #[test]
+    fn the_merge_policy_holds_exactly_where_the_gate_sees_a_major_boundary(
+        a in (0u64..3, 0u64..3, 0u64..3), b in (0u64..3, 0u64..3, 0u64..3), v in any::<bool>(),
+    ) {
+        static RENDERED: std::sync::LazyLock<Vec<Value>> = std::sync::LazyLock::new(|| {
+            objects(&["--set", "targets[0].autoMerge=minor"])
+        });
+        let prefix = if v { "v" } else { "" };
+        let from = format!("{prefix}{}.{}.{}", a.0, a.1, a.2);
+        let to = format!("{}.{}.{}", b.0, b.1, b.2);
+        let hold = hold_of(stage(&RENDERED, "cert-manager-staging"), &from, &to);
+        prop_assert_eq!(hold, gitops_loop::gate::rules::crosses_major(&from, &to), "{} -> {}", from, to);
+    }
+}
