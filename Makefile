@@ -1,5 +1,5 @@
 # Every target is one line calling cargo xtask; the logic lives there.
-.PHONY: demo demo-triage demo-structural demo-migration demo-fix demo-green test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun bench-check-crd-heavy bench-reshape
+.PHONY: demo demo-triage demo-structural demo-migration demo-fix demo-green demo-chain test tools ground-up kind-up kind-down bench-render bench-check bench-observer bench-bosun bench-check-crd-heavy bench-reshape
 demo:
 	cargo xtask demo
 demo-triage:
@@ -15,6 +15,9 @@ demo-fix:
 
 demo-green:
 	cargo xtask demo-green
+
+demo-chain:
+	cargo xtask demo-chain
 test:
 	cargo xtask test
 tools:

@@ -34,6 +34,7 @@ async fn start_polling(config: Value, poll: u64) -> Ground {
         bosun: Some(env!("CARGO_BIN_EXE_bosun").into()),
         tools: root.join("target/tools"),
         crds: root.join("kind/crds"),
+        pipelines_chart: None,
         faults: ground::kube::FaultPlan::none(),
         echo: false,
     };

@@ -28,6 +28,7 @@ pub async fn play_scenario(scenario: Scenario, faults: FaultPlan) -> Ground {
         bosun: Some(env!("CARGO_BIN_EXE_bosun").into()),
         tools: root.join("target/tools"),
         crds: root.join("kind/crds"),
+        pipelines_chart: None,
         faults,
         echo: false,
     };
@@ -832,4 +833,77 @@ async fn hostile_release_notes_cannot_forge_a_block_a_heading_a_link_or_a_mentio
     );
     // Still read: the notes' step makes the gate worth a look.
     assert!(body.contains("describe a manual step"), "{body}");
+}
+
+/// Objects of a resource in the scenario's Project namespace.
+fn objects_of(ground: &Ground, group: &str, plural: &str) -> Vec<serde_json::Value> {
+    let store = ground.kube.store();
+    let resource = store.resource(group, "v1alpha1", plural).cloned().unwrap();
+    store.list(
+        &resource,
+        &ground.scenario.kargo.project,
+        &ground::kube::store::Selector::default(),
+        &ground::kube::store::Selector::default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_from_the_pipelines_chart_verifies_staging_before_prod_takes_the_freight() {
+    // The Kargo objects are charts/kargo-pipelines rendered by the real helm from the
+    // scenario's values; verification is an AnalysisRun asking the Prometheus double.
+    let ground = play("chain").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    let runs = objects_of(&ground, "argoproj.io", "analysisruns");
+    assert_eq!(runs.len(), 2, "one AnalysisRun per Stage");
+    for run in &runs {
+        assert_eq!(run["status"]["phase"], "Successful", "{run}");
+        assert_eq!(run["status"]["metricResults"][0]["count"], 3, "{run}");
+    }
+    let freights = objects_of(&ground, "kargo.akuity.io", "freights");
+    let new = freights
+        .iter()
+        .find(|f| f["charts"][0]["version"] == "1.19.3")
+        .unwrap();
+    for stage in ["cert-manager-lite-staging", "cert-manager-lite-prod"] {
+        assert!(new["status"]["verifiedIn"][stage].is_object(), "{new}");
+    }
+    let text = ground.transcript.text();
+    let staging_verified = text
+        .find("Stage cert-manager-lite-staging: verification passed")
+        .unwrap();
+    let prod_promoted = text
+        .find("Stage cert-manager-lite-prod: auto-promotion")
+        .unwrap();
+    assert!(
+        staging_verified < prod_promoted,
+        "prod took the Freight before staging verified it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_degraded_staging_fails_the_analysis_and_prod_never_receives_the_freight() {
+    let ground = play("chain-degraded").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    let runs = objects_of(&ground, "argoproj.io", "analysisruns");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["status"]["phase"], "Failed", "{}", runs[0]);
+    let stages = objects_of(&ground, "kargo.akuity.io", "stages");
+    let staging = stages
+        .iter()
+        .find(|s| s["metadata"]["name"] == "cert-manager-lite-staging")
+        .unwrap();
+    assert_eq!(
+        staging["status"]["freightHistory"][0]["verificationHistory"][0]["phase"],
+        "Failed"
+    );
+    // prod's pinned line never moved.
+    let bare = ground.forge.bare_path("platform/gitops").unwrap();
+    let prod = ground::git::git(&bare, &["show", "main:targets/prod.yaml"]).unwrap();
+    assert!(prod.contains("version: \"1.19.2\""), "{prod}");
+    assert!(
+        ground
+            .transcript
+            .text()
+            .contains("so no Stage that requests it from cert-manager-lite-staging receives it")
+    );
 }

@@ -21,6 +21,9 @@ pub enum Hold {
     RolloutStalled,
     /// Every workload is scaled to zero: no Pods, no images.
     ScaledToZero,
+    /// The next version passes its first health check, then crash-loops: Healthy at the
+    /// sync, Degraded from the next round on.
+    DegradesAfterSync,
 }
 
 pub struct ArgoCd {
@@ -30,6 +33,8 @@ pub struct ArgoCd {
     pub branch: String,
     pub holds: BTreeMap<String, Hold>,
     synced: Option<String>,
+    /// Applications synced Healthy that turn Degraded at the next round: (namespace, name).
+    degrading: Vec<(String, String)>,
     images: BTreeMap<String, Vec<String>>,
     digests: BTreeMap<String, String>,
 }
@@ -84,6 +89,7 @@ impl ArgoCd {
             bare,
             branch: branch.to_string(),
             holds: BTreeMap::new(),
+            degrading: Vec::new(),
             synced: None,
             images: BTreeMap::new(),
             digests: BTreeMap::new(),
@@ -103,6 +109,29 @@ impl ArgoCd {
         else {
             return false;
         };
+        if !self.degrading.is_empty()
+            && let Some(resource) = Self::resource(kube)
+        {
+            for (namespace, name) in std::mem::take(&mut self.degrading) {
+                let patched = kube.store().patch(
+                    &resource,
+                    &namespace,
+                    &name,
+                    crate::kube::store::PatchBody::Merge(
+                        json!({"status": {"health": {"status": "Degraded", "message": "back-off restarting failed container"}}}),
+                    ),
+                    &identity(),
+                    false,
+                );
+                if patched.is_ok() {
+                    transcript.say(
+                        "argocd",
+                        format!("{name}: Healthy -> Degraded (CrashLoopBackOff)"),
+                    );
+                }
+            }
+            return true;
+        }
         if self.synced.as_deref() == Some(revision.as_str()) {
             return false;
         }
@@ -152,8 +181,15 @@ impl ArgoCd {
                     (both.into_iter().collect::<Vec<_>>(), "Progressing")
                 }
                 Some(Hold::ScaledToZero) => (Vec::new(), "Healthy"),
-                None => (new_images.clone(), "Healthy"),
+                Some(Hold::DegradesAfterSync) | None => (new_images.clone(), "Healthy"),
             };
+            if self.holds.get(&app.name) == Some(&Hold::DegradesAfterSync)
+                && !first
+                && before.as_deref() != Some(digest.as_str())
+            {
+                self.degrading
+                    .push((app.namespace.clone(), app.name.clone()));
+            }
             if let Some(Hold::RolloutStalled) = self.holds.get(&app.name) {
                 // Keep the old images for the next comparison: the rollout has not finished.
                 self.images.insert(app.name.clone(), old_images.clone());

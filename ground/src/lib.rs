@@ -19,6 +19,8 @@ pub mod kargo;
 pub mod kube;
 pub mod model;
 pub mod oci;
+pub mod prometheus;
+pub mod rollouts;
 pub mod scenario;
 pub mod transcript;
 
@@ -58,6 +60,8 @@ pub const FORGE_USERS: [(&str, &str); 4] = [
     (FORGE_BOSUN_TOKEN, "bosun[bot]"),
 ];
 pub const KUBE_BOSUN_TOKEN: &str = "ground-bosun-kube-token";
+/// The Prometheus address scenarios' pipelines name; it reaches the Prometheus double.
+pub const PROMETHEUS_URL: &str = "http://prometheus.example.test:9090";
 pub const BOSUN_USER: &str = "system:serviceaccount:bosun:bosun";
 
 pub struct Options {
@@ -71,6 +75,8 @@ pub struct Options {
     pub tools: PathBuf,
     /// The project's CRDs (kind/crds).
     pub crds: PathBuf,
+    /// charts/kargo-pipelines (default: beside the CRDs, `kind/crds/../../charts`).
+    pub pipelines_chart: Option<PathBuf>,
     pub faults: FaultPlan,
     /// Print transcript lines as they happen.
     pub echo: bool,
@@ -90,6 +96,10 @@ pub struct Ground {
     pub model: Option<self::model::ModelDouble>,
     /// The OCI registry double, when the scenario scripts image labels.
     pub oci: Option<self::oci::OciRegistryDouble>,
+    /// Argo Rollouts' analysis controller (runs the AnalysisRuns Kargo's verification makes).
+    pub rollouts: self::rollouts::Rollouts,
+    /// The Prometheus double over Argo CD's metrics (`PROMETHEUS_URL` reaches it).
+    pub prometheus: self::prometheus::PrometheusDouble,
     pub transcript: Transcript,
     /// kubeconfig for the observer's identity.
     pub kubeconfig: PathBuf,
@@ -316,8 +326,43 @@ impl Ground {
                     .collect(),
             );
         }
-        let objects_path = scenario.path(&scenario.kargo.objects);
-        let text = std::fs::read_to_string(&objects_path)?;
+        // The Kargo objects: the kargo-pipelines chart rendered with the real helm from the
+        // scenario's values, or hand-written YAML.
+        let (objects_path, text) = match (&scenario.kargo.pipelines, &scenario.kargo.objects) {
+            (Some(values), None) => {
+                let values = scenario.path(values);
+                let chart = options
+                    .pipelines_chart
+                    .clone()
+                    .unwrap_or_else(|| options.crds.join("../../charts/kargo-pipelines"));
+                let output = std::process::Command::new(options.tools.join("helm"))
+                    .args(["template", "pipelines"])
+                    .arg(&chart)
+                    .args(["--namespace", &scenario.kargo.project, "--values"])
+                    .arg(&values)
+                    .env("HELM_CACHE_HOME", dir.path().join("helm-cache"))
+                    .env("HELM_CONFIG_HOME", dir.path().join("helm-config"))
+                    .env("HELM_DATA_HOME", dir.path().join("helm-data"))
+                    .output()
+                    .with_context(|| format!("helm template {}", chart.display()))?;
+                if !output.status.success() {
+                    anyhow::bail!(
+                        "{}: the kargo-pipelines chart refused these values: {}",
+                        values.display(),
+                        String::from_utf8_lossy(&output.stderr).trim()
+                    );
+                }
+                (values, String::from_utf8_lossy(&output.stdout).into_owned())
+            }
+            (None, Some(objects)) => {
+                let path = scenario.path(objects);
+                let text = std::fs::read_to_string(&path)?;
+                (path, text)
+            }
+            _ => {
+                anyhow::bail!("kargo: give exactly one of `pipelines` (chart values) or `objects`")
+            }
+        };
         for object in
             gitops_loop::yaml::parse_documents(&text, &objects_path.display().to_string())?
         {
@@ -504,6 +549,11 @@ impl Ground {
             }
         };
 
+        let prometheus = self::prometheus::PrometheusDouble::start(kube.clone()).await?;
+        let mut rollouts = self::rollouts::Rollouts::default();
+        rollouts
+            .http_aliases
+            .insert(PROMETHEUS_URL.to_string(), prometheus.url());
         Ok(Ground {
             scenario,
             kube,
@@ -515,6 +565,8 @@ impl Ground {
             bosun,
             model: model_double,
             oci: oci_double,
+            rollouts,
+            prometheus,
             transcript,
             kubeconfig,
             admin_kubeconfig,
@@ -535,11 +587,12 @@ impl Ground {
         let kargo = self.kargo.tick(&self.kube, &self.transcript).await;
         let ci = self.ci.tick(&self.forge, &self.transcript).await;
         let argocd = self.argocd.tick(&self.kube, &self.transcript).await;
+        let rollouts = self.rollouts.tick(&self.kube, &self.transcript).await;
         let bosun = match &mut self.bosun {
             Some(bosun) => bosun.tick(&self.transcript).await,
             None => false,
         };
-        kargo || ci || argocd || bosun
+        kargo || ci || argocd || rollouts || bosun
     }
 
     pub async fn bosun_busy(&self) -> bool {
@@ -615,6 +668,17 @@ impl Ground {
                 self.argocd.resync();
                 self.transcript
                     .say("scenario", format!("{app} is scaled to zero"));
+            }
+            Action::DegradeAfterSync(app) => {
+                self.argocd
+                    .holds
+                    .insert(app.clone(), self::argocd::Hold::DegradesAfterSync);
+                self.transcript.say(
+                    "scenario",
+                    format!(
+                        "{app}'s next version will pass its first health check, then crash-loop"
+                    ),
+                );
             }
             Action::Settle => self.settle().await?,
             Action::Merge(merge) => self.merge(merge).await?,

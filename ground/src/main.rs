@@ -35,6 +35,9 @@ struct Common {
     /// The project's CRDs.
     #[arg(long)]
     crds: PathBuf,
+    /// charts/kargo-pipelines (default: `<crds>/../../charts/kargo-pipelines`).
+    #[arg(long)]
+    pipelines_chart: Option<PathBuf>,
     /// Inject faults from this seed (409s, 410s, 429s, 500s, dropped and duplicated watch events).
     #[arg(long)]
     chaos_seed: Option<u64>,
@@ -85,6 +88,7 @@ fn options(common: &Common) -> Options {
         bosun: common.bosun.clone(),
         tools: common.tools.clone(),
         crds: common.crds.clone(),
+        pipelines_chart: common.pipelines_chart.clone(),
         faults,
         echo: true,
     }

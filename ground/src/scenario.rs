@@ -77,7 +77,12 @@ pub struct KargoSpec {
     /// The Project namespace.
     pub project: String,
     /// YAML with Warehouses and Stages, relative to the scenario.
-    pub objects: String,
+    #[serde(default)]
+    pub objects: Option<String>,
+    /// Values for charts/kargo-pipelines, relative to the scenario: the ground renders the
+    /// chart with the real helm and loads what it renders (instead of `objects`).
+    #[serde(default)]
+    pub pipelines: Option<String>,
     /// Who holds Kargo's `promote` verb: user -> Stages (`*` for all).
     #[serde(default)]
     pub grants: BTreeMap<String, Vec<String>>,
@@ -161,6 +166,8 @@ pub enum Action {
     StallRollout(String),
     /// Every workload of an Application is scaled to zero.
     ScaleToZero(String),
+    /// The Application's next version passes its first health check, then crash-loops.
+    DegradeAfterSync(String),
     /// Run every actor until nothing changes.
     Settle,
     /// An image tag appears in the scripted registry (`repo:tag` or `repo:tag@digest`).

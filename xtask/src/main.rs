@@ -53,6 +53,10 @@ enum Command {
     /// A held minor bump with a green gate: Bosun explains what it does from the gate's
     /// report, in one comment (scenarios/green-explained).
     DemoGreen,
+    /// A chain from charts/kargo-pipelines: staging, verification asking Prometheus, then
+    /// prod (scenarios/chain), and the variant where staging degrades and prod never receives
+    /// the Freight (scenarios/chain-degraded).
+    DemoChain,
     /// The evals (evals/): scored by `cargo test --test evals`. With `--live`, the reshape
     /// cases go to a real model instead of the recorded replies (never in CI): set
     /// BOSUN_LIVE_PROVIDER (anthropic or openai), BOSUN_LIVE_MODEL, optionally
@@ -115,6 +119,10 @@ fn main() -> Result<()> {
         Command::DemoMigration => demo::play("values-migration", None),
         Command::DemoFix => demo::play("mechanical-fix", None),
         Command::DemoGreen => demo::play("green-explained", None),
+        Command::DemoChain => {
+            demo::play("chain", None)?;
+            demo::play("chain-degraded", None)
+        }
         Command::Evals { live } => {
             let sh = xshell::Shell::new()?;
             sh.change_dir(project_root());

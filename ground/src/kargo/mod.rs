@@ -464,6 +464,9 @@ struct Verification {
     freight: String,
     apps: Vec<(String, String)>,
     revision: Option<String>,
+    /// The AnalysisRun started for the Stage's `verification`, once the Applications are
+    /// healthy.
+    analysis_run: Option<String>,
 }
 
 /// The Kargo actor.
@@ -482,6 +485,8 @@ pub struct Kargo {
     seen_warehouses: Vec<String>,
     runs: BTreeMap<String, Run>,
     verifications: Vec<Verification>,
+    /// ULIDs for AnalysisRun names (the same fixed clock as Promotions').
+    ulids: std::sync::atomic::AtomicU64,
     /// Stages whose promotions fail at the first step (a scenario's fault).
     pub failing_stages: Vec<String>,
     /// URL prefixes the `http` step rewrites to loopback servers (written -> actual).
@@ -544,6 +549,7 @@ impl Kargo {
             seen_warehouses: Vec::new(),
             runs: BTreeMap::new(),
             verifications: Vec::new(),
+            ulids: std::sync::atomic::AtomicU64::new(1000),
             failing_stages: Vec::new(),
             http_aliases: BTreeMap::new(),
             secrets: serde_json::Map::new(),
@@ -686,18 +692,41 @@ impl Kargo {
         let mut progress = false;
         let freights = self.list(kube, "freights");
         let promotions = self.list(kube, "promotions");
+        // [K api/v1alpha1/projectconfig_types.go]: the ProjectConfig named as the Project
+        // lists the Stages that promote by themselves.
+        let policies: Vec<Value> = self
+            .list(kube, "projectconfigs")
+            .into_iter()
+            .filter(|c| text(c, "/metadata/name") == self.namespace)
+            .flat_map(|c| {
+                c.pointer("/spec/promotionPolicies")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect();
         for stage in self.list(kube, "stages") {
-            if text(
-                &stage,
-                &format!(
-                    "/metadata/annotations/{}",
-                    AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
-                ),
-            ) != "true"
+            let stage_name = text(&stage, "/metadata/name").to_string();
+            let by_policy = policies.iter().any(|p| {
+                text(p, "/stage") == stage_name
+                    && p.get("autoPromotionEnabled").and_then(Value::as_bool) == Some(true)
+            });
+            if !by_policy
+                && text(
+                    &stage,
+                    &format!(
+                        "/metadata/annotations/{}",
+                        AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
+                    ),
+                ) != "true"
             {
                 continue;
             }
-            let stage_name = text(&stage, "/metadata/name").to_string();
+            // [K pkg/controller/stages]: the next Promotion waits for the current Freight's
+            // verification.
+            if self.verifications.iter().any(|v| v.stage == stage_name) {
+                continue;
+            }
             for request in stage
                 .pointer("/spec/requestedFreight")
                 .and_then(Value::as_array)
@@ -1306,6 +1335,7 @@ impl Kargo {
                 freight: freight_name.clone(),
                 apps: run.apps.clone(),
                 revision: run.merge_commit.clone(),
+                analysis_run: None,
             });
         }
         let _ = Self::patch_status(kube, "stages", &self.namespace, stage, status);
@@ -1323,11 +1353,16 @@ impl Kargo {
     }
 
     /// After a successful promotion: wait until the Applications an `argocd-update` step named
-    /// are Synced (at the merged revision, when known) and Healthy, then record verification.
+    /// are Synced (at the merged revision, when known) and Healthy ([K docs 60-verification]:
+    /// Kargo waits for them before verification, and without verification success is health).
+    /// With `spec.verification.analysisTemplates`, an AnalysisRun is then created from them and
+    /// the Stage's args, and its verdict decides: Successful verifies the Freight in the Stage
+    /// (so a Stage that requests it from this one may take it); Failed, Error or Inconclusive
+    /// records the failure and the Freight stays unverified.
     fn verify(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
         let mut progress = false;
         let mut remaining = Vec::new();
-        for verification in std::mem::take(&mut self.verifications) {
+        for mut verification in std::mem::take(&mut self.verifications) {
             let resource = kube
                 .store()
                 .resource("argoproj.io", "v1alpha1", "applications")
@@ -1346,57 +1381,199 @@ impl Kargo {
                         .as_deref()
                         .is_none_or(|r| text(&object, "/status/sync/revision") == r)
             });
-            if !ready {
+            if !ready && verification.analysis_run.is_none() {
                 remaining.push(verification);
                 continue;
             }
-            let now = crate::kube::store::rfc3339(now());
-            let _ = Self::patch_status(
-                kube,
-                "freights",
-                &self.namespace,
-                &verification.freight,
-                json!({"verifiedIn": {verification.stage.clone(): {"verifiedAt": now}}}),
-            );
             let stage_object = Self::get(kube, "stages", &self.namespace, &verification.stage)
                 .unwrap_or(Value::Null);
+            let templates: Vec<Value> = stage_object
+                .pointer("/spec/verification/analysisTemplates")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let names: Vec<&str> = verification.apps.iter().map(|(_, n)| n.as_str()).collect();
+            let healthy = format!(
+                "{} Synced and Healthy{}",
+                if names.is_empty() {
+                    "no Applications named".to_string()
+                } else {
+                    names.join(", ")
+                },
+                verification
+                    .revision
+                    .as_deref()
+                    .map(|r| format!(" at {}", &r[..7.min(r.len())]))
+                    .unwrap_or_default()
+            );
+            let outcome: Result<String, (String, String)> = if templates.is_empty() {
+                Ok(format!("verification passed: {healthy}"))
+            } else {
+                match &verification.analysis_run {
+                    None => {
+                        match self.start_analysis(kube, &stage_object, &templates, &verification) {
+                            Ok(run) => {
+                                transcript.say(
+                                    "kargo",
+                                    format!(
+                                        "Stage {}: {healthy}; verification started: AnalysisRun {run}",
+                                        verification.stage
+                                    ),
+                                );
+                                verification.analysis_run = Some(run);
+                                remaining.push(verification);
+                                progress = true;
+                                continue;
+                            }
+                            Err(e) => Err(("Error".to_string(), e)),
+                        }
+                    }
+                    Some(run) => {
+                        let runs = kube
+                            .store()
+                            .resource("argoproj.io", "v1alpha1", "analysisruns")
+                            .cloned();
+                        let object = runs
+                            .and_then(|r| kube.store().get(&r, &self.namespace, run).ok())
+                            .unwrap_or(Value::Null);
+                        match text(&object, "/status/phase") {
+                            "Successful" => {
+                                Ok(format!("verification passed: AnalysisRun {run} Successful"))
+                            }
+                            phase @ ("Failed" | "Error" | "Inconclusive") => Err((
+                                phase.to_string(),
+                                format!("AnalysisRun {run}: {}", text(&object, "/status/message")),
+                            )),
+                            _ => {
+                                remaining.push(verification);
+                                continue;
+                            }
+                        }
+                    }
+                }
+            };
+            let now = crate::kube::store::rfc3339(now());
             let mut history: Vec<Value> = stage_object
                 .pointer("/status/freightHistory")
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            if let Some(first) = history.first_mut() {
-                first["verificationHistory"] = json!([{"id": format!("verification-{}", &verification.freight[..7]), "actor": "kargo", "phase": "Successful", "startTime": now, "finishTime": now, "message": format!("{} Applications Synced and Healthy", verification.apps.len())}]);
-            }
-            let _ = Self::patch_status(
-                kube,
-                "stages",
-                &self.namespace,
-                &verification.stage,
-                json!({"freightHistory": history, "health": {"status": "Healthy"}}),
-            );
-            let names: Vec<&str> = verification.apps.iter().map(|(_, n)| n.as_str()).collect();
-            transcript.say(
-                "kargo",
-                format!(
-                    "Stage {}: verification passed: {} Synced and Healthy{}",
-                    verification.stage,
-                    if names.is_empty() {
-                        "no Applications named".to_string()
+            let id = format!("verification-{}", &verification.freight[..7]);
+            let run_ref = verification
+                .analysis_run
+                .as_ref()
+                .map(|r| json!({"namespace": self.namespace, "name": r}));
+            let alias = Self::get(kube, "freights", &self.namespace, &verification.freight)
+                .map(|f| text(&f, "/alias").to_string())
+                .unwrap_or_default();
+            match &outcome {
+                Ok(said) => {
+                    let _ = Self::patch_status(
+                        kube,
+                        "freights",
+                        &self.namespace,
+                        &verification.freight,
+                        json!({"verifiedIn": {verification.stage.clone(): {"verifiedAt": now}}}),
+                    );
+                    if let Some(first) = history.first_mut() {
+                        first["verificationHistory"] = json!([{"id": id, "actor": "kargo", "phase": "Successful", "startTime": now, "finishTime": now, "message": said, "analysisRun": run_ref}]);
+                    }
+                    let _ = Self::patch_status(
+                        kube,
+                        "stages",
+                        &self.namespace,
+                        &verification.stage,
+                        json!({"freightHistory": history, "health": {"status": "Healthy"}}),
+                    );
+                    let said = if templates.is_empty() {
+                        said.clone()
                     } else {
-                        names.join(", ")
-                    },
-                    verification
-                        .revision
-                        .as_deref()
-                        .map(|r| format!(" at {}", &r[..7]))
-                        .unwrap_or_default()
-                ),
-            );
+                        format!("{said}; Freight {alias} is verified")
+                    };
+                    transcript.say("kargo", format!("Stage {}: {said}", verification.stage));
+                }
+                Err((phase, why)) => {
+                    if let Some(first) = history.first_mut() {
+                        first["verificationHistory"] = json!([{"id": id, "actor": "kargo", "phase": phase, "startTime": now, "finishTime": now, "message": why, "analysisRun": run_ref}]);
+                    }
+                    let _ = Self::patch_status(
+                        kube,
+                        "stages",
+                        &self.namespace,
+                        &verification.stage,
+                        json!({"freightHistory": history, "health": {"status": "Unhealthy"}}),
+                    );
+                    transcript.say(
+                        "kargo",
+                        format!(
+                            "Stage {}: verification {phase}: {why}; Freight {alias} is not verified here, so no Stage that requests it from {} receives it",
+                            verification.stage, verification.stage
+                        ),
+                    );
+                }
+            }
             progress = true;
         }
         self.verifications = remaining;
         progress
+    }
+
+    /// Creates the AnalysisRun for a Stage's verification.
+    fn start_analysis(
+        &self,
+        kube: &KubeDouble,
+        stage: &Value,
+        references: &[Value],
+        verification: &Verification,
+    ) -> Result<String, String> {
+        let resource = |plural: &str| {
+            kube.store()
+                .resource("argoproj.io", "v1alpha1", plural)
+                .cloned()
+                .ok_or_else(|| format!("Argo Rollouts' {plural} are not served"))
+        };
+        let templates_resource = resource("analysistemplates")?;
+        let runs_resource = resource("analysisruns")?;
+        let mut templates = Vec::new();
+        for reference in references {
+            if !matches!(text(reference, "/kind"), "" | "AnalysisTemplate") {
+                return Err(format!(
+                    "{} {} is not modelled by the ground",
+                    text(reference, "/kind"),
+                    text(reference, "/name")
+                ));
+            }
+            let name = text(reference, "/name");
+            let template = kube
+                .store()
+                .get(&templates_resource, &self.namespace, name)
+                .map_err(|_| format!("AnalysisTemplate {name} not found in {}", self.namespace))?;
+            templates.push(template);
+        }
+        let args: Vec<Value> = stage
+            .pointer("/spec/verification/args")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let stage_name = &verification.stage;
+        let name = format!(
+            "{}.{}.{}",
+            stage_name,
+            next_ulid(&self.ulids),
+            &verification.freight[..7]
+        );
+        let run = crate::rollouts::run_for(
+            &templates,
+            &args,
+            &name,
+            &self.namespace,
+            json!({"kargo.akuity.io/stage": stage_label_value(stage_name), "kargo.akuity.io/freight-collection": verification.freight}),
+            json!({}),
+        )?;
+        kube.store()
+            .create(&runs_resource, &self.namespace, run, &controller_user())
+            .map_err(|e| format!("AnalysisRun not created: {e}"))?;
+        Ok(name)
     }
 
     /// The state before the run: each Warehouse's first discovery, and every Stage already at
