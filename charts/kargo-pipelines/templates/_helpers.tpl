@@ -5,9 +5,9 @@ app.kubernetes.io/part-of: kargo-pipelines
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
-{{/* A Stage's name: <target>-<stage>. */}}
+{{/* A Stage's name: the stage's `stageName`, else <target>-<stage>. */}}
 {{- define "kargo-pipelines.stageName" -}}
-{{ printf "%s-%s" .target.name .stage.name }}
+{{ .stage.stageName | default (printf "%s-%s" .target.name .stage.name) }}
 {{- end -}}
 
 {{/*
@@ -57,6 +57,11 @@ ${{ "{{" }} {{ $diff }} in ['Major', 'Incomparable'] || ({{ $diff }} == 'Minor' 
 {{- fail (printf "targets[%s].stages: the stage %q is listed twice" $target.name .name) -}}
 {{- end -}}
 {{- $_ := set $stages .name true -}}
+{{- $stageName := include "kargo-pipelines.stageName" (dict "target" $target "stage" .) -}}
+{{- if hasKey $seen (printf "stage/%s" $stageName) -}}
+{{- fail (printf "targets[%s].stages[%s]: the Stage name %q is used twice" $target.name .name $stageName) -}}
+{{- end -}}
+{{- $_ := set $seen (printf "stage/%s" $stageName) true -}}
 {{- if or (has ".." (splitList "/" .file)) (hasPrefix "/" .file) -}}
 {{- fail (printf "targets[%s].stages[%s].file: %q leaves the repository" $target.name .name .file) -}}
 {{- end -}}
