@@ -907,3 +907,12 @@ async fn a_degraded_staging_fails_the_analysis_and_prod_never_receives_the_freig
             .contains("so no Stage that requests it from cert-manager-lite-staging receives it")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_application_without_automated_sync_drifts_only_once_a_person_syncs_it() {
+    // [A controller/appcontroller.go autoSync]: without syncPolicy.automated the hand bump
+    // leaves the Applications OutOfSync on the old tag: nothing runs the new tag, so the
+    // observer creates nothing until a person syncs them.
+    let ground = play("observer-manual-sync").await;
+    insta::assert_snapshot!(ground.transcript.text());
+}

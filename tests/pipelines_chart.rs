@@ -265,7 +265,13 @@ fn malformed_values_are_refused_with_the_field_named() {
             "applications",
         ),
         (vec!["--set", "targets[0].surprise=1"], "surprise"),
-        (vec!["--set", "targets[1].stages[0].stageName=cert-manager-staging"], "used twice"),
+        (
+            vec![
+                "--set",
+                "targets[1].stages[0].stageName=cert-manager-staging",
+            ],
+            "used twice",
+        ),
         (vec!["--set", "bosun.url=https://evil.example/x\"y"], "url"),
     ] {
         let output = template(&args);

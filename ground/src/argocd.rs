@@ -35,6 +35,9 @@ pub struct ArgoCd {
     synced: Option<String>,
     /// Applications synced Healthy that turn Degraded at the next round: (namespace, name).
     degrading: Vec<(String, String)>,
+    /// Applications without automated sync whose desired state moved: what a sync would
+    /// apply (the render at `revision`), kept until someone asks for a sync operation.
+    pending: BTreeMap<String, (RenderedApplication, String)>,
     images: BTreeMap<String, Vec<String>>,
     digests: BTreeMap<String, String>,
 }
@@ -60,8 +63,16 @@ pub fn images_of<V: std::borrow::Borrow<Value>>(objects: &[V]) -> Vec<String> {
                 }
                 object.pointer("/spec/template/spec")
             }
+            // Argo CD's summary lists the images of what runs: a Rollout's Pods (unless
+            // scaled to zero), never a CronJob's until a Job of it runs (none does here).
+            "Rollout" => {
+                if object.pointer("/spec/replicas").and_then(Value::as_u64) == Some(0) {
+                    continue;
+                }
+                object.pointer("/spec/template/spec")
+            }
             "DaemonSet" | "Job" => object.pointer("/spec/template/spec"),
-            "CronJob" => object.pointer("/spec/jobTemplate/spec/template/spec"),
+            "CronJob" => None,
             "Pod" => object.get("spec"),
             _ => None,
         };
@@ -90,6 +101,7 @@ impl ArgoCd {
             branch: branch.to_string(),
             holds: BTreeMap::new(),
             degrading: Vec::new(),
+            pending: BTreeMap::new(),
             synced: None,
             images: BTreeMap::new(),
             digests: BTreeMap::new(),
@@ -133,7 +145,7 @@ impl ArgoCd {
             return true;
         }
         if self.synced.as_deref() == Some(revision.as_str()) {
-            return false;
+            return self.run_operations(kube, transcript);
         }
         let first = self.synced.is_none();
         self.synced = Some(revision.clone());
@@ -168,6 +180,29 @@ impl ArgoCd {
         for app in &rendering.applications {
             live.insert((app.namespace.clone(), app.name.clone()));
             let digest = serde_json::to_string(&app.objects).unwrap_or_default();
+            // [A controller/appcontroller.go autoSync]: only an Application with
+            // syncPolicy.automated (not `enabled: false`) syncs by itself; any other goes
+            // OutOfSync and keeps running what it ran until a sync operation is requested.
+            let automated = app
+                .manifest
+                .pointer("/spec/syncPolicy/automated")
+                .is_some_and(|a| a.is_object() && a.get("enabled") != Some(&Value::Bool(false)));
+            let requested = kube
+                .store()
+                .get(&resource, &app.namespace, &app.name)
+                .ok()
+                .is_some_and(|o| o.get("operation").is_some_and(|op| !op.is_null()));
+            if !first
+                && !automated
+                && !requested
+                && self.digests.get(&app.name).map(String::as_str) != Some(digest.as_str())
+            {
+                self.pending
+                    .insert(app.name.clone(), (app.clone(), revision.clone()));
+                self.mark_out_of_sync(kube, transcript, &resource, app);
+                continue;
+            }
+            self.pending.remove(&app.name);
             let new_images = images_of(&app.objects);
             let before = self.digests.insert(app.name.clone(), digest.clone());
             let old_images = self
@@ -247,7 +282,143 @@ impl ArgoCd {
                 ),
             );
         }
+        self.run_operations(kube, transcript);
         true
+    }
+
+    /// An Application whose desired state moved but that does not sync by itself: OutOfSync,
+    /// still at the revision and images it runs.
+    fn mark_out_of_sync(
+        &self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        resource: &Resource,
+        app: &RenderedApplication,
+    ) {
+        let patched = kube.store().patch(
+            resource,
+            &app.namespace,
+            &app.name,
+            crate::kube::store::PatchBody::Merge(
+                json!({"status": {"sync": {"status": "OutOfSync"}}}),
+            ),
+            &identity(),
+            false,
+        );
+        if patched.is_ok() {
+            transcript.say(
+                "argocd",
+                format!(
+                    "{}: OutOfSync (no automated sync: it keeps running what it ran until synced)",
+                    app.name
+                ),
+            );
+        }
+    }
+
+    /// Runs the sync operations requested on Applications (`operation`, as Kargo's
+    /// argocd-update sets it): the Application is synced to the branch head, and
+    /// `status.operationState` records the operation, its phase and the revision synced; the
+    /// request is then cleared, as Argo CD's application controller does.
+    fn run_operations(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
+        let Some(resource) = Self::resource(kube) else {
+            return false;
+        };
+        let Some(revision) = self.synced.clone() else {
+            return false;
+        };
+        let requested: Vec<Value> = kube
+            .store()
+            .list(&resource, "", &Selector::default(), &Selector::default())
+            .into_iter()
+            .filter(|a| a.get("operation").is_some_and(|o| !o.is_null()))
+            .collect();
+        let mut progress = false;
+        for mut app in requested {
+            let key_name = app
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if let Some((rendered, at)) = self.pending.remove(&key_name) {
+                // The sync applies what the branch asks for now.
+                let digest = serde_json::to_string(&rendered.objects).unwrap_or_default();
+                let images = images_of(&rendered.objects);
+                self.digests.insert(key_name.clone(), digest);
+                self.images.insert(key_name.clone(), images.clone());
+                self.write(
+                    kube, transcript, &resource, &rendered, &at, &images, "Healthy",
+                );
+                transcript.say(
+                    "argocd",
+                    format!(
+                        "{key_name}: OutOfSync -> Synced at {} (sync requested), Healthy, images {}",
+                        &at[..7.min(at.len())],
+                        images.join(" ")
+                    ),
+                );
+                match kube.store().get(
+                    &resource,
+                    app.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                    &key_name,
+                ) {
+                    Ok(fresh) => app = fresh,
+                    Err(_) => continue,
+                }
+            }
+            let operation = app["operation"].take();
+            let name = app
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let namespace = app
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let now = crate::kube::store::rfc3339(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0),
+            );
+            app["status"]["operationState"] = json!({
+                "operation": operation, "phase": "Succeeded",
+                "message": "successfully synced (all tasks run)",
+                "syncResult": {"revision": revision}, "startedAt": now, "finishedAt": now});
+            if let Some(m) = app.as_object_mut() {
+                m.remove("operation");
+            }
+            if kube
+                .store()
+                .update(
+                    &resource,
+                    &namespace,
+                    &name,
+                    app.clone(),
+                    &identity(),
+                    false,
+                )
+                .is_ok()
+            {
+                let by = operation
+                    .pointer("/initiatedBy/username")
+                    .and_then(Value::as_str)
+                    .unwrap_or("someone");
+                transcript.say(
+                    "argocd",
+                    format!(
+                        "{name}: sync operation by {by}: Succeeded at {}",
+                        &revision[..7]
+                    ),
+                );
+                progress = true;
+            }
+        }
+        progress
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -286,6 +457,13 @@ impl ArgoCd {
                     .pointer("/metadata/resourceVersion")
                     .cloned()
                     .unwrap_or(Value::Null);
+                // A requested operation and the last one's state outlive a re-render.
+                if let Some(operation) = existing.get("operation").filter(|o| !o.is_null()) {
+                    object["operation"] = operation.clone();
+                }
+                if let Some(state) = existing.pointer("/status/operationState") {
+                    object["status"]["operationState"] = state.clone();
+                }
                 if let Err(e) = store.update(
                     resource,
                     &app.namespace,
@@ -324,17 +502,20 @@ mod tests {
     #[test]
     fn images_come_from_pod_templates_sorted_and_unique() {
         // [A controller/cache/info.go populatePodInfo]: raw strings from containers and
-        // initContainers of live Pods, sorted; nothing runs for a workload scaled to zero.
+        // initContainers of live Pods, sorted; nothing runs for a workload scaled to zero, a
+        // CronJob runs Pods only while a Job of it runs (none here), a Rollout's Pods count.
         let objects = vec![
             json!({"kind": "Deployment", "spec": {"replicas": 2, "template": {"spec": {"initContainers": [{"image": "busybox"}], "containers": [{"image": "nginx:1.2"}, {"image": "app@sha256:abc"}]}}}}),
             json!({"kind": "DaemonSet", "spec": {"template": {"spec": {"containers": [{"image": "nginx:1.2"}]}}}}),
             json!({"kind": "Deployment", "spec": {"replicas": 0, "template": {"spec": {"containers": [{"image": "idle:1"}]}}}}),
             json!({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"image": "cron:2"}]}}}}}}),
             json!({"kind": "ConfigMap", "data": {"image": "not-a-pod"}}),
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "spec": {"replicas": 3, "template": {"spec": {"containers": [{"image": "canary:3"}]}}}}),
+            json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "spec": {"replicas": 0, "template": {"spec": {"containers": [{"image": "parked:1"}]}}}}),
         ];
         assert_eq!(
             images_of(&objects),
-            vec!["app@sha256:abc", "busybox", "cron:2", "nginx:1.2"]
+            vec!["app@sha256:abc", "busybox", "canary:3", "nginx:1.2"]
         );
     }
 }

@@ -680,6 +680,28 @@ impl Ground {
                     ),
                 );
             }
+            Action::Sync(app) => {
+                let resource = self
+                    .kube
+                    .store()
+                    .resource("argoproj.io", "v1alpha1", "applications")
+                    .cloned()
+                    .context("Argo CD's Applications are not served")?;
+                self.kube
+                    .store()
+                    .patch(
+                        &resource,
+                        "argocd",
+                        app,
+                        self::kube::store::PatchBody::Merge(json!({"operation": {
+                            "initiatedBy": {"username": "alice"}, "sync": {}}})),
+                        &admin(),
+                        false,
+                    )
+                    .map_err(|e| anyhow::anyhow!("sync {app}: {e}"))?;
+                self.transcript
+                    .say("scenario", format!("a person syncs {app} in Argo CD"));
+            }
             Action::Settle => self.settle().await?,
             Action::Merge(merge) => self.merge(merge).await?,
             Action::Comment(comment) => self.comment(comment).await?,

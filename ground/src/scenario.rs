@@ -168,6 +168,8 @@ pub enum Action {
     ScaleToZero(String),
     /// The Application's next version passes its first health check, then crash-loops.
     DegradeAfterSync(String),
+    /// A person asks Argo CD to sync an Application (a sync operation, as the UI's Sync).
+    Sync(String),
     /// Run every actor until nothing changes.
     Settle,
     /// An image tag appears in the scripted registry (`repo:tag` or `repo:tag@digest`).

@@ -172,7 +172,8 @@ async fn promotion_webhook_replaces_the_name_and_copies_the_steps() {
 #[tokio::test]
 async fn the_promote_verb_is_checked_for_create_and_delete() {
     // [K pkg/webhook/kubernetes/promotion/webhook.go]: a SubjectAccessReview for `promote` on
-    // the Stage, for create, update and delete; `create` on promotions is not enough.
+    // the Stage, for create, update and delete; `create` on promotions is not enough. The
+    // Forbidden comes back wrapped in an internal error (HTTP 500), as ValidateCreate wraps it.
     let world = world(1, false).await;
     let r = resource(&world.kube, "promotions");
     let err = world
@@ -180,10 +181,12 @@ async fn the_promote_verb_is_checked_for_create_and_delete() {
         .store()
         .create(&r, NS, promotion(&world.freights[0]), &user("mallory"))
         .unwrap_err();
-    assert_eq!(err.code, 403);
+    assert_eq!((err.code, err.reason.as_str()), (500, "InternalError"));
     assert!(
-        err.message
-            .contains("is not permitted to promote to Stage \"kargo-demo/prod\""),
+        err.message.contains("Internal error occurred: promotions.kargo.akuity.io")
+            && err
+                .message
+                .contains("is forbidden: subject \"mallory\" is not permitted to create Promotions for Stage \"prod\""),
         "{}",
         err.message
     );
@@ -198,12 +201,18 @@ async fn the_promote_verb_is_checked_for_create_and_delete() {
         .store()
         .delete(&r, NS, name, &user("mallory"))
         .unwrap_err();
-    assert_eq!(err.code, 403);
+    assert_eq!(err.code, 500);
+    assert!(
+        err.message.contains("not permitted to delete Promotions"),
+        "{}",
+        err.message
+    );
 }
 
 #[tokio::test]
 async fn unavailable_or_missing_freight_and_non_project_namespaces_are_refused() {
-    // [K api/v1alpha1/stage_types.go IsFreightAvailable; pkg/server/validation/project.go]
+    // [K api/v1alpha1/stage_types.go IsFreightAvailable; pkg/webhook/kubernetes/promotion/
+    // webhook.go]: missing or unavailable Freight and a missing Stage are Invalid (422).
     let world = world(1, false).await;
     let r = resource(&world.kube, "promotions");
     let missing = world
@@ -216,7 +225,18 @@ async fn unavailable_or_missing_freight_and_non_project_namespaces_are_refused()
             &user("alice"),
         )
         .unwrap_err();
-    assert_eq!(missing.code, 404);
+    assert_eq!((missing.code, missing.reason.as_str()), (422, "Invalid"));
+    let no_stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion", "metadata": {"generateName": "x-"},
+        "spec": {"stage": "nowhere", "freight": world.freights[0], "steps": [{"uses": "noop"}]}});
+    let no_stage = create(&world.kube, "promotions", no_stage, &user("alice")).unwrap_err();
+    assert_eq!(no_stage.code, 422);
+    assert!(
+        no_stage
+            .message
+            .contains("spec.stage: Invalid value: \"nowhere\": could not find Stage"),
+        "{}",
+        no_stage.message
+    );
     let admin = user("system:admin");
     let other = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Freight", "metadata": {"name": "x"},
         "origin": {"kind": "Warehouse", "name": "elsewhere"}, "images": [{"repoURL": "r", "tag": "t", "digest": "d"}]});
@@ -231,9 +251,12 @@ async fn unavailable_or_missing_freight_and_non_project_namespaces_are_refused()
             &user("alice"),
         )
         .unwrap_err();
-    assert_eq!(unavailable.code, 403);
+    assert_eq!(unavailable.code, 422);
     assert!(
-        unavailable.message.contains("is not available to Stage"),
+        unavailable.message.contains("spec.freight: Invalid value:")
+            && unavailable
+                .message
+                .contains("Freight is not available to this Stage"),
         "{}",
         unavailable.message
     );
@@ -471,4 +494,135 @@ async fn steps_are_aliased_from_one_and_an_if_condition_skips_them() {
     let message = done["status"]["message"].as_str().unwrap();
     assert!(message.starts_with("step 4"), "{message}");
     assert!(message.contains("must evaluate to a boolean"), "{message}");
+}
+
+#[tokio::test]
+async fn argocd_update_refuses_a_missing_or_unauthorizing_application_and_starts_a_sync() {
+    // [K pkg/promotion/runner/builtin/argocd_updater.go]: the Application must exist and its
+    // kargo.akuity.io/authorized-stage annotation must name <project>:<stage>; then a sync
+    // operation is started, initiated by kargo-controller, its info naming the Promotion.
+    let admin = user("system:admin");
+    let step = |app: &str| json!([{"uses": "argocd-update", "config": {"apps": [{"name": app}]}}]);
+    let app = |name: &str, annotation: Option<&str>| {
+        let mut object = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd"},
+            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
+                     "source": {"repoURL": "https://git.example.test/x.git", "targetRevision": "main"}}});
+        if let Some(a) = annotation {
+            object["metadata"]["annotations"] = json!({"kargo.akuity.io/authorized-stage": a});
+        }
+        object
+    };
+    let cases = [
+        (
+            None,
+            "unable to find Argo CD Application \"web\" in namespace \"argocd\"",
+        ),
+        (
+            Some(app("web", None)),
+            "does not permit mutation by Kargo Stage held",
+        ),
+        (
+            Some(app("web", Some("kargo-demo:prod"))),
+            "does not permit mutation by Kargo Stage held",
+        ),
+        (
+            Some(app("web", Some("kargo-demo:*"))),
+            "unable to parse value of annotation",
+        ),
+    ];
+    for (application, expected) in cases {
+        let mut world = world(1, false).await;
+        world.kube.create_namespace("argocd", &[]).unwrap();
+        if let Some(application) = application {
+            let r = world
+                .kube
+                .store()
+                .resource("argoproj.io", "v1alpha1", "applications")
+                .cloned()
+                .unwrap();
+            world
+                .kube
+                .store()
+                .create(&r, "argocd", application, &admin)
+                .unwrap();
+        }
+        let done = promote_through(&mut world, step("web")).await;
+        assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+        let message = done["status"]["message"].as_str().unwrap();
+        assert!(message.contains(expected), "{message}");
+    }
+    let mut world = world(1, false).await;
+    world.kube.create_namespace("argocd", &[]).unwrap();
+    let r = world
+        .kube
+        .store()
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+        .unwrap();
+    world
+        .kube
+        .store()
+        .create(
+            &r,
+            "argocd",
+            app("web", Some("other:x, kargo-demo:held")),
+            &admin,
+        )
+        .unwrap();
+    let running = promote_through(&mut world, step("web")).await;
+    assert_eq!(running["status"]["phase"], json!("Running"), "{running}");
+    let synced = world.kube.store().get(&r, "argocd", "web").unwrap();
+    assert_eq!(
+        synced["operation"]["initiatedBy"]["username"],
+        json!("kargo-controller")
+    );
+    assert_eq!(
+        synced["operation"]["info"][1],
+        json!({"name": "Promotion", "value": running["metadata"]["name"]})
+    );
+}
+
+#[tokio::test]
+async fn a_later_resume_lifts_an_earlier_hold() {
+    // [K pkg/controller/stages/regular_stages.go]: the newest non-Aborted Promotion with a
+    // hold or resume intent decides; the README's "resume by promoting the newest Freight".
+    let mut world = world(2, true).await;
+    let r = resource(&world.kube, "promotions");
+    let admin = user("system:admin");
+    let auto_promotions = |world: &World| {
+        world
+            .kube
+            .store()
+            .list(&r, NS, &Selector::default(), &Selector::default())
+            .into_iter()
+            .filter(|p| p["metadata"]["annotations"]["kargo.akuity.io/create-actor"].is_null())
+            .count()
+    };
+    world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&world.freights[0]), &user("alice"))
+        .unwrap();
+    settle(&mut world).await;
+    let publish = |world: &World, version: &str| {
+        let freight = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Freight", "metadata": {"name": "x"},
+            "origin": {"kind": "Warehouse", "name": "charts"}, "charts": [{"repoURL": "https://charts.example.test/stable", "name": "c", "version": version}]});
+        create(&world.kube, "freights", freight, &admin).unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let held_over = publish(&world, "1.0.5");
+    settle(&mut world).await;
+    assert_eq!(auto_promotions(&world), 0, "a hold stops auto-promotion");
+    world
+        .kube
+        .store()
+        .create(&r, NS, promotion(&held_over), &user("alice"))
+        .unwrap();
+    settle(&mut world).await;
+    publish(&world, "1.0.6");
+    settle(&mut world).await;
+    assert_eq!(auto_promotions(&world), 1, "the resume lifted the hold");
 }

@@ -41,8 +41,14 @@ pub enum ReconcileError {
 impl ReconcileError {
     fn reason(&self) -> &'static str {
         match self {
+            // Kargo's Promotion webhook refuses a subject without the promote verb with an
+            // internal error wrapping the Forbidden (HTTP 500), and unavailable Freight or a
+            // missing Stage as Invalid (422): all are refusals, not a broken API.
             ReconcileError::Kube(kube::Error::Api(status))
-                if status.code == 403 || status.code == 422 || status.code == 404 =>
+                if status.code == 403
+                    || status.code == 422
+                    || status.code == 404
+                    || (status.code == 500 && status.message.contains("denied the request")) =>
             {
                 "promotion_refused"
             }
@@ -718,6 +724,32 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kargos_webhook_refusals_count_as_refusals_not_api_failures() {
+        let status = |code: u16, reason: &str, message: &str| {
+            ReconcileError::Kube(kube::Error::Api(Box::new(
+                serde_json::from_value(serde_json::json!({
+                    "status": "Failure", "code": code, "reason": reason, "message": message
+                }))
+                .unwrap(),
+            )))
+        };
+        // [K pkg/webhook/kubernetes/promotion/webhook.go]: no promote verb is an internal
+        // error wrapping the Forbidden; unavailable Freight and a missing Stage are Invalid.
+        assert_eq!(
+            status(500, "InternalError", "admission webhook \"promotion.kargo.akuity.io\" denied the request: Internal error occurred: promotions.kargo.akuity.io \"p\" is forbidden: subject \"o\" is not permitted to create Promotions for Stage \"s\"").reason(),
+            "promotion_refused"
+        );
+        assert_eq!(
+            status(422, "Invalid", "Freight is not available to this Stage").reason(),
+            "promotion_refused"
+        );
+        assert_eq!(
+            status(500, "InternalError", "etcdserver: request timed out").reason(),
+            "kube_api"
+        );
+    }
 
     fn app(name: &str, image: &str, health: &str) -> DynamicObject {
         let mut object = DynamicObject::new(name, &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))

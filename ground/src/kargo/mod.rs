@@ -161,10 +161,6 @@ pub fn stage_label_value(stage: &str) -> String {
     format!("{}-{}", &stage[..50], &digest[..12])
 }
 
-fn forbidden(message: String) -> ApiError {
-    ApiError::new(403, "Forbidden", message)
-}
-
 /// Is `freight` available to `stage` (origin requested, and direct, approved, or verified
 /// upstream)? [K api/v1alpha1/stage_types.go IsFreightAvailable]
 pub fn freight_available(stage: &Value, freight: &Value) -> bool {
@@ -288,22 +284,56 @@ fn promotion_webhook(
 ) -> Result<(), ApiError> {
     let namespace = text(admission.object, "/metadata/namespace").to_string();
     let stage_name = text(admission.object, "/spec/stage").to_string();
-    // The promote verb is checked for create, update and delete. [K pkg/webhook/kubernetes/promotion]
-    if !grants.allows(admission.user, &namespace, &stage_name) {
-        return Err(forbidden(format!(
-            "admission webhook \"promotion.kargo.akuity.io\" denied the request: subject \"{}\" is not permitted to promote to Stage \"{namespace}/{stage_name}\" (missing the promote verb on stages)",
-            admission.user.name
-        )));
-    }
+    let denied = |code: u16, reason: &str, message: String| {
+        ApiError::new(
+            code,
+            reason,
+            format!(
+                "admission webhook \"promotion.kargo.akuity.io\" denied the request: {message}"
+            ),
+        )
+    };
+    // [K pkg/webhook/kubernetes/promotion/webhook.go authorize]: the promote verb is checked
+    // for create, update and delete; a subject without it gets a Forbidden that the validating
+    // webhook wraps in an internal error (HTTP 500, reason InternalError).
+    let unauthorized = |name: &str, action: &str| {
+        denied(
+            500,
+            "InternalError",
+            format!(
+                "Internal error occurred: promotions.kargo.akuity.io \"{name}\" is forbidden: subject \"{}\" is not permitted to {action} Promotions for Stage \"{stage_name}\"",
+                admission.user.name
+            ),
+        )
+    };
+    let invalid = |name: &str, field: &str, value: &str, why: String| {
+        denied(
+            422,
+            "Invalid",
+            format!(
+                "Promotion.kargo.akuity.io \"{name}\" is invalid: {field}: Invalid value: \"{value}\": {why}"
+            ),
+        )
+    };
+    let current_name = text(admission.object, "/metadata/name").to_string();
     match admission.operation {
-        Operation::Delete => Ok(()),
+        Operation::Delete => {
+            if !grants.allows(admission.user, &namespace, &stage_name) {
+                return Err(unauthorized(&current_name, "delete"));
+            }
+            Ok(())
+        }
         Operation::Update => {
+            if !grants.allows(admission.user, &namespace, &stage_name) {
+                return Err(unauthorized(&current_name, "update"));
+            }
             let old = admission.old.cloned().unwrap_or(Value::Null);
             if old.get("spec") != admission.object.get("spec") {
-                return Err(ApiError::new(
-                    422,
-                    "Invalid",
-                    "Promotion spec is immutable".to_string(),
+                return Err(invalid(
+                    &current_name,
+                    "spec",
+                    "…",
+                    "spec is immutable".into(),
                 ));
             }
             Ok(())
@@ -319,42 +349,66 @@ fn promotion_webhook(
                 &format!("/metadata/labels/{}", PROJECT_LABEL.replace('/', "~1")),
             ) != "true"
             {
-                return Err(forbidden(format!(
-                    "admission webhook \"promotion.kargo.akuity.io\" denied the request: namespace {namespace:?} is not a Kargo Project namespace"
-                )));
+                return Err(invalid(
+                    &current_name,
+                    "metadata.namespace",
+                    &namespace,
+                    format!("namespace {namespace:?} is not a Kargo Project namespace"),
+                ));
             }
+            // [K webhook.go Default]: a missing Stage is Invalid, before anything else.
             let stage = admission
                 .store
                 .get(GROUP, "stages", &namespace, &stage_name)
                 .cloned()
-                .ok_or_else(|| ApiError::new(404, "NotFound", format!("admission webhook \"promotion.kargo.akuity.io\" denied the request: could not find Stage \"{stage_name}\" in namespace \"{namespace}\"")))?;
-            let template_steps = stage
-                .pointer("/spec/promotionTemplate/spec/steps")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            if template_steps.is_empty() {
-                return Err(forbidden(format!(
-                    "admission webhook \"promotion.kargo.akuity.io\" denied the request: Stage \"{stage_name}\" has no promotion steps (a control-flow Stage cannot be promoted to)"
-                )));
-            }
+                .ok_or_else(|| {
+                    invalid(
+                        &current_name,
+                        "spec.stage",
+                        &stage_name,
+                        format!(
+                            "could not find Stage \"{stage_name}\" in namespace \"{namespace}\""
+                        ),
+                    )
+                })?;
             let freight_name = text(admission.object, "/spec/freight").to_string();
-            let freight = admission
-                .store
-                .get(GROUP, "freights", &namespace, &freight_name)
-                .cloned()
-                .ok_or_else(|| ApiError::new(404, "NotFound", format!("admission webhook \"promotion.kargo.akuity.io\" denied the request: could not find Freight \"{freight_name}\" in namespace \"{namespace}\"")))?;
-            if !freight_available(&stage, &freight) {
-                return Err(forbidden(format!(
-                    "admission webhook \"promotion.kargo.akuity.io\" denied the request: Freight \"{freight_name}\" is not available to Stage \"{stage_name}\""
-                )));
-            }
             // The name is replaced: <stage>.<ulid>.<first 7 of the freight>. [K pkg/api/promotion.go]
             let name = format!(
                 "{stage_name}.{}.{}",
                 next_ulid(ulids),
                 &freight_name[..freight_name.len().min(7)]
             );
+            // [K webhook.go ValidateCreate]: authorization, then the Freight's availability.
+            if !grants.allows(admission.user, &namespace, &stage_name) {
+                return Err(unauthorized(&name, "create"));
+            }
+            let template_steps = stage
+                .pointer("/spec/promotionTemplate/spec/steps")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if template_steps.is_empty() {
+                return Err(invalid(
+                    &name,
+                    "spec.stage",
+                    &stage_name,
+                    "a control-flow Stage (no promotion steps) cannot be promoted to".into(),
+                ));
+            }
+            // A missing Freight is not available either: Invalid, as Kargo answers it.
+            let freight = admission
+                .store
+                .get(GROUP, "freights", &namespace, &freight_name)
+                .cloned()
+                .unwrap_or(Value::Null);
+            if freight.is_null() || !freight_available(&stage, &freight) {
+                return Err(invalid(
+                    &name,
+                    "spec.freight",
+                    &freight_name,
+                    "Freight is not available to this Stage".into(),
+                ));
+            }
             let object = &mut *admission.object;
             object["metadata"]["name"] = json!(name);
             if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -388,13 +442,26 @@ fn promotion_webhook(
                     json!(format!("kubernetes:{}", admission.user.name));
                 // v1.11: a user-made Promotion on an auto-promoting Stage holds auto-promotion
                 // for the origin unless it promotes the newest Freight, which resumes it.
-                if text(
-                    &stage,
-                    &format!(
-                        "/metadata/annotations/{}",
-                        AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
-                    ),
-                ) == "true"
+                let by_policy = admission
+                    .store
+                    .get(GROUP, "projectconfigs", &namespace, &namespace)
+                    .and_then(|c| c.pointer("/spec/promotionPolicies"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|policies| {
+                        policies.iter().any(|p| {
+                            text(p, "/stage") == stage_name
+                                && p.get("autoPromotionEnabled").and_then(Value::as_bool)
+                                    == Some(true)
+                        })
+                    });
+                if by_policy
+                    || text(
+                        &stage,
+                        &format!(
+                            "/metadata/annotations/{}",
+                            AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
+                        ),
+                    ) == "true"
                 {
                     let origin = format!("Warehouse/{}", text(&freight, "/origin/name"));
                     let newest = newest_freight(
@@ -746,16 +813,25 @@ impl Kargo {
                 let already = promotions.iter().any(|p| {
                     text(p, "/spec/stage") == stage_name && text(p, "/spec/freight") == newest
                 });
-                let held = promotions.iter().any(|p| {
-                    text(p, "/spec/stage") == stage_name
-                        && text(
-                            p,
-                            &format!(
-                                "/metadata/annotations/{}",
-                                HOLD_ANNOTATION.replace('/', "~1")
-                            ),
-                        ) == format!("Warehouse/{origin}")
-                });
+                // [K pkg/controller/stages/regular_stages.go]: the newest non-Aborted
+                // Promotion carrying a hold or resume intent for the origin decides (names
+                // sort by creation): a later resume lifts an earlier hold and vice versa.
+                let origin_key = format!("Warehouse/{origin}");
+                let intent = |p: &Value, key: &str| {
+                    text(
+                        p,
+                        &format!("/metadata/annotations/{}", key.replace('/', "~1")),
+                    ) == origin_key
+                };
+                let held = promotions
+                    .iter()
+                    .filter(|p| {
+                        text(p, "/spec/stage") == stage_name
+                            && text(p, "/status/phase") != "Aborted"
+                            && (intent(p, HOLD_ANNOTATION) || intent(p, RESUME_ANNOTATION))
+                    })
+                    .max_by(|a, b| text(a, "/metadata/name").cmp(text(b, "/metadata/name")))
+                    .is_some_and(|p| intent(p, HOLD_ANNOTATION));
                 if current == newest || already || held {
                     continue;
                 }
@@ -1031,6 +1107,7 @@ impl Kargo {
             }
             let context = steps::StepContext {
                 kargo: self,
+                kube,
                 workdir: &run.1,
                 promotion: &name,
                 stage,

@@ -11,6 +11,7 @@ use crate::git::git;
 
 pub struct StepContext<'a> {
     pub kargo: &'a Kargo,
+    pub kube: &'a crate::kube::KubeDouble,
     pub workdir: &'a Path,
     pub promotion: &'a str,
     pub stage: &'a str,
@@ -60,22 +61,7 @@ pub async fn run(ctx: &StepContext<'_>, uses: &str, config: &Value) -> Outcome {
         "git-wait-for-pr" => return git_wait_for_pr(ctx, config).await,
         "git-merge-pr" => return git_merge_pr(ctx, config).await,
         "http" => return http(ctx, config).await,
-        "argocd-update" => {
-            let apps: Vec<String> = config
-                .get("apps")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|a| text(a, "name").to_string())
-                .collect();
-            Ok((
-                json!({}),
-                format!(
-                    "Applications {} will be verified Synced and Healthy",
-                    apps.join(", ")
-                ),
-            ))
-        }
+        "argocd-update" => return argocd_update(ctx, config),
         // [K compose_output.go]: the config is the output.
         "compose-output" => Ok((config.clone(), "outputs composed".to_string())),
         "yaml-parse" => return yaml_parse(ctx, config),
@@ -132,6 +118,147 @@ fn yaml_parse(ctx: &StepContext, config: &Value) -> Outcome {
         Err(said) => Outcome::Errored {
             said: format!("failed to extract outputs: {said}"),
         },
+    }
+}
+
+/// The operation info naming the Promotion that started a sync.
+const PROMOTION_INFO: &str = "Promotion";
+
+/// [K pkg/promotion/runner/builtin/argocd_updater.go]: every Application must exist and carry
+/// `kargo.akuity.io/authorized-stage: <project>:<stage>` (comma-separated list allowed; globs
+/// refused) naming this Stage, or the step Errors; then a sync operation is started on each
+/// (initiated by kargo-controller, its info naming the Promotion) and the step waits until
+/// Argo CD reports each operation's result: Succeeded completes it, Failed or Error Errors it.
+fn argocd_update(ctx: &StepContext, config: &Value) -> Outcome {
+    let errored = |said: String| Outcome::Errored { said };
+    let Some(resource) = ctx
+        .kube
+        .store()
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+    else {
+        return errored(
+            "Argo CD integration is disabled on this controller; cannot update Argo CD Application resources".into(),
+        );
+    };
+    let project = &ctx.kargo.namespace;
+    let mut waiting = Vec::new();
+    let mut synced = Vec::new();
+    for update in config
+        .get("apps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = text(update, "name");
+        let namespace = match text(update, "namespace") {
+            "" => "argocd",
+            n => n,
+        };
+        let Ok(app) = ctx.kube.store().get(&resource, namespace, name) else {
+            return errored(format!(
+                "unable to find Argo CD Application {name:?} in namespace {namespace:?}"
+            ));
+        };
+        let refused = format!(
+            "Argo CD Application {name:?} in namespace {namespace:?} does not permit mutation by Kargo Stage {} in namespace {project}",
+            ctx.stage
+        );
+        let annotation = app
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get("kargo.akuity.io/authorized-stage"))
+            .and_then(Value::as_str);
+        let Some(annotation) = annotation else {
+            return errored(refused);
+        };
+        let mut allowed = false;
+        for entry in annotation
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
+            match entry.split_once(':').map(|(p, s)| (p.trim(), s.trim())) {
+                Some((p, s)) if !p.is_empty() && !s.is_empty() && !entry.contains('*') => {
+                    allowed |= p == project && s == ctx.stage;
+                }
+                _ => {
+                    return errored(format!(
+                        "unable to parse value of annotation \"kargo.akuity.io/authorized-stage\" ({annotation:?}) on Argo CD Application {name:?} in namespace {namespace:?}: invalid authorized Stage {entry:?}"
+                    ));
+                }
+            }
+        }
+        if !allowed {
+            return errored(refused);
+        }
+        let ours = |state: &Value| {
+            state
+                .pointer("/operation/info")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|i| text(i, "name") == PROMOTION_INFO && text(i, "value") == ctx.promotion)
+        };
+        let state = app
+            .pointer("/status/operationState")
+            .cloned()
+            .unwrap_or(Value::Null);
+        if ours(&state) {
+            match text(&state, "phase") {
+                "Succeeded" => {
+                    synced.push(name.to_string());
+                    continue;
+                }
+                "Failed" | "Error" => {
+                    return errored(format!(
+                        "sync operation of Argo CD Application {name:?} {}: {}",
+                        text(&state, "phase"),
+                        text(&state, "message")
+                    ));
+                }
+                _ => {
+                    waiting.push(name.to_string());
+                    continue;
+                }
+            }
+        }
+        if app.get("operation").is_some_and(|o| !o.is_null()) {
+            // Our operation is queued, or another one runs: wait for it.
+            waiting.push(name.to_string());
+            continue;
+        }
+        let operation = json!({"operation": {
+            "initiatedBy": {"username": "kargo-controller", "automated": false},
+            "info": [{"name": "Reason", "value": "Promotion triggered a sync of this Application resource."},
+                     {"name": PROMOTION_INFO, "value": ctx.promotion}],
+            "sync": {"revision": app.pointer("/spec/source/targetRevision").cloned().unwrap_or(json!("HEAD"))}}});
+        let patched = ctx.kube.store().patch(
+            &resource,
+            namespace,
+            name,
+            crate::kube::store::PatchBody::Merge(operation),
+            &super::controller_user(),
+            false,
+        );
+        if let Err(e) = patched {
+            return errored(format!(
+                "unable to update Argo CD Application {name:?}: {e}"
+            ));
+        }
+        waiting.push(name.to_string());
+    }
+    if waiting.is_empty() {
+        Outcome::Done {
+            output: json!({}),
+            said: format!(
+                "sync operations Succeeded for {}; Applications will be verified Synced and Healthy",
+                synced.join(", ")
+            ),
+        }
+    } else {
+        Outcome::Waiting {
+            said: format!("Argo CD is syncing {}", waiting.join(", ")),
+        }
     }
 }
 
