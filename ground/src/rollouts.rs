@@ -64,10 +64,15 @@ fn resolve(text: &str, args: &BTreeMap<String, String>) -> Result<String, String
             String::new()
         }
     });
-    match missing {
-        Some(name) => Err(format!("failed to resolve {{{{args.{name}}}}}")),
-        None => Ok(out.into_owned()),
+    if let Some(name) = missing {
+        return Err(format!("failed to resolve {{{{args.{name}}}}}"));
     }
+    // [R utils/analysis/helpers.go ResolveArgs, fasttemplate]: any other tag is unresolved too.
+    if let Some(at) = out.find("{{") {
+        let tag: String = out[at..].chars().take(40).collect();
+        return Err(format!("failed to resolve {tag}"));
+    }
+    Ok(out.into_owned())
 }
 
 /// The analysis controller.

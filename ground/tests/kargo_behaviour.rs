@@ -41,6 +41,8 @@ fn create(
 }
 
 struct World {
+    /// What the last `promote_through` settled to say.
+    said: String,
     kube: KubeDouble,
     kargo: Kargo,
     freights: Vec<String>,
@@ -72,6 +74,7 @@ async fn world(count: usize, auto: bool) -> World {
         freights.push(created["metadata"]["name"].as_str().unwrap().to_string());
     }
     World {
+        said: String::new(),
         kube,
         kargo,
         freights,
@@ -83,13 +86,14 @@ fn promotion(freight: &str) -> Value {
     json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion", "metadata": {"generateName": "prod-"}, "spec": {"stage": "prod", "freight": freight, "steps": [{"uses": "noop"}]}})
 }
 
-async fn settle(world: &mut World) {
+async fn settle(world: &mut World) -> String {
     let transcript = Transcript::default();
     for _ in 0..20 {
         if !world.kargo.tick(&world.kube, &transcript).await && !world.kargo.busy() {
-            return;
+            break;
         }
     }
+    transcript.text()
 }
 
 fn get(kube: &KubeDouble, plural: &str, name: &str) -> Value {
@@ -419,7 +423,7 @@ async fn promote_through(world: &mut World, steps: Value) -> Value {
     let promotion = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion", "metadata": {"generateName": "held-"},
         "spec": {"stage": "held", "freight": world.freights[0], "steps": [{"uses": "compose-output", "config": {"x": 1}}]}});
     let created = create(&world.kube, "promotions", promotion, &user("alice")).unwrap();
-    settle(world).await;
+    world.said = settle(world).await;
     get(
         &world.kube,
         "promotions",
@@ -456,13 +460,14 @@ async fn an_unreachable_http_endpoint_errors_the_promotion_unless_retry_allows_i
 #[tokio::test]
 async fn a_json_looking_template_becomes_an_object_and_fails_the_step_schema() {
     // [K pkg/expressions/json_templates.go]: an evaluated string that parses as JSON becomes
-    // that value; the http step's config schema wants a string body, so the Promotion Errors.
-    // Quoting the whole object keeps it a string (docs/bosun.md gives this form).
+    // that value; the http step's config schema wants a string body, so the step fails
+    // terminally and the Promotion Fails. Quoting the whole object keeps it a string
+    // (docs/bosun.md gives this form).
     let unquoted = json!([{"uses": "http", "config": {"method": "POST", "url": "http://127.0.0.1:1/intake",
         "body": "{\"stage\": \"${{ ctx.stage }}\"}"}}]);
     let mut world = world(1, false).await;
     let done = promote_through(&mut world, unquoted).await;
-    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    assert_eq!(done["status"]["phase"], json!("Failed"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
     assert!(
         message.contains("invalid http config") && message.contains("/body"),
@@ -625,4 +630,35 @@ async fn a_later_resume_lifts_an_earlier_hold() {
     publish(&world, "1.0.6");
     settle(&mut world).await;
     assert_eq!(auto_promotions(&world), 1, "the resume lifted the hold");
+}
+
+#[tokio::test]
+async fn after_a_failure_only_steps_whose_if_allows_it_run_and_the_first_failure_decides() {
+    // [K pkg/promotion/local_orchestrator.go; evaluator.go ShouldSkip]: the run goes on after
+    // a failed step; a step without `if:` is skipped, one with `if:` is evaluated (an explicit
+    // `if:` drops the implicit success(): `always()` runs, `success()` does not).
+    let steps = json!([
+        {"uses": "http", "as": "bosun", "config": {"method": "POST", "url": "http://127.0.0.1:1/intake", "body": "{}"}},
+        {"uses": "compose-output", "as": "plain", "config": {"n": 1}},
+        {"uses": "compose-output", "as": "guarded", "if": "${{ success() }}", "config": {"n": 2}},
+        {"uses": "compose-output", "as": "cleanup", "if": "${{ always() && status('bosun') == 'Errored' }}", "config": {"n": 3}}
+    ]);
+    let mut world = world(1, false).await;
+    let done = promote_through(&mut world, steps).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("step 1 (http)"), "{message}");
+    let said = &world.said;
+    assert!(
+        said.contains("step 2/4 compose-output: skipped (a step before it failed)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("step 3/4 compose-output: skipped (its if: condition is false)"),
+        "{said}"
+    );
+    assert!(
+        said.contains("step 4/4 compose-output: outputs composed"),
+        "{said}"
+    );
 }

@@ -38,7 +38,7 @@ ${{ "{{" }} true {{ "}}" }}
 {{- $to := printf "chartFrom('%s', '%s').Version" $t.chart.repoURL $t.chart.name -}}
 {{- $diff := printf "semverDiff(%s, %s)" $from $to -}}
 {{- $minorHolds := eq ($t.autoMerge | default "patch") "patch" -}}
-${{ "{{" }} {{ $diff }} in ['Major', 'Incomparable'] || ({{ $diff }} == 'Minor' && ({{ $minorHolds }} || {{ $from }} startsWith '0.' || {{ $from }} startsWith 'v0.')) {{ "}}" }}
+${{ "{{" }} {{ $diff }} in ['Major', 'Incomparable'] || ({{ $diff }} == 'Minor' && ({{ $minorHolds }} || {{ $from }} in ['0', 'v0'] || {{ $from }} startsWith '0.' || {{ $from }} startsWith 'v0.')) {{ "}}" }}
 {{- end -}}
 {{- end -}}
 
@@ -79,4 +79,13 @@ joined by `|`, each `.` escaped as `\\.` (a backslash escaped for the PromQL str
 {{- $names = append $names (replace "." "\\\\." .name) -}}
 {{- end -}}
 {{- join "|" $names -}}
+{{- end -}}
+
+{{/* The namespaces of the Stage's Applications, as a PromQL alternation (default argocd). */}}
+{{- define "kargo-pipelines.appNamespaces" -}}
+{{- $namespaces := list -}}
+{{- range .applications -}}
+{{- $namespaces = append $namespaces (.namespace | default "argocd") -}}
+{{- end -}}
+{{- join "|" (uniq $namespaces) -}}
 {{- end -}}

@@ -444,15 +444,17 @@ impl Parser {
             }
             _ => return None,
         };
+        // [expr-lang parser/operator/operator.go]: or 10, and 15, every comparison 20
+        // (==, !=, <, <=, >, >=, in, matches, contains, startsWith, endsWith), + - 30,
+        // * / % 60, ?? 500 (the tightest).
         let precedence = match op.as_str() {
-            "??" => 1,
-            "||" | "or" => 2,
-            "&&" | "and" => 3,
-            "==" | "!=" => 4,
-            "<" | "<=" | ">" | ">=" | "in" | "not in" | "contains" | "startsWith" | "endsWith"
-            | "matches" => 5,
-            "+" | "-" => 6,
-            "*" | "/" | "%" => 7,
+            "||" | "or" => 1,
+            "&&" | "and" => 2,
+            "==" | "!=" | "<" | "<=" | ">" | ">=" | "in" | "not in" | "contains" | "startsWith"
+            | "endsWith" | "matches" => 3,
+            "+" | "-" => 4,
+            "*" | "/" | "%" => 5,
+            "??" => 6,
             _ => return None,
         };
         Some((op, precedence))
@@ -817,7 +819,11 @@ fn call(name: &str, args: &[Value], scope: Option<&Scope>) -> Result<Value, Stri
             Value::Object(m) => m.len(),
             other => return Err(format!("invalid argument for len (type {})", kind(other))),
         })),
-        "string" => Some(Value::String(to_text(&first)?)),
+        // expr-lang's string() is fmt's %v: nil is "<nil>".
+        "string" => Some(Value::String(match &first {
+            Value::Null => "<nil>".to_string(),
+            other => to_text(other)?,
+        })),
         "lower" => Some(json!(arg(args, 0).to_lowercase())),
         "upper" => Some(json!(arg(args, 0).to_uppercase())),
         "trim" => Some(json!(arg(args, 0).trim())),
@@ -832,6 +838,14 @@ fn call(name: &str, args: &[Value], scope: Option<&Scope>) -> Result<Value, Stri
         "semverDiff" => {
             if args.len() != 2 {
                 return Err(format!("expected 2 arguments, got {}", args.len()));
+            }
+            for (i, which) in [(0, "first"), (1, "second")] {
+                if !args[i].is_string() {
+                    return Err(format!(
+                        "{which} argument must be string, got {}",
+                        kind(&args[i])
+                    ));
+                }
             }
             Some(json!(semver_diff(&arg(args, 0), &arg(args, 1))))
         }
@@ -990,6 +1004,10 @@ mod tests {
             assert_eq!(e("'prod' in ['staging', 'prod']"), json!(true));
             assert_eq!(e("'x' not in {'x': 1}"), json!(false));
             assert_eq!(e("outputs.nope?.id ?? 'none'"), json!("none"));
+            // ?? binds tightest: `a ?? b == c` is `(a ?? b) == c`.
+            assert_eq!(e("outputs.nope?.id ?? 'x' == 'x'"), json!(true));
+            // Comparisons share one level, left to right.
+            assert_eq!(e("1 < 2 == true"), json!(true));
             assert_eq!(e("outputs.current.version startsWith '0.'"), json!(true));
             assert_eq!(e("[1, 2][-1]"), json!(2));
             assert_eq!(

@@ -517,11 +517,16 @@ struct Run {
     waiting_said: bool,
     /// Argo CD Applications an `argocd-update` step named: verified after success.
     apps: Vec<(String, String)>,
-    merge_commit: Option<String>,
+    /// What argocd-update's `sources[].desiredRevision` asks each Application to run:
+    /// (namespace, application, repoURL, chart, revision).
+    desired: Vec<(String, String, String, String, String)>,
     /// Each step run so far: (alias, Succeeded / Skipped / Failed / Errored), for `status()`.
     statuses: Vec<(String, String)>,
     /// Consecutive errors of the current step (against its `retry.errorThreshold`).
     errors: u32,
+    /// The first step that Errored or Failed: (phase, message). Kargo runs on (steps with an
+    /// `if:` may still run), and the Promotion ends with this phase.
+    failure: Option<(String, String)>,
 }
 
 /// A Stage waiting for its Applications after a successful promotion.
@@ -530,7 +535,7 @@ struct Verification {
     stage: String,
     freight: String,
     apps: Vec<(String, String)>,
-    revision: Option<String>,
+    desired: Vec<(String, String, String, String, String)>,
     /// The AnalysisRun started for the Stage's `verification`, once the Applications are
     /// healthy.
     analysis_run: Option<String>,
@@ -1020,14 +1025,11 @@ impl Kargo {
             }
             let index = run.step;
             if index >= steps.len() {
-                self.finish(
-                    kube,
-                    transcript,
-                    stage,
-                    &name,
-                    "Succeeded",
-                    "All steps completed",
-                );
+                let (phase, message) = run
+                    .failure
+                    .clone()
+                    .unwrap_or_else(|| ("Succeeded".into(), "All steps completed".into()));
+                self.finish(kube, transcript, stage, &name, &phase, &message);
                 return true;
             }
             if self.failing_stages.iter().any(|s| s == stage) {
@@ -1065,10 +1067,19 @@ impl Kargo {
             let config = match prepared {
                 Ok(Some(c)) => c,
                 Ok(None) => {
+                    let why = if step
+                        .get("if")
+                        .and_then(Value::as_str)
+                        .is_some_and(|c| !c.is_empty())
+                    {
+                        "its if: condition is false"
+                    } else {
+                        "a step before it failed"
+                    };
                     transcript.say(
                         "kargo",
                         format!(
-                            "{name} step {}/{} {uses}: skipped (its if: condition is false)",
+                            "{name} step {}/{} {uses}: skipped ({why})",
                             index + 1,
                             steps.len()
                         ),
@@ -1080,30 +1091,19 @@ impl Kargo {
                     continue;
                 }
                 Err(e) => {
-                    self.finish(
-                        kube,
-                        transcript,
-                        stage,
-                        &name,
-                        "Errored",
-                        &format!("step {} ({uses}): {e}", index + 1),
-                    );
-                    return true;
+                    let message = format!("step {} ({uses}): {e}", index + 1);
+                    self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
+                    progress = true;
+                    continue;
                 }
             };
+            // [K http_requester.go and every builtin: a config that fails its schema is a
+            // terminal failure].
             if let Err(e) = schemas::validate(&uses, &config) {
-                self.finish(
-                    kube,
-                    transcript,
-                    stage,
-                    &name,
-                    "Errored",
-                    &format!(
-                        "step {} ({uses}): an unrecoverable error occurred: {e}",
-                        index + 1
-                    ),
-                );
-                return true;
+                let message = format!("step {} ({uses}): {e}", index + 1);
+                self.step_failed(transcript, &name, alias, "Failed", message, steps.len());
+                progress = true;
+                continue;
             }
             let context = steps::StepContext {
                 kargo: self,
@@ -1121,6 +1121,35 @@ impl Kargo {
                         format!("{name} step {}/{} {uses}: {said}", index + 1, steps.len()),
                     );
                     if uses == "argocd-update" {
+                        run.desired = config
+                            .get("apps")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .flat_map(|a| {
+                                let namespace = a
+                                    .get("namespace")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("argocd")
+                                    .to_string();
+                                let app = text(a, "/name").to_string();
+                                a.get("sources")
+                                    .and_then(Value::as_array)
+                                    .cloned()
+                                    .unwrap_or_default()
+                                    .into_iter()
+                                    .filter(|s| !text(s, "/desiredRevision").is_empty())
+                                    .map(move |s| {
+                                        (
+                                            namespace.clone(),
+                                            app.clone(),
+                                            text(&s, "/repoURL").to_string(),
+                                            text(&s, "/chart").to_string(),
+                                            text(&s, "/desiredRevision").to_string(),
+                                        )
+                                    })
+                            })
+                            .collect();
                         run.apps = config
                             .get("apps")
                             .and_then(Value::as_array)
@@ -1136,13 +1165,6 @@ impl Kargo {
                                 )
                             })
                             .collect();
-                    }
-                    if let Some(commit) = output
-                        .get("commit")
-                        .and_then(Value::as_str)
-                        .filter(|_| uses == "git-merge-pr" || uses == "git-wait-for-pr")
-                    {
-                        run.merge_commit = Some(commit.to_string());
                     }
                     run.outputs.insert(alias.clone(), output);
                     run.statuses.push((alias, "Succeeded".into()));
@@ -1198,18 +1220,13 @@ impl Kargo {
                         .filter(|t| *t > 0)
                         .unwrap_or(1);
                     if u64::from(run.errors) >= threshold {
-                        self.finish(
-                            kube,
-                            transcript,
-                            stage,
-                            &name,
-                            "Errored",
-                            &format!(
-                                "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
-                                index + 1
-                            ),
+                        let message = format!(
+                            "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
+                            index + 1
                         );
-                        return true;
+                        self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
+                        progress = true;
+                        continue;
                     }
                     if !run.waiting_said {
                         transcript.say(
@@ -1226,18 +1243,37 @@ impl Kargo {
                     return progress;
                 }
                 steps::Outcome::Failed { said } => {
-                    self.finish(
-                        kube,
-                        transcript,
-                        stage,
-                        &name,
-                        "Failed",
-                        &format!("step {} ({uses}) failed: {said}", index + 1),
-                    );
-                    return true;
+                    let message = format!("step {} ({uses}) failed: {said}", index + 1);
+                    self.step_failed(transcript, &name, alias, "Failed", message, steps.len());
+                    progress = true;
+                    continue;
                 }
             }
         }
+    }
+
+    /// A step Errored or Failed: it is recorded, the first failure decides the Promotion's
+    /// phase, and the run goes on ([K pkg/promotion/local_orchestrator.go]: later steps run
+    /// only if their `if:` says so).
+    fn step_failed(
+        &mut self,
+        transcript: &Transcript,
+        name: &str,
+        alias: String,
+        phase: &str,
+        message: String,
+        total: usize,
+    ) {
+        let run = self.runs.entry(name.to_string()).or_default();
+        transcript.say(
+            "kargo",
+            format!("{name} step {}/{total}: {phase}: {message}", run.step + 1),
+        );
+        run.statuses.push((alias, phase.to_string()));
+        run.failure.get_or_insert((phase.to_string(), message));
+        run.errors = 0;
+        run.waiting_said = false;
+        run.step += 1;
     }
 
     /// A step's vars, `if:` and config, as Kargo's step evaluator prepares them
@@ -1245,7 +1281,7 @@ impl Kargo {
     /// step's own (only those see earlier outputs), each a template seeing the vars before it;
     /// a step whose `if:` is false is
     /// skipped (`None`), one whose `if:` is not a bool errors; without `if:`, a step after a
-    /// failure is skipped (the runner stops at a failure, so that never arises here).
+    /// failure is skipped.
     #[allow(clippy::too_many_arguments)]
     fn prepare_step(
         &self,
@@ -1305,11 +1341,18 @@ impl Kargo {
             secrets: &self.secrets,
             statuses,
         };
-        if let Some(condition) = step
+        let condition = step
             .get("if")
             .and_then(Value::as_str)
-            .filter(|c| !c.is_empty())
+            .filter(|c| !c.is_empty());
+        if condition.is_none()
+            && statuses
+                .iter()
+                .any(|(_, s)| s == "Errored" || s == "Failed")
         {
+            return Ok(None);
+        }
+        if let Some(condition) = condition {
             match expr::evaluate_template(condition, &scope)? {
                 Value::Bool(true) => {}
                 Value::Bool(false) => return Ok(None),
@@ -1411,7 +1454,10 @@ impl Kargo {
                 stage: stage.to_string(),
                 freight: freight_name.clone(),
                 apps: run.apps.clone(),
-                revision: run.merge_commit.clone(),
+                // [K pkg/health/checker/builtin/argocd.go]: Kargo checks the revision an
+                // Application runs only when argocd-update names a desiredRevision; it never
+                // compares with the merge commit.
+                desired: run.desired.clone(),
                 analysis_run: None,
             });
         }
@@ -1451,12 +1497,29 @@ impl Kargo {
                 let Ok(object) = kube.store().get(resource, namespace, app) else {
                     return false;
                 };
+                let sources: Vec<Value> =
+                    match object.pointer("/spec/sources").and_then(Value::as_array) {
+                        Some(list) => list.clone(),
+                        None => object
+                            .pointer("/spec/source")
+                            .cloned()
+                            .into_iter()
+                            .collect(),
+                    };
+                let runs_desired = verification
+                    .desired
+                    .iter()
+                    .filter(|(ns, name, ..)| ns == namespace && name == app)
+                    .all(|(_, _, repo, chart, revision)| {
+                        sources.iter().any(|s| {
+                            text(s, "/repoURL").trim_end_matches('/') == repo.trim_end_matches('/')
+                                && text(s, "/chart") == chart
+                                && text(s, "/targetRevision") == revision
+                        })
+                    });
                 text(&object, "/status/sync/status") == "Synced"
                     && text(&object, "/status/health/status") == "Healthy"
-                    && verification
-                        .revision
-                        .as_deref()
-                        .is_none_or(|r| text(&object, "/status/sync/revision") == r)
+                    && runs_desired
             });
             if !ready && verification.analysis_run.is_none() {
                 remaining.push(verification);
@@ -1478,9 +1541,9 @@ impl Kargo {
                     names.join(", ")
                 },
                 verification
-                    .revision
-                    .as_deref()
-                    .map(|r| format!(" at {}", &r[..7.min(r.len())]))
+                    .desired
+                    .first()
+                    .map(|(.., r)| format!(" running {r}"))
                     .unwrap_or_default()
             );
             let outcome: Result<String, (String, String)> = if templates.is_empty() {

@@ -124,7 +124,11 @@ fn schema(step: &str) -> Option<Value> {
                     "properties": {"repoURL": non_empty(), "chart": non_empty(),
                         "desiredRevision": non_empty(),
                         "updateTargetRevision": {"type": "boolean"},
-                        "helm": {"type": "object"}, "kustomize": {"type": "object"}}}}},
+                        "helm": {"type": "object"}, "kustomize": {"type": "object"}},
+                    "oneOf": [
+                        {"properties": {"desiredRevision": absent(), "updateTargetRevision": {"enum": [false, null]}}},
+                        {"required": ["desiredRevision"], "properties": {"desiredRevision": {"minLength": 1}}}
+                    ]}}},
             "oneOf": [
                 {"required": ["name"], "properties": {"name": {"minLength": 1}, "selector": {"enum": [null]}}},
                 {"required": ["selector"], "properties": {"name": absent()}}

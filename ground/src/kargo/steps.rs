@@ -681,9 +681,10 @@ async fn http(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     match request.send().await {
         Ok(response) if response.status().is_success() => {
             let status = response.status().as_u16();
-            let body: Value = response.json().await.unwrap_or(Value::Null);
+            // [K http_requester.go buildOutputs]: the output holds only the configured
+            // `outputs` (this double models none).
             Outcome::Done {
-                output: json!({"status": status, "body": body}),
+                output: json!({}),
                 said: format!("{method} {} answered {status}", text(config, "url")),
             }
         }
