@@ -360,19 +360,32 @@ fn an_oci_target_names_no_chart_in_its_warehouse_and_every_name_renders_as_a_str
             .is_none(),
         "{warehouse}"
     );
-    let stage = stage(&rendered, "on-prod");
-    let apps = &stage["spec"]["promotionTemplate"]["spec"]["steps"]
+    let on_prod = stage(&rendered, "on-prod");
+    let apps = &on_prod["spec"]["promotionTemplate"]["spec"]["steps"]
         .as_array()
         .unwrap()
         .last()
         .unwrap()["config"]["apps"];
     assert!(apps[0].get("sources").is_none(), "{apps}");
     let ran = play_steps_with(
-        stage,
+        on_prod,
         "0.10.0",
         "0.10.1",
         "oci://ghcr.io/external-secrets/charts/external-secrets",
         "",
     );
     assert!(ran.contains(&"wait".to_string()), "{ran:?}");
+    // A trusted oci target: the merge policy's expression finds the chart by its URL alone.
+    let rendered = objects(&[
+        "--set",
+        "targets[0].chart.repoURL=oci://quay.io/jetstack/charts/cert-manager",
+    ]);
+    let ran = play_steps_with(
+        stage(&rendered, "cert-manager-staging"),
+        "v1.19.3",
+        "v1.19.4",
+        "oci://quay.io/jetstack/charts/cert-manager",
+        "",
+    );
+    assert!(ran.contains(&"merge".to_string()), "{ran:?}");
 }

@@ -35,7 +35,7 @@ A trusted target merges itself below that boundary (patch only, or minor too wit
 ${{ "{{" }} true {{ "}}" }}
 {{- else -}}
 {{- $from := "string(outputs.current.version)" -}}
-{{- $to := printf "chartFrom('%s', '%s').Version" $t.chart.repoURL $t.chart.name -}}
+{{- $to := include "kargo-pipelines.version" $t -}}
 {{- $diff := printf "semverDiff(%s, %s)" $from $to -}}
 {{- $minorHolds := eq ($t.autoMerge | default "patch") "patch" -}}
 ${{ "{{" }} {{ $diff }} in ['Major', 'Incomparable'] || ({{ $diff }} == 'Minor' && ({{ $minorHolds }} || {{ $from }} in ['0', 'v0'] || {{ $from }} startsWith '0.' || {{ $from }} startsWith 'v0.')) {{ "}}" }}
@@ -88,4 +88,16 @@ joined by `|`, each `.` escaped as `\\.` (a backslash escaped for the PromQL str
 {{- $namespaces = append $namespaces (.namespace | default "argocd") -}}
 {{- end -}}
 {{- join "|" (uniq $namespaces) -}}
+{{- end -}}
+
+{{/*
+The Freight's version of the target's chart, as an expression: an oci:// repository names the
+chart itself (its Warehouse subscription has no name, so chartFrom takes the URL alone).
+*/}}
+{{- define "kargo-pipelines.version" -}}
+{{- if hasPrefix "oci://" .chart.repoURL -}}
+{{ printf "chartFrom('%s').Version" .chart.repoURL }}
+{{- else -}}
+{{ printf "chartFrom('%s', '%s').Version" .chart.repoURL .chart.name }}
+{{- end -}}
 {{- end -}}

@@ -887,13 +887,11 @@ fn call(name: &str, args: &[Value], scope: Option<&Scope>) -> Result<Value, Stri
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
+                // [K functions.go chartFrom, FindChart]: the repoURL and the name match
+                // exactly; an oci:// repository's chart has no name.
                 .find(|c| {
-                    c.get("repoURL")
-                        .and_then(Value::as_str)
-                        .map(|u| u.trim_end_matches('/'))
-                        == Some(repo.trim_end_matches('/'))
-                        && (chart.is_empty()
-                            || c.get("name").and_then(Value::as_str) == Some(chart.as_str()))
+                    c.get("repoURL").and_then(Value::as_str) == Some(repo.as_str())
+                        && c.get("name").and_then(Value::as_str).unwrap_or("") == chart
                 })
                 .ok_or(format!(
                     "the target Freight has no chart {chart} from {repo}"
