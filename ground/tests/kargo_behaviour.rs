@@ -662,3 +662,37 @@ async fn after_a_failure_only_steps_whose_if_allows_it_run_and_the_first_failure
         "{said}"
     );
 }
+
+#[tokio::test]
+async fn retry_timeout_worst_phase_and_unmatched_argocd_sources() {
+    // [K pkg/promotion/local_orchestrator.go]: a step still erroring past `retry.timeout`
+    // Errors; the Promotion takes the worst step status (Errored over Failed).
+    let steps = json!([
+        {"uses": "yaml-update", "config": {"path": "x.yaml"}},
+        {"uses": "http", "if": "${{ always() }}", "retry": {"errorThreshold": 1000, "timeout": "1ns"},
+         "config": {"method": "POST", "url": "http://127.0.0.1:1/intake", "body": "{}"}}
+    ]);
+    let mut world = world(1, false).await;
+    let done = promote_through(&mut world, steps).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(message.starts_with("step 2 (http)") && message.contains("timed out after 1ns"), "{message}");
+
+    // [K argocd_updater.go]: a source update that matches none of the Application's sources
+    // Errors the step.
+    let admin = user("system:admin");
+    let mut world = self::world(1, false).await;
+    world.kube.create_namespace("argocd", &[]).unwrap();
+    let r = world.kube.store().resource("argoproj.io", "v1alpha1", "applications").cloned().unwrap();
+    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "web", "namespace": "argocd", "annotations": {"kargo.akuity.io/authorized-stage": "kargo-demo:held"}},
+        "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
+                 "source": {"repoURL": "https://charts.example.test/stable/", "chart": "web", "targetRevision": "1.0.0"}}});
+    world.kube.store().create(&r, "argocd", app, &admin).unwrap();
+    let steps = json!([{"uses": "argocd-update", "config": {"apps": [{"name": "web",
+        "sources": [{"repoURL": "https://charts.example.test/stable", "chart": "web", "desiredRevision": "1.0.1"}]}]}}]);
+    let done = promote_through(&mut world, steps).await;
+    assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+    let message = done["status"]["message"].as_str().unwrap();
+    assert!(message.contains("matched update for source with repoURL https://charts.example.test/stable and chart \"web\""), "{message}");
+}

@@ -524,8 +524,11 @@ struct Run {
     statuses: Vec<(String, String)>,
     /// Consecutive errors of the current step (against its `retry.errorThreshold`).
     errors: u32,
-    /// The first step that Errored or Failed: (phase, message). Kargo runs on (steps with an
-    /// `if:` may still run), and the Promotion ends with this phase.
+    /// When the current step first waited or errored: (step index, instant), for
+    /// `retry.timeout`.
+    started: Option<(usize, std::time::Instant)>,
+    /// The worst step failure so far: (phase, message). Kargo runs on (steps with an `if:`
+    /// may still run), and the Promotion ends with this phase.
     failure: Option<(String, String)>,
 }
 
@@ -1180,6 +1183,16 @@ impl Kargo {
                     );
                     progress = true;
                 }
+                steps::Outcome::SkippedWith { output, said } => {
+                    transcript.say(
+                        "kargo",
+                        format!("{name} step {}/{} {uses}: skipped ({said})", index + 1, steps.len()),
+                    );
+                    run.outputs.insert(alias.clone(), output);
+                    run.statuses.push((alias, "Skipped".into()));
+                    run.step += 1;
+                    progress = true;
+                }
                 steps::Outcome::Skipped { said } => {
                     transcript.say(
                         "kargo",
@@ -1195,6 +1208,15 @@ impl Kargo {
                     progress = true;
                 }
                 steps::Outcome::Waiting { said } => {
+                    if let Some(timeout) = timed_out(run, index, step, &uses) {
+                        let message = format!(
+                            "step {} ({uses}): step {alias:?} timed out after {timeout}: {said}",
+                            index + 1
+                        );
+                        self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
+                        progress = true;
+                        continue;
+                    }
                     if !run.waiting_said {
                         transcript.say(
                             "kargo",
@@ -1222,6 +1244,15 @@ impl Kargo {
                     if u64::from(run.errors) >= threshold {
                         let message = format!(
                             "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
+                            index + 1
+                        );
+                        self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
+                        progress = true;
+                        continue;
+                    }
+                    if let Some(timeout) = timed_out(run, index, step, &uses) {
+                        let message = format!(
+                            "step {} ({uses}): step {alias:?} timed out after {timeout}: {said}",
                             index + 1
                         );
                         self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
@@ -1270,7 +1301,15 @@ impl Kargo {
             format!("{name} step {}/{total}: {phase}: {message}", run.step + 1),
         );
         run.statuses.push((alias, phase.to_string()));
-        run.failure.get_or_insert((phase.to_string(), message));
+        // [K pkg/promotion/orchestrator.go]: the Promotion takes the worst step status,
+        // Errored over Failed; the first of the worst keeps its message.
+        let worse = match &run.failure {
+            None => true,
+            Some((held, _)) => held == "Failed" && phase == "Errored",
+        };
+        if worse {
+            run.failure = Some((phase.to_string(), message));
+        }
         run.errors = 0;
         run.waiting_said = false;
         run.step += 1;
@@ -1779,6 +1818,49 @@ impl Kargo {
     pub fn busy(&self) -> bool {
         !self.runs.is_empty() || !self.verifications.is_empty()
     }
+}
+
+/// Go's `time.ParseDuration` for the units a step timeout uses (`30m`, `5m0s`, `1h30m`, `1ms`).
+fn go_duration(text: &str) -> Option<std::time::Duration> {
+    let re = regex::Regex::new(r"^(?:(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h))+$").ok()?;
+    if !re.is_match(text) {
+        return None;
+    }
+    let part = regex::Regex::new(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)").ok()?;
+    let mut seconds = 0.0;
+    for c in part.captures_iter(text) {
+        let n: f64 = c[1].parse().ok()?;
+        seconds += n * match &c[2] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            _ => 3600.0,
+        };
+    }
+    Some(std::time::Duration::from_secs_f64(seconds))
+}
+
+/// [K pkg/promotion/local_orchestrator.go]: a step still running or erroring past its
+/// `retry.timeout` (argocd-update's default: 5 minutes; none for the others here) Errors.
+/// Returns the timeout as written when it has passed.
+fn timed_out(run: &mut Run, index: usize, step: &Value, uses: &str) -> Option<String> {
+    let written = step
+        .pointer("/retry/timeout")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .or_else(|| (uses == "argocd-update").then(|| "5m0s".to_string()))?;
+    let timeout = go_duration(&written).filter(|t| !t.is_zero())?;
+    let started = match run.started {
+        Some((i, at)) if i == index => at,
+        _ => {
+            let now = std::time::Instant::now();
+            run.started = Some((index, now));
+            now
+        }
+    };
+    (started.elapsed() > timeout).then_some(written)
 }
 
 fn push(object: &mut Value, field: &str, item: Value) {

@@ -25,6 +25,12 @@ pub enum Outcome {
     Skipped {
         said: String,
     },
+    /// Nothing to do, with an output (Kargo's git-commit with no diff: Skipped, and the
+    /// commit it is at).
+    SkippedWith {
+        output: Value,
+        said: String,
+    },
     Waiting {
         said: String,
     },
@@ -55,7 +61,16 @@ pub async fn run(ctx: &StepContext<'_>, uses: &str, config: &Value) -> Outcome {
     let result = match uses {
         "git-clone" => git_clone(ctx, config),
         "yaml-update" => yaml_update(ctx, config),
-        "git-commit" => git_commit(ctx, config),
+        // [K git_commiter.go]: with no diff the step is Skipped, its output the HEAD commit.
+        "git-commit" => {
+            return match git_commit(ctx, config) {
+                Ok((output, said)) if said == NOTHING_TO_COMMIT => {
+                    Outcome::SkippedWith { output, said }
+                }
+                Ok((output, said)) => Outcome::Done { output, said },
+                Err(said) => Outcome::Failed { said },
+            };
+        }
         "git-push" => git_push(ctx, config),
         "git-open-pr" => return git_open_pr(ctx, config).await,
         "git-wait-for-pr" => return git_wait_for_pr(ctx, config).await,
@@ -190,6 +205,34 @@ fn argocd_update(ctx: &StepContext, config: &Value) -> Outcome {
         }
         if !allowed {
             return errored(refused);
+        }
+        // [K argocd_updater.go buildDesiredSources]: every source update must match one of
+        // the Application's sources exactly (repoURL, and chart when given).
+        let sources: Vec<Value> = match app.pointer("/spec/sources").and_then(Value::as_array) {
+            Some(list) => list.clone(),
+            None => app.pointer("/spec/source").cloned().into_iter().collect(),
+        };
+        for wanted in update
+            .get("sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (repo, chart) = (text(wanted, "repoURL"), text(wanted, "chart"));
+            let matched = sources.iter().any(|s| {
+                text(s, "repoURL") == repo && (chart.is_empty() || text(s, "chart") == chart)
+            });
+            if !matched {
+                return errored(if chart.is_empty() {
+                    format!(
+                        "no source of Argo CD Application {name:?} in namespace {namespace:?} matched update for source with repoURL {repo}"
+                    )
+                } else {
+                    format!(
+                        "no source of Argo CD Application {name:?} in namespace {namespace:?} matched update for source with repoURL {repo} and chart {chart:?}"
+                    )
+                });
+            }
         }
         let ours = |state: &Value| {
             state
@@ -354,6 +397,8 @@ fn yaml_update(ctx: &StepContext, config: &Value) -> Result<(Value, String), Str
     ))
 }
 
+const NOTHING_TO_COMMIT: &str = "nothing to commit";
+
 fn git_commit(ctx: &StepContext, config: &Value) -> Result<(Value, String), String> {
     let path = inside(ctx.workdir, text(config, "path"))?;
     git(&path, &["add", "-A"]).map_err(|e| e.to_string())?;
@@ -392,7 +437,7 @@ fn git_commit(ctx: &StepContext, config: &Value) -> Result<(Value, String), Stri
         if dirty {
             format!("committed {} \"{first_line}\"", &commit[..7])
         } else {
-            "nothing to commit".to_string()
+            NOTHING_TO_COMMIT.to_string()
         },
     ))
 }
