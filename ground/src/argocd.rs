@@ -385,10 +385,16 @@ impl ArgoCd {
                     .map(|d| d.as_secs())
                     .unwrap_or(0),
             );
+            let mut result = json!({});
+            for key in ["revision", "revisions"] {
+                if let Some(v) = app.pointer(&format!("/status/sync/{key}")) {
+                    result[key] = v.clone();
+                }
+            }
             app["status"]["operationState"] = json!({
                 "operation": operation, "phase": "Succeeded",
                 "message": "successfully synced (all tasks run)",
-                "syncResult": {"revision": revision}, "startedAt": now, "finishedAt": now});
+                "syncResult": result, "startedAt": now, "finishedAt": now});
             if let Some(m) = app.as_object_mut() {
                 m.remove("operation");
             }
@@ -433,6 +439,21 @@ impl ArgoCd {
         health: &str,
     ) {
         let manifest = &app.manifest;
+        // [A pkg/apis/application/v1alpha1 SyncStatus]: the revision synced per source: a
+        // Helm chart source's is its chart version, a git source's the commit.
+        let per_source = |source: &Value| -> Value {
+            if source.get("chart").is_some() {
+                source.get("targetRevision").cloned().unwrap_or(json!(""))
+            } else {
+                json!(revision)
+            }
+        };
+        let sync = match manifest.pointer("/spec/sources").and_then(Value::as_array) {
+            Some(sources) => json!({"status": "Synced",
+                "revisions": sources.iter().map(per_source).collect::<Vec<_>>()}),
+            None => json!({"status": "Synced",
+                "revision": manifest.pointer("/spec/source").map(per_source).unwrap_or(json!(revision))}),
+        };
         let mut object = json!({
             "apiVersion": "argoproj.io/v1alpha1",
             "kind": "Application",
@@ -444,7 +465,7 @@ impl ArgoCd {
             },
             "spec": manifest.get("spec").cloned().unwrap_or(json!({})),
             "status": {
-                "sync": {"status": "Synced", "revision": revision},
+                "sync": sync,
                 "health": {"status": health},
                 "summary": {"images": images},
                 "sourceType": if app.sources.iter().any(|s| s.get("chart").is_some()) { "Helm" } else { "Directory" },

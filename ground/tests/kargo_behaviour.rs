@@ -676,23 +676,92 @@ async fn retry_timeout_worst_phase_and_unmatched_argocd_sources() {
     let done = promote_through(&mut world, steps).await;
     assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
-    assert!(message.starts_with("step 2 (http)") && message.contains("timed out after 1ns"), "{message}");
+    assert!(
+        message.starts_with("step 2 (http)") && message.contains("timed out after 1ns"),
+        "{message}"
+    );
 
     // [K argocd_updater.go]: a source update that matches none of the Application's sources
     // Errors the step.
     let admin = user("system:admin");
     let mut world = self::world(1, false).await;
     world.kube.create_namespace("argocd", &[]).unwrap();
-    let r = world.kube.store().resource("argoproj.io", "v1alpha1", "applications").cloned().unwrap();
+    let r = world
+        .kube
+        .store()
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+        .unwrap();
     let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
         "metadata": {"name": "web", "namespace": "argocd", "annotations": {"kargo.akuity.io/authorized-stage": "kargo-demo:held"}},
         "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
                  "source": {"repoURL": "https://charts.example.test/stable/", "chart": "web", "targetRevision": "1.0.0"}}});
-    world.kube.store().create(&r, "argocd", app, &admin).unwrap();
+    world
+        .kube
+        .store()
+        .create(&r, "argocd", app, &admin)
+        .unwrap();
     let steps = json!([{"uses": "argocd-update", "config": {"apps": [{"name": "web",
         "sources": [{"repoURL": "https://charts.example.test/stable", "chart": "web", "desiredRevision": "1.0.1"}]}]}}]);
     let done = promote_through(&mut world, steps).await;
     assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
     assert!(message.contains("matched update for source with repoURL https://charts.example.test/stable and chart \"web\""), "{message}");
+}
+
+#[tokio::test]
+async fn argocd_update_syncs_again_until_the_desired_revision_runs() {
+    // [K argocd_updater.go mustPerformUpdate]: a finished sync whose result is not the
+    // desired revision is started again; the step completes once it is.
+    let admin = user("system:admin");
+    let mut world = world(1, false).await;
+    world.kube.create_namespace("argocd", &[]).unwrap();
+    let r = world
+        .kube
+        .store()
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+        .unwrap();
+    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "web", "namespace": "argocd", "annotations": {"kargo.akuity.io/authorized-stage": "kargo-demo:held"}},
+        "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
+                 "source": {"repoURL": "https://charts.example.test/stable", "chart": "web", "targetRevision": "1.0.0"}}});
+    world
+        .kube
+        .store()
+        .create(&r, "argocd", app, &admin)
+        .unwrap();
+    let steps = json!([{"uses": "argocd-update", "config": {"apps": [{"name": "web",
+        "sources": [{"repoURL": "https://charts.example.test/stable", "chart": "web", "desiredRevision": "1.0.1"}]}]}}]);
+    let running = promote_through(&mut world, steps).await;
+    let promotion = running["metadata"]["name"].as_str().unwrap().to_string();
+    // Argo CD finishes the sync, but at the old chart version.
+    let finish = |world: &World, revision: &str| {
+        let mut app = world.kube.store().get(&r, "argocd", "web").unwrap();
+        let operation = app["operation"].take();
+        assert!(
+            !operation.is_null(),
+            "a sync operation was requested: {app}"
+        );
+        app.as_object_mut().unwrap().remove("operation");
+        app["status"] = json!({"sync": {"status": "Synced", "revision": revision},
+            "operationState": {"operation": operation, "phase": "Succeeded", "syncResult": {"revision": revision}}});
+        world
+            .kube
+            .store()
+            .update(&r, "argocd", "web", app, &admin, false)
+            .unwrap();
+    };
+    finish(&world, "1.0.0");
+    settle(&mut world).await;
+    assert_eq!(
+        get(&world.kube, "promotions", &promotion)["status"]["phase"],
+        json!("Running")
+    );
+    finish(&world, "1.0.1");
+    settle(&mut world).await;
+    assert_eq!(
+        get(&world.kube, "promotions", &promotion)["status"]["phase"],
+        json!("Succeeded")
+    );
 }

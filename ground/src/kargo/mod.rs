@@ -1186,7 +1186,11 @@ impl Kargo {
                 steps::Outcome::SkippedWith { output, said } => {
                     transcript.say(
                         "kargo",
-                        format!("{name} step {}/{} {uses}: skipped ({said})", index + 1, steps.len()),
+                        format!(
+                            "{name} step {}/{} {uses}: skipped ({said})",
+                            index + 1,
+                            steps.len()
+                        ),
                     );
                     run.outputs.insert(alias.clone(), output);
                     run.statuses.push((alias, "Skipped".into()));
@@ -1536,25 +1540,16 @@ impl Kargo {
                 let Ok(object) = kube.store().get(resource, namespace, app) else {
                     return false;
                 };
-                let sources: Vec<Value> =
-                    match object.pointer("/spec/sources").and_then(Value::as_array) {
-                        Some(list) => list.clone(),
-                        None => object
-                            .pointer("/spec/source")
-                            .cloned()
-                            .into_iter()
-                            .collect(),
-                    };
+                // [K pkg/health/checker/builtin/argocd.go]: the revision each named source
+                // runs (status.sync.revision or revisions[i]) must be the desired one.
                 let runs_desired = verification
                     .desired
                     .iter()
                     .filter(|(ns, name, ..)| ns == namespace && name == app)
                     .all(|(_, _, repo, chart, revision)| {
-                        sources.iter().any(|s| {
-                            text(s, "/repoURL").trim_end_matches('/') == repo.trim_end_matches('/')
-                                && text(s, "/chart") == chart
-                                && text(s, "/targetRevision") == revision
-                        })
+                        let wanted = json!({"repoURL": repo, "chart": chart});
+                        steps::synced_revision(&object, &wanted).as_deref()
+                            == Some(revision.as_str())
                     });
                 text(&object, "/status/sync/status") == "Synced"
                     && text(&object, "/status/health/status") == "Healthy"

@@ -136,6 +136,29 @@ fn yaml_parse(ctx: &StepContext, config: &Value) -> Outcome {
     }
 }
 
+/// The revision an Application runs for the source a `sources[]` update names (matched by
+/// repoURL and chart): `status.sync.revisions[i]` for a multi-source Application, else
+/// `status.sync.revision`.
+pub fn synced_revision(app: &Value, wanted: &Value) -> Option<String> {
+    let (repo, chart) = (text(wanted, "repoURL"), text(wanted, "chart"));
+    let matches =
+        |s: &Value| text(s, "repoURL") == repo && (chart.is_empty() || text(s, "chart") == chart);
+    match app.pointer("/spec/sources").and_then(Value::as_array) {
+        Some(list) => {
+            let at = list.iter().position(matches)?;
+            app.pointer(&format!("/status/sync/revisions/{at}"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        }
+        None => app
+            .pointer("/spec/source")
+            .filter(|s| matches(s))
+            .and_then(|_| app.pointer("/status/sync/revision"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    }
+}
+
 /// The operation info naming the Promotion that started a sync.
 const PROMOTION_INFO: &str = "Promotion";
 
@@ -246,12 +269,22 @@ fn argocd_update(ctx: &StepContext, config: &Value) -> Outcome {
             .pointer("/status/operationState")
             .cloned()
             .unwrap_or(Value::Null);
+        // [K argocd_updater.go mustPerformUpdate]: a finished sync whose result is not the
+        // desired revision of every named source is started again.
+        let reached = update
+            .get("sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|w| !text(w, "desiredRevision").is_empty())
+            .all(|w| synced_revision(&app, w).as_deref() == Some(text(w, "desiredRevision")));
         if ours(&state) {
             match text(&state, "phase") {
-                "Succeeded" => {
+                "Succeeded" if reached => {
                     synced.push(name.to_string());
                     continue;
                 }
+                "Succeeded" => {}
                 "Failed" | "Error" => {
                     return errored(format!(
                         "sync operation of Argo CD Application {name:?} {}: {}",
