@@ -765,3 +765,43 @@ async fn argocd_update_syncs_again_until_the_desired_revision_runs() {
         json!("Succeeded")
     );
 }
+
+#[tokio::test]
+async fn an_oci_chart_subscription_names_no_chart_and_an_https_one_must() {
+    // [K pkg/subscription/chart.go]: Kargo's Warehouse webhook refuses both mistakes.
+    let world = world(1, false).await;
+    let admin = user("system:admin");
+    let warehouse = |repo: &str, name: &str| {
+        json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Warehouse", "metadata": {"name": "w"},
+            "spec": {"subscriptions": [{"chart": {"repoURL": repo, "name": name}}]}})
+    };
+    let err = create(
+        &world.kube,
+        "warehouses",
+        warehouse("oci://ghcr.io/x/chart", "chart"),
+        &admin,
+    )
+    .unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message
+            .contains("must be empty if repoURL starts with oci://"),
+        "{}",
+        err.message
+    );
+    let err = create(
+        &world.kube,
+        "warehouses",
+        warehouse("https://charts.example.test", ""),
+        &admin,
+    )
+    .unwrap_err();
+    assert!(err.message.contains("must be non-empty"), "{}", err.message);
+    create(
+        &world.kube,
+        "warehouses",
+        warehouse("oci://ghcr.io/x/chart", ""),
+        &admin,
+    )
+    .unwrap();
+}

@@ -210,6 +210,7 @@ pub fn freight_available(stage: &Value, freight: &Value) -> bool {
 pub fn install_webhooks(kube: &KubeDouble, grants: Grants) {
     let mut store = kube.store();
     store.add_hook(GROUP, "freights", Arc::new(freight_webhook));
+    store.add_hook(GROUP, "warehouses", Arc::new(warehouse_webhook));
     let promotion_grants = grants.clone();
     let ulids = Arc::new(std::sync::atomic::AtomicU64::new(0));
     store.add_hook(
@@ -229,6 +230,52 @@ fn next_ulid(counter: &std::sync::atomic::AtomicU64) -> String {
     ulid::Ulid::from_parts(milliseconds, u128::from(n))
         .to_string()
         .to_lowercase()
+}
+
+/// [K pkg/webhook/kubernetes/warehouse/webhook.go, pkg/subscription/chart.go]: a chart
+/// subscription from an `oci://` repository names no chart (the URL does), one from an
+/// http(s) repository must name it; either mistake is Invalid.
+fn warehouse_webhook(admission: &mut Admission) -> Result<(), ApiError> {
+    if matches!(admission.operation, Operation::Delete) {
+        return Ok(());
+    }
+    let name = text(admission.object, "/metadata/name").to_string();
+    let mut errors = Vec::new();
+    for (i, sub) in admission
+        .object
+        .pointer("/spec/subscriptions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let Some(chart) = sub.get("chart") else {
+            continue;
+        };
+        let (repo, chart_name) = (text(chart, "/repoURL"), text(chart, "/name"));
+        let field = format!("spec.subscriptions[{i}].chart.name");
+        if repo.starts_with("oci://") && !chart_name.is_empty() {
+            errors.push(format!(
+                "{field}: Invalid value: \"{chart_name}\": must be empty if repoURL starts with oci://"
+            ));
+        }
+        if (repo.starts_with("http://") || repo.starts_with("https://")) && chart_name.is_empty() {
+            errors.push(format!(
+                "{field}: Invalid value: \"\": must be non-empty if repoURL starts with http:// or https://"
+            ));
+        }
+    }
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        422,
+        "Invalid",
+        format!(
+            "admission webhook \"warehouse.kargo.akuity.io\" denied the request: Warehouse.kargo.akuity.io \"{name}\" is invalid: [{}]",
+            errors.join(", ")
+        ),
+    ))
 }
 
 fn freight_webhook(admission: &mut Admission) -> Result<(), ApiError> {
