@@ -310,6 +310,16 @@ fn plan_for(
 
 /// The score of a model path's evals: one row per reply, the failures, the unsafe acceptances
 /// (a refusal expected, an acceptance got), and which replies need which rule.
+/// The case folders under an evals folder, in name order.
+fn case_dirs(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
 #[derive(Default)]
 struct Scoreboard {
     rows: Vec<String>,
@@ -465,11 +475,7 @@ fn reshape_evals() {
         rule::KEPT,
         rule::ACCOUNTED,
     ];
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs(&root);
     for dir in dirs {
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
         let case: ReshapeCase = serde_saphyr::from_str(&read("case.yaml")).unwrap();
@@ -587,11 +593,7 @@ fn live_rows(config: &gitops_loop::bosun::config::ModelConfig, key: Option<Strin
         .build()
         .unwrap();
     let root = common::project_root().join("evals/reshape");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs(&root);
     let mut rows = Vec::new();
     for dir in dirs {
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
@@ -668,11 +670,7 @@ fn the_live_evals_run_end_to_end_against_the_model_double() {
     use serde_json::{Value, json};
 
     let root = common::project_root().join("evals/reshape");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs(&root);
     let replies: Vec<Value> = dirs
         .iter()
         .map(|dir| {
@@ -765,11 +763,7 @@ fn migration_evals() {
         gitops_loop::render::run_helm(&render_config, job).map(|_| ())
     };
     let root = common::project_root().join("evals/values-migration");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs(&root);
     let rules = [rule::SHAPE, rule::KEPT, rule::ACCOUNTED, rule::SCHEMA];
     let mut board = Scoreboard::default();
     for dir in dirs {
@@ -1010,11 +1004,7 @@ fn mechanical_evals() {
     }
 
     let root = common::project_root().join("evals/mechanical-fix");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs(&root);
     let rules = [rule::SHAPE, rule::INVENTORY, rule::SOURCED];
     let mut board = Scoreboard::default();
     for dir in dirs {
@@ -1161,11 +1151,7 @@ fn green_summary_evals() {
         rule: Option<String>,
     }
     let root = common::project_root().join("evals/green-summary");
-    let mut dirs: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    dirs.sort();
+    let dirs = case_dirs(&root);
     let mut rows = Vec::new();
     let mut failures = Vec::new();
     let mut unsafe_acceptances = 0;

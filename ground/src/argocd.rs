@@ -335,56 +335,37 @@ impl ArgoCd {
             .collect();
         let mut progress = false;
         for mut app in requested {
-            let key_name = app
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            if let Some((rendered, at)) = self.pending.remove(&key_name) {
+            let text = |p: &str| {
+                app.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let (name, namespace) = (text("/metadata/name"), text("/metadata/namespace"));
+            if let Some((rendered, at)) = self.pending.remove(&name) {
                 // The sync applies what the branch asks for now.
                 let digest = serde_json::to_string(&rendered.objects).unwrap_or_default();
                 let images = images_of(&rendered.objects);
-                self.digests.insert(key_name.clone(), digest);
-                self.images.insert(key_name.clone(), images.clone());
+                self.digests.insert(name.clone(), digest);
+                self.images.insert(name.clone(), images.clone());
                 self.write(
                     kube, transcript, &resource, &rendered, &at, &images, "Healthy",
                 );
                 transcript.say(
                     "argocd",
                     format!(
-                        "{key_name}: OutOfSync -> Synced at {} (sync requested), Healthy, images {}",
+                        "{name}: OutOfSync -> Synced at {} (sync requested), Healthy, images {}",
                         &at[..7.min(at.len())],
                         images.join(" ")
                     ),
                 );
-                match kube.store().get(
-                    &resource,
-                    app.pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or(""),
-                    &key_name,
-                ) {
+                match kube.store().get(&resource, &namespace, &name) {
                     Ok(fresh) => app = fresh,
                     Err(_) => continue,
                 }
             }
             let operation = app["operation"].take();
-            let name = app
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let namespace = app
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let now = crate::kube::store::rfc3339(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0),
-            );
+            let now = crate::kube::store::now_rfc3339();
             let mut result = json!({});
             for key in ["revision", "revisions"] {
                 if let Some(v) = app.pointer(&format!("/status/sync/{key}")) {

@@ -54,8 +54,10 @@ fn int(value: &Value, key: &str) -> Option<i64> {
 
 /// Replaces `{{args.NAME}}` (spaces allowed) with the run's argument values.
 fn resolve(text: &str, args: &BTreeMap<String, String>) -> Result<String, String> {
-    let re =
-        regex::Regex::new(r"\{\{\s*args\.([A-Za-z0-9_-]+)\s*\}\}").map_err(|e| e.to_string())?;
+    static ARG: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\{\{\s*args\.([A-Za-z0-9_-]+)\s*\}\}").expect("a fixed pattern")
+    });
+    let re = &*ARG;
     let mut missing = None;
     let out = re.replace_all(text, |c: &regex::Captures| match args.get(&c[1]) {
         Some(v) => v.clone(),
@@ -174,12 +176,7 @@ impl Rollouts {
 
     /// The run's next status.
     async fn advance(&self, run: &Value) -> Value {
-        let now = crate::kube::store::rfc3339(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
-        );
+        let now = crate::kube::store::now_rfc3339();
         let mut status = run.get("status").cloned().unwrap_or_else(|| json!({}));
         if status.get("startedAt").is_none() {
             status["startedAt"] = json!(now);

@@ -501,6 +501,32 @@ async fn steps_are_aliased_from_one_and_an_if_condition_skips_them() {
     assert!(message.contains("must evaluate to a boolean"), "{message}");
 }
 
+/// Creates Argo CD's `argocd` namespace; returns the Applications resource.
+fn argocd_namespace(world: &World) -> Resource {
+    world.kube.create_namespace("argocd", &[]).unwrap();
+    world
+        .kube
+        .store()
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+        .unwrap()
+}
+
+/// The Application `web` in `argocd`: chart `web` from `repo` at 1.0.0, with the
+/// authorized-stage annotation when given.
+fn web_app(authorized: Option<&str>, repo: &str) -> Value {
+    let mut object = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": "web", "namespace": "argocd"},
+        "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
+                 "source": {"repoURL": repo, "chart": "web", "targetRevision": "1.0.0"}}});
+    if let Some(a) = authorized {
+        object["metadata"]["annotations"] = json!({"kargo.akuity.io/authorized-stage": a});
+    }
+    object
+}
+
+const CHARTS: &str = "https://charts.example.test/stable";
+
 #[tokio::test]
 async fn argocd_update_refuses_a_missing_or_unauthorizing_application_and_starts_a_sync() {
     // [K pkg/promotion/runner/builtin/argocd_updater.go]: the Application must exist and its
@@ -508,44 +534,28 @@ async fn argocd_update_refuses_a_missing_or_unauthorizing_application_and_starts
     // operation is started, initiated by kargo-controller, its info naming the Promotion.
     let admin = user("system:admin");
     let step = |app: &str| json!([{"uses": "argocd-update", "config": {"apps": [{"name": app}]}}]);
-    let app = |name: &str, annotation: Option<&str>| {
-        let mut object = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": name, "namespace": "argocd"},
-            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
-                     "source": {"repoURL": "https://git.example.test/x.git", "targetRevision": "main"}}});
-        if let Some(a) = annotation {
-            object["metadata"]["annotations"] = json!({"kargo.akuity.io/authorized-stage": a});
-        }
-        object
-    };
     let cases = [
         (
             None,
             "unable to find Argo CD Application \"web\" in namespace \"argocd\"",
         ),
         (
-            Some(app("web", None)),
+            Some(web_app(None, CHARTS)),
             "does not permit mutation by Kargo Stage held",
         ),
         (
-            Some(app("web", Some("kargo-demo:prod"))),
+            Some(web_app(Some("kargo-demo:prod"), CHARTS)),
             "does not permit mutation by Kargo Stage held",
         ),
         (
-            Some(app("web", Some("kargo-demo:*"))),
+            Some(web_app(Some("kargo-demo:*"), CHARTS)),
             "unable to parse value of annotation",
         ),
     ];
     for (application, expected) in cases {
         let mut world = world(1, false).await;
-        world.kube.create_namespace("argocd", &[]).unwrap();
+        let r = argocd_namespace(&world);
         if let Some(application) = application {
-            let r = world
-                .kube
-                .store()
-                .resource("argoproj.io", "v1alpha1", "applications")
-                .cloned()
-                .unwrap();
             world
                 .kube
                 .store()
@@ -558,20 +568,14 @@ async fn argocd_update_refuses_a_missing_or_unauthorizing_application_and_starts
         assert!(message.contains(expected), "{message}");
     }
     let mut world = world(1, false).await;
-    world.kube.create_namespace("argocd", &[]).unwrap();
-    let r = world
-        .kube
-        .store()
-        .resource("argoproj.io", "v1alpha1", "applications")
-        .cloned()
-        .unwrap();
+    let r = argocd_namespace(&world);
     world
         .kube
         .store()
         .create(
             &r,
             "argocd",
-            app("web", Some("other:x, kargo-demo:held")),
+            web_app(Some("other:x, kargo-demo:held"), CHARTS),
             &admin,
         )
         .unwrap();
@@ -685,17 +689,9 @@ async fn retry_timeout_worst_phase_and_unmatched_argocd_sources() {
     // Errors the step.
     let admin = user("system:admin");
     let mut world = self::world(1, false).await;
-    world.kube.create_namespace("argocd", &[]).unwrap();
-    let r = world
-        .kube
-        .store()
-        .resource("argoproj.io", "v1alpha1", "applications")
-        .cloned()
-        .unwrap();
-    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-        "metadata": {"name": "web", "namespace": "argocd", "annotations": {"kargo.akuity.io/authorized-stage": "kargo-demo:held"}},
-        "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
-                 "source": {"repoURL": "https://charts.example.test/stable/", "chart": "web", "targetRevision": "1.0.0"}}});
+    let r = argocd_namespace(&world);
+    // The Application's source has a trailing slash the update's repoURL lacks.
+    let app = web_app(Some("kargo-demo:held"), &format!("{CHARTS}/"));
     world
         .kube
         .store()
@@ -715,17 +711,8 @@ async fn argocd_update_syncs_again_until_the_desired_revision_runs() {
     // desired revision is started again; the step completes once it is.
     let admin = user("system:admin");
     let mut world = world(1, false).await;
-    world.kube.create_namespace("argocd", &[]).unwrap();
-    let r = world
-        .kube
-        .store()
-        .resource("argoproj.io", "v1alpha1", "applications")
-        .cloned()
-        .unwrap();
-    let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-        "metadata": {"name": "web", "namespace": "argocd", "annotations": {"kargo.akuity.io/authorized-stage": "kargo-demo:held"}},
-        "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc"},
-                 "source": {"repoURL": "https://charts.example.test/stable", "chart": "web", "targetRevision": "1.0.0"}}});
+    let r = argocd_namespace(&world);
+    let app = web_app(Some("kargo-demo:held"), CHARTS);
     world
         .kube
         .store()

@@ -193,16 +193,9 @@ fn collect_children<'e>(expression: &'e cel::IdedExpr, out: &mut Vec<&'e cel::Id
         }
         Expr::Select(select) => out.push(&select.operand),
         Expr::List(list) => out.extend(list.elements.iter()),
-        Expr::Map(map) => {
-            for e in &map.entries {
-                match &e.expr {
-                    EntryExpr::MapEntry(m) => out.extend([&m.key, &m.value]),
-                    EntryExpr::StructField(f) => out.push(&f.value),
-                }
-            }
-        }
-        Expr::Struct(st) => {
-            for e in &st.entries {
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => {
+            for e in entries {
                 match &e.expr {
                     EntryExpr::MapEntry(m) => out.extend([&m.key, &m.value]),
                     EntryExpr::StructField(f) => out.push(&f.value),
@@ -216,43 +209,13 @@ fn collect_children<'e>(expression: &'e cel::IdedExpr, out: &mut Vec<&'e cel::Id
 /// How many comprehensions (what the list macros `all`, `exists`, `exists_one`, `map` and
 /// `filter` expand to) the parsed expression holds, however it was spelled.
 fn macros(expression: &cel::IdedExpr) -> usize {
-    use cel::common::ast::{EntryExpr, Expr};
-    match &expression.expr {
-        Expr::Comprehension(c) => {
-            1 + [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ]
-            .into_iter()
-            .map(macros)
-            .sum::<usize>()
+    let mut count = 0;
+    visit(expression, &mut |node| {
+        if matches!(node, cel::common::ast::Expr::Comprehension(_)) {
+            count += 1;
         }
-        Expr::Call(call) => {
-            call.target.as_deref().map_or(0, macros) + call.args.iter().map(macros).sum::<usize>()
-        }
-        Expr::Select(select) => macros(&select.operand),
-        Expr::List(list) => list.elements.iter().map(macros).sum(),
-        Expr::Map(map) => map
-            .entries
-            .iter()
-            .map(|e| match &e.expr {
-                EntryExpr::MapEntry(m) => macros(&m.key) + macros(&m.value),
-                EntryExpr::StructField(f) => macros(&f.value),
-            })
-            .sum(),
-        Expr::Struct(st) => st
-            .entries
-            .iter()
-            .map(|e| match &e.expr {
-                EntryExpr::MapEntry(m) => macros(&m.key) + macros(&m.value),
-                EntryExpr::StructField(f) => macros(&f.value),
-            })
-            .sum(),
-        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => 0,
-    }
+    });
+    count
 }
 
 /// The value's size in nodes (every scalar, list and map counts one; a string one per 64
@@ -275,57 +238,11 @@ fn expression_nodes(expression: &cel::IdedExpr) -> u64 {
 
 /// Calls `f` on every node of the expression.
 fn visit(expression: &cel::IdedExpr, f: &mut dyn FnMut(&cel::common::ast::Expr)) {
-    use cel::common::ast::{EntryExpr, Expr};
     f(&expression.expr);
-    match &expression.expr {
-        Expr::Comprehension(c) => {
-            for e in [
-                &c.iter_range,
-                &c.accu_init,
-                &c.loop_cond,
-                &c.loop_step,
-                &c.result,
-            ] {
-                visit(e, f);
-            }
-        }
-        Expr::Call(call) => {
-            if let Some(target) = call.target.as_deref() {
-                visit(target, f);
-            }
-            for arg in &call.args {
-                visit(arg, f);
-            }
-        }
-        Expr::Select(select) => visit(&select.operand, f),
-        Expr::List(list) => {
-            for e in &list.elements {
-                visit(e, f);
-            }
-        }
-        Expr::Map(map) => {
-            for e in &map.entries {
-                match &e.expr {
-                    EntryExpr::MapEntry(m) => {
-                        visit(&m.key, f);
-                        visit(&m.value, f);
-                    }
-                    EntryExpr::StructField(field) => visit(&field.value, f),
-                }
-            }
-        }
-        Expr::Struct(st) => {
-            for e in &st.entries {
-                match &e.expr {
-                    EntryExpr::MapEntry(m) => {
-                        visit(&m.key, f);
-                        visit(&m.value, f);
-                    }
-                    EntryExpr::StructField(field) => visit(&field.value, f),
-                }
-            }
-        }
-        Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+    let mut children = Vec::new();
+    collect_children(expression, &mut children);
+    for child in children {
+        visit(child, f);
     }
 }
 
@@ -359,8 +276,9 @@ fn differs_from_kubernetes(
             }
         }
     });
-    let class = regex::Regex::new(r"\\[dwsbDWSB]").ok()?;
-    if matches_call && (dynamic_pattern || class.is_match(text)) {
+    static CLASS: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"\\[dwsbDWSB]").expect("a fixed pattern"));
+    if matches_call && (dynamic_pattern || CLASS.is_match(text)) {
         return Some("its regular expression may match differently from Go's RE2 here");
     }
     if list_operator && has_set_or_map_list(schema, 0) {

@@ -1052,17 +1052,8 @@ impl Kargo {
             text(promotion, "/spec/freight"),
         )
         .unwrap_or(Value::Null);
-        let vars: Map<String, Value> = promotion
-            .pointer("/spec/vars")
-            .and_then(Value::as_array)
+        let vars: Map<String, Value> = named_values(promotion.pointer("/spec/vars"))
             .into_iter()
-            .flatten()
-            .filter_map(|v| {
-                Some((
-                    v.get("name")?.as_str()?.to_string(),
-                    v.get("value").cloned().unwrap_or(Value::Null),
-                ))
-            })
             .collect();
         let mut progress = false;
         loop {
@@ -1163,6 +1154,7 @@ impl Kargo {
                 stage,
             };
             let outcome = steps::run(&context, &uses, &config).await;
+            let errored = matches!(outcome, steps::Outcome::Errored { .. });
             let run = self.runs.entry(name.clone()).or_default();
             match outcome {
                 steps::Outcome::Done { output, said } => {
@@ -1230,7 +1222,7 @@ impl Kargo {
                     );
                     progress = true;
                 }
-                steps::Outcome::SkippedWith { output, said } => {
+                steps::Outcome::Skipped { output, said } => {
                     transcript.say(
                         "kargo",
                         format!(
@@ -1244,62 +1236,33 @@ impl Kargo {
                     run.step += 1;
                     progress = true;
                 }
-                steps::Outcome::Skipped { said } => {
-                    transcript.say(
-                        "kargo",
-                        format!(
-                            "{name} step {}/{} {uses}: skipped ({said})",
-                            index + 1,
-                            steps.len()
-                        ),
-                    );
-                    run.outputs.insert(alias.clone(), json!({}));
-                    run.statuses.push((alias, "Skipped".into()));
-                    run.step += 1;
-                    progress = true;
-                }
-                steps::Outcome::Waiting { said } => {
-                    if let Some(timeout) = timed_out(run, index, step, &uses) {
-                        let message = format!(
-                            "step {} ({uses}): step {alias:?} timed out after {timeout}: {said}",
-                            index + 1
-                        );
-                        self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
-                        progress = true;
-                        continue;
-                    }
-                    if !run.waiting_said {
-                        transcript.say(
-                            "kargo",
-                            format!(
-                                "{name} step {}/{} {uses}: waiting: {said}",
-                                index + 1,
-                                steps.len()
-                            ),
-                        );
-                        run.waiting_said = true;
-                        progress = true;
-                    }
-                    return progress;
-                }
-                // [K pkg/promotion/local_orchestrator.go determineStepCompletion]: a
-                // recoverable error counts against `retry.errorThreshold` (default 1: the
-                // first error ends the Promotion as Errored); below it the step is retried.
-                steps::Outcome::Errored { said } => {
-                    run.errors += 1;
+                // [K pkg/promotion/local_orchestrator.go determineStepCompletion]: a step still
+                // running, or erroring below `retry.errorThreshold` (default 1: the first error
+                // ends the Promotion as Errored), is retried until `retry.timeout`.
+                steps::Outcome::Waiting { said } | steps::Outcome::Errored { said } => {
                     let threshold = step
                         .pointer("/retry/errorThreshold")
                         .and_then(Value::as_u64)
                         .filter(|t| *t > 0)
                         .unwrap_or(1);
-                    if u64::from(run.errors) >= threshold {
-                        let message = format!(
-                            "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
-                            index + 1
-                        );
-                        self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
-                        progress = true;
-                        continue;
+                    if errored {
+                        run.errors += 1;
+                        if u64::from(run.errors) >= threshold {
+                            let message = format!(
+                                "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
+                                index + 1
+                            );
+                            self.step_failed(
+                                transcript,
+                                &name,
+                                alias,
+                                "Errored",
+                                message,
+                                steps.len(),
+                            );
+                            progress = true;
+                            continue;
+                        }
                     }
                     if let Some(timeout) = timed_out(run, index, step, &uses) {
                         let message = format!(
@@ -1311,13 +1274,14 @@ impl Kargo {
                         continue;
                     }
                     if !run.waiting_said {
+                        let line = if errored {
+                            format!("{said}; step will be retried (error threshold {threshold})")
+                        } else {
+                            format!("waiting: {said}")
+                        };
                         transcript.say(
                             "kargo",
-                            format!(
-                                "{name} step {}/{} {uses}: {said}; step will be retried (error threshold {threshold})",
-                                index + 1,
-                                steps.len(),
-                            ),
+                            format!("{name} step {}/{} {uses}: {line}", index + 1, steps.len()),
                         );
                         run.waiting_said = true;
                         progress = true;
@@ -1385,18 +1349,7 @@ impl Kargo {
     ) -> Result<Option<Value>, String> {
         let ctx = json!({"project": self.namespace, "stage": stage, "promotion": name, "targetFreight": {"name": text(freight, "/metadata/name"), "alias": text(freight, "/alias"), "origin": {"name": text(freight, "/origin/name")}}});
         let mut vars = Map::new();
-        let step_vars: Vec<(String, Value)> = step
-            .get("vars")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|v| {
-                Some((
-                    v.get("name")?.as_str()?.to_string(),
-                    v.get("value").cloned().unwrap_or(Value::Null),
-                ))
-            })
-            .collect();
+        let step_vars = named_values(step.get("vars"));
         // [K evaluator.go Vars]: the Promotion's vars do not see outputs; a step's own do.
         let no_outputs = Map::new();
         let promotion_count = promotion_vars.len();
@@ -1862,13 +1815,32 @@ impl Kargo {
     }
 }
 
+/// `vars` entries (`[{name, value}]`) as (name, value) pairs, in order.
+fn named_values(list: Option<&Value>) -> Vec<(String, Value)> {
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            Some((
+                v.get("name")?.as_str()?.to_string(),
+                v.get("value").cloned().unwrap_or(Value::Null),
+            ))
+        })
+        .collect()
+}
+
 /// Go's `time.ParseDuration` for the units a step timeout uses (`30m`, `5m0s`, `1h30m`, `1ms`).
 fn go_duration(text: &str) -> Option<std::time::Duration> {
-    let re = regex::Regex::new(r"^(?:(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h))+$").ok()?;
-    if !re.is_match(text) {
+    static WHOLE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^(?:(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h))+$").expect("a fixed pattern")
+    });
+    static PART: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)").expect("a fixed pattern")
+    });
+    if !WHOLE.is_match(text) {
         return None;
     }
-    let part = regex::Regex::new(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)").ok()?;
+    let part = &*PART;
     let mut seconds = 0.0;
     for c in part.captures_iter(text) {
         let n: f64 = c[1].parse().ok()?;

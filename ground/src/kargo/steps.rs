@@ -22,12 +22,9 @@ pub enum Outcome {
         output: Value,
         said: String,
     },
+    /// Nothing to do; the output may still say something (Kargo's git-commit with no diff is
+    /// Skipped, its output the commit it is at).
     Skipped {
-        said: String,
-    },
-    /// Nothing to do, with an output (Kargo's git-commit with no diff: Skipped, and the
-    /// commit it is at).
-    SkippedWith {
         output: Value,
         said: String,
     },
@@ -65,7 +62,7 @@ pub async fn run(ctx: &StepContext<'_>, uses: &str, config: &Value) -> Outcome {
         "git-commit" => {
             return match git_commit(ctx, config) {
                 Ok((output, said)) if said == NOTHING_TO_COMMIT => {
-                    Outcome::SkippedWith { output, said }
+                    Outcome::Skipped { output, said }
                 }
                 Ok((output, said)) => Outcome::Done { output, said },
                 Err(said) => Outcome::Failed { said },
@@ -563,6 +560,7 @@ async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     let body: Value = response.json().await.unwrap_or(Value::Null);
     if status.as_u16() == 422 && text(&body, "message").contains("No commits between") {
         return Outcome::Skipped {
+            output: json!({}),
             said: "no difference between the branches".to_string(),
         };
     }

@@ -263,7 +263,8 @@ impl Default for Store {
     }
 }
 
-fn now_rfc3339() -> String {
+/// The current time as `rfc3339` writes it.
+pub fn now_rfc3339() -> String {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
