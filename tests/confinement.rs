@@ -452,3 +452,66 @@ fn hostile_helm_charts_in_a_kustomization_are_confined() {
         }
     }
 }
+
+/// A hostile chart's CRD whose CEL rules would exhaust the gate: nested list macros over
+/// literal lists (billions of values), a rule nested thousands of levels deep (a stack
+/// overflow in the parser), and a rule that copies a large string in a loop. The gate reads
+/// the CRD and checks the chart's own custom resource against it: the rules are not run
+/// (reported unevaluated, never passed), the process neither aborts nor exhausts memory,
+/// and a real violation of an evaluable rule beside them is still reported.
+#[test]
+fn a_charts_cel_rules_cannot_exhaust_the_gate() {
+    let list = format!("[{}]", vec!["0"; 600].join(","));
+    let bomb = format!("size({list}.map(x, {list}.map(y, {list}))) > 0");
+    let deep = format!("{}true{}", "(".repeat(2040), ")".repeat(2040));
+    let copy = "size(self.l.map(x, self.s + self.s)) > 0";
+    // JSON is YAML: the CRD is written as JSON so no rule needs YAML quoting.
+    let crd = serde_json::json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "bombs.example.test"},
+        "spec": {"group": "example.test", "scope": "Namespaced",
+            "names": {"kind": "Bomb", "plural": "bombs", "singular": "bomb", "listKind": "BombList"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": {"type": "object",
+                    "x-kubernetes-validations": [{"rule": bomb}, {"rule": deep}, {"rule": copy},
+                        {"rule": "self.min <= self.max", "message": "min above max"}],
+                    "properties": {"min": {"type": "integer"}, "max": {"type": "integer"},
+                        "l": {"type": "array", "items": {"type": "integer"}}, "s": {"type": "string"}}}}}}}]}})
+    .to_string();
+    let cr = format!(
+        "apiVersion: example.test/v1\nkind: Bomb\nmetadata:\n  name: b\nspec:\n  min: 3\n  max: 2\n  l: [{}]\n  s: {}\n",
+        vec!["0"; 100].join(","),
+        "x".repeat(1 << 20)
+    );
+    let files = [
+        (
+            "apps/bomb.yaml",
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: bomb\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: charts/bomb\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: bomb\n",
+        ),
+        (
+            "charts/bomb/Chart.yaml",
+            "apiVersion: v2\nname: bomb\nversion: 0.1.0\n",
+        ),
+        ("charts/bomb/crds/bomb.yaml", crd.as_str()),
+        ("charts/bomb/templates/bomb.yaml", cr.as_str()),
+    ];
+    let repo = repo_with(&files);
+    let cache = tempfile::tempdir().unwrap();
+    let report = cache.path().join("report.md");
+    let head = repo.head();
+    let mut command = gate_on(cache.path(), repo.path(), &["check"]);
+    sample_inputs(&mut command)
+        .args(["--base", &head, "--head", &head])
+        .arg("--report")
+        .arg(&report);
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // Exit 0, 1 or 2: a verdict, not a crash (a stack overflow aborts with SIGABRT, the OOM
+    // killer with SIGKILL: no exit code at all).
+    assert!(
+        matches!(output.status.code(), Some(0..=2)),
+        "{:?}: {stderr}",
+        output.status
+    );
+    let report = std::fs::read_to_string(&report).unwrap_or_default();
+    assert!(report.contains("min above max"), "{report}\n{stderr}");
+}

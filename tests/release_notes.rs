@@ -102,3 +102,15 @@ async fn a_registry_cannot_send_bosun_to_a_host_off_the_allowlist() {
         elsewhere.requests()
     );
 }
+
+#[tokio::test]
+async fn content_that_does_not_match_its_digest_is_not_read() {
+    // What is cached per manifest digest must be bound to it: a registry or CDN that serves
+    // another config under a digest is refused, and nothing is cached.
+    let registry = OciRegistryDouble::start(&[image("https://github.com/cert-manager/one")])
+        .await
+        .unwrap();
+    registry.swap_blobs();
+    let error = source(&notes(&registry)).await.unwrap_err();
+    assert!(error.contains("does not match"), "{error}");
+}
