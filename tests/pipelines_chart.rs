@@ -241,7 +241,7 @@ fn a_chain_takes_freight_from_the_stage_before_it_once_verified_there() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| p["stage"].as_str().unwrap())
+        .map(|p| p["stageSelector"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(
         stages,

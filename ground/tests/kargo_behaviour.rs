@@ -792,3 +792,84 @@ async fn an_oci_chart_subscription_names_no_chart_and_an_https_one_must() {
     )
     .unwrap();
 }
+
+#[tokio::test]
+async fn the_next_promotion_waits_while_the_current_freight_is_verified() {
+    // [K pkg/controller/stages/regular_stages.go syncPromotions]: "current Freight has a
+    // non-terminal verification: wait for it to complete before allowing new promotions to
+    // start"; once the AnalysisRun is terminal, the next Promotion runs.
+    let admin = user("system:admin");
+    let mut world = world(2, false).await;
+    let template = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate", "metadata": {"name": "healthy"},
+        "spec": {"metrics": [{"name": "up", "successCondition": "result[0] == 1",
+            "provider": {"prometheus": {"address": "http://127.0.0.1:1", "query": "vector(1)"}}}]}});
+    let rollouts = |plural: &str| {
+        world
+            .kube
+            .store()
+            .resource("argoproj.io", "v1alpha1", plural)
+            .cloned()
+            .unwrap()
+    };
+    let templates = rollouts("analysistemplates");
+    let runs = rollouts("analysisruns");
+    world
+        .kube
+        .store()
+        .create(&templates, NS, template, &admin)
+        .unwrap();
+    let stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": "verified"},
+        "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": "charts"}, "sources": {"direct": true}}],
+                 "promotionTemplate": {"spec": {"steps": [{"uses": "compose-output", "config": {"done": true}}]}},
+                 "verification": {"analysisTemplates": [{"name": "healthy"}]}}});
+    create(&world.kube, "stages", stage, &admin).unwrap();
+    world.kargo.grants.allow("alice", NS, "verified");
+    let promote = |world: &World, freight: &str| {
+        let promotion = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Promotion", "metadata": {"generateName": "verified-"},
+            "spec": {"stage": "verified", "freight": freight, "steps": [{"uses": "noop"}]}});
+        create(&world.kube, "promotions", promotion, &user("alice")).unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first = promote(&world, &world.freights[0].clone());
+    let said = settle(&mut world).await;
+    assert_eq!(
+        get(&world.kube, "promotions", &first)["status"]["phase"],
+        json!("Succeeded")
+    );
+    assert!(said.contains("verification started: AnalysisRun"), "{said}");
+    let second = promote(&world, &world.freights[1].clone());
+    let said = settle(&mut world).await;
+    assert_eq!(
+        get(&world.kube, "promotions", &second)["status"]["phase"],
+        json!("Pending"),
+        "{said}"
+    );
+    assert!(said.contains("is still being verified there"), "{said}");
+    // The AnalysisRun finishes (the ground's Argo Rollouts is not running in this test).
+    let run = world
+        .kube
+        .store()
+        .list(&runs, NS, &Selector::default(), &Selector::default());
+    assert_eq!(run.len(), 1, "one AnalysisRun: {run:?}");
+    let name = run[0]["metadata"]["name"].as_str().unwrap().to_string();
+    world
+        .kube
+        .store()
+        .patch(
+            &runs,
+            NS,
+            &name,
+            PatchBody::Merge(json!({"status": {"phase": "Successful"}})),
+            &admin,
+            true,
+        )
+        .unwrap();
+    let said = settle(&mut world).await;
+    assert_eq!(
+        get(&world.kube, "promotions", &second)["status"]["phase"],
+        json!("Succeeded"),
+        "{said}"
+    );
+}

@@ -494,13 +494,7 @@ fn promotion_webhook(
                     .get(GROUP, "projectconfigs", &namespace, &namespace)
                     .and_then(|c| c.pointer("/spec/promotionPolicies"))
                     .and_then(Value::as_array)
-                    .is_some_and(|policies| {
-                        policies.iter().any(|p| {
-                            text(p, "/stage") == stage_name
-                                && p.get("autoPromotionEnabled").and_then(Value::as_bool)
-                                    == Some(true)
-                        })
-                    });
+                    .is_some_and(|policies| auto_promotion_by_policy(policies, &stage));
                 if by_policy
                     || text(
                         &stage,
@@ -607,6 +601,8 @@ pub struct Kargo {
     seen_warehouses: Vec<String>,
     runs: BTreeMap<String, Run>,
     verifications: Vec<Verification>,
+    /// Pending Promotions already said to wait for a verification (said once each).
+    held_for_verification: std::collections::BTreeSet<String>,
     /// ULIDs for AnalysisRun names (the same fixed clock as Promotions').
     ulids: std::sync::atomic::AtomicU64,
     /// Stages whose promotions fail at the first step (a scenario's fault).
@@ -671,6 +667,7 @@ impl Kargo {
             seen_warehouses: Vec::new(),
             runs: BTreeMap::new(),
             verifications: Vec::new(),
+            held_for_verification: Default::default(),
             ulids: std::sync::atomic::AtomicU64::new(1000),
             failing_stages: Vec::new(),
             http_aliases: BTreeMap::new(),
@@ -829,10 +826,7 @@ impl Kargo {
             .collect();
         for stage in self.list(kube, "stages") {
             let stage_name = text(&stage, "/metadata/name").to_string();
-            let by_policy = policies.iter().any(|p| {
-                text(p, "/stage") == stage_name
-                    && p.get("autoPromotionEnabled").and_then(Value::as_bool) == Some(true)
-            });
+            let by_policy = auto_promotion_by_policy(&policies, &stage);
             if !by_policy
                 && text(
                     &stage,
@@ -986,6 +980,32 @@ impl Kargo {
                         continue;
                     };
                     let name = text(&next, "/metadata/name").to_string();
+                    // [K pkg/controller/stages/regular_stages.go syncPromotions]: while the
+                    // current Freight's verification has not finished, the next Promotion does
+                    // not start. An AnalysisRun that runs is non-terminal; a verification still
+                    // waiting for health is not started, and an unhealthy Stage lets the next
+                    // Promotion run (it may be the fix), so only a running AnalysisRun holds.
+                    if let Some(v) = self
+                        .verifications
+                        .iter()
+                        .find(|v| v.stage == stage && v.analysis_run.is_some())
+                    {
+                        if self.held_for_verification.insert(name.clone()) {
+                            let alias = Self::get(kube, "freights", &self.namespace, &v.freight)
+                                .map(|f| text(&f, "/alias").to_string())
+                                .unwrap_or_else(|_| v.freight.clone());
+                            transcript.say(
+                                "kargo",
+                                format!(
+                                    "Promotion {name} to Stage {stage} waits: Freight {alias} is still being verified there"
+                                ),
+                            );
+                        }
+                        continue;
+                    }
+                    // The superseded Freight's wait for health ends with the new Promotion.
+                    self.verifications
+                        .retain(|v| v.stage != stage || v.analysis_run.is_some());
                     let _ = Self::patch_status(
                         kube,
                         "promotions",
@@ -1815,6 +1835,89 @@ impl Kargo {
     }
 }
 
+/// Whether a ProjectConfig's `promotionPolicies` turn auto-promotion on for `stage`
+/// ([K pkg/api/auto_promotion.go findMatchingPromotionPolicy]): the first policy whose
+/// `stageSelector` matches decides (the deprecated `stage` is an exact-name selector); a name
+/// is exact, `glob:` or `regex:`/`regexp:` (unanchored, as Go's `MatchString`), ANDed with the
+/// inlined label selector. A pattern that does not parse matches nothing here (Kargo errors the
+/// reconcile, which also promotes nothing).
+pub fn auto_promotion_by_policy(policies: &[Value], stage: &Value) -> bool {
+    let name = text(stage, "/metadata/name");
+    let labels: BTreeMap<String, String> = stage
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default();
+    for policy in policies {
+        let selector = match policy.get("stageSelector") {
+            Some(selector) => selector.clone(),
+            None => json!({"name": text(policy, "/stage")}),
+        };
+        let pattern = text(&selector, "/name");
+        let name_matches = if pattern.is_empty() {
+            true
+        } else if let Some(glob) = pattern.strip_prefix("glob:") {
+            globset::GlobBuilder::new(glob)
+                .literal_separator(true)
+                .build()
+                .is_ok_and(|g| g.compile_matcher().is_match(name))
+        } else if let Some(re) = pattern
+            .strip_prefix("regex:")
+            .or_else(|| pattern.strip_prefix("regexp:"))
+        {
+            regex::Regex::new(re).is_ok_and(|r| r.is_match(name))
+        } else {
+            pattern == name
+        };
+        if !name_matches {
+            continue;
+        }
+        // The LabelSelector is inlined in the selector (`matchLabels`, `matchExpressions`).
+        if !label_selector_matches(&selector, &labels) {
+            continue;
+        }
+        return policy.get("autoPromotionEnabled").and_then(Value::as_bool) == Some(true);
+    }
+    false
+}
+
+/// A `metav1.LabelSelector` (`matchLabels` ANDed with `matchExpressions`) against labels.
+fn label_selector_matches(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+    let exact = selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str());
+    exact
+        && selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .all(|e| {
+                let value = labels.get(text(e, "/key"));
+                let values: Vec<&str> = e
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect();
+                match text(e, "/operator") {
+                    "In" => value.is_some_and(|v| values.contains(&v.as_str())),
+                    "NotIn" => value.is_none_or(|v| !values.contains(&v.as_str())),
+                    "Exists" => value.is_some(),
+                    "DoesNotExist" => value.is_none(),
+                    _ => false,
+                }
+            })
+}
+
 /// `vars` entries (`[{name, value}]`) as (name, value) pairs, in order.
 fn named_values(list: Option<&Value>) -> Vec<(String, Value)> {
     list.and_then(Value::as_array)
@@ -1920,6 +2023,41 @@ mod tests {
             newest_version(&versions, ">=1.0.0 <2.0.0").as_deref(),
             Some("1.19.3")
         );
+    }
+
+    #[test]
+    fn the_first_matching_promotion_policy_decides() {
+        // [K pkg/api/auto_promotion.go findMatchingPromotionPolicy]
+        let stage = json!({"metadata": {"name": "addons-prod", "labels": {"tier": "prod"}}});
+        let on = |policies: Value| auto_promotion_by_policy(policies.as_array().unwrap(), &stage);
+        assert!(on(
+            json!([{"stage": "addons-prod", "autoPromotionEnabled": true}])
+        ));
+        assert!(on(
+            json!([{"stageSelector": {"name": "addons-prod"}, "autoPromotionEnabled": true}])
+        ));
+        assert!(on(
+            json!([{"stageSelector": {"name": "glob:addons-*"}, "autoPromotionEnabled": true}])
+        ));
+        assert!(on(
+            json!([{"stageSelector": {"name": "regex:prod$"}, "autoPromotionEnabled": true}])
+        ));
+        assert!(on(
+            json!([{"stageSelector": {"matchLabels": {"tier": "prod"}}, "autoPromotionEnabled": true}])
+        ));
+        assert!(!on(
+            json!([{"stageSelector": {"name": "addons-prod", "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["prod"]}]}, "autoPromotionEnabled": true}])
+        ));
+        assert!(!on(
+            json!([{"stageSelector": {"name": "addons-staging"}, "autoPromotionEnabled": true}])
+        ));
+        // The first match decides, even when a later one would enable it.
+        assert!(!on(
+            json!([{"stageSelector": {"name": "glob:*"}}, {"stage": "addons-prod", "autoPromotionEnabled": true}])
+        ));
+        assert!(!on(
+            json!([{"stageSelector": {"name": "regex:("}, "autoPromotionEnabled": true}])
+        ));
     }
 
     #[test]
