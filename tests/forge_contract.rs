@@ -1,5 +1,6 @@
-//! The project's GitHub client and `gate publish` against the forge double (GitHub's REST
-//! subset over real git): requests asserted by method, path and body.
+//! The project's forge clients (GitHub and Gitea) and `gate publish` against the forge double
+//! (GitHub's REST subset and Gitea's `/api/v1` over the same real git): requests asserted by
+//! method, path and body, and the trait's behaviour played on both.
 
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
@@ -7,7 +8,8 @@ mod common;
 
 use gitops_loop::forge::github::GitHub;
 use gitops_loop::forge::{
-    CheckRun, CommitStatus, Conclusion, Forge, RepoSlug, StatusState, upsert_marked_comment,
+    CheckRun, CommitStatus, Conclusion, Forge, ForgeKind, RepoSlug, StatusState,
+    upsert_marked_comment,
 };
 use ground::forge::ForgeDouble;
 use serde_json::json;
@@ -238,17 +240,18 @@ fn publish(
     clone: &std::path::Path,
     cache: &std::path::Path,
 ) -> std::process::Output {
+    publish_to(&["--forge-url", &forge.url()], clone, cache)
+}
+
+/// `gate publish` on pull request #1 with these forge arguments.
+fn publish_to(
+    forge_args: &[&str],
+    clone: &std::path::Path,
+    cache: &std::path::Path,
+) -> std::process::Output {
     common::gate(cache)
-        .args([
-            "--quiet",
-            "publish",
-            "--repo-slug",
-            SLUG,
-            "--pr",
-            "1",
-            "--forge-url",
-            &forge.url(),
-        ])
+        .args(["--quiet", "publish", "--repo-slug", SLUG, "--pr", "1"])
+        .args(forge_args)
         .args(["--repo-url", common::SAMPLE_REPO_URL])
         .arg("--repo")
         .arg(clone)
@@ -379,4 +382,311 @@ async fn the_client_rides_out_server_errors_and_rate_limits() {
     assert!(forge.injected_faults() > 0);
     forge.set_faults(ground::forge::ForgeFaults::default());
     assert_eq!(client.comments(&slug, 1).await.unwrap().len(), 0);
+}
+
+/// The trait's clients on both faces of the double, for one token.
+fn both(forge: &ForgeDouble, token: &str) -> Vec<(ForgeKind, std::sync::Arc<dyn Forge>)> {
+    vec![
+        (
+            ForgeKind::Github,
+            ForgeKind::Github.connect(&forge.url(), token).unwrap(),
+        ),
+        (
+            ForgeKind::Gitea,
+            ForgeKind::Gitea.connect(&forge.gitea_url(), token).unwrap(),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_trait_reads_and_writes_the_same_on_github_and_gitea() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let head = git(clone.path(), &["rev-parse", "HEAD"]);
+    for (kind, client) in both(&forge, "gate-token") {
+        let pull = client.pull_request(&slug, 1).await.unwrap();
+        assert_eq!(pull.head_sha, head, "{kind:?}");
+        assert_eq!(
+            (
+                pull.head_ref.as_str(),
+                pull.base_ref.as_str(),
+                pull.author.as_str()
+            ),
+            ("kargo/bump", "main", "kargo"),
+            "{kind:?}"
+        );
+        assert_eq!(client.current_user().await.unwrap(), "addons-gate[bot]");
+        // One marked comment, updated in place, on either face.
+        let marker = format!("<!-- contract {kind:?} -->");
+        let first = upsert_marked_comment(
+            client.as_ref(),
+            &slug,
+            1,
+            "addons-gate[bot]",
+            &marker,
+            &format!("{marker}\none"),
+        )
+        .await
+        .unwrap();
+        let second = upsert_marked_comment(
+            client.as_ref(),
+            &slug,
+            1,
+            "addons-gate[bot]",
+            &marker,
+            &format!("{marker}\ntwo"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(first.id, second.id, "{kind:?}");
+        assert_eq!(second.body, format!("{marker}\ntwo"), "{kind:?}");
+        // Statuses: the newest per context stands, with its creator.
+        let context = format!("bosun-{kind:?}");
+        for state in [StatusState::Pending, StatusState::Success] {
+            let status = CommitStatus {
+                context: context.clone(),
+                state,
+                description: "reading addons-gate".into(),
+                creator: String::new(),
+            };
+            client.set_status(&slug, &head, &status).await.unwrap();
+        }
+        let read = client.statuses(&slug, &head).await.unwrap();
+        let ours: Vec<_> = read.iter().filter(|s| s.context == context).collect();
+        assert_eq!(ours.len(), 1, "{kind:?}: {read:?}");
+        assert_eq!(ours[0].state, StatusState::Success, "{kind:?}");
+        assert_eq!(ours[0].creator, "addons-gate[bot]", "{kind:?}");
+        // Labels, a name with a slash and a space included; removing one twice is no error.
+        let labels = ["needs human".to_string(), "bosun/held".to_string()];
+        client.add_labels(&slug, 1, &labels).await.unwrap();
+        client.add_labels(&slug, 1, &labels[..1]).await.unwrap();
+        let on = client.pull_request(&slug, 1).await.unwrap().labels;
+        assert_eq!(on, labels, "{kind:?}");
+        for label in &labels {
+            client.remove_label(&slug, 1, label).await.unwrap();
+            client.remove_label(&slug, 1, label).await.unwrap();
+        }
+        assert!(
+            client
+                .pull_request(&slug, 1)
+                .await
+                .unwrap()
+                .labels
+                .is_empty(),
+            "{kind:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_labels_are_created_once_then_added_by_id() {
+    // [G routers/api/v1/repo/issue_label.go]: a name the repository lacks is dropped without a
+    // word, so the client creates it first and adds by id.
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let client = ForgeKind::Gitea
+        .connect(&forge.gitea_url(), "gate-token")
+        .unwrap();
+    forge.clear_requests();
+    client
+        .add_labels(&slug, 1, &["bosun/held".to_string()])
+        .await
+        .unwrap();
+    client
+        .add_labels(&slug, 1, &["bosun/held".to_string()])
+        .await
+        .unwrap();
+    let requests: Vec<(String, String, serde_json::Value)> = forge
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.path, r.body))
+        .collect();
+    let created: Vec<_> = requests
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == &format!("/api/v1/repos/{SLUG}/labels"))
+        .collect();
+    assert_eq!(created.len(), 1, "{requests:#?}");
+    assert_eq!(created[0].2["name"], "bosun/held");
+    let added: Vec<_> = requests
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == &format!("/api/v1/repos/{SLUG}/issues/1/labels"))
+        .collect();
+    assert_eq!(added.len(), 2);
+    assert!(
+        added.iter().all(|(_, _, body)| body["labels"][0].is_u64()),
+        "{added:?}"
+    );
+    // A name sent as GitHub sends it is silently dropped by Gitea: the reason for ids.
+    let raw = reqwest::Client::new()
+        .post(format!(
+            "{}/repos/{SLUG}/issues/1/labels",
+            forge.gitea_url()
+        ))
+        .header("Authorization", "token gate-token")
+        .json(&json!({"labels": ["never-created"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 200);
+    assert_eq!(
+        client.pull_request(&slug, 1).await.unwrap().labels,
+        ["bosun/held"]
+    );
+    // Ids and names together are refused.
+    let mixed = reqwest::Client::new()
+        .post(format!(
+            "{}/repos/{SLUG}/issues/1/labels",
+            forge.gitea_url()
+        ))
+        .header("Authorization", "token gate-token")
+        .json(&json!({"labels": [1, "x"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(mixed.status(), 400);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_pages_are_followed_past_the_servers_cap() {
+    // [G services/convert/utils.go ToCorrectPageSize]: at most 50 a page whatever is asked;
+    // a client that stops at the first page shorter than it asked would lose statuses.
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let head = git(clone.path(), &["rev-parse", "HEAD"]);
+    let client = ForgeKind::Gitea
+        .connect(&forge.gitea_url(), "gate-token")
+        .unwrap();
+    for i in 0..120 {
+        let status = CommitStatus {
+            context: format!("ci/{i:03}"),
+            state: StatusState::Success,
+            description: String::new(),
+            creator: String::new(),
+        };
+        client.set_status(&slug, &head, &status).await.unwrap();
+    }
+    forge.clear_requests();
+    let read = client.statuses(&slug, &head).await.unwrap();
+    assert_eq!(read.len(), 120);
+    let pages = forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(&format!("/statuses/{head}")))
+        .count();
+    assert_eq!(pages, 3, "50 + 50 + 20");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_scopes_and_check_runs_fail_with_their_cause() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    // A token made without read:user cannot say who it is (the kind path's first Bosun bug).
+    forge.add_scoped_user("narrow", "bosun", &["write:repository", "write:issue"]);
+    let narrow = ForgeKind::Gitea
+        .connect(&forge.gitea_url(), "narrow")
+        .unwrap();
+    let err = narrow.current_user().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(err.to_string().contains("[read:user]"), "{err}");
+    // The repository and issue scopes are enough for the rest.
+    narrow.pull_request(&slug, 1).await.unwrap();
+    narrow.comments(&slug, 1).await.unwrap();
+    forge.add_scoped_user(
+        "wide",
+        "bosun",
+        &["read:user", "write:repository", "write:issue"],
+    );
+    let wide = ForgeKind::Gitea
+        .connect(&forge.gitea_url(), "wide")
+        .unwrap();
+    assert_eq!(wide.current_user().await.unwrap(), "bosun");
+    // A wrong token is Gitea's 401.
+    let bad = ForgeKind::Gitea
+        .connect(&forge.gitea_url(), "wrong")
+        .unwrap();
+    let err = bad.pull_request(&slug, 1).await.unwrap_err();
+    assert_eq!(err.status(), Some(401), "{err}");
+    // There are no check runs on Gitea: asking for one says so, reading finds none.
+    let run = CheckRun {
+        name: "addons-gate".into(),
+        head_sha: "0".repeat(40),
+        conclusion: Conclusion::Success,
+        title: String::new(),
+        summary: String::new(),
+        external_id: String::new(),
+        app: String::new(),
+    };
+    let err = wide.upsert_check_run(&slug, &run).await.unwrap_err();
+    assert!(err.to_string().contains("commit status"), "{err}");
+    assert!(
+        wide.check_runs(&slug, &run.head_sha)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_publish_on_gitea_sets_the_addons_gate_status_and_the_merge_waits_for_it() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let cache = tempfile::tempdir().unwrap();
+    let url = forge.gitea_url();
+    let output = publish_to(
+        &["--forge", "gitea", "--forge-url", &url],
+        clone.path(),
+        cache.path(),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let client = ForgeKind::Gitea.connect(&url, "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 1, "one report comment");
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    let statuses = client.statuses(&slug, &pull.head_sha).await.unwrap();
+    let gate: Vec<_> = statuses
+        .iter()
+        .filter(|s| s.context == "addons-gate")
+        .collect();
+    assert_eq!(gate.len(), 1, "{statuses:?}");
+    assert_eq!(gate[0].state, StatusState::Failure);
+    // Branch protection (an administrator's merge, not the Forge trait): Gitea's 405.
+    let merge = reqwest::Client::new()
+        .post(format!("{url}/repos/{SLUG}/pulls/1/merge"))
+        .header("Authorization", "token kargo-token")
+        .json(&json!({"Do": "merge"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(merge.status(), 405);
+    assert!(
+        merge
+            .text()
+            .await
+            .unwrap()
+            .contains("Not all required status checks successful")
+    );
+    // Asking for a check run on Gitea is refused before anything is published.
+    let refused = publish_to(
+        &[
+            "--forge",
+            "gitea",
+            "--forge-url",
+            &url,
+            "--check-mode",
+            "check-run",
+        ],
+        clone.path(),
+        cache.path(),
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("no check runs"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 }

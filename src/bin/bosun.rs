@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 use gitops_loop::bosun::config::{Config, InventoryConfig};
 use gitops_loop::bosun::server::Server;
 use gitops_loop::bosun::triage::Bosun;
-use gitops_loop::forge::{Forge, RepoSlug, github::GitHub};
+use gitops_loop::forge::RepoSlug;
 use gitops_loop::render::tools;
 
 #[derive(Parser)]
@@ -93,7 +93,7 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
     if token.is_empty() {
         anyhow::bail!("no forge token: set ${}", config.forge.token_env);
     }
-    let forge = GitHub::new(&config.forge.api_url, &token)?;
+    let forge = config.forge.kind.connect(&config.forge.api_url, &token)?;
     let me = match &config.forge.login {
         Some(login) => login.clone(),
         None => forge
@@ -175,7 +175,7 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
         model,
         notes,
         config,
-        forge: Arc::new(forge),
+        forge,
         token,
         me,
         helm,

@@ -179,7 +179,10 @@ struct PublishArgs {
     /// The pull request number.
     #[arg(long)]
     pr: u64,
-    /// The forge's API root.
+    /// Which API the forge speaks: github, or gitea (Gitea and Forgejo).
+    #[arg(long, value_enum, default_value_t = gate_forge::ForgeKind::Github)]
+    forge: gate_forge::ForgeKind,
+    /// The forge's API root (Gitea: `https://HOST/api/v1`).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     forge_url: String,
     /// The environment variable holding the token.
@@ -189,9 +192,10 @@ struct PublishArgs {
     /// whose comments are authored by `<app>[bot]`).
     #[arg(long)]
     author: Option<String>,
-    /// Publish the verdict as a check run or as a commit status.
-    #[arg(long, value_enum, default_value_t = gate::publish::CheckMode::CheckRun)]
-    check_mode: gate::publish::CheckMode,
+    /// Publish the verdict as a check run or as a commit status (default: a check run on
+    /// GitHub, a status on Gitea, which has no check runs).
+    #[arg(long, value_enum)]
+    check_mode: Option<gate::publish::CheckMode>,
     /// Also write the full report (Markdown) here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -412,19 +416,32 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .enable_all()
                 .build()?;
             runtime.block_on(async {
-                let forge = gate_forge::github::GitHub::new(&publish.forge_url, &token)?;
+                let check_mode = match publish.check_mode {
+                    Some(gate::publish::CheckMode::CheckRun) if !publish.forge.has_check_runs() => {
+                        // A wrong command line: exit 2, nothing published.
+                        eprintln!(
+                            "gate: --check-mode check-run: a {:?} forge has no check runs (use --check-mode status)",
+                            publish.forge
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
+                    Some(mode) => mode,
+                    None if publish.forge.has_check_runs() => gate::publish::CheckMode::CheckRun,
+                    None => gate::publish::CheckMode::Status,
+                };
+                let forge = publish.forge.connect(&publish.forge_url, &token)?;
                 let author = match &publish.author {
                     Some(author) => author.clone(),
-                    None => gate_forge::Forge::current_user(&forge).await?,
+                    None => forge.current_user().await?,
                 };
                 let config = config(&args, "HEAD", cli.quiet, false)?;
                 let (pr, result, published) = gate::publish::check_and_publish(
-                    &forge,
+                    forge.as_ref(),
                     &publish.repo_slug,
                     publish.pr,
                     &author,
                     &config,
-                    publish.check_mode,
+                    check_mode,
                 )
                 .await
                 .with_context(|| {

@@ -54,7 +54,11 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForgeConfig {
-    /// The forge's REST API root (GitHub: `https://api.github.com`).
+    /// Which API the forge speaks: `github` (default) or `gitea` (Gitea and Forgejo).
+    #[serde(default)]
+    pub kind: crate::forge::ForgeKind,
+    /// The forge's REST API root (GitHub: `https://api.github.com`; Gitea:
+    /// `https://gitea.example/api/v1`).
     pub api_url: String,
     /// The environment variable holding Bosun's token.
     #[serde(default = "default_token_env")]
@@ -68,12 +72,24 @@ pub struct ForgeConfig {
     #[serde(default)]
     pub gate_author: Option<String>,
     /// How the gate's verdict is published: a check run (GitHub App) or a commit status.
-    #[serde(default = "default_check_mode")]
-    pub check_mode: CheckMode,
+    /// Default: a check run on GitHub, a commit status on Gitea (which has no check runs).
+    #[serde(default)]
+    pub check_mode: Option<CheckMode>,
     /// The login Bosun's token acts as. Default: asked from the forge (`GET /user`), which a
     /// GitHub App installation token cannot answer: set it to `<app-slug>[bot]` then.
     #[serde(default)]
     pub login: Option<String>,
+}
+
+impl ForgeConfig {
+    /// How the gate's verdict is published on this forge.
+    pub fn check_mode(&self) -> CheckMode {
+        self.check_mode.unwrap_or(if self.kind.has_check_runs() {
+            CheckMode::CheckRun
+        } else {
+            CheckMode::Status
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -469,9 +485,6 @@ fn split_token_userinfo(url: &str) -> Option<(String, String)> {
     }
     Some((user.to_string(), format!("{scheme}://{host}")))
 }
-fn default_check_mode() -> CheckMode {
-    CheckMode::CheckRun
-}
 fn default_branch() -> String {
     "main".into()
 }
@@ -536,6 +549,14 @@ impl Config {
         if url.contains("{token}") && split_token_userinfo(url).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "{origin}: forge.gitUrl: {{token}} may only stand as the password of the URL's user info (https://USER:{{token}}@host/...)"
+            )));
+        }
+        if config.forge.check_mode == Some(CheckMode::CheckRun)
+            && !config.forge.kind.has_check_runs()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{origin}: forge.checkMode: check-run, but a {:?} forge has no check runs (use status)",
+                config.forge.kind
             )));
         }
         for glob in config.deny.iter().chain(&config.allow) {
@@ -614,6 +635,29 @@ mod tests {
                 username: Some("x-access-token".into()),
             }
         );
+    }
+
+    #[test]
+    fn a_gitea_forge_publishes_a_status_and_refuses_check_runs() {
+        let gitea = "forge: {kind: gitea, apiUrl: https://gitea.example/api/v1}\nrepositories: [{slug: a/b, url: u}]\ninventory: {file: i.yaml}\n";
+        let config = Config::parse(gitea, "bosun.yaml").unwrap();
+        assert_eq!(config.forge.kind, crate::forge::ForgeKind::Gitea);
+        assert_eq!(config.forge.check_mode(), CheckMode::Status);
+        let github = gitea.replace("kind: gitea, ", "");
+        assert_eq!(
+            Config::parse(&github, "bosun.yaml")
+                .unwrap()
+                .forge
+                .check_mode(),
+            CheckMode::CheckRun
+        );
+        let err = Config::parse(
+            &gitea.replace("kind: gitea,", "kind: gitea, checkMode: check-run,"),
+            "bosun.yaml",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("has no check runs"), "{err}");
+        assert!(Config::parse(&gitea.replace("gitea,", "gitlab,"), "bosun.yaml").is_err());
     }
 
     #[test]

@@ -623,7 +623,7 @@ impl Bosun {
                 number,
                 &self.me,
                 config,
-                self.config.forge.check_mode,
+                self.config.forge.check_mode(),
             )
             .await
             .map_err(|e| TriageError::Gate(e.to_string()))?;

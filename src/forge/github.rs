@@ -4,50 +4,36 @@
 //! Plain HTTP with reqwest rather than octocrab: the product needs a dozen endpoints, and
 //! octocrab would add a second TLS stack and ~90 s of build for them.
 
-use std::time::Duration;
-
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+pub use super::http::install_crypto_provider;
+use super::http::{Dialect, Http, cap, decode, segment};
 use super::{
     CheckRun, Comment, CommitStatus, Conclusion, Forge, ForgeError, PullRequest, RepoSlug,
     StatusState,
 };
 
-/// Installs the process-wide TLS crypto provider (ring) once; later calls are no-ops.
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
+const DIALECT: Dialect = Dialect {
+    auth_scheme: "Bearer",
+    headers: &[
+        ("Accept", "application/vnd.github+json"),
+        ("X-GitHub-Api-Version", "2022-11-28"),
+    ],
+};
 
 #[derive(Clone)]
 pub struct GitHub {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-    /// Retries for idempotent requests that meet 5xx or a rate limit.
-    retries: u32,
+    http: Http,
 }
 
 impl GitHub {
     /// `base` is the API root: `https://api.github.com`, `https://ghe.example/api/v3`, or a
     /// double on loopback.
     pub fn new(base: &str, token: &str) -> Result<GitHub, ForgeError> {
-        install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .user_agent(concat!("gitops-loop/", env!("CARGO_PKG_VERSION")))
-            .timeout(Duration::from_secs(30))
-            .build()
-            .map_err(|e| ForgeError::Transport {
-                method: "-".into(),
-                path: base.into(),
-                message: e.to_string(),
-            })?;
         Ok(GitHub {
-            client,
-            base: base.trim_end_matches('/').to_string(),
-            token: token.to_string(),
-            retries: 3,
+            http: Http::new(base, token, DIALECT)?,
         })
     }
 
@@ -57,80 +43,7 @@ impl GitHub {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ForgeError> {
-        let idempotent = method != Method::POST;
-        let mut attempt = 0;
-        loop {
-            let mut request = self
-                .client
-                .request(method.clone(), format!("{}{path}", self.base))
-                .header("Accept", "application/vnd.github+json")
-                .header("X-GitHub-Api-Version", "2022-11-28");
-            if !self.token.is_empty() {
-                request = request.bearer_auth(&self.token);
-            }
-            if let Some(body) = body {
-                request = request.json(body);
-            }
-            let outcome = request.send().await;
-            let error = |message: String| ForgeError::Transport {
-                method: method.to_string(),
-                path: path.to_string(),
-                message,
-            };
-            let response = match outcome {
-                Ok(response) => response,
-                Err(e) if idempotent && attempt < self.retries => {
-                    attempt += 1;
-                    tokio::time::sleep(backoff(attempt)).await;
-                    let _ = e;
-                    continue;
-                }
-                Err(e) => return Err(error(e.to_string())),
-            };
-            let status = response.status();
-            let rate_limited = status == StatusCode::TOO_MANY_REQUESTS
-                || (status == StatusCode::FORBIDDEN
-                    && response
-                        .headers()
-                        .get("x-ratelimit-remaining")
-                        .is_some_and(|v| v == "0"));
-            // A rate-limited request was not processed, so even a POST may be retried.
-            let retry = (rate_limited || (idempotent && status.is_server_error()))
-                && attempt < self.retries;
-            if retry {
-                attempt += 1;
-                let wait = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .map(|s| Duration::from_secs(s.min(10)))
-                    .unwrap_or_else(|| backoff(attempt));
-                tokio::time::sleep(wait).await;
-                continue;
-            }
-            let text = response.text().await.map_err(|e| error(e.to_string()))?;
-            if !status.is_success() {
-                let message = serde_json::from_str::<Value>(&text)
-                    .ok()
-                    .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
-                    .unwrap_or_else(|| text.chars().take(200).collect());
-                return Err(ForgeError::Http {
-                    method: method.to_string(),
-                    path: path.to_string(),
-                    status: status.as_u16(),
-                    message,
-                });
-            }
-            if text.trim().is_empty() {
-                return Ok(Value::Null);
-            }
-            return serde_json::from_str(&text).map_err(|e| ForgeError::Decode {
-                method: method.to_string(),
-                path: path.to_string(),
-                message: e.to_string(),
-            });
-        }
+        self.http.request(method, path, body).await
     }
 
     fn decode<T: for<'de> Deserialize<'de>>(
@@ -138,58 +51,22 @@ impl GitHub {
         method: &str,
         path: &str,
     ) -> Result<T, ForgeError> {
-        serde_json::from_value(value).map_err(|e| ForgeError::Decode {
-            method: method.into(),
-            path: path.into(),
-            message: e.to_string(),
-        })
+        decode(value, method, path)
     }
 
-    /// One request whose answer decodes into `T`.
     async fn call<T: for<'de> Deserialize<'de>>(
         &self,
         method: Method,
         path: &str,
         body: Option<&Value>,
     ) -> Result<T, ForgeError> {
-        let value = self.request(method.clone(), path, body).await?;
-        Self::decode(value, method.as_str(), path)
+        self.http.call(method, path, body).await
     }
 
-    /// Every page of a list endpoint (`per_page=100`).
+    /// Every page of a list endpoint (`per_page=100`; GitHub sends no total).
     async fn list(&self, path: &str) -> Result<Vec<Value>, ForgeError> {
-        let mut all = Vec::new();
-        for page in 1.. {
-            let separator = if path.contains('?') { '&' } else { '?' };
-            let value = self
-                .request(
-                    Method::GET,
-                    &format!("{path}{separator}per_page=100&page={page}"),
-                    None,
-                )
-                .await?;
-            let items = match value {
-                Value::Array(items) => items,
-                other => {
-                    return Err(ForgeError::Decode {
-                        method: "GET".into(),
-                        path: path.into(),
-                        message: format!("expected a list, got {other}"),
-                    });
-                }
-            };
-            let done = items.len() < 100;
-            all.extend(items);
-            if done {
-                break;
-            }
-        }
-        Ok(all)
+        self.http.list(path, "per_page", 100).await
     }
-}
-
-fn backoff(attempt: u32) -> Duration {
-    Duration::from_millis(200 * 2u64.pow(attempt.min(5)))
 }
 
 #[derive(Deserialize)]
@@ -307,15 +184,6 @@ fn conclusion_text(conclusion: Conclusion) -> &'static str {
     }
 }
 
-/// GitHub caps a check run's summary at 65,535 characters.
-fn cap(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        text.to_string()
-    } else {
-        text.chars().take(max).collect()
-    }
-}
-
 #[async_trait::async_trait]
 impl Forge for GitHub {
     async fn current_user(&self) -> Result<String, ForgeError> {
@@ -379,7 +247,8 @@ impl Forge for GitHub {
     async fn upsert_check_run(&self, repo: &RepoSlug, run: &CheckRun) -> Result<u64, ForgeError> {
         let list_path = format!(
             "/repos/{repo}/commits/{}/check-runs?check_name={}",
-            run.head_sha, run.name
+            run.head_sha,
+            segment(&run.name)
         );
         let existing: CheckRunList = self.call(Method::GET, &list_path, None).await?;
         let body = json!({
@@ -479,7 +348,7 @@ impl Forge for GitHub {
         number: u64,
         label: &str,
     ) -> Result<(), ForgeError> {
-        let path = format!("/repos/{repo}/issues/{number}/labels/{label}");
+        let path = format!("/repos/{repo}/issues/{number}/labels/{}", segment(label));
         match self.request(Method::DELETE, &path, None).await {
             Err(e) if e.status() == Some(404) => Ok(()), // not there: nothing to remove
             other => other.map(|_| ()),

@@ -1,10 +1,44 @@
 //! The pull-request host, seen through one trait: what the gate and Bosun need from it.
-//! `github` implements it over GitHub's REST API (and anything that speaks it, such as the
-//! proving ground's forge double or Gitea's GitHub-compatible subset).
+//! `github` implements it over GitHub's REST API, `gitea` over Gitea's (and Forgejo's); both
+//! share the HTTP plumbing in `http`. Merging and branch protection are not here: the trait
+//! Bosun holds cannot merge (the safety model), and administration lives in the ground and
+//! xtask.
 
+pub mod gitea;
 pub mod github;
+mod http;
 
 use serde::{Deserialize, Serialize};
+
+/// Which forge API a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ForgeKind {
+    /// GitHub's REST API (api.github.com, GitHub Enterprise's `/api/v3`).
+    #[default]
+    Github,
+    /// Gitea's REST API (`/api/v1`), which Forgejo serves too.
+    Gitea,
+}
+
+impl ForgeKind {
+    /// The client for this API at `api_url`.
+    pub fn connect(
+        self,
+        api_url: &str,
+        token: &str,
+    ) -> Result<std::sync::Arc<dyn Forge>, ForgeError> {
+        Ok(match self {
+            ForgeKind::Github => std::sync::Arc::new(github::GitHub::new(api_url, token)?),
+            ForgeKind::Gitea => std::sync::Arc::new(gitea::Gitea::new(api_url, token)?),
+        })
+    }
+
+    /// Whether the forge has check runs (Gitea has commit statuses only).
+    pub fn has_check_runs(self) -> bool {
+        self == ForgeKind::Github
+    }
+}
 
 /// `owner/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -121,6 +155,9 @@ pub enum ForgeError {
         path: String,
         message: String,
     },
+    /// The forge has no such thing (Gitea has no check runs).
+    #[error("{what}")]
+    Unsupported { what: String },
 }
 
 impl ForgeError {

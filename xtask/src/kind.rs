@@ -39,6 +39,16 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Play the scenario's timeline against the cluster `up` made, and check its expectations
+    /// there (waiting on conditions with timeouts; ground-only actions are skipped, said so).
+    Play {
+        /// The scenario folder under scenarios/ (the one `up` loaded).
+        #[arg(long, default_value = "happy-path")]
+        scenario: String,
+        /// Print every command and request, in order, and run none.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// A step of `up`: write target/kind/<scenario>/ (repositories for Gitea, Kargo objects).
     Stage {
         /// The scenario folder under scenarios/.
@@ -50,7 +60,14 @@ pub enum Command {
 pub fn main(command: Command) -> Result<()> {
     let root = project_root();
     match command {
-        Command::Up { scenario, dry_run } => run(&plan_up(&root, &scenario), dry_run),
+        Command::Up { scenario, dry_run } => {
+            let source = kargo_source(&read_scenario(&root, &scenario)?, &scenario)?;
+            run(&plan_up(&root, &scenario, &source), dry_run)
+        }
+        Command::Play { scenario, dry_run } => {
+            let plan = plan_play(&root, &scenario, &read_scenario(&root, &scenario)?)?;
+            run_with(&plan, dry_run, Credentials::Existing)
+        }
         Command::Down { dry_run } => run(&plan_down(), dry_run),
         Command::Stage { scenario } => stage(&root, &scenario),
     }
@@ -64,7 +81,7 @@ const GITEA_LOCAL: &str = "http://127.0.0.1:31082";
 /// Gitea from inside the cluster: what Argo CD, Kargo and the staged repository use.
 const GITEA_IN_CLUSTER: &str = "http://gitea-http.gitea.svc.cluster.local:3000";
 const GITEA_ADMIN: &str = "gitops-admin";
-/// The Kargo Project (and namespace) of the scenarios, declared in kind/project-config.yaml.
+/// The Kargo Project (and namespace) of the scenarios, declared in kind/project.yaml.
 const PROJECT: &str = "kargo-demo";
 /// Our binaries, one image each, tagged `gitops-loop/<binary>:kind`.
 const BINARIES: [&str; 3] = ["gate", "observer", "bosun"];
@@ -81,7 +98,7 @@ const SERVED_CHART_REPOSITORY: &str = "charts.example.test/stable";
 /// The hosts the scenarios name, and what stands for them on kind. `stage` rewrites every
 /// staged file with these, so Argo CD and Kargo reach Gitea, and Kargo's git-open-pr step infers
 /// the `gitea` provider from the host.
-const URL_MAP: [(&str, &str); 3] = [
+const URL_MAP: [(&str, &str); 4] = [
     (
         "https://git.example.test/",
         "http://gitea-http.gitea.svc.cluster.local:3000/",
@@ -92,7 +109,13 @@ const URL_MAP: [(&str, &str); 3] = [
     ),
     // Kargo's `http` step hands held pull requests to Bosun's intake.
     ("https://bosun.example.test", BOSUN_IN_CLUSTER),
+    // Verification's AnalysisTemplates ask Prometheus (kind/values/prometheus.yaml).
+    ("http://prometheus.example.test:9090", PROMETHEUS_IN_CLUSTER),
 ];
+/// The Prometheus server from inside the cluster (chart prometheus-community/prometheus).
+const PROMETHEUS_IN_CLUSTER: &str = "http://prometheus-server.monitoring.svc.cluster.local";
+/// How long a `play` wait lasts before the play fails, naming what it waited for.
+const WAIT_SECONDS: u64 = 20 * 60;
 /// Bosun's intake from inside the cluster (charts/bosun's Service in namespace bosun).
 const BOSUN_IN_CLUSTER: &str = "http://bosun.bosun.svc.cluster.local:8080";
 
@@ -125,6 +148,9 @@ pub struct Step {
     pub secrets: Vec<Secret>,
     /// When set, the command's standard output (trimmed) becomes this secret, unprinted.
     pub captures: Option<Secret>,
+    /// When set, the command is a condition: run again every 10 s until it succeeds, failing
+    /// the plan after this many seconds. A plan waits on conditions, never on sleeps.
+    pub until: Option<u64>,
 }
 
 impl Step {
@@ -134,7 +160,18 @@ impl Step {
             argv,
             secrets: Vec::new(),
             captures: None,
+            until: None,
         }
+    }
+
+    /// A line for the reader that runs nothing (what `play` does not play, and why).
+    fn note(what: impl Into<String>) -> Step {
+        Step::new(what, Vec::new())
+    }
+
+    fn until(mut self, seconds: u64) -> Step {
+        self.until = Some(seconds);
+        self
     }
 
     fn with_secrets(mut self, secrets: &[Secret]) -> Step {
@@ -229,15 +266,101 @@ fn relative(root: &Path, path: &Path) -> String {
         .to_string()
 }
 
+/// How a scenario declares its Kargo objects (`kargo:` in scenario.yaml).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KargoSource {
+    /// `kargo.pipelines: FILE`: values of charts/kargo-pipelines, installed with helm.
+    Pipelines(String),
+    /// `kargo.objects: FILE`: hand-written Warehouses and Stages, applied with kubectl.
+    Objects(String),
+}
+
+impl KargoSource {
+    /// The file `stage` writes under target/kind/<scenario>/.
+    fn staged_name(&self) -> &'static str {
+        match self {
+            KargoSource::Pipelines(_) => "pipelines.yaml",
+            KargoSource::Objects(_) => "kargo.yaml",
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            KargoSource::Pipelines(file) => format!("pipelines values ({file})"),
+            KargoSource::Objects(file) => format!("Kargo objects ({file})"),
+        }
+    }
+
+    fn file(&self) -> &str {
+        match self {
+            KargoSource::Pipelines(file) | KargoSource::Objects(file) => file,
+        }
+    }
+}
+
+/// scenarios/<scenario>/scenario.yaml, parsed.
+pub fn read_scenario(root: &Path, scenario: &str) -> Result<serde_json::Value> {
+    if scenario.is_empty() || scenario.contains(['/', '\\']) || scenario.starts_with('.') {
+        bail!("{scenario:?} is not a folder name under scenarios/");
+    }
+    let path = root.join("scenarios").join(scenario).join("scenario.yaml");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("no scenario {scenario}: cannot read {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("{}: not YAML", path.display()))
+}
+
+/// True for a relative path of plain names that, read from scenarios/<scenario>/, stays under
+/// scenarios/ (`pipelines.yaml`, `../sample/pipelines-x.yaml`).
+fn inside_scenarios(path: &str) -> bool {
+    let mut depth = 1i32;
+    let parts: Vec<&str> = path.split('/').collect();
+    for (index, part) in parts.iter().enumerate() {
+        if *part == ".." && index + 1 < parts.len() {
+            depth -= 1;
+        } else if plain(part, false) {
+            depth += 1;
+        } else {
+            return false;
+        }
+        if depth < 0 {
+            return false;
+        }
+    }
+    depth >= 1
+}
+
+/// Where the scenario's Kargo objects come from.
+pub fn kargo_source(scenario_yaml: &serde_json::Value, scenario: &str) -> Result<KargoSource> {
+    let kargo = &scenario_yaml["kargo"];
+    let file = |key: &str| -> Result<Option<String>> {
+        match kargo.get(key) {
+            None => Ok(None),
+            Some(serde_json::Value::String(file)) if inside_scenarios(file) => {
+                Ok(Some(file.clone()))
+            }
+            Some(other) => bail!(
+                "scenarios/{scenario}/scenario.yaml: kargo.{key} must name a file under scenarios/, relative to the scenario, not {other}"
+            ),
+        }
+    };
+    match (file("pipelines")?, file("objects")?) {
+        (Some(pipelines), None) => Ok(KargoSource::Pipelines(pipelines)),
+        (None, Some(objects)) => Ok(KargoSource::Objects(objects)),
+        _ => bail!(
+            "scenarios/{scenario}/scenario.yaml: kargo names neither or both of `pipelines` and `objects`"
+        ),
+    }
+}
+
 /// Every command of `cargo xtask kind up --scenario <scenario>`, in order. Pure: nothing is
 /// read or run, and the result does not depend on `root`, which only anchors the paths.
-pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
+pub fn plan_up(root: &Path, scenario: &str, source: &KargoSource) -> Vec<Step> {
     let path = |p: &str| relative(root, &root.join(p));
     let staged = root.join(STAGED).join(scenario);
     let staged_dir = relative(root, &staged);
     let staged_repo = relative(root, &staged.join("repo"));
     let staged_charts = relative(root, &staged.join("charts"));
-    let staged_kargo = relative(root, &staged.join("kargo.yaml"));
+    let staged_kargo = relative(root, &staged.join(source.staged_name()));
     let staged_bootstrap = relative(root, &staged.join("repo").join("bootstrap"));
     let push_url = |repo: &str| {
         let host = GITEA_LOCAL.trim_start_matches("http://");
@@ -263,7 +386,8 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
         ),
         Step::new(
             format!(
-                "stage {staged_dir}: the sample repository and the scenario's kargo.yaml with their URLs pointed at Gitea, the scenario's published charts as a chart repository"
+                "stage {staged_dir}: the sample repository and the scenario's {} with their URLs pointed at Gitea, Bosun and Prometheus in the cluster, the scenario's published charts as a chart repository",
+                source.describe()
             ),
             argv!["cargo", "xtask", "kind", "stage", "--scenario", scenario],
         ),
@@ -304,6 +428,17 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
             ],
         ),
         Step::new(
+            "chart repository: Prometheus",
+            argv![
+                "helm",
+                "repo",
+                "add",
+                "prometheus-community",
+                "https://prometheus-community.github.io/helm-charts",
+                "--force-update"
+            ],
+        ),
+        Step::new(
             "chart repository: Gitea",
             argv![
                 "helm",
@@ -331,7 +466,7 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
             ),
         ),
         Step::new(
-            "Argo CD and its CRDs, before Kargo (which enables its Argo CD integration only if they exist)",
+            "Argo CD v3.5.2 (images) on chart 9.4.3 and its CRDs, before Kargo (which enables its Argo CD integration only if they exist); controller metrics on for Prometheus",
             helm_install(
                 "argocd",
                 "argo/argo-cd",
@@ -341,6 +476,20 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
                     "9.4.3",
                     "--values",
                     path("kind/values/argo-cd.yaml")
+                ],
+            ),
+        ),
+        Step::new(
+            "Prometheus, scraping Argo CD's argocd_app_info: the pipelines chart's verification asks it",
+            helm_install(
+                "prometheus",
+                "prometheus-community/prometheus",
+                "monitoring",
+                argv![
+                    "--version",
+                    "29.27.2",
+                    "--values",
+                    path("kind/values/prometheus.yaml"),
                 ],
             ),
         ),
@@ -449,7 +598,7 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
 
     steps.extend([
         Step::new(
-            "a Gitea access token for Kargo (the output of this command is kept, not printed)",
+            "a Gitea access token for Kargo and Bosun (the output of this command is kept, not printed): read:user lets Bosun ask who it is, write:repository and write:issue open pull requests, comment, label and set statuses",
             kubectl(argv![
                 "exec",
                 "--namespace",
@@ -465,7 +614,7 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
                 "--token-name",
                 "kargo",
                 "--scopes",
-                "write:repository,write:issue",
+                "read:user,write:repository,write:issue",
                 "--raw",
             ]),
         )
@@ -505,6 +654,14 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
         )
         .with_secrets(&[Secret::GiteaPassword]),
         Step::new(
+            "branch protection on platform/gitops main: the commit status addons-gate must be green before a merge (administration: the Forge trait Bosun holds cannot do this)",
+            gitea_post(
+                "repos/platform/gitops/branch_protections",
+                r#"{"rule_name":"main","enable_status_check":true,"status_check_contexts":["addons-gate"]}"#,
+            ),
+        )
+        .with_secrets(&[Secret::GiteaPassword]),
+        Step::new(
             "push the staged chart repository",
             argv![
                 "git",
@@ -531,12 +688,8 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
             ]),
         ),
         Step::new(
-            "the Project and its ProjectConfig: auto-promotion as a promotion policy, where the ground reads a Stage annotation",
-            kubectl(argv![
-                "apply",
-                "--filename",
-                path("kind/project-config.yaml")
-            ]),
+            "the Project, which adopts the namespace",
+            kubectl(argv!["apply", "--filename", path("kind/project.yaml")]),
         ),
         Step::new(
             "Bosun's namespace",
@@ -559,7 +712,7 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
             ]),
         ),
         Step::new(
-            "Bosun's forge token: the Gitea token (Gitea speaks the GitHub REST subset Bosun uses)",
+            "Bosun's forge token: the Gitea token (Bosun speaks Gitea's API: forge.kind gitea)",
             generic_secret("bosun-forge", "bosun", &[("token", GENERATED)]),
         )
         .with_secrets(&[Secret::GiteaToken]),
@@ -599,27 +752,308 @@ pub fn plan_up(root: &Path, scenario: &str) -> Vec<Step> {
                     "image.pullPolicy=Never",
                     "--set-json",
                     format!(
-                        r#"config={{"forge":{{"apiUrl":"{GITEA_IN_CLUSTER}/api/v1","checkMode":"status","gitUrl":"http://{GITEA_ADMIN}:{{token}}@gitea-http.gitea.svc.cluster.local:3000/{{slug}}.git"}},"repositories":[{{"slug":"platform/gitops","url":"{GITEA_IN_CLUSTER}/platform/gitops.git"}}]}}"#
+                        r#"config={{"forge":{{"kind":"gitea","apiUrl":"{GITEA_IN_CLUSTER}/api/v1","checkMode":"status","gitUrl":"http://{GITEA_ADMIN}:{{token}}@gitea-http.gitea.svc.cluster.local:3000/{{slug}}.git"}},"repositories":[{{"slug":"platform/gitops","url":"{GITEA_IN_CLUSTER}/platform/gitops.git"}}]}}"#
                     ),
                 ],
             ),
         ),
-        Step::new(
-            format!("the Warehouses and Stages of scenarios/{scenario}/kargo.yaml, as staged"),
-            kubectl(argv![
-                "apply",
-                "--namespace",
-                PROJECT,
-                "--filename",
-                staged_kargo
-            ]),
-        ),
+        match source {
+            KargoSource::Pipelines(file) => Step::new(
+                format!(
+                    "the scenario's pipelines: charts/kargo-pipelines with scenarios/{scenario}/{file} as staged (ProjectConfig, Warehouses, Stages, AnalysisTemplates)"
+                ),
+                helm_install(
+                    "kargo-pipelines",
+                    &path("charts/kargo-pipelines"),
+                    PROJECT,
+                    argv!["--values", staged_kargo],
+                ),
+            ),
+            KargoSource::Objects(file) => Step::new(
+                format!("the Warehouses and Stages of scenarios/{scenario}/{file}, as staged"),
+                kubectl(argv![
+                    "apply",
+                    "--namespace",
+                    PROJECT,
+                    "--filename",
+                    staged_kargo
+                ]),
+            ),
+        },
         Step::new(
             "the bootstrap Application and ApplicationSets of the sample repository, as staged",
             kubectl(argv!["apply", "--filename", staged_bootstrap]),
         ),
     ]);
     steps
+}
+
+/// Every command and request of `cargo xtask kind play`: the scenario's timeline driven against
+/// the cluster `up` made (publish a chart version into the in-cluster chart repository, ask a
+/// Warehouse to look again, merge as a person once branch protection allows it), then its
+/// expectations checked against the real Kargo and Gitea, each a condition waited on with a
+/// timeout. What only the ground can do (a seeded fault, a double's state) is said, not played.
+pub fn plan_play(
+    root: &Path,
+    scenario: &str,
+    scenario_yaml: &serde_json::Value,
+) -> Result<Vec<Step>> {
+    use serde_json::Value;
+    let path = |p: &str| relative(root, &root.join(p));
+    let staged_charts = relative(root, &root.join(STAGED).join(scenario).join("charts"));
+    let slug = scenario_yaml
+        .pointer("/repository/slug")
+        .and_then(Value::as_str)
+        .unwrap_or("platform/gitops");
+    if !plain(slug, true) {
+        bail!("scenarios/{scenario}/scenario.yaml: repository.slug {slug:?} is not OWNER/NAME");
+    }
+    let gitea = |tail: &str| format!("{GITEA_LOCAL}/api/v1/repos/{slug}/{tail}");
+    let push_url = {
+        let host = GITEA_LOCAL.trim_start_matches("http://");
+        format!("http://{GITEA_ADMIN}:{GENERATED}@{host}/platform/charts.git")
+    };
+    let mut steps = vec![Step::new(
+        format!("the cluster `cargo xtask kind up --scenario {scenario}` made answers"),
+        kubectl(argv!["get", "namespace", PROJECT]),
+    )];
+    let timeline = scenario_yaml
+        .get("timeline")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for (index, entry) in timeline.iter().enumerate() {
+        let at = index + 1;
+        let (action, argument) = match entry {
+            Value::String(action) => (action.as_str(), Value::Null),
+            Value::Object(map) if map.len() == 1 => {
+                let (action, argument) = map.iter().next().expect("one entry");
+                (action.as_str(), argument.clone())
+            }
+            other => bail!(
+                "scenarios/{scenario}/scenario.yaml: timeline entry {at} is neither an action nor {{action: argument}}: {other}"
+            ),
+        };
+        match action {
+            // The ground's quiescence; on kind the waits that follow stand for it.
+            "settle" => {}
+            "say" => steps.push(Step::note(format!(
+                "say: {}",
+                argument.as_str().unwrap_or_default()
+            ))),
+            "publish" => {
+                let id = argument.as_str().unwrap_or_default();
+                let Some((name, version)) = id
+                    .split_once('@')
+                    .filter(|(n, v)| plain(n, false) && plain(v, false))
+                else {
+                    bail!(
+                        "scenarios/{scenario}/scenario.yaml: timeline entry {at}: publish {id:?} is not NAME@VERSION"
+                    );
+                };
+                let chart = path(&format!(
+                    "{SAMPLE_CHARTS}/{SERVED_CHART_REPOSITORY}/{name}/{version}"
+                ));
+                let git = |args: Vec<String>| {
+                    let mut argv = argv!["git", "-C", &staged_charts];
+                    argv.extend(args);
+                    argv
+                };
+                steps.extend([
+                    Step::new(
+                        format!("publish {name} {version}: package it into the staged chart repository"),
+                        argv!["helm", "package", chart, "--destination", &staged_charts],
+                    ),
+                    Step::new(
+                        format!("publish {name} {version}: index the chart repository"),
+                        argv!["helm", "repo", "index", &staged_charts],
+                    ),
+                    Step::new(
+                        format!("publish {name} {version}: add it to the next commit"),
+                        git(argv!["add", "--all"]),
+                    ),
+                    Step::new(
+                        format!("publish {name} {version}: commit it"),
+                        git(argv![
+                            "-c",
+                            "user.name=gitops-loop",
+                            "-c",
+                            "user.email=kind@example.test",
+                            "commit",
+                            "--quiet",
+                            "--message",
+                            format!("publish {name} {version}")
+                        ]),
+                    ),
+                    Step::new(
+                        format!("publish {name} {version}: push platform/charts, which Gitea serves as the chart repository"),
+                        git(argv!["push", "--quiet", &push_url, "main"]),
+                    )
+                    .with_secrets(&[Secret::GiteaPassword]),
+                ]);
+            }
+            "refresh" => {
+                let warehouse = argument.as_str().unwrap_or_default();
+                if !plain(warehouse, false) {
+                    bail!(
+                        "scenarios/{scenario}/scenario.yaml: timeline entry {at}: refresh {warehouse:?} is not a Warehouse name"
+                    );
+                }
+                steps.push(Step::new(
+                    format!("ask Warehouse {warehouse} to look for new versions now (Kargo's refresh annotation)"),
+                    kubectl(argv![
+                        "annotate",
+                        "--overwrite",
+                        "warehouse",
+                        warehouse,
+                        "--namespace",
+                        PROJECT,
+                        format!("kargo.akuity.io/refresh=play-{at}")
+                    ]),
+                ));
+            }
+            "merge" => {
+                let number = argument.get("pr").and_then(Value::as_u64).with_context(|| {
+                    format!("scenarios/{scenario}/scenario.yaml: timeline entry {at}: merge names no pr")
+                })?;
+                let by = argument.get("by").and_then(Value::as_str).unwrap_or("a person");
+                steps.push(
+                    Step::new(
+                        format!(
+                            "{by} merges pull request #{number} (as the Gitea admin) once branch protection allows it: Gitea answers 405 until addons-gate is green on its head"
+                        ),
+                        argv![
+                            "curl",
+                            "--fail",
+                            "--silent",
+                            "--show-error",
+                            "--output",
+                            "/dev/null",
+                            "--user",
+                            format!("{GITEA_ADMIN}:{GENERATED}"),
+                            "--header",
+                            "Content-Type: application/json",
+                            "--data",
+                            r#"{"Do":"merge"}"#,
+                            gitea(&format!("pulls/{number}/merge")),
+                        ],
+                    )
+                    .with_secrets(&[Secret::GiteaPassword])
+                    .until(WAIT_SECONDS),
+                );
+            }
+            other => steps.push(Step::note(format!(
+                "not played on kind: timeline entry {at} `{other}` belongs to the ground (a seeded fault or a double's own state)"
+            ))),
+        }
+    }
+    let expect = &scenario_yaml["expect"];
+    if let Some(promotions) = expect.get("promotions").and_then(Value::as_object) {
+        for (stage, phase) in promotions {
+            let phase = phase.as_str().unwrap_or_default();
+            if !plain(stage, false) || !plain(phase, false) {
+                bail!("scenarios/{scenario}/scenario.yaml: expect.promotions {stage:?}: {phase:?}");
+            }
+            steps.push(
+                Step::new(
+                    format!("expect: the Promotions to Stage {stage} are {phase}"),
+                    kubectl(argv![
+                        "wait",
+                        "promotions",
+                        "--namespace",
+                        PROJECT,
+                        "--selector",
+                        format!("kargo.akuity.io/stage={stage}"),
+                        format!("--for=jsonpath={{.status.phase}}={phase}"),
+                        "--timeout",
+                        "30s"
+                    ]),
+                )
+                .until(WAIT_SECONDS),
+            );
+        }
+    }
+    for stage in expect
+        .get("verified")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if !plain(stage, false) {
+            bail!("scenarios/{scenario}/scenario.yaml: expect.verified {stage:?}");
+        }
+        steps.push(
+            Step::new(
+                format!("expect: Stage {stage}'s current Freight is verified (its AnalysisRun asked Prometheus)"),
+                kubectl(argv![
+                    "wait",
+                    "stage",
+                    stage,
+                    "--namespace",
+                    PROJECT,
+                    "--for=jsonpath={.status.freightHistory[0].verificationHistory[0].phase}=Successful",
+                    "--timeout",
+                    "30s"
+                ]),
+            )
+            .until(WAIT_SECONDS),
+        );
+    }
+    for number in expect
+        .get("merged")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+    {
+        steps.push(
+            Step::new(
+                format!("expect: pull request #{number} is merged (Gitea answers 204, else 404)"),
+                argv![
+                    "curl",
+                    "--fail",
+                    "--silent",
+                    "--show-error",
+                    "--output",
+                    "/dev/null",
+                    "--user",
+                    format!("{GITEA_ADMIN}:{GENERATED}"),
+                    gitea(&format!("pulls/{number}/merge")),
+                ],
+            )
+            .with_secrets(&[Secret::GiteaPassword])
+            .until(WAIT_SECONDS),
+        );
+    }
+    if let Some(map) = expect.as_object() {
+        for key in map.keys() {
+            if !["promotions", "verified", "merged"].contains(&key.as_str()) {
+                steps.push(Step::note(format!(
+                    "checked on the ground only: expect.{key}"
+                )));
+            }
+        }
+    }
+    Ok(steps)
+}
+
+/// A name a plan may put into a command: letters, digits, `.`, `_`, `-` (and one `/` for an
+/// OWNER/NAME slug), nothing a shell or a URL would read otherwise.
+fn plain(text: &str, slug: bool) -> bool {
+    let parts: Vec<&str> = if slug {
+        text.split('/').collect()
+    } else {
+        vec![text]
+    };
+    (!slug || parts.len() == 2)
+        && parts.iter().all(|part| {
+            !part.is_empty()
+                && !part.starts_with(['.', '-'])
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        })
 }
 
 /// Every command of `cargo xtask kind down`.
@@ -654,8 +1088,22 @@ fn shell_line(argv: &[String]) -> String {
 pub fn dry_run_text(steps: &[Step]) -> String {
     let mut text = String::new();
     for step in steps {
-        let _ = writeln!(text, "# {}", step.what);
-        let _ = writeln!(text, "{}", shell_line(&step.argv));
+        match step.until {
+            Some(seconds) => {
+                let _ = writeln!(
+                    text,
+                    "# wait (again every 10 s, at most {}m): {}",
+                    seconds / 60,
+                    step.what
+                );
+            }
+            None => {
+                let _ = writeln!(text, "# {}", step.what);
+            }
+        }
+        if !step.argv.is_empty() {
+            let _ = writeln!(text, "{}", shell_line(&step.argv));
+        }
     }
     text
 }
@@ -663,6 +1111,17 @@ pub fn dry_run_text(steps: &[Step]) -> String {
 /// Prints the plan (`dry_run`), or runs it from the project root, step by step, stopping at the
 /// first failure with a message naming the step.
 pub fn run(steps: &[Step], dry_run: bool) -> Result<()> {
+    run_with(steps, dry_run, Credentials::Generate)
+}
+
+/// Where a run's secrets come from: made afresh (`up`), or the ones `up` wrote (`play`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Credentials {
+    Generate,
+    Existing,
+}
+
+pub fn run_with(steps: &[Step], dry_run: bool, credentials: Credentials) -> Result<()> {
     if dry_run {
         print!("{}", dry_run_text(steps));
         return Ok(());
@@ -672,19 +1131,29 @@ pub fn run(steps: &[Step], dry_run: bool) -> Result<()> {
     let generated = steps
         .iter()
         .flat_map(|s| &s.secrets)
-        .any(|secret| !captured.contains(secret));
-    let mut values = if generated {
-        generate(&root)?
-    } else {
-        HashMap::new()
+        .any(|secret| !captured.contains(secret))
+        && credentials == Credentials::Generate;
+    let mut values = match credentials {
+        Credentials::Generate if generated => generate(&root)?,
+        Credentials::Generate => HashMap::new(),
+        Credentials::Existing => existing(&root)?,
     };
     let total = steps.len();
     for (index, step) in steps.iter().enumerate() {
         let number = index + 1;
         println!("# [{number}/{total}] {}", step.what);
+        if step.argv.is_empty() {
+            continue;
+        }
         println!("{}", shell_line(&step.argv));
         let argv = fill(step, &values)
             .with_context(|| format!("step {number}/{total} ({})", step.what))?;
+        if let Some(seconds) = step.until {
+            wait_until(&root, &argv, seconds).with_context(|| {
+                format!("step {number}/{total} ({}) did not come true", step.what)
+            })?;
+            continue;
+        }
         let (status, stdout) = execute(&root, &argv, step.captures.is_some())
             .with_context(|| format!("step {number}/{total} ({}) could not start", step.what))?;
         if !status.success() {
@@ -756,6 +1225,23 @@ fn execute(root: &Path, argv: &[String], capture: bool) -> Result<(ExitStatus, S
     }
 }
 
+/// Runs a condition again every 10 s until it succeeds or `seconds` have passed (the real
+/// systems' time: Kargo, Argo CD and Gitea act at their own pace; a plan never sleeps a fixed
+/// time and hopes).
+fn wait_until(root: &Path, argv: &[String], seconds: u64) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        let (status, _) = execute(root, argv, true)?;
+        if status.success() {
+            return Ok(());
+        }
+        if start.elapsed().as_secs() >= seconds {
+            bail!("still false after {}m", seconds / 60);
+        }
+        std::thread::sleep(std::time::Duration::from_secs(10));
+    }
+}
+
 /// Runs one command of `stage`, failing unless it succeeds.
 fn execute_ok(root: &Path, argv: Vec<String>) -> Result<()> {
     let (status, _) = execute(root, &argv, false)
@@ -776,6 +1262,26 @@ fn random_hex(bytes: usize) -> Result<String> {
 
 fn credentials_path(root: &Path) -> PathBuf {
     root.join(STAGED).join("credentials")
+}
+
+/// The Gitea admin password `up` wrote to target/kind/credentials (what `play` pushes and
+/// merges with).
+fn existing(root: &Path) -> Result<HashMap<Secret, String>> {
+    let path = credentials_path(root);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{}: no credentials; run `cargo xtask kind up` first",
+            relative(root, &path)
+        )
+    })?;
+    let password = text
+        .lines()
+        .find(|line| line.starts_with("Gitea "))
+        .and_then(|line| line.rsplit_once("password "))
+        .map(|(_, password)| password.trim().to_string())
+        .filter(|password| !password.is_empty())
+        .with_context(|| format!("{}: no Gitea password line", relative(root, &path)))?;
+    Ok(HashMap::from([(Secret::GiteaPassword, password)]))
 }
 
 /// Generates every secret a plan needs but the captured ones, and writes the logins to
@@ -928,12 +1434,14 @@ fn copy_rewritten(from: &Path, to: &Path) -> Result<()> {
 /// - `charts/`: every chart of the mirror's `charts.example.test/stable` that the scenario does
 ///   not hold back as `unpublished`, packaged with `helm package`, with the `index.yaml` of
 ///   `helm repo index`, committed on `main` (pushed to platform/charts);
-/// - `kargo.yaml`: the scenario's Warehouses and Stages, URLs rewritten.
+/// - `pipelines.yaml` (the scenario's charts/kargo-pipelines values) or `kargo.yaml` (its
+///   hand-written Warehouses and Stages), URLs rewritten.
 pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     let scenario_dir = root.join("scenarios").join(scenario);
     let scenario_yaml = std::fs::read_to_string(scenario_dir.join("scenario.yaml"))
         .with_context(|| format!("no scenario {scenario} in {}", scenario_dir.display()))?;
-    let kargo_path = scenario_dir.join("kargo.yaml");
+    let source = kargo_source(&read_scenario(root, scenario)?, scenario)?;
+    let kargo_path = scenario_dir.join(source.file());
     let kargo = std::fs::read_to_string(&kargo_path)
         .with_context(|| format!("reading {}", kargo_path.display()))?;
     let out = root.join(STAGED).join(scenario);
@@ -943,7 +1451,7 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     let repo = out.join("repo");
     copy_rewritten(&root.join(SAMPLE_REPO), &repo)?;
     std::fs::create_dir_all(&out)?;
-    std::fs::write(out.join("kargo.yaml"), rewrite(&kargo))?;
+    std::fs::write(out.join(source.staged_name()), rewrite(&kargo))?;
 
     let held_back = unpublished(&scenario_yaml);
     let charts = out.join("charts");
@@ -1015,16 +1523,127 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
 mod tests {
     use super::*;
 
+    fn happy() -> KargoSource {
+        KargoSource::Pipelines("pipelines.yaml".into())
+    }
+
+    /// The real scenario files, read from this checkout.
+    fn scenario(name: &str) -> serde_json::Value {
+        read_scenario(&project_root(), name).expect("scenario")
+    }
+
+    #[test]
+    fn plan_up_triage_dry_run() {
+        let source = kargo_source(&scenario("triage"), "triage").unwrap();
+        assert_eq!(source, KargoSource::Pipelines("pipelines.yaml".into()));
+        let text = dry_run_text(&plan_up(Path::new("/work/gitops-loop"), "triage", &source));
+        insta::assert_snapshot!(text);
+    }
+
+    #[test]
+    fn plan_play_triage_dry_run() {
+        let steps = plan_play(
+            Path::new("/work/gitops-loop"),
+            "triage",
+            &scenario("triage"),
+        )
+        .unwrap();
+        insta::assert_snapshot!(dry_run_text(&steps));
+    }
+
+    #[test]
+    fn every_scenario_has_a_play_plan_and_says_what_it_skips() {
+        let root = project_root();
+        for entry in std::fs::read_dir(root.join("scenarios")).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !entry.path().join("scenario.yaml").exists() {
+                continue;
+            }
+            let yaml = scenario(&name);
+            kargo_source(&yaml, &name).unwrap();
+            let steps = plan_play(Path::new("/r"), &name, &yaml).unwrap();
+            let timeline = yaml["timeline"].as_array().map_or(0, Vec::len);
+            assert!(
+                timeline == 0 || steps.len() > 1,
+                "{name}: the timeline was not planned"
+            );
+        }
+    }
+
+    #[test]
+    fn hostile_scenario_values_do_not_reach_a_command() {
+        let yaml = |timeline: serde_json::Value| serde_json::json!({"timeline": timeline});
+        for bad in [
+            serde_json::json!([{"publish": "x@1.0.0; rm -rf /"}]),
+            serde_json::json!([{"publish": "../../etc@1"}]),
+            serde_json::json!([{"refresh": "a b"}]),
+            serde_json::json!([{"merge": {"by": "x"}}]),
+            serde_json::json!([7]),
+        ] {
+            assert!(
+                plan_play(Path::new("/r"), "s", &yaml(bad.clone())).is_err(),
+                "{bad}"
+            );
+        }
+        let slug = serde_json::json!({"repository": {"slug": "a/b/../c"}, "timeline": []});
+        assert!(plan_play(Path::new("/r"), "s", &slug).is_err());
+        assert!(
+            kargo_source(
+                &serde_json::json!({"kargo": {"pipelines": "../../x.yaml"}}),
+                "s"
+            )
+            .is_err()
+        );
+        assert!(
+            kargo_source(
+                &serde_json::json!({"kargo": {"pipelines": "/etc/x.yaml"}}),
+                "s"
+            )
+            .is_err()
+        );
+        assert!(
+            kargo_source(
+                &serde_json::json!({"kargo": {"pipelines": "a/../../../x"}}),
+                "s"
+            )
+            .is_err()
+        );
+        assert!(
+            kargo_source(
+                &serde_json::json!({"kargo": {"pipelines": "../sample/p.yaml"}}),
+                "s"
+            )
+            .is_ok()
+        );
+        assert!(
+            kargo_source(
+                &serde_json::json!({"kargo": {"pipelines": "a", "objects": "b"}}),
+                "s"
+            )
+            .is_err()
+        );
+        assert!(read_scenario(Path::new("/r"), "../etc").is_err());
+    }
+
     #[test]
     fn plan_up_dry_run() {
-        let text = dry_run_text(&plan_up(Path::new("/work/gitops-loop"), "happy-path"));
+        let text = dry_run_text(&plan_up(
+            Path::new("/work/gitops-loop"),
+            "happy-path",
+            &happy(),
+        ));
         insta::assert_snapshot!(text);
     }
 
     #[test]
     fn plan_does_not_depend_on_the_root() {
-        let here = plan_up(Path::new("/work/gitops-loop"), "happy-path");
-        let there = plan_up(Path::new("/home/someone/src/gitops-loop"), "happy-path");
+        let here = plan_up(Path::new("/work/gitops-loop"), "happy-path", &happy());
+        let there = plan_up(
+            Path::new("/home/someone/src/gitops-loop"),
+            "happy-path",
+            &happy(),
+        );
         assert_eq!(here, there);
         for step in &here {
             for arg in &step.argv {
@@ -1054,7 +1673,7 @@ mod tests {
             (Secret::GiteaPassword, "pw".to_string()),
             (Secret::BosunWebhook, "hook".to_string()),
         ]);
-        let steps = plan_up(Path::new("/r"), "happy-path");
+        let steps = plan_up(Path::new("/r"), "happy-path", &happy());
         for step in &steps {
             let placeholders: usize = step.argv.iter().map(|a| a.matches(GENERATED).count()).sum();
             assert_eq!(placeholders, step.secrets.len(), "{}", step.what);
@@ -1114,7 +1733,9 @@ mod tests {
         assert!(
             URL_MAP
                 .iter()
-                .all(|(_, to)| to.starts_with(GITEA_IN_CLUSTER) || *to == BOSUN_IN_CLUSTER)
+                .all(|(_, to)| to.starts_with(GITEA_IN_CLUSTER)
+                    || *to == BOSUN_IN_CLUSTER
+                    || *to == PROMETHEUS_IN_CLUSTER)
         );
     }
 

@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 
 use crate::git;
 
+mod gitea;
+
 /// A request as the double received it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RecordedRequest {
@@ -92,6 +94,8 @@ struct Repo {
     check_runs: Vec<CheckRun>,
     /// branch -> check names that must have succeeded on the head commit before a merge.
     protection: BTreeMap<String, Vec<String>>,
+    /// The repository's labels, with ids (the Gitea face's; GitHub's adds names on the fly).
+    labels: Vec<gitea::RepoLabel>,
 }
 
 /// Seeded faults for the forge: per mille of requests answered 500/502, or rate-limited (403
@@ -109,6 +113,9 @@ struct ForgeState {
     draws: u64,
     injected: u64,
     users: BTreeMap<String, String>,
+    /// token -> Gitea scopes (`read:user`, `write:issue`, `all`, ...); a token without an
+    /// entry has every scope.
+    scopes: BTreeMap<String, Vec<String>>,
     repos: BTreeMap<String, Repo>,
     /// Releases of source repositories (`owner/name` -> GitHub release objects, newest
     /// first), as `GET /repos/{owner}/{repo}/releases` lists them.
@@ -215,6 +222,23 @@ impl ForgeDouble {
             .insert(token.to_string(), login.to_string());
     }
 
+    /// A Gitea access token for `login` with these scopes (`read:user`, `write:issue`,
+    /// `write:repository`, `all`, ...), as `gitea admin user generate-access-token --scopes`
+    /// makes one.
+    pub fn add_scoped_user(&self, token: &str, login: &str, scopes: &[&str]) {
+        let mut state = lock(&self.state);
+        state.users.insert(token.to_string(), login.to_string());
+        state.scopes.insert(
+            token.to_string(),
+            scopes.iter().map(|s| s.to_string()).collect(),
+        );
+    }
+
+    /// The Gitea face's API root (`/api/v1`).
+    pub fn gitea_url(&self) -> String {
+        format!("{}/api/v1", self.url())
+    }
+
     /// Creates `owner/name` with `content` as the first commit of `main`; returns its git URL.
     pub fn create_repo(&self, slug: &str, content: &Path) -> Result<String> {
         let (owner, name) = slug.split_once('/').context("slug is owner/name")?;
@@ -234,6 +258,7 @@ impl ForgeDouble {
                 statuses: Vec::new(),
                 check_runs: Vec::new(),
                 protection: BTreeMap::new(),
+                labels: Vec::new(),
             },
         );
         Ok(format!("file://{}", bare.display()))
@@ -403,6 +428,7 @@ fn router(state: Shared) -> Router {
             "/repos/{owner}/{repo}/commits/{reference}/check-runs",
             get(list_check_runs),
         )
+        .nest("/api/v1", gitea::router())
         .route("/{owner}/{repo}/{*rest}", get(smart_http).post(smart_http))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), record))

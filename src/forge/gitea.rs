@@ -1,0 +1,324 @@
+//! The forge over Gitea's REST API (`https://gitea.example/api/v1`), which Forgejo serves too.
+//! Modelled on Gitea 1.24 (`routers/api/v1`); every difference from GitHub the product meets
+//! is handled here:
+//!
+//! - the token goes as `Authorization: token <token>`; `GET /user` needs the `read:user` scope;
+//! - lists page with `page` and `limit`, capped by the server (`MAX_RESPONSE_ITEMS`, 50 by
+//!   default) and announced in `X-Total-Count`; an issue's comments come unpaged;
+//! - labels are added by id (a name Gitea does not know is dropped silently, and Forgejo
+//!   versions differ on names), created first when the repository lacks them, and removed by id;
+//! - there are no check runs: the gate's verdict is a commit status (`addons-gate`), and the
+//!   statuses of a commit are its history, newest per context wins.
+
+use reqwest::Method;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::{Dialect, Http, cap, segment};
+use super::{
+    CheckRun, Comment, CommitStatus, Forge, ForgeError, PullRequest, RepoSlug, StatusState,
+};
+
+const DIALECT: Dialect = Dialect {
+    auth_scheme: "token",
+    headers: &[("Accept", "application/json")],
+};
+
+/// Gitea's default page cap; asking more gets this many anyway.
+const PAGE: usize = 50;
+
+/// The colour of a label this client creates (Gitea requires one).
+const LABEL_COLOR: &str = "#ededed";
+
+#[derive(Clone)]
+pub struct Gitea {
+    http: Http,
+}
+
+impl Gitea {
+    /// `base` is the API root, `/api/v1` included: `https://gitea.example/api/v1`.
+    pub fn new(base: &str, token: &str) -> Result<Gitea, ForgeError> {
+        Ok(Gitea {
+            http: Http::new(base, token, DIALECT)?,
+        })
+    }
+
+    async fn repo_labels(&self, repo: &RepoSlug) -> Result<Vec<Label>, ForgeError> {
+        let path = format!("/repos/{repo}/labels");
+        self.http
+            .list(&path, "limit", PAGE)
+            .await?
+            .into_iter()
+            .map(|v| super::http::decode(v, "GET", &path))
+            .collect()
+    }
+}
+
+#[derive(Deserialize)]
+struct User {
+    login: String,
+}
+
+#[derive(Deserialize)]
+struct Label {
+    id: u64,
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct RepoRef {
+    full_name: String,
+}
+
+#[derive(Deserialize)]
+struct Branch {
+    #[serde(default)]
+    sha: String,
+    #[serde(rename = "ref")]
+    reference: String,
+    repo: Option<RepoRef>,
+}
+
+#[derive(Deserialize)]
+struct Pull {
+    number: u64,
+    state: String,
+    title: String,
+    user: User,
+    head: Branch,
+    base: Branch,
+    #[serde(default)]
+    labels: Vec<Label>,
+    #[serde(default)]
+    merged: bool,
+}
+
+#[derive(Deserialize)]
+struct IssueComment {
+    id: u64,
+    user: User,
+    #[serde(default)]
+    body: String,
+}
+
+impl From<IssueComment> for Comment {
+    fn from(c: IssueComment) -> Self {
+        Comment {
+            id: c.id,
+            author: c.user.login,
+            body: c.body,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct StatusPayload {
+    id: u64,
+    context: String,
+    /// Gitea's states: pending, success, error, failure, warning (and skipped on newer
+    /// versions); kept as text so a new one cannot fail the read. Gitea writes the state as
+    /// `status` when it answers (`structs.Status`), though it is `state` when created.
+    status: Option<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    creator: Option<User>,
+}
+
+/// A Gitea state as the trait's: anything but the four it shares with GitHub is not a
+/// success (`warning` and unknown states read as failure).
+fn state_of(text: &str) -> StatusState {
+    match text {
+        "success" => StatusState::Success,
+        "pending" => StatusState::Pending,
+        "error" => StatusState::Error,
+        _ => StatusState::Failure,
+    }
+}
+
+#[async_trait::async_trait]
+impl Forge for Gitea {
+    async fn current_user(&self) -> Result<String, ForgeError> {
+        let user: User = self.http.call(Method::GET, "/user", None).await?;
+        Ok(user.login)
+    }
+
+    async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError> {
+        let path = format!("/repos/{repo}/pulls/{number}");
+        let pull: Pull = self.http.call(Method::GET, &path, None).await?;
+        Ok(PullRequest {
+            number: pull.number,
+            state: pull.state,
+            title: pull.title,
+            author: pull.user.login,
+            head_sha: pull.head.sha,
+            head_ref: pull.head.reference,
+            head_repo: pull.head.repo.map(|r| r.full_name).unwrap_or_default(),
+            base_sha: pull.base.sha,
+            base_ref: pull.base.reference,
+            labels: pull.labels.into_iter().map(|l| l.name).collect(),
+            merged: pull.merged,
+        })
+    }
+
+    async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError> {
+        // Gitea answers an issue's comments whole (no page parameters on this endpoint).
+        let path = format!("/repos/{repo}/issues/{number}/comments");
+        let list: Vec<IssueComment> = self.http.call(Method::GET, &path, None).await?;
+        Ok(list.into_iter().map(Comment::from).collect())
+    }
+
+    async fn create_comment(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError> {
+        let path = format!("/repos/{repo}/issues/{number}/comments");
+        let c: IssueComment = self
+            .http
+            .call(Method::POST, &path, Some(&json!({"body": body})))
+            .await?;
+        Ok(c.into())
+    }
+
+    async fn update_comment(
+        &self,
+        repo: &RepoSlug,
+        comment_id: u64,
+        body: &str,
+    ) -> Result<Comment, ForgeError> {
+        let path = format!("/repos/{repo}/issues/comments/{comment_id}");
+        let answer = self
+            .http
+            .request(Method::PATCH, &path, Some(&json!({"body": body})))
+            .await?;
+        // Gitea answers 204 for a comment kind without content; read it back then.
+        let value = if answer.is_null() {
+            self.http.request(Method::GET, &path, None).await?
+        } else {
+            answer
+        };
+        let c: IssueComment = super::http::decode(value, "PATCH", &path)?;
+        Ok(c.into())
+    }
+
+    async fn upsert_check_run(&self, _repo: &RepoSlug, run: &CheckRun) -> Result<u64, ForgeError> {
+        Err(ForgeError::Unsupported {
+            what: format!(
+                "check run {:?}: Gitea has no check runs; publish the verdict as a commit status (checkMode: status)",
+                run.name
+            ),
+        })
+    }
+
+    async fn check_runs(&self, _repo: &RepoSlug, _sha: &str) -> Result<Vec<CheckRun>, ForgeError> {
+        // None exist on Gitea; readers fall back to commit statuses.
+        Ok(Vec::new())
+    }
+
+    async fn set_status(
+        &self,
+        repo: &RepoSlug,
+        sha: &str,
+        status: &CommitStatus,
+    ) -> Result<(), ForgeError> {
+        let path = format!("/repos/{repo}/statuses/{sha}");
+        let state = match status.state {
+            StatusState::Pending => "pending",
+            StatusState::Success => "success",
+            StatusState::Failure => "failure",
+            StatusState::Error => "error",
+        };
+        // Gitea keeps descriptions in a 255-character column on some databases.
+        let body = json!({"state": state, "context": status.context, "description": cap(&status.description, 255)});
+        self.http
+            .request(Method::POST, &path, Some(&body))
+            .await
+            .map(|_| ())
+    }
+
+    async fn statuses(&self, repo: &RepoSlug, sha: &str) -> Result<Vec<CommitStatus>, ForgeError> {
+        // Every status ever set on the commit; the newest (highest id) per context stands.
+        let path = format!("/repos/{repo}/statuses/{sha}");
+        let mut latest: std::collections::BTreeMap<String, StatusPayload> = Default::default();
+        for value in self.http.list(&path, "limit", PAGE).await? {
+            let status: StatusPayload = super::http::decode(value, "GET", &path)?;
+            if latest
+                .get(&status.context)
+                .is_none_or(|seen| seen.id < status.id)
+            {
+                latest.insert(status.context.clone(), status);
+            }
+        }
+        Ok(latest
+            .into_values()
+            .map(|s| CommitStatus {
+                state: state_of(s.status.as_deref().unwrap_or("")),
+                context: s.context,
+                description: s.description.unwrap_or_default(),
+                creator: s.creator.map(|u| u.login).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn add_labels(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        labels: &[String],
+    ) -> Result<(), ForgeError> {
+        if labels.is_empty() {
+            return Ok(());
+        }
+        let mut known = self.repo_labels(repo).await?;
+        let mut ids = Vec::new();
+        for name in labels {
+            let id = match known.iter().find(|l| &l.name == name) {
+                Some(label) => label.id,
+                None => {
+                    let path = format!("/repos/{repo}/labels");
+                    let created: Label = self
+                        .http
+                        .call(
+                            Method::POST,
+                            &path,
+                            Some(&json!({"name": name, "color": LABEL_COLOR})),
+                        )
+                        .await?;
+                    let id = created.id;
+                    known.push(created);
+                    id
+                }
+            };
+            ids.push(id);
+        }
+        let path = format!("/repos/{repo}/issues/{number}/labels");
+        self.http
+            .request(Method::POST, &path, Some(&json!({"labels": ids})))
+            .await
+            .map(|_| ())
+    }
+
+    async fn remove_label(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        label: &str,
+    ) -> Result<(), ForgeError> {
+        let path = format!("/repos/{repo}/issues/{number}/labels");
+        let on_issue: Vec<Label> = self.http.call(Method::GET, &path, None).await?;
+        let Some(found) = on_issue.into_iter().find(|l| l.name == label) else {
+            return Ok(()); // not there: nothing to remove
+        };
+        let path = format!(
+            "/repos/{repo}/issues/{number}/labels/{}",
+            segment(&found.id.to_string())
+        );
+        match self.http.request(Method::DELETE, &path, None).await {
+            // Removed meanwhile (404) or the label deleted (422): nothing left to remove.
+            Err(e) if matches!(e.status(), Some(404 | 422)) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! The HTTP side every forge client shares: one reqwest client, the token, retries of
+//! idempotent requests on 5xx and of any request on a rate limit, error bodies read for their
+//! `message`, and JSON answers decoded.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::ForgeError;
+
+/// Installs the process-wide TLS crypto provider (ring) once; later calls are no-ops.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// How a forge wants its token and which media type it answers.
+#[derive(Clone, Copy)]
+pub(crate) struct Dialect {
+    /// `Authorization: <scheme> <token>`.
+    pub auth_scheme: &'static str,
+    /// Extra request headers.
+    pub headers: &'static [(&'static str, &'static str)],
+}
+
+#[derive(Clone)]
+pub(crate) struct Http {
+    client: reqwest::Client,
+    base: String,
+    token: String,
+    dialect: Dialect,
+    /// Retries for idempotent requests that meet 5xx or a rate limit.
+    retries: u32,
+}
+
+/// An answer: the decoded body (`Null` when empty) and the total a list endpoint announces
+/// (`X-Total-Count`), when it does.
+pub(crate) struct Answer {
+    pub body: Value,
+    pub total: Option<usize>,
+}
+
+impl Http {
+    /// `base` is the API root (`https://api.github.com`, `https://gitea.example/api/v1`, or
+    /// a double on loopback).
+    pub fn new(base: &str, token: &str, dialect: Dialect) -> Result<Http, ForgeError> {
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("gitops-loop/", env!("CARGO_PKG_VERSION")))
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| ForgeError::Transport {
+                method: "-".into(),
+                path: base.into(),
+                message: e.to_string(),
+            })?;
+        Ok(Http {
+            client,
+            base: base.trim_end_matches('/').to_string(),
+            token: token.to_string(),
+            dialect,
+            retries: 3,
+        })
+    }
+
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ForgeError> {
+        Ok(self.exchange(method, path, body).await?.body)
+    }
+
+    pub async fn exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, ForgeError> {
+        let idempotent = method != Method::POST;
+        let mut attempt = 0;
+        loop {
+            let mut request = self
+                .client
+                .request(method.clone(), format!("{}{path}", self.base));
+            for (name, value) in self.dialect.headers {
+                request = request.header(*name, *value);
+            }
+            if !self.token.is_empty() {
+                request = request.header(
+                    "Authorization",
+                    format!("{} {}", self.dialect.auth_scheme, self.token),
+                );
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let outcome = request.send().await;
+            let error = |message: String| ForgeError::Transport {
+                method: method.to_string(),
+                path: path.to_string(),
+                message,
+            };
+            let response = match outcome {
+                Ok(response) => response,
+                Err(_) if idempotent && attempt < self.retries => {
+                    attempt += 1;
+                    tokio::time::sleep(backoff(attempt)).await;
+                    continue;
+                }
+                // reqwest's error names the URL, never the Authorization header.
+                Err(e) => return Err(error(e.to_string())),
+            };
+            let status = response.status();
+            let rate_limited = status == StatusCode::TOO_MANY_REQUESTS
+                || (status == StatusCode::FORBIDDEN
+                    && response
+                        .headers()
+                        .get("x-ratelimit-remaining")
+                        .is_some_and(|v| v == "0"));
+            // A rate-limited request was not processed, so even a POST may be retried.
+            let retry = (rate_limited || (idempotent && status.is_server_error()))
+                && attempt < self.retries;
+            if retry {
+                attempt += 1;
+                let wait = response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .map(|s| Duration::from_secs(s.min(10)))
+                    .unwrap_or_else(|| backoff(attempt));
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let total = response
+                .headers()
+                .get("x-total-count")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<usize>().ok());
+            let text = response.text().await.map_err(|e| error(e.to_string()))?;
+            if !status.is_success() {
+                let message = serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_string))
+                    .unwrap_or_else(|| text.chars().take(200).collect());
+                return Err(ForgeError::Http {
+                    method: method.to_string(),
+                    path: path.to_string(),
+                    status: status.as_u16(),
+                    message,
+                });
+            }
+            if text.trim().is_empty() {
+                return Ok(Answer {
+                    body: Value::Null,
+                    total,
+                });
+            }
+            let body = serde_json::from_str(&text).map_err(|e| ForgeError::Decode {
+                method: method.to_string(),
+                path: path.to_string(),
+                message: e.to_string(),
+            })?;
+            return Ok(Answer { body, total });
+        }
+    }
+
+    /// One request whose answer decodes into `T`.
+    pub async fn call<T: for<'de> Deserialize<'de>>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<T, ForgeError> {
+        let value = self.request(method.clone(), path, body).await?;
+        decode(value, method.as_str(), path)
+    }
+
+    /// Every page of a list endpoint: `size` items a page asked with `size_param`, until a
+    /// page comes back short or empty, or the announced total is reached. A server may cap the
+    /// page size below the one asked (Gitea's `MAX_RESPONSE_ITEMS`), so a short page ends the
+    /// walk only when no total says otherwise.
+    pub async fn list(
+        &self,
+        path: &str,
+        size_param: &str,
+        size: usize,
+    ) -> Result<Vec<Value>, ForgeError> {
+        let mut all = Vec::new();
+        for page in 1.. {
+            let separator = if path.contains('?') { '&' } else { '?' };
+            let answer = self
+                .exchange(
+                    Method::GET,
+                    &format!("{path}{separator}{size_param}={size}&page={page}"),
+                    None,
+                )
+                .await?;
+            let items = match answer.body {
+                Value::Array(items) => items,
+                Value::Null => Vec::new(),
+                other => {
+                    return Err(ForgeError::Decode {
+                        method: "GET".into(),
+                        path: path.into(),
+                        message: format!("expected a list, got {other}"),
+                    });
+                }
+            };
+            let count = items.len();
+            all.extend(items);
+            let done = match answer.total {
+                Some(total) => count == 0 || all.len() >= total,
+                None => count < size,
+            };
+            if done {
+                break;
+            }
+        }
+        Ok(all)
+    }
+}
+
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
+    value: Value,
+    method: &str,
+    path: &str,
+) -> Result<T, ForgeError> {
+    serde_json::from_value(value).map_err(|e| ForgeError::Decode {
+        method: method.into(),
+        path: path.into(),
+        message: e.to_string(),
+    })
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(200 * 2u64.pow(attempt.min(5)))
+}
+
+/// Cuts `text` to at most `max` characters (forges refuse longer fields).
+pub(crate) fn cap(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_string()
+    } else {
+        text.chars().take(max).collect()
+    }
+}
+
+/// RFC 3986's unreserved characters stay; everything else is encoded.
+const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A path segment or query value, percent-encoded (a label name may hold `/`, spaces or `?`).
+pub(crate) fn segment(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, UNRESERVED).to_string()
+}
