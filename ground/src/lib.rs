@@ -9,6 +9,7 @@
 //! drives them in explicit ticks, so a run's transcript is deterministic.
 
 pub mod argocd;
+pub mod argocd_api;
 pub mod bench;
 pub mod bosun;
 pub mod charts;

@@ -116,7 +116,7 @@ async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
                 .await
                 .context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?,
         ),
-        InventoryConfig::File(_) => None,
+        InventoryConfig::File(_) | InventoryConfig::Argocd { .. } => None,
     };
     let workdir = config
         .workdir
@@ -348,8 +348,8 @@ mod local {
         let inventory_path = match (args.inventory, &config.inventory) {
             (Some(path), _) => path.to_path_buf(),
             (None, InventoryConfig::File(path)) => path.clone(),
-            (None, InventoryConfig::Kubernetes { .. }) => bail!(
-                "bosun repair reads a file inventory: pass --inventory FILE (bosun.yaml reads Argo CD's cluster Secrets)"
+            (None, InventoryConfig::Kubernetes { .. } | InventoryConfig::Argocd { .. }) => bail!(
+                "bosun repair reads a file inventory: pass --inventory FILE (bosun.yaml reads a live one)"
             ),
         };
         let inventory = Inventory::parse(

@@ -112,8 +112,15 @@ struct RenderArgs {
     #[arg(long)]
     repo_url: Option<String>,
     /// Cluster inventory: the project's YAML, or Argo CD cluster Secrets.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "inventory_argocd")]
     inventory: Option<PathBuf>,
+    /// Read the cluster inventory from Argo CD's API at this URL (`GET /api/v1/clusters`):
+    /// names, servers, labels and the versions Argo CD discovered.
+    #[arg(long, value_name = "URL")]
+    inventory_argocd: Option<String>,
+    /// The environment variable holding the Argo CD token for --inventory-argocd.
+    #[arg(long, default_value = "ARGOCD_AUTH_TOKEN")]
+    argocd_token_env: String,
     /// The chart mirror (`<repo-key>/<chart>/<version>/`).
     #[arg(long)]
     charts: Option<PathBuf>,
@@ -263,13 +270,23 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
     if let Some(kubectl) = kubectl.as_mut() {
         kubectl.limits = limits;
     }
-    let inventory = match &args.inventory {
-        Some(path) => {
+    let inventory = match (&args.inventory, &args.inventory_argocd) {
+        (Some(path), _) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read inventory {}", path.display()))?;
             Inventory::parse(&text, &path.display().to_string())?
         }
-        None => Inventory::default(),
+        (None, Some(server)) => {
+            let token = std::env::var(&args.argocd_token_env).unwrap_or_default();
+            if token.is_empty() {
+                anyhow::bail!(
+                    "--inventory-argocd: no token: set ${} (or pass --argocd-token-env NAME)",
+                    args.argocd_token_env
+                );
+            }
+            Inventory::fetch_argocd_blocking(server, &token)?
+        }
+        (None, None) => Inventory::default(),
     };
     if !args.repo.join(".git").exists() && !args.repo.join("HEAD").exists() {
         anyhow::bail!("{} is not a git repository", args.repo.display());

@@ -115,6 +115,19 @@ pub enum InventoryConfig {
     },
     /// A file in the gate's inventory format (for a run from a workstation).
     File(PathBuf),
+    /// Argo CD's API (`GET /api/v1/clusters`): the versions Argo CD discovered, no annotations
+    /// needed once a cluster has an Application (ADR 0008).
+    Argocd {
+        /// Argo CD's URL, e.g. `https://argocd-server.argocd.svc`.
+        server: String,
+        /// The environment variable holding an Argo CD token that may `get` clusters.
+        #[serde(default = "default_argocd_token_env")]
+        token_env: String,
+    },
+}
+
+fn default_argocd_token_env() -> String {
+    "ARGOCD_AUTH_TOKEN".into()
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -559,6 +572,13 @@ impl Config {
                 config.forge.kind
             )));
         }
+        if let InventoryConfig::Argocd { server, .. } = &config.inventory
+            && !(server.starts_with("https://") || server.starts_with("http://"))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{origin}: inventory.argocd.server {server:?} is not an http(s) URL"
+            )));
+        }
         for glob in config.deny.iter().chain(&config.allow) {
             globset::Glob::new(glob)
                 .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
@@ -635,6 +655,27 @@ mod tests {
                 username: Some("x-access-token".into()),
             }
         );
+    }
+
+    #[test]
+    fn the_inventory_can_come_from_argo_cds_api() {
+        let base = "forge: {apiUrl: x}\nrepositories: [{slug: a/b, url: u}]\n";
+        let config = Config::parse(
+            &format!("{base}inventory: {{argocd: {{server: https://argocd.example}}}}\n"),
+            "b.yaml",
+        )
+        .unwrap();
+        assert!(matches!(
+            config.inventory,
+            InventoryConfig::Argocd { ref server, ref token_env }
+                if server == "https://argocd.example" && token_env == "ARGOCD_AUTH_TOKEN"
+        ));
+        let err = Config::parse(
+            &format!("{base}inventory: {{argocd: {{server: argocd.example}}}}\n"),
+            "b.yaml",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("not an http(s) URL"), "{err}");
     }
 
     #[test]

@@ -301,6 +301,17 @@ impl Bosun {
                 Inventory::parse(&text, &path.display().to_string())
                     .map_err(|e| TriageError::Inventory(e.to_string()))
             }
+            InventoryConfig::Argocd { server, token_env } => {
+                let token = std::env::var(token_env).unwrap_or_default();
+                if token.is_empty() {
+                    return Err(TriageError::Inventory(format!(
+                        "inventory.argocd: no token: set ${token_env}"
+                    )));
+                }
+                Inventory::fetch_argocd(server, &token)
+                    .await
+                    .map_err(|e| TriageError::Inventory(e.to_string()))
+            }
             InventoryConfig::Kubernetes { namespace } => {
                 let client = self.kube.clone().ok_or_else(|| {
                     TriageError::Inventory("no Kubernetes client configured".into())

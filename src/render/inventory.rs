@@ -1,4 +1,5 @@
-//! The clusters the repository deploys to: the project's own YAML, or Argo CD cluster Secrets.
+//! The clusters the repository deploys to: the project's own YAML, Argo CD cluster Secrets, or
+//! Argo CD's API (`GET /api/v1/clusters`, ADR 0008).
 
 use std::collections::BTreeMap;
 
@@ -23,6 +24,8 @@ pub enum InventoryError {
     Yaml(#[from] yaml::YamlError),
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
+    #[error("{origin}: {message}")]
+    Fetch { origin: String, message: String },
 }
 
 /// One destination cluster, as the clusters generator and helm see it.
@@ -303,6 +306,168 @@ impl Inventory {
             default_api_versions: expand_api_versions(&defaults.api_versions),
             default_kube_version,
         }
+    }
+
+    /// Clusters as Argo CD's API lists them (`GET /api/v1/clusters`, a `ClusterList`), with
+    /// what its cluster cache learned from each live cluster (`info.serverVersion`,
+    /// `info.apiVersions`; Argo CD v3.5 `ClusterInfo`).
+    ///
+    /// - The API drops the `argocd.argoproj.io/secret-type` label from its view, while the
+    ///   clusters generator selects on the Secret's own labels: it is put back on every cluster
+    ///   that has a Secret.
+    /// - The in-cluster destination Argo CD lists without a Secret cannot be told from one with
+    ///   a bare Secret in the API's view, so it is read as having one: a label selector on
+    ///   `secret-type` then matches it where Argo CD would not, which renders an Application
+    ///   more, never one less. Its discovered versions are also the defaults.
+    /// - A cluster whose cache has no API list yet (no Application has been synced to it) falls
+    ///   back to the `gitops-gate.io/api-versions` annotation of its Secret, which the API
+    ///   passes through; with neither, the read fails closed naming the cluster: rendering it
+    ///   as if it served nothing but the built-in kinds could turn a red gate green.
+    pub fn from_argocd_clusters(list: &Value, origin: &str) -> Result<Inventory, InventoryError> {
+        let invalid = |message: String| InventoryError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
+        let items = list
+            .get("items")
+            .map(|items| match items {
+                Value::Array(items) => Ok(items.clone()),
+                Value::Null => Ok(Vec::new()),
+                other => Err(invalid(format!("`items` is not a list: {other}"))),
+            })
+            .transpose()?
+            .ok_or_else(|| invalid("not a ClusterList (no `items`)".into()))?;
+        let mut inventory = Inventory::default();
+        for (index, item) in items.iter().enumerate() {
+            let text = |pointer: &str| item.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+            let server = text("/server").trim_end_matches('/').to_string();
+            if server.is_empty() {
+                return Err(invalid(format!("item {index} has no server")));
+            }
+            let name = match text("/name") {
+                "" => server.clone(),
+                name => name.to_string(),
+            };
+            let mut labels = string_map(item.get("labels"));
+            let annotations = string_map(item.get("annotations"));
+            let kube_version = Some(text("/info/serverVersion"))
+                .filter(|v| !v.is_empty())
+                .or_else(|| annotations.get(KUBE_VERSION_ANNOTATION).map(String::as_str))
+                .and_then(parse_kube_version);
+            let discovered: Vec<String> = item
+                .pointer("/info/apiVersions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            let api: Vec<String> = if !discovered.is_empty() {
+                discovered
+            } else if let Some(listed) = annotations.get(API_VERSIONS_ANNOTATION) {
+                listed.split(',').map(|s| s.trim().to_string()).collect()
+            } else {
+                return Err(invalid(format!(
+                    "cluster {name} ({server}): Argo CD's cache has no API list for it yet (it learns one once an Application is synced there); annotate its Secret with {API_VERSIONS_ANNOTATION} or read the inventory from the Secrets or a file"
+                )));
+            };
+            if server == IN_CLUSTER_SERVER {
+                inventory.default_kube_version = kube_version.clone();
+                inventory.default_api_versions = expand_api_versions(&api);
+            }
+            labels.insert(SECRET_TYPE_LABEL.to_string(), "cluster".to_string());
+            let cluster = Cluster {
+                project: text("/project").to_string(),
+                labels,
+                annotations,
+                kube_version,
+                api_versions: expand_api_versions(&api),
+                has_secret: true,
+                name,
+                server,
+            };
+            inventory.clusters.retain(|c| c.name != cluster.name);
+            inventory.clusters.push(cluster);
+        }
+        Ok(inventory)
+    }
+
+    /// Reads the inventory from Argo CD's API at `server` (`https://argocd.example`) with a
+    /// bearer token that may `get` clusters. Errors name the server and Argo CD's message;
+    /// the token never appears in them.
+    pub async fn fetch_argocd(server: &str, token: &str) -> Result<Inventory, InventoryError> {
+        let origin = format!("{}/api/v1/clusters", server.trim_end_matches('/'));
+        let fetch = |message: String| InventoryError::Fetch {
+            origin: origin.clone(),
+            message,
+        };
+        if !(server.starts_with("https://") || server.starts_with("http://")) {
+            return Err(fetch(format!("{server:?} is not an http(s) URL")));
+        }
+        crate::forge::github::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("gitops-loop/", env!("CARGO_PKG_VERSION")))
+            .timeout(std::time::Duration::from_secs(30))
+            .build()
+            .map_err(|e| fetch(e.to_string()))?;
+        let response = client
+            .get(&origin)
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| fetch(e.without_url().to_string()))?;
+        let status = response.status();
+        // A ClusterList of thousands of clusters is a few MB; refuse more than 64 MiB.
+        if response
+            .content_length()
+            .is_some_and(|n| n > 64 * 1024 * 1024)
+        {
+            return Err(fetch("the answer is larger than 64 MiB".into()));
+        }
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| fetch(e.without_url().to_string()))?;
+        if body.len() > 64 * 1024 * 1024 {
+            return Err(fetch("the answer is larger than 64 MiB".into()));
+        }
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|e| fetch(format!("HTTP {}: not JSON ({e})", status.as_u16())))?;
+        if !status.is_success() {
+            let message = value
+                .get("message")
+                .or_else(|| value.get("error"))
+                .and_then(Value::as_str)
+                .unwrap_or("no message");
+            let message: String = message.chars().take(300).collect();
+            return Err(fetch(format!("HTTP {}: {message}", status.as_u16())));
+        }
+        Inventory::from_argocd_clusters(&value, &origin)
+    }
+
+    /// [`Inventory::fetch_argocd`] from synchronous code (the gate's command line), on a thread
+    /// of its own so that it works inside or outside an async runtime.
+    pub fn fetch_argocd_blocking(server: &str, token: &str) -> Result<Inventory, InventoryError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .map_err(|e| InventoryError::Fetch {
+                            origin: server.to_string(),
+                            message: e.to_string(),
+                        })?
+                        .block_on(Inventory::fetch_argocd(server, token))
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(InventoryError::Fetch {
+                        origin: server.to_string(),
+                        message: "the reading thread panicked".into(),
+                    })
+                })
+        })
     }
 
     /// The in-cluster destination Argo CD always has, unless a Secret already names its server.

@@ -1,0 +1,259 @@
+//! The inventory read from Argo CD's API (`GET /api/v1/clusters`, ADR 0008) against the
+//! ground's Argo CD API double: the same render as the file inventory, the `secret-type` label
+//! the API drops put back for the clusters generator, a cluster Argo CD has not discovered yet
+//! failing closed unless its Secret is annotated, and Argo CD's 401.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use gitops_loop::render::inventory::{
+    API_VERSIONS_ANNOTATION, Inventory, KUBE_VERSION_ANNOTATION, SECRET_TYPE_LABEL,
+};
+use ground::argocd_api::ArgoCdApi;
+use ground::kube::store::User;
+use ground::kube::{FaultPlan, KubeDouble};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "argocd-read-clusters";
+
+fn admin() -> User {
+    User {
+        name: "system:admin".into(),
+        groups: vec!["system:masters".into()],
+    }
+}
+
+/// The sample inventory as Argo CD holds it: cluster Secrets without the project's
+/// annotations (Argo CD does not store discovery there), each cluster's discovery answer, and
+/// an Application on every cluster that `with_apps` names (Argo CD builds a cluster's cache
+/// once it manages something there).
+async fn argocd(with_apps: &[&str]) -> (KubeDouble, ArgoCdApi, Inventory) {
+    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
+    kube.load_crds(&common::project_root().join("kind/crds"))
+        .unwrap();
+    kube.create_namespace("argocd", &[]).unwrap();
+    let path = common::sample_dir().join("inventory.yaml");
+    let inventory =
+        Inventory::parse(&std::fs::read_to_string(&path).unwrap(), "inventory.yaml").unwrap();
+    let api = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
+        .await
+        .unwrap();
+    {
+        let mut store = kube.store();
+        let secrets = store.resource("", "v1", "secrets").cloned().unwrap();
+        let apps = store
+            .resource("argoproj.io", "v1alpha1", "applications")
+            .cloned()
+            .unwrap();
+        for mut secret in inventory.cluster_secrets("argocd") {
+            let annotations = secret["metadata"]["annotations"].as_object_mut().unwrap();
+            annotations.remove(KUBE_VERSION_ANNOTATION);
+            annotations.remove(API_VERSIONS_ANNOTATION);
+            store.create(&secrets, "argocd", secret, &admin()).unwrap();
+        }
+        for cluster in &inventory.clusters {
+            api.discover(
+                &cluster.server,
+                &format!("v{}+k3s1", cluster.kube_version.clone().unwrap()),
+                &cluster.api_versions,
+            );
+            if with_apps.contains(&cluster.name.as_str()) {
+                let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+                    "metadata": {"name": format!("probe-{}", cluster.name), "namespace": "argocd"},
+                    "spec": {"project": "default", "destination": {"server": cluster.server, "namespace": "default"},
+                             "source": {"repoURL": "https://git.example.test/platform/gitops.git", "path": "."}}});
+                store.create(&apps, "argocd", app, &admin()).unwrap();
+            }
+        }
+    }
+    (kube, api, inventory)
+}
+
+fn names(inventory: &Inventory) -> Vec<&str> {
+    inventory.clusters.iter().map(|c| c.name.as_str()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_gives_what_the_file_gives_with_the_generators_label_restored() {
+    let all = ["prod-eu", "prod-us", "staging", "in-cluster"];
+    let (_kube, api, file) = argocd(&all).await;
+    let mut live = Inventory::fetch_argocd(&api.url(), TOKEN).await.unwrap();
+    let mut file = file;
+    live.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    file.clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(names(&live), names(&file));
+    for (live, file) in live.clusters.iter().zip(&file.clusters) {
+        assert_eq!(live.server, file.server);
+        assert_eq!(live.kube_version, file.kube_version, "{}", live.name);
+        assert_eq!(live.api_versions, file.api_versions, "{}", live.name);
+        // The API view drops the label; the clusters generator selects on it.
+        assert_eq!(
+            live.labels.get(SECRET_TYPE_LABEL).map(String::as_str),
+            Some("cluster")
+        );
+        assert_eq!(live.labels, file.labels, "{}", live.name);
+        assert!(live.has_secret);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_argo_cd_has_not_discovered_fails_closed_unless_its_secret_says() {
+    // staging has no Application yet: Argo CD's cache has no API list for it.
+    let (kube, api, _file) = argocd(&["prod-eu", "prod-us", "in-cluster"]).await;
+    let err = Inventory::fetch_argocd(&api.url(), TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cluster staging"), "{err}");
+    assert!(err.contains(API_VERSIONS_ANNOTATION), "{err}");
+    // The operator annotates the Secret: the annotation stands in until Argo CD discovers.
+    {
+        let mut store = kube.store();
+        let secrets = store.resource("", "v1", "secrets").cloned().unwrap();
+        let mut secret = store.get(&secrets, "argocd", "cluster-staging").unwrap();
+        secret["metadata"]["annotations"][API_VERSIONS_ANNOTATION] =
+            json!("apps/v1/Deployment,v1/Service");
+        store
+            .update(
+                &secrets,
+                "argocd",
+                "cluster-staging",
+                secret,
+                &admin(),
+                false,
+            )
+            .unwrap();
+    }
+    let live = Inventory::fetch_argocd(&api.url(), TOKEN).await.unwrap();
+    let staging = live.clusters.iter().find(|c| c.name == "staging").unwrap();
+    assert!(
+        staging
+            .api_versions
+            .contains(&"apps/v1/Deployment".to_string())
+    );
+    assert!(staging.api_versions.contains(&"apps/v1".to_string()));
+    assert_eq!(
+        staging.kube_version, None,
+        "nothing discovered, nothing annotated"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_in_cluster_destination_argo_cd_lists_is_a_destination() {
+    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
+    kube.load_crds(&common::project_root().join("kind/crds"))
+        .unwrap();
+    kube.create_namespace("argocd", &[]).unwrap();
+    let api = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
+        .await
+        .unwrap();
+    let apis = vec!["v1".to_string(), "apps/v1".to_string()];
+    api.discover("https://kubernetes.default.svc", "v1.33.4", &apis);
+    {
+        let mut store = kube.store();
+        let apps = store
+            .resource("argoproj.io", "v1alpha1", "applications")
+            .cloned()
+            .unwrap();
+        let app = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "local", "namespace": "argocd"},
+            "spec": {"project": "default", "destination": {"name": "in-cluster", "namespace": "default"},
+                     "source": {"repoURL": "https://git.example.test/platform/gitops.git", "path": "."}}});
+        store.create(&apps, "argocd", app, &admin()).unwrap();
+    }
+    let live = Inventory::fetch_argocd(&api.url(), TOKEN).await.unwrap();
+    // Argo CD lists it without a Secret; the API's view cannot tell, so it is read as listed
+    // (a selector on the secret-type label matches it: one Application more, never one less).
+    assert_eq!(names(&live), ["in-cluster"]);
+    let local = live
+        .destination(Some("https://kubernetes.default.svc"), None)
+        .unwrap();
+    assert_eq!(local.kube_version.as_deref(), Some("1.33.4"));
+    assert_eq!(local.api_versions, ["apps/v1", "v1"]);
+    assert_eq!(live.default_kube_version.as_deref(), Some("1.33.4"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_token_gets_argo_cds_answer_and_the_token_stays_out_of_it() {
+    let (_kube, api, _file) = argocd(&[]).await;
+    let err = Inventory::fetch_argocd(&api.url(), "not-the-token")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("HTTP 401") && err.contains("no session information"),
+        "{err}"
+    );
+    assert!(!err.contains("not-the-token"));
+    let err = Inventory::fetch_argocd("file:///etc/passwd", TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not an http(s) URL"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_render_from_argo_cds_api_renders_what_the_file_renders() {
+    let all = ["prod-eu", "prod-us", "staging", "in-cluster"];
+    let (_kube, api, _file) = argocd(&all).await;
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let cache = tempfile::tempdir().unwrap();
+    let sample = common::sample_dir();
+    let render = |inventory: &[&str]| -> Value {
+        let output = common::gate(cache.path())
+            .args([
+                "render",
+                "--format",
+                "json",
+                "--repo-url",
+                common::SAMPLE_REPO_URL,
+            ])
+            .arg("--repo")
+            .arg(repo.path())
+            .args(inventory)
+            .arg("--charts")
+            .arg(sample.join("charts"))
+            .env("ARGOCD_AUTH_TOKEN", TOKEN)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let document: Value = serde_json::from_slice(&output.stdout).unwrap();
+        // Name, cluster and what was rendered: helm's capabilities come from the inventory.
+        document["applications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| json!([a["name"], a["cluster"], a["objects"]]))
+            .collect()
+    };
+    let file = sample.join("inventory.yaml").display().to_string();
+    let from_file = render(&["--inventory", &file]);
+    let from_api = render(&["--inventory-argocd", &api.url()]);
+    assert!(from_file.as_array().unwrap().len() > 3);
+    assert_eq!(from_api, from_file);
+    // Without a token the gate says which variable to set.
+    let output = common::gate(cache.path())
+        .args([
+            "render",
+            "--format",
+            "summary",
+            "--inventory-argocd",
+            &api.url(),
+        ])
+        .arg("--repo")
+        .arg(repo.path())
+        .env_remove("ARGOCD_AUTH_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("$ARGOCD_AUTH_TOKEN"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
