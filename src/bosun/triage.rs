@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::Value;
 
 use super::applier;
 use super::classify::{self, Handoff, Path as TriagePath, Situation};
@@ -316,32 +315,8 @@ impl Bosun {
                 let client = self.kube.clone().ok_or_else(|| {
                     TriageError::Inventory("no Kubernetes client configured".into())
                 })?;
-                let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
-                    kube::Api::namespaced(client, namespace);
-                let list = secrets
-                    .list(&kube::api::ListParams::default().labels(&format!(
-                        "{}=cluster",
-                        crate::render::inventory::SECRET_TYPE_LABEL
-                    )))
+                Inventory::read_cluster_secrets(client, namespace)
                     .await
-                    .map_err(|e| {
-                        TriageError::Inventory(format!(
-                            "cannot list cluster Secrets in {namespace}: {e}"
-                        ))
-                    })?;
-                let items: Vec<Value> = list
-                    .items
-                    .iter()
-                    .map(|s| {
-                        let mut value = serde_json::to_value(s).unwrap_or(Value::Null);
-                        value["apiVersion"] = "v1".into();
-                        value["kind"] = "Secret".into();
-                        value
-                    })
-                    .collect();
-                let text = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items})
-                    .to_string();
-                Inventory::parse(&text, &format!("cluster Secrets in {namespace}"))
                     .map_err(|e| TriageError::Inventory(e.to_string()))
             }
         }

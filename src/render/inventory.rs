@@ -470,6 +470,37 @@ impl Inventory {
         })
     }
 
+    /// Argo CD's cluster Secrets in `namespace`, read live through the Kubernetes API and parsed
+    /// as an exported Secret list is (ADR 0008).
+    pub async fn read_cluster_secrets(
+        client: kube::Client,
+        namespace: &str,
+    ) -> Result<Inventory, InventoryError> {
+        let origin = format!("cluster Secrets in {namespace}");
+        let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+            kube::Api::namespaced(client, namespace);
+        let list = secrets
+            .list(&kube::api::ListParams::default().labels(&format!("{SECRET_TYPE_LABEL}=cluster")))
+            .await
+            .map_err(|e| InventoryError::Fetch {
+                origin: origin.clone(),
+                message: format!("cannot list them: {e}"),
+            })?;
+        let items: Vec<Value> = list
+            .items
+            .iter()
+            .map(|s| {
+                let mut value = serde_json::to_value(s).unwrap_or(Value::Null);
+                value["apiVersion"] = "v1".into();
+                value["kind"] = "Secret".into();
+                value
+            })
+            .collect();
+        let text =
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+        Inventory::parse(&text, &origin)
+    }
+
     /// The in-cluster destination Argo CD always has, unless a Secret already names its server.
     pub fn implicit_in_cluster(&self) -> Option<Cluster> {
         if self.clusters.iter().any(|c| c.server == IN_CLUSTER_SERVER) {

@@ -24,6 +24,10 @@ enum Command {
     Tools,
     /// Install tools if missing, then fmt check, clippy and every test of the workspace.
     Test {
+        /// Also run the tests that need Docker (tests/docker_k3s.rs: a real kube-apiserver in
+        /// k3s); sets GITOPS_LOOP_DOCKER=1.
+        #[arg(long)]
+        docker: bool,
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         args: Vec<String>,
     },
@@ -102,7 +106,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Tools => tools::install().map(|_| ()),
-        Command::Test { args } => test::run(&args),
+        Command::Test { docker, args } => test::run(docker, &args),
         Command::Bench { which } => bench::run(which),
         Command::Kind { command } => kind::main(command),
         Command::Demo {
