@@ -393,9 +393,26 @@ async fn two_replicas_elect_one_leader_and_promote_once() {
         || async { promotions(&cluster.client, "web").await >= 1 },
     )
     .await;
-    let by_a = metric(&a, "kargo_observer_promotions_created_total").await;
-    let by_b = metric(&b, "kargo_observer_promotions_created_total").await;
-    assert_eq!(by_a + by_b, 1.0, "one replica created it: {by_a} + {by_b}");
+    let created = || async {
+        metric(&a, "kargo_observer_promotions_created_total").await
+            + metric(&b, "kargo_observer_promotions_created_total").await
+    };
+    wait_for(
+        "the creating replica's counter",
+        Duration::from_secs(30),
+        || async { created().await >= 1.0 },
+    )
+    .await;
+    // Let both replicas reconcile again before counting: a late duplicate would show now.
+    let seen = metric(&a, "kargo_observer_reconciles_total").await
+        + metric(&b, "kargo_observer_reconciles_total").await;
+    wait_for("three more reconciles", Duration::from_secs(60), || async {
+        metric(&a, "kargo_observer_reconciles_total").await
+            + metric(&b, "kargo_observer_reconciles_total").await
+            >= seen + 3.0
+    })
+    .await;
+    assert_eq!(created().await, 1.0, "one replica created one Promotion");
     assert_eq!(promotions(&cluster.client, "web").await, 1);
 }
 

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::path::Path;
-
 fn actionlint() -> std::path::PathBuf {
     let path = common::project_root().join("target/tools/actionlint");
     assert!(
@@ -96,10 +94,182 @@ fn the_action_never_pastes_an_expression_into_its_script() {
 }
 
 #[test]
-fn the_image_trusts_a_mounted_repository() {
-    // `docker run -v "$PWD:/repo"` mounts a repository owned by another user than the image's
-    // 65532; without this, git refuses it and the gate could not read it.
-    let dockerfile = read("kind/Dockerfile");
-    assert!(dockerfile.contains("git config --system --add safe.directory '*'"));
-    assert!(Path::new(&common::project_root().join("action.yml")).exists());
+fn the_action_judges_by_the_merge_bases_inventory_and_mirror() {
+    // A pull request must not choose what it is judged by: the inventory and the chart mirror
+    // the gate reads come from the merge base (git show / git archive), mounted apart from
+    // the checkout, and charts are pulled for the merge base and the pull request's head.
+    let action = read("action.yml");
+    assert!(action.contains(r#"git show "$merge_base:$GATE_INVENTORY""#));
+    assert!(action.contains(r#"git archive "$merge_base" "$GATE_CHARTS""#));
+    assert!(action.contains(r#"--charts "/trusted/mirror/$GATE_CHARTS""#));
+    assert!(action.contains(r#"--revision "$merge_base""#));
+    assert!(action.contains(r#"--revision "$GATE_HEAD""#));
+    assert!(!action.contains("--inventory \"/repo/"));
+    assert!(!action.contains("--charts \"/repo/"));
+}
+
+/// Runs action.yml's script as GitHub would on pull request #1 of `forge`, with `docker`
+/// standing for a shim that runs this build's gate with the container paths mapped to the
+/// host's. Returns the script's exit code and its output.
+fn run_action_script(
+    forge: &ground::forge::ForgeDouble,
+    workspace: &std::path::Path,
+    base: &str,
+    head: &str,
+    inputs: &[(&str, &str)],
+) -> (Option<i32>, String) {
+    let action: serde_json::Value = serde_saphyr::from_str(&read("action.yml")).unwrap();
+    let step = &action["runs"]["steps"][0];
+    let script = step["run"].as_str().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let shim = bin.path().join("docker");
+    std::fs::write(
+        &shim,
+        r#"#!/bin/bash
+# docker run --rm --user U --env X ... --volume HOST:/repo --volume HOST:/trusted IMAGE ARGS...
+shift
+repo= trusted=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rm) shift ;;
+    --user|--env) shift 2 ;;
+    --volume) case "$2" in *:/repo) repo="${2%:/repo}" ;; *:/trusted) trusted="${2%:/trusted}" ;; esac; shift 2 ;;
+    *) break ;;
+  esac
+done
+shift
+args=()
+for a in "$@"; do a="${a//\/trusted/$trusted}"; a="${a//\/repo/$repo}"; args+=("$a"); done
+exec "$GATE_BIN" "${args[@]}"
+"#,
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runner_temp = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new("bash");
+    command
+        .arg("-c")
+        .arg(script)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.path().display(),
+                std::env::var("PATH").unwrap()
+            ),
+        )
+        .env("GATE_BIN", env!("CARGO_BIN_EXE_gate"))
+        .env("GITHUB_WORKSPACE", workspace)
+        .env("RUNNER_TEMP", runner_temp.path())
+        .env("GITHUB_REPOSITORY", "platform/gitops")
+        .env("GITHUB_API_URL", forge.url())
+        .env("GATE_IMAGE", "gitops-loop/gate")
+        .env("GATE_PR", "1")
+        .env("GATE_BASE", base)
+        .env("GATE_HEAD", head)
+        .env("GATE_PULL_CHARTS", "false")
+        .env("GATE_CHECK_MODE", "check-run")
+        .env("GATE_CHART_REPO_MIRRORS", "")
+        .env("GATE_INVENTORY", "")
+        .env("GATE_INVENTORY_ARGOCD", "")
+        .env("GITHUB_TOKEN", "gate-token")
+        .env("GATE_CACHE_DIR", runner_temp.path().join("cache"));
+    for (key, value) in inputs {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_request_that_edits_the_inventory_and_the_mirror_is_judged_by_the_merge_base() {
+    // The attack: the pull request bumps external-secrets across a major version (the gate
+    // blocks it) and, in the same commit, empties the inventory's fleet and drops the chart
+    // from the mirror the repository keeps, hoping for a green check.
+    gitops_loop::forge::github::install_crypto_provider();
+    let git = |dir: &std::path::Path, args: &[&str]| ground::git::git(dir, args).unwrap();
+    let seed = tempfile::tempdir().unwrap();
+    common::copy_tree(&common::sample_dir().join("repo"), seed.path());
+    std::fs::create_dir_all(seed.path().join("clusters")).unwrap();
+    std::fs::copy(
+        common::sample_dir().join("inventory.yaml"),
+        seed.path().join("clusters/inventory.yaml"),
+    )
+    .unwrap();
+    common::copy_tree(
+        &common::sample_dir().join("charts"),
+        &seed.path().join(".gate/charts"),
+    );
+    let forge = ground::forge::ForgeDouble::start(None).await.unwrap();
+    forge.add_user("gate-token", "addons-gate[bot]");
+    forge.add_user("kargo-token", "kargo");
+    let url = forge.create_repo("platform/gitops", seed.path()).unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let ws = workspace.path();
+    git(ws, &["clone", "--quiet", &url, "."]);
+    let base = git(ws, &["rev-parse", "HEAD"]);
+    git(ws, &["checkout", "--quiet", "-b", "kargo/bump"]);
+    let targets = ws.join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets)
+        .unwrap()
+        .replace("version: 0.10.3", "version: 2.10.0");
+    std::fs::write(&targets, text).unwrap();
+    std::fs::write(ws.join("clusters/inventory.yaml"), "clusters: []\n").unwrap();
+    std::fs::remove_dir_all(ws.join(".gate/charts")).unwrap();
+    git(ws, &["add", "--all"]);
+    git(
+        ws,
+        &[
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@example.test",
+            "commit",
+            "--quiet",
+            "-m",
+            "bump",
+        ],
+    );
+    git(ws, &["push", "--quiet", "origin", "kargo/bump"]);
+    let head = git(ws, &["rev-parse", "HEAD"]);
+    let created = reqwest::Client::new()
+        .post(format!("{}/repos/platform/gitops/pulls", forge.url()))
+        .bearer_auth("kargo-token")
+        .json(&serde_json::json!({"title": "bump", "head": "kargo/bump", "base": "main"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    // Applications write the repository's public URL, as on GitHub.
+    git(
+        ws,
+        &["remote", "set-url", "origin", common::SAMPLE_REPO_URL],
+    );
+
+    let inputs = [
+        ("GATE_INVENTORY", "clusters/inventory.yaml"),
+        ("GATE_CHARTS", ".gate/charts"),
+    ];
+    let (code, said) = run_action_script(&forge, ws, &base, &head, &inputs);
+    assert_eq!(code, Some(1), "blocked, not green: {said}");
+    let slug: gitops_loop::forge::RepoSlug = "platform/gitops".parse().unwrap();
+    let client = gitops_loop::forge::github::GitHub::new(&forge.url(), "gate-token").unwrap();
+    use gitops_loop::forge::Forge as _;
+    let runs = client.check_runs(&slug, &head).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].conclusion, gitops_loop::forge::Conclusion::Failure);
+
+    // Neither inventory input, or both: refused before anything runs.
+    let (code, said) =
+        run_action_script(&forge, ws, &base, &head, &[("GATE_CHARTS", ".gate/charts")]);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("exactly one"), "{said}");
 }

@@ -257,3 +257,69 @@ async fn gate_render_from_argo_cds_api_renders_what_the_file_renders() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_listed_a_failed_connection_and_no_in_cluster_are_not_read_as_a_fleet() {
+    // A token that sees no cluster (or an Argo CD with none) gets an empty list: not a fleet.
+    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
+    kube.load_crds(&common::project_root().join("kind/crds"))
+        .unwrap();
+    kube.create_namespace("argocd", &[]).unwrap();
+    let empty = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
+        .await
+        .unwrap();
+    empty.set_in_cluster_enabled(false);
+    let err = Inventory::fetch_argocd(&empty.url(), TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("lists no cluster"), "{err}");
+
+    // A cluster whose connection failed keeps a stale API list in Argo CD's cache: refused.
+    let all = ["prod-eu", "prod-us", "staging", "in-cluster"];
+    let (_kube, api, _file) = argocd(&all).await;
+    api.disconnect("https://prod-us.k8s.example.test");
+    let err = Inventory::fetch_argocd(&api.url(), TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("cluster prod-us") && err.contains("did not succeed"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_in_cluster_in_argo_cd_there_is_no_implicit_one() {
+    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
+    kube.load_crds(&common::project_root().join("kind/crds"))
+        .unwrap();
+    kube.create_namespace("argocd", &[]).unwrap();
+    let api = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
+        .await
+        .unwrap();
+    api.set_in_cluster_enabled(false);
+    let path = common::sample_dir().join("inventory.yaml");
+    let file =
+        Inventory::parse(&std::fs::read_to_string(&path).unwrap(), "inventory.yaml").unwrap();
+    {
+        let mut store = kube.store();
+        let secrets = store.resource("", "v1", "secrets").cloned().unwrap();
+        for secret in file.cluster_secrets("argocd") {
+            if secret["metadata"]["name"] != "cluster-in-cluster" {
+                store.create(&secrets, "argocd", secret, &admin()).unwrap();
+            }
+        }
+    }
+    let live = Inventory::fetch_argocd(&api.url(), TOKEN).await.unwrap();
+    assert!(live.implicit_in_cluster().is_none());
+    assert!(
+        live.destination(Some("https://kubernetes.default.svc"), None)
+            .is_none()
+    );
+    assert!(
+        live.destinations()
+            .iter()
+            .all(|c| c.server != "https://kubernetes.default.svc")
+    );
+}

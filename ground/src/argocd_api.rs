@@ -40,6 +40,9 @@ const IN_CLUSTER_SERVER: &str = "https://kubernetes.default.svc";
 struct Discovery {
     server_version: String,
     api_versions: Vec<String>,
+    /// False once the cluster stopped answering: Argo CD keeps the last API list it had and
+    /// reports the connection `Failed`.
+    connected: bool,
 }
 
 struct ApiState {
@@ -47,6 +50,8 @@ struct ApiState {
     namespace: String,
     token: String,
     discovery: BTreeMap<String, Discovery>,
+    /// Argo CD's `cluster.inClusterEnabled` (argocd-cm); true by default.
+    in_cluster_enabled: bool,
 }
 
 type Shared = Arc<Mutex<ApiState>>;
@@ -76,6 +81,7 @@ impl ArgoCdApi {
             namespace: namespace.to_string(),
             token: token.to_string(),
             discovery: BTreeMap::new(),
+            in_cluster_enabled: true,
         }));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -103,8 +109,26 @@ impl ArgoCdApi {
             Discovery {
                 server_version: server_version.to_string(),
                 api_versions: api_versions.to_vec(),
+                connected: true,
             },
         );
+    }
+
+    /// The cluster at `server` stops answering: its cached API list stays, the connection
+    /// state turns `Failed`.
+    pub fn disconnect(&self, server: &str) {
+        if let Some(d) = lock(&self.state)
+            .discovery
+            .get_mut(server.trim_end_matches('/'))
+        {
+            d.connected = false;
+        }
+    }
+
+    /// Argo CD's `cluster.inClusterEnabled: "false"`: no in-cluster destination without a
+    /// Secret ([A util/db/cluster.go ListClusters]).
+    pub fn set_in_cluster_enabled(&self, enabled: bool) {
+        lock(&self.state).in_cluster_enabled = enabled;
     }
 }
 
@@ -169,7 +193,11 @@ async fn list_clusters(State(state): State<Shared>, headers: HeaderMap) -> Respo
         let applications = count(server, name);
         match state.discovery.get(server).filter(|_| applications > 0) {
             Some(d) => json!({
-                "connectionState": {"status": "Successful", "message": ""},
+                "connectionState": if d.connected {
+                    json!({"status": "Successful", "message": ""})
+                } else {
+                    json!({"status": "Failed", "message": "dial tcp: i/o timeout"})
+                },
                 "serverVersion": d.server_version,
                 "cacheInfo": {"apisCount": d.api_versions.len(), "resourcesCount": 0},
                 "applicationsCount": applications,
@@ -215,7 +243,7 @@ async fn list_clusters(State(state): State<Shared>, headers: HeaderMap) -> Respo
         }
         items.push(item);
     }
-    if !items.iter().any(|i| i["server"] == IN_CLUSTER_SERVER) {
+    if state.in_cluster_enabled && !items.iter().any(|i| i["server"] == IN_CLUSTER_SERVER) {
         items.push(json!({
             "server": IN_CLUSTER_SERVER,
             "name": "in-cluster",

@@ -125,6 +125,32 @@ struct StatusPayload {
     creator: Option<User>,
 }
 
+/// A pull request as the trait sees it. Gitea names the head `refs/pull/N/head` and the base
+/// repository as the head's for an AGit pull request (pushed to `refs/for/...` by anyone who
+/// may read) and for one whose head branch was deleted ([G services/convert/pull.go]): its
+/// head is no branch of the repository, so it is read as a fork's (no repository named) and
+/// nothing is ever pushed to it.
+fn pull_request(pull: Pull) -> PullRequest {
+    let branch = !pull.head.reference.is_empty() && !pull.head.reference.starts_with("refs/");
+    PullRequest {
+        number: pull.number,
+        state: pull.state,
+        title: pull.title,
+        author: pull.user.login,
+        head_sha: pull.head.sha,
+        head_repo: if branch {
+            pull.head.repo.map(|r| r.full_name).unwrap_or_default()
+        } else {
+            String::new()
+        },
+        head_ref: pull.head.reference,
+        base_sha: pull.base.sha,
+        base_ref: pull.base.reference,
+        labels: pull.labels.into_iter().map(|l| l.name).collect(),
+        merged: pull.merged,
+    }
+}
+
 /// A Gitea state as the trait's: anything but the four it shares with GitHub is not a
 /// success (`warning` and unknown states read as failure).
 fn state_of(text: &str) -> StatusState {
@@ -146,19 +172,7 @@ impl Forge for Gitea {
     async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError> {
         let path = format!("/repos/{repo}/pulls/{number}");
         let pull: Pull = self.http.call(Method::GET, &path, None).await?;
-        Ok(PullRequest {
-            number: pull.number,
-            state: pull.state,
-            title: pull.title,
-            author: pull.user.login,
-            head_sha: pull.head.sha,
-            head_ref: pull.head.reference,
-            head_repo: pull.head.repo.map(|r| r.full_name).unwrap_or_default(),
-            base_sha: pull.base.sha,
-            base_ref: pull.base.reference,
-            labels: pull.labels.into_iter().map(|l| l.name).collect(),
-            merged: pull.merged,
-        })
+        Ok(pull_request(pull))
     }
 
     async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError> {
@@ -294,10 +308,24 @@ impl Forge for Gitea {
             ids.push(id);
         }
         let path = format!("/repos/{repo}/issues/{number}/labels");
-        self.http
-            .request(Method::POST, &path, Some(&json!({"labels": ids})))
-            .await
-            .map(|_| ())
+        let answer: Vec<Label> = self
+            .http
+            .call(Method::POST, &path, Some(&json!({"labels": ids})))
+            .await?;
+        // Gitea drops an id it no longer knows (a label deleted meanwhile) without an error:
+        // what Bosun counts by a label (its attempts) must not silently fail to land.
+        let missing: Vec<&String> = labels
+            .iter()
+            .filter(|name| !answer.iter().any(|l| &l.name == *name))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ForgeError::Decode {
+                method: "POST".into(),
+                path,
+                message: format!("Gitea did not add the labels {missing:?}"),
+            });
+        }
+        Ok(())
     }
 
     async fn remove_label(
@@ -320,5 +348,35 @@ impl Forge for Gitea {
             Err(e) if matches!(e.status(), Some(404 | 422)) => Ok(()),
             other => other.map(|_| ()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pull(head_ref: &str, head_repo: Option<&str>) -> Pull {
+        serde_json::from_value(json!({
+            "number": 7, "state": "open", "title": "t", "user": {"login": "someone"},
+            "head": {"ref": head_ref, "sha": "abc", "repo": head_repo.map(|r| json!({"full_name": r}))},
+            "base": {"ref": "main", "sha": "def", "repo": {"full_name": "platform/gitops"}},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn an_agit_or_branchless_head_is_no_branch_of_the_repository() {
+        // [G services/convert/pull.go]: AGit and deleted heads are `refs/pull/N/head` with the
+        // base repository as the head's.
+        let agit = pull_request(pull("refs/pull/7/head", Some("platform/gitops")));
+        assert_eq!(agit.head_repo, "");
+        let branch = pull_request(pull("kargo/bump", Some("platform/gitops")));
+        assert_eq!(branch.head_repo, "platform/gitops");
+        let fork = pull_request(pull("main", Some("someone/gitops")));
+        assert_eq!(fork.head_repo, "someone/gitops");
+        assert_eq!(
+            pull_request(pull("", Some("platform/gitops"))).head_repo,
+            ""
+        );
     }
 }

@@ -189,8 +189,11 @@ impl Http {
         size_param: &str,
         size: usize,
     ) -> Result<Vec<Value>, ForgeError> {
+        // A server that ignores `page` (or announces a huge total) must not keep the client
+        // looping: never more than 200 pages (10,000 statuses or labels at Gitea's cap).
+        const MAX_PAGES: usize = 200;
         let mut all = Vec::new();
-        for page in 1.. {
+        for page in 1..=MAX_PAGES {
             let separator = if path.contains('?') { '&' } else { '?' };
             let answer = self
                 .exchange(
@@ -217,10 +220,14 @@ impl Http {
                 None => count < size,
             };
             if done {
-                break;
+                return Ok(all);
             }
         }
-        Ok(all)
+        Err(ForgeError::Decode {
+            method: "GET".into(),
+            path: path.into(),
+            message: format!("more than {MAX_PAGES} pages: refusing to read further"),
+        })
     }
 }
 

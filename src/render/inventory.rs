@@ -51,6 +51,10 @@ pub struct Inventory {
     /// Values for the implicit in-cluster destination and clusters that state nothing.
     pub default_kube_version: Option<String>,
     pub default_api_versions: Vec<String>,
+    /// Set when the source says there is no in-cluster destination (Argo CD's API lists none:
+    /// `in-cluster` disabled, or hidden from the token): no implicit one is added, so an
+    /// Application aimed at it is a destination Argo CD does not have.
+    pub no_implicit_in_cluster: bool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -305,6 +309,7 @@ impl Inventory {
             clusters,
             default_api_versions: expand_api_versions(&defaults.api_versions),
             default_kube_version,
+            no_implicit_in_cluster: false,
         }
     }
 
@@ -319,10 +324,15 @@ impl Inventory {
     ///   a bare Secret in the API's view, so it is read as having one: a label selector on
     ///   `secret-type` then matches it where Argo CD would not, which renders an Application
     ///   more, never one less. Its discovered versions are also the defaults.
-    /// - A cluster whose cache has no API list yet (no Application has been synced to it) falls
-    ///   back to the `gitops-gate.io/api-versions` annotation of its Secret, which the API
-    ///   passes through; with neither, the read fails closed naming the cluster: rendering it
-    ///   as if it served nothing but the built-in kinds could turn a red gate green.
+    /// - A cluster whose cache has no API list yet (no Application has been synced to it), or
+    ///   whose last connection did not succeed (`info.connectionState.status` other than
+    ///   `Successful`: the list may be stale or partial), falls back to the
+    ///   `gitops-gate.io/api-versions` annotation of its Secret, which the API passes through;
+    ///   with neither, the read fails closed naming the cluster: rendering it as if it served
+    ///   nothing but the built-in kinds could turn a red gate green.
+    /// - An empty list fails closed too (a token without `clusters, get` sees none), and a
+    ///   list without the in-cluster destination means Argo CD has none: no implicit one is
+    ///   added.
     pub fn from_argocd_clusters(list: &Value, origin: &str) -> Result<Inventory, InventoryError> {
         let invalid = |message: String| InventoryError::Invalid {
             origin: origin.to_string(),
@@ -337,7 +347,15 @@ impl Inventory {
             })
             .transpose()?
             .ok_or_else(|| invalid("not a ClusterList (no `items`)".into()))?;
-        let mut inventory = Inventory::default();
+        if items.is_empty() {
+            return Err(invalid(
+                "Argo CD lists no cluster: the token may see none (it needs the RBAC permission `clusters, get`)".into(),
+            ));
+        }
+        let mut inventory = Inventory {
+            no_implicit_in_cluster: true,
+            ..Inventory::default()
+        };
         for (index, item) in items.iter().enumerate() {
             let text = |pointer: &str| item.pointer(pointer).and_then(Value::as_str).unwrap_or("");
             let server = text("/server").trim_end_matches('/').to_string();
@@ -354,8 +372,11 @@ impl Inventory {
                 .filter(|v| !v.is_empty())
                 .or_else(|| annotations.get(KUBE_VERSION_ANNOTATION).map(String::as_str))
                 .and_then(parse_kube_version);
+            let connected = matches!(text("/info/connectionState/status"), "Successful" | "")
+                && text("/connectionState/status") != "Failed";
             let discovered: Vec<String> = item
                 .pointer("/info/apiVersions")
+                .filter(|_| connected)
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
@@ -368,7 +389,12 @@ impl Inventory {
                 listed.split(',').map(|s| s.trim().to_string()).collect()
             } else {
                 return Err(invalid(format!(
-                    "cluster {name} ({server}): Argo CD's cache has no API list for it yet (it learns one once an Application is synced there); annotate its Secret with {API_VERSIONS_ANNOTATION} or read the inventory from the Secrets or a file"
+                    "cluster {name} ({server}): Argo CD's cache has {} for it (it learns one once an Application is synced there and the connection succeeds); annotate its Secret with {API_VERSIONS_ANNOTATION} or read the inventory from the Secrets or a file",
+                    if connected {
+                        "no API list"
+                    } else {
+                        "no trustworthy API list (the connection did not succeed)"
+                    }
                 )));
             };
             if server == IN_CLUSTER_SERVER {
@@ -424,12 +450,17 @@ impl Inventory {
         {
             return Err(fetch("the answer is larger than 64 MiB".into()));
         }
-        let body = response
-            .bytes()
+        let mut response = response;
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| fetch(e.without_url().to_string()))?;
-        if body.len() > 64 * 1024 * 1024 {
-            return Err(fetch("the answer is larger than 64 MiB".into()));
+            .map_err(|e| fetch(e.without_url().to_string()))?
+        {
+            body.extend_from_slice(&chunk);
+            if body.len() > 64 * 1024 * 1024 {
+                return Err(fetch("the answer is larger than 64 MiB".into()));
+            }
         }
         let value: Value = serde_json::from_slice(&body)
             .map_err(|e| fetch(format!("HTTP {}: not JSON ({e})", status.as_u16())))?;
@@ -440,6 +471,12 @@ impl Inventory {
                 .and_then(Value::as_str)
                 .unwrap_or("no message");
             let message: String = message.chars().take(300).collect();
+            // Whatever the server says, the token is not repeated.
+            let message = if token.is_empty() {
+                message
+            } else {
+                message.replace(token, "***")
+            };
             return Err(fetch(format!("HTTP {}: {message}", status.as_u16())));
         }
         Inventory::from_argocd_clusters(&value, &origin)
@@ -503,7 +540,9 @@ impl Inventory {
 
     /// The in-cluster destination Argo CD always has, unless a Secret already names its server.
     pub fn implicit_in_cluster(&self) -> Option<Cluster> {
-        if self.clusters.iter().any(|c| c.server == IN_CLUSTER_SERVER) {
+        if self.no_implicit_in_cluster
+            || self.clusters.iter().any(|c| c.server == IN_CLUSTER_SERVER)
+        {
             return None;
         }
         Some(Cluster {

@@ -1133,10 +1133,15 @@ pub fn run_with(steps: &[Step], dry_run: bool, credentials: Credentials) -> Resu
         .flat_map(|s| &s.secrets)
         .any(|secret| !captured.contains(secret))
         && credentials == Credentials::Generate;
-    let mut values = match credentials {
-        Credentials::Generate if generated => generate(&root)?,
-        Credentials::Generate => HashMap::new(),
-        Credentials::Existing => existing(&root)?,
+    // Generated logins are written down only once the cluster exists: a run that stops
+    // earlier (the cluster already exists) leaves the logins of the running cluster in place.
+    let (mut values, mut logins) = match credentials {
+        Credentials::Generate if generated => {
+            let (values, logins) = generate()?;
+            (values, Some(logins))
+        }
+        Credentials::Generate => (HashMap::new(), None),
+        Credentials::Existing => (existing(&root)?, None),
     };
     let total = steps.len();
     for (index, step) in steps.iter().enumerate() {
@@ -1163,12 +1168,21 @@ pub fn run_with(steps: &[Step], dry_run: bool, credentials: Credentials) -> Resu
                 argv[0]
             );
         }
+        if step.argv.get(..3) == Some(&argv!["kind", "create", "cluster"][..])
+            && let Some(text) = logins.take()
+        {
+            write_credentials(&root, &text)?;
+        }
         if let Some(secret) = step.captures {
             if stdout.is_empty() {
                 bail!("step {number}/{total} ({}) printed nothing", step.what);
             }
             values.insert(secret, stdout);
         }
+    }
+    if let Some(text) = logins {
+        // A plan without `kind create cluster` (none today) still keeps its logins.
+        write_credentials(&root, &text)?;
     }
     if generated {
         println!(
@@ -1284,13 +1298,8 @@ fn existing(root: &Path) -> Result<HashMap<Secret, String>> {
     Ok(HashMap::from([(Secret::GiteaPassword, password)]))
 }
 
-/// Generates every secret a plan needs but the captured ones, and writes the logins to
-/// target/kind/credentials (readable by the user only). The Kargo admin password is random;
-/// the chart gets its bcrypt hash (cost 10, as Kargo's docs make it with `htpasswd -bnBC 10`).
-fn generate(root: &Path) -> Result<HashMap<Secret, String>> {
-    let kargo_password = random_hex(16)?;
-    let gitea_password = random_hex(16)?;
-    let hash = bcrypt::hash(&kargo_password, 10).context("hashing the Kargo admin password")?;
+/// Writes the logins to target/kind/credentials (readable by the user only).
+fn write_credentials(root: &Path, text: &str) -> Result<()> {
     let path = credentials_path(root);
     std::fs::create_dir_all(root.join(STAGED))?;
     let _ = std::fs::remove_file(&path);
@@ -1303,19 +1312,30 @@ fn generate(root: &Path) -> Result<HashMap<Secret, String>> {
             .open(&path)
             .with_context(|| format!("creating {}", path.display()))?
     };
-    writeln!(
-        file,
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// Generates every secret a plan needs but the captured ones, and the text of the logins file.
+/// The Kargo admin password is random; the chart gets its bcrypt hash (cost 10, as Kargo's docs
+/// make it with `htpasswd -bnBC 10`).
+fn generate() -> Result<(HashMap<Secret, String>, String)> {
+    let kargo_password = random_hex(16)?;
+    let gitea_password = random_hex(16)?;
+    let hash = bcrypt::hash(&kargo_password, 10).context("hashing the Kargo admin password")?;
+    let logins = format!(
         "# Logins of the kind cluster {CLUSTER}, written by `cargo xtask kind up`. Keep private.\n\
          Argo CD  http://127.0.0.1:31080  user admin, password: kubectl --context {CONTEXT} --namespace argocd get secret argocd-initial-admin-secret --output jsonpath='{{.data.password}}' | base64 -d\n\
          Kargo    http://127.0.0.1:31081  user admin, password {kargo_password}\n\
-         Gitea    {GITEA_LOCAL}  user {GITEA_ADMIN}, password {gitea_password}"
-    )?;
-    Ok(HashMap::from([
+         Gitea    {GITEA_LOCAL}  user {GITEA_ADMIN}, password {gitea_password}\n"
+    );
+    let values = HashMap::from([
         (Secret::KargoPasswordHash, hash),
         (Secret::KargoTokenSigningKey, random_hex(32)?),
         (Secret::GiteaPassword, gitea_password),
         (Secret::BosunWebhook, random_hex(32)?),
-    ]))
+    ]);
+    Ok((values, logins))
 }
 
 /// `text` with the scenarios' forge and chart repository URLs pointed at Gitea.

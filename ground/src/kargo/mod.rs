@@ -980,11 +980,14 @@ impl Kargo {
                         continue;
                     };
                     let name = text(&next, "/metadata/name").to_string();
-                    // [K pkg/controller/stages/regular_stages.go syncPromotions]: while the
-                    // current Freight's verification has not finished, the next Promotion does
-                    // not start. An AnalysisRun that runs is non-terminal; a verification still
-                    // waiting for health is not started, and an unhealthy Stage lets the next
-                    // Promotion run (it may be the fix), so only a running AnalysisRun holds.
+                    // [K pkg/controller/stages/regular_stages.go syncPromotions]: a current
+                    // Freight with a non-terminal verification holds the next Promotion; so
+                    // does a healthy Stage whose current Freight is not verified yet, while an
+                    // unhealthy one lets it run (it may be the fix). The ground starts the
+                    // AnalysisRun in the tick its Applications turn healthy, so "healthy and
+                    // not verified yet" is "an AnalysisRun runs"; a verification still waiting
+                    // for health is an unhealthy Stage. (Upstream also holds a Stage whose
+                    // health is unknown; the ground has no such state.)
                     if let Some(v) = self
                         .verifications
                         .iter()
@@ -1839,8 +1842,8 @@ impl Kargo {
 /// ([K pkg/api/auto_promotion.go findMatchingPromotionPolicy]): the first policy whose
 /// `stageSelector` matches decides (the deprecated `stage` is an exact-name selector); a name
 /// is exact, `glob:` or `regex:`/`regexp:` (unanchored, as Go's `MatchString`), ANDed with the
-/// inlined label selector. A pattern that does not parse matches nothing here (Kargo errors the
-/// reconcile, which also promotes nothing).
+/// inlined label selector. A pattern that does not parse ends the search with `false` (Kargo
+/// errors the reconcile, which promotes nothing).
 pub fn auto_promotion_by_policy(policies: &[Value], stage: &Value) -> bool {
     let name = text(stage, "/metadata/name");
     let labels: BTreeMap<String, String> = stage
@@ -1858,18 +1861,26 @@ pub fn auto_promotion_by_policy(policies: &[Value], stage: &Value) -> bool {
             None => json!({"name": text(policy, "/stage")}),
         };
         let pattern = text(&selector, "/name");
+        // A pattern that does not parse errors Kargo's reconcile: nothing auto-promotes, and
+        // no later policy is consulted.
         let name_matches = if pattern.is_empty() {
             true
         } else if let Some(glob) = pattern.strip_prefix("glob:") {
-            globset::GlobBuilder::new(glob)
+            match globset::GlobBuilder::new(glob)
                 .literal_separator(true)
                 .build()
-                .is_ok_and(|g| g.compile_matcher().is_match(name))
+            {
+                Ok(g) => g.compile_matcher().is_match(name),
+                Err(_) => return false,
+            }
         } else if let Some(re) = pattern
             .strip_prefix("regex:")
             .or_else(|| pattern.strip_prefix("regexp:"))
         {
-            regex::Regex::new(re).is_ok_and(|r| r.is_match(name))
+            match regex::Regex::new(re) {
+                Ok(r) => r.is_match(name),
+                Err(_) => return false,
+            }
         } else {
             pattern == name
         };
@@ -2058,6 +2069,11 @@ mod tests {
         assert!(!on(
             json!([{"stageSelector": {"name": "regex:("}, "autoPromotionEnabled": true}])
         ));
+        // A broken pattern stops the search: a later policy is not consulted.
+        assert!(!on(json!([
+            {"stageSelector": {"name": "regex:("}, "autoPromotionEnabled": false},
+            {"stage": "addons-prod", "autoPromotionEnabled": true}
+        ])));
     }
 
     #[test]
