@@ -16,6 +16,7 @@ pub mod charts;
 pub mod ci;
 pub mod forge;
 pub mod git;
+pub mod invariants;
 pub mod kargo;
 pub mod kube;
 pub mod model;
@@ -111,6 +112,10 @@ pub struct Ground {
     /// Running observers: (process, metrics address, health address).
     observers: Vec<(std::process::Child, String, String)>,
     observer_starts: usize,
+    /// Ticks played so far (what an invariant violation names).
+    ticks: u64,
+    /// The fault seed, when the run is under a chaos schedule.
+    seed: Option<u64>,
     dir: tempfile::TempDir,
 }
 
@@ -575,12 +580,42 @@ impl Ground {
             observer_binary: options.observer.clone(),
             observers: Vec::new(),
             observer_starts: 0,
+            ticks: 0,
+            seed: (!options.faults.is_quiet()).then_some(options.faults.seed),
             dir,
         })
     }
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Every invariant the ground's state breaks now (see `invariants`).
+    pub fn violations(&self) -> Vec<String> {
+        invariants::violations(
+            &self.kube,
+            &self.forge,
+            &self.scenario.kargo.project,
+            &self.scenario.repository.slug,
+        )
+    }
+
+    /// Stops the run when an invariant is broken, naming the seed, the tick and the
+    /// transcript's tail.
+    fn check_invariants(&self) -> Result<()> {
+        let violations = self.violations();
+        if violations.is_empty() {
+            return Ok(());
+        }
+        let lines = self.transcript.lines();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        bail!(
+            "invariant violated at tick {} (fault seed {}):\n  {}\ntranscript tail:\n{tail}",
+            self.ticks,
+            self.seed
+                .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            violations.join("\n  ")
+        )
     }
 
     /// One round of every actor, in a fixed order. True when anything changed.
@@ -610,7 +645,10 @@ impl Ground {
         let mut quiet = 0;
         let mut waiting = 0;
         loop {
-            if self.tick().await {
+            let changed = self.tick().await;
+            self.ticks += 1;
+            self.check_invariants()?;
+            if changed {
                 quiet = 0;
                 waiting = 0;
                 continue;

@@ -94,6 +94,19 @@ enum GroundCommand {
         #[arg(long, default_value = "happy-path")]
         scenario: String,
     },
+    /// Play the observer and Bosun scenarios under seeded fault schedules, checking the
+    /// ground's invariants every tick; report the seeds that failed.
+    Chaos {
+        /// How many seeds to play per scenario.
+        #[arg(long, default_value_t = 5)]
+        seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+        /// The scenarios (default: the observer's and Bosun's).
+        #[arg(long = "scenario", default_values_t = ["observer-drift".to_string(), "observer-restart".to_string(), "triage".to_string()])]
+        scenarios: Vec<String>,
+    },
 }
 
 /// The workspace root (the folder above xtask/).
@@ -144,5 +157,13 @@ fn main() -> Result<()> {
         Command::Ground {
             command: GroundCommand::Up { scenario },
         } => demo::up(&scenario),
+        Command::Ground {
+            command:
+                GroundCommand::Chaos {
+                    seeds,
+                    from,
+                    scenarios,
+                },
+        } => demo::chaos(&scenarios, seeds, from),
     }
 }

@@ -319,6 +319,38 @@ impl ForgeDouble {
             .collect()
     }
 
+    /// What the ground's invariants read, in one lock: every pull request's comments as
+    /// (number, author, body), every status ever set as (sha, context, state), and every check
+    /// run as (sha, name).
+    #[allow(clippy::type_complexity)]
+    pub fn audit(
+        &self,
+        slug: &str,
+    ) -> (
+        Vec<(u64, String, String)>,
+        Vec<(String, String, String)>,
+        Vec<(String, String)>,
+    ) {
+        let state = lock(&self.state);
+        let Some(repo) = state.repos.get(slug) else {
+            return Default::default();
+        };
+        (
+            repo.comments
+                .iter()
+                .map(|c| (c.issue, c.user.clone(), c.body.clone()))
+                .collect(),
+            repo.statuses
+                .iter()
+                .map(|s| (s.sha.clone(), s.context.clone(), s.state.clone()))
+                .collect(),
+            repo.check_runs
+                .iter()
+                .map(|r| (r.head_sha.clone(), r.name.clone()))
+                .collect(),
+        )
+    }
+
     /// A pull request's labels (empty when there is no such pull request).
     pub fn labels(&self, slug: &str, number: u64) -> Vec<String> {
         let state = lock(&self.state);

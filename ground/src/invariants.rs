@@ -1,0 +1,119 @@
+//! What the ground's state must never show, checked after every tick of `Ground::settle`
+//! (ARCHITECTURE.md's invariants, written once as checks over the doubles' state). A violation
+//! stops the run with the fault seed, the tick and the transcript's tail, so a schedule that
+//! breaks the loop comes with what reproduces it.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::forge::ForgeDouble;
+use crate::kube::KubeDouble;
+use crate::kube::store::Selector;
+
+/// Every invariant the state breaks, one line each (empty: all hold).
+pub fn violations(
+    kube: &KubeDouble,
+    forge: &ForgeDouble,
+    project: &str,
+    slug: &str,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    let promotions = {
+        let store = kube.store();
+        store
+            .resource(crate::kargo::GROUP, crate::kargo::VERSION, "promotions")
+            .cloned()
+            .map(|r| store.list(&r, project, &Selector::default(), &Selector::default()))
+            .unwrap_or_default()
+    };
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    // At most one Promotion Running per Stage (Kargo runs one at a time).
+    let mut running: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // At most one observer-made Promotion per (Stage, Freight) that did not succeed: the
+    // observer never retries what Kargo refused or failed.
+    let mut observer_failed: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for promotion in &promotions {
+        let stage = text(promotion, "/spec/stage");
+        let phase = text(promotion, "/status/phase");
+        if phase == "Running" {
+            running
+                .entry(stage.clone())
+                .or_default()
+                .push(text(promotion, "/metadata/name"));
+        }
+        let by_observer = promotion
+            .pointer(&format!(
+                "/metadata/labels/{}",
+                gitops_loop::observer::decision::MANAGED_BY_LABEL.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            == Some(gitops_loop::observer::decision::MANAGED_BY);
+        if by_observer && matches!(phase.as_str(), "Failed" | "Errored") {
+            *observer_failed
+                .entry((stage, text(promotion, "/spec/freight")))
+                .or_default() += 1;
+        }
+    }
+    for (stage, names) in running {
+        if names.len() > 1 {
+            found.push(format!(
+                "Stage {stage} has {} Promotions Running at once: {}",
+                names.len(),
+                names.join(", ")
+            ));
+        }
+    }
+    for ((stage, freight), count) in observer_failed {
+        if count > 1 {
+            found.push(format!(
+                "the observer made {count} failed Promotions of Freight {freight} to Stage {stage}"
+            ));
+        }
+    }
+    let (comments, statuses, check_runs) = forge.audit(slug);
+    // One gate report comment per pull request, updated in place.
+    let mut reports: BTreeMap<u64, usize> = BTreeMap::new();
+    for (number, _author, body) in &comments {
+        if body.starts_with(gitops_loop::gate::report::MARKER) {
+            *reports.entry(*number).or_default() += 1;
+        }
+    }
+    for (number, count) in reports {
+        if count > 1 {
+            found.push(format!(
+                "pull request #{number} has {count} gate report comments"
+            ));
+        }
+    }
+    // One addons-gate check run per head commit.
+    let mut checks: BTreeMap<&str, usize> = BTreeMap::new();
+    for (sha, name) in &check_runs {
+        if name == gitops_loop::gate::publish::CHECK_NAME {
+            *checks.entry(sha).or_default() += 1;
+        }
+    }
+    for (sha, count) in checks {
+        if count > 1 {
+            found.push(format!(
+                "commit {} has {count} addons-gate check runs",
+                &sha[..sha.len().min(12)]
+            ));
+        }
+    }
+    // Bosun never fails a check: its own status is pending or success, never failure/error.
+    for (sha, context, state) in &statuses {
+        if context == "bosun" && matches!(state.as_str(), "failure" | "error") {
+            found.push(format!(
+                "commit {} has a `bosun` status {state}",
+                &sha[..sha.len().min(12)]
+            ));
+        }
+    }
+    found
+}
