@@ -120,6 +120,17 @@ async fn the_observer_converges_under_a_seeded_fault_schedule() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_ci_seed_budget_of_ground_chaos_holds() {
+    // What `cargo xtask ground chaos` does, bounded for CI: the observer's story under three
+    // seeded fault schedules, the ground's invariants checked after every tick (play fails on
+    // a violation or an unmet expectation, naming the seed and the tick).
+    for seed in 1..=3 {
+        let ground = play_with("observer-drift", FaultPlan::chaos(seed)).await;
+        assert!(ground.violations().is_empty(), "seed {seed}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn opt_in_mode_and_the_ignore_annotation_are_honoured() {
     let ground = play("observer-modes").await;
     insta::assert_snapshot!(ground.transcript.text());

@@ -38,6 +38,9 @@ pub fn violations(
     // At most one observer-made Promotion per (Stage, Freight) that did not succeed: the
     // observer never retries what Kargo refused or failed.
     let mut observer_failed: BTreeMap<(String, String), usize> = BTreeMap::new();
+    // At most one observer-made Promotion in flight per Stage (the observer waits for the one
+    // it made before it decides again).
+    let mut observer_in_flight: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for promotion in &promotions {
         let stage = text(promotion, "/spec/stage");
         let phase = text(promotion, "/status/phase");
@@ -54,6 +57,12 @@ pub fn violations(
             ))
             .and_then(Value::as_str)
             == Some(gitops_loop::observer::decision::MANAGED_BY);
+        if by_observer && matches!(phase.as_str(), "" | "Pending" | "Running") {
+            observer_in_flight
+                .entry(stage.clone())
+                .or_default()
+                .push(text(promotion, "/metadata/name"));
+        }
         if by_observer && matches!(phase.as_str(), "Failed" | "Errored") {
             *observer_failed
                 .entry((stage, text(promotion, "/spec/freight")))
@@ -64,6 +73,15 @@ pub fn violations(
         if names.len() > 1 {
             found.push(format!(
                 "Stage {stage} has {} Promotions Running at once: {}",
+                names.len(),
+                names.join(", ")
+            ));
+        }
+    }
+    for (stage, names) in observer_in_flight {
+        if names.len() > 1 {
+            found.push(format!(
+                "the observer has {} Promotions in flight to Stage {stage}: {}",
                 names.len(),
                 names.join(", ")
             ));

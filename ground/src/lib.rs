@@ -943,8 +943,8 @@ impl Ground {
             .collect()
     }
 
-    /// Ticks the actors until `done` holds (the observer runs on its own meanwhile).
-    /// Ticks the actors until `done` holds (bounded), then lets them settle.
+    /// Ticks the actors until `done` holds (bounded; the observer runs on its own meanwhile),
+    /// checking the invariants after each tick, then lets them settle.
     pub async fn await_condition(
         &mut self,
         what: &str,
@@ -953,6 +953,8 @@ impl Ground {
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
             let progress = self.tick().await;
+            self.ticks += 1;
+            self.check_invariants()?;
             if done(self) {
                 // Let the actors finish what the condition set off, unless something waits on
                 // purpose (a promotion the scenario keeps running).

@@ -91,6 +91,20 @@ async fn two_running_promotions_on_a_stage_are_a_violation() {
 }
 
 #[tokio::test]
+async fn a_second_observer_promotion_in_flight_is_a_violation() {
+    let (kube, forge, _dir) = world().await;
+    promotion(&kube, "a", "prod", "f1", "Running", true);
+    promotion(&kube, "b", "prod", "f2", "Pending", true);
+    let found = violations(&kube, &forge, NS, SLUG);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("2 Promotions in flight to Stage prod")),
+        "{found:?}"
+    );
+}
+
+#[tokio::test]
 async fn the_observer_retrying_a_failed_promotion_is_a_violation() {
     let (kube, forge, _dir) = world().await;
     promotion(&kube, "a", "prod", "f1", "Failed", true);

@@ -206,7 +206,19 @@ async fn publish(
         action: "Observe".into(),
         secondary: Some(related),
     };
-    if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+    // Events are best effort, but an API server's passing 5xx or throttling should not lose
+    // the one a person reads to learn why a Promotion appeared: three tries, then a warning.
+    let mut attempt = 0u32;
+    let outcome = loop {
+        match ctx.recorder.publish(&event, &reference).await {
+            Err(_) if attempt < 2 => {
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
+            }
+            outcome => break outcome,
+        }
+    };
+    if let Err(e) = outcome {
         warn!(error = %e, "could not publish an Event");
     }
 }
