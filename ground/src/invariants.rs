@@ -18,6 +18,24 @@ pub fn violations(
     project: &str,
     slug: &str,
 ) -> Vec<String> {
+    violations_with(kube, forge, project, slug, &Exemptions::default())
+}
+
+/// Invariants a scenario breaks on purpose (a test that plays an attack), and so skips.
+#[derive(Debug, Clone, Default)]
+pub struct Exemptions {
+    /// Pull requests on which a second report comment by the gate's identity is a forgery the
+    /// test posts itself (a shared CI identity).
+    pub forged_reports: Vec<u64>,
+}
+
+pub fn violations_with(
+    kube: &KubeDouble,
+    forge: &ForgeDouble,
+    project: &str,
+    slug: &str,
+    exempt: &Exemptions,
+) -> Vec<String> {
     let mut found = Vec::new();
     let promotions = {
         let store = kube.store();
@@ -95,17 +113,19 @@ pub fn violations(
         }
     }
     let (comments, statuses, check_runs) = forge.audit(slug);
-    // One gate report comment per pull request, updated in place.
-    let mut reports: BTreeMap<u64, usize> = BTreeMap::new();
-    for (number, _author, body) in &comments {
+    // One gate report comment per pull request and publisher, updated in place (a comment
+    // that only looks like a report, by anyone else, is not the gate's: scenarios post such
+    // forgeries on purpose).
+    let mut reports: BTreeMap<(u64, &str), usize> = BTreeMap::new();
+    for (number, author, body) in &comments {
         if body.starts_with(gitops_loop::gate::report::MARKER) {
-            *reports.entry(*number).or_default() += 1;
+            *reports.entry((*number, author.as_str())).or_default() += 1;
         }
     }
-    for (number, count) in reports {
-        if count > 1 {
+    for ((number, author), count) in reports {
+        if count > 1 && !exempt.forged_reports.contains(&number) {
             found.push(format!(
-                "pull request #{number} has {count} gate report comments"
+                "pull request #{number} has {count} gate report comments by {author}"
             ));
         }
     }

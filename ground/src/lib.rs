@@ -116,6 +116,8 @@ pub struct Ground {
     ticks: u64,
     /// The fault seed, when the run is under a chaos schedule.
     seed: Option<u64>,
+    /// Invariants a test breaks on purpose.
+    pub exemptions: invariants::Exemptions,
     dir: tempfile::TempDir,
 }
 
@@ -581,6 +583,7 @@ impl Ground {
             observers: Vec::new(),
             observer_starts: 0,
             ticks: 0,
+            exemptions: Default::default(),
             seed: (!options.faults.is_quiet()).then_some(options.faults.seed),
             dir,
         })
@@ -592,11 +595,12 @@ impl Ground {
 
     /// Every invariant the ground's state breaks now (see `invariants`).
     pub fn violations(&self) -> Vec<String> {
-        invariants::violations(
+        invariants::violations_with(
             &self.kube,
             &self.forge,
             &self.scenario.kargo.project,
             &self.scenario.repository.slug,
+            &self.exemptions,
         )
     }
 

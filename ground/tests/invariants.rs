@@ -185,7 +185,7 @@ async fn a_second_report_comment_or_check_run_and_a_failing_bosun_status_are_vio
     assert!(
         found
             .iter()
-            .any(|v| v.contains("#1 has 2 gate report comments")),
+            .any(|v| v.contains("#1 has 2 gate report comments by addons-gate[bot]")),
         "{found:?}"
     );
     assert!(

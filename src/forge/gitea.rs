@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::http::{Dialect, Http, cap, segment};
+use super::wire::{IssueComment, Label, Pull, User};
 use super::{
     CheckRun, Comment, CommitStatus, Forge, ForgeError, PullRequest, RepoSlug, StatusState,
 };
@@ -55,63 +56,6 @@ impl Gitea {
 }
 
 #[derive(Deserialize)]
-struct User {
-    login: String,
-}
-
-#[derive(Deserialize)]
-struct Label {
-    id: u64,
-    name: String,
-}
-
-#[derive(Deserialize)]
-struct RepoRef {
-    full_name: String,
-}
-
-#[derive(Deserialize)]
-struct Branch {
-    #[serde(default)]
-    sha: String,
-    #[serde(rename = "ref")]
-    reference: String,
-    repo: Option<RepoRef>,
-}
-
-#[derive(Deserialize)]
-struct Pull {
-    number: u64,
-    state: String,
-    title: String,
-    user: User,
-    head: Branch,
-    base: Branch,
-    #[serde(default)]
-    labels: Vec<Label>,
-    #[serde(default)]
-    merged: bool,
-}
-
-#[derive(Deserialize)]
-struct IssueComment {
-    id: u64,
-    user: User,
-    #[serde(default)]
-    body: String,
-}
-
-impl From<IssueComment> for Comment {
-    fn from(c: IssueComment) -> Self {
-        Comment {
-            id: c.id,
-            author: c.user.login,
-            body: c.body,
-        }
-    }
-}
-
-#[derive(Deserialize)]
 struct StatusPayload {
     id: u64,
     context: String,
@@ -132,23 +76,11 @@ struct StatusPayload {
 /// nothing is ever pushed to it.
 fn pull_request(pull: Pull) -> PullRequest {
     let branch = !pull.head.reference.is_empty() && !pull.head.reference.starts_with("refs/");
-    PullRequest {
-        number: pull.number,
-        state: pull.state,
-        title: pull.title,
-        author: pull.user.login,
-        head_sha: pull.head.sha,
-        head_repo: if branch {
-            pull.head.repo.map(|r| r.full_name).unwrap_or_default()
-        } else {
-            String::new()
-        },
-        head_ref: pull.head.reference,
-        base_sha: pull.base.sha,
-        base_ref: pull.base.reference,
-        labels: pull.labels.into_iter().map(|l| l.name).collect(),
-        merged: pull.merged,
-    }
+    let head_repo = match &pull.head.repo {
+        Some(repo) if branch => repo.full_name.clone(),
+        _ => String::new(),
+    };
+    pull.into_pull_request(head_repo)
 }
 
 /// A Gitea state as the trait's: anything but the four it shares with GitHub is not a

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 pub use super::http::install_crypto_provider;
 use super::http::{Dialect, Http, cap, decode, segment};
+use super::wire::{IssueComment, Pull, User};
 use super::{
     CheckRun, Comment, CommitStatus, Conclusion, Forge, ForgeError, PullRequest, RepoSlug,
     StatusState,
@@ -66,61 +67,6 @@ impl GitHub {
     /// Every page of a list endpoint (`per_page=100`; GitHub sends no total).
     async fn list(&self, path: &str) -> Result<Vec<Value>, ForgeError> {
         self.http.list(path, "per_page", 100).await
-    }
-}
-
-#[derive(Deserialize)]
-struct User {
-    login: String,
-}
-
-#[derive(Deserialize)]
-struct Label {
-    name: String,
-}
-
-#[derive(Deserialize)]
-struct RepoRef {
-    full_name: String,
-}
-
-#[derive(Deserialize)]
-struct Branch {
-    sha: String,
-    #[serde(rename = "ref")]
-    reference: String,
-    repo: Option<RepoRef>,
-}
-
-#[derive(Deserialize)]
-struct Pull {
-    number: u64,
-    state: String,
-    title: String,
-    user: User,
-    head: Branch,
-    base: Branch,
-    #[serde(default)]
-    labels: Vec<Label>,
-    #[serde(default)]
-    merged: bool,
-}
-
-#[derive(Deserialize)]
-struct IssueComment {
-    id: u64,
-    user: User,
-    #[serde(default)]
-    body: String,
-}
-
-impl From<IssueComment> for Comment {
-    fn from(c: IssueComment) -> Self {
-        Comment {
-            id: c.id,
-            author: c.user.login,
-            body: c.body,
-        }
     }
 }
 
@@ -194,19 +140,13 @@ impl Forge for GitHub {
     async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError> {
         let path = format!("/repos/{repo}/pulls/{number}");
         let pull: Pull = self.call(Method::GET, &path, None).await?;
-        Ok(PullRequest {
-            number: pull.number,
-            state: pull.state,
-            title: pull.title,
-            author: pull.user.login,
-            head_sha: pull.head.sha,
-            head_ref: pull.head.reference,
-            head_repo: pull.head.repo.map(|r| r.full_name).unwrap_or_default(),
-            base_sha: pull.base.sha,
-            base_ref: pull.base.reference,
-            labels: pull.labels.into_iter().map(|l| l.name).collect(),
-            merged: pull.merged,
-        })
+        let head_repo = pull
+            .head
+            .repo
+            .as_ref()
+            .map(|r| r.full_name.clone())
+            .unwrap_or_default();
+        Ok(pull.into_pull_request(head_repo))
     }
 
     async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError> {

@@ -7,6 +7,7 @@
 pub mod gitea;
 pub mod github;
 mod http;
+mod wire;
 
 use serde::{Deserialize, Serialize};
 

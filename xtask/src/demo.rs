@@ -6,22 +6,42 @@ use xshell::{Shell, cmd};
 
 use crate::{project_root, tools};
 
-/// Builds the binaries, then runs `ground <verb> scenarios/<name>` with them.
-fn ground(verb: &str, scenario: &str, extra: &[String]) -> Result<()> {
+/// The tools installed and the binaries built: a shell at the project root, and the argv that
+/// runs `ground <verb> scenarios/<name>` with them (the caller adds its own arguments).
+fn prepared() -> Result<(Shell, impl Fn(&str, &str) -> Vec<String>)> {
     let tools = tools::install()?;
     let root = project_root();
     let sh = Shell::new()?;
     sh.change_dir(&root);
     cmd!(sh, "cargo build --quiet --bins --workspace").run()?;
-    let ground = root.join("target/debug/ground");
-    let gate = root.join("target/debug/gate");
-    let observer = root.join("target/debug/observer");
-    let bosun = root.join("target/debug/bosun");
-    let scenario_dir = root.join("scenarios").join(scenario);
-    let crds = root.join("kind/crds");
-    cmd!(sh, "{ground} {verb} {scenario_dir} --gate {gate} --observer {observer} --bosun {bosun} --tools {tools} --crds {crds} {extra...}")
-        .quiet()
-        .run()?;
+    let path = move |p: &str| root.join(p).display().to_string();
+    let tools = tools.display().to_string();
+    let argv = move |verb: &str, scenario: &str| {
+        vec![
+            path("target/debug/ground"),
+            verb.to_string(),
+            path(&format!("scenarios/{scenario}")),
+            "--gate".into(),
+            path("target/debug/gate"),
+            "--observer".into(),
+            path("target/debug/observer"),
+            "--bosun".into(),
+            path("target/debug/bosun"),
+            "--tools".into(),
+            tools.clone(),
+            "--crds".into(),
+            path("kind/crds"),
+        ]
+    };
+    Ok((sh, argv))
+}
+
+/// Builds the binaries, then runs `ground <verb> scenarios/<name>` with them.
+fn ground(verb: &str, scenario: &str, extra: &[String]) -> Result<()> {
+    let (sh, argv) = prepared()?;
+    let argv = argv(verb, scenario);
+    let (program, args) = argv.split_first().expect("a program");
+    cmd!(sh, "{program} {args...} {extra...}").quiet().run()?;
     Ok(())
 }
 
@@ -44,22 +64,14 @@ pub fn up(scenario: &str) -> Result<()> {
 /// ground's invariants; a failing seed prints the tick, the violation and the transcript tail,
 /// and `cargo xtask demo --scenario NAME --chaos-seed SEED` replays it.
 pub fn chaos(scenarios: &[String], seeds: u64, from: u64) -> Result<()> {
-    let tools = tools::install()?;
-    let root = project_root();
-    let sh = Shell::new()?;
-    sh.change_dir(&root);
-    cmd!(sh, "cargo build --quiet --bins --workspace").run()?;
-    let ground = root.join("target/debug/ground");
-    let gate = root.join("target/debug/gate");
-    let observer = root.join("target/debug/observer");
-    let bosun = root.join("target/debug/bosun");
-    let crds = root.join("kind/crds");
+    let (sh, argv) = prepared()?;
     let mut failed = Vec::new();
     for scenario in scenarios {
-        let scenario_dir = root.join("scenarios").join(scenario);
+        let play = argv("play", scenario);
+        let (program, args) = play.split_first().expect("a program");
         for seed in from..from + seeds {
             let seed = seed.to_string();
-            let output = cmd!(sh, "{ground} play {scenario_dir} --gate {gate} --observer {observer} --bosun {bosun} --tools {tools} --crds {crds} --chaos-seed {seed}")
+            let output = cmd!(sh, "{program} {args...} --chaos-seed {seed}")
                 .quiet()
                 .ignore_status()
                 .output()?;

