@@ -575,7 +575,10 @@ async fn with_the_gate_run_by_ci_bosun_reads_that_report_and_publishes_none() {
         "the forgery parses as a green report"
     );
     // The forgery is a second report comment by the gate's identity, on purpose.
-    ground.exemptions.forged_reports.push(forged);
+    ground
+        .exemptions
+        .forged_reports
+        .push((forged, "addons-gate[bot]".to_string()));
     let ci = gitops_loop::forge::github::GitHub::new(&ground.forge.url(), ground::FORGE_GATE_TOKEN)
         .unwrap();
     gitops_loop::forge::Forge::create_comment(&ci, &SLUG.parse().unwrap(), forged, &fake)

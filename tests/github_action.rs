@@ -100,7 +100,11 @@ fn the_action_judges_by_the_merge_bases_inventory_and_mirror() {
     // the checkout, and charts are pulled for the merge base and the pull request's head.
     let action = read("action.yml");
     assert!(action.contains(r#"git show "$merge_base:$GATE_INVENTORY""#));
-    assert!(action.contains(r#"git archive "$merge_base" "$GATE_CHARTS""#));
+    assert!(action.contains(r#"GIT_INDEX_FILE="$trusted/index" git read-tree "$merge_base""#));
+    assert!(
+        !action.contains("git archive \"$merge_base\""),
+        "export-ignore must not drop mirrored files"
+    );
     assert!(action.contains(r#"--charts "/trusted/mirror/$GATE_CHARTS""#));
     assert!(action.contains(r#"--revision "$merge_base""#));
     assert!(action.contains(r#"--revision "$GATE_HEAD""#));

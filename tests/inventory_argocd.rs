@@ -323,3 +323,42 @@ async fn without_in_cluster_in_argo_cd_there_is_no_implicit_one() {
             .all(|c| c.server != "https://kubernetes.default.svc")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_the_token_cannot_see_is_never_let_through_as_a_note() {
+    // Argo CD's API leaves out the clusters a token may not `get`. An Application aimed at
+    // one is `destination-unknown` at the merge base and at the head alike; from a file that
+    // is a note, from Argo CD's view it blocks: the cluster may be there, hidden.
+    let (kube, api, _file) = argocd(&["prod-eu", "prod-us", "staging", "in-cluster"]).await;
+    {
+        let mut store = kube.store();
+        let secrets = store.resource("", "v1", "secrets").cloned().unwrap();
+        store
+            .delete(&secrets, "argocd", "cluster-in-cluster", &admin())
+            .unwrap();
+    }
+    // Hidden from the token (or disabled): Argo CD lists no in-cluster destination, while
+    // apps/ingress.yaml names https://kubernetes.default.svc.
+    api.set_in_cluster_enabled(false);
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let cache = tempfile::tempdir().unwrap();
+    let head = repo.head();
+    let output = common::gate(cache.path())
+        .args(["check", "--base", &head, "--head", &head])
+        .args(["--repo-url", common::SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo.path())
+        .args(["--inventory-argocd", &api.url()])
+        .arg("--charts")
+        .arg(common::sample_dir().join("charts"))
+        .env("ARGOCD_AUTH_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{report}");
+    assert!(report.contains("destination-unknown"), "{report}");
+    assert!(
+        report.contains("leaves out clusters its token may not read"),
+        "{report}"
+    );
+}

@@ -1086,9 +1086,12 @@ pub fn evaluate(
             app.name.as_str(),
             destination.as_str(),
         ));
+        // From Argo CD's API, a cluster the token may not read is left out silently: there an
+        // unknown destination may be a hidden cluster, and is never let through as a note.
+        let note = before && !inventory.partial_view;
         findings.push(Finding {
             rule: DESTINATION_UNKNOWN.into(),
-            severity: if before {
+            severity: if note {
                 Severity::Note
             } else {
                 Severity::Blocking
@@ -1098,8 +1101,10 @@ pub fn evaluate(
                 app.namespace,
                 app.name,
                 app.origin,
-                if before {
+                if note {
                     " (so it was at the merge base too)"
+                } else if before {
+                    " (at the merge base too, but the inventory is Argo CD's view, which leaves out clusters its token may not read)"
                 } else {
                     ""
                 }

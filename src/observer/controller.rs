@@ -211,7 +211,11 @@ async fn publish(
     let mut attempt = 0u32;
     let outcome = loop {
         match ctx.recorder.publish(&event, &reference).await {
-            Err(_) if attempt < 2 => {
+            // Only answers that say the Event was not stored are retried (a timeout may have
+            // stored it, and a new attempt would make a second one).
+            Err(kube::Error::Api(status))
+                if attempt < 2 && matches!(status.code, 429 | 500 | 502 | 503) =>
+            {
                 attempt += 1;
                 tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
             }

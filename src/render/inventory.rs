@@ -55,6 +55,9 @@ pub struct Inventory {
     /// `in-cluster` disabled, or hidden from the token): no implicit one is added, so an
     /// Application aimed at it is a destination Argo CD does not have.
     pub no_implicit_in_cluster: bool,
+    /// Set when the source may leave clusters out without saying so (Argo CD's API lists only
+    /// the clusters the token may `get`): an unknown destination is then never a mere note.
+    pub partial_view: bool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -140,6 +143,15 @@ impl Inventory {
     /// multi-document YAML.
     pub fn parse(text: &str, origin: &str) -> Result<Inventory, InventoryError> {
         let documents = yaml::parse_documents(text, origin)?;
+        if documents.is_empty() {
+            // An empty file is no fleet: reading it as one would leave every Application
+            // without a destination, which is only a note when the merge base has it too.
+            return Err(InventoryError::Invalid {
+                origin: origin.to_string(),
+                message: "the file holds no document (expected `clusters:` or cluster Secrets)"
+                    .into(),
+            });
+        }
         let invalid = |message: String| InventoryError::Invalid {
             origin: origin.to_string(),
             message,
@@ -310,6 +322,7 @@ impl Inventory {
             default_api_versions: expand_api_versions(&defaults.api_versions),
             default_kube_version,
             no_implicit_in_cluster: false,
+            partial_view: false,
         }
     }
 
@@ -354,6 +367,7 @@ impl Inventory {
         }
         let mut inventory = Inventory {
             no_implicit_in_cluster: true,
+            partial_view: true,
             ..Inventory::default()
         };
         for (index, item) in items.iter().enumerate() {
@@ -470,13 +484,14 @@ impl Inventory {
                 .or_else(|| value.get("error"))
                 .and_then(Value::as_str)
                 .unwrap_or("no message");
-            let message: String = message.chars().take(300).collect();
-            // Whatever the server says, the token is not repeated.
+            // Whatever the server says, the token is not repeated (replaced before the cut, so
+            // no part of it survives a truncation).
             let message = if token.is_empty() {
-                message
+                message.to_string()
             } else {
                 message.replace(token, "***")
             };
+            let message: String = message.chars().take(300).collect();
             return Err(fetch(format!("HTTP {}: {message}", status.as_u16())));
         }
         Inventory::from_argocd_clusters(&value, &origin)
@@ -632,6 +647,14 @@ fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_file_is_no_fleet() {
+        for text in ["", "\n", "# nothing here\n"] {
+            let err = Inventory::parse(text, "inv.yaml").unwrap_err().to_string();
+            assert!(err.contains("holds no document"), "{err}");
+        }
+    }
 
     #[test]
     fn a_wrong_inventory_names_the_key_and_line() {
