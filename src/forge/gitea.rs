@@ -14,7 +14,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::http::{Dialect, Http, cap, segment};
+use super::http::{Dialect, Http, segment};
 use super::wire::{IssueComment, Label, Pull, User};
 use super::{
     CheckRun, Comment, CommitStatus, Forge, ForgeError, PullRequest, RepoSlug, StatusState,
@@ -170,14 +170,8 @@ impl Forge for Gitea {
         status: &CommitStatus,
     ) -> Result<(), ForgeError> {
         let path = format!("/repos/{repo}/statuses/{sha}");
-        let state = match status.state {
-            StatusState::Pending => "pending",
-            StatusState::Success => "success",
-            StatusState::Failure => "failure",
-            StatusState::Error => "error",
-        };
         // Gitea keeps descriptions in a 255-character column on some databases.
-        let body = json!({"state": state, "context": status.context, "description": cap(&status.description, 255)});
+        let body = super::wire::status_body(status, 255);
         self.http
             .request(Method::POST, &path, Some(&body))
             .await

@@ -242,14 +242,8 @@ impl Forge for GitHub {
         status: &CommitStatus,
     ) -> Result<(), ForgeError> {
         let path = format!("/repos/{repo}/statuses/{sha}");
-        let state = match status.state {
-            StatusState::Pending => "pending",
-            StatusState::Success => "success",
-            StatusState::Failure => "failure",
-            StatusState::Error => "error",
-        };
         // GitHub refuses descriptions over 140 characters.
-        let body = json!({"state": state, "context": status.context, "description": cap(&status.description, 140)});
+        let body = super::wire::status_body(status, 140);
         self.request(Method::POST, &path, Some(&body))
             .await
             .map(|_| ())

@@ -2,8 +2,21 @@
 //! comments share these fields), decoded once for both clients.
 
 use serde::Deserialize;
+use serde_json::{Value, json};
 
-use super::{Comment, PullRequest};
+use super::{Comment, CommitStatus, PullRequest, StatusState};
+
+/// The body that sets a commit status, on either forge (GitHub and Gitea share it), with the
+/// description cut to what the forge keeps.
+pub(crate) fn status_body(status: &CommitStatus, description_max: usize) -> Value {
+    let state = match status.state {
+        StatusState::Pending => "pending",
+        StatusState::Success => "success",
+        StatusState::Failure => "failure",
+        StatusState::Error => "error",
+    };
+    json!({"state": state, "context": status.context, "description": super::http::cap(&status.description, description_max)})
+}
 
 #[derive(Deserialize)]
 pub(crate) struct User {
