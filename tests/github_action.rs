@@ -271,6 +271,12 @@ async fn a_pull_request_that_edits_the_inventory_and_the_mirror_is_judged_by_the
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].conclusion, gitops_loop::forge::Conclusion::Failure);
 
+    // A re-run for a head the pull request has moved past publishes nothing.
+    let (code, said) = run_action_script(&forge, ws, &base, &base, &inputs);
+    assert_eq!(code, Some(2), "{said}");
+    assert!(said.contains("nothing published"), "{said}");
+    assert_eq!(client.check_runs(&slug, &base).await.unwrap().len(), 0);
+
     // Neither inventory input, or both: refused before anything runs.
     let (code, said) =
         run_action_script(&forge, ws, &base, &head, &[("GATE_CHARTS", ".gate/charts")]);

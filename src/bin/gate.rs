@@ -206,6 +206,10 @@ struct PublishArgs {
     /// Also write the full report (Markdown) here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Publish only if the pull request's head is still this commit (what a CI job prepared
+    /// for); otherwise exit 2 and publish nothing.
+    #[arg(long, value_name = "SHA")]
+    expect_head: Option<String>,
 }
 
 /// Writes a file whole or not at all (temporary file in the same folder, then rename).
@@ -451,6 +455,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     Some(author) => author.clone(),
                     None => forge.current_user().await?,
                 };
+                if let Some(expected) = &publish.expect_head {
+                    let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
+                    if &pr.head_sha != expected {
+                        eprintln!(
+                            "gate: {}#{}'s head is {}, not {expected}: a newer run judges it; nothing published",
+                            publish.repo_slug, publish.pr, pr.head_sha
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
+                }
                 let config = config(&args, "HEAD", cli.quiet, false)?;
                 let (pr, result, published) = gate::publish::check_and_publish(
                     forge.as_ref(),
