@@ -163,6 +163,50 @@ fn authorize(
     Ok(login)
 }
 
+/// Scope categories as const parameters of [`Scoped`].
+const USER: u8 = 0;
+const REPOSITORY: u8 = 1;
+const ISSUE: u8 = 2;
+
+/// The token's user when it holds the scope a route needs (`CATEGORY`, written when `WRITE`),
+/// else Gitea's 401/403: one extractor for every handler of this face.
+struct Scoped<const CATEGORY: u8, const WRITE: bool>(String);
+
+impl<const CATEGORY: u8, const WRITE: bool> axum::extract::FromRequestParts<Shared>
+    for Scoped<CATEGORY, WRITE>
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Shared,
+    ) -> Result<Self, Response> {
+        let category = match CATEGORY {
+            USER => Category::User,
+            REPOSITORY => Category::Repository,
+            _ => Category::Issue,
+        };
+        authorize(state, &parts.headers, category, WRITE).map(Scoped)
+    }
+}
+
+/// A JSON request body, or Gitea's 422.
+struct GiteaJson(Value);
+
+impl axum::extract::FromRequest<Shared> for GiteaJson {
+    type Rejection = Response;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &Shared,
+    ) -> Result<Self, Response> {
+        let bytes = <Bytes as axum::extract::FromRequest<Shared>>::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        parse_body(&bytes).map(GiteaJson)
+    }
+}
+
 fn parse_body(body: &Bytes) -> Result<Value, Response> {
     serde_json::from_slice(body).map_err(|e| {
         error(
@@ -282,12 +326,9 @@ async fn get_user(State(state): State<Shared>, headers: HeaderMap) -> Response {
 
 async fn get_pull(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ REPOSITORY }, false>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Repository, false) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     match repo.pulls.iter().find(|p| p.number == number) {
@@ -300,17 +341,10 @@ async fn get_pull(
 /// MergePullRequest]): 200 with no body; a closed pull request 404; branch protection 405.
 async fn merge(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ REPOSITORY }, true>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    GiteaJson(body): GiteaJson,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Repository, true) {
-        return r;
-    }
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let style = body.get("Do").and_then(Value::as_str).unwrap_or("");
     if ![
         "merge",
@@ -382,12 +416,9 @@ async fn merge(
 
 async fn list_comments(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, false>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, false) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     if !repo.pulls.iter().any(|p| p.number == number) {
@@ -408,18 +439,10 @@ async fn list_comments(
 
 async fn create_comment(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Scoped(user): Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    GiteaJson(body): GiteaJson,
 ) -> Response {
-    let user = match authorize(&state, &headers, Category::Issue, true) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let Some(text) = body.get("body").and_then(Value::as_str) else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "[Body]: Required");
     };
@@ -445,12 +468,9 @@ async fn create_comment(
 
 async fn get_comment(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, false>,
     UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, false) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     match repo.comments.iter().find(|c| c.id == id) {
@@ -463,18 +483,10 @@ async fn get_comment(
 /// no body otherwise ([G issue_comment.go editIssueComment]).
 async fn update_comment(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Scoped(user): Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    GiteaJson(body): GiteaJson,
 ) -> Response {
-    let user = match authorize(&state, &headers, Category::Issue, true) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let Some(text) = body.get("body").and_then(Value::as_str) else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "[Body]: Required");
     };
@@ -496,13 +508,10 @@ async fn update_comment(
 
 async fn list_repo_labels(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, false>,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, false) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let all: Vec<Value> = repo.labels.iter().map(label_json).collect();
@@ -522,17 +531,10 @@ fn normalize_color(color: &str) -> Option<String> {
 
 async fn create_label(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
-    body: Bytes,
+    GiteaJson(body): GiteaJson,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, true) {
-        return r;
-    }
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let name = body.get("name").and_then(Value::as_str).unwrap_or("");
     if name.is_empty() {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "[Name]: Required");
@@ -562,12 +564,9 @@ async fn create_label(
 
 async fn list_issue_labels(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, false>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, false) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     match repo.pulls.iter().find(|p| p.number == number) {
@@ -584,17 +583,10 @@ async fn list_issue_labels(
 
 async fn add_issue_labels(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    GiteaJson(body): GiteaJson,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, true) {
-        return r;
-    }
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let wanted = body
         .get("labels")
         .and_then(Value::as_array)
@@ -646,12 +638,9 @@ async fn add_issue_labels(
 
 async fn remove_issue_label(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, number, id)): UrlPath<(String, String, u64, String)>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Issue, true) {
-        return r;
-    }
     let mut guard = lock(&state);
     let repo = repo_or_404!(guard, owner, repo);
     let Some(index) = repo.pulls.iter().position(|p| p.number == number) else {
@@ -675,18 +664,10 @@ async fn remove_issue_label(
 
 async fn create_status(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Scoped(user): Scoped<{ REPOSITORY }, true>,
     UrlPath((owner, repo, sha)): UrlPath<(String, String, String)>,
-    body: Bytes,
+    GiteaJson(body): GiteaJson,
 ) -> Response {
-    let user = match authorize(&state, &headers, Category::Repository, true) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let status_state = body.get("state").and_then(Value::as_str).unwrap_or("");
     if !["pending", "success", "error", "failure", "warning"].contains(&status_state) {
         return error(
@@ -723,13 +704,10 @@ async fn create_status(
 
 async fn list_statuses(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Scoped<{ REPOSITORY }, false>,
     UrlPath((owner, repo, sha)): UrlPath<(String, String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authorize(&state, &headers, Category::Repository, false) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let all: Vec<Value> = repo

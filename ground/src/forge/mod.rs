@@ -651,6 +651,38 @@ macro_rules! repo_or_404 {
     };
 }
 
+/// The authenticated user of a request, or GitHub's 401: what every handler that needs a
+/// user takes, instead of authenticating by hand.
+struct Authed(String);
+
+impl axum::extract::FromRequestParts<Shared> for Authed {
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &Shared,
+    ) -> Result<Self, Response> {
+        authenticate(state, &parts.headers).map(Authed)
+    }
+}
+
+/// A JSON request body, or GitHub's 400 "Problems parsing JSON".
+struct JsonBody(Value);
+
+impl axum::extract::FromRequest<Shared> for JsonBody {
+    type Rejection = Response;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        state: &Shared,
+    ) -> Result<Self, Response> {
+        let bytes = <Bytes as axum::extract::FromRequest<Shared>>::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        parse_body(&bytes).map(JsonBody)
+    }
+}
+
 fn parse_body(body: &Bytes) -> Result<Value, Response> {
     serde_json::from_slice(body).map_err(|e| {
         error(
@@ -669,12 +701,9 @@ async fn get_user(State(state): State<Shared>, headers: HeaderMap) -> Response {
 
 async fn get_repo(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     axum::Json(repo_json(repo)).into_response()
@@ -708,13 +737,10 @@ async fn list_releases(
 
 async fn list_pulls(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let wanted_state = query.get("state").map(String::as_str).unwrap_or("open");
@@ -733,18 +759,10 @@ async fn list_pulls(
 
 async fn create_pull(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Authed(user): Authed,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    let user = match authenticate(&state, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let mut guard = lock(&state);
     let now = guard.now();
     let repo = repo_or_404!(guard, owner, repo);
@@ -816,12 +834,9 @@ async fn create_pull(
 
 async fn get_pull(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     match repo.pulls.iter().find(|p| p.number == number) {
@@ -848,13 +863,10 @@ fn check_passed(repo: &Repo, sha: &str, context: &str) -> bool {
 
 async fn merge_pull(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let body: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
     let mut guard = lock(&state);
     let repo = repo_or_404!(guard, owner, repo);
@@ -916,13 +928,10 @@ async fn merge_pull(
 
 async fn list_comments(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let per_page: usize = query
@@ -951,18 +960,10 @@ async fn list_comments(
 
 async fn create_comment(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Authed(user): Authed,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    let user = match authenticate(&state, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let Some(text) = body.get("body").and_then(Value::as_str) else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -997,18 +998,10 @@ async fn create_comment(
 
 async fn update_comment(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Authed(user): Authed,
     UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    let user = match authenticate(&state, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let Some(text) = body.get("body").and_then(Value::as_str) else {
         return error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -1035,12 +1028,9 @@ async fn update_comment(
 
 async fn list_labels(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     match repo.pulls.iter().find(|p| p.number == number) {
@@ -1057,17 +1047,10 @@ async fn list_labels(
 
 async fn add_labels(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let labels: Vec<String> = body
         .get("labels")
         .and_then(Value::as_array)
@@ -1099,12 +1082,9 @@ async fn add_labels(
 
 async fn remove_label(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, number, label)): UrlPath<(String, String, u64, String)>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let Some(pull) = repo.pulls.iter_mut().find(|p| p.number == number) else {
@@ -1130,18 +1110,10 @@ fn resolve(repo: &Repo, reference: &str) -> Option<String> {
 
 async fn create_status(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Authed(user): Authed,
     UrlPath((owner, repo, sha)): UrlPath<(String, String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    let user = match authenticate(&state, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let status_state = body
         .get("state")
         .and_then(Value::as_str)
@@ -1192,12 +1164,9 @@ async fn create_status(
 
 async fn combined_status(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, reference)): UrlPath<(String, String, String)>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let Some(sha) = resolve(repo, &reference) else {
@@ -1249,18 +1218,10 @@ fn check_run_fields(run: &mut CheckRun, body: &Value) {
 
 async fn create_check_run(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    Authed(user): Authed,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    let user = match authenticate(&state, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let (Some(name), Some(head_sha)) = (
         body.get("name").and_then(Value::as_str),
         body.get("head_sha").and_then(Value::as_str),
@@ -1302,17 +1263,10 @@ async fn create_check_run(
 
 async fn update_check_run(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
-    body: Bytes,
+    JsonBody(body): JsonBody,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
-    let body = match parse_body(&body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let Some(run) = repo.check_runs.iter_mut().find(|r| r.id == id) else {
@@ -1324,13 +1278,10 @@ async fn update_check_run(
 
 async fn list_check_runs(
     State(state): State<Shared>,
-    headers: HeaderMap,
+    _: Authed,
     UrlPath((owner, repo, reference)): UrlPath<(String, String, String)>,
     Query(query): Query<BTreeMap<String, String>>,
 ) -> Response {
-    if let Err(r) = authenticate(&state, &headers) {
-        return r;
-    }
     let mut state = lock(&state);
     let repo = repo_or_404!(state, owner, repo);
     let Some(sha) = resolve(repo, &reference) else {
