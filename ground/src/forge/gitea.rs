@@ -34,7 +34,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, patch, post};
 use serde_json::{Value, json};
 
-use super::{Comment, Repo, Shared, Status, check_passed, lock, resolve};
+use super::{Comment, JsonBody, Repo, Shared, Status, check_passed, lock, resolve};
 use crate::git;
 
 const SWAGGER: &str = "http://gitea.example.test/api/swagger";
@@ -190,24 +190,7 @@ impl<const CATEGORY: u8, const WRITE: bool> axum::extract::FromRequestParts<Shar
     }
 }
 
-/// A JSON request body, or Gitea's 422.
-struct GiteaJson(Value);
-
-impl axum::extract::FromRequest<Shared> for GiteaJson {
-    type Rejection = Response;
-
-    async fn from_request(
-        request: axum::extract::Request,
-        state: &Shared,
-    ) -> Result<Self, Response> {
-        let bytes = <Bytes as axum::extract::FromRequest<Shared>>::from_request(request, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        parse_body(&bytes).map(GiteaJson)
-    }
-}
-
-fn parse_body(body: &Bytes) -> Result<Value, Response> {
+pub(super) fn parse_body(body: &Bytes) -> Result<Value, Response> {
     serde_json::from_slice(body).map_err(|e| {
         error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -343,7 +326,7 @@ async fn merge(
     State(state): State<Shared>,
     _: Scoped<{ REPOSITORY }, true>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    GiteaJson(body): GiteaJson,
+    JsonBody(body): JsonBody<true>,
 ) -> Response {
     let style = body.get("Do").and_then(Value::as_str).unwrap_or("");
     if ![
@@ -441,7 +424,7 @@ async fn create_comment(
     State(state): State<Shared>,
     Scoped(user): Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    GiteaJson(body): GiteaJson,
+    JsonBody(body): JsonBody<true>,
 ) -> Response {
     let Some(text) = body.get("body").and_then(Value::as_str) else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "[Body]: Required");
@@ -485,7 +468,7 @@ async fn update_comment(
     State(state): State<Shared>,
     Scoped(user): Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
-    GiteaJson(body): GiteaJson,
+    JsonBody(body): JsonBody<true>,
 ) -> Response {
     let Some(text) = body.get("body").and_then(Value::as_str) else {
         return error(StatusCode::UNPROCESSABLE_ENTITY, "[Body]: Required");
@@ -533,7 +516,7 @@ async fn create_label(
     State(state): State<Shared>,
     _: Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo)): UrlPath<(String, String)>,
-    GiteaJson(body): GiteaJson,
+    JsonBody(body): JsonBody<true>,
 ) -> Response {
     let name = body.get("name").and_then(Value::as_str).unwrap_or("");
     if name.is_empty() {
@@ -585,7 +568,7 @@ async fn add_issue_labels(
     State(state): State<Shared>,
     _: Scoped<{ ISSUE }, true>,
     UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
-    GiteaJson(body): GiteaJson,
+    JsonBody(body): JsonBody<true>,
 ) -> Response {
     let wanted = body
         .get("labels")
@@ -666,7 +649,7 @@ async fn create_status(
     State(state): State<Shared>,
     Scoped(user): Scoped<{ REPOSITORY }, true>,
     UrlPath((owner, repo, sha)): UrlPath<(String, String, String)>,
-    GiteaJson(body): GiteaJson,
+    JsonBody(body): JsonBody<true>,
 ) -> Response {
     let status_state = body.get("state").and_then(Value::as_str).unwrap_or("");
     if !["pending", "success", "error", "failure", "warning"].contains(&status_state) {

@@ -666,10 +666,11 @@ impl axum::extract::FromRequestParts<Shared> for Authed {
     }
 }
 
-/// A JSON request body, or GitHub's 400 "Problems parsing JSON".
-struct JsonBody(Value);
+/// A JSON request body, or the face's refusal: GitHub's 400 "Problems parsing JSON", or
+/// Gitea's 422 when `GITEA`.
+struct JsonBody<const GITEA: bool = false>(Value);
 
-impl axum::extract::FromRequest<Shared> for JsonBody {
+impl<const GITEA: bool> axum::extract::FromRequest<Shared> for JsonBody<GITEA> {
     type Rejection = Response;
 
     async fn from_request(
@@ -679,7 +680,12 @@ impl axum::extract::FromRequest<Shared> for JsonBody {
         let bytes = <Bytes as axum::extract::FromRequest<Shared>>::from_request(request, state)
             .await
             .map_err(IntoResponse::into_response)?;
-        parse_body(&bytes).map(JsonBody)
+        if GITEA {
+            gitea::parse_body(&bytes)
+        } else {
+            parse_body(&bytes)
+        }
+        .map(JsonBody)
     }
 }
 
