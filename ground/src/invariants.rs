@@ -112,15 +112,13 @@ pub fn violations_with(
             ));
         }
     }
-    let (comments, statuses, check_runs) = forge.audit(slug);
+    let (reports_by, statuses, check_runs) = forge.audit(slug, gitops_loop::gate::report::MARKER);
     // One gate report comment per pull request and publisher, updated in place (a comment
     // that only looks like a report, by anyone else, is not the gate's: scenarios post such
     // forgeries on purpose).
     let mut reports: BTreeMap<(u64, &str), usize> = BTreeMap::new();
-    for (number, author, body) in &comments {
-        if body.starts_with(gitops_loop::gate::report::MARKER) {
-            *reports.entry((*number, author.as_str())).or_default() += 1;
-        }
+    for (number, author) in &reports_by {
+        *reports.entry((*number, author.as_str())).or_default() += 1;
     }
     for ((number, author), count) in reports {
         let allowed = 1 + exempt

@@ -14,7 +14,7 @@ use reqwest::Method;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::http::{Dialect, Http, segment};
+use super::http::{Dialect, Http};
 use super::wire::{IssueComment, Label, Pull, User};
 use super::{
     CheckRun, Comment, CommitStatus, Forge, ForgeError, PullRequest, RepoSlug, StatusState,
@@ -265,10 +265,7 @@ impl Forge for Gitea {
         let Some(found) = on_issue.into_iter().find(|l| l.name == label) else {
             return Ok(()); // not there: nothing to remove
         };
-        let path = format!(
-            "/repos/{repo}/issues/{number}/labels/{}",
-            segment(&found.id.to_string())
-        );
+        let path = format!("/repos/{repo}/issues/{number}/labels/{}", found.id);
         match self.http.request(Method::DELETE, &path, None).await {
             // Removed meanwhile (404) or the label deleted (422): nothing left to remove.
             Err(e) if matches!(e.status(), Some(404 | 422)) => Ok(()),

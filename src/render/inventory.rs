@@ -173,6 +173,19 @@ impl Inventory {
                 })?;
             return Ok(Self::from_project(project));
         }
+        Self::from_secret_documents(documents, origin)
+    }
+
+    /// Argo CD cluster Secrets (documents that are Secrets, or v1 Lists of them); other
+    /// Secrets are skipped, anything else is refused.
+    fn from_secret_documents(
+        documents: Vec<Value>,
+        origin: &str,
+    ) -> Result<Inventory, InventoryError> {
+        let invalid = |message: String| InventoryError::Invalid {
+            origin: origin.to_string(),
+            message,
+        };
         let mut secrets = Vec::new();
         for doc in documents {
             if doc.get("kind").and_then(Value::as_str) == Some("List") {
@@ -548,9 +561,7 @@ impl Inventory {
                 value
             })
             .collect();
-        let text =
-            serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
-        Inventory::parse(&text, &origin)
+        Inventory::from_secret_documents(items, &origin)
     }
 
     /// The in-cluster destination Argo CD always has, unless a Secret already names its server.

@@ -300,11 +300,8 @@ macro_rules! repo_or_404 {
     };
 }
 
-async fn get_user(State(state): State<Shared>, headers: HeaderMap) -> Response {
-    match authorize(&state, &headers, Category::User, false) {
-        Ok(login) => axum::Json(user_json(&login)).into_response(),
-        Err(r) => r,
-    }
+async fn get_user(Scoped(login): Scoped<{ USER }, false>) -> Response {
+    axum::Json(user_json(&login)).into_response()
 }
 
 async fn get_pull(

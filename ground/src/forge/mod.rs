@@ -319,15 +319,17 @@ impl ForgeDouble {
             .collect()
     }
 
-    /// What the ground's invariants read, in one lock: every pull request's comments as
-    /// (number, author, body), every status ever set as (sha, context, state), and every check
-    /// run as (sha, name).
+    /// What the ground's invariants read after every tick, in one lock: the comments that
+    /// open with `marker` as (number, author) (never their bodies: a report is tens of
+    /// kilobytes), every status ever set as (sha, context, state), and every check run as
+    /// (sha, name).
     #[allow(clippy::type_complexity)]
     pub fn audit(
         &self,
         slug: &str,
+        marker: &str,
     ) -> (
-        Vec<(u64, String, String)>,
+        Vec<(u64, String)>,
         Vec<(String, String, String)>,
         Vec<(String, String)>,
     ) {
@@ -338,7 +340,8 @@ impl ForgeDouble {
         (
             repo.comments
                 .iter()
-                .map(|c| (c.issue, c.user.clone(), c.body.clone()))
+                .filter(|c| c.body.starts_with(marker))
+                .map(|c| (c.issue, c.user.clone()))
                 .collect(),
             repo.statuses
                 .iter()
