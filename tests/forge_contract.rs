@@ -690,3 +690,23 @@ async fn gate_publish_on_gitea_sets_the_addons_gate_status_and_the_merge_waits_f
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forge_that_ignores_paging_cannot_keep_the_client_reading() {
+    // The attack: a server that answers every page with the same full page and announces a
+    // total it never reaches. The client stops at its page cap with an error, never loops.
+    gitops_loop::forge::github::install_crypto_provider();
+    let page: Vec<serde_json::Value> = (0..50)
+        .map(|i| json!({"id": i, "context": format!("c{i}"), "status": "success"}))
+        .collect();
+    let (url, requests) = common::same_answer(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Total-Count: 100000000\r\nConnection: close\r\n\r\n",
+        std::sync::Arc::new(serde_json::to_vec(&page).unwrap()),
+    )
+    .await;
+    let client = ForgeKind::Gitea.connect(&url, "token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let err = client.statuses(&slug, "abc").await.unwrap_err().to_string();
+    assert!(err.contains("more than 200 pages"), "{err}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 200);
+}

@@ -362,3 +362,34 @@ async fn a_cluster_the_token_cannot_see_is_never_let_through_as_a_note() {
         "{report}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_argo_cd_cannot_make_the_gate_read_without_end_or_echo_the_token() {
+    // An answer with no length that never stops at 64 MiB is cut off, not buffered whole.
+    let huge = std::sync::Arc::new(vec![b' '; 65 * 1024 * 1024]);
+    let (url, _) = common::same_answer(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+        huge,
+    )
+    .await;
+    let err = Inventory::fetch_argocd(&url, TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("larger than 64 MiB"), "{err}");
+    // An error message that repeats the token, past the 300 characters kept, keeps none of it.
+    let message = format!("{}{TOKEN}", "x".repeat(290));
+    let body =
+        serde_json::to_vec(&json!({"error": message, "code": 16, "message": message})).unwrap();
+    let (url, _) = common::same_answer(
+        "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n",
+        std::sync::Arc::new(body),
+    )
+    .await;
+    let err = Inventory::fetch_argocd(&url, TOKEN)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("HTTP 401"), "{err}");
+    assert!(!err.contains(&TOKEN[..8]), "{err}");
+}

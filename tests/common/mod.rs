@@ -194,3 +194,37 @@ pub fn rendered_objects(output: &std::process::Output) -> Vec<serde_json::Value>
     gitops_loop::yaml::parse_documents(&String::from_utf8_lossy(&output.stdout), "helm template")
         .expect("helm printed YAML")
 }
+
+/// A hostile server on loopback that answers every request with the same bytes (status line,
+/// headers and body as given, then closes), counting the requests. Returns its URL and the
+/// counter.
+pub async fn same_answer(
+    head: &'static str,
+    body: std::sync::Arc<Vec<u8>>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match socket.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let _ = socket.write_all(head.as_bytes()).await;
+                let _ = socket.write_all(&body).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    (url, count)
+}
