@@ -1,0 +1,220 @@
+//! `stage`: writing target/kind/<scenario>/ with its URLs pointed at the cluster.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use super::run::{execute, shell_line};
+use super::scenario::{kargo_source, read_scenario};
+use super::{SAMPLE_CHARTS, SAMPLE_REPO, SERVED_CHART_REPOSITORY, STAGED, URL_MAP, relative};
+
+/// Runs one command of `stage`, failing unless it succeeds.
+fn execute_ok(root: &Path, argv: Vec<String>) -> Result<()> {
+    let (status, _) = execute(root, &argv, false)
+        .with_context(|| format!("could not start {}", shell_line(&argv)))?;
+    if !status.success() {
+        bail!("{} ended with {status}", shell_line(&argv));
+    }
+    Ok(())
+}
+
+/// `text` with the scenarios' forge and chart repository URLs pointed at Gitea.
+pub(super) fn rewrite(text: &str) -> String {
+    URL_MAP
+        .iter()
+        .fold(text.to_string(), |text, (from, to)| text.replace(from, to))
+}
+
+/// The `name@version` entries of every `unpublished:` list of a scenario.yaml, block or flow
+/// style (the charts that are not served until the scenario's timeline publishes them).
+pub(super) fn unpublished(scenario_yaml: &str) -> Vec<String> {
+    let clean = |item: &str| {
+        let item = item.split(" #").next().unwrap_or("").trim();
+        item.trim_matches(['"', '\'']).to_string()
+    };
+    let mut found = Vec::new();
+    let mut lines = scenario_yaml.lines().peekable();
+    while let Some(line) = lines.next() {
+        let trimmed = line.trim_start();
+        let Some(rest) = trimmed.strip_prefix("unpublished:") else {
+            continue;
+        };
+        let rest = rest.split(" #").next().unwrap_or("").trim();
+        if let Some(flow) = rest.strip_prefix('[') {
+            let flow = flow.trim_end().trim_end_matches(']');
+            found.extend(flow.split(',').map(clean).filter(|s| !s.is_empty()));
+            continue;
+        }
+        let indent = line.len() - trimmed.len();
+        while let Some(&next) = lines.peek() {
+            let item = next.trim_start();
+            if item.is_empty() || item.starts_with('#') {
+                lines.next();
+                continue;
+            }
+            // A block sequence may sit at the key's own indentation.
+            match item.strip_prefix("- ") {
+                Some(entry) if next.len() - item.len() >= indent => {
+                    found.push(clean(entry));
+                    lines.next();
+                }
+                _ => break,
+            }
+        }
+    }
+    found
+}
+
+/// The charts of the mirror's served repository: (name, version, folder), sorted.
+fn mirror_charts(mirror: &Path) -> Result<Vec<(String, String, PathBuf)>> {
+    let repository = mirror.join(SERVED_CHART_REPOSITORY);
+    let sorted_dirs = |dir: &Path| -> Result<Vec<PathBuf>> {
+        let mut dirs = Vec::new();
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                dirs.push(entry.path());
+            }
+        }
+        dirs.sort();
+        Ok(dirs)
+    };
+    let mut charts = Vec::new();
+    for chart in sorted_dirs(&repository)? {
+        for version in sorted_dirs(&chart)? {
+            if version.join("Chart.yaml").is_file() {
+                let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+                charts.push((
+                    name(&chart).unwrap_or_default(),
+                    name(&version).unwrap_or_default(),
+                    version,
+                ));
+            }
+        }
+    }
+    Ok(charts)
+}
+
+/// Copies a folder, rewriting every UTF-8 file with [`rewrite`]; `.git` is left out.
+fn copy_rewritten(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    let mut entries = std::fs::read_dir(from)
+        .with_context(|| format!("reading {}", from.display()))?
+        .collect::<std::io::Result<Vec<_>>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        if entry.file_name() == ".git" {
+            continue;
+        }
+        let source = entry.path();
+        let target = to.join(entry.file_name());
+        let file_type = entry.file_type()?;
+        if file_type.is_dir() {
+            copy_rewritten(&source, &target)?;
+        } else if file_type.is_file() {
+            match String::from_utf8(std::fs::read(&source)?) {
+                Ok(text) => std::fs::write(&target, rewrite(&text))?,
+                Err(raw) => std::fs::write(&target, raw.into_bytes())?,
+            }
+        } else {
+            bail!(
+                "{}: neither a file nor a folder (symbolic links are not staged)",
+                source.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `cargo xtask kind stage`: writes target/kind/<scenario>/ from scratch. Local files only;
+/// nothing leaves the machine.
+///
+/// - `repo/`: the sample repository, URLs rewritten, committed on `main` (pushed to
+///   platform/gitops);
+/// - `charts/`: every chart of the mirror's `charts.example.test/stable` that the scenario does
+///   not hold back as `unpublished`, packaged with `helm package`, with the `index.yaml` of
+///   `helm repo index`, committed on `main` (pushed to platform/charts);
+/// - `pipelines.yaml` (the scenario's charts/kargo-pipelines values) or `kargo.yaml` (its
+///   hand-written Warehouses and Stages), URLs rewritten.
+pub fn stage(root: &Path, scenario: &str) -> Result<()> {
+    let scenario_dir = root.join("scenarios").join(scenario);
+    let scenario_yaml = std::fs::read_to_string(scenario_dir.join("scenario.yaml"))
+        .with_context(|| format!("no scenario {scenario} in {}", scenario_dir.display()))?;
+    let source = kargo_source(&read_scenario(root, scenario)?, scenario)?;
+    let kargo_path = scenario_dir.join(source.file());
+    let kargo = std::fs::read_to_string(&kargo_path)
+        .with_context(|| format!("reading {}", kargo_path.display()))?;
+    let out = root.join(STAGED).join(scenario);
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
+    }
+    let repo = out.join("repo");
+    copy_rewritten(&root.join(SAMPLE_REPO), &repo)?;
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(out.join(source.staged_name()), rewrite(&kargo))?;
+
+    let held_back = unpublished(&scenario_yaml);
+    let charts = out.join("charts");
+    std::fs::create_dir_all(&charts)?;
+    let charts_arg = charts.display().to_string();
+    let mut published = Vec::new();
+    for (name, version, dir) in mirror_charts(&root.join(SAMPLE_CHARTS))? {
+        let id = format!("{name}@{version}");
+        if held_back.contains(&id) {
+            continue;
+        }
+        execute_ok(
+            root,
+            argv![
+                "helm",
+                "package",
+                dir.display().to_string(),
+                "--destination",
+                &charts_arg
+            ],
+        )?;
+        published.push(id);
+    }
+    execute_ok(root, argv!["helm", "repo", "index", &charts_arg])?;
+
+    for (dir, message) in [
+        (&repo, format!("{scenario}: the sample repository")),
+        (&charts, format!("{scenario}: {}", published.join(", "))),
+    ] {
+        let dir = dir.display().to_string();
+        let git = |args: Vec<String>| {
+            let mut argv = argv!["git", "-C", &dir];
+            argv.extend(args);
+            argv
+        };
+        execute_ok(
+            root,
+            git(argv!["init", "--quiet", "--initial-branch", "main"]),
+        )?;
+        execute_ok(root, git(argv!["add", "--all"]))?;
+        execute_ok(
+            root,
+            git(argv![
+                "-c",
+                "user.name=gitops-loop",
+                "-c",
+                "user.email=kind@example.test",
+                "commit",
+                "--quiet",
+                "--message",
+                message
+            ]),
+        )?;
+    }
+    println!(
+        "kind stage: {} (published: {}; held back: {})",
+        relative(root, &out),
+        published.join(", "),
+        if held_back.is_empty() {
+            "none".to_string()
+        } else {
+            held_back.join(", ")
+        }
+    );
+    Ok(())
+}
