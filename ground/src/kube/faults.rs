@@ -17,6 +17,7 @@ pub struct FaultPlan {
     pub throttle: u32,
     /// 409 Conflict on an update.
     pub conflict: u32,
+    /// A watch event lost with its connection: cut mid-line, the stream then ends.
     pub drop_watch_event: u32,
     pub duplicate_watch_event: u32,
     pub close_watch: u32,

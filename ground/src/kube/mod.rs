@@ -712,7 +712,15 @@ async fn watch(
                     }
                     match faults_inner.faults.watch_event() {
                         faults::WatchFault::Deliver => {}
-                        faults::WatchFault::Drop => continue,
+                        // An API server never skips an event inside an open watch: an
+                        // event is lost only with its connection. The line is cut mid-way
+                        // (a proxy resetting the stream) and the watch ends; the client
+                        // resumes from the last event it decoded, so the lost one replays.
+                        faults::WatchFault::Drop => {
+                            let line = event_line(event.kind.as_str(), &event.object);
+                            let _ = sender.send(Ok(line.slice(..line.len() / 2))).await;
+                            return;
+                        }
                         faults::WatchFault::Duplicate => {
                             let _ = sender.send(Ok(event_line(event.kind.as_str(), &event.object))).await;
                         }
