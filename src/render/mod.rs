@@ -9,7 +9,9 @@ pub mod appset;
 pub mod cache;
 pub mod charts;
 pub mod confine;
+pub mod directory;
 pub mod git;
+pub mod helm;
 pub mod inventory;
 pub mod kustomize;
 pub mod matching;
@@ -934,7 +936,7 @@ fn run_job(
                     .prefix("gate-tree-")
                     .tempdir()
                     .map_err(|e| format!("cannot copy the tree: {e}"))?;
-                source::copy_dir(&build.root, tree.path())
+                kustomize::copy_dir(&build.root, tree.path())
                     .map_err(|e| format!("{}: {e}", tree.path().display()))?;
                 let dir = tree
                     .path()

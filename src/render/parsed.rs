@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use serde_json::Value;
 
-use super::source::push_object;
+use super::directory::push_object;
 use crate::yaml;
 
 /// One rendered Kubernetes object, shared by every Application that renders it.

@@ -476,7 +476,7 @@ const HELM_CHART_FIELDS: &[&str] = &[
 /// One chart a kustomization inflates.
 #[derive(Debug, Clone)]
 pub struct HelmChart {
-    pub chart: super::charts::ChartRef,
+    pub chart: crate::render::charts::ChartRef,
     pub release: String,
     pub namespace: String,
     pub values_files: Vec<String>,
@@ -540,7 +540,7 @@ pub fn helm_charts(
                 .to_string()
         };
         let flag = |key: &str| item.get(key).and_then(Value::as_bool).unwrap_or(false);
-        let chart = super::charts::ChartRef {
+        let chart = crate::render::charts::ChartRef {
             repo_url: text("repo"),
             chart: text("name"),
             version: text("version"),
@@ -602,7 +602,7 @@ pub fn helm_charts(
 pub fn inflate(
     tree: &Path,
     folders: &[PathBuf],
-    helm: &super::tools::Tool,
+    helm: &crate::render::tools::Tool,
     mirror: Option<&Path>,
     scratch: &Path,
 ) -> Result<(), String> {
@@ -647,7 +647,7 @@ pub fn inflate(
                     chart.chart
                 ));
             }
-            let chart_dir = super::charts::locate(mirror, &chart.chart)?;
+            let chart_dir = crate::render::charts::locate(mirror, &chart.chart)?;
             // Every value rides on its flag (`--name-template=...`): a release name or a
             // version that starts with `-` stays a value, never a flag of its own.
             let mut call = helm
@@ -717,7 +717,9 @@ pub fn inflate(
                 return Err(format!(
                     "{label}: helmCharts {} failed: {}",
                     chart.chart,
-                    super::charts::first_error_line(&String::from_utf8_lossy(&output.stderr))
+                    crate::render::charts::first_error_line(&String::from_utf8_lossy(
+                        &output.stderr
+                    ))
                 ));
             }
             counter += 1;

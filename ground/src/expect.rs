@@ -1,0 +1,131 @@
+//! The scenario's expectations, checked against the end state.
+
+use super::*;
+
+impl Ground {
+    pub(crate) fn kargo_objects(&self, plural: &str) -> Vec<Value> {
+        let store = self.kube.store();
+        let Some(resource) = store
+            .resource(kargo::GROUP, kargo::VERSION, plural)
+            .cloned()
+        else {
+            return Vec::new();
+        };
+        store.list(
+            &resource,
+            &self.scenario.kargo.project,
+            &Selector::default(),
+            &Selector::default(),
+        )
+    }
+
+    pub fn unmet_expectations(&self) -> Vec<String> {
+        let mut failures = Vec::new();
+        let expect = &self.scenario.expect;
+        let stages = self.kargo_objects("stages");
+        for (stage, phase) in &expect.promotions {
+            let last = stages
+                .iter()
+                .find(|s| s.pointer("/metadata/name").and_then(Value::as_str) == Some(stage))
+                .and_then(|s| {
+                    s.pointer("/status/lastPromotion/status/phase")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+            if last.as_deref() != Some(phase.as_str()) {
+                failures.push(format!(
+                    "Stage {stage}: last promotion {last:?}, expected {phase}"
+                ));
+            }
+        }
+        for stage in &expect.verified {
+            let verified = stages
+                .iter()
+                .find(|s| s.pointer("/metadata/name").and_then(Value::as_str) == Some(stage))
+                .and_then(|s| {
+                    s.pointer("/status/freightHistory/0/verificationHistory/0/phase")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                });
+            if verified.as_deref() != Some("Successful") {
+                failures.push(format!("Stage {stage}: not verified"));
+            }
+        }
+        let promotions = self.kargo_objects("promotions");
+        for (stage, count) in &expect.promotion_count {
+            let actual = promotions
+                .iter()
+                .filter(|p| p.pointer("/spec/stage").and_then(Value::as_str) == Some(stage))
+                .count();
+            if actual != *count {
+                failures.push(format!(
+                    "Stage {stage}: {actual} Promotions, expected {count}"
+                ));
+            }
+        }
+        if let Some(model) = &self.model {
+            failures.extend(
+                model
+                    .failures()
+                    .into_iter()
+                    .map(|f| format!("model double: {f}")),
+            );
+            if model.unused() > 0 {
+                failures.push(format!(
+                    "model double: {} scripted repl{} never asked for",
+                    model.unused(),
+                    if model.unused() == 1 {
+                        "y was"
+                    } else {
+                        "ies were"
+                    }
+                ));
+            }
+        }
+        let pulls = self.forge.open_pulls(&self.scenario.repository.slug);
+        for number in &expect.merged {
+            if pulls.iter().any(|(n, _, _)| n == number) {
+                failures.push(format!("pull request #{number} is still open"));
+            }
+        }
+        for number in &expect.open {
+            if !pulls.iter().any(|(n, _, _)| n == number) {
+                failures.push(format!("pull request #{number} is not open"));
+            }
+        }
+        for (number, labels) in &expect.labels {
+            let have = self.forge.labels(&self.scenario.repository.slug, *number);
+            for label in labels {
+                if !have.contains(label) {
+                    failures.push(format!(
+                        "pull request #{number} has no label {label} (has {})",
+                        have.join(", ")
+                    ));
+                }
+            }
+        }
+        failures
+    }
+
+    /// A JSON summary of the end state (Stages and Promotions), for snapshots.
+    pub fn kargo_state(&self) -> Value {
+        let pick = |objects: Vec<Value>, fields: &[&str]| -> Vec<Value> {
+            objects
+                .into_iter()
+                .map(|o| {
+                    let mut out = serde_json::Map::new();
+                    for field in fields {
+                        if let Some(v) = o.pointer(field) {
+                            out.insert(field.to_string(), v.clone());
+                        }
+                    }
+                    Value::Object(out)
+                })
+                .collect()
+        };
+        json!({
+            "stages": pick(self.kargo_objects("stages"), &["/metadata/name", "/status/freightHistory", "/status/lastPromotion/name", "/status/lastPromotion/status/phase"]),
+            "promotions": pick(self.kargo_objects("promotions"), &["/metadata/name", "/metadata/labels", "/metadata/annotations", "/spec/stage", "/spec/freight", "/status/phase"]),
+        })
+    }
+}

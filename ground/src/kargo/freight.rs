@@ -1,0 +1,143 @@
+//! Freight names, aliases, label values and availability to a Stage.
+
+use super::*;
+
+/// Kargo's Freight name: SHA-1 of `<origin>:<sorted artifact parts joined by |>`.
+/// [K pkg/api/freight.go]
+pub fn freight_name(freight: &Value) -> String {
+    let origin = format!(
+        "{}/{}",
+        text(freight, "/origin/kind"),
+        text(freight, "/origin/name")
+    );
+    let mut parts = Vec::new();
+    for commit in freight
+        .get("commits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let url = text(commit, "/repoURL")
+            .trim_end_matches('/')
+            .to_lowercase();
+        let tag = text(commit, "/tag");
+        parts.push(if tag.is_empty() {
+            format!("{url}:{}", text(commit, "/id"))
+        } else {
+            format!("{url}:{tag}:{}", text(commit, "/id"))
+        });
+    }
+    for image in freight
+        .get("images")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        parts.push(format!(
+            "{}:{}@{}",
+            text(image, "/repoURL"),
+            text(image, "/tag"),
+            text(image, "/digest")
+        ));
+    }
+    for chart in freight
+        .get("charts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        parts.push(format!(
+            "{}/{}:{}",
+            text(chart, "/repoURL").trim_end_matches('/').to_lowercase(),
+            text(chart, "/name"),
+            text(chart, "/version")
+        ));
+    }
+    parts.sort();
+    hex(&Sha1::digest(
+        format!("{origin}:{}", parts.join("|")).as_bytes(),
+    ))
+}
+
+/// A readable alias from a name, as Kargo's moniker generator gives one.
+pub fn alias_for(name: &str) -> String {
+    const ADJECTIVES: [&str; 16] = [
+        "brave", "calm", "eager", "fancy", "gentle", "happy", "jolly", "kind", "lively", "nimble",
+        "proud", "quiet", "rapid", "sunny", "tidy", "witty",
+    ];
+    const ANIMALS: [&str; 16] = [
+        "otter", "heron", "lynx", "badger", "falcon", "marten", "ibex", "puffin", "gecko", "koala",
+        "mole", "newt", "owl", "panda", "quail", "robin",
+    ];
+    let bytes = name.as_bytes();
+    let a = bytes.first().copied().unwrap_or(0) as usize % ADJECTIVES.len();
+    let b = bytes.get(1).copied().unwrap_or(0) as usize % ANIMALS.len();
+    format!("{}-{}", ADJECTIVES[a], ANIMALS[b])
+}
+
+/// The label value Kargo uses for a Stage name (hash-shortened past 63 characters).
+pub fn stage_label_value(stage: &str) -> String {
+    if stage.len() <= 63 {
+        return stage.to_string();
+    }
+    let digest = hex(&Sha1::digest(stage.as_bytes()));
+    format!("{}-{}", &stage[..50], &digest[..12])
+}
+
+/// Is `freight` available to `stage` (origin requested, and direct, approved, or verified
+/// upstream)? [K api/v1alpha1/stage_types.go IsFreightAvailable]
+pub fn freight_available(stage: &Value, freight: &Value) -> bool {
+    let stage_name = text(stage, "/metadata/name");
+    let origin_name = text(freight, "/origin/name");
+    stage
+        .pointer("/spec/requestedFreight")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|request| {
+            if text(request, "/origin/name") != origin_name {
+                return false;
+            }
+            let approved = freight
+                .pointer(&format!("/status/approvedFor/{stage_name}"))
+                .is_some();
+            let direct = request
+                .pointer("/sources/direct")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let upstreams: Vec<&str> = request
+                .pointer("/sources/stages")
+                .and_then(Value::as_array)
+                .map(|s| s.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let all = request
+                .pointer("/sources/availabilityStrategy")
+                .and_then(Value::as_str)
+                == Some("All");
+            let verified = |s: &&str| {
+                freight
+                    .pointer(&format!("/status/verifiedIn/{s}"))
+                    .is_some()
+            };
+            let upstream_ok = !upstreams.is_empty()
+                && if all {
+                    upstreams.iter().all(verified)
+                } else {
+                    upstreams.iter().any(verified)
+                };
+            approved || direct || upstream_ok
+        })
+}
+
+/// The newest Freight of an origin (by creation order).
+pub(super) fn newest_freight(freights: Vec<&Value>, origin: &str) -> Option<String> {
+    freights
+        .into_iter()
+        .filter(|f| text(f, "/origin/name") == origin)
+        .max_by_key(|f| {
+            text(f, "/metadata/resourceVersion")
+                .parse::<u64>()
+                .unwrap_or(0)
+        })
+        .map(|f| text(f, "/metadata/name").to_string())
+}

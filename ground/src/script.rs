@@ -1,0 +1,410 @@
+//! The scenario interpreter: ticking the actors, settling, playing a timeline's actions
+//! and waiting on conditions, with the invariants checked after every tick.
+
+use super::*;
+
+impl Ground {
+    /// Every invariant the ground's state breaks now (see `invariants`).
+    pub fn violations(&self) -> Vec<String> {
+        invariants::violations_with(
+            &self.kube,
+            &self.forge,
+            &self.scenario.kargo.project,
+            &self.scenario.repository.slug,
+            &self.exemptions,
+        )
+    }
+
+    /// Stops the run when an invariant is broken, naming the seed, the tick and the
+    /// transcript's tail.
+    pub(crate) fn check_invariants(&self) -> Result<()> {
+        let violations = self.violations();
+        if violations.is_empty() {
+            return Ok(());
+        }
+        let lines = self.transcript.lines();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        bail!(
+            "invariant violated at tick {} (fault seed {}):\n  {}\ntranscript tail:\n{tail}",
+            self.ticks,
+            self.seed
+                .map_or_else(|| "none".to_string(), |s| s.to_string()),
+            violations.join("\n  ")
+        )
+    }
+
+    /// One round of every actor, in a fixed order. True when anything changed.
+    pub async fn tick(&mut self) -> bool {
+        let kargo = self.kargo.tick(&self.kube, &self.transcript).await;
+        let ci = self.ci.tick(&self.forge, &self.transcript).await;
+        let argocd = self.argocd.tick(&self.kube, &self.transcript).await;
+        let rollouts = self.rollouts.tick(&self.kube, &self.transcript).await;
+        let bosun = match &mut self.bosun {
+            Some(bosun) => bosun.tick(&self.transcript).await,
+            None => false,
+        };
+        kargo || ci || argocd || rollouts || bosun
+    }
+
+    pub async fn bosun_busy(&self) -> bool {
+        match &self.bosun {
+            Some(bosun) => bosun.busy().await,
+            None => false,
+        }
+    }
+
+    /// Runs the actors until nothing changes. A promotion or verification that keeps waiting
+    /// gets a short grace (work outside the ground, such as the observer, may still land)
+    /// before the ground counts as settled; the scenario's expectations judge the outcome.
+    pub async fn settle(&mut self) -> Result<()> {
+        let mut quiet = 0;
+        let mut waiting = 0;
+        loop {
+            let changed = self.tick().await;
+            self.ticks += 1;
+            self.check_invariants()?;
+            if changed {
+                quiet = 0;
+                waiting = 0;
+                continue;
+            }
+            // Bosun renders twice per round: give it the time it takes (bounded).
+            if self.bosun_busy().await && waiting < 4800 {
+                waiting += 1;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                continue;
+            }
+            if self.kargo.busy() && waiting < 40 {
+                waiting += 1;
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                continue;
+            }
+            quiet += 1;
+            if quiet >= 2 {
+                return Ok(());
+            }
+        }
+    }
+
+    pub async fn act(&mut self, action: &Action) -> Result<()> {
+        match action {
+            Action::Say(text) => self.transcript.say("scenario", text),
+            Action::Publish(entry) => {
+                let (chart, version) = entry
+                    .split_once('@')
+                    .with_context(|| format!("publish takes chart@version, got {entry}"))?;
+                let repository = self
+                    .chart_repositories
+                    .iter()
+                    .find(|r| {
+                        r.available()
+                            .map(|a| a.contains(&(chart.to_string(), version.to_string())))
+                            .unwrap_or(false)
+                    })
+                    .with_context(|| format!("no chart repository holds {entry}"))?;
+                repository.publish(chart, version)?;
+                self.transcript.say(
+                    "charts",
+                    format!("{chart} {version} published to {}", repository.alias),
+                );
+            }
+            Action::Refresh(warehouse) => self.kargo.refresh(warehouse),
+            Action::Push(push) => self.push(push)?,
+            Action::StallRollout(app) => {
+                self.argocd.holds.insert(app.clone(), Hold::RolloutStalled);
+                self.transcript.say(
+                    "scenario",
+                    format!("the rollout of {app} will stall half-way"),
+                );
+            }
+            Action::ScaleToZero(app) => {
+                self.argocd.holds.insert(app.clone(), Hold::ScaledToZero);
+                self.argocd.resync();
+                self.transcript
+                    .say("scenario", format!("{app} is scaled to zero"));
+            }
+            Action::DegradeAfterSync(app) => {
+                self.argocd
+                    .holds
+                    .insert(app.clone(), self::argocd::Hold::DegradesAfterSync);
+                self.transcript.say(
+                    "scenario",
+                    format!(
+                        "{app}'s next version will pass its first health check, then crash-loop"
+                    ),
+                );
+            }
+            Action::Sync(app) => {
+                let resource = self
+                    .kube
+                    .store()
+                    .resource("argoproj.io", "v1alpha1", "applications")
+                    .cloned()
+                    .context("Argo CD's Applications are not served")?;
+                self.kube
+                    .store()
+                    .patch(
+                        &resource,
+                        "argocd",
+                        app,
+                        self::kube::store::PatchBody::Merge(json!({"operation": {
+                            "initiatedBy": {"username": "alice"}, "sync": {}}})),
+                        &admin(),
+                        false,
+                    )
+                    .map_err(|e| anyhow::anyhow!("sync {app}: {e}"))?;
+                self.transcript
+                    .say("scenario", format!("a person syncs {app} in Argo CD"));
+            }
+            Action::Settle => self.settle().await?,
+            Action::Merge(merge) => self.merge(merge).await?,
+            Action::Comment(comment) => self.comment(comment).await?,
+            Action::PushImage(reference) => {
+                let (name, digest) = reference
+                    .split_once('@')
+                    .map(|(n, d)| (n, d.to_string()))
+                    .unwrap_or((reference.as_str(), String::new()));
+                let (repo, tag) = name
+                    .rsplit_once(':')
+                    .with_context(|| format!("pushImage takes repo:tag, got {reference}"))?;
+                self.kargo
+                    .registry
+                    .images
+                    .entry(repo.to_string())
+                    .or_default()
+                    .push((tag.to_string(), digest));
+                self.transcript
+                    .say("registry", format!("{repo}:{tag} pushed"));
+            }
+            Action::StartObserver(args) => self.start_observer(args)?,
+            Action::StopObserver => self.stop_observer()?,
+            Action::AwaitObserversReady => {
+                // Readiness needs no tick (the API double answers on its own), and the line is
+                // said the moment it holds: before the actors run what a ready observer set
+                // off, so the transcript's order does not depend on timing.
+                let count = self.observers.len();
+                let deadline = std::time::Instant::now() + Duration::from_secs(90);
+                loop {
+                    let ready = self.observers.iter().all(|(_, _, health)| {
+                        http_get(health, "/readyz")
+                            .lines()
+                            .next()
+                            .is_some_and(|status| status.contains(" 200 "))
+                    });
+                    if ready {
+                        break;
+                    }
+                    if std::time::Instant::now() > deadline {
+                        bail!(
+                            "timed out waiting for every observer's /readyz to answer 200; observer log:\n{}",
+                            self.observer_log()
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                self.transcript
+                    .say("observer", format!("{count} of {count} ready (/readyz)"));
+            }
+            Action::AwaitPromotion(wanted) => {
+                self.await_condition(
+                    &format!(
+                        "Stage {} to reach a {} Promotion",
+                        wanted.stage, wanted.phase
+                    ),
+                    |ground| match wanted.count {
+                        Some(count) => {
+                            ground
+                                .kargo_objects("promotions")
+                                .iter()
+                                .filter(|p| {
+                                    p.pointer("/spec/stage").and_then(Value::as_str)
+                                        == Some(wanted.stage.as_str())
+                                })
+                                .filter(|p| {
+                                    p.pointer("/status/phase").and_then(Value::as_str)
+                                        == Some(wanted.phase.as_str())
+                                })
+                                .count()
+                                >= count
+                        }
+                        None => {
+                            ground
+                                .kargo_objects("stages")
+                                .iter()
+                                .find(|s| {
+                                    s.pointer("/metadata/name").and_then(Value::as_str)
+                                        == Some(wanted.stage.as_str())
+                                })
+                                .and_then(|s| {
+                                    s.pointer("/status/lastPromotion/status/phase")
+                                        .and_then(Value::as_str)
+                                        .map(str::to_string)
+                                })
+                                .as_deref()
+                                == Some(wanted.phase.as_str())
+                        }
+                    },
+                )
+                .await?;
+            }
+            Action::AwaitObserverMetric(wanted) => {
+                let target = match (wanted.at_least, wanted.increase) {
+                    (Some(at_least), _) => at_least,
+                    (None, Some(increase)) => self.observer_metric(&wanted.name) + increase,
+                    (None, None) => bail!("awaitObserverMetric needs atLeast or increase"),
+                };
+                let what = format!("observer metric {} >= {target}", wanted.name);
+                self.await_condition(&what, |ground| {
+                    ground.observer_metric(&wanted.name) >= target
+                })
+                .await?;
+            }
+            Action::ExpectPromotions(wanted) => {
+                let count = self
+                    .kargo_objects("promotions")
+                    .iter()
+                    .filter(|p| {
+                        p.pointer("/spec/stage").and_then(Value::as_str)
+                            == Some(wanted.stage.as_str())
+                    })
+                    .count();
+                if count != wanted.count {
+                    bail!(
+                        "Stage {} has {count} Promotions at this point, expected {}",
+                        wanted.stage,
+                        wanted.count
+                    );
+                }
+                self.transcript.say(
+                    "scenario",
+                    format!("Stage {} has {count} Promotions, as expected", wanted.stage),
+                );
+            }
+            Action::AwaitEvents(wanted) => {
+                self.await_condition(
+                    &format!("{} {} Events", wanted.count, wanted.reason),
+                    |ground| {
+                        ground
+                            .events(&wanted.reason)
+                            .iter()
+                            .map(|(_, count)| count)
+                            .sum::<usize>()
+                            >= wanted.count
+                    },
+                )
+                .await?;
+                // Which Application an Event lands on, and whether the recorder folds a repeat
+                // into one Event, depend on reconcile order: the transcript says how many.
+                let kinds: std::collections::BTreeSet<String> = self
+                    .events(&wanted.reason)
+                    .iter()
+                    .filter_map(|(line, _)| {
+                        line.split(" on ")
+                            .nth(1)
+                            .and_then(|rest| rest.split(' ').next())
+                            .map(str::to_string)
+                    })
+                    .collect();
+                self.transcript.say(
+                    "events",
+                    format!(
+                        "{} {} recorded on {}",
+                        wanted.count,
+                        wanted.reason,
+                        kinds.into_iter().collect::<Vec<_>>().join(", ")
+                    ),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Events (events.k8s.io) with a reason, as (`Type Reason on Kind ns/name: note`, how many
+    /// times it was recorded: a repeated Event is one object with a series count).
+    pub fn events(&self, reason: &str) -> Vec<(String, usize)> {
+        let store = self.kube.store();
+        let Some(resource) = store.resource("events.k8s.io", "v1", "events").cloned() else {
+            return Vec::new();
+        };
+        store
+            .list(&resource, "", &Selector::default(), &Selector::default())
+            .into_iter()
+            .filter(|e| e.get("reason").and_then(Value::as_str) == Some(reason))
+            .map(|e| {
+                let text = |p: &str| {
+                    e.pointer(p)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                let count = e
+                    .pointer("/series/count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(1)
+                    .max(1) as usize;
+                (
+                    format!(
+                        "{} {} on {} {}/{}: {}",
+                        text("/type"),
+                        text("/reason"),
+                        text("/regarding/kind"),
+                        text("/regarding/namespace"),
+                        text("/regarding/name"),
+                        text("/note")
+                    ),
+                    count,
+                )
+            })
+            .collect()
+    }
+
+    /// Ticks the actors until `done` holds (bounded; the observer runs on its own meanwhile),
+    /// checking the invariants after each tick, then lets them settle.
+    pub async fn await_condition(
+        &mut self,
+        what: &str,
+        done: impl Fn(&Ground) -> bool,
+    ) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let progress = self.tick().await;
+            self.ticks += 1;
+            self.check_invariants()?;
+            if done(self) {
+                // Let the actors finish what the condition set off, unless something waits on
+                // purpose (a promotion the scenario keeps running).
+                return if self.kargo.busy() {
+                    Ok(())
+                } else {
+                    self.settle().await
+                };
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "timed out waiting for {what}; observer log:\n{}",
+                    self.observer_log()
+                );
+            }
+            if !progress {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+    }
+
+    /// Plays the whole timeline, then checks the scenario's expectations.
+    pub async fn play(&mut self) -> Result<()> {
+        let timeline = self.scenario.timeline.clone();
+        for action in &timeline {
+            self.act(action).await?;
+        }
+        let failures = self.unmet_expectations();
+        if !failures.is_empty() {
+            bail!(
+                "the scenario's expectations do not hold:\n  {}\nobserver log:\n{}",
+                failures.join("\n  "),
+                self.observer_log()
+            );
+        }
+        Ok(())
+    }
+}

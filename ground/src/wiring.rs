@@ -1,0 +1,463 @@
+//! Wiring: `Ground::start` builds every double and actor from a scenario.
+
+use super::*;
+
+pub(crate) fn admin() -> User {
+    User {
+        name: "system:admin".into(),
+        groups: vec!["system:masters".into()],
+    }
+}
+
+pub(crate) fn copy_mirror(from: &Path, to: &Path, unpublished: &[(String, String)]) -> Result<()> {
+    // Layout: <repo-key...>/<chart>/<version>/Chart.yaml; skip unpublished (key, chart@version).
+    fn walk(from: &Path, to: &Path, root: &Path, unpublished: &[(String, String)]) -> Result<()> {
+        if from.join("Chart.yaml").is_file() {
+            let relative = from
+                .strip_prefix(root)
+                .unwrap_or(from)
+                .to_string_lossy()
+                .to_string();
+            let parts: Vec<&str> = relative.rsplitn(3, '/').collect();
+            if let [version, chart, key] = parts.as_slice()
+                && unpublished
+                    .iter()
+                    .any(|(k, cv)| k == key && *cv == format!("{chart}@{version}"))
+            {
+                return Ok(());
+            }
+            return git::copy_tree(from, to);
+        }
+        for entry in std::fs::read_dir(from)?.flatten() {
+            if entry.file_type()?.is_dir() {
+                walk(
+                    &entry.path(),
+                    &to.join(entry.file_name()),
+                    root,
+                    unpublished,
+                )?;
+            }
+        }
+        Ok(())
+    }
+    walk(from, to, from, unpublished)
+}
+
+impl Ground {
+    pub async fn start(scenario: Scenario, options: Options) -> Result<Ground> {
+        gitops_loop::forge::github::install_crypto_provider();
+        let transcript = if options.echo {
+            Transcript::echoing()
+        } else {
+            Transcript::default()
+        };
+        let dir = tempfile::Builder::new().prefix("ground-").tempdir()?;
+        let helm = Tool {
+            name: "helm",
+            path: options.tools.join("helm"),
+            source: ToolSource::Flag,
+            limits: Default::default(),
+        };
+        let kubectl = Tool {
+            name: "kubectl",
+            path: options.tools.join("kubectl"),
+            source: ToolSource::Flag,
+            limits: Default::default(),
+        };
+
+        // The cluster: API double, CRDs, namespaces, identities, Kargo's webhooks.
+        let kube = KubeDouble::start(options.faults).await?;
+        kube.add_user(KUBE_ADMIN_TOKEN, "system:admin", &["system:masters"]);
+        kube.add_user(
+            KUBE_OBSERVER_TOKEN,
+            OBSERVER_USER,
+            &["system:serviceaccounts"],
+        );
+        kube.load_crds(&options.crds)?;
+        for namespace in ["default", "argocd", "kargo-observer"] {
+            kube.create_namespace(namespace, &[])?;
+        }
+        kube.create_namespace(&scenario.kargo.project, &[(kargo::PROJECT_LABEL, "true")])?;
+        let kubeconfig = kube.write_kubeconfig(
+            &dir.path().join("kubeconfig"),
+            OBSERVER_USER,
+            KUBE_OBSERVER_TOKEN,
+            &scenario.kargo.project,
+        )?;
+        let admin_kubeconfig = kube.write_kubeconfig(
+            &dir.path().join("admin.kubeconfig"),
+            "system:admin",
+            KUBE_ADMIN_TOKEN,
+            &scenario.kargo.project,
+        )?;
+
+        // The forge: the repository, its protection, the people and bots.
+        let forge = ForgeDouble::start(Some(&dir.path().join("forge"))).await?;
+        for (token, login) in FORGE_USERS {
+            forge.add_user(token, login);
+        }
+        let repository = &scenario.repository;
+        let content = match &repository.overlay {
+            None => scenario.path(&repository.content),
+            Some(overlay) => {
+                let merged = dir.path().join("repository-content");
+                git::copy_tree(&scenario.path(&repository.content), &merged)?;
+                git::copy_tree(&scenario.path(overlay), &merged)?;
+                merged
+            }
+        };
+        forge.create_repo(&repository.slug, &content)?;
+        for (branch, checks) in &repository.protect {
+            let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+            forge.protect(&repository.slug, branch, &checks);
+        }
+        let bare = forge
+            .bare_path(&repository.slug)
+            .context("bare repository")?;
+
+        // Chart repositories, and the mirror the gate and Argo CD read (unpublished left out).
+        let mirror_source = match &scenario.charts.overlay {
+            None => scenario.path(&scenario.charts.mirror),
+            Some(overlay) => {
+                let merged = dir.path().join("chart-sources");
+                git::copy_tree(&scenario.path(&scenario.charts.mirror), &merged)?;
+                git::copy_tree(&scenario.path(overlay), &merged)?;
+                merged
+            }
+        };
+        let mut chart_repositories = Vec::new();
+        let mut unpublished = Vec::new();
+        for spec in &scenario.charts.repositories {
+            let key = gitops_loop::render::charts::repo_key(&spec.url);
+            let repo = ChartRepositoryDouble::start(
+                &spec.url,
+                &mirror_source.join(&key),
+                &helm.path,
+                &spec.unpublished,
+            )
+            .await?;
+            unpublished.extend(spec.unpublished.iter().map(|u| (key.clone(), u.clone())));
+            chart_repositories.push(Arc::new(repo));
+        }
+        let charts_mirror = dir.path().join("charts");
+        copy_mirror(&mirror_source, &charts_mirror, &unpublished)?;
+
+        let inventory_path = scenario.path(&scenario.inventory);
+        let inventory = Inventory::parse(
+            &std::fs::read_to_string(&inventory_path)?,
+            &inventory_path.display().to_string(),
+        )?;
+        let render_config = RenderConfig {
+            repo_dir: bare.clone(),
+            revision: "main".into(),
+            repo_url: Some(repository.url.clone()),
+            inventory,
+            charts: Some(charts_mirror.clone()),
+            git_mirrors: Vec::new(),
+            helm,
+            kubectl: Some(kubectl),
+            cache: RenderCache::at(dir.path().join("argocd-cache")),
+            max_depth: gitops_loop::render::DEFAULT_MAX_DEPTH,
+            jobs: 2,
+            chart_pulls: Default::default(),
+            chart_repo_mirrors: Vec::new(),
+            kustomize_enable_helm: false,
+            parsed: Default::default(),
+        };
+        let argocd = ArgoCd::new(render_config, bare, "main");
+
+        // Kargo: webhooks, grants, chart discovery through the chart repository doubles.
+        let mut kargo = Kargo::new(
+            &scenario.kargo.project,
+            &dir.path().join("kargo"),
+            &forge.url(),
+            FORGE_KARGO_TOKEN,
+        );
+        kargo::install_webhooks(&kube, kargo.grants.clone());
+        for (user, stages) in &scenario.kargo.grants {
+            for stage in stages {
+                kargo.grants.allow(user, &scenario.kargo.project, stage);
+            }
+        }
+        let repos = chart_repositories.clone();
+        kargo.chart_versions = Box::new(move |url, chart| {
+            repos
+                .iter()
+                .find(|r| r.alias == url.trim_end_matches('/'))
+                .map(|r| r.versions(chart))
+                .unwrap_or_default()
+        });
+        // Every actor reaches git over smart HTTP with its own token, as on GitHub.
+        kargo.git_repos.insert(
+            repository.url.clone(),
+            (
+                repository.slug.clone(),
+                forge.http_git_url_as(&repository.slug, FORGE_KARGO_TOKEN),
+            ),
+        );
+        kargo.failing_stages = scenario.kargo.failing_stages.clone();
+        for image in &scenario.registry {
+            kargo.registry.images.insert(
+                image.repo_url.clone(),
+                image
+                    .tags
+                    .iter()
+                    .map(|t| (t.tag.clone(), t.digest.clone()))
+                    .collect(),
+            );
+        }
+        // The Kargo objects: the kargo-pipelines chart rendered with the real helm from the
+        // scenario's values, or hand-written YAML.
+        let (objects_path, text) = match (&scenario.kargo.pipelines, &scenario.kargo.objects) {
+            (Some(values), None) => {
+                let values = scenario.path(values);
+                let chart = options
+                    .pipelines_chart
+                    .clone()
+                    .unwrap_or_else(|| options.crds.join("../../charts/kargo-pipelines"));
+                let output = std::process::Command::new(options.tools.join("helm"))
+                    .args(["template", "pipelines"])
+                    .arg(&chart)
+                    .args(["--namespace", &scenario.kargo.project, "--values"])
+                    .arg(&values)
+                    .env("HELM_CACHE_HOME", dir.path().join("helm-cache"))
+                    .env("HELM_CONFIG_HOME", dir.path().join("helm-config"))
+                    .env("HELM_DATA_HOME", dir.path().join("helm-data"))
+                    .output()
+                    .with_context(|| format!("helm template {}", chart.display()))?;
+                if !output.status.success() {
+                    anyhow::bail!(
+                        "{}: the kargo-pipelines chart refused these values: {}",
+                        values.display(),
+                        String::from_utf8_lossy(&output.stderr).trim()
+                    );
+                }
+                (values, String::from_utf8_lossy(&output.stdout).into_owned())
+            }
+            (None, Some(objects)) => {
+                let path = scenario.path(objects);
+                let text = std::fs::read_to_string(&path)?;
+                (path, text)
+            }
+            _ => {
+                anyhow::bail!("kargo: give exactly one of `pipelines` (chart values) or `objects`")
+            }
+        };
+        for object in
+            gitops_loop::yaml::parse_documents(&text, &objects_path.display().to_string())?
+        {
+            let api_version = object
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let kind = object
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let mut store = kube.store();
+            let resource = store
+                .resource_for_kind(&api_version, &kind)
+                .cloned()
+                .with_context(|| {
+                    format!(
+                        "{}: unknown kind {api_version} {kind}",
+                        objects_path.display()
+                    )
+                })?;
+            store
+                .create(&resource, &scenario.kargo.project, object, &admin())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", objects_path.display()))?;
+        }
+
+        kargo.bootstrap(&kube, &transcript);
+
+        let mut ci = Ci::new(
+            options.gate.clone(),
+            &repository.slug,
+            &repository.url,
+            // A CI checkout keeps its token in the remote URL (the gate must not carry it
+            // into a render or a report).
+            &forge.http_git_url_as(&repository.slug, FORGE_GATE_TOKEN),
+            &forge.url(),
+            FORGE_GATE_TOKEN,
+            inventory_path,
+            charts_mirror.clone(),
+            dir.path().join("ci"),
+        );
+        ci.chart_repo_mirrors = chart_repositories
+            .iter()
+            .map(|r| (r.alias.clone(), r.url()))
+            .collect();
+
+        let mut model_double = None;
+        let mut oci_double = None;
+        // Source repositories' releases, on the forge double's GitHub API.
+        for release in &scenario.releases {
+            forge.add_release(
+                &release.repository,
+                &release.tag,
+                &release.name,
+                &release.body,
+            );
+        }
+        let bosun = match &scenario.bosun {
+            None => None,
+            Some(spec) => {
+                let binary = options
+                    .bosun
+                    .clone()
+                    .context("this scenario runs Bosun: pass its binary")?;
+                // Argo CD's cluster Secrets, annotated as the project reads them: Bosun's
+                // inventory is live, read through the API double.
+                let inventory = Inventory::parse(
+                    &std::fs::read_to_string(&ci.inventory)?,
+                    &ci.inventory.display().to_string(),
+                )?;
+                {
+                    let mut store = kube.store();
+                    let resource = store
+                        .resource("", "v1", "secrets")
+                        .cloned()
+                        .context("the API double serves Secrets")?;
+                    for secret in inventory.cluster_secrets("argocd") {
+                        store
+                            .create(&resource, "argocd", secret, &admin())
+                            .map_err(|e| anyhow::anyhow!("cluster Secret: {e}"))?;
+                    }
+                }
+                kube.add_user(KUBE_BOSUN_TOKEN, BOSUN_USER, &["system:serviceaccounts"]);
+                let bosun_kubeconfig = kube.write_kubeconfig(
+                    &dir.path().join("bosun.kubeconfig"),
+                    BOSUN_USER,
+                    KUBE_BOSUN_TOKEN,
+                    "argocd",
+                )?;
+                let mut overrides = spec.config.clone();
+                let mut env = Vec::new();
+                if let Some(script) = &spec.model {
+                    let double =
+                        self::model::ModelDouble::start(script, &scenario.dir, transcript.clone())
+                            .await?;
+                    let mut model = json!({
+                        "provider": script.provider,
+                        "baseUrl": double.base_url(&script.provider),
+                        "model": "ground-model",
+                        "apiKeyEnv": "BOSUN_MODEL_KEY",
+                        "timeoutSeconds": 30,
+                    });
+                    self::bosun::merge(&mut model, &script.config);
+                    self::bosun::merge(&mut overrides, &json!({ "model": model }));
+                    env.push((
+                        "BOSUN_MODEL_KEY".to_string(),
+                        self::model::MODEL_KEY.to_string(),
+                    ));
+                    transcript.say(
+                        "model",
+                        format!(
+                            "a scripted {} model with {} replies",
+                            script.provider,
+                            script.replies.len()
+                        ),
+                    );
+                    model_double = Some(double);
+                }
+                // Release notes: the registries the scenario scripts map to the OCI double and
+                // GitHub's API to the forge double; with nothing scripted, Bosun reads none
+                // (no network here).
+                if scenario.images.is_empty() {
+                    self::bosun::merge(
+                        &mut overrides,
+                        &json!({"releaseNotes": {"enabled": false}}),
+                    );
+                } else {
+                    let double = self::oci::OciRegistryDouble::start(&scenario.images).await?;
+                    let mut hosts: Vec<String> = scenario
+                        .images
+                        .iter()
+                        .filter_map(|i| i.repository.split_once('/').map(|(h, _)| h.to_string()))
+                        .collect();
+                    hosts.sort();
+                    hosts.dedup();
+                    let registries: Vec<serde_json::Value> = hosts
+                        .iter()
+                        .map(|h| json!({"host": h, "url": double.url()}))
+                        .collect();
+                    let mut notes = json!({"releaseNotes": {
+                        "registries": registries,
+                        "githubApiUrl": forge.url(),
+                        "sourceHosts": ["github.com"],
+                    }});
+                    // The scenario's own settings win (an allowlist that leaves a host out).
+                    self::bosun::merge(&mut notes, &overrides);
+                    overrides = notes;
+                    oci_double = Some(double);
+                }
+                let process = self::bosun::BosunProcess::start(self::bosun::Launch {
+                    binary: &binary,
+                    dir: dir.path(),
+                    forge_url: &forge.url(),
+                    forge_token: FORGE_BOSUN_TOKEN,
+                    slug: &repository.slug,
+                    repo_url: &repository.url,
+                    bare: &forge
+                        .bare_path(&repository.slug)
+                        .context("bare repository")?,
+                    kubeconfig: &bosun_kubeconfig,
+                    tools: &options.tools,
+                    chart_mirrors: ci.chart_repo_mirrors.clone(),
+                    charts: &charts_mirror,
+                    overrides: &overrides,
+                    poll: spec.poll,
+                    env,
+                })
+                .await?;
+                kargo
+                    .http_aliases
+                    .insert(self::bosun::BOSUN_ALIAS.to_string(), process.url.clone());
+                kargo.secrets.insert(
+                    "bosun".into(),
+                    json!({"token": self::bosun::WEBHOOK_SECRET}),
+                );
+                ci.enabled = false;
+                transcript.say(
+                    "bosun",
+                    "serving the intake at https://bosun.example.test (the gate runs inside Bosun)",
+                );
+                Some(process)
+            }
+        };
+
+        let prometheus = self::prometheus::PrometheusDouble::start(kube.clone()).await?;
+        let mut rollouts = self::rollouts::Rollouts::default();
+        rollouts
+            .http_aliases
+            .insert(PROMETHEUS_URL.to_string(), prometheus.url());
+        Ok(Ground {
+            scenario,
+            kube,
+            forge,
+            chart_repositories,
+            kargo,
+            argocd,
+            ci,
+            bosun,
+            model: model_double,
+            oci: oci_double,
+            rollouts,
+            prometheus,
+            transcript,
+            kubeconfig,
+            admin_kubeconfig,
+            charts_mirror,
+            observer_binary: options.observer.clone(),
+            observers: Vec::new(),
+            observer_starts: 0,
+            ticks: 0,
+            exemptions: Default::default(),
+            seed: (!options.faults.is_quiet()).then_some(options.faults.seed),
+            dir,
+        })
+    }
+}
