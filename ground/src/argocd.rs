@@ -365,7 +365,7 @@ impl ArgoCd {
                 }
             }
             let operation = app["operation"].take();
-            let now = crate::kube::store::now_rfc3339();
+            let now = kube.clock().rfc3339();
             let mut result = json!({});
             for key in ["revision", "revisions"] {
                 if let Some(v) = app.pointer(&format!("/status/sync/{key}")) {

@@ -14,6 +14,7 @@ pub mod bench;
 pub mod bosun;
 pub mod charts;
 pub mod ci;
+pub mod clock;
 pub mod forge;
 pub mod git;
 pub mod invariants;

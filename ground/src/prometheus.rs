@@ -247,7 +247,8 @@ pub fn answer(parsed: &Parsed, samples: &[Sample], at: f64) -> Value {
     json!({"resultType": "vector", "result": result})
 }
 
-type Source = std::sync::Arc<dyn Fn() -> Vec<Sample> + Send + Sync>;
+/// The samples now and the evaluation time (the ground's clock, in seconds).
+type Source = std::sync::Arc<dyn Fn() -> (Vec<Sample>, f64) + Send + Sync>;
 
 pub struct PrometheusDouble {
     addr: SocketAddr,
@@ -284,8 +285,8 @@ fn respond(source: &Source, params: BTreeMap<String, String>) -> Response {
     };
     match parse(query) {
         Ok(parsed) => {
-            let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-            Json(json!({"status": "success", "data": answer(&parsed, &source(), at)}))
+            let (samples, at) = source();
+            Json(json!({"status": "success", "data": answer(&parsed, &samples, at)}))
                 .into_response()
         }
         Err(e) => (
@@ -299,7 +300,8 @@ fn respond(source: &Source, params: BTreeMap<String, String>) -> Response {
 impl PrometheusDouble {
     /// Starts the double on an ephemeral loopback port; every query reads `kube` afresh.
     pub async fn start(kube: KubeDouble) -> Result<PrometheusDouble> {
-        let source: Source = std::sync::Arc::new(move || argocd_app_info(&kube));
+        let source: Source =
+            std::sync::Arc::new(move || (argocd_app_info(&kube), kube.clock().seconds_f64()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let app = Router::new()

@@ -103,7 +103,7 @@ impl Rollouts {
             if terminal(text(&run, "/status/phase")) {
                 continue;
             }
-            let status = self.advance(&run).await;
+            let status = self.advance(&run, &kube.clock()).await;
             let phase = text(&status, "/phase").to_string();
             let namespace = text(&run, "/metadata/namespace").to_string();
             let name = text(&run, "/metadata/name").to_string();
@@ -175,8 +175,8 @@ impl Rollouts {
     }
 
     /// The run's next status.
-    async fn advance(&self, run: &Value) -> Value {
-        let now = crate::kube::store::now_rfc3339();
+    async fn advance(&self, run: &Value, clock: &crate::clock::Clock) -> Value {
+        let now = clock.rfc3339();
         let mut status = run.get("status").cloned().unwrap_or_else(|| json!({}));
         if status.get("startedAt").is_none() {
             status["startedAt"] = json!(now);

@@ -33,8 +33,10 @@ impl Ground {
         )
     }
 
-    /// One round of every actor, in a fixed order. True when anything changed.
+    /// One round of every actor, in a fixed order, one `clock::TICK` of simulated time after
+    /// the last. True when anything changed.
     pub async fn tick(&mut self) -> bool {
+        self.kube.clock().advance(crate::clock::TICK);
         let kargo = self.kargo.tick(&self.kube, &self.transcript).await;
         let ci = self.ci.tick(&self.forge, &self.transcript).await;
         let argocd = self.argocd.tick(&self.kube, &self.transcript).await;

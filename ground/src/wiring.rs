@@ -93,6 +93,7 @@ impl Ground {
 
         // The forge: the repository, its protection, the people and bots.
         let forge = ForgeDouble::start(Some(&dir.path().join("forge"))).await?;
+        forge.set_clock(kube.clock());
         for (token, login) in FORGE_USERS {
             forge.add_user(token, login);
         }

@@ -89,6 +89,8 @@ fn promotion(freight: &str) -> Value {
 async fn settle(world: &mut World) -> String {
     let transcript = Transcript::default();
     for _ in 0..20 {
+        // As the ground's tick: one step of simulated time, then Kargo's round.
+        world.kube.clock().advance(ground::clock::TICK);
         if !world.kargo.tick(&world.kube, &transcript).await && !world.kargo.busy() {
             break;
         }

@@ -123,7 +123,8 @@ struct ForgeState {
     /// Where the bare repositories live (`owner/name.git`), served over smart HTTP.
     git_root: PathBuf,
     next_id: u64,
-    clock: u64,
+    /// The ground's one clock (its own when the double runs alone).
+    clock: crate::clock::Clock,
     requests: Vec<RecordedRequest>,
 }
 
@@ -133,14 +134,9 @@ impl ForgeState {
         self.next_id
     }
 
-    /// A deterministic timestamp: the double's clock ticks once per write.
+    /// A deterministic timestamp: the ground's clock, which only its tick moves.
     fn now(&mut self) -> String {
-        self.clock += 1;
-        format!(
-            "2026-01-01T00:{:02}:{:02}Z",
-            (self.clock / 60) % 60,
-            self.clock % 60
-        )
+        self.clock.rfc3339()
     }
 }
 
@@ -193,6 +189,11 @@ impl ForgeDouble {
             _root_dir: root_dir,
             server,
         })
+    }
+
+    /// Stamps what the double writes with the ground's clock from now on.
+    pub fn set_clock(&self, clock: crate::clock::Clock) {
+        lock(&self.state).clock = clock;
     }
 
     /// The API root, as a client's base URL.

@@ -122,7 +122,7 @@ struct Run {
     errors: u32,
     /// When the current step first waited or errored: (step index, instant), for
     /// `retry.timeout`.
-    started: Option<(usize, std::time::Instant)>,
+    started: Option<(usize, u64)>,
     /// The worst step failure so far: (phase, message). Kargo runs on (steps with an `if:`
     /// may still run), and the Promotion ends with this phase.
     failure: Option<(String, String)>,
@@ -258,13 +258,6 @@ impl Kargo {
     pub fn busy(&self) -> bool {
         !self.runs.is_empty() || !self.verifications.is_empty()
     }
-}
-
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

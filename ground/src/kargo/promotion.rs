@@ -46,7 +46,13 @@ pub(super) fn go_duration(text: &str) -> Option<std::time::Duration> {
 /// [K pkg/promotion/local_orchestrator.go]: a step still running or erroring past its
 /// `retry.timeout` (argocd-update's default: 5 minutes; none for the others here) Errors.
 /// Returns the timeout as written when it has passed.
-pub(super) fn timed_out(run: &mut Run, index: usize, step: &Value, uses: &str) -> Option<String> {
+pub(super) fn timed_out(
+    run: &mut Run,
+    index: usize,
+    step: &Value,
+    uses: &str,
+    now: u64,
+) -> Option<String> {
     let written = step
         .pointer("/retry/timeout")
         .and_then(Value::as_str)
@@ -56,12 +62,11 @@ pub(super) fn timed_out(run: &mut Run, index: usize, step: &Value, uses: &str) -
     let started = match run.started {
         Some((i, at)) if i == index => at,
         _ => {
-            let now = std::time::Instant::now();
             run.started = Some((index, now));
             now
         }
     };
-    (started.elapsed() > timeout).then_some(written)
+    (now.saturating_sub(started) > timeout.as_secs()).then_some(written)
 }
 
 pub(super) fn push(object: &mut Value, field: &str, item: Value) {
@@ -149,7 +154,7 @@ impl Kargo {
                         "promotions",
                         &self.namespace,
                         &name,
-                        json!({"phase": "Running", "startedAt": crate::kube::store::rfc3339(now())}),
+                        json!({"phase": "Running", "startedAt": kube.clock().rfc3339()}),
                     );
                     let freight = self.freight_reference(kube, text(&next, "/spec/freight"));
                     let _ = Self::patch_status(
@@ -159,7 +164,7 @@ impl Kargo {
                         &stage,
                         json!({
                             "currentPromotion": {"name": name, "freight": freight},
-                            "conditions": [{"type": "Promoting", "status": "True", "reason": "ActivePromotion", "message": format!("Promotion \"{name}\" is currently Running"), "lastTransitionTime": crate::kube::store::rfc3339(now())}],
+                            "conditions": [{"type": "Promoting", "status": "True", "reason": "ActivePromotion", "message": format!("Promotion \"{name}\" is currently Running"), "lastTransitionTime": kube.clock().rfc3339()}],
                         }),
                     );
                     transcript.say(
@@ -422,7 +427,9 @@ impl Kargo {
                             continue;
                         }
                     }
-                    if let Some(timeout) = timed_out(run, index, step, &uses) {
+                    if let Some(timeout) =
+                        timed_out(run, index, step, &uses, kube.clock().seconds())
+                    {
                         let message = format!(
                             "step {} ({uses}): step {alias:?} timed out after {timeout}: {said}",
                             index + 1
@@ -587,7 +594,7 @@ impl Kargo {
         let promotion = Self::get(kube, "promotions", &self.namespace, name).unwrap_or(Value::Null);
         let freight_name = text(&promotion, "/spec/freight").to_string();
         let freight_ref = self.freight_reference(kube, &freight_name);
-        let finished = crate::kube::store::rfc3339(now());
+        let finished = kube.clock().rfc3339();
         let _ = Self::patch_status(
             kube,
             "promotions",

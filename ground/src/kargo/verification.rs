@@ -111,7 +111,7 @@ impl Kargo {
                     }
                 }
             };
-            let now = crate::kube::store::rfc3339(now());
+            let now = kube.clock().rfc3339();
             let mut history: Vec<Value> = stage_object
                 .pointer("/status/freightHistory")
                 .and_then(Value::as_array)

@@ -157,7 +157,7 @@ impl Kargo {
                     "freights",
                     &self.namespace,
                     &newest,
-                    json!({"currentlyIn": {stage_name.clone(): {"since": crate::kube::store::rfc3339(now())}}}),
+                    json!({"currentlyIn": {stage_name.clone(): {"since": kube.clock().rfc3339()}}}),
                 );
                 names.push(newest);
             }

@@ -71,6 +71,11 @@ impl KubeDouble {
         self.inner.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The ground's one clock, which the store stamps objects with.
+    pub fn clock(&self) -> crate::clock::Clock {
+        self.store().clock.clone()
+    }
+
     pub fn faults(&self) -> &Faults {
         &self.inner.faults
     }

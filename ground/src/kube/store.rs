@@ -1,6 +1,7 @@
 //! The object store behind the Kubernetes API double: resource types, objects with
 //! resourceVersions, a bounded event history for watches, label/field selectors, admission.
 
+use crate::clock::Clock;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
@@ -255,21 +256,14 @@ pub struct Store {
     /// Server-side apply's field ownership: object -> leaf path -> field manager. A write
     /// that is not an apply gives up the ownership of the fields it changes.
     owners: BTreeMap<ObjectKey, BTreeMap<String, String>>,
+    /// The ground's one clock (creation timestamps).
+    pub clock: Clock,
 }
 
 impl Default for Store {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// The current time as `rfc3339` writes it.
-pub fn now_rfc3339() -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    rfc3339(seconds)
 }
 
 /// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, Howard Hinnant).
@@ -307,6 +301,7 @@ impl Store {
             counter: 0,
             compacted_below: 0,
             owners: BTreeMap::new(),
+            clock: Clock::default(),
         };
         for resource in [
             Resource::builtin("", "v1", "Namespace", "namespaces", false),
@@ -617,7 +612,7 @@ impl Store {
         let meta = &mut object["metadata"];
         meta["uid"] = json!(uid);
         meta["resourceVersion"] = json!(rv.to_string());
-        meta["creationTimestamp"] = json!(now_rfc3339());
+        meta["creationTimestamp"] = json!(self.clock.rfc3339());
         meta["generation"] = json!(1);
         if resource.plural == "customresourcedefinitions" {
             self.register_crd(&object);
