@@ -21,6 +21,11 @@ pub async fn play_with(name: &str, faults: FaultPlan) -> Ground {
 }
 
 pub async fn play_scenario(scenario: Scenario, faults: FaultPlan) -> Ground {
+    play_kept(scenario, faults, false).await
+}
+
+/// Plays a scenario, keeping a ledger of what became visible at which tick when `ledger`.
+pub async fn play_kept(scenario: Scenario, faults: FaultPlan, ledger: bool) -> Ground {
     let root = common::project_root();
     let options = Options {
         gate: env!("CARGO_BIN_EXE_gate").into(),
@@ -33,6 +38,9 @@ pub async fn play_scenario(scenario: Scenario, faults: FaultPlan) -> Ground {
         echo: false,
     };
     let mut ground = Ground::start(scenario, options).await.unwrap();
+    if ledger {
+        ground.ledger = Some(Default::default());
+    }
     if let Err(e) = ground.play().await {
         panic!("{e:#}\n--- transcript\n{}", ground.transcript.text());
     }
@@ -940,4 +948,55 @@ async fn a_rollouts_image_bump_is_drift_the_observer_catches_up() {
             .text()
             .contains("images ghcr.io/example/config-reloader:1.3.0")
     );
+}
+
+/// The ledger of one play: (tick, event) in the order first seen.
+async fn ledger_of(name: &str, faults: FaultPlan) -> Vec<(u64, String)> {
+    let root = common::project_root();
+    let scenario = Scenario::load(&root.join("scenarios").join(name)).unwrap();
+    let ground = play_kept(scenario, faults, true).await;
+    ground.ledger.clone().unwrap().entries
+}
+
+/// Compares two ledgers: the same events, each at ticks at most `window` apart.
+fn same_events(name: &str, first: &[(u64, String)], second: &[(u64, String)], window: u64) {
+    let ticks = |ledger: &[(u64, String)]| -> std::collections::BTreeMap<String, u64> {
+        ledger.iter().map(|(t, e)| (e.clone(), *t)).collect()
+    };
+    let (a, b) = (ticks(first), ticks(second));
+    let only_first: Vec<_> = a.keys().filter(|e| !b.contains_key(*e)).collect();
+    let only_second: Vec<_> = b.keys().filter(|e| !a.contains_key(*e)).collect();
+    assert!(
+        only_first.is_empty() && only_second.is_empty(),
+        "{name}: only in the first run: {only_first:#?}\nonly in the second: {only_second:#?}"
+    );
+    for (event, tick) in &a {
+        let other = b[event];
+        assert!(
+            tick.abs_diff(other) <= window,
+            "{name}: `{event}` at tick {tick} in one run, {other} in the other (window {window})"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_runs_of_one_seed_see_the_same_events_at_the_same_ticks() {
+    // Without faults, the gate's story repeats tick for tick: the ground waits for what a
+    // product changes before it spends a tick (`Ground::wait_for_outside`), and the CI job
+    // runs the gate inside its tick. Bosun takes Kargo's POST and answers before it works,
+    // so whether its first write lands before or after the next tick is its own timing: its
+    // events (and the merge that follows them) are compared within two ticks.
+    for (name, window) in [("happy-path", 0), ("triage", 2)] {
+        let first = ledger_of(name, FaultPlan::none()).await;
+        let second = ledger_of(name, FaultPlan::none()).await;
+        assert!(first.len() > 10, "{name}: {first:?}");
+        same_events(name, &first, &second, window);
+    }
+    // Under a fault schedule the observer's own timers (its watch backoff after an injected
+    // error, a relist after a 410) decide when it acts, so its events and what follows them
+    // are compared within a window of ticks; the events themselves are the same.
+    let first = ledger_of("observer-drift", FaultPlan::chaos(2)).await;
+    let second = ledger_of("observer-drift", FaultPlan::chaos(2)).await;
+    assert!(first.len() > 10, "observer-drift: {first:?}");
+    same_events("observer-drift seed 2", &first, &second, 8);
 }

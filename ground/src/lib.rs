@@ -20,6 +20,7 @@ pub mod git;
 pub mod invariants;
 pub mod kargo;
 pub mod kube;
+pub mod ledger;
 pub mod model;
 pub mod oci;
 pub mod prometheus;
@@ -129,6 +130,8 @@ pub struct Ground {
     seed: Option<u64>,
     /// Invariants a test breaks on purpose.
     pub exemptions: invariants::Exemptions,
+    /// What became visible at which tick, when kept (set it before `play`).
+    pub ledger: Option<ledger::Ledger>,
     dir: tempfile::TempDir,
 }
 

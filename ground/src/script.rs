@@ -15,6 +15,22 @@ impl Ground {
         )
     }
 
+    /// After each tick: counts it, records what became visible (when a ledger is kept) and
+    /// checks the invariants.
+    fn after_tick(&mut self) -> Result<()> {
+        self.ticks += 1;
+        if let Some(ledger) = &mut self.ledger {
+            ledger.record(
+                self.ticks,
+                &self.kube,
+                &self.forge,
+                &self.scenario.kargo.project,
+                &self.scenario.repository.slug,
+            );
+        }
+        self.check_invariants()
+    }
+
     /// Stops the run when an invariant is broken, naming the seed, the tick and the
     /// transcript's tail.
     pub(crate) fn check_invariants(&self) -> Result<()> {
@@ -61,19 +77,26 @@ impl Ground {
     pub async fn settle(&mut self) -> Result<()> {
         let mut quiet = 0;
         let mut waiting = 0;
+        let bosun_deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let changed = self.tick().await;
-            self.ticks += 1;
-            self.check_invariants()?;
+            self.after_tick()?;
             if changed {
                 quiet = 0;
                 waiting = 0;
                 continue;
             }
             // Bosun renders twice per round: give it the time it takes (bounded).
-            if self.bosun_busy().await && waiting < 4800 {
-                waiting += 1;
-                tokio::time::sleep(Duration::from_millis(25)).await;
+            if self.bosun_busy().await && std::time::Instant::now() < bosun_deadline {
+                // Bosun works in real time: no tick passes until it has changed something or
+                // gone idle, so how long it took does not move the ticks that follow.
+                let mark = self.outside_mark();
+                while self.outside_mark() == mark
+                    && self.bosun_busy().await
+                    && std::time::Instant::now() < bosun_deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
                 continue;
             }
             if self.kargo.busy() && waiting < 40 {
@@ -370,8 +393,7 @@ impl Ground {
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
             let progress = self.tick().await;
-            self.ticks += 1;
-            self.check_invariants()?;
+            self.after_tick()?;
             if done(self) {
                 // Let the actors finish what the condition set off, unless something waits on
                 // purpose (a promotion the scenario keeps running).
@@ -388,7 +410,31 @@ impl Ground {
                 );
             }
             if !progress {
-                tokio::time::sleep(Duration::from_millis(25)).await;
+                self.wait_for_outside(Duration::from_millis(500)).await;
+            }
+        }
+    }
+
+    /// What the products last changed: the API double's resourceVersion and the number of
+    /// writes the forge double has been asked for.
+    fn outside_mark(&self) -> (u64, usize) {
+        (
+            self.kube.store().resource_version(),
+            self.forge.write_count(),
+        )
+    }
+
+    /// After a tick in which the ground's own actors had nothing to do, waits (in real time,
+    /// at most `at_most`) for a product to change something in a double before the next tick,
+    /// so ticks count what happened rather than how long a product took to react; a product
+    /// waiting on its own timer (a backoff, a resync) costs one tick per `at_most`.
+    async fn wait_for_outside(&self, at_most: Duration) {
+        let mark = self.outside_mark();
+        let until = std::time::Instant::now() + at_most;
+        while std::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if self.outside_mark() != mark {
+                return;
             }
         }
     }

@@ -457,6 +457,7 @@ impl Ground {
             observer_starts: 0,
             ticks: 0,
             exemptions: Default::default(),
+            ledger: None,
             seed: (!options.faults.is_quiet()).then_some(options.faults.seed),
             dir,
         })

@@ -126,6 +126,7 @@ struct ForgeState {
     /// The ground's one clock (its own when the double runs alone).
     clock: crate::clock::Clock,
     requests: Vec<RecordedRequest>,
+    writes: usize,
 }
 
 impl ForgeState {
@@ -411,6 +412,12 @@ impl ForgeDouble {
     }
 
     /// Every request received so far.
+    /// How many writes (anything but GET and HEAD) the double has been asked for: a cheap
+    /// mark of a product changing something.
+    pub fn write_count(&self) -> usize {
+        lock(&self.state).writes
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state).requests.clone()
     }
@@ -548,18 +555,28 @@ async fn record(
         }
         return response;
     }
-    lock(&state).requests.push(RecordedRequest {
-        method: parts.method.to_string(),
-        path: parts.uri.path().to_string(),
-        query: parts.uri.query().unwrap_or("").to_string(),
-        user,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    });
-    next.run(axum::extract::Request::from_parts(
-        parts,
-        axum::body::Body::from(bytes),
-    ))
-    .await
+    let write = parts.method != axum::http::Method::GET && parts.method != axum::http::Method::HEAD;
+    {
+        let mut guard = lock(&state);
+        guard.requests.push(RecordedRequest {
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or("").to_string(),
+            user,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        });
+    }
+    let response = next
+        .run(axum::extract::Request::from_parts(
+            parts,
+            axum::body::Body::from(bytes),
+        ))
+        .await;
+    // Counted once answered: a push's refs have moved by then.
+    if write {
+        lock(&state).writes += 1;
+    }
+    response
 }
 
 fn user_of(state: &Shared, headers: &HeaderMap) -> Option<String> {

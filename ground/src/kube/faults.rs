@@ -1,4 +1,9 @@
 //! Faults on demand, from a seed: the same seed replays the same faults in the same order.
+//!
+//! Each decision is drawn from a stream of its own, keyed by what it is about (a request's
+//! method and path, a watch's path, one watch event's resource and resourceVersion), so the
+//! n-th request to one path meets the same fault whatever other requests the products'
+//! own timing interleaves with it.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -80,7 +85,8 @@ pub struct Injected {
 
 pub struct Faults {
     plan: Mutex<FaultPlan>,
-    state: Mutex<u64>,
+    /// Draws taken so far per key.
+    streams: Mutex<std::collections::HashMap<String, u64>>,
     injected: Mutex<Injected>,
 }
 
@@ -88,7 +94,7 @@ impl Faults {
     pub fn new(plan: FaultPlan) -> Faults {
         Faults {
             plan: Mutex::new(plan),
-            state: Mutex::new(plan.seed),
+            streams: Mutex::new(std::collections::HashMap::new()),
             injected: Mutex::new(Injected::default()),
         }
     }
@@ -109,18 +115,30 @@ impl Faults {
             .clone()
     }
 
-    /// splitmix64
-    fn next(&self) -> u64 {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *state;
+    /// The next draw of `key`'s stream: splitmix64 over the seed, an FNV-1a hash of the key
+    /// (stable across Rust versions, unlike std's hasher) and the draw's index.
+    fn next(&self, key: &str) -> u64 {
+        let index = {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            let count = streams.entry(key.to_string()).or_insert(0);
+            *count += 1;
+            *count
+        };
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        let mut z = self
+            .plan()
+            .seed
+            .wrapping_add(hash)
+            .wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
     }
 
-    fn roll(&self, per_mille: u32) -> bool {
-        per_mille > 0 && (self.next() % 1000) < u64::from(per_mille)
+    fn roll(&self, key: &str, per_mille: u32) -> bool {
+        per_mille > 0 && (self.next(key) % 1000) < u64::from(per_mille)
     }
 
     fn count(&self, f: impl FnOnce(&mut Injected)) {
@@ -143,10 +161,11 @@ impl Faults {
         }
     }
 
-    pub fn request_error(&self, method: &Method) -> Option<ApiError> {
+    /// A 500 or 429 for the request `method path`.
+    pub fn request_error(&self, method: &Method, path: &str) -> Option<ApiError> {
         let plan = self.plan();
-        let _ = method;
-        if self.roll(plan.server_error) {
+        let key = format!("{method} {path}");
+        if self.roll(&key, plan.server_error) {
             self.count(|i| i.server_errors += 1);
             return Some(ApiError::new(
                 500,
@@ -154,7 +173,7 @@ impl Faults {
                 "an error on the server (injected fault) has prevented the request from succeeding",
             ));
         }
-        if self.roll(plan.throttle) {
+        if self.roll(&key, plan.throttle) {
             self.count(|i| i.throttles += 1);
             return Some(ApiError::new(
                 429,
@@ -165,8 +184,9 @@ impl Faults {
         None
     }
 
-    pub fn conflict(&self) -> Option<ApiError> {
-        if self.roll(self.plan().conflict) {
+    /// A 409 for an update of the object at `path`.
+    pub fn conflict(&self, path: &str) -> Option<ApiError> {
+        if self.roll(&format!("conflict {path}"), self.plan().conflict) {
             self.count(|i| i.conflicts += 1);
             return Some(ApiError::new(
                 409,
@@ -178,23 +198,25 @@ impl Faults {
     }
 
     /// Whether a resuming watch answers 410 Gone.
-    pub fn gone(&self) -> bool {
-        if self.roll(self.plan().gone) {
+    pub fn gone(&self, path: &str) -> bool {
+        if self.roll(&format!("gone {path}"), self.plan().gone) {
             self.count(|i| i.gone += 1);
             return true;
         }
         false
     }
 
-    pub fn watch_event(&self) -> WatchFault {
+    /// What happens to the event `resource`@`rv` on a watch of `path`.
+    pub fn watch_event(&self, path: &str, resource: &str, rv: u64) -> WatchFault {
         let plan = self.plan();
-        if self.roll(plan.close_watch) {
+        let key = format!("watch {path} {resource}@{rv}");
+        if self.roll(&key, plan.close_watch) {
             self.count(|i| i.closed_watches += 1);
             WatchFault::Close
-        } else if self.roll(plan.drop_watch_event) {
+        } else if self.roll(&key, plan.drop_watch_event) {
             self.count(|i| i.dropped_events += 1);
             WatchFault::Drop
-        } else if self.roll(plan.duplicate_watch_event) {
+        } else if self.roll(&key, plan.duplicate_watch_event) {
             self.count(|i| i.duplicated_events += 1);
             WatchFault::Duplicate
         } else {

@@ -405,7 +405,7 @@ async fn handle(
     {
         tokio::time::sleep(delay).await;
     }
-    if !is_watch && let Some(error) = inner.faults.request_error(&method) {
+    if !is_watch && let Some(error) = inner.faults.request_error(&method, &path) {
         return status_response(&error);
     }
     {
@@ -488,7 +488,7 @@ async fn handle(
             if body_name != name {
                 return Err(ApiError::new(400, "BadRequest", "the name of the object does not match the name on the URL"));
             }
-            if let Some(error) = inner.faults.conflict() {
+            if let Some(error) = inner.faults.conflict(&path) {
                 return Err(error);
             }
             inner.store.lock().unwrap_or_else(|p| p.into_inner()).update(&target.resource, &target.namespace, name, object, &user, target.status)
@@ -631,6 +631,11 @@ async fn watch(
     fields: Selector,
     query: BTreeMap<String, String>,
 ) -> Response {
+    // What this watch's fault decisions are keyed by.
+    let path = format!(
+        "{}/{} in {:?}",
+        target.resource.group, target.resource.plural, target.namespace
+    );
     let send_initial = query.get("sendInitialEvents").map(String::as_str) == Some("true");
     let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
     let timeout = query
@@ -649,7 +654,7 @@ async fn watch(
         let live = store.subscribe();
         let rv = store.resource_version();
         match since {
-            Some(_) if !send_initial && inner.faults.gone() => (Vec::new(), live, rv, true),
+            Some(_) if !send_initial && inner.faults.gone(&path) => (Vec::new(), live, rv, true),
             Some(since) if !send_initial => match store.events_since(since) {
                 Some(events) => (
                     events
@@ -715,7 +720,7 @@ async fn watch(
                     if !matches_target(&event, &target, &labels, &fields) {
                         continue;
                     }
-                    match faults_inner.faults.watch_event() {
+                    match faults_inner.faults.watch_event(&path, &event.resource, event.rv) {
                         faults::WatchFault::Deliver => {}
                         // An API server never skips an event inside an open watch: an
                         // event is lost only with its connection. The line is cut mid-way
