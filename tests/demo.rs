@@ -139,6 +139,16 @@ async fn the_ci_seed_budget_of_ground_chaos_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn regression_chaos_observer_restart_seed_2_leader_election_meets_a_500() {
+    // Found by `cargo xtask ground chaos`: the observer's first Lease request met an injected
+    // 500 and the process exited ("cannot set up leader election"), so no replica ever became
+    // ready. It now waits out a passing 5xx or 429 at start.
+    let ground = play_with("observer-restart", FaultPlan::chaos(2)).await;
+    assert!(ground.violations().is_empty());
+    assert!(ground.kube.faults().injected().server_errors > 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn opt_in_mode_and_the_ignore_annotation_are_honoured() {
     let ground = play("observer-modes").await;
     insta::assert_snapshot!(ground.transcript.text());

@@ -69,6 +69,7 @@ impl Ground {
             .spawn()
             .context("cannot start the observer")?;
         self.observer_starts += 1;
+        self.observer_args = args.to_vec();
         self.observers.push((child, metrics_addr, health_addr));
         self.transcript.say(
             "observer",

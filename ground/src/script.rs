@@ -17,8 +17,9 @@ impl Ground {
 
     /// After each tick: counts it, records what became visible (when a ledger is kept) and
     /// checks the invariants.
-    fn after_tick(&mut self) -> Result<()> {
+    async fn after_tick(&mut self) -> Result<()> {
         self.ticks += 1;
+        self.restart_faults().await?;
         if let Some(ledger) = &mut self.ledger {
             ledger.record(
                 self.ticks,
@@ -29,6 +30,35 @@ impl Ground {
             );
         }
         self.check_invariants()
+    }
+
+    /// Under a fault schedule, kills the observer and Bosun at seeded ticks (SIGKILL) and
+    /// starts them again: what they had accepted must survive, what they were doing must
+    /// converge.
+    async fn restart_faults(&mut self) -> Result<()> {
+        let tick = self.ticks;
+        if !self.observers.is_empty() && self.kube.faults().restart("observer", tick) {
+            let (mut child, _, _) = self.observers.remove(0);
+            let _ = child.kill();
+            let _ = child.wait();
+            self.transcript.say(
+                "chaos",
+                format!("tick {tick}: observer killed (SIGKILL), started again"),
+            );
+            let args = self.observer_args.clone();
+            self.start_observer(&args)?;
+        }
+        if let Some(bosun) = &mut self.bosun
+            && self.kube.faults().restart("bosun", tick)
+        {
+            bosun.kill()?;
+            self.transcript.say(
+                "chaos",
+                format!("tick {tick}: bosun killed (SIGKILL), started again"),
+            );
+            bosun.restart().await?;
+        }
+        Ok(())
     }
 
     /// Stops the run when an invariant is broken, naming the seed, the tick and the
@@ -80,7 +110,7 @@ impl Ground {
         let bosun_deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let changed = self.tick().await;
-            self.after_tick()?;
+            self.after_tick().await?;
             if changed {
                 quiet = 0;
                 waiting = 0;
@@ -393,7 +423,7 @@ impl Ground {
         let deadline = std::time::Instant::now() + Duration::from_secs(90);
         loop {
             let progress = self.tick().await;
-            self.after_tick()?;
+            self.after_tick().await?;
             if done(self) {
                 // Let the actors finish what the condition set off, unless something waits on
                 // purpose (a promotion the scenario keeps running).

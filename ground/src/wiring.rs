@@ -458,6 +458,7 @@ impl Ground {
             ticks: 0,
             exemptions: Default::default(),
             ledger: None,
+            observer_args: Vec::new(),
             seed: (!options.faults.is_quiet()).then_some(options.faults.seed),
             dir,
         })

@@ -197,13 +197,30 @@ async fn main() -> Result<()> {
         .clone()
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .unwrap_or_else(|| "default".into());
-    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &cli.lease_name)
-        .with_namespace(&lease_namespace)
-        .with_identity(&instance)
-        .with_create_mode(kube_lease_manager::LeaseCreateMode::AutoCreate)
-        .build()
-        .await
-        .context("cannot set up leader election")?;
+    // An API server's passing 5xx or throttling at start (found by the ground's chaos seeds)
+    // is waited out, up to six tries over about six seconds; anything else stops the start.
+    let mut attempt = 0u32;
+    let manager = loop {
+        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &cli.lease_name)
+            .with_namespace(&lease_namespace)
+            .with_identity(&instance)
+            .with_create_mode(kube_lease_manager::LeaseCreateMode::AutoCreate)
+            .build()
+            .await;
+        match built {
+            Err(kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(status)))
+                if attempt < 5 && matches!(status.code, 429 | 500 | 502 | 503 | 504) =>
+            {
+                attempt += 1;
+                warn!(
+                    code = status.code,
+                    attempt, "leader election not set up yet; retrying"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
+            }
+            built => break built.context("cannot set up leader election")?,
+        }
+    };
     // A replica standing by is ready: it is healthy and can take over. Were it not, a
     // Deployment of two would never be fully available, and a rolling update would wait
     // forever for its new pod while the old one holds the Lease. The leader is ready once its

@@ -28,6 +28,9 @@ pub struct FaultPlan {
     pub close_watch: u32,
     /// 410 Gone for a watch that resumes from a resourceVersion (as after a compaction).
     pub gone: u32,
+    /// Per tick of the ground: the observer (and, separately, Bosun) is killed with SIGKILL
+    /// and started again, as a node failure or an OOM kill would.
+    pub restart: u32,
     /// Latency added to every request.
     pub latency_ms: u64,
     /// Latency added to every list of one resource (its plural): a cache that loads late.
@@ -50,6 +53,7 @@ impl FaultPlan {
             duplicate_watch_event: 50,
             close_watch: 30,
             gone: 300,
+            restart: 15,
             latency_ms: 0,
             slow_list: None,
         }
@@ -81,6 +85,7 @@ pub struct Injected {
     pub duplicated_events: u64,
     pub closed_watches: u64,
     pub gone: u64,
+    pub restarts: u64,
 }
 
 pub struct Faults {
@@ -195,6 +200,15 @@ impl Faults {
             ));
         }
         None
+    }
+
+    /// Whether `process` (observer, bosun) is killed and started again after `tick`.
+    pub fn restart(&self, process: &str, tick: u64) -> bool {
+        if self.roll(&format!("restart {process} at {tick}"), self.plan().restart) {
+            self.count(|i| i.restarts += 1);
+            return true;
+        }
+        false
     }
 
     /// Whether a resuming watch answers 410 Gone.
