@@ -88,7 +88,7 @@ pub fn crd_for<'r>(
         .iter()
         .flat_map(|a| a.objects.iter().map(|o| &**o))
         .find(|o| {
-            crate::gate::rules::crd_info(o).is_some_and(|(_, crd)| {
+            crate::gate::crd::crd_info(o).is_some_and(|(_, crd)| {
                 crd.group == group && crd.kind == kind && crd.served.contains(version)
             })
         })
