@@ -298,7 +298,7 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
     let repo_url = args
         .repo_url
         .clone()
-        .or_else(|| render::git::origin_url(&args.repo));
+        .or_else(|| gitops_loop::git::origin_url(&args.repo));
     let cache = if args.no_cache {
         RenderCache::disabled()
     } else {

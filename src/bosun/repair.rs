@@ -60,8 +60,7 @@ pub fn plan(
     let scope = match config.promotion_scope {
         PromotionScope::Deployed => Some(Scope::of(&rendering, |repo| {
             repo.is_empty()
-                || crate::render::repos::normalize_repo_url(repo)
-                    == crate::render::repos::normalize_repo_url(url)
+                || crate::git::normalize_repo_url(repo) == crate::git::normalize_repo_url(url)
         })),
         PromotionScope::Repository => None,
     };

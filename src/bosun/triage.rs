@@ -19,9 +19,9 @@ use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upser
 use crate::gate::publish::{self, CHECK_NAME};
 use crate::gate::report::{self, MARKER, ParsedReport};
 use crate::gate::rules::DroppedServedVersion;
+use crate::git::Snapshot;
 use crate::render::cache::RenderCache;
 use crate::render::charts::{self, ChartPulls};
-use crate::render::git::Snapshot;
 use crate::render::inventory::Inventory;
 use crate::render::tools::Tool;
 use crate::render::{self, RenderConfig};
@@ -204,7 +204,7 @@ fn git_as(
     args: &[&str],
     credentials: Option<(&str, &str, &str)>,
 ) -> Result<String, TriageError> {
-    let mut command = crate::render::git::git(dir);
+    let mut command = crate::git::git(dir);
     if let Some((url, username, token)) = credentials {
         let (protocol, rest) = url.split_once("://").unwrap_or(("", url));
         let host = rest.split('/').next().unwrap_or("");
@@ -1691,8 +1691,7 @@ pub fn fix_policy(
             let url = head_config.repo_url.clone().unwrap_or_default();
             Some(applier::Scope::of(rendering, |repo| {
                 repo.is_empty()
-                    || crate::render::repos::normalize_repo_url(repo)
-                        == crate::render::repos::normalize_repo_url(&url)
+                    || crate::git::normalize_repo_url(repo) == crate::git::normalize_repo_url(&url)
             }))
         }
         super::config::PromotionScope::Repository => None,

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::diff::{self, AppKey, AppStatus, ChartMove, RenderDiff};
 use super::report::{GateResult, Outcome, Verdict};
 use super::rules::{self, Finding, Severity};
-use crate::render::git::{self, Snapshot};
+use crate::git::{self, Snapshot};
 use crate::render::{self, RenderConfig, RenderFailure};
 
 /// Which commits to compare.

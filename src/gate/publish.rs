@@ -82,8 +82,8 @@ pub async fn check_and_publish(
     mode: CheckMode,
 ) -> Result<(crate::forge::PullRequest, GateResult, Published), CheckError> {
     let pr = forge.pull_request(repo, number).await?;
-    crate::render::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
-    crate::render::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
+    crate::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
+    crate::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
     let mut config = config.clone();
     config.revision = pr.head_sha.clone();
     let revisions = super::check::Revisions {
@@ -101,7 +101,7 @@ pub enum CheckError {
     #[error(transparent)]
     Forge(#[from] ForgeError),
     #[error(transparent)]
-    Git(#[from] crate::render::git::GitError),
+    Git(#[from] crate::git::GitError),
 }
 
 pub async fn publish(

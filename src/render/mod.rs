@@ -10,7 +10,6 @@ pub mod cache;
 pub mod charts;
 pub mod confine;
 pub mod directory;
-pub mod git;
 pub mod helm;
 pub mod inventory;
 pub mod kustomize;
@@ -32,12 +31,12 @@ use serde_json::Value;
 use sha2::Digest as _;
 
 use self::cache::RenderCache;
-use self::git::Snapshot;
 use self::inventory::Inventory;
 use self::parsed::{Object, ParsedStore};
 use self::repos::RepoResolver;
 use self::source::{PlanContext, RenderJob};
 use self::tools::Tool;
+use crate::git::Snapshot;
 use crate::yaml;
 
 /// How deep app-of-apps may nest before the render refuses (Argo CD has no limit; a preview
@@ -649,7 +648,7 @@ impl Engine<'_> {
                     // Keyed by content, so equal directories share their objects.
                     let key = format!(
                         "objects-{}",
-                        git::hex(&sha2::Sha256::digest(
+                        crate::git::hex(&sha2::Sha256::digest(
                             serde_json::to_vec(&objects).unwrap_or_default()
                         ))
                     );

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::charts::{self, ChartRef};
-use super::git::{Snapshot, escapes_root, normalize};
 use super::inventory::Cluster;
 use super::params::merge_patch;
 use super::repos::RepoResolver;
+use crate::git::Snapshot;
+use crate::paths::{escapes_root, normalize};
 use crate::yaml;
 
 use super::directory::read_directory;

@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::crd::CrdInfo;
 use super::diff::{ObjectKey, RenderDiff};
-use crate::render::git::Snapshot;
+use crate::git::Snapshot;
 use crate::render::inventory::Inventory;
 use crate::render::parsed::Object;
 use crate::render::{RenderedApplication, Rendering};

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{Consumer, Finding, Inputs, Severity, UNSCANNED_FILE};
+use crate::git::Snapshot;
 use crate::render::Rendering;
-use crate::render::git::Snapshot;
 use crate::yaml;
 
 /// Every manifest (a document with apiVersion and kind) in the repository's YAML files, outside
@@ -85,7 +85,7 @@ pub(super) fn local_chart_dirs(
             let Some(path) = source.get("path").and_then(Value::as_str) else {
                 continue;
             };
-            let dir = crate::render::git::normalize(path);
+            let dir = crate::paths::normalize(path);
             if snapshot.exists(&format!("{dir}/Chart.yaml")) {
                 out.entry(dir)
                     .or_default()

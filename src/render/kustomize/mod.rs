@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::render::git::{hex, normalize};
+use crate::git::hex;
+use crate::paths::normalize;
 use crate::render::params::merge_patch;
 use crate::render::source::*;
 use crate::yaml;
