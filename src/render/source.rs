@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::charts::{self, ChartRef};
 use super::inventory::Cluster;
-use super::params::merge_patch;
 use super::repos::RepoResolver;
 use crate::git::Snapshot;
 use crate::paths::{escapes_root, normalize};
@@ -256,7 +255,7 @@ fn plan_source(
         let file_path = join(&path, &file);
         if let Some(text) = snapshot.read_string(&file_path) {
             let patch = yaml::parse_document(&text, &file_path).map_err(|e| e.to_string())?;
-            merge_patch(&mut source, &patch);
+            json_patch::merge(&mut source, &patch);
         }
     }
     let explicit: Vec<&str> = ["helm", "kustomize", "directory", "plugin"]
