@@ -2,9 +2,11 @@
 pub mod bosun;
 pub mod forge;
 pub mod gate;
+pub mod git;
 pub mod model;
 pub mod names;
 pub mod observer;
+pub mod paths;
 pub mod render;
 pub mod schema;
 pub mod yaml;

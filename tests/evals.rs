@@ -45,7 +45,6 @@ fn config(repo: &std::path::Path, cache: &std::path::Path) -> RenderConfig {
     let inventory_path = common::sample_dir().join("inventory.yaml");
     RenderConfig {
         repo_dir: repo.to_path_buf(),
-        revision: "pr".into(),
         repo_url: Some(common::SAMPLE_REPO_URL.into()),
         inventory: Inventory::parse(
             &std::fs::read_to_string(&inventory_path).unwrap(),
@@ -79,7 +78,7 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
         &check::Revisions {
             base: None,
             head: "pr".into(),
-            default_branch: Some("main".into()),
+            target: Some("main".into()),
         },
     );
     // Bosun reads the report as published, not the in-memory result.
@@ -113,7 +112,7 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
             let text = |h: &gitops_loop::bosun::classify::Handoff| {
                 format!("{} {} {}", h.open, h.choice, h.fact)
             };
-            match triage::fix_plan(&config, &parsed.verdict.base, &not_served, &markdown) {
+            match triage::fix_plan(&config, "pr", &parsed.verdict.base, &not_served, &markdown) {
                 Ok((fix, _)) => match gitops_loop::bosun::mechanical::decide(&fix, false, None) {
                     gitops_loop::bosun::mechanical::Step::Done(Err((h, _))) => {
                         ("handoff", vec![], text(&h))
@@ -130,7 +129,7 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
             let text = |h: &gitops_loop::bosun::classify::Handoff| {
                 format!("{} {} {}", h.open, h.choice, h.fact)
             };
-            match triage::migration_plan(&config, &parsed.verdict.base) {
+            match triage::migration_plan(&config, "pr", &parsed.verdict.base) {
                 Ok(Some(migrations)) => {
                     match migration::decide(&migrations, false, &[], &|_| Ok(())) {
                         migration::Step::Done(Err((h, _))) => ("handoff", vec![], text(&h)),
@@ -160,7 +159,7 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
                         .join("; "),
                 ),
                 Ok(rewrites) => {
-                    let rendering = render::render(&config).unwrap();
+                    let rendering = render::render(&config, "pr").unwrap();
                     let losses = gitops_loop::bosun::reshape::reshape_losses(
                         &rewrites, &plan, &dropped, &rendering,
                     );

@@ -150,10 +150,11 @@ impl ArgoCd {
         let first = self.synced.is_none();
         self.synced = Some(revision.clone());
         let mut config = self.config.clone();
-        config.revision = revision.clone();
         // A fresh parsed-output store per sync: nothing accumulates over a scenario.
         config.parsed = Default::default();
-        let rendering = match tokio::task::spawn_blocking(move || render::render(&config)).await {
+        let at = revision.clone();
+        let job = move || render::render(&config, &at);
+        let rendering = match tokio::task::spawn_blocking(job).await {
             Ok(Ok(rendering)) => rendering,
             Ok(Err(failure)) => {
                 transcript.say(

@@ -150,7 +150,6 @@ impl Ground {
         )?;
         let render_config = RenderConfig {
             repo_dir: bare.clone(),
-            revision: "main".into(),
             repo_url: Some(repository.url.clone()),
             inventory,
             charts: Some(charts_mirror.clone()),

@@ -376,8 +376,8 @@ mod local {
         let model = gitops_loop::model::from_config(&config.model)
             .map_err(|e| anyhow::anyhow!("bosun.yaml: model: {e}"))?;
         // Offline: charts come from the mirror (`gate charts pull` fills it).
-        let render_config = |dir: &Path, revision: &str| {
-            let mut c = gitops_loop::bosun::triage::render_config(
+        let render_config = |dir: &Path| {
+            gitops_loop::bosun::triage::render_config(
                 config,
                 &workdir,
                 (&helm, kubectl.as_ref()),
@@ -385,17 +385,15 @@ mod local {
                 &repo_url,
                 inventory.clone(),
                 Default::default(),
-            );
-            c.revision = revision.to_string();
-            c
+            )
         };
         let judge = |revision: &str| {
             let result = check::check(
-                &render_config(args.repo, revision),
+                &render_config(args.repo),
                 &check::Revisions {
                     base: args.base.map(str::to_string),
                     head: revision.to_string(),
-                    default_branch: None,
+                    target: None,
                 },
             );
             // Bosun reads the verdict as it is published, never the in-memory result.
@@ -490,10 +488,11 @@ mod local {
             repo: args.repo,
             tree: tree.clone(),
         };
-        let head_config = render_config(&tree, &head);
+        let head_config = render_config(&tree);
         let (rewrites, mut message, lines, summary) = match work {
             Work::Swap(dropped) => {
-                let outcome = repair_in(config, &head_config, &dropped, model.as_deref()).await?;
+                let outcome =
+                    repair_in(config, &head_config, &head, &dropped, model.as_deref()).await?;
                 let prepared = match outcome {
                     Ok(prepared) => prepared,
                     Err((h, details)) => {
@@ -528,6 +527,7 @@ mod local {
                 let planned = tokio::task::block_in_place(|| {
                     gitops_loop::bosun::triage::fix_plan(
                         &head_config,
+                        &head,
                         &base,
                         &not_served,
                         &markdown,
@@ -580,7 +580,7 @@ mod local {
             Work::Migrate => {
                 let base = result.verdict.base.clone();
                 let outcome = match tokio::task::block_in_place(|| {
-                    gitops_loop::bosun::triage::migration_plan(&head_config, &base)
+                    gitops_loop::bosun::triage::migration_plan(&head_config, &head, &base)
                 }) {
                     Ok(Some(migrations)) => {
                         let mut say = |line: String| println!("{}", plain(&line));
@@ -730,11 +730,12 @@ mod local {
     async fn repair_in(
         config: &Config,
         head_config: &RenderConfig,
+        head: &str,
         dropped: &[gitops_loop::gate::rules::DroppedServedVersion],
         model: Option<&dyn gitops_loop::model::Model>,
     ) -> Result<Result<repair::Prepared, repair::Refusal>> {
         let planned =
-            match tokio::task::block_in_place(|| repair::plan(config, head_config, dropped))
+            match tokio::task::block_in_place(|| repair::plan(config, head_config, head, dropped))
                 .map_err(|e| anyhow::anyhow!("{e}"))?
             {
                 Ok(planned) => planned,

@@ -263,7 +263,7 @@ fn find_tools(args: &ToolArgs, quiet: bool) -> Result<(tools::Tool, Option<tools
     Ok((helm, kubectl))
 }
 
-fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<RenderConfig> {
+fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
     let (mut helm, mut kubectl) = find_tools(&args.tools, quiet)?;
     let limits = render::confine::Limits {
         timeout: std::time::Duration::from_secs(args.render_timeout),
@@ -298,7 +298,7 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
     let repo_url = args
         .repo_url
         .clone()
-        .or_else(|| render::git::origin_url(&args.repo));
+        .or_else(|| gitops_loop::git::origin_url(&args.repo));
     let cache = if args.no_cache {
         RenderCache::disabled()
     } else {
@@ -310,7 +310,6 @@ fn config(args: &RenderArgs, revision: &str, quiet: bool, pull: bool) -> Result<
     };
     Ok(RenderConfig {
         repo_dir: args.repo.clone(),
-        revision: revision.to_string(),
         repo_url,
         inventory,
         charts: args.charts.clone(),
@@ -342,9 +341,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             revision,
             format,
         } => {
-            let config = config(&args, &revision, cli.quiet, false)?;
+            let config = config(&args, cli.quiet, false)?;
             let started = std::time::Instant::now();
-            match render::render(&config) {
+            match render::render(&config, &revision) {
                 Ok(rendering) => {
                     let stdout = std::io::stdout();
                     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -385,11 +384,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             render: args,
             check,
         } => {
-            let config = config(&args, &check.head, cli.quiet, false)?;
+            let config = config(&args, cli.quiet, false)?;
             let revisions = gate::check::Revisions {
                 base: check.base.clone(),
                 head: check.head.clone(),
-                default_branch: check.default_branch.clone(),
+                target: check.default_branch.clone(),
             };
             let started = std::time::Instant::now();
             let result = gate::check::check(&config, &revisions);
@@ -465,7 +464,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         return Ok(ExitCode::from(2));
                     }
                 }
-                let config = config(&args, "HEAD", cli.quiet, false)?;
+                let config = config(&args, cli.quiet, false)?;
                 let (pr, result, published) = gate::publish::check_and_publish(
                     forge.as_ref(),
                     &publish.repo_slug,
@@ -508,8 +507,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if args.charts.is_none() {
                 anyhow::bail!("gate charts pull needs --charts DIR (the mirror to fill)");
             }
-            let config = config(&args, &revision, cli.quiet, true)?;
-            match render::render(&config) {
+            let config = config(&args, cli.quiet, true)?;
+            match render::render(&config, &revision) {
                 Ok(rendering) => {
                     if !cli.quiet {
                         eprintln!(

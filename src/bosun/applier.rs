@@ -49,9 +49,7 @@ impl Scope {
                 if let Some(path) = path
                     && is_this_repository(repo)
                 {
-                    scope
-                        .directories
-                        .insert(crate::render::git::normalize(path));
+                    scope.directories.insert(crate::paths::normalize(path));
                 }
                 for file in source
                     .pointer("/helm/valueFiles")
@@ -67,14 +65,14 @@ impl Scope {
                                 r.get("repoURL").and_then(Value::as_str).unwrap_or(""),
                             )
                         {
-                            scope.files.insert(crate::render::git::normalize(relative));
+                            scope.files.insert(crate::paths::normalize(relative));
                         }
                     } else if let Some(path) = path
                         && is_this_repository(repo)
                     {
                         scope
                             .files
-                            .insert(crate::render::git::normalize(&format!("{path}/{file}")));
+                            .insert(crate::paths::normalize(&format!("{path}/{file}")));
                     }
                 }
             }
@@ -177,7 +175,7 @@ fn safe_path(root: &Path, path: &str) -> Result<(), String> {
 fn admit(root: &Path, policy: &Policy, path: &str) -> Result<(), String> {
     safe_path(root, path)?;
     // The lists see the path as the filesystem resolves it: `a//b` and `a/./b` are `a/b`.
-    let normal = crate::render::git::normalize(path);
+    let normal = crate::paths::normalize(path);
     if policy.deny.is_match(&normal) {
         return Err("the deny-list matches it".into());
     }

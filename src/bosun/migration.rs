@@ -85,7 +85,7 @@ fn chart_file(chart: &ChartLocation, name: &str) -> Option<Vec<u8>> {
     match chart {
         ChartLocation::Mirror(dir) => std::fs::read(dir.join(name)).ok(),
         ChartLocation::Git { snapshot, path } => snapshot
-            .read(&crate::render::git::normalize(&format!("{path}/{name}")))
+            .read(&crate::paths::normalize(&format!("{path}/{name}")))
             .map(<[u8]>::to_vec),
     }
 }

@@ -37,18 +37,19 @@ pub struct Prepared {
     pub reshaped: Vec<String>,
 }
 
-/// Plans the swap for `dropped` on the checkout `head_config` renders (its `revision` is the
-/// head): renders the head, applies the promotion scope and the deny/allow lists. A render
-/// failure is an error; a refused file is a handoff.
+/// Plans the swap for `dropped` on the checkout `head_config` renders: renders
+/// `head_revision`, applies the promotion scope and the deny/allow lists. A render failure is
+/// an error; a refused file is a handoff.
 pub fn plan(
     config: &Config,
     head_config: &RenderConfig,
+    head_revision: &str,
     dropped: &[DroppedServedVersion],
 ) -> Result<Result<Planned, Refusal>, String> {
     let checkout = head_config.repo_dir.as_path();
     let url = head_config.repo_url.as_deref().unwrap_or_default();
     let plan = swap::plan(dropped);
-    let rendering = render::render(head_config).map_err(|f| {
+    let rendering = render::render(head_config, head_revision).map_err(|f| {
         format!(
             "the head does not render: {}",
             f.diagnostics
@@ -60,8 +61,7 @@ pub fn plan(
     let scope = match config.promotion_scope {
         PromotionScope::Deployed => Some(Scope::of(&rendering, |repo| {
             repo.is_empty()
-                || crate::render::repos::normalize_repo_url(repo)
-                    == crate::render::repos::normalize_repo_url(url)
+                || crate::git::normalize_repo_url(repo) == crate::git::normalize_repo_url(url)
         })),
         PromotionScope::Repository => None,
     };

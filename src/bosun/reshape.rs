@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 use super::applier::Rewrite;
 use super::swap::Swap;
 use crate::gate::rules::DroppedServedVersion;
-use crate::render::{self, Rendering};
+use crate::render::Rendering;
 use crate::schema;
 
 /// What moving one document to the destination version would lose.
@@ -88,7 +88,7 @@ pub fn crd_for<'r>(
         .iter()
         .flat_map(|a| a.objects.iter().map(|o| &**o))
         .find(|o| {
-            crate::gate::rules::crd_info(o).is_some_and(|(_, crd)| {
+            crate::gate::crd::crd_info(o).is_some_and(|(_, crd)| {
                 crd.group == group && crd.kind == kind && crd.served.contains(version)
             })
         })
@@ -186,7 +186,7 @@ pub fn lossy_documents(
                         a.sources.iter().any(|s| {
                             s.get("path")
                                 .and_then(Value::as_str)
-                                .map(render::git::normalize)
+                                .map(crate::paths::normalize)
                                 == Some(chart_dir.clone())
                         })
                     })

@@ -19,9 +19,9 @@ use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upser
 use crate::gate::publish::{self, CHECK_NAME};
 use crate::gate::report::{self, MARKER, ParsedReport};
 use crate::gate::rules::DroppedServedVersion;
+use crate::git::Snapshot;
 use crate::render::cache::RenderCache;
 use crate::render::charts::{self, ChartPulls};
-use crate::render::git::Snapshot;
 use crate::render::inventory::Inventory;
 use crate::render::tools::Tool;
 use crate::render::{self, RenderConfig};
@@ -108,7 +108,6 @@ pub fn render_config(
 ) -> RenderConfig {
     RenderConfig {
         repo_dir: checkout.to_path_buf(),
-        revision: "HEAD".into(),
         repo_url: Some(url.to_string()),
         inventory,
         charts: Some(
@@ -204,7 +203,7 @@ fn git_as(
     args: &[&str],
     credentials: Option<(&str, &str, &str)>,
 ) -> Result<String, TriageError> {
-    let mut command = crate::render::git::git(dir);
+    let mut command = crate::git::git(dir);
     if let Some((url, username, token)) = credentials {
         let (protocol, rest) = url.split_once("://").unwrap_or(("", url));
         let host = rest.split('/').next().unwrap_or("");
@@ -1058,20 +1057,20 @@ impl Bosun {
         )?;
         git(checkout, &["clean", "--quiet", "-fdx"])?;
         let mut head_config = config.clone();
-        head_config.revision = head.clone();
         head_config.parsed = Default::default();
-        let planned =
-            match tokio::task::block_in_place(|| repair::plan(&self.config, &head_config, dropped))
-                .map_err(TriageError::Gate)?
-            {
-                Ok(planned) => planned,
-                Err((handoff, details)) => {
-                    return self
-                        .hand_off(slug, number, &handoff, &details, run)
-                        .await
-                        .map(Some);
-                }
-            };
+        let planned = match tokio::task::block_in_place(|| {
+            repair::plan(&self.config, &head_config, &head, dropped)
+        })
+        .map_err(TriageError::Gate)?
+        {
+            Ok(planned) => planned,
+            Err((handoff, details)) => {
+                return self
+                    .hand_off(slug, number, &handoff, &details, run)
+                    .await
+                    .map(Some);
+            }
+        };
         // Model calls are counted per head before they are made, in a comment of Bosun's
         // own: a restart, a re-delivery or a poll of this head counts them.
         let needed = planned.calls_needed(self.model.is_some());
@@ -1209,9 +1208,8 @@ impl Bosun {
         )?;
         git(checkout, &["clean", "--quiet", "-fdx"])?;
         let mut head_config = config.clone();
-        head_config.revision = head.clone();
         head_config.parsed = Default::default();
-        let decided = tokio::task::block_in_place(|| migration_plan(&head_config, base));
+        let decided = tokio::task::block_in_place(|| migration_plan(&head_config, &head, base));
         let migrations = match decided {
             Ok(Some(migrations)) => migrations,
             Ok(None) => {
@@ -1372,10 +1370,10 @@ impl Bosun {
         )?;
         git(checkout, &["clean", "--quiet", "-fdx"])?;
         let mut head_config = config.clone();
-        head_config.revision = head.clone();
         head_config.parsed = Default::default();
-        let planned =
-            tokio::task::block_in_place(|| fix_plan(&head_config, base, not_served, report_body));
+        let planned = tokio::task::block_in_place(|| {
+            fix_plan(&head_config, &head, base, not_served, report_body)
+        });
         let (fix, rendering) = match planned {
             Ok(planned) => planned,
             Err((handoff, details)) => {
@@ -1609,10 +1607,12 @@ impl Bosun {
     }
 }
 
-/// Plans the mechanical fix on the head `head_config` renders: the head's and the base's
-/// renders, the files the pull request changed, the inventory of editable keys.
+/// Plans the mechanical fix on `head_revision` of the checkout `head_config` renders: the
+/// head's and the base's renders, the files the pull request changed, the inventory of
+/// editable keys.
 pub fn fix_plan(
     head_config: &RenderConfig,
+    head_revision: &str,
     base: &str,
     not_served: &[crate::gate::rules::NotServed],
     report_body: &str,
@@ -1627,13 +1627,9 @@ pub fn fix_plan(
             vec![],
         )
     };
-    let head = crate::render::render(head_config)
+    let head = crate::render::render(head_config, head_revision)
         .map_err(|f| stopped(format!("the head does not render for Bosun: {f}")))?;
-    let base_rendering = (!base.is_empty()).then(|| {
-        let mut c = head_config.clone();
-        c.revision = base.to_string();
-        crate::render::render(&c).ok()
-    });
+    let base_rendering = (!base.is_empty()).then(|| crate::render::render(head_config, base).ok());
     let changed: Vec<String> = if base.is_empty() {
         Vec::new()
     } else {
@@ -1691,8 +1687,7 @@ pub fn fix_policy(
             let url = head_config.repo_url.clone().unwrap_or_default();
             Some(applier::Scope::of(rendering, |repo| {
                 repo.is_empty()
-                    || crate::render::repos::normalize_repo_url(repo)
-                        == crate::render::repos::normalize_repo_url(&url)
+                    || crate::git::normalize_repo_url(repo) == crate::git::normalize_repo_url(&url)
             }))
         }
         super::config::PromotionScope::Repository => None,
@@ -1728,23 +1723,22 @@ pub async fn fix_finish(
     }
 }
 
-/// Plans the values migration on the head `head_config` renders: `Ok(None)` when the head
-/// renders after all. The base (the merge base the gate used) is rendered for the old charts'
-/// schemas, which the model is shown.
+/// Plans the values migration on `head_revision` of the checkout `head_config` renders:
+/// `Ok(None)` when the head renders after all. The base (the merge base the gate used) is
+/// rendered for the old charts' schemas, which the model is shown.
 pub fn migration_plan(
     head_config: &RenderConfig,
+    head_revision: &str,
     base: &str,
 ) -> Result<Option<Vec<migration::Migration>>, repair::Refusal> {
-    let failure = match crate::render::render(head_config) {
+    let failure = match crate::render::render(head_config, head_revision) {
         Ok(_) => return Ok(None),
         Err(failure) => failure,
     };
     let base_rendering = if base.is_empty() {
         None
     } else {
-        let mut base_config = head_config.clone();
-        base_config.revision = base.to_string();
-        crate::render::render(&base_config).ok()
+        crate::render::render(head_config, base).ok()
     };
     let migrations = migration::plan(&failure, &head_config.repo_dir, &failure.revision, &|f| {
         base_rendering

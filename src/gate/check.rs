@@ -8,20 +8,26 @@ use serde_json::Value;
 use super::diff::{self, AppKey, AppStatus, ChartMove, RenderDiff};
 use super::report::{GateResult, Outcome, Verdict};
 use super::rules::{self, Finding, Severity};
-use crate::render::git::{self, Snapshot};
+use crate::git::{self, Snapshot};
 use crate::render::{self, RenderConfig, RenderFailure};
 
 /// Which commits to compare.
 #[derive(Debug, Clone)]
 pub struct Revisions {
-    /// The merge base; computed from `head` and the default branch when absent.
+    /// The merge base, as given (`--base`); when absent it is computed from `head` and
+    /// `target`.
     pub base: Option<String>,
+    /// The pull request's head: any revision git resolves (`HEAD`, a branch, a commit).
     pub head: String,
-    /// The branch the pull request merges into (default: origin's HEAD, else main, else master).
-    pub default_branch: Option<String>,
+    /// What the pull request merges into, to compute the merge base from: a branch name
+    /// (`gate check --default-branch`) or a commit (`publish::check_and_publish`, for `gate
+    /// publish` and Bosun's triage, passes the base commit the forge reports). Default:
+    /// [`default_branch`].
+    pub target: Option<String>,
 }
 
-/// The branch a pull request merges into, as the repository knows it.
+/// The branch a pull request merges into, as the repository knows it: origin's HEAD, else
+/// main, else master (local or origin's).
 pub fn default_branch(repo: &Path) -> Option<String> {
     let run = |args: &[&str]| {
         std::process::Command::new("git")
@@ -90,8 +96,8 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
     };
     let base = match &revisions.base {
         Some(base) => git::resolve_commit(repo, base).map_err(|e| e.to_string()),
-        None => match revisions.default_branch.clone().or_else(|| default_branch(repo)) {
-            Some(branch) => git::merge_base(repo, &head, &branch).map_err(|e| format!("no merge base of {head} and {branch}: {e}")),
+        None => match revisions.target.clone().or_else(|| default_branch(repo)) {
+            Some(target) => git::merge_base(repo, &head, &target).map_err(|e| format!("no merge base of {head} and {target}: {e}")),
             None => Err("no default branch found to compute the merge base from (pass --base or --default-branch)".to_string()),
         },
     };
@@ -104,11 +110,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
     let mut config = config.clone();
     config.parsed = Default::default();
     let config = &config;
-    let at = |revision: &str| {
-        let mut c = config.clone();
-        c.revision = revision.to_string();
-        render::render(&c)
-    };
+    let at = |revision: &str| render::render(config, revision);
     let stopped = |revision: &str| {
         Err(RenderFailure {
             revision: revision.to_string(),
@@ -231,13 +233,11 @@ fn isolate_chart_moves(
     if pinned.is_empty() {
         return;
     }
-    let mut c = config.clone();
-    c.revision = head.to_string();
-    let rendered = match render::render_applications(&c, pinned.clone()) {
+    let rendered = match render::render_applications(config, head, pinned.clone()) {
         Ok(r) => r.applications,
         Err(_) => pinned
             .into_iter()
-            .filter_map(|m| render::render_applications(&c, vec![m]).ok())
+            .filter_map(|m| render::render_applications(config, head, vec![m]).ok())
             .flat_map(|r| r.applications)
             .collect(),
     };

@@ -82,16 +82,14 @@ pub async fn check_and_publish(
     mode: CheckMode,
 ) -> Result<(crate::forge::PullRequest, GateResult, Published), CheckError> {
     let pr = forge.pull_request(repo, number).await?;
-    crate::render::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
-    crate::render::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
-    let mut config = config.clone();
-    config.revision = pr.head_sha.clone();
+    crate::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
+    crate::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
     let revisions = super::check::Revisions {
         base: None,
         head: pr.head_sha.clone(),
-        default_branch: Some(pr.base_sha.clone()),
+        target: Some(pr.base_sha.clone()),
     };
-    let result = tokio::task::block_in_place(|| super::check::check(&config, &revisions));
+    let result = tokio::task::block_in_place(|| super::check::check(config, &revisions));
     let published = publish(forge, repo, number, author, &result, mode).await?;
     Ok((pr, result, published))
 }
@@ -101,7 +99,7 @@ pub enum CheckError {
     #[error(transparent)]
     Forge(#[from] ForgeError),
     #[error(transparent)]
-    Git(#[from] crate::render::git::GitError),
+    Git(#[from] crate::git::GitError),
 }
 
 pub async fn publish(

@@ -8,9 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::inventory::{Cluster, Inventory};
 use super::matching::{LabelSelector, git_pathspec_match, go_path_match};
-use super::params::{
-    deep_merge, flatten_into, flatten_params, go_sprint, merge_patch, normalize_name,
-};
+use super::params::{deep_merge, flatten_into, flatten_params, go_sprint, normalize_name};
 use super::repos::RepoResolver;
 use super::template::{
     Params, TemplateMode, collect_templates, fasttemplate, field_of, go_render_batch, map_strings,
@@ -143,7 +141,7 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
                 let patch_value = yaml::parse_document(&patch, "templatePatch")
                     .map_err(|e| format!("templatePatch renders invalid YAML: {}", e.message))?;
                 let project = application.pointer("/spec/project").cloned();
-                merge_patch(&mut application, &patch_value);
+                json_patch::merge(&mut application, &patch_value);
                 // Argo CD discards templatePatch changes to spec.project.
                 if let Some(project) = project {
                     application["spec"]["project"] = project;

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-use super::git::hex;
+use crate::git::hex;
 
 #[derive(Debug, Clone, Default)]
 pub struct RenderCache {

@@ -10,8 +10,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::git::Snapshot;
 use super::tools::Tool;
+use crate::git::Snapshot;
 
 /// The mirror folder of a chart repository URL.
 pub fn repo_key(repo_url: &str) -> String {

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::render::git::Snapshot;
+use crate::git::Snapshot;
 use crate::render::matching::loose_glob_match;
 use crate::render::source::*;
 use crate::yaml;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::render::git::{Snapshot, escapes_root, hex, normalize};
+use crate::git::{Snapshot, hex};
+use crate::paths::{escapes_root, normalize};
 use crate::render::inventory::Cluster;
 use crate::render::source::*;
 

@@ -10,7 +10,6 @@ pub mod cache;
 pub mod charts;
 pub mod confine;
 pub mod directory;
-pub mod git;
 pub mod helm;
 pub mod inventory;
 pub mod kustomize;
@@ -32,12 +31,12 @@ use serde_json::Value;
 use sha2::Digest as _;
 
 use self::cache::RenderCache;
-use self::git::Snapshot;
 use self::inventory::Inventory;
 use self::parsed::{Object, ParsedStore};
 use self::repos::RepoResolver;
 use self::source::{PlanContext, RenderJob};
 use self::tools::Tool;
+use crate::git::Snapshot;
 use crate::yaml;
 
 /// How deep app-of-apps may nest before the render refuses (Argo CD has no limit; a preview
@@ -48,8 +47,8 @@ pub const DEFAULT_MAX_DEPTH: usize = 8;
 #[derive(Clone)]
 pub struct RenderConfig {
     pub repo_dir: PathBuf,
-    pub revision: String,
-    /// The repository's URL as sources write it; sources pointing at it read `revision`.
+    /// The repository's URL as sources write it; sources pointing at it read the revision
+    /// being rendered (the argument of [`render`]), whatever their `targetRevision` says.
     pub repo_url: Option<String>,
     pub inventory: Inventory,
     pub charts: Option<PathBuf>,
@@ -251,22 +250,25 @@ fn is_argo_kind(object: &Value, kind: &str) -> bool {
             .is_some_and(|v| v.starts_with("argoproj.io/"))
 }
 
-/// Renders everything the repository deploys at `config.revision`.
-pub fn render(config: &RenderConfig) -> Result<Rendering, RenderFailure> {
-    render_roots(config, None)
+/// Renders everything the repository deploys at `revision` (a branch, tag or commit of
+/// `config.repo_dir`).
+pub fn render(config: &RenderConfig, revision: &str) -> Result<Rendering, RenderFailure> {
+    render_roots(config, revision, None)
 }
 
-/// Renders the given Applications (not the repository's own roots) at `config.revision`:
-/// the gate uses it to render one Application with another chart version pinned.
+/// Renders the given Applications (not the repository's own roots) at `revision`: the gate
+/// uses it to render one Application with another chart version pinned.
 pub fn render_applications(
     config: &RenderConfig,
+    revision: &str,
     applications: Vec<Value>,
 ) -> Result<Rendering, RenderFailure> {
-    render_roots(config, Some(applications))
+    render_roots(config, revision, Some(applications))
 }
 
 fn render_roots(
     config: &RenderConfig,
+    revision: &str,
     given: Option<Vec<Value>>,
 ) -> Result<Rendering, RenderFailure> {
     let failure = |revision: &str, subject: &str, message: String| RenderFailure {
@@ -279,9 +281,9 @@ fn render_roots(
         helm_failures: Vec::new(),
         values_users: Vec::new(),
     };
-    trace(&config.revision, "render starts");
-    let snapshot = Snapshot::load(&config.repo_dir, &config.revision)
-        .map_err(|e| failure(&config.revision, "repository", e.to_string()))?;
+    trace(revision, "render starts");
+    let snapshot = Snapshot::load(&config.repo_dir, revision)
+        .map_err(|e| failure(revision, "repository", e.to_string()))?;
     let commit = snapshot.commit.clone();
     let snapshot = Arc::new(snapshot);
     let repos = RepoResolver::new(
@@ -314,9 +316,10 @@ fn render_roots(
         .prefix("gate-render-")
         .tempdir()
         .map_err(|e| failure(&commit, "scratch directory", e.to_string()))?;
-    trace(&config.revision, "snapshot loaded, roots scanned");
+    trace(revision, "snapshot loaded, roots scanned");
     let mut engine = Engine {
         config,
+        revision,
         repos,
         work: work.path().to_path_buf(),
         helm_version: config.helm.version(),
@@ -337,9 +340,9 @@ fn render_roots(
         helm_failures: Vec::new(),
         values_users: Vec::new(),
     };
-    trace(&config.revision, "tools asked");
+    trace(revision, "tools asked");
     engine.run(roots);
-    trace(&config.revision, "render done");
+    trace(revision, "render done");
     engine.finish(commit)
 }
 
@@ -350,6 +353,8 @@ struct Seen {
 
 struct Engine<'a> {
     config: &'a RenderConfig,
+    /// The revision being rendered, as the caller named it (for traces).
+    revision: &'a str,
     repos: RepoResolver,
     work: PathBuf,
     helm_version: String,
@@ -460,9 +465,9 @@ impl Engine<'_> {
                     Err(message) => self.error(&id, message),
                 }
             }
-            trace(&self.config.revision, "wave planned");
+            trace(self.revision, "wave planned");
             self.execute_pending_jobs();
-            trace(&self.config.revision, "wave rendered and parsed");
+            trace(self.revision, "wave rendered and parsed");
             let mut next = Vec::new();
             for p in pending {
                 let mut objects: Vec<Object> = Vec::new();
@@ -649,7 +654,7 @@ impl Engine<'_> {
                     // Keyed by content, so equal directories share their objects.
                     let key = format!(
                         "objects-{}",
-                        git::hex(&sha2::Sha256::digest(
+                        crate::git::hex(&sha2::Sha256::digest(
                             serde_json::to_vec(&objects).unwrap_or_default()
                         ))
                     );

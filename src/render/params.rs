@@ -1,4 +1,6 @@
 //! Parameter helpers shared by the generators: Go's value formatting, flattening, merging.
+//! (RFC 7386 JSON merge patches, for `.argocd-source*.yaml` and `templatePatch`, are
+//! `json_patch::merge`.)
 
 use serde_json::{Map, Value};
 
@@ -130,27 +132,6 @@ pub fn deep_merge(base: &mut Map<String, Value>, overlay: &Map<String, Value>, o
                 base.insert(k.clone(), v.clone());
             }
         }
-    }
-}
-
-/// RFC 7386 JSON merge patch (used for `.argocd-source*.yaml` and `templatePatch`).
-pub fn merge_patch(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(patch_map) => {
-            if !target.is_object() {
-                *target = Value::Object(Map::new());
-            }
-            if let Value::Object(target_map) = target {
-                for (k, v) in patch_map {
-                    if v.is_null() {
-                        target_map.remove(k);
-                    } else {
-                        merge_patch(target_map.entry(k.clone()).or_insert(Value::Null), v);
-                    }
-                }
-            }
-        }
-        other => *target = other.clone(),
     }
 }
 

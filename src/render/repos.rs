@@ -8,31 +8,13 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::git::{GitError, Snapshot};
+use crate::git::{GitError, Snapshot, normalize_repo_url};
 
 pub struct RepoResolver {
     repo_url: Option<String>,
     main: Arc<Snapshot>,
     mirrors: Vec<(String, PathBuf)>,
     loaded: Mutex<HashMap<(String, String), Arc<Snapshot>>>,
-}
-
-/// Compares repository URLs the way people write them: scheme, `.git` suffix, trailing `/`
-/// and the case of the host do not matter.
-pub fn normalize_repo_url(url: &str) -> String {
-    let url = url.trim().trim_end_matches('/');
-    let url = url.strip_suffix(".git").unwrap_or(url);
-    let without_scheme = url.split_once("://").map(|(_, rest)| rest).unwrap_or(url);
-    // git@host:org/repo -> host/org/repo
-    let without_user = without_scheme
-        .rsplit_once('@')
-        .map(|(_, r)| r)
-        .unwrap_or(without_scheme);
-    let unified = without_user.replacen(':', "/", 1);
-    match unified.split_once('/') {
-        Some((host, path)) => format!("{}/{}", host.to_lowercase(), path),
-        None => unified.to_lowercase(),
-    }
 }
 
 impl RepoResolver {
@@ -107,28 +89,5 @@ impl RepoResolver {
             .map_err(|e| e.to_string())?
             .insert(key, snapshot.clone());
         Ok(snapshot)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn repo_urls_compare_loosely() {
-        let a = normalize_repo_url("https://Git.Example.test/platform/gitops.git");
-        assert_eq!(a, normalize_repo_url("git.example.test/platform/gitops/"));
-        assert_eq!(
-            a,
-            normalize_repo_url("ssh://git@git.example.test/platform/gitops")
-        );
-        assert_eq!(
-            a,
-            normalize_repo_url("git@git.example.test:platform/gitops.git")
-        );
-        assert_ne!(
-            a,
-            normalize_repo_url("https://git.example.test/platform/other")
-        );
     }
 }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::charts::{self, ChartRef};
-use super::git::{Snapshot, escapes_root, normalize};
 use super::inventory::Cluster;
-use super::params::merge_patch;
 use super::repos::RepoResolver;
+use crate::git::Snapshot;
+use crate::paths::{escapes_root, normalize};
 use crate::yaml;
 
 use super::directory::read_directory;
@@ -255,7 +255,7 @@ fn plan_source(
         let file_path = join(&path, &file);
         if let Some(text) = snapshot.read_string(&file_path) {
             let patch = yaml::parse_document(&text, &file_path).map_err(|e| e.to_string())?;
-            merge_patch(&mut source, &patch);
+            json_patch::merge(&mut source, &patch);
         }
     }
     let explicit: Vec<&str> = ["helm", "kustomize", "directory", "plugin"]

@@ -45,8 +45,8 @@ fn text<'v>(value: &'v Value, key: &str) -> &'v str {
 }
 
 fn inside(workdir: &Path, path: &str) -> Result<PathBuf, String> {
-    let relative = gitops_loop::render::git::normalize(path);
-    if gitops_loop::render::git::escapes_root(&relative) {
+    let relative = gitops_loop::paths::normalize(path);
+    if gitops_loop::paths::escapes_root(&relative) {
         return Err(format!(
             "path {path:?} leaves the promotion's working directory"
         ));
@@ -336,11 +336,11 @@ fn argocd_update(ctx: &StepContext, config: &Value) -> Outcome {
 }
 
 fn git_url<'k>(ctx: &'k StepContext, repo_url: &str) -> Result<&'k (String, String), String> {
-    let wanted = gitops_loop::render::repos::normalize_repo_url(repo_url);
+    let wanted = gitops_loop::git::normalize_repo_url(repo_url);
     ctx.kargo
         .git_repos
         .iter()
-        .find(|(url, _)| gitops_loop::render::repos::normalize_repo_url(url) == wanted)
+        .find(|(url, _)| gitops_loop::git::normalize_repo_url(url) == wanted)
         .map(|(_, v)| v)
         .ok_or(format!("no credentials for repository {repo_url}"))
 }

@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::schema;
-use gitops_loop::render::params::merge_patch;
 
 /// How many events a watch can resume from; older resourceVersions answer 410 Gone.
 pub const HISTORY: usize = 20_000;
@@ -804,7 +803,7 @@ impl Store {
                         ),
                     ));
                 }
-                merge_patch(&mut next, &p);
+                json_patch::merge(&mut next, &p);
             }
             PatchBody::Json(ops) => {
                 let ops: json_patch::Patch = serde_json::from_value(ops).map_err(|e| {

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::render::git::{hex, normalize};
-use crate::render::params::merge_patch;
+use crate::git::hex;
+use crate::paths::normalize;
 use crate::render::source::*;
 use crate::yaml;
 
@@ -149,7 +149,7 @@ fn edit_kustomization(kustomization: &mut Value, options: &serde_json::Map<Strin
                     .iter_mut()
                     .find(|e| e.get("name") == image.get("name"))
                 {
-                    Some(found) => merge_patch(found, &image),
+                    Some(found) => json_patch::merge(found, &image),
                     None => existing.push(image),
                 }
             }

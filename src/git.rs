@@ -1,4 +1,7 @@
-//! A repository's tree at one revision, read from git objects (no checkout, no work tree).
+//! The product's one git runner: a repository's tree at one revision, read from git objects
+//! (no checkout, no work tree); revisions resolved, fetched and merge-based; repository URLs
+//! (origin's without credentials, compared the way people write them). The render engine,
+//! the gate and Bosun read repositories through it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -7,6 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
+
+use crate::paths::normalize;
 
 /// Why a revision could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +152,24 @@ pub fn without_credentials(url: &str) -> String {
             }
         }
         None => url.to_string(),
+    }
+}
+
+/// Compares repository URLs the way people write them: scheme, `.git` suffix, trailing `/`
+/// and the case of the host do not matter.
+pub fn normalize_repo_url(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    let url = url.strip_suffix(".git").unwrap_or(url);
+    let without_scheme = url.split_once("://").map(|(_, rest)| rest).unwrap_or(url);
+    // git@host:org/repo -> host/org/repo
+    let without_user = without_scheme
+        .rsplit_once('@')
+        .map(|(_, r)| r)
+        .unwrap_or(without_scheme);
+    let unified = without_user.replacen(':', "/", 1);
+    match unified.split_once('/') {
+        Some((host, path)) => format!("{}/{}", host.to_lowercase(), path),
+        None => unified.to_lowercase(),
     }
 }
 
@@ -327,32 +350,6 @@ fn dir_prefix(dir: &str) -> String {
     }
 }
 
-/// Normalises a repository path: no leading `./` or `/`, no trailing `/`, `a/./b` -> `a/b`.
-/// `..` segments are resolved; a path that climbs out of the repository keeps its `..` so that
-/// it never matches a file (callers check [`escapes_root`]).
-pub fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                if parts.last().is_some_and(|p| *p != "..") {
-                    parts.pop();
-                } else {
-                    parts.push("..");
-                }
-            }
-            other => parts.push(other),
-        }
-    }
-    parts.join("/")
-}
-
-/// True when a repository-relative path leaves the repository.
-pub fn escapes_root(path: &str) -> bool {
-    normalize(path).split('/').next() == Some("..")
-}
-
 pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -443,16 +440,6 @@ mod tests {
     }
 
     #[test]
-    fn normalize_paths() {
-        assert_eq!(normalize("./a/b/"), "a/b");
-        assert_eq!(normalize("a/../b"), "b");
-        assert_eq!(normalize("/a//b"), "a/b");
-        assert!(escapes_root("../x"));
-        assert!(escapes_root("a/../../x"));
-        assert!(!escapes_root("a/../x"));
-    }
-
-    #[test]
     fn directories_and_files_under() {
         let mut files = BTreeMap::new();
         files.insert("a/b/c.yaml".to_string(), b"x".to_vec());
@@ -464,5 +451,23 @@ mod tests {
         assert_eq!(under, vec!["a/b/c.yaml", "a/d.yaml"]);
         assert!(snap.is_dir("a/b"));
         assert!(!snap.is_dir("a/b/c.yaml"));
+    }
+
+    #[test]
+    fn repo_urls_compare_loosely() {
+        let a = normalize_repo_url("https://Git.Example.test/platform/gitops.git");
+        assert_eq!(a, normalize_repo_url("git.example.test/platform/gitops/"));
+        assert_eq!(
+            a,
+            normalize_repo_url("ssh://git@git.example.test/platform/gitops")
+        );
+        assert_eq!(
+            a,
+            normalize_repo_url("git@git.example.test:platform/gitops.git")
+        );
+        assert_ne!(
+            a,
+            normalize_repo_url("https://git.example.test/platform/other")
+        );
     }
 }

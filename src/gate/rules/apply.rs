@@ -1,0 +1,351 @@
+//! Rules about what applying the head would do: values the API server would prune or
+//! reject, what Argo CD may now delete or overwrite by itself, Applications whose destination
+//! is no cluster, CustomResourceDefinitions whose names the API server would reject.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{
+    CRD_NAME_INVALID, DESTINATION_UNKNOWN, FIELD_PRUNED_ON_APPLY, Finding, Inputs, Memo,
+    SYNC_POLICY_CHANGED, Severity, grouped_objects, object_label, split_api_version,
+};
+use crate::gate::crd::{crd_name_problem, serves_version};
+use crate::gate::diff::ObjectKey;
+use crate::render::parsed::Object;
+use crate::render::{RenderedApplication, Rendering};
+
+/// `field-pruned-on-apply`: a value the API server would prune from a rendered custom object,
+/// or a reason it would reject it, under the structural schema its cluster serves for the
+/// version it declares. Blocking when the head introduces it, a note when the base has the
+/// same loss in the same Application. One finding per object and loss.
+pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Vec<Finding> {
+    let Inputs { base, head, .. } = inputs;
+    let mut findings = Vec::new();
+    // Values the apply would drop: every rendered object of a custom kind, through the
+    // structural schema of the version it declares as its cluster serves it at this commit.
+    let base_losses: std::collections::HashSet<(String, String, String)> =
+        apply_losses(memo, base).into_iter().collect();
+    let mut losses: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (app, object, loss) in apply_losses(memo, head) {
+        let introduced = !base_losses.contains(&(app.clone(), object.clone(), loss.clone()));
+        let severity = if introduced { "blocking" } else { "note" };
+        losses
+            .entry((format!("{severity}\u{0}{object}"), loss))
+            .or_default()
+            .push(app);
+    }
+    for ((key, loss), apps) in losses {
+        let (severity, object) = key.split_once('\u{0}').unwrap_or(("note", &key));
+        let shown: Vec<&str> = apps.iter().take(10).map(String::as_str).collect();
+        findings.push(Finding {
+            rule: FIELD_PRUNED_ON_APPLY.into(),
+            severity: if severity == "blocking" {
+                Severity::Blocking
+            } else {
+                Severity::Note
+            },
+            summary: format!(
+                "{object}: {loss}, in {}{}{}",
+                shown.join(", "),
+                if apps.len() > shown.len() {
+                    format!(" and {} more", apps.len() - shown.len())
+                } else {
+                    String::new()
+                },
+                if severity == "blocking" {
+                    ""
+                } else {
+                    " (so at the merge base too)"
+                }
+            ),
+            evidence: serde_json::json!({"object": object, "loss": loss, "applications": apps}),
+        });
+    }
+    findings
+}
+
+/// `sync-policy-changed`, a note: what a changed or new Application now lets Argo CD do by
+/// itself that can delete or overwrite ([`sync_powers`]), one finding per power with the
+/// Applications that gain it.
+pub(super) fn sync_policies_changed(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let Inputs { base, head, .. } = inputs;
+    let mut findings = Vec::new();
+    // Sync policies: what a changed Application now lets Argo CD do by itself.
+    // Argo CD knows an Application by namespace and name (a move to another cluster is the
+    // same Application); a new one brings all its powers.
+    let base_by_key: BTreeMap<(&str, &str), &RenderedApplication> = base
+        .applications
+        .iter()
+        .map(|a| ((a.namespace.as_str(), a.name.as_str()), a))
+        .collect();
+    let mut enabled: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    for app in &head.applications {
+        let was = base_by_key
+            .get(&(app.namespace.as_str(), app.name.as_str()))
+            .map(|before| sync_powers(&before.stored))
+            .unwrap_or_default();
+        let now = sync_powers(&app.stored);
+        for power in now.difference(&was) {
+            enabled
+                .entry(power)
+                .or_default()
+                .push(format!("{}/{}", app.namespace, app.name));
+        }
+    }
+    for (power, apps) in enabled {
+        let shown: Vec<&str> = apps.iter().take(10).map(String::as_str).collect();
+        findings.push(Finding {
+            rule: SYNC_POLICY_CHANGED.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "{} Application{} now {power}: {}{}",
+                apps.len(),
+                if apps.len() == 1 { "" } else { "s" },
+                shown.join(", "),
+                if apps.len() > shown.len() {
+                    format!(" and {} more", apps.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            ),
+            evidence: serde_json::json!({"enables": power, "applications": apps}),
+        });
+    }
+    findings
+}
+
+/// `destination-unknown`: a head Application whose destination is no cluster of the
+/// inventory (Argo CD reports "cluster not found" and renders nothing for it). Blocking when
+/// the pull request brings it; a note when the base has the same Application with the same
+/// destination, unless the inventory is Argo CD's partial view.
+pub(super) fn unknown_destinations(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let Inputs {
+        base,
+        head,
+        inventory,
+        ..
+    } = inputs;
+    let mut findings = Vec::new();
+    // Unknown destinations: blocking when the pull request brings one, a note when the base
+    // has the same Application with the same unknown destination.
+    let base_unknown: BTreeSet<(&str, &str, &str)> = base
+        .applications
+        .iter()
+        .filter_map(|a| {
+            a.destination_unknown
+                .as_deref()
+                .map(|d| (a.namespace.as_str(), a.name.as_str(), d))
+        })
+        .collect();
+    for app in &head.applications {
+        let Some(destination) = &app.destination_unknown else {
+            continue;
+        };
+        let before = base_unknown.contains(&(
+            app.namespace.as_str(),
+            app.name.as_str(),
+            destination.as_str(),
+        ));
+        // From Argo CD's API, a cluster the token may not read is left out silently: there an
+        // unknown destination may be a hidden cluster, and is never let through as a note.
+        let note = before && !inventory.partial_view;
+        findings.push(Finding {
+            rule: DESTINATION_UNKNOWN.into(),
+            severity: if note {
+                Severity::Note
+            } else {
+                Severity::Blocking
+            },
+            summary: format!(
+                "Application {}/{} (from {}) has destination {destination}, which is no cluster of the inventory: Argo CD generates it and reports \"cluster not found\", and nothing is rendered for it{}",
+                app.namespace,
+                app.name,
+                app.origin,
+                if note {
+                    " (so it was at the merge base too)"
+                } else if before {
+                    " (at the merge base too, but the inventory is Argo CD's view, which leaves out clusters its token may not read)"
+                } else {
+                    ""
+                }
+            ),
+            evidence: serde_json::json!({
+                "application": app.name,
+                "namespace": app.namespace,
+                "origin": app.origin.to_string(),
+                "destination": destination,
+            }),
+        });
+    }
+    findings
+}
+
+/// `crd-name-invalid`, blocking: a CustomResourceDefinition rendered at the head whose names
+/// the API server would reject ([`crd_name_problem`]); none of its versions counts as served.
+/// One finding per Application, cluster and CRD.
+pub(super) fn invalid_crd_names(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let head = inputs.head;
+    let mut findings = Vec::new();
+    let mut invalid = BTreeSet::new();
+    for app in &head.applications {
+        for object in &app.objects {
+            if let Some(why) = crd_name_problem(object) {
+                let name = object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                // The name is chart-controlled: shown quoted and cut, never as raw text.
+                let shown: String = name.chars().take(80).collect();
+                invalid.insert((app.name.clone(), app.cluster.name.clone(), shown, why));
+            }
+        }
+    }
+    for (application, cluster, name, why) in invalid {
+        findings.push(Finding {
+            rule: CRD_NAME_INVALID.into(),
+            severity: Severity::Blocking,
+            summary: format!(
+                "Application {application} on {cluster} renders a CustomResourceDefinition {name:?} the API server would reject: {why}; none of its versions counts as served"
+            ),
+            evidence: serde_json::json!({"application": application, "cluster": cluster, "reason": why}),
+        });
+    }
+    findings
+}
+
+/// Every value the API server would prune from, or every reason it would reject, a rendered
+/// object of a custom kind: (Application `ns/name on cluster`, object, what happens). The
+/// schema is the one the object's cluster serves at this render for the version the object
+/// declares; an object whose CRD or version is not there is another rule's business.
+fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, String)> {
+    let mut crds: BTreeMap<(&str, String, String), &Object> = BTreeMap::new();
+    for app in &rendering.applications {
+        for object in &app.objects {
+            if let Some((_, info)) = memo.crd_info(object) {
+                crds.insert(
+                    (
+                        app.cluster.name.as_str(),
+                        info.group.clone(),
+                        info.kind.clone(),
+                    ),
+                    object,
+                );
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (app, object, api_version, kind) in grouped_objects(rendering) {
+        let (group, version) = split_api_version(api_version);
+        {
+            let Some(crd) = crds.get(&(
+                app.cluster.name.as_str(),
+                group.to_string(),
+                kind.to_string(),
+            )) else {
+                continue;
+            };
+            let served = serves_version(crd, version);
+            let Some(schema) = crate::schema::version_schema(crd, version).filter(|_| served)
+            else {
+                continue;
+            };
+            let label = format!("{} {}", api_version, object_label(&ObjectKey::of(object)));
+            let where_ = format!("{}/{} on {}", app.namespace, app.name, app.cluster.name);
+            let losses = &memo
+                .losses
+                .entry((Arc::as_ptr(object) as usize, Arc::as_ptr(crd) as usize))
+                .or_insert_with(|| {
+                    (
+                        Object::clone(object),
+                        Object::clone(crd),
+                        losses_of(object, schema, version),
+                    )
+                })
+                .2;
+            for loss in losses {
+                out.push((where_.clone(), label.clone(), loss.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// What the API server would prune from, or why it would reject, one object under a schema.
+fn losses_of(object: &Value, schema: &Value, version: &str) -> Vec<String> {
+    let mut copy = object.clone();
+    let outcome = crate::schema::prune_and_validate(&mut copy, schema);
+    let mut out = Vec::new();
+    for (path, value) in outcome.pruned {
+        let mut value = value.to_string();
+        if value.chars().count() > 80 {
+            value = format!("{}…", value.chars().take(80).collect::<String>());
+        }
+        out.push(format!(
+            "{path} = {value} would be pruned (the {version} schema has no such field)"
+        ));
+    }
+    for error in outcome.errors {
+        out.push(format!("rejected: {error}"));
+    }
+    out
+}
+
+/// What an Application (as stored) lets Argo CD do by itself that can delete or overwrite:
+/// automated sync, pruning, self-healing, syncing to empty, cascading deletion, forced or
+/// replacing applies.
+fn sync_powers(stored: &Value) -> BTreeSet<&'static str> {
+    let mut out = BTreeSet::new();
+    let policy = stored.pointer("/spec/syncPolicy");
+    let automated = policy.and_then(|p| p.get("automated"));
+    let truthy = |v: Option<&Value>| v.and_then(Value::as_bool) == Some(true);
+    if let Some(automated) = automated.filter(|a| a.is_object())
+        && automated.get("enabled").and_then(Value::as_bool) != Some(false)
+    {
+        out.insert("sync automatically (syncPolicy.automated)");
+        if truthy(automated.get("prune")) {
+            out.insert("prune resources automatically, deleting what leaves the render (syncPolicy.automated.prune)");
+        }
+        if truthy(automated.get("selfHeal")) {
+            out.insert("self-heal, overwriting changes made in the cluster (syncPolicy.automated.selfHeal)");
+        }
+        if truthy(automated.get("allowEmpty")) {
+            out.insert(
+                "sync an empty render, deleting everything (syncPolicy.automated.allowEmpty)",
+            );
+        }
+    }
+    for option in policy
+        .and_then(|p| p.get("syncOptions"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        match option.trim() {
+            "Replace=true" => {
+                out.insert("replace resources instead of applying them (syncOptions Replace=true)");
+            }
+            "Force=true" => {
+                out.insert(
+                    "force syncs, deleting and recreating resources (syncOptions Force=true)",
+                );
+            }
+            _ => {}
+        }
+    }
+    if stored
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| {
+            f.iter().filter_map(Value::as_str).any(|f| {
+                f == "resources-finalizer.argocd.argoproj.io"
+                    || f.starts_with("resources-finalizer.argocd.argoproj.io/")
+            })
+        })
+    {
+        out.insert("delete their resources when the Application is deleted (resources-finalizer)");
+    }
+    out
+}

@@ -1,0 +1,175 @@
+//! Notes a reviewer needs, read from the diff: Applications the change creates, chart moves
+//! across a major version, RBAC objects and CustomResourceDefinitions added or removed. None
+//! of them blocks.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::{
+    ADDON_ADDED, CRD_ADDED, CRD_REMOVED, Finding, Inputs, MAJOR_VERSION, RBAC_REMOVED, Severity,
+    object_label,
+};
+use crate::gate::diff::AppStatus;
+use crate::render::RenderedApplication;
+
+/// `addon-added`, a note: the expansion of every Application the change creates (its
+/// cluster, destination namespace, what it renders and where it comes from), in one finding.
+pub(super) fn addons_added(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let Inputs { head, diff, .. } = inputs;
+    let mut findings = Vec::new();
+    let added: Vec<&RenderedApplication> = diff
+        .applications
+        .iter()
+        .filter(|a| a.status == AppStatus::Added)
+        .filter_map(|a| {
+            head.applications.iter().find(|h| {
+                h.cluster.name == a.app.cluster
+                    && h.name == a.app.name
+                    && h.namespace == a.app.namespace
+            })
+        })
+        .collect();
+    if !added.is_empty() {
+        let rows: Vec<Value> = added
+            .iter()
+            .map(|app| {
+                serde_json::json!({
+                    "application": app.name,
+                    "namespace": app.namespace,
+                    "cluster": app.cluster.name,
+                    "destinationNamespace": app.destination_namespace,
+                    "renders": app.sources.iter().filter(|s| s.get("chart").is_some() || s.get("path").is_some()).map(crate::render::output::source_line).collect::<Vec<_>>(),
+                    "origin": app.origin.to_string(),
+                })
+            })
+            .collect();
+        findings.push(Finding {
+            rule: ADDON_ADDED.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "this change creates {} Application{}",
+                added.len(),
+                if added.len() == 1 { "" } else { "s" }
+            ),
+            evidence: Value::Array(rows),
+        });
+    }
+    findings
+}
+
+/// `major-version-boundary`, a note: a chart version move that crosses a major version
+/// ([`crosses_major`]), one finding per chart and move with the Applications it applies to.
+pub(super) fn major_versions(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let diff = inputs.diff;
+    let mut findings = Vec::new();
+    let mut majors: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
+    for app in &diff.applications {
+        for chart_move in &app.chart_moves {
+            if crosses_major(&chart_move.from, &chart_move.to) {
+                majors
+                    .entry((
+                        chart_move.chart.clone(),
+                        chart_move.from.clone(),
+                        chart_move.to.clone(),
+                    ))
+                    .or_default()
+                    .push(app.app.to_string());
+            }
+        }
+    }
+    for ((chart, from, to), apps) in majors {
+        findings.push(Finding {
+            rule: MAJOR_VERSION.into(),
+            severity: Severity::Note,
+            summary: format!("chart {chart} {from} → {to} crosses a major version boundary ({} Application{})", apps.len(), if apps.len() == 1 { "" } else { "s" }),
+            evidence: serde_json::json!({"chart": chart, "from": from, "to": to, "applications": apps}),
+        });
+    }
+    findings
+}
+
+/// `rbac-removed`, a note: Roles, ClusterRoles and their bindings the change removes, in one
+/// finding.
+pub(super) fn rbac_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let rbac_kinds = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
+    let mut rbac_removed: Vec<String> = Vec::new();
+    for app in &inputs.diff.applications {
+        for object in &app.objects.removed {
+            if object.group == "rbac.authorization.k8s.io"
+                && rbac_kinds.contains(&object.kind.as_str())
+            {
+                rbac_removed.push(format!("{} ({})", object_label(object), app.app));
+            }
+        }
+    }
+    if !rbac_removed.is_empty() {
+        findings.push(Finding {
+            rule: RBAC_REMOVED.into(),
+            severity: Severity::Note,
+            summary: format!(
+                "{} RBAC object{} removed",
+                rbac_removed.len(),
+                if rbac_removed.len() == 1 { "" } else { "s" }
+            ),
+            evidence: serde_json::json!(rbac_removed),
+        });
+    }
+    findings
+}
+
+/// `crd-added` and `crd-removed`, notes: the CustomResourceDefinitions the change adds and
+/// removes, by name, one finding each.
+pub(super) fn crds_added_or_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    let mut crds_added: BTreeSet<String> = BTreeSet::new();
+    let mut crds_removed: BTreeSet<String> = BTreeSet::new();
+    for app in &inputs.diff.applications {
+        for object in &app.objects.removed {
+            if object.kind == "CustomResourceDefinition" {
+                crds_removed.insert(object.name.clone());
+            }
+        }
+        for object in &app.objects.added {
+            if object.kind == "CustomResourceDefinition" {
+                crds_added.insert(object.name.clone());
+            }
+        }
+    }
+    for (rule, set, verb) in [
+        (CRD_ADDED, &crds_added, "added"),
+        (CRD_REMOVED, &crds_removed, "removed"),
+    ] {
+        if !set.is_empty() {
+            findings.push(Finding {
+                rule: rule.into(),
+                severity: Severity::Note,
+                summary: format!(
+                    "{} CustomResourceDefinition{} {verb}",
+                    set.len(),
+                    if set.len() == 1 { "" } else { "s" }
+                ),
+                evidence: serde_json::json!(set),
+            });
+        }
+    }
+    findings
+}
+
+/// True when a version move crosses a major boundary (for 0.x, a minor change counts).
+pub fn crosses_major(from: &str, to: &str) -> bool {
+    let parse = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.trim_start_matches('v').split(['.', '-', '+']);
+        Some((
+            parts.next()?.parse().ok()?,
+            parts.next().and_then(|m| m.parse().ok()).unwrap_or(0),
+        ))
+    };
+    match (parse(from), parse(to)) {
+        (Some((a_major, a_minor)), Some((b_major, b_minor))) => {
+            a_major != b_major || (a_major == 0 && a_minor != b_minor)
+        }
+        _ => false,
+    }
+}
