@@ -147,12 +147,81 @@ pub fn violations_with(
             ));
         }
     }
+    found.extend(bosun_scope(forge, slug));
     // Bosun never fails a check: its own status is pending or success, never failure/error.
     for (sha, context, state) in &statuses {
         if context == "bosun" && matches!(state.as_str(), "failure" | "error") {
             found.push(format!(
                 "commit {} has a `bosun` status {state}",
                 &sha[..sha.len().min(12)]
+            ));
+        }
+    }
+    found
+}
+
+/// Bosun's forge writes stay inside what its applier (and the gate it runs) may do:
+/// comments, labels, its own `bosun` status and the gate's `addons-gate` verdict, pushes. It
+/// pushes nothing to a pull request's branch after it handed that pull request to a person
+/// (the `needs-human` label) until someone else pushes there (a new head is a new triage).
+fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
+    const BOSUN: &str = "bosun[bot]";
+    let mut found = Vec::new();
+    let branches: BTreeMap<u64, String> = forge.pull_branches(slug).into_iter().collect();
+    let repo = format!("/repos/{slug}/");
+    let gitea = format!("/api/v1/repos/{slug}/");
+    let git = format!("/{slug}.git/");
+    let gate_check = gitops_loop::gate::publish::CHECK_NAME;
+    // Branches Bosun handed to a person, until someone else pushes to them.
+    let mut handed: Vec<String> = Vec::new();
+    for (user, method, path, body) in forge.writes_and_pushes(BOSUN) {
+        let pushed: Vec<String> = body["refs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r.as_str()?.strip_prefix("refs/heads/").map(str::to_string))
+            .collect();
+        if user != BOSUN {
+            handed.retain(|b| !pushed.contains(b));
+            continue;
+        }
+        let api = path
+            .strip_prefix(&repo)
+            .or_else(|| path.strip_prefix(&gitea))
+            .map(|rest| rest.split('/').collect::<Vec<_>>());
+        let allowed = match (method.as_str(), api.as_deref()) {
+            ("POST", Some(["issues", _, "comments"]))
+            | ("PATCH", Some(["issues", "comments", _]))
+            | ("POST", Some(["issues", _, "labels"]))
+            | ("DELETE", Some(["issues", _, "labels", _]))
+            | ("POST", Some(["labels"])) => true,
+            // Bosun runs the gate for the pull requests it watches: the gate's verdict is its
+            // check run (GitHub) or commit status (Gitea) `addons-gate`.
+            ("POST", Some(["statuses", _])) => {
+                body["context"] == "bosun" || body["context"] == gate_check
+            }
+            ("POST", Some(["check-runs"])) => body["name"] == gate_check,
+            ("PATCH", Some(["check-runs", _])) => true,
+            ("POST", None) => path
+                .strip_prefix(&git)
+                .is_some_and(|rest| rest == "git-receive-pack" || rest == "git-upload-pack"),
+            _ => false,
+        };
+        if !allowed {
+            found.push(format!("bosun wrote outside its scope: {method} {path}"));
+        }
+        if method == "POST"
+            && let Some(["issues", number, "labels"]) = api.as_deref()
+            && body["labels"]
+                .as_array()
+                .is_some_and(|labels| labels.iter().any(|l| l == "needs-human"))
+            && let Some(branch) = number.parse::<u64>().ok().and_then(|n| branches.get(&n))
+        {
+            handed.push(branch.clone());
+        }
+        for branch in pushed.iter().filter(|b| handed.contains(b)) {
+            found.push(format!(
+                "bosun pushed to {branch} after handing its pull request to a person"
             ));
         }
     }

@@ -197,3 +197,89 @@ async fn a_second_report_comment_or_check_run_and_a_failing_bosun_status_are_vio
         "{found:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bosun_pushing_after_a_hand_off_or_writing_outside_its_scope_are_violations() {
+    gitops_loop::forge::github::install_crypto_provider();
+    let (kube, forge, _dir) = world().await;
+    forge.add_user("bosun-token", "bosun[bot]");
+    forge.add_user("alice-token", "alice");
+    let url = forge.url();
+    let http = reqwest::Client::new();
+    // Pushes go over smart HTTP with a token, so the double knows who pushed.
+    let clone = tempfile::tempdir().unwrap();
+    let push_as = |token: &str, content: &str| {
+        let remote = forge.http_git_url_as(SLUG, token);
+        std::fs::write(clone.path().join("x"), content).unwrap();
+        ground::git::git(clone.path(), &["add", "x"]).unwrap();
+        ground::git::git(
+            clone.path(),
+            &[
+                "-c",
+                "user.name=a",
+                "-c",
+                "user.email=a@b",
+                "commit",
+                "--quiet",
+                "-m",
+                content,
+            ],
+        )
+        .unwrap();
+        ground::git::git(
+            clone.path(),
+            &["push", "--quiet", &remote, "HEAD:refs/heads/bump"],
+        )
+        .unwrap();
+    };
+    ground::git::git(
+        clone.path(),
+        &["clone", "--quiet", &forge.git_url(SLUG).unwrap(), "."],
+    )
+    .unwrap();
+    push_as("alice-token", "one");
+    let created = http
+        .post(format!("{url}/repos/{SLUG}/pulls"))
+        .bearer_auth("alice-token")
+        .json(&json!({"title": "t", "head": "bump", "base": "main"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    // Before a hand-off, Bosun's push (a repair) is within its scope.
+    push_as("bosun-token", "repair");
+    assert_eq!(violations(&kube, &forge, NS, SLUG), Vec::<String>::new());
+    // Bosun hands the pull request to a person, then pushes anyway.
+    http.post(format!("{url}/repos/{SLUG}/issues/1/labels"))
+        .bearer_auth("bosun-token")
+        .json(&json!({"labels": ["needs-human"]}))
+        .send()
+        .await
+        .unwrap();
+    push_as("bosun-token", "after the hand-off");
+    let found = violations(&kube, &forge, NS, SLUG);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("bosun pushed to bump after handing its pull request")),
+        "{found:?}"
+    );
+    // A person's push makes a new head: Bosun may work on it again.
+    push_as("alice-token", "a person's fix");
+    let before = violations(&kube, &forge, NS, SLUG).len();
+    push_as("bosun-token", "a new triage's repair");
+    assert_eq!(violations(&kube, &forge, NS, SLUG).len(), before);
+    // A merge is never Bosun's to make.
+    http.put(format!("{url}/repos/{SLUG}/pulls/1/merge"))
+        .bearer_auth("bosun-token")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let found = violations(&kube, &forge, NS, SLUG);
+    assert!(
+        found.iter().any(|v| v
+            .contains("bosun wrote outside its scope: PUT /repos/platform/gitops/pulls/1/merge")),
+        "{found:?}"
+    );
+}

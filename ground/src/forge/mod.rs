@@ -418,6 +418,39 @@ impl ForgeDouble {
         lock(&self.state).writes
     }
 
+    /// Every write (anything but GET and HEAD) of `user`, and every push by anyone, in order.
+    pub fn writes_and_pushes(&self, user: &str) -> Vec<Write> {
+        lock(&self.state)
+            .requests
+            .iter()
+            .filter(|r| r.method != "GET" && r.method != "HEAD")
+            .filter(|r| r.user.as_deref() == Some(user) || r.path.ends_with("/git-receive-pack"))
+            .map(|r| {
+                (
+                    r.user.clone().unwrap_or_default(),
+                    r.method.clone(),
+                    r.path.clone(),
+                    r.body.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every pull request's number and head branch, open or not.
+    pub fn pull_branches(&self, slug: &str) -> Vec<(u64, String)> {
+        let state = lock(&self.state);
+        state
+            .repos
+            .get(slug)
+            .map(|r| {
+                r.pulls
+                    .iter()
+                    .map(|p| (p.number, p.head_ref.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.state).requests.clone()
     }
@@ -563,7 +596,8 @@ async fn record(
             path: parts.uri.path().to_string(),
             query: parts.uri.query().unwrap_or("").to_string(),
             user,
-            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            body: serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| pushed_refs(parts.uri.path(), &bytes)),
         });
     }
     let response = next
@@ -578,6 +612,38 @@ async fn record(
     }
     response
 }
+
+/// For a push (`git-receive-pack`), the refs it updates as `{"refs": [...]}` (read from the
+/// pkt-lines before the pack); `null` for anything else that is not JSON.
+fn pushed_refs(path: &str, bytes: &[u8]) -> Value {
+    if !path.ends_with("/git-receive-pack") {
+        return Value::Null;
+    }
+    let mut refs = Vec::new();
+    let mut rest = bytes;
+    while rest.len() >= 4 {
+        let Some(length) = std::str::from_utf8(&rest[..4])
+            .ok()
+            .and_then(|h| usize::from_str_radix(h, 16).ok())
+        else {
+            break;
+        };
+        if length < 4 || length > rest.len() {
+            break; // "0000" ends the commands; the pack follows
+        }
+        let line = String::from_utf8_lossy(&rest[4..length]);
+        let command = line.split('\0').next().unwrap_or("").trim_end();
+        if let Some(name) = command.split(' ').nth(2) {
+            refs.push(Value::String(name.to_string()));
+        }
+        rest = &rest[length..];
+    }
+    json!({ "refs": refs })
+}
+
+/// Bosun's writes and every push, in the order the double took them: (user, method, path,
+/// body). What the invariants read to check Bosun's scope.
+pub type Write = (String, String, String, Value);
 
 fn user_of(state: &Shared, headers: &HeaderMap) -> Option<String> {
     let value = headers.get("authorization")?.to_str().ok()?;
