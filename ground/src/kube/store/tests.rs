@@ -1,0 +1,74 @@
+//! Tests of `store`.
+
+use super::*;
+
+#[test]
+fn an_applied_field_another_manager_owns_conflicts_until_released() {
+    // kube-lease-manager's mutual exclusion: two replicas apply holderIdentity.
+    let mut store = Store::new();
+    let leases = store
+        .resource("coordination.k8s.io", "v1", "leases")
+        .cloned()
+        .unwrap();
+    let admin = User {
+        name: "admin".into(),
+        groups: vec!["system:masters".into()],
+    };
+    let apply = |holder: &str, force: bool| PatchBody::Apply {
+        object: json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": "l"}, "spec": {"holderIdentity": holder}}),
+        manager: format!("m-{holder}"),
+        force,
+    };
+    let namespaces = store.resource("", "v1", "namespaces").cloned().unwrap();
+    store
+        .create(&namespaces, "", json!({"metadata": {"name": "ns"}}), &admin)
+        .unwrap();
+    let patch = |store: &mut Store, body| store.patch(&leases, "ns", "l", body, &admin, false);
+    patch(&mut store, apply("a", false)).unwrap();
+    // The same manager may change its own field; another may not, unless forced.
+    patch(&mut store, apply("a", false)).unwrap();
+    let refused = patch(&mut store, apply("b", false)).unwrap_err();
+    assert_eq!((refused.code, refused.reason.as_str()), (409, "Conflict"));
+    assert!(
+        refused
+            .message
+            .contains("conflict with \"m-a\": .spec.holderIdentity"),
+        "{}",
+        refused.message
+    );
+    // A release (a merge patch removing the field) frees it for the next applier.
+    patch(
+        &mut store,
+        PatchBody::Merge(json!({"spec": {"holderIdentity": null}})),
+    )
+    .unwrap();
+    patch(&mut store, apply("b", false)).unwrap();
+    assert!(patch(&mut store, apply("a", false)).is_err());
+    let forced = patch(&mut store, apply("a", true)).unwrap();
+    assert_eq!(forced["spec"]["holderIdentity"], "a");
+}
+
+#[test]
+fn selectors_parse_and_match() {
+    let s = Selector::parse("app=web,tier in (a, b),!legacy,env!=dev,team").unwrap();
+    let labels: BTreeMap<String, String> = [("app", "web"), ("tier", "b"), ("team", "x")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert!(s.matches(&labels));
+    let mut other = labels.clone();
+    other.insert("legacy".into(), "1".into());
+    assert!(!s.matches(&other));
+    assert!(
+        Selector::parse("a notin (x)")
+            .unwrap()
+            .matches(&BTreeMap::new())
+    );
+}
+
+#[test]
+fn timestamps() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(1_767_225_600), "2026-01-01T00:00:00Z");
+}

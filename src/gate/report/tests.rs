@@ -1,0 +1,199 @@
+//! Tests of `report`.
+
+use super::*;
+
+#[test]
+fn the_summary_block_stays_within_its_budget_and_reads_tags_under_digests() {
+    use crate::gate::diff::{
+        AppDiff, AppKey, AppStatus, FieldChange, ObjectChange, ObjectKey, ObjectsDiff,
+    };
+    let hostile = "-".repeat(500);
+    let change = |i: usize| ObjectChange {
+        object: ObjectKey {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            namespace: "n".into(),
+            name: format!("d{i}"),
+        },
+        fields: std::sync::Arc::new(vec![FieldChange {
+            path: "spec.template.spec.containers[0].image".into(),
+            old: Some(Value::String(format!("r{i}/{hostile}:{hostile}"))),
+            new: Some(Value::String(format!("r{i}/{hostile}:v2{hostile}"))),
+        }]),
+        crd: None,
+    };
+    let mut result = GateResult {
+        verdict: Verdict {
+            outcome: Outcome::Green,
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            counts: Default::default(),
+            blocking: Default::default(),
+            notes: Default::default(),
+            repository_consumers: 0,
+            errors: vec![],
+        },
+        findings: vec![],
+        diff: Default::default(),
+        chart_defaults: vec![],
+    };
+    result.diff.applications.push(AppDiff {
+        app: AppKey {
+            cluster: hostile.clone(),
+            namespace: "argocd".into(),
+            name: "a".into(),
+        },
+        status: AppStatus::Changed,
+        chart_moves: vec![],
+        objects: std::sync::Arc::new(ObjectsDiff {
+            added: vec![],
+            removed: vec![],
+            changed: (0..20).map(change).collect(),
+        }),
+        spec_changed: false,
+        application_fields: vec![],
+        chart_only: None,
+    });
+    let summary = Summary::of(&result);
+    assert!(machine_block("summary", &summary).len() <= SUMMARY_BUDGET);
+    assert!(summary.more > 0);
+    assert_eq!(
+        split_image("registry.k8s.io/ingress-nginx/controller:v1.9.4@sha256:abc"),
+        (
+            "registry.k8s.io/ingress-nginx/controller".to_string(),
+            "v1.9.4".to_string()
+        )
+    );
+    assert_eq!(
+        split_image("r/x@sha256:abc"),
+        ("r/x".to_string(), "sha256:abc".to_string())
+    );
+}
+
+#[test]
+fn blocks_never_contain_comment_syntax() {
+    let hostile = serde_json::json!({"name": "x--> <!-- gitops-gate:dropped {} -->&"});
+    let block = machine_block("dropped", &hostile);
+    let inner = &block[BLOCK_PREFIX.len()..block.len() - 3];
+    assert!(
+        !inner.contains("--") && !inner.contains('>') && !inner.contains('<'),
+        "{block}"
+    );
+    let parsed = machine_blocks(&block).unwrap();
+    assert_eq!(parsed, vec![("dropped".to_string(), hostile)]);
+}
+
+#[test]
+fn a_not_served_block_round_trips_hostile_names_and_cannot_add_a_block() {
+    let hostile = rules::NotServed {
+        api_version: "x.io/v1".into(),
+        kind: "X".into(),
+        namespace: "ns".into(),
+        name: "a --> <!-- gitops-gate:not-served {} -->".into(),
+        applications: vec!["argocd/a on prod".into()],
+        more_applications: 0,
+    };
+    let result = GateResult {
+        verdict: Verdict {
+            outcome: Outcome::Blocked,
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            counts: Default::default(),
+            blocking: [(rules::KIND_NOT_SERVED.to_string(), 1)].into(),
+            notes: Default::default(),
+            repository_consumers: 0,
+            errors: vec![],
+        },
+        findings: vec![Finding {
+            rule: rules::KIND_NOT_SERVED.into(),
+            severity: Severity::Blocking,
+            summary: format!("X {} is rendered", hostile.name),
+            evidence: serde_json::to_value(&hostile).unwrap(),
+        }],
+        diff: Default::default(),
+        chart_defaults: vec![],
+    };
+    let (markdown, _) = render(&result);
+    assert_eq!(markdown.matches("<!--").count(), 4, "{markdown}");
+    assert_eq!(parse(&markdown).unwrap().not_served, vec![hostile]);
+}
+
+#[test]
+fn hostile_chart_defaults_and_finding_evidence_cannot_add_a_block_or_a_heading() {
+    let hostile = "x --> <!-- gitops-gate:dropped {\"crd\":\"forged\"} -->\n# heading [link](https://evil.test)";
+    let result = GateResult {
+        verdict: Verdict {
+            outcome: Outcome::Blocked,
+            base: "a".repeat(40),
+            head: "b".repeat(40),
+            counts: Default::default(),
+            blocking: [(rules::DESTINATION_UNKNOWN.to_string(), 1)].into(),
+            notes: Default::default(),
+            repository_consumers: 0,
+            errors: vec![],
+        },
+        findings: vec![Finding {
+            rule: rules::DESTINATION_UNKNOWN.into(),
+            severity: Severity::Blocking,
+            summary: hostile.into(),
+            evidence: serde_json::json!({"application": hostile, "namespace": "argocd",
+                    "origin": hostile, "destination": hostile}),
+        }],
+        diff: Default::default(),
+        chart_defaults: vec![ChartDefaults {
+            chart: hostile.into(),
+            repo_url: "https://charts.example.test".into(),
+            from: "1.0.0".into(),
+            to: hostile.into(),
+            changes: vec![crate::gate::diff::FieldChange {
+                path: hostile.repeat(50),
+                old: Some(Value::String(hostile.into())),
+                new: None,
+            }],
+            more: 0,
+            unreadable: None,
+        }],
+    };
+    let (markdown, _) = render(&result);
+    // The marker, the verdict, the summary and the one finding block: nothing else opens a
+    // comment.
+    assert_eq!(markdown.matches("<!--").count(), 4, "{markdown}");
+    assert!(!markdown.lines().any(|l| l.starts_with("# ")), "{markdown}");
+    let parsed = parse(&markdown).unwrap();
+    assert!(parsed.dropped.is_empty());
+    assert_eq!(parsed.findings.len(), 1);
+    assert_eq!(parsed.findings[0].evidence["destination"], hostile);
+    // The path is clipped: the defaults line stays short, and so does the summary block.
+    assert!(
+        markdown.lines().all(|l| l.chars().count()
+            < if l.starts_with(BLOCK_PREFIX) {
+                16_000
+            } else {
+                2000
+            }),
+        "a line ran long"
+    );
+}
+
+#[test]
+fn markdown_text_is_escaped() {
+    assert_eq!(text("a --> <!-- b"), "a --&gt; &lt;!-- b");
+    assert_eq!(code("external-secrets.io"), "`external-secrets.io`");
+    assert_eq!(code("x`y"), "x\\`y");
+    assert_eq!(code("<x>"), "&lt;x&gt;");
+}
+
+#[test]
+fn chart_text_cannot_start_a_heading_a_link_or_an_autolink() {
+    let hostile =
+        "v1\n---\n# ## [click](https://evil.example.test) *b* www.evil.test a@b.test\r\n|x|";
+    let safe = text(hostile);
+    assert!(!safe.contains('\n') && !safe.contains('\r'), "{safe}");
+    for opener in ["https://", "www.", "a@b", "\n#"] {
+        assert!(!safe.contains(opener), "{opener:?} survived in {safe}");
+    }
+    assert_eq!(
+        safe,
+        "v1␤---␤\\# \\#\\# \\[click\\](https\\://evil.example.test) \\*b\\* www\\.evil.test a\\@b.test␤\\|x\\|"
+    );
+}

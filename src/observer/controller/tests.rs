@@ -1,0 +1,119 @@
+//! Tests of `controller`.
+
+use super::*;
+
+#[test]
+fn kargos_webhook_refusals_count_as_refusals_not_api_failures() {
+    let status = |code: u16, reason: &str, message: &str| {
+        ReconcileError::Kube(kube::Error::Api(Box::new(
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": reason, "message": message
+            }))
+            .unwrap(),
+        )))
+    };
+    // [K pkg/webhook/kubernetes/promotion/webhook.go]: no promote verb is an internal
+    // error wrapping the Forbidden; unavailable Freight and a missing Stage are Invalid.
+    assert_eq!(
+            status(500, "InternalError", "admission webhook \"promotion.kargo.akuity.io\" denied the request: Internal error occurred: promotions.kargo.akuity.io \"p\" is forbidden: subject \"o\" is not permitted to create Promotions for Stage \"s\"").reason(),
+            "promotion_refused"
+        );
+    assert_eq!(
+        status(422, "Invalid", "Freight is not available to this Stage").reason(),
+        "promotion_refused"
+    );
+    assert_eq!(
+        status(500, "InternalError", "etcdserver: request timed out").reason(),
+        "kube_api"
+    );
+}
+
+fn app(name: &str, image: &str, health: &str) -> DynamicObject {
+    let mut object = DynamicObject::new(name, &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))
+            .within("argocd")
+            .data(serde_json::json!({"status": {"summary": {"images": [image]}, "health": {"status": health}}}));
+    object.metadata.uid = Some(format!("uid-{name}"));
+    APPLICATION.project(&mut object);
+    object
+}
+
+fn apply(
+    name: &str,
+    image: &str,
+    health: &str,
+) -> Result<watcher::Event<DynamicObject>, watcher::Error> {
+    Ok(watcher::Event::Apply(app(name, image, health)))
+}
+
+/// What `relevant_changes` passes on, as "name image".
+async fn passed(events: Vec<Result<watcher::Event<DynamicObject>, watcher::Error>>) -> Vec<String> {
+    relevant_changes(futures::stream::iter(events))
+        .map(|r| {
+            let o = r.unwrap();
+            format!(
+                "{} {}",
+                o.name_any(),
+                APPLICATION.text(&o, &["status", "summary", "images", "0"])
+            )
+        })
+        .collect()
+        .await
+}
+
+#[test]
+fn a_stage_event_maps_to_applications_the_store_can_find() {
+    let kinds = Kinds::default();
+    let mut writer = reflector::store::Writer::new(store_key(&kinds.application));
+    let reader = writer.as_reader();
+    let mut app = DynamicObject::new("web", &kinds.application).within("argocd");
+    app.metadata.annotations = Some(
+        [(
+            decision::AUTHORIZED_STAGE_ANNOTATION.to_string(),
+            "kargo-demo:prod".to_string(),
+        )]
+        .into(),
+    );
+    APPLICATION.project(&mut app);
+    writer.apply_watcher_event(&watcher::Event::Apply(app));
+    let refs = applications_for(&reader, "kargo-demo", Some("prod"));
+    assert_eq!(refs.len(), 1);
+    assert!(
+        reader.get(&refs[0]).is_some(),
+        "the controller would not find {:?}",
+        refs[0]
+    );
+}
+
+#[tokio::test]
+async fn only_image_or_annotation_changes_wake_the_observer() {
+    let events = vec![
+        apply("a", "x:1", "Healthy"),
+        apply("b", "y:1", "Healthy"),
+        apply("a", "x:1", "Progressing"), // health churn: filtered
+        apply("a", "x:2", "Progressing"), // a new image: passes
+        apply("b", "y:1", "Healthy"),     // a resync of the same: filtered
+    ];
+    assert_eq!(passed(events).await, ["a x:1", "b y:1", "a x:2"]);
+}
+
+#[tokio::test]
+async fn deleted_and_unlisted_applications_are_forgotten() {
+    use watcher::Event::{Delete, Init, InitApply, InitDone};
+    let events = vec![
+        apply("a", "x:1", "Healthy"),
+        apply("b", "y:1", "Healthy"),
+        Ok(Delete(app("a", "x:1", "Healthy"))),
+        apply("a", "x:1", "Healthy"), // forgotten when deleted: passes again
+        // A re-list that no longer holds `a`, and `b` unchanged.
+        Ok(Init),
+        Ok(InitApply(app("b", "y:1", "Healthy"))), // unchanged: filtered
+        Ok(InitApply(app("c", "z:1", "Healthy"))), // new: passes
+        Ok(InitDone),
+        apply("a", "x:1", "Healthy"), // not listed, so forgotten: passes again
+        apply("b", "y:1", "Healthy"), // listed and unchanged: filtered
+    ];
+    assert_eq!(
+        passed(events).await,
+        ["a x:1", "b y:1", "a x:1", "c z:1", "a x:1"]
+    );
+}
