@@ -161,30 +161,41 @@ pub fn violations_with(
 }
 
 /// Bosun's forge writes stay inside what its applier (and the gate it runs) may do:
-/// comments, labels, its own `bosun` status and the gate's `addons-gate` verdict, pushes. It
-/// pushes nothing to a pull request's branch after it handed that pull request to a person
-/// (the `needs-human` label) until someone else pushes there (a new head is a new triage).
+/// comments, labels, its own `bosun` status and the gate's `addons-gate` verdict, and pushes
+/// that move the head branch of one of the repository's pull requests (never its base, a
+/// tag, a deletion or another branch). Every attempt counts, applied or refused. It pushes
+/// nothing to a pull request's branch after it handed that pull request to a person (the
+/// `needs-human` label, by name on GitHub's face or by id on Gitea's) until someone else's
+/// push there lands (a new head is a new triage).
 fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
     const BOSUN: &str = "bosun[bot]";
+    const HAND_OFF: &str = "needs-human";
     let mut found = Vec::new();
     let branches: BTreeMap<u64, String> = forge.pull_branches(slug).into_iter().collect();
     let repo = format!("/repos/{slug}/");
     let gitea = format!("/api/v1/repos/{slug}/");
     let git = format!("/{slug}.git/");
     let gate_check = gitops_loop::gate::publish::CHECK_NAME;
-    // Branches Bosun handed to a person, until someone else pushes to them.
+    // Branches Bosun handed to a person, until someone else's push lands there.
     let mut handed: Vec<String> = Vec::new();
-    for (user, method, path, body) in forge.writes_and_pushes(BOSUN) {
-        let pushed: Vec<String> = body["refs"]
+    for write in forge.writes_and_pushes(BOSUN) {
+        let updates: Vec<(String, String)> = write.body["refs"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|r| r.as_str()?.strip_prefix("refs/heads/").map(str::to_string))
+            .map(|u| {
+                let text = |k: &str| u[k].as_str().unwrap_or("").to_string();
+                (text("ref"), text("new"))
+            })
             .collect();
-        if user != BOSUN {
-            handed.retain(|b| !pushed.contains(b));
+        let by_bosun = write.user.as_deref() == Some(BOSUN);
+        if !by_bosun {
+            if write.applied && write.user.is_some() {
+                handed.retain(|b| !updates.iter().any(|(r, _)| *r == format!("refs/heads/{b}")));
+            }
             continue;
         }
+        let (method, path, body) = (&write.method, &write.path, &write.body);
         let api = path
             .strip_prefix(&repo)
             .or_else(|| path.strip_prefix(&gitea))
@@ -202,9 +213,23 @@ fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
             }
             ("POST", Some(["check-runs"])) => body["name"] == gate_check,
             ("PATCH", Some(["check-runs", _])) => true,
-            ("POST", None) => path
-                .strip_prefix(&git)
-                .is_some_and(|rest| rest == "git-receive-pack" || rest == "git-upload-pack"),
+            ("POST", None) => match path.strip_prefix(&git) {
+                Some("git-upload-pack") => true,
+                Some("git-receive-pack") => {
+                    for (reference, new) in &updates {
+                        let head = reference
+                            .strip_prefix("refs/heads/")
+                            .filter(|b| branches.values().any(|h| h == b));
+                        if head.is_none() || new.bytes().all(|b| b == b'0') {
+                            found.push(format!(
+                                "bosun pushed outside its scope: {reference} -> {new}"
+                            ));
+                        }
+                    }
+                    true
+                }
+                _ => false,
+            },
             _ => false,
         };
         if !allowed {
@@ -212,17 +237,28 @@ fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
         }
         if method == "POST"
             && let Some(["issues", number, "labels"]) = api.as_deref()
-            && body["labels"]
-                .as_array()
-                .is_some_and(|labels| labels.iter().any(|l| l == "needs-human"))
             && let Some(branch) = number.parse::<u64>().ok().and_then(|n| branches.get(&n))
         {
-            handed.push(branch.clone());
+            // GitHub takes `{"labels": [names]}` or a bare array; Gitea takes ids.
+            let labels = body.get("labels").unwrap_or(body);
+            let hands_off = labels.as_array().into_iter().flatten().any(|l| {
+                l == HAND_OFF
+                    || l.as_u64()
+                        .and_then(|id| forge.label_name(slug, id))
+                        .is_some_and(|name| name == HAND_OFF)
+            });
+            if hands_off && write.applied {
+                handed.push(branch.clone());
+            }
         }
-        for branch in pushed.iter().filter(|b| handed.contains(b)) {
-            found.push(format!(
-                "bosun pushed to {branch} after handing its pull request to a person"
-            ));
+        for (reference, _) in &updates {
+            if let Some(branch) = reference.strip_prefix("refs/heads/")
+                && handed.iter().any(|b| b == branch)
+            {
+                found.push(format!(
+                    "bosun pushed to {branch} after handing its pull request to a person"
+                ));
+            }
         }
     }
     found

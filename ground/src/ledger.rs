@@ -2,7 +2,7 @@
 //! Promotions and their phases, Stages' current Freight, Applications' sync and health, the
 //! observer's Events, and on the forge pull requests and their heads, comments (by place and
 //! author), labels, commit statuses and check runs. Two runs of one seed are compared on it
-//! (`tests/determinism.rs`).
+//! (`tests/demo.rs`).
 
 use std::collections::BTreeSet;
 

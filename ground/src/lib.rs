@@ -124,8 +124,8 @@ pub struct Ground {
     /// Running observers: (process, metrics address, health address).
     observers: Vec<(std::process::Child, String, String)>,
     observer_starts: usize,
-    /// The arguments the last observer started with (a restart fault reuses them).
-    observer_args: Vec<String>,
+    /// Each running observer's arguments, in `observers`' order (a restart reuses them).
+    observer_args: Vec<Vec<String>>,
     /// Ticks played so far (what an invariant violation names).
     ticks: u64,
     /// The fault seed, when the run is under a chaos schedule.

@@ -19,7 +19,8 @@ impl Ground {
         total
     }
 
-    pub(crate) fn observer_log(&self) -> String {
+    /// Everything the observers have logged.
+    pub fn observer_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("observer.log")).unwrap_or_default()
     }
 
@@ -69,7 +70,7 @@ impl Ground {
             .spawn()
             .context("cannot start the observer")?;
         self.observer_starts += 1;
-        self.observer_args = args.to_vec();
+        self.observer_args.push(args.to_vec());
         self.observers.push((child, metrics_addr, health_addr));
         self.transcript.say(
             "observer",
@@ -89,6 +90,7 @@ impl Ground {
     pub(crate) fn stop_observer(&mut self) -> Result<()> {
         if !self.observers.is_empty() {
             let (mut child, _, _) = self.observers.remove(0);
+            self.observer_args.remove(0);
             let _ = std::process::Command::new("kill")
                 .args(["-TERM", &child.id().to_string()])
                 .status();

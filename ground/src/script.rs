@@ -39,13 +39,13 @@ impl Ground {
         let tick = self.ticks;
         if !self.observers.is_empty() && self.kube.faults().restart("observer", tick) {
             let (mut child, _, _) = self.observers.remove(0);
+            let args = self.observer_args.remove(0);
             let _ = child.kill();
             let _ = child.wait();
             self.transcript.say(
                 "chaos",
                 format!("tick {tick}: observer killed (SIGKILL), started again"),
             );
-            let args = self.observer_args.clone();
             self.start_observer(&args)?;
         }
         if let Some(bosun) = &mut self.bosun
@@ -107,13 +107,17 @@ impl Ground {
     pub async fn settle(&mut self) -> Result<()> {
         let mut quiet = 0;
         let mut waiting = 0;
-        let bosun_deadline = std::time::Instant::now() + Duration::from_secs(120);
+        // Bosun's budget: 120 s of real time without a change, as each round of its work may
+        // take a while.
+        let budget = Duration::from_secs(120);
+        let mut bosun_deadline = std::time::Instant::now() + budget;
         loop {
             let changed = self.tick().await;
             self.after_tick().await?;
             if changed {
                 quiet = 0;
                 waiting = 0;
+                bosun_deadline = std::time::Instant::now() + budget;
                 continue;
             }
             // Bosun renders twice per round: give it the time it takes (bounded).
@@ -126,6 +130,9 @@ impl Ground {
                     && std::time::Instant::now() < bosun_deadline
                 {
                     tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                if self.outside_mark() != mark {
+                    bosun_deadline = std::time::Instant::now() + budget;
                 }
                 continue;
             }

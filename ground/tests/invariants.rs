@@ -208,7 +208,7 @@ async fn bosun_pushing_after_a_hand_off_or_writing_outside_its_scope_are_violati
     let http = reqwest::Client::new();
     // Pushes go over smart HTTP with a token, so the double knows who pushed.
     let clone = tempfile::tempdir().unwrap();
-    let push_as = |token: &str, content: &str| {
+    let push_to = |token: &str, content: &str, branch: &str| {
         let remote = forge.http_git_url_as(SLUG, token);
         std::fs::write(clone.path().join("x"), content).unwrap();
         ground::git::git(clone.path(), &["add", "x"]).unwrap();
@@ -228,10 +228,16 @@ async fn bosun_pushing_after_a_hand_off_or_writing_outside_its_scope_are_violati
         .unwrap();
         ground::git::git(
             clone.path(),
-            &["push", "--quiet", &remote, "HEAD:refs/heads/bump"],
+            &[
+                "push",
+                "--quiet",
+                &remote,
+                &format!("HEAD:refs/heads/{branch}"),
+            ],
         )
         .unwrap();
     };
+    let push_as = |token: &str, content: &str| push_to(token, content, "bump");
     ground::git::git(
         clone.path(),
         &["clone", "--quiet", &forge.git_url(SLUG).unwrap(), "."],
@@ -269,6 +275,15 @@ async fn bosun_pushing_after_a_hand_off_or_writing_outside_its_scope_are_violati
     let before = violations(&kube, &forge, NS, SLUG).len();
     push_as("bosun-token", "a new triage's repair");
     assert_eq!(violations(&kube, &forge, NS, SLUG).len(), before);
+    // Bosun's pushes go to pull requests' head branches, never to their base.
+    push_to("bosun-token", "straight to main", "main");
+    let found = violations(&kube, &forge, NS, SLUG);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.contains("bosun pushed outside its scope: refs/heads/main")),
+        "{found:?}"
+    );
     // A merge is never Bosun's to make.
     http.put(format!("{url}/repos/{SLUG}/pulls/1/merge"))
         .bearer_auth("bosun-token")

@@ -31,6 +31,8 @@ pub struct RecordedRequest {
     pub query: String,
     pub user: Option<String>,
     pub body: Value,
+    /// The double's answer (0 until it has answered).
+    pub status: u16,
 }
 
 #[derive(Debug, Clone)]
@@ -418,22 +420,32 @@ impl ForgeDouble {
         lock(&self.state).writes
     }
 
-    /// Every write (anything but GET and HEAD) of `user`, and every push by anyone, in order.
+    /// Every write (anything but GET and HEAD) `user` attempted, and every push by anyone,
+    /// in order, each with whether the double applied it (answered 2xx).
     pub fn writes_and_pushes(&self, user: &str) -> Vec<Write> {
         lock(&self.state)
             .requests
             .iter()
             .filter(|r| r.method != "GET" && r.method != "HEAD")
             .filter(|r| r.user.as_deref() == Some(user) || r.path.ends_with("/git-receive-pack"))
-            .map(|r| {
-                (
-                    r.user.clone().unwrap_or_default(),
-                    r.method.clone(),
-                    r.path.clone(),
-                    r.body.clone(),
-                )
+            .map(|r| Write {
+                user: r.user.clone(),
+                method: r.method.clone(),
+                path: r.path.clone(),
+                body: r.body.clone(),
+                applied: (200..300).contains(&r.status),
             })
             .collect()
+    }
+
+    /// The name of the repository label `id` (the Gitea face adds labels by id).
+    pub fn label_name(&self, slug: &str, id: u64) -> Option<String> {
+        let state = lock(&self.state);
+        let repo = state.repos.get(slug)?;
+        repo.labels
+            .iter()
+            .find(|l| l.id == id)
+            .map(|l| l.name.clone())
     }
 
     /// Every pull request's number and head branch, open or not.
@@ -589,7 +601,7 @@ async fn record(
         return response;
     }
     let write = parts.method != axum::http::Method::GET && parts.method != axum::http::Method::HEAD;
-    {
+    let index = {
         let mut guard = lock(&state);
         guard.requests.push(RecordedRequest {
             method: parts.method.to_string(),
@@ -598,8 +610,10 @@ async fn record(
             user,
             body: serde_json::from_slice(&bytes)
                 .unwrap_or_else(|_| pushed_refs(parts.uri.path(), &bytes)),
+            status: 0,
         });
-    }
+        guard.requests.len() - 1
+    };
     let response = next
         .run(axum::extract::Request::from_parts(
             parts,
@@ -607,14 +621,20 @@ async fn record(
         ))
         .await;
     // Counted once answered: a push's refs have moved by then.
-    if write {
-        lock(&state).writes += 1;
+    let mut guard = lock(&state);
+    if let Some(recorded) = guard.requests.get_mut(index) {
+        recorded.status = response.status().as_u16();
     }
+    if write {
+        guard.writes += 1;
+    }
+    drop(guard);
     response
 }
 
-/// For a push (`git-receive-pack`), the refs it updates as `{"refs": [...]}` (read from the
-/// pkt-lines before the pack); `null` for anything else that is not JSON.
+/// For a push (`git-receive-pack`), the ref updates it asks for as
+/// `{"refs": [{"old": OID, "new": OID, "ref": NAME}]}` (read from the command pkt-lines before
+/// the pack); `null` for anything else that is not JSON.
 fn pushed_refs(path: &str, bytes: &[u8]) -> Value {
     if !path.ends_with("/git-receive-pack") {
         return Value::Null;
@@ -633,17 +653,24 @@ fn pushed_refs(path: &str, bytes: &[u8]) -> Value {
         }
         let line = String::from_utf8_lossy(&rest[4..length]);
         let command = line.split('\0').next().unwrap_or("").trim_end();
-        if let Some(name) = command.split(' ').nth(2) {
-            refs.push(Value::String(name.to_string()));
+        let mut fields = command.split(' ');
+        if let (Some(old), Some(new), Some(name)) = (fields.next(), fields.next(), fields.next()) {
+            refs.push(json!({"old": old, "new": new, "ref": name}));
         }
         rest = &rest[length..];
     }
     json!({ "refs": refs })
 }
 
-/// Bosun's writes and every push, in the order the double took them: (user, method, path,
-/// body). What the invariants read to check Bosun's scope.
-pub type Write = (String, String, String, Value);
+/// A write the double took and answered 2xx (or, for `user`, attempted at all), in order.
+#[derive(Debug, Clone)]
+pub struct Write {
+    pub user: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub body: Value,
+    pub applied: bool,
+}
 
 fn user_of(state: &Shared, headers: &HeaderMap) -> Option<String> {
     let value = headers.get("authorization")?.to_str().ok()?;

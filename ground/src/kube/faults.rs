@@ -1,9 +1,10 @@
 //! Faults on demand, from a seed: the same seed replays the same faults in the same order.
 //!
 //! Each decision is drawn from a stream of its own, keyed by what it is about (a request's
-//! method and path, a watch's path, one watch event's resource and resourceVersion), so the
-//! n-th request to one path meets the same fault whatever other requests the products'
-//! own timing interleaves with it.
+//! method and path, one object's events on a watch, a restart at a tick), so the n-th request
+//! to one path meets the same fault whatever unrelated requests the products' timing
+//! interleaves with it. Requests that share a key (two observer replicas asking the same
+//! path) still take its draws in the order they arrive.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -90,8 +91,8 @@ pub struct Injected {
 
 pub struct Faults {
     plan: Mutex<FaultPlan>,
-    /// Draws taken so far per key.
-    streams: Mutex<std::collections::HashMap<String, u64>>,
+    /// Draws taken so far per key (by the key's hash).
+    streams: Mutex<std::collections::HashMap<u64, u64>>,
     injected: Mutex<Injected>,
 }
 
@@ -123,15 +124,15 @@ impl Faults {
     /// The next draw of `key`'s stream: splitmix64 over the seed, an FNV-1a hash of the key
     /// (stable across Rust versions, unlike std's hasher) and the draw's index.
     fn next(&self, key: &str) -> u64 {
-        let index = {
-            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            let count = streams.entry(key.to_string()).or_insert(0);
-            *count += 1;
-            *count
-        };
         let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
         });
+        let index = {
+            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+            let count = streams.entry(hash).or_insert(0);
+            *count += 1;
+            *count
+        };
         let mut z = self
             .plan()
             .seed
@@ -220,10 +221,11 @@ impl Faults {
         false
     }
 
-    /// What happens to the event `resource`@`rv` on a watch of `path`.
-    pub fn watch_event(&self, path: &str, resource: &str, rv: u64) -> WatchFault {
+    /// What happens to the next event about `object` (namespace/name) on a watch of `path`:
+    /// its n-th event there draws the n-th time, whatever other writes interleave.
+    pub fn watch_event(&self, path: &str, object: &str) -> WatchFault {
         let plan = self.plan();
-        let key = format!("watch {path} {resource}@{rv}");
+        let key = format!("watch {path} {object}");
         if self.roll(&key, plan.close_watch) {
             self.count(|i| i.closed_watches += 1);
             WatchFault::Close

@@ -720,7 +720,14 @@ async fn watch(
                     if !matches_target(&event, &target, &labels, &fields) {
                         continue;
                     }
-                    match faults_inner.faults.watch_event(&path, &event.resource, event.rv) {
+                    match faults_inner.faults.watch_event(
+                        &path,
+                        &format!(
+                            "{}/{}",
+                            event.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
+                            event.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+                        ),
+                    ) {
                         faults::WatchFault::Deliver => {}
                         // An API server never skips an event inside an open watch: an
                         // event is lost only with its connection. The line is cut mid-way
