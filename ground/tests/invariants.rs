@@ -67,6 +67,15 @@ fn promotion(
         .unwrap();
 }
 
+/// Writes `content` to the file `x` of a clone and commits it.
+fn commit_file(clone: &std::path::Path, content: &str) {
+    std::fs::write(clone.join("x"), content).unwrap();
+    ground::git::git(clone, &["add", "x"]).unwrap();
+    let identity = ["-c", "user.name=a", "-c", "user.email=a@b"];
+    let commit = ["commit", "--quiet", "-m", content];
+    ground::git::git(clone, &[&identity[..], &commit[..]].concat()).unwrap();
+}
+
 #[tokio::test]
 async fn a_healthy_state_breaks_nothing() {
     let (kube, forge, _dir) = world().await;
@@ -132,22 +141,7 @@ async fn a_second_report_comment_or_check_run_and_a_failing_bosun_status_are_vio
     )
     .unwrap();
     ground::git::git(clone.path(), &["checkout", "--quiet", "-b", "bump2"]).unwrap();
-    std::fs::write(clone.path().join("x"), "y").unwrap();
-    ground::git::git(clone.path(), &["add", "x"]).unwrap();
-    ground::git::git(
-        clone.path(),
-        &[
-            "-c",
-            "user.name=a",
-            "-c",
-            "user.email=a@b",
-            "commit",
-            "--quiet",
-            "-m",
-            "x",
-        ],
-    )
-    .unwrap();
+    commit_file(clone.path(), "y");
     ground::git::git(clone.path(), &["push", "--quiet", "origin", "bump2"]).unwrap();
     let created = http
         .post(format!("{url}/repos/{SLUG}/pulls"))
@@ -210,22 +204,7 @@ async fn bosun_pushing_after_a_hand_off_or_writing_outside_its_scope_are_violati
     let clone = tempfile::tempdir().unwrap();
     let push_to = |token: &str, content: &str, branch: &str| {
         let remote = forge.http_git_url_as(SLUG, token);
-        std::fs::write(clone.path().join("x"), content).unwrap();
-        ground::git::git(clone.path(), &["add", "x"]).unwrap();
-        ground::git::git(
-            clone.path(),
-            &[
-                "-c",
-                "user.name=a",
-                "-c",
-                "user.email=a@b",
-                "commit",
-                "--quiet",
-                "-m",
-                content,
-            ],
-        )
-        .unwrap();
+        commit_file(clone.path(), content);
         ground::git::git(
             clone.path(),
             &[

@@ -130,6 +130,22 @@ pub fn freight_available(stage: &Value, freight: &Value) -> bool {
 }
 
 /// The newest Freight of an origin (by creation order).
+/// For each Freight origin a Stage requests, the newest Freight of it (origins with none are
+/// left out): (origin, Freight name).
+pub(super) fn newest_requested(stage: &Value, freights: &[Value]) -> Vec<(String, String)> {
+    stage
+        .pointer("/spec/requestedFreight")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|request| {
+            let origin = text(request, "/origin/name").to_string();
+            let newest = newest_freight(freights.iter().collect(), &origin)?;
+            Some((origin, newest))
+        })
+        .collect()
+}
+
 pub(super) fn newest_freight(freights: Vec<&Value>, origin: &str) -> Option<String> {
     freights
         .into_iter()

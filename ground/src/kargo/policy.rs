@@ -130,16 +130,7 @@ impl Kargo {
             if self.verifications.iter().any(|v| v.stage == stage_name) {
                 continue;
             }
-            for request in stage
-                .pointer("/spec/requestedFreight")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-            {
-                let origin = text(&request, "/origin/name").to_string();
-                let Some(newest) = newest_freight(freights.iter().collect(), &origin) else {
-                    continue;
-                };
+            for (origin, newest) in newest_requested(&stage, &freights) {
                 let current = stage
                     .pointer(&format!(
                         "/status/freightHistory/0/items/Warehouse~1{origin}/name"

@@ -138,16 +138,7 @@ impl Kargo {
             let stage_name = text(&stage, "/metadata/name").to_string();
             let mut items = Map::new();
             let mut names = Vec::new();
-            for request in stage
-                .pointer("/spec/requestedFreight")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-            {
-                let origin = text(&request, "/origin/name").to_string();
-                let Some(newest) = newest_freight(freights.iter().collect(), &origin) else {
-                    continue;
-                };
+            for (origin, newest) in newest_requested(&stage, &freights) {
                 items.insert(
                     format!("Warehouse/{origin}"),
                     self.freight_reference(kube, &newest),
