@@ -28,17 +28,23 @@ fn admin() -> User {
 /// annotations (Argo CD does not store discovery there), each cluster's discovery answer, and
 /// an Application on every cluster that `with_apps` names (Argo CD builds a cluster's cache
 /// once it manages something there).
-async fn argocd(with_apps: &[&str]) -> (KubeDouble, ArgoCdApi, Inventory) {
+/// An API double with Argo CD's CRDs and its namespace, and Argo CD's API over it, empty.
+async fn empty_argocd() -> (KubeDouble, ArgoCdApi) {
     let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
     kube.load_crds(&common::project_root().join("kind/crds"))
         .unwrap();
     kube.create_namespace("argocd", &[]).unwrap();
-    let path = common::sample_dir().join("inventory.yaml");
-    let inventory =
-        Inventory::parse(&std::fs::read_to_string(&path).unwrap(), "inventory.yaml").unwrap();
     let api = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
         .await
         .unwrap();
+    (kube, api)
+}
+
+async fn argocd(with_apps: &[&str]) -> (KubeDouble, ArgoCdApi, Inventory) {
+    let (kube, api) = empty_argocd().await;
+    let path = common::sample_dir().join("inventory.yaml");
+    let inventory =
+        Inventory::parse(&std::fs::read_to_string(&path).unwrap(), "inventory.yaml").unwrap();
     {
         let mut store = kube.store();
         let secrets = store.resource("", "v1", "secrets").cloned().unwrap();
@@ -141,13 +147,7 @@ async fn a_cluster_argo_cd_has_not_discovered_fails_closed_unless_its_secret_say
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_in_cluster_destination_argo_cd_lists_is_a_destination() {
-    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
-    kube.load_crds(&common::project_root().join("kind/crds"))
-        .unwrap();
-    kube.create_namespace("argocd", &[]).unwrap();
-    let api = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
-        .await
-        .unwrap();
+    let (kube, api) = empty_argocd().await;
     let apis = vec!["v1".to_string(), "apps/v1".to_string()];
     api.discover("https://kubernetes.default.svc", "v1.33.4", &apis);
     {
@@ -261,13 +261,7 @@ async fn gate_render_from_argo_cds_api_renders_what_the_file_renders() {
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_listed_a_failed_connection_and_no_in_cluster_are_not_read_as_a_fleet() {
     // A token that sees no cluster (or an Argo CD with none) gets an empty list: not a fleet.
-    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
-    kube.load_crds(&common::project_root().join("kind/crds"))
-        .unwrap();
-    kube.create_namespace("argocd", &[]).unwrap();
-    let empty = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
-        .await
-        .unwrap();
+    let (_kube, empty) = empty_argocd().await;
     empty.set_in_cluster_enabled(false);
     let err = Inventory::fetch_argocd(&empty.url(), TOKEN)
         .await
@@ -291,13 +285,7 @@ async fn nothing_listed_a_failed_connection_and_no_in_cluster_are_not_read_as_a_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn without_in_cluster_in_argo_cd_there_is_no_implicit_one() {
-    let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
-    kube.load_crds(&common::project_root().join("kind/crds"))
-        .unwrap();
-    kube.create_namespace("argocd", &[]).unwrap();
-    let api = ArgoCdApi::start(kube.clone(), "argocd", TOKEN)
-        .await
-        .unwrap();
+    let (kube, api) = empty_argocd().await;
     api.set_in_cluster_enabled(false);
     let path = common::sample_dir().join("inventory.yaml");
     let file =
