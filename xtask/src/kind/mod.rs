@@ -37,7 +37,7 @@ mod tests;
 use plan::{plan_down, plan_up};
 use play::plan_play;
 use run::{Credentials, run, run_with};
-use scenario::{kargo_source, read_scenario};
+use scenario::{kargo_source, read_scenario, scenario_stage_charts, workload_clusters};
 use stage::stage;
 
 #[derive(Subcommand)]
@@ -51,8 +51,11 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Delete the kind cluster.
+    /// Delete the kind cluster and the scenario's workload clusters.
     Down {
+        /// The scenario folder under scenarios/ (the one `up` loaded).
+        #[arg(long, default_value = "happy-path")]
+        scenario: String,
         /// Print the command and run nothing.
         #[arg(long)]
         dry_run: bool,
@@ -79,14 +82,21 @@ pub fn main(command: Command) -> Result<()> {
     let root = project_root();
     match command {
         Command::Up { scenario, dry_run } => {
-            let source = kargo_source(&read_scenario(&root, &scenario)?, &scenario)?;
-            run(&plan_up(&root, &scenario, &source), dry_run)
+            let yaml = read_scenario(&root, &scenario)?;
+            let source = kargo_source(&yaml, &scenario)?;
+            let clusters = workload_clusters(&root, &yaml, &scenario)?;
+            run(&plan_up(&root, &scenario, &source, &clusters), dry_run)
         }
         Command::Play { scenario, dry_run } => {
-            let plan = plan_play(&root, &scenario, &read_scenario(&root, &scenario)?)?;
+            let yaml = read_scenario(&root, &scenario)?;
+            let charts = scenario_stage_charts(&root, &scenario, &kargo_source(&yaml, &scenario)?)?;
+            let plan = plan_play(&root, &scenario, &yaml, &charts)?;
             run_with(&plan, dry_run, Credentials::Existing)
         }
-        Command::Down { dry_run } => run(&plan_down(), dry_run),
+        Command::Down { scenario, dry_run } => {
+            let clusters = workload_clusters(&root, &read_scenario(&root, &scenario)?, &scenario)?;
+            run(&plan_down(&clusters), dry_run)
+        }
         Command::Stage { scenario } => stage(&root, &scenario),
     }
 }
@@ -134,6 +144,9 @@ const URL_MAP: [(&str, &str); 4] = [
 const PROMETHEUS_IN_CLUSTER: &str = "http://prometheus-server.monitoring.svc.cluster.local";
 /// How long a `play` wait lasts before the play fails, naming what it waited for.
 const WAIT_SECONDS: u64 = 20 * 60;
+/// The Kubernetes version of every node (kind/cluster.yaml and kind/workload-cluster.yaml pin
+/// one image), written on each cluster Secret for the gate's live inventory.
+const NODE_KUBE_VERSION: &str = "1.33.7";
 /// Bosun's intake from inside the cluster (charts/bosun's Service in namespace bosun).
 const BOSUN_IN_CLUSTER: &str = "http://bosun.bosun.svc.cluster.local:8080";
 
@@ -153,6 +166,10 @@ pub enum Secret {
     GiteaToken,
     /// The shared secret of Bosun's intake (Kargo's `http` step sends it): 32 random bytes, hex.
     BosunWebhook,
+    /// The n-th workload cluster's token for Argo CD (its `argocd-manager` ServiceAccount).
+    ClusterToken(usize),
+    /// The n-th workload cluster's CA certificate, base64 (from kind's kubeconfig).
+    ClusterCa(usize),
 }
 
 /// One command of a plan.

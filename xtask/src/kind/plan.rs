@@ -2,10 +2,10 @@
 
 use std::path::Path;
 
-use super::scenario::KargoSource;
+use super::scenario::{KargoSource, WorkloadCluster};
 use super::{
     BINARIES, CLUSTER, CONTEXT, GENERATED, GITEA_ADMIN, GITEA_IN_CLUSTER, GITEA_LOCAL, IMAGE_TAG,
-    PROJECT, STAGED, Secret, Step, relative,
+    NODE_KUBE_VERSION, PROJECT, STAGED, Secret, Step, relative,
 };
 
 pub(super) fn kubectl(args: Vec<String>) -> Vec<String> {
@@ -76,7 +76,12 @@ fn image(binary: &str) -> String {
 
 /// Every command of `cargo xtask kind up --scenario <scenario>`, in order. Pure: nothing is
 /// read or run, and the result does not depend on `root`, which only anchors the paths.
-pub fn plan_up(root: &Path, scenario: &str, source: &KargoSource) -> Vec<Step> {
+pub fn plan_up(
+    root: &Path,
+    scenario: &str,
+    source: &KargoSource,
+    clusters: &[WorkloadCluster],
+) -> Vec<Step> {
     let path = |p: &str| relative(root, &root.join(p));
     let staged = root.join(STAGED).join(scenario);
     let staged_dir = relative(root, &staged);
@@ -127,6 +132,33 @@ pub fn plan_up(root: &Path, scenario: &str, source: &KargoSource) -> Vec<Step> {
                 "5m",
             ],
         ),
+    ];
+    for cluster in clusters {
+        steps.push(Step::new(
+            format!(
+                "the scenario's cluster {}: a kind cluster of its own (one node, Kubernetes v1.33, no ports on the host), which Argo CD deploys to over the kind network",
+                cluster.name
+            ),
+            argv![
+                "kind",
+                "create",
+                "cluster",
+                "--name",
+                workload_name(&cluster.name),
+                "--config",
+                path("kind/workload-cluster.yaml"),
+                "--wait",
+                "5m",
+            ],
+        ));
+    }
+    if !clusters.is_empty() {
+        steps.push(Step::new(
+            "kubectl's current context back to the main cluster (kind switched it to the last one made)",
+            argv!["kubectl", "config", "use-context", CONTEXT],
+        ));
+    }
+    steps.extend([
         Step::new(
             "chart repository: cert-manager",
             argv![
@@ -201,6 +233,11 @@ pub fn plan_up(root: &Path, scenario: &str, source: &KargoSource) -> Vec<Step> {
                 ],
             ),
         ),
+    ]);
+    for (index, cluster) in clusters.iter().enumerate() {
+        steps.extend(register_cluster(index, cluster));
+    }
+    steps.extend([
         Step::new(
             "Prometheus, scraping Argo CD's argocd_app_info: the pipelines chart's verification asks it",
             helm_install(
@@ -275,7 +312,7 @@ pub fn plan_up(root: &Path, scenario: &str, source: &KargoSource) -> Vec<Step> {
                 ],
             ),
         ),
-    ];
+    ]);
 
     for binary in BINARIES {
         steps.push(Step::new(
@@ -511,9 +548,146 @@ pub fn plan_up(root: &Path, scenario: &str, source: &KargoSource) -> Vec<Step> {
 }
 
 /// Every command of `cargo xtask kind down`.
-pub fn plan_down() -> Vec<Step> {
-    vec![Step::new(
+pub fn plan_down(clusters: &[WorkloadCluster]) -> Vec<Step> {
+    let mut steps = vec![Step::new(
         "delete the cluster and everything in it",
         argv!["kind", "delete", "cluster", "--name", CLUSTER],
-    )]
+    )];
+    for cluster in clusters {
+        steps.push(Step::new(
+            format!("delete the scenario's cluster {}", cluster.name),
+            argv![
+                "kind",
+                "delete",
+                "cluster",
+                "--name",
+                workload_name(&cluster.name)
+            ],
+        ));
+    }
+    steps
+}
+
+/// The kind cluster that stands for a scenario's cluster.
+fn workload_name(cluster: &str) -> String {
+    format!("{CLUSTER}-{cluster}")
+}
+
+/// Registers a workload cluster in Argo CD as `argocd cluster add` would: a ServiceAccount
+/// with cluster-admin in the workload cluster, its token and the cluster's CA (both kept, not
+/// printed) in an Argo CD cluster Secret whose server is the node's name on the kind network,
+/// labelled and annotated as the scenario's inventory says (the clusters generator selects on
+/// the Secret's own labels), plus the Kubernetes version the gate's live inventory reads.
+fn register_cluster(index: usize, cluster: &WorkloadCluster) -> Vec<Step> {
+    let name = &cluster.name;
+    let kind_name = workload_name(name);
+    let context = format!("kind-{kind_name}");
+    let in_workload = |args: Vec<String>| {
+        let mut argv = argv!["kubectl", "--context", &context];
+        argv.extend(args);
+        argv
+    };
+    let secret = format!("cluster-{name}");
+    let mut label = argv![
+        "label",
+        "secret",
+        &secret,
+        "--namespace",
+        "argocd",
+        "argocd.argoproj.io/secret-type=cluster"
+    ];
+    label.extend(cluster.labels.iter().map(|(k, v)| format!("{k}={v}")));
+    let mut annotate = argv![
+        "annotate",
+        "secret",
+        &secret,
+        "--namespace",
+        "argocd",
+        format!("gitops-gate.io/kube-version={NODE_KUBE_VERSION}")
+    ];
+    annotate.extend(cluster.annotations.iter().map(|(k, v)| format!("{k}={v}")));
+    vec![
+        Step::new(
+            format!("cluster {name}: a ServiceAccount for Argo CD"),
+            in_workload(argv![
+                "create",
+                "serviceaccount",
+                "argocd-manager",
+                "--namespace",
+                "kube-system"
+            ]),
+        ),
+        Step::new(
+            format!("cluster {name}: Argo CD may manage everything in it"),
+            in_workload(argv![
+                "create",
+                "clusterrolebinding",
+                "argocd-manager",
+                "--clusterrole",
+                "cluster-admin",
+                "--serviceaccount",
+                "kube-system:argocd-manager"
+            ]),
+        ),
+        Step::new(
+            format!("cluster {name}: a token for that ServiceAccount (kept, not printed)"),
+            in_workload(argv![
+                "create",
+                "token",
+                "argocd-manager",
+                "--namespace",
+                "kube-system",
+                "--duration",
+                "8760h"
+            ]),
+        )
+        .capturing(Secret::ClusterToken(index)),
+        Step::new(
+            format!("cluster {name}: its CA certificate, from kind's kubeconfig (kept, not printed)"),
+            argv![
+                "kubectl",
+                "config",
+                "view",
+                "--raw",
+                "--minify",
+                "--context",
+                &context,
+                "--output",
+                "jsonpath={.clusters[0].cluster.certificate-authority-data}"
+            ],
+        )
+        .capturing(Secret::ClusterCa(index)),
+        Step::new(
+            format!(
+                "cluster {name}: Argo CD's cluster Secret, the server being the node's name on the kind network"
+            ),
+            generic_secret(
+                &secret,
+                "argocd",
+                &[
+                    ("name", name),
+                    ("server", &format!("https://{kind_name}-control-plane:6443")),
+                    (
+                        "config",
+                        &format!(
+                            r#"{{"bearerToken":"{GENERATED}","tlsClientConfig":{{"insecure":false,"caData":"{GENERATED}"}}}}"#
+                        ),
+                    ),
+                ],
+            ),
+        )
+        .with_secrets(&[Secret::ClusterToken(index), Secret::ClusterCa(index)]),
+        Step::new(
+            format!(
+                "cluster {name}: a cluster for Argo CD, with the scenario's labels (what the clusters generators select on)"
+            ),
+            kubectl(label),
+        ),
+        Step::new(
+            format!(
+                "cluster {name}: the scenario's annotations, and the nodes' Kubernetes version for the gate's live inventory"
+            ),
+            kubectl(annotate),
+        ),
+    ]
 }

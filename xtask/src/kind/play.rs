@@ -20,6 +20,7 @@ pub fn plan_play(
     root: &Path,
     scenario: &str,
     scenario_yaml: &serde_json::Value,
+    stage_charts: &std::collections::BTreeMap<String, String>,
 ) -> Result<Vec<Step>> {
     use serde_json::Value;
     let path = |p: &str| relative(root, &root.join(p));
@@ -45,6 +46,9 @@ pub fn plan_play(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
+    // The version each chart was last published at: a Stage promoting that chart has not
+    // caught up until its last Promotion carries it.
+    let mut published: std::collections::BTreeMap<String, String> = Default::default();
     for (index, entry) in timeline.iter().enumerate() {
         let at = index + 1;
         let (action, argument) = match entry {
@@ -74,6 +78,7 @@ pub fn plan_play(
                         "scenarios/{scenario}/scenario.yaml: timeline entry {at}: publish {id:?} is not NAME@VERSION"
                     );
                 };
+                published.insert(name.to_string(), version.to_string());
                 let chart = path(&format!(
                     "{SAMPLE_CHARTS}/{SERVED_CHART_REPOSITORY}/{name}/{version}"
                 ));
@@ -177,17 +182,41 @@ pub fn plan_play(
             if !plain(stage, false) || !plain(phase, false) {
                 bail!("scenarios/{scenario}/scenario.yaml: expect.promotions {stage:?}: {phase:?}");
             }
+            if let Some((chart, version)) = stage_charts
+                .get(stage)
+                .and_then(|chart| Some((chart, published.get(chart)?)))
+            {
+                steps.push(
+                    Step::new(
+                        format!(
+                            "expect: Stage {stage}'s last finished Promotion carries {chart} {version}, the version the timeline published (an earlier Freight's Promotion does not count)"
+                        ),
+                        kubectl(argv![
+                            "wait",
+                            "stage",
+                            stage,
+                            "--namespace",
+                            PROJECT,
+                            format!(
+                                "--for=jsonpath={{.status.lastPromotion.freight.charts[0].version}}={version}"
+                            ),
+                            "--timeout",
+                            "30s"
+                        ]),
+                    )
+                    .until(WAIT_SECONDS),
+                );
+            }
             steps.push(
                 Step::new(
-                    format!("expect: the Promotions to Stage {stage} are {phase}"),
+                    format!("expect: Stage {stage}'s last finished Promotion is {phase} (as the ground checks)"),
                     kubectl(argv![
                         "wait",
-                        "promotions",
+                        "stage",
+                        stage,
                         "--namespace",
                         PROJECT,
-                        "--selector",
-                        format!("kargo.akuity.io/stage={stage}"),
-                        format!("--for=jsonpath={{.status.phase}}={phase}"),
+                        format!("--for=jsonpath={{.status.lastPromotion.status.phase}}={phase}"),
                         "--timeout",
                         "30s"
                     ]),

@@ -107,3 +107,138 @@ pub(super) fn plain(text: &str, slug: bool) -> bool {
                     .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
         })
 }
+
+/// A cluster of the scenario's inventory that gets a kind cluster of its own, registered in
+/// Argo CD with the labels and annotations its generators select on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkloadCluster {
+    pub name: String,
+    pub labels: Vec<(String, String)>,
+    pub annotations: Vec<(String, String)>,
+}
+
+/// A label or annotation key: an optional DNS prefix and `/`, then a name (Kubernetes'
+/// qualified name), nothing a command line would read otherwise.
+fn qualified_key(key: &str) -> bool {
+    let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
+    let name_ok = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let prefix_ok = prefix.is_empty()
+        || (prefix.len() <= 253
+            && prefix.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            }));
+    name_ok && prefix_ok
+}
+
+/// The clusters of the scenario's `inventory:` that Argo CD deploys to, each a kind cluster on
+/// kind. The Argo CD control plane itself (`https://kubernetes.default.svc`) is the main
+/// cluster and is left out. A name, key or value that is not plain is refused, naming it.
+pub fn workload_clusters(
+    root: &Path,
+    scenario_yaml: &serde_json::Value,
+    scenario: &str,
+) -> Result<Vec<WorkloadCluster>> {
+    let Some(inventory) = scenario_yaml.get("inventory") else {
+        return Ok(Vec::new());
+    };
+    let origin = format!("scenarios/{scenario}/scenario.yaml");
+    let file = match inventory {
+        serde_json::Value::String(file) if inside_scenarios(file) => file,
+        other => bail!("{origin}: inventory must name a file under scenarios/, not {other}"),
+    };
+    let path = root.join("scenarios").join(scenario).join(file);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("{origin}: cannot read its inventory {file}"))?;
+    let inventory: serde_json::Value = serde_saphyr::from_str(&text)
+        .with_context(|| format!("scenarios/{scenario}/{file}: not YAML"))?;
+    let mut clusters = Vec::new();
+    for cluster in inventory["clusters"].as_array().into_iter().flatten() {
+        let name = cluster["name"].as_str().unwrap_or_default();
+        if cluster["server"].as_str() == Some("https://kubernetes.default.svc") {
+            continue;
+        }
+        // The kind cluster is `gitops-loop-<name>` and its node container adds
+        // `-control-plane`: a DNS label of at most 63 characters.
+        let dns_label = !name.is_empty()
+            && name.len() <= 36
+            && !name.starts_with('-')
+            && !name.ends_with('-')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+        if !dns_label {
+            bail!(
+                "scenarios/{scenario}/{file}: cluster name {name:?} is not a lowercase DNS label of at most 36 characters (a kind cluster is named after it)"
+            );
+        }
+        let pairs = |field: &str| -> Result<Vec<(String, String)>> {
+            let mut out = Vec::new();
+            for (key, value) in cluster[field].as_object().into_iter().flatten() {
+                let value = value.as_str().unwrap_or_default();
+                if !qualified_key(key) || !(value.is_empty() || plain(value, false)) {
+                    bail!(
+                        "scenarios/{scenario}/{file}: cluster {name}: {field} {key:?}: {value:?} is not a plain key and value"
+                    );
+                }
+                out.push((key.clone(), value.to_string()));
+            }
+            Ok(out)
+        };
+        clusters.push(WorkloadCluster {
+            name: name.to_string(),
+            labels: pairs("labels")?,
+            annotations: pairs("annotations")?,
+        });
+    }
+    Ok(clusters)
+}
+
+/// The chart each Stage of a charts/kargo-pipelines values file promotes (Stage name, as the
+/// chart names it, to chart name). Targets whose chart is an `oci://` URL are left out.
+pub fn stage_charts(pipelines: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for target in pipelines["targets"].as_array().into_iter().flatten() {
+        let (Some(target_name), Some(chart)) = (
+            target["name"].as_str(),
+            target.pointer("/chart/name").and_then(|n| n.as_str()),
+        ) else {
+            continue;
+        };
+        for stage in target["stages"].as_array().into_iter().flatten() {
+            let name = match (stage["stageName"].as_str(), stage["name"].as_str()) {
+                (Some(stage_name), _) => stage_name.to_string(),
+                (None, Some(name)) => format!("{target_name}-{name}"),
+                (None, None) => continue,
+            };
+            out.insert(name, chart.to_string());
+        }
+    }
+    out
+}
+
+/// The Stage-to-chart map of a scenario whose Kargo objects come from the pipelines chart
+/// (empty for hand-written objects).
+pub fn scenario_stage_charts(
+    root: &Path,
+    scenario: &str,
+    source: &KargoSource,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let KargoSource::Pipelines(file) = source else {
+        return Ok(Default::default());
+    };
+    let path = root.join("scenarios").join(scenario).join(file);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading scenarios/{scenario}/{file}"))?;
+    let values: serde_json::Value = serde_saphyr::from_str(&text)
+        .with_context(|| format!("scenarios/{scenario}/{file}: not YAML"))?;
+    Ok(stage_charts(&values))
+}

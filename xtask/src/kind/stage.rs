@@ -150,6 +150,7 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     }
     let repo = out.join("repo");
     copy_rewritten(&root.join(SAMPLE_REPO), &repo)?;
+    let pinned = pause_workloads(&repo, &root.join(SAMPLE_CHARTS))?;
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join(source.staged_name()), rewrite(&kargo))?;
 
@@ -207,14 +208,57 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
         )?;
     }
     println!(
-        "kind stage: {} (published: {}; held back: {})",
+        "kind stage: {} (published: {}; held back: {}; pods run the pause image: {})",
         relative(root, &out),
         published.join(", "),
         if held_back.is_empty() {
             "none".to_string()
         } else {
             held_back.join(", ")
+        },
+        if pinned.is_empty() {
+            "none".to_string()
+        } else {
+            pinned.join(", ")
         }
     );
     Ok(())
+}
+
+/// What `stage` appends to an addon's values/<addon>/base.yaml on kind.
+pub(super) const PAUSE_VALUES: &str = "\n# kind (cargo xtask kind stage): the sample's charts are the shapes of real charts, not\n# their controllers; their pods run the pause image, so an Application's health says the\n# objects were applied and scheduled, not whether a controller ran against partial CRDs.\nimage:\n  repository: registry.k8s.io/pause\n  tag: \"3.10\"\n";
+
+/// Points the pods of the sample's addon charts at the pause image, for every addon of
+/// targets/addons.yaml whose chart takes `image.repository` (its values.yaml in the mirror has
+/// it) and whose base values do not set `image` already. Returns the addons changed.
+pub(super) fn pause_workloads(repo: &Path, mirror: &Path) -> Result<Vec<String>> {
+    let targets = repo.join("targets/addons.yaml");
+    let Ok(text) = std::fs::read_to_string(&targets) else {
+        return Ok(Vec::new());
+    };
+    let entries: serde_json::Value = serde_saphyr::from_str(&text)
+        .with_context(|| format!("{}: not YAML", targets.display()))?;
+    let mut changed = Vec::new();
+    for entry in entries.as_array().into_iter().flatten() {
+        let (Some(addon), Some(chart)) = (entry["addon"].as_str(), entry["chart"].as_str()) else {
+            continue;
+        };
+        if !super::scenario::plain(addon, false) || !super::scenario::plain(chart, false) {
+            continue;
+        }
+        let takes_image = mirror_charts(mirror)?.iter().any(|(name, _, dir)| {
+            name == chart
+                && std::fs::read_to_string(dir.join("values.yaml"))
+                    .is_ok_and(|values| values.contains("\nimage:\n  repository:"))
+        });
+        let base = repo.join("values").join(addon).join("base.yaml");
+        let existing = std::fs::read_to_string(&base).unwrap_or_default();
+        if !takes_image || existing.lines().any(|line| line.starts_with("image:")) {
+            continue;
+        }
+        std::fs::create_dir_all(base.parent().context("values folder")?)?;
+        std::fs::write(&base, format!("{existing}{PAUSE_VALUES}"))?;
+        changed.push(addon.to_string());
+    }
+    Ok(changed)
 }

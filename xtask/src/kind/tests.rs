@@ -4,12 +4,24 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::run::{dry_run_text, fill, quote};
-use super::scenario::KargoSource;
-use super::stage::{rewrite, unpublished};
+use super::scenario::{KargoSource, WorkloadCluster};
+use super::stage::{PAUSE_VALUES, pause_workloads, rewrite, unpublished};
 use super::*;
 
 fn happy() -> KargoSource {
     KargoSource::Pipelines("pipelines.yaml".into())
+}
+
+/// The Stage-to-chart map of a real scenario's pipelines values.
+fn stage_charts_of(name: &str) -> std::collections::BTreeMap<String, String> {
+    let yaml = scenario(name);
+    let source = kargo_source(&yaml, name).expect("source");
+    scenario::scenario_stage_charts(&project_root(), name, &source).expect("stage charts")
+}
+
+/// The workload clusters of a real scenario (every scenario names the sample inventory).
+fn clusters(name: &str) -> Vec<WorkloadCluster> {
+    workload_clusters(&project_root(), &scenario(name), name).expect("clusters")
 }
 
 /// The real scenario files, read from this checkout.
@@ -21,7 +33,12 @@ fn scenario(name: &str) -> serde_json::Value {
 fn plan_up_triage_dry_run() {
     let source = kargo_source(&scenario("triage"), "triage").unwrap();
     assert_eq!(source, KargoSource::Pipelines("pipelines.yaml".into()));
-    let text = dry_run_text(&plan_up(Path::new("/work/gitops-loop"), "triage", &source));
+    let text = dry_run_text(&plan_up(
+        Path::new("/work/gitops-loop"),
+        "triage",
+        &source,
+        &clusters("triage"),
+    ));
     insta::assert_snapshot!(text);
 }
 
@@ -31,6 +48,7 @@ fn plan_play_triage_dry_run() {
         Path::new("/work/gitops-loop"),
         "triage",
         &scenario("triage"),
+        &stage_charts_of("triage"),
     )
     .unwrap();
     insta::assert_snapshot!(dry_run_text(&steps));
@@ -47,7 +65,7 @@ fn every_scenario_has_a_play_plan_and_says_what_it_skips() {
         }
         let yaml = scenario(&name);
         kargo_source(&yaml, &name).unwrap();
-        let steps = plan_play(Path::new("/r"), &name, &yaml).unwrap();
+        let steps = plan_play(Path::new("/r"), &name, &yaml, &stage_charts_of(&name)).unwrap();
         let timeline = yaml["timeline"].as_array().map_or(0, Vec::len);
         assert!(
             timeline == 0 || steps.len() > 1,
@@ -67,12 +85,18 @@ fn hostile_scenario_values_do_not_reach_a_command() {
         serde_json::json!([7]),
     ] {
         assert!(
-            plan_play(Path::new("/r"), "s", &yaml(bad.clone())).is_err(),
+            plan_play(
+                Path::new("/r"),
+                "s",
+                &yaml(bad.clone()),
+                &Default::default()
+            )
+            .is_err(),
             "{bad}"
         );
     }
     let slug = serde_json::json!({"repository": {"slug": "a/b/../c"}, "timeline": []});
-    assert!(plan_play(Path::new("/r"), "s", &slug).is_err());
+    assert!(plan_play(Path::new("/r"), "s", &slug, &Default::default()).is_err());
     for (kargo, ok) in [
         (serde_json::json!({"pipelines": "../../x.yaml"}), false),
         (serde_json::json!({"pipelines": "/etc/x.yaml"}), false),
@@ -92,17 +116,25 @@ fn plan_up_dry_run() {
         Path::new("/work/gitops-loop"),
         "happy-path",
         &happy(),
+        &clusters("happy-path"),
     ));
     insta::assert_snapshot!(text);
 }
 
 #[test]
 fn plan_does_not_depend_on_the_root() {
-    let here = plan_up(Path::new("/work/gitops-loop"), "happy-path", &happy());
+    let clusters = clusters("happy-path");
+    let here = plan_up(
+        Path::new("/work/gitops-loop"),
+        "happy-path",
+        &happy(),
+        &clusters,
+    );
     let there = plan_up(
         Path::new("/home/someone/src/gitops-loop"),
         "happy-path",
         &happy(),
+        &clusters,
     );
     assert_eq!(here, there);
     for step in &here {
@@ -116,11 +148,80 @@ fn plan_does_not_depend_on_the_root() {
 }
 
 #[test]
-fn plan_down_deletes_the_cluster() {
+fn plan_down_deletes_the_clusters() {
     assert_eq!(
-        dry_run_text(&plan_down()),
-        "# delete the cluster and everything in it\nkind delete cluster --name gitops-loop\n"
+        dry_run_text(&plan_down(&clusters("triage"))),
+        "# delete the cluster and everything in it\nkind delete cluster --name gitops-loop\n\
+         # delete the scenario's cluster prod-eu\nkind delete cluster --name gitops-loop-prod-eu\n\
+         # delete the scenario's cluster prod-us\nkind delete cluster --name gitops-loop-prod-us\n\
+         # delete the scenario's cluster staging\nkind delete cluster --name gitops-loop-staging\n"
     );
+}
+
+/// The triage story's argocd-update names external-secrets-<cluster> Applications: each
+/// cluster of the inventory but Argo CD's own is a kind cluster, registered with the labels
+/// the addons ApplicationSet selects on.
+#[test]
+fn the_inventory_clusters_become_registered_kind_clusters() {
+    let clusters = clusters("triage");
+    let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["prod-eu", "prod-us", "staging"]);
+    assert!(
+        clusters[0]
+            .labels
+            .contains(&("addons".to_string(), "enabled".to_string()))
+    );
+    let steps = plan_up(Path::new("/r"), "triage", &happy(), &clusters);
+    let text = dry_run_text(&steps);
+    for name in names {
+        assert!(text.contains(&format!("kind create cluster --name gitops-loop-{name} ")));
+        assert!(text.contains(&format!(
+            "--from-literal=server=https://gitops-loop-{name}-control-plane:6443"
+        )));
+    }
+    assert!(text.contains(
+        "kubectl --context kind-gitops-loop label secret cluster-prod-eu --namespace argocd argocd.argoproj.io/secret-type=cluster addons=enabled env=prod region=eu"
+    ));
+    // The token and CA are captured, never printed.
+    assert!(!text.contains("bearerToken\":\"ey"));
+    let secret = steps
+        .iter()
+        .find(|s| {
+            s.what
+                .starts_with("cluster staging: Argo CD's cluster Secret")
+        })
+        .expect("secret step");
+    assert_eq!(
+        secret.secrets,
+        [Secret::ClusterToken(2), Secret::ClusterCa(2)]
+    );
+}
+
+#[test]
+fn hostile_inventory_values_do_not_reach_a_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenarios = dir.path().join("scenarios");
+    std::fs::create_dir_all(scenarios.join("s")).unwrap();
+    let yaml = serde_json::json!({"inventory": "../inventory.yaml"});
+    for (inventory, ok) in [
+        ("clusters: [{name: a, labels: {env: prod}}]", true),
+        (
+            "clusters: [{name: in-cluster, server: https://kubernetes.default.svc}]",
+            true,
+        ),
+        ("clusters: [{name: 'a;rm -rf /'}]", false),
+        ("clusters: [{name: Prod}]", false),
+        ("clusters: [{name: a, labels: {'x y': z}}]", false),
+        ("clusters: [{name: a, labels: {env: '$(id)'}}]", false),
+        ("clusters: [{name: a, annotations: {'a/b/c': z}}]", false),
+        ("clusters: [{name: a, annotations: {team: '--all'}}]", false),
+    ] {
+        std::fs::write(scenarios.join("inventory.yaml"), inventory).unwrap();
+        let result = workload_clusters(dir.path(), &yaml, "s");
+        assert_eq!(result.is_ok(), ok, "{inventory}: {result:?}");
+    }
+    let outside = serde_json::json!({"inventory": "../../etc/x.yaml"});
+    assert!(workload_clusters(dir.path(), &outside, "s").is_err());
 }
 
 /// Every placeholder has its secret, and every secret is known before a step uses it:
@@ -133,7 +234,12 @@ fn secrets_fill_every_placeholder_in_order() {
         (Secret::GiteaPassword, "pw".to_string()),
         (Secret::BosunWebhook, "hook".to_string()),
     ]);
-    let steps = plan_up(Path::new("/r"), "happy-path", &happy());
+    let steps = plan_up(
+        Path::new("/r"),
+        "happy-path",
+        &happy(),
+        &clusters("happy-path"),
+    );
     for step in &steps {
         let placeholders: usize = step.argv.iter().map(|a| a.matches(GENERATED).count()).sum();
         assert_eq!(placeholders, step.secrets.len(), "{}", step.what);
@@ -216,4 +322,32 @@ fn happy_path_holds_back_its_unpublished_charts() {
     let yaml = std::fs::read_to_string(project_root().join("scenarios/happy-path/scenario.yaml"))
         .expect("scenario");
     assert!(unpublished(&yaml).contains(&"cert-manager-lite@1.19.3".to_string()));
+}
+
+/// On kind the sample's addon charts run the pause image (their real controllers would meet
+/// partial CRDs and never turn Healthy); an addon whose chart takes no `image` is left alone,
+/// and so is one whose values already choose an image.
+#[test]
+fn staging_points_the_sample_addons_at_the_pause_image() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    std::fs::create_dir_all(repo.join("targets")).unwrap();
+    std::fs::create_dir_all(repo.join("values/cert-manager-lite")).unwrap();
+    std::fs::write(
+        repo.join("targets/addons.yaml"),
+        "- {addon: external-secrets, chart: external-secrets}\n- {addon: cert-manager-lite, chart: cert-manager-lite}\n- {addon: reloader, chart: reloader}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        repo.join("values/cert-manager-lite/base.yaml"),
+        "image:\n  tag: v1\n",
+    )
+    .unwrap();
+    let changed = pause_workloads(repo, &project_root().join(SAMPLE_CHARTS)).unwrap();
+    assert_eq!(changed, ["external-secrets"]);
+    let values = std::fs::read_to_string(repo.join("values/external-secrets/base.yaml")).unwrap();
+    assert_eq!(values, PAUSE_VALUES);
+    let parsed: serde_json::Value = serde_saphyr::from_str(&values).unwrap();
+    assert_eq!(parsed["image"]["repository"], "registry.k8s.io/pause");
+    assert!(!repo.join("values/reloader").exists());
 }
