@@ -153,6 +153,36 @@ async fn regression_chaos_observer_restart_seed_2_leader_election_meets_a_500() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn regression_chaos_triage_seed_6_a_failed_triage_is_tried_again() {
+    // Found by `cargo xtask ground chaos` (triage, seed 6): Bosun restarted, its first triage
+    // met an injected 500 listing the cluster Secrets, and nothing tried again (the ground runs
+    // Bosun without the poller), so the pull request never got its gate. A failed triage is
+    // now queued again after a backoff. Played here without the seed's timing: the API
+    // server answers 500 to Bosun's first request, the list of cluster Secrets.
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/triage")).unwrap();
+    scenario.timeline.insert(
+        0,
+        ground::scenario::Action::Outage(ground::scenario::Outage {
+            service: ground::scenario::Service::Api,
+            user: ground::BOSUN_USER.into(),
+            method: None,
+            requests: 1,
+        }),
+    );
+    let ground = play_scenario(scenario, FaultPlan::none()).await;
+    let text = ground.transcript.text();
+    let failed = text
+        .find("triage failed")
+        .expect("the outage fails a triage");
+    let repaired = text
+        .find("swapped apiVersions")
+        .expect("a later triage repairs");
+    assert!(failed < repaired, "{text}");
+    assert!(text.contains("[forge] alice merged #1"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn opt_in_mode_and_the_ignore_annotation_are_honoured() {
     let ground = play("observer-modes").await;
     insta::assert_snapshot!(ground.transcript.text());

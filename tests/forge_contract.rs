@@ -366,12 +366,14 @@ async fn gate_publish_passes_a_patch_bump_and_the_merge_lands() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_client_rides_out_server_errors_and_rate_limits() {
     let (forge, _clone) = forge_with_pull("2.10.0").await;
-    // 500s/502s on a third of the requests, rate limits on a fifth: idempotent requests are
-    // retried on both, a POST only on a rate limit (it was not processed).
+    // 500s/502s on a fifth of the requests, rate limits on a tenth of the rest: idempotent
+    // requests are retried on both, a POST only on a rate limit (it was not processed). The
+    // draws are keyed by `METHOD path`, so the ten reads below meet the same answers on every
+    // run; without retries the first fault would fail a read.
     forge.set_faults(ground::forge::ForgeFaults {
         seed: 42,
-        server_error: 300,
-        rate_limit: 200,
+        server_error: 200,
+        rate_limit: 100,
     });
     let client = GitHub::new(&forge.url(), "gate-token").unwrap();
     let slug: RepoSlug = SLUG.parse().unwrap();
@@ -709,4 +711,27 @@ async fn a_forge_that_ignores_paging_cannot_keep_the_client_reading() {
     let err = client.statuses(&slug, "abc").await.unwrap_err().to_string();
     assert!(err.contains("more than 200 pages"), "{err}");
     assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_hits_one_client_and_method_for_so_many_requests() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    forge.outage("addons-gate[bot]", Some("post"), 1);
+    let http = reqwest::Client::new();
+    let comment = |token: &'static str| {
+        http.post(format!("{}/repos/{SLUG}/issues/1/comments", forge.url()))
+            .bearer_auth(token)
+            .json(&json!({"body": "x"}))
+            .send()
+    };
+    let read = http
+        .get(format!("{}/repos/{SLUG}/pulls/1", forge.url()))
+        .bearer_auth("gate-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200, "a GET is not the outage's method");
+    assert_eq!(comment("kargo-token").await.unwrap().status(), 201);
+    assert_eq!(comment("gate-token").await.unwrap().status(), 502);
+    assert_eq!(comment("gate-token").await.unwrap().status(), 201);
 }

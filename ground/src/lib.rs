@@ -15,6 +15,7 @@ pub mod bosun;
 pub mod charts;
 pub mod ci;
 pub mod clock;
+pub mod draws;
 pub mod forge;
 pub mod git;
 pub mod invariants;

@@ -107,6 +107,21 @@ async fn main() -> Result<()> {
             let started = std::time::Instant::now();
             let mut ground = Ground::start(scenario, options(&common)).await?;
             ground.play().await?;
+            if common.chaos_seed.is_some() {
+                let i = ground.kube.faults().injected();
+                println!(
+                    "[ground] faults injected: API server {} 500s, {} 429s, {} 409s, {} dropped, {} duplicated and {} closed watch events, {} 410s; forge {}; restarts {}",
+                    i.server_errors,
+                    i.throttles,
+                    i.conflicts,
+                    i.dropped_events,
+                    i.duplicated_events,
+                    i.closed_watches,
+                    i.gone,
+                    ground.forge.injected_faults(),
+                    i.restarts
+                );
+            }
             println!(
                 "[ground] the scenario's expectations hold ({:.1} s)",
                 started.elapsed().as_secs_f64()

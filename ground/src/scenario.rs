@@ -192,6 +192,32 @@ pub enum Action {
     Merge(Merge),
     /// A person comments on a pull request.
     Comment(CommentSpec),
+    /// One client's next requests to a double fail, as an outage of the path between them
+    /// would: the forge's REST API answers 502 (git over HTTP is left alone), the API server
+    /// 500 (watches are left alone).
+    Outage(Outage),
+}
+
+/// Which double an outage hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Service {
+    Forge,
+    Api,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Outage {
+    pub service: Service,
+    /// The client: its login on the forge (`bosun[bot]`, `kargo`, ...) or its user name on the
+    /// API server (`system:serviceaccount:bosun:bosun`, ...).
+    pub user: String,
+    /// Only requests of this method (`POST`, ...); every method when absent.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// How many of its requests fail.
+    pub requests: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]

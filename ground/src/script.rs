@@ -2,6 +2,7 @@
 //! and waiting on conditions, with the invariants checked after every tick.
 
 use super::*;
+use crate::scenario::Service;
 
 impl Ground {
     /// Every invariant the ground's state breaks now (see `invariants`).
@@ -221,6 +222,33 @@ impl Ground {
             Action::Settle => self.settle().await?,
             Action::Merge(merge) => self.merge(merge).await?,
             Action::Comment(comment) => self.comment(comment).await?,
+            Action::Outage(outage) => {
+                let method = outage
+                    .method
+                    .as_deref()
+                    .map(|m| format!("{m} "))
+                    .unwrap_or_default();
+                let (service, answer) = match outage.service {
+                    Service::Forge => ("forge", 502),
+                    Service::Api => ("kube", 500),
+                };
+                self.transcript.say(
+                    service,
+                    format!(
+                        "the next {} {method}requests of {} are answered {answer} (an outage)",
+                        outage.requests, outage.user
+                    ),
+                );
+                let method = outage.method.as_deref();
+                match outage.service {
+                    Service::Forge => self.forge.outage(&outage.user, method, outage.requests),
+                    Service::Api => {
+                        self.kube
+                            .faults()
+                            .outage(&outage.user, method, outage.requests)
+                    }
+                }
+            }
             Action::PushImage(reference) => {
                 let (name, digest) = reference
                     .split_once('@')

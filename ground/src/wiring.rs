@@ -429,6 +429,13 @@ impl Ground {
             }
         };
 
+        // The forge's faults ride in the same plan, from here on: setting up the ground is
+        // not part of the story.
+        forge.set_faults(self::forge::ForgeFaults {
+            seed: options.faults.seed,
+            server_error: options.faults.forge_server_error,
+            rate_limit: options.faults.forge_rate_limit,
+        });
         let prometheus = self::prometheus::PrometheusDouble::start(kube.clone()).await?;
         let mut rollouts = self::rollouts::Rollouts::default();
         rollouts

@@ -95,6 +95,19 @@ struct Jobs {
     done: Vec<Run>,
     /// Open pull requests taken in, with the head last triaged (for the poller).
     tracked: BTreeMap<(String, u64), String>,
+    /// Failed triages in a row per pull request (reset by one that finishes).
+    failures: HashMap<(String, u64), u32>,
+    /// Failed triages waiting out their backoff before they are queued again.
+    retrying: usize,
+}
+
+/// A failed triage (the forge, git or the API server failing) is queued again after 2, 4, 8,
+/// 16 and 32 s; after that only a new delivery, the poller or a restart tries again. A failure
+/// is not a verdict: a transient 500 must not leave a pull request without its gate.
+pub const RETRIES_AFTER_FAILURE: u32 = 5;
+
+fn retry_delay(failures: u32) -> Duration {
+    Duration::from_secs(1 << failures.clamp(1, RETRIES_AFTER_FAILURE))
 }
 
 /// The most pull requests of one repository waiting for the worker; a delivery past it is
@@ -193,7 +206,7 @@ impl Server {
                 let Ok(slug) = repository.parse::<RepoSlug>() else {
                     continue;
                 };
-                worker.work(&slug, number, delivered_head).await;
+                Server::work(&worker, &slug, number, delivered_head).await;
             }
         });
         let router = Router::new()
@@ -206,7 +219,7 @@ impl Server {
     }
 
     /// One triage, then the bookkeeping that makes it durable.
-    async fn work(&self, slug: &RepoSlug, number: u64, delivered_head: String) {
+    async fn work(self: &Arc<Self>, slug: &RepoSlug, number: u64, delivered_head: String) {
         let started = std::time::Instant::now();
         let run = match self.bosun.triage(slug, number).await {
             Ok(run) => run,
@@ -239,12 +252,37 @@ impl Server {
             // the journal (a restart replays it) and is followed, so the poller tries again.
             "error" => {
                 jobs.seen
-                    .remove(&(repository.clone(), number, delivered_head));
+                    .remove(&(repository.clone(), number, delivered_head.clone()));
                 jobs.tracked.insert(key.clone(), String::new());
+                let failures = jobs.failures.entry(key.clone()).or_insert(0);
+                *failures += 1;
+                if *failures <= RETRIES_AFTER_FAILURE {
+                    let delay = retry_delay(*failures);
+                    jobs.retrying += 1;
+                    let server = self.clone();
+                    let slug = slug.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay).await;
+                        // A newer delivery queued meanwhile triages the pull request anyway.
+                        let queued = lock(&server)
+                            .heads
+                            .contains_key(&(slug.to_string(), number));
+                        if !queued {
+                            tracing::info!(repository = %slug, pr = number, "trying a failed triage again");
+                            if let Enqueued::NotRecorded(e) =
+                                server.enqueue(&slug, number, &delivered_head)
+                            {
+                                tracing::warn!("cannot queue {slug}#{number} again: {e}");
+                            }
+                        }
+                        lock(&server).retrying -= 1;
+                    });
+                }
                 Some(String::new())
             }
             // Nothing more arrives for a closed pull request: forget its deliveries.
             "closed" => {
+                jobs.failures.remove(&key);
                 jobs.tracked.remove(&key);
                 jobs.seen
                     .retain(|(r, n, _)| !(*r == repository && *n == number));
@@ -257,6 +295,7 @@ impl Server {
                 None
             }
             _ => {
+                jobs.failures.remove(&key);
                 let last_head = run.pushed.last().unwrap_or(&run.head).clone();
                 jobs.tracked.insert(key.clone(), last_head.clone());
                 // A head Bosun itself produced and judged is not a new delivery.
@@ -549,7 +588,8 @@ async fn jobs(State(server): State<Shared>) -> Response {
         json!({
             "pending": jobs.queue.len(),
             "running": jobs.running.as_ref().map(|(r, n)| json!({"repository": r, "pullRequest": n})),
-            "idle": jobs.queue.is_empty() && jobs.running.is_none(),
+            "retrying": jobs.retrying,
+            "idle": jobs.queue.is_empty() && jobs.running.is_none() && jobs.retrying == 0,
             "done": jobs.done,
         }),
     )

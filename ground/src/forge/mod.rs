@@ -100,8 +100,11 @@ struct Repo {
     labels: Vec<gitea::RepoLabel>,
 }
 
-/// Seeded faults for the forge: per mille of requests answered 500/502, or rate-limited (403
-/// with `x-ratelimit-remaining: 0`, as GitHub does). The same seed gives the same sequence.
+/// Seeded faults for the forge: per mille of REST requests answered 500/502, or rate-limited
+/// (403 with `x-ratelimit-remaining: 0`, as GitHub does). Each decision draws from the stream of
+/// the request's `METHOD path` (see `crate::draws`), so the same seed gives each request the
+/// same answer whatever order the products send them in; requests sharing a key draw in
+/// arrival order.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ForgeFaults {
     pub seed: u64,
@@ -112,7 +115,10 @@ pub struct ForgeFaults {
 #[derive(Debug, Default)]
 struct ForgeState {
     faults: ForgeFaults,
-    draws: u64,
+    draws: crate::draws::Draws,
+    /// Per login: the method an outage hits (any when `None`) and how many more of its REST
+    /// requests are answered 502 (`outage`).
+    outages: BTreeMap<String, (Option<String>, u32)>,
     injected: u64,
     users: BTreeMap<String, String>,
     /// token -> Gitea scopes (`read:user`, `write:issue`, `all`, ...); a token without an
@@ -405,7 +411,15 @@ impl ForgeDouble {
     pub fn set_faults(&self, faults: ForgeFaults) {
         let mut state = lock(&self.state);
         state.faults = faults;
-        state.draws = faults.seed;
+    }
+
+    /// Answers `user`'s next `requests` REST requests (of `method` only, when given) with 502
+    /// Bad Gateway.
+    pub fn outage(&self, user: &str, method: Option<&str>, requests: u32) {
+        lock(&self.state).outages.insert(
+            user.to_string(),
+            (method.map(str::to_ascii_uppercase), requests),
+        );
     }
 
     /// How many faults were injected.
@@ -556,22 +570,37 @@ async fn record(
     } else {
         let mut guard = lock(&state);
         let faults = guard.faults;
-        let mut roll = |per_mille: u32| {
-            // splitmix64
-            guard.draws = guard.draws.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = guard.draws;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            per_mille > 0 && ((z ^ (z >> 31)) % 1000) < u64::from(per_mille)
-        };
-        let fault = if roll(faults.server_error) {
-            Some(if guard.draws.is_multiple_of(2) {
+        let key = format!("{} {}", parts.method, parts.uri.path());
+        let outage = user
+            .as_ref()
+            .and_then(|user| guard.outages.get_mut(user))
+            .filter(|(method, left)| {
+                *left > 0 && method.as_deref().is_none_or(|m| m == parts.method.as_str())
+            })
+            .map(|(_, left)| *left -= 1)
+            .is_some();
+        let server_error = (faults.server_error > 0)
+            .then(|| guard.draws.next(faults.seed, &key))
+            .filter(|draw| draw % 1000 < u64::from(faults.server_error));
+        let fault = if outage {
+            Some(StatusCode::BAD_GATEWAY)
+        } else if let Some(draw) = server_error {
+            Some(if (draw / 1000).is_multiple_of(2) {
                 StatusCode::INTERNAL_SERVER_ERROR
             } else {
                 StatusCode::BAD_GATEWAY
             })
-        } else if roll(faults.rate_limit) {
-            Some(StatusCode::FORBIDDEN)
+        } else if guard
+            .draws
+            .roll(faults.seed, &format!("rate {key}"), faults.rate_limit)
+        {
+            // GitHub answers 403 with `x-ratelimit-remaining: 0`; Gitea has no rate limit of
+            // its own, so on its face (`/api/v1`) it is what a proxy in front answers: 429.
+            Some(if parts.uri.path().starts_with("/api/v1/") {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::FORBIDDEN
+            })
         } else {
             None
         };
@@ -583,12 +612,17 @@ async fn record(
     if let Some(status) = fault {
         let mut response = error(
             status,
-            if status == StatusCode::FORBIDDEN {
+            if status.is_client_error() {
                 "API rate limit exceeded (injected fault)"
             } else {
                 "Server Error (injected fault)"
             },
         );
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert("retry-after", axum::http::HeaderValue::from_static("0"));
+        }
         if status == StatusCode::FORBIDDEN {
             response.headers_mut().insert(
                 "x-ratelimit-remaining",

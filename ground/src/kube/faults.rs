@@ -32,6 +32,11 @@ pub struct FaultPlan {
     /// Per tick of the ground: the observer (and, separately, Bosun) is killed with SIGKILL
     /// and started again, as a node failure or an OOM kill would.
     pub restart: u32,
+    /// The forge double's REST API (both faces; git over HTTP is left alone): 500 or 502.
+    pub forge_server_error: u32,
+    /// The forge double's REST API: a rate limit (GitHub's 403 with `x-ratelimit-remaining:
+    /// 0`, a proxy's 429 on Gitea's face).
+    pub forge_rate_limit: u32,
     /// Latency added to every request.
     pub latency_ms: u64,
     /// Latency added to every list of one resource (its plural): a cache that loads late.
@@ -55,6 +60,8 @@ impl FaultPlan {
             close_watch: 30,
             gone: 300,
             restart: 15,
+            forge_server_error: 20,
+            forge_rate_limit: 10,
             latency_ms: 0,
             slow_list: None,
         }
@@ -91,8 +98,11 @@ pub struct Injected {
 
 pub struct Faults {
     plan: Mutex<FaultPlan>,
-    /// Draws taken so far per key (by the key's hash).
-    streams: Mutex<std::collections::HashMap<u64, u64>>,
+    /// Draws taken so far per key.
+    streams: Mutex<crate::draws::Draws>,
+    /// Per user name: the method an outage hits (any when `None`) and how many more of its
+    /// requests are answered 500.
+    outages: Mutex<std::collections::BTreeMap<String, (Option<String>, u32)>>,
     injected: Mutex<Injected>,
 }
 
@@ -100,7 +110,8 @@ impl Faults {
     pub fn new(plan: FaultPlan) -> Faults {
         Faults {
             plan: Mutex::new(plan),
-            streams: Mutex::new(std::collections::HashMap::new()),
+            streams: Mutex::new(crate::draws::Draws::default()),
+            outages: Mutex::new(Default::default()),
             injected: Mutex::new(Injected::default()),
         }
     }
@@ -121,30 +132,12 @@ impl Faults {
             .clone()
     }
 
-    /// The next draw of `key`'s stream: splitmix64 over the seed, an FNV-1a hash of the key
-    /// (stable across Rust versions, unlike std's hasher) and the draw's index.
-    fn next(&self, key: &str) -> u64 {
-        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-        let index = {
-            let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-            let count = streams.entry(hash).or_insert(0);
-            *count += 1;
-            *count
-        };
-        let mut z = self
-            .plan()
-            .seed
-            .wrapping_add(hash)
-            .wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
     fn roll(&self, key: &str, per_mille: u32) -> bool {
-        per_mille > 0 && (self.next(key) % 1000) < u64::from(per_mille)
+        let seed = self.plan().seed;
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .roll(seed, key, per_mille)
     }
 
     fn count(&self, f: impl FnOnce(&mut Injected)) {
@@ -165,6 +158,33 @@ impl Faults {
             }
             _ => None,
         }
+    }
+
+    /// Answers `user`'s next `requests` non-watch requests (of `method` only, when given) with
+    /// 500.
+    pub fn outage(&self, user: &str, method: Option<&str>, requests: u32) {
+        self.outages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                user.to_string(),
+                (method.map(str::to_ascii_uppercase), requests),
+            );
+    }
+
+    /// A 500 when an outage holds for `user`'s request.
+    pub fn outage_error(&self, user: &str, method: &Method) -> Option<ApiError> {
+        let mut outages = self.outages.lock().unwrap_or_else(|p| p.into_inner());
+        let (only, left) = outages.get_mut(user)?;
+        if *left == 0 || only.as_deref().is_some_and(|m| m != method.as_str()) {
+            return None;
+        }
+        *left -= 1;
+        Some(ApiError::new(
+            500,
+            "InternalError",
+            "an error on the server (an outage) has prevented the request from succeeding",
+        ))
     }
 
     /// A 500 or 429 for the request `method path`.

@@ -405,8 +405,12 @@ async fn handle(
     {
         tokio::time::sleep(delay).await;
     }
-    if !is_watch && let Some(error) = inner.faults.request_error(&method, &path) {
-        return status_response(&error);
+    if !is_watch {
+        // The seeded draw is taken whatever the outage says, so its stream stays the same.
+        let drawn = inner.faults.request_error(&method, &path);
+        if let Some(error) = inner.faults.outage_error(&user.name, &method).or(drawn) {
+            return status_response(&error);
+        }
     }
     {
         let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
