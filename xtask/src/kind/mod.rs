@@ -51,11 +51,8 @@ pub enum Command {
         #[arg(long)]
         dry_run: bool,
     },
-    /// Delete the kind cluster and the scenario's workload clusters.
+    /// Delete the kind cluster and the workload clusters of every scenario's inventory.
     Down {
-        /// The scenario folder under scenarios/ (the one `up` loaded).
-        #[arg(long, default_value = "happy-path")]
-        scenario: String,
         /// Print the command and run nothing.
         #[arg(long)]
         dry_run: bool,
@@ -93,12 +90,32 @@ pub fn main(command: Command) -> Result<()> {
             let plan = plan_play(&root, &scenario, &yaml, &charts)?;
             run_with(&plan, dry_run, Credentials::Existing)
         }
-        Command::Down { scenario, dry_run } => {
-            let clusters = workload_clusters(&root, &read_scenario(&root, &scenario)?, &scenario)?;
-            run(&plan_down(&clusters), dry_run)
-        }
+        Command::Down { dry_run } => run(&plan_down(&every_workload_cluster(&root)?), dry_run),
         Command::Stage { scenario } => stage(&root, &scenario),
     }
+}
+
+/// The workload clusters of every scenario (what `down` deletes, whichever scenario `up`
+/// loaded; deleting a kind cluster that does not exist succeeds), by name, each once.
+fn every_workload_cluster(root: &Path) -> Result<Vec<scenario::WorkloadCluster>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(root.join("scenarios"))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().join("scenario.yaml").is_file() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    let mut clusters: Vec<scenario::WorkloadCluster> = Vec::new();
+    for name in names {
+        for cluster in workload_clusters(root, &read_scenario(root, &name)?, &name)? {
+            if !clusters.iter().any(|c| c.name == cluster.name) {
+                clusters.push(cluster);
+            }
+        }
+    }
+    Ok(clusters)
 }
 
 /// The kind cluster's name; kubectl and helm address it through its context.

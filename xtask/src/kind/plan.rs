@@ -516,6 +516,10 @@ pub fn plan_up(
                 ],
             ),
         ),
+        Step::new(
+            "the bootstrap Application and ApplicationSets of the sample repository, as staged (before the Kargo objects: the first Freight's argocd-update names Applications they generate)",
+            kubectl(argv!["apply", "--filename", staged_bootstrap]),
+        ),
         match source {
             KargoSource::Pipelines(file) => Step::new(
                 format!(
@@ -539,10 +543,6 @@ pub fn plan_up(
                 ]),
             ),
         },
-        Step::new(
-            "the bootstrap Application and ApplicationSets of the sample repository, as staged",
-            kubectl(argv!["apply", "--filename", staged_bootstrap]),
-        ),
     ]);
     steps
 }

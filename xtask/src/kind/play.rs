@@ -7,8 +7,8 @@ use anyhow::{Context, Result, bail};
 use super::plan::kubectl;
 use super::scenario::plain;
 use super::{
-    GENERATED, GITEA_ADMIN, GITEA_LOCAL, PROJECT, SAMPLE_CHARTS, SERVED_CHART_REPOSITORY, STAGED,
-    Secret, Step, WAIT_SECONDS, relative,
+    GENERATED, GITEA_ADMIN, GITEA_LOCAL, PROJECT, SERVED_CHART_REPOSITORY, STAGED, Secret, Step,
+    WAIT_SECONDS, relative,
 };
 
 /// Every command and request of `cargo xtask kind play`: the scenario's timeline driven against
@@ -80,7 +80,7 @@ pub fn plan_play(
                 };
                 published.insert(name.to_string(), version.to_string());
                 let chart = path(&format!(
-                    "{SAMPLE_CHARTS}/{SERVED_CHART_REPOSITORY}/{name}/{version}"
+                    "{STAGED}/{scenario}/mirror/{SERVED_CHART_REPOSITORY}/{name}/{version}"
                 ));
                 let git = |args: Vec<String>| {
                     let mut argv = argv!["git", "-C", &staged_charts];

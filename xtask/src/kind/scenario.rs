@@ -49,7 +49,7 @@ pub fn read_scenario(root: &Path, scenario: &str) -> Result<serde_json::Value> {
 
 /// True for a relative path of plain names that, read from scenarios/<scenario>/, stays under
 /// scenarios/ (`pipelines.yaml`, `../sample/pipelines-x.yaml`).
-fn inside_scenarios(path: &str) -> bool {
+pub(super) fn inside_scenarios(path: &str) -> bool {
     let mut depth = 1i32;
     let parts: Vec<&str> = path.split('/').collect();
     for (index, part) in parts.iter().enumerate() {
@@ -117,27 +117,49 @@ pub struct WorkloadCluster {
     pub annotations: Vec<(String, String)>,
 }
 
-/// A label or annotation key: an optional DNS prefix and `/`, then a name (Kubernetes'
-/// qualified name), nothing a command line would read otherwise.
+/// A label or annotation key: an optional DNS-1123 subdomain prefix and `/`, then a name
+/// (Kubernetes' qualified name). Every part starts and ends with a letter or digit, so a key
+/// can never be read as a flag.
 fn qualified_key(key: &str) -> bool {
+    let alnum_ends = |part: &str| {
+        part.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && part.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
     let (prefix, name) = key.rsplit_once('/').unwrap_or(("", key));
     let name_ok = !name.is_empty()
         && name.len() <= 63
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && alnum_ends(name)
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     let prefix_ok = prefix.is_empty()
         || (prefix.len() <= 253
             && prefix.split('.').all(|part| {
-                !part.is_empty()
+                alnum_ends(part)
                     && part
                         .bytes()
                         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
             }));
     name_ok && prefix_ok
 }
+
+/// A label value: empty, or at most 63 characters of letters, digits, `-`, `_` and `.`,
+/// starting and ending with a letter or digit.
+fn label_value(value: &str) -> bool {
+    value.is_empty()
+        || (value.len() <= 63
+            && value.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && value.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
+}
+
+/// Keys the kind plan writes itself on a cluster Secret: a scenario may not set them.
+const RESERVED_KEYS: [&str; 2] = [
+    "argocd.argoproj.io/secret-type",
+    "gitops-gate.io/kube-version",
+];
 
 /// The clusters of the scenario's `inventory:` that Argo CD deploys to, each a kind cluster on
 /// kind. The Argo CD control plane itself (`https://kubernetes.default.svc`) is the main
@@ -184,7 +206,11 @@ pub fn workload_clusters(
             let mut out = Vec::new();
             for (key, value) in cluster[field].as_object().into_iter().flatten() {
                 let value = value.as_str().unwrap_or_default();
-                if !qualified_key(key) || !(value.is_empty() || plain(value, false)) {
+                // Annotation values take the label rules too: they reach an argv.
+                if !qualified_key(key)
+                    || RESERVED_KEYS.contains(&key.as_str())
+                    || !label_value(value)
+                {
                     bail!(
                         "scenarios/{scenario}/{file}: cluster {name}: {field} {key:?}: {value:?} is not a plain key and value"
                     );
@@ -203,7 +229,8 @@ pub fn workload_clusters(
 }
 
 /// The chart each Stage of a charts/kargo-pipelines values file promotes (Stage name, as the
-/// chart names it, to chart name). Targets whose chart is an `oci://` URL are left out.
+/// chart names it, to chart name). Targets without `chart.name` (an `oci://` chart URL names
+/// its chart itself) are left out.
 pub fn stage_charts(pipelines: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
     let mut out = std::collections::BTreeMap::new();
     for target in pipelines["targets"].as_array().into_iter().flatten() {

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use super::run::{execute, shell_line};
-use super::scenario::{kargo_source, read_scenario};
+use super::scenario::{inside_scenarios, kargo_source, read_scenario};
 use super::{SAMPLE_CHARTS, SAMPLE_REPO, SERVED_CHART_REPOSITORY, STAGED, URL_MAP, relative};
 
 /// Runs one command of `stage`, failing unless it succeeds.
@@ -97,6 +97,15 @@ fn mirror_charts(mirror: &Path) -> Result<Vec<(String, String, PathBuf)>> {
 
 /// Copies a folder, rewriting every UTF-8 file with [`rewrite`]; `.git` is left out.
 fn copy_rewritten(from: &Path, to: &Path) -> Result<()> {
+    copy_tree(from, to, true)
+}
+
+/// Copies a folder as it is; `.git` is left out.
+fn copy_plain(from: &Path, to: &Path) -> Result<()> {
+    copy_tree(from, to, false)
+}
+
+fn copy_tree(from: &Path, to: &Path, rewriting: bool) -> Result<()> {
     std::fs::create_dir_all(to)?;
     let mut entries = std::fs::read_dir(from)
         .with_context(|| format!("reading {}", from.display()))?
@@ -110,10 +119,11 @@ fn copy_rewritten(from: &Path, to: &Path) -> Result<()> {
         let target = to.join(entry.file_name());
         let file_type = entry.file_type()?;
         if file_type.is_dir() {
-            copy_rewritten(&source, &target)?;
+            copy_tree(&source, &target, rewriting)?;
         } else if file_type.is_file() {
             match String::from_utf8(std::fs::read(&source)?) {
-                Ok(text) => std::fs::write(&target, rewrite(&text))?,
+                Ok(text) if rewriting => std::fs::write(&target, rewrite(&text))?,
+                Ok(text) => std::fs::write(&target, text)?,
                 Err(raw) => std::fs::write(&target, raw.into_bytes())?,
             }
         } else {
@@ -141,16 +151,15 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     let scenario_yaml = std::fs::read_to_string(scenario_dir.join("scenario.yaml"))
         .with_context(|| format!("no scenario {scenario} in {}", scenario_dir.display()))?;
     let source = kargo_source(&read_scenario(root, scenario)?, scenario)?;
-    let kargo_path = scenario_dir.join(source.file());
-    let kargo = std::fs::read_to_string(&kargo_path)
-        .with_context(|| format!("reading {}", kargo_path.display()))?;
     let out = root.join(STAGED).join(scenario);
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let repo = out.join("repo");
-    copy_rewritten(&root.join(SAMPLE_REPO), &repo)?;
-    let pinned = pause_workloads(&repo, &root.join(SAMPLE_CHARTS))?;
+    let kargo_path = scenario_dir.join(source.file());
+    let kargo = std::fs::read_to_string(&kargo_path)
+        .with_context(|| format!("reading {}", kargo_path.display()))?;
+    let (repo, mirror) = lay_out(root, scenario, &out)?;
+    let pinned = pause_workloads(&repo, &mirror)?;
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join(source.staged_name()), rewrite(&kargo))?;
 
@@ -159,7 +168,7 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     std::fs::create_dir_all(&charts)?;
     let charts_arg = charts.display().to_string();
     let mut published = Vec::new();
-    for (name, version, dir) in mirror_charts(&root.join(SAMPLE_CHARTS))? {
+    for (name, version, dir) in mirror_charts(&mirror)? {
         let id = format!("{name}@{version}");
         if held_back.contains(&id) {
             continue;
@@ -223,6 +232,39 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
         }
     );
     Ok(())
+}
+
+/// Writes `out/repo` (the scenario's repository content with its overlay laid over, URLs
+/// rewritten) and `out/mirror` (its chart mirror with its overlay), as the ground lays them
+/// out. Returns both folders.
+pub(super) fn lay_out(root: &Path, scenario: &str, out: &Path) -> Result<(PathBuf, PathBuf)> {
+    let scenario_dir = root.join("scenarios").join(scenario);
+    let yaml = read_scenario(root, scenario)?;
+    let folder = |pointer: &str, default: Option<&str>| -> Result<Option<PathBuf>> {
+        match yaml.pointer(pointer) {
+            None | Some(serde_json::Value::Null) => Ok(default.map(|d| root.join(d))),
+            Some(serde_json::Value::String(path)) if inside_scenarios(path) => {
+                Ok(Some(scenario_dir.join(path)))
+            }
+            Some(other) => bail!(
+                "scenarios/{scenario}/scenario.yaml: {pointer} must name a folder under scenarios/, relative to the scenario, not {other}"
+            ),
+        }
+    };
+    let content = folder("/repository/content", Some(SAMPLE_REPO))?.context("content")?;
+    let mirror = folder("/charts/mirror", Some(SAMPLE_CHARTS))?.context("mirror")?;
+    // The mirror is staged whole: `play` publishes its held-back versions from there.
+    let staged_mirror = out.join("mirror");
+    copy_plain(&mirror, &staged_mirror)?;
+    if let Some(overlay) = folder("/charts/overlay", None)? {
+        copy_plain(&overlay, &staged_mirror)?;
+    }
+    let repo = out.join("repo");
+    copy_rewritten(&content, &repo)?;
+    if let Some(overlay) = folder("/repository/overlay", None)? {
+        copy_rewritten(&overlay, &repo)?;
+    }
+    Ok((repo, staged_mirror))
 }
 
 /// What `stage` appends to an addon's values/<addon>/base.yaml on kind.

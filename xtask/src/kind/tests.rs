@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::run::{dry_run_text, fill, quote};
 use super::scenario::{KargoSource, WorkloadCluster};
-use super::stage::{PAUSE_VALUES, pause_workloads, rewrite, unpublished};
+use super::stage::{PAUSE_VALUES, lay_out, pause_workloads, rewrite, unpublished};
 use super::*;
 
 fn happy() -> KargoSource {
@@ -182,19 +182,31 @@ fn the_inventory_clusters_become_registered_kind_clusters() {
     assert!(text.contains(
         "kubectl --context kind-gitops-loop label secret cluster-prod-eu --namespace argocd argocd.argoproj.io/secret-type=cluster addons=enabled env=prod region=eu"
     ));
-    // The token and CA are captured, never printed.
-    assert!(!text.contains("bearerToken\":\"ey"));
-    let secret = steps
+    // The token and CA are captured by their own steps and land in the config where Argo CD
+    // reads them, each cluster's own.
+    let mut values = HashMap::new();
+    for step in &steps {
+        if let Some(secret) = step.captures {
+            values.insert(secret, format!("{secret:?}"));
+        }
+    }
+    let position = |what: &str| {
+        steps
+            .iter()
+            .position(|s| s.what.starts_with(what))
+            .expect(what)
+    };
+    let used = position("cluster staging: Argo CD's cluster Secret");
+    let argv = fill(&steps[used], &values).expect("filled");
+    let config = argv
         .iter()
-        .find(|s| {
-            s.what
-                .starts_with("cluster staging: Argo CD's cluster Secret")
-        })
-        .expect("secret step");
-    assert_eq!(
-        secret.secrets,
-        [Secret::ClusterToken(2), Secret::ClusterCa(2)]
-    );
+        .find_map(|a| a.strip_prefix("--from-literal=config="))
+        .expect("config");
+    let config: serde_json::Value = serde_json::from_str(config).expect("JSON");
+    assert_eq!(config["bearerToken"], "ClusterToken(2)");
+    assert_eq!(config["tlsClientConfig"]["caData"], "ClusterCa(2)");
+    assert!(position("cluster staging: a token") < used);
+    assert!(position("cluster staging: its CA certificate") < used);
 }
 
 #[test]
@@ -215,6 +227,25 @@ fn hostile_inventory_values_do_not_reach_a_command() {
         ("clusters: [{name: a, labels: {env: '$(id)'}}]", false),
         ("clusters: [{name: a, annotations: {'a/b/c': z}}]", false),
         ("clusters: [{name: a, annotations: {team: '--all'}}]", false),
+        ("clusters: [{name: a, labels: {'-l/x': y}}]", false),
+        ("clusters: [{name: a, labels: {'x.-/y': z}}]", false),
+        (
+            "clusters: [{name: a, labels: {'argocd.argoproj.io/secret-type': x}}]",
+            false,
+        ),
+        (
+            "clusters: [{name: a, annotations: {'gitops-gate.io/kube-version': '1.1'}}]",
+            false,
+        ),
+        ("clusters: [{name: a, labels: {env: 'prod-'}}]", false),
+        (
+            "clusters: [{name: a, labels: {env: 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'}}]",
+            false,
+        ),
+        (
+            "clusters: [{name: a, labels: {example.test/env: EU}}]",
+            true,
+        ),
     ] {
         std::fs::write(scenarios.join("inventory.yaml"), inventory).unwrap();
         let result = workload_clusters(dir.path(), &yaml, "s");
@@ -222,6 +253,25 @@ fn hostile_inventory_values_do_not_reach_a_command() {
     }
     let outside = serde_json::json!({"inventory": "../../etc/x.yaml"});
     assert!(workload_clusters(dir.path(), &outside, "s").is_err());
+}
+
+/// The play plans' placeholders are the Gitea password `up` wrote, and nothing else.
+#[test]
+fn play_plans_fill_from_the_credentials_up_wrote() {
+    let values = HashMap::from([(Secret::GiteaPassword, "pw".to_string())]);
+    for name in ["triage", "happy-path"] {
+        let steps = plan_play(
+            Path::new("/r"),
+            name,
+            &scenario(name),
+            &stage_charts_of(name),
+        )
+        .unwrap();
+        for step in &steps {
+            let argv = fill(step, &values).unwrap_or_else(|e| panic!("{}: {e}", step.what));
+            assert!(argv.iter().all(|a| !a.contains(GENERATED)));
+        }
+    }
 }
 
 /// Every placeholder has its secret, and every secret is known before a step uses it:
@@ -350,4 +400,65 @@ fn staging_points_the_sample_addons_at_the_pause_image() {
     let parsed: serde_json::Value = serde_saphyr::from_str(&values).unwrap();
     assert_eq!(parsed["image"]["repository"], "registry.k8s.io/pause");
     assert!(!repo.join("values/reloader").exists());
+}
+
+/// kind plays the scenario's own repository: triage's overlay (the team already dropped
+/// `immutable`, which v1 lacks) is laid over the sample, else kind would play the structural
+/// story; a charts overlay lands in the staged mirror `play` publishes from.
+#[test]
+fn staging_lays_the_scenario_overlays_over_the_sample() {
+    let out = tempfile::tempdir().unwrap();
+    let (repo, mirror) = lay_out(&project_root(), "triage", out.path()).unwrap();
+    let file = |p: &str| std::fs::read_to_string(repo.join(p)).unwrap();
+    let overlaid = "platform/secret-stores/database-credentials.yaml";
+    assert_eq!(
+        file(overlaid),
+        rewrite(
+            &std::fs::read_to_string(
+                project_root()
+                    .join("scenarios/triage/repo-overlay")
+                    .join(overlaid)
+            )
+            .unwrap()
+        )
+    );
+    assert!(!file(overlaid).contains("immutable"));
+    assert!(file("targets/addons.yaml").contains("gitea-http.gitea.svc.cluster.local"));
+    assert!(
+        mirror
+            .join(SERVED_CHART_REPOSITORY)
+            .join("external-secrets/2.10.0/Chart.yaml")
+            .is_file()
+    );
+
+    let yaml = scenario("mechanical-fix");
+    if let Some(overlay) = yaml.pointer("/charts/overlay").and_then(|o| o.as_str()) {
+        let out = tempfile::tempdir().unwrap();
+        let (_, mirror) = lay_out(&project_root(), "mechanical-fix", out.path()).unwrap();
+        let source = project_root()
+            .join("scenarios/mechanical-fix")
+            .join(overlay);
+        for entry in walk(&source) {
+            let relative = entry.strip_prefix(&source).unwrap();
+            assert_eq!(
+                std::fs::read(mirror.join(relative)).unwrap(),
+                std::fs::read(&entry).unwrap(),
+                "{}",
+                relative.display()
+            );
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
