@@ -183,6 +183,37 @@ async fn regression_chaos_triage_seed_6_a_failed_triage_is_tried_again() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_crd_that_leaves_out_a_stored_version_fails_the_sync_as_the_api_server_refuses_it() {
+    // [apiextensions-apiserver validation ValidateCustomResourceDefinitionStoredVersions]: a
+    // person's push of a chart whose CRDs drop v1beta1 (stored while 0.10.3 ran) is refused;
+    // the Applications stay OutOfSync on 0.10.3 with a failed operation saying why.
+    let ground = play("stored-version").await;
+    let store = ground.kube.store();
+    let apps = store
+        .resource("argoproj.io", "v1alpha1", "applications")
+        .cloned()
+        .unwrap();
+    for cluster in ["prod-eu", "prod-us", "staging"] {
+        let app = store
+            .get(&apps, "argocd", &format!("external-secrets-{cluster}"))
+            .unwrap();
+        assert_eq!(app["status"]["sync"]["status"], "OutOfSync", "{cluster}");
+        assert_eq!(app["status"]["sync"]["revisions"][0], "0.10.3", "{cluster}");
+        assert_eq!(
+            app["status"]["operationState"]["phase"], "Failed",
+            "{cluster}"
+        );
+        let message = app["status"]["operationState"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(
+                "status.storedVersions[0]: Invalid value: \"v1beta1\": must appear in spec.versions"
+            ),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn opt_in_mode_and_the_ignore_annotation_are_honoured() {
     let ground = play("observer-modes").await;
     insta::assert_snapshot!(ground.transcript.text());

@@ -40,6 +40,40 @@ pub struct ArgoCd {
     pending: BTreeMap<String, (RenderedApplication, String)>,
     images: BTreeMap<String, Vec<String>>,
     digests: BTreeMap<String, String>,
+    /// Each destination's CRDs: the versions objects were stored in (the API server's
+    /// `status.storedVersions`: every storage version a sync applied, never trimmed here).
+    stored: BTreeMap<(String, String), BTreeSet<String>>,
+    /// Applications whose last sync the API server refused, with its message.
+    refused: BTreeMap<String, String>,
+}
+
+/// The API server's refusal of a CRD update whose `spec.versions` leaves out a version in its
+/// `status.storedVersions` [apiextensions-apiserver pkg/apis/apiextensions/validation
+/// ValidateCustomResourceDefinitionStoredVersions: "must appear in spec.versions"], for the
+/// objects one sync of `app` applies to its destination; `None` when every CRD is accepted.
+pub fn stored_version_refusal(
+    stored: &BTreeMap<(String, String), BTreeSet<String>>,
+    destination: &str,
+    objects: &[std::sync::Arc<Value>],
+) -> Option<String> {
+    for object in objects {
+        let Some((name, info)) = gitops_loop::gate::crd::crd_info(object) else {
+            continue;
+        };
+        let Some(versions) = stored.get(&(destination.to_string(), name.clone())) else {
+            continue;
+        };
+        if let Some((index, missing)) = versions
+            .iter()
+            .enumerate()
+            .find(|(_, v)| !info.versions.contains(*v))
+        {
+            return Some(format!(
+                "CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: status.storedVersions[{index}]: Invalid value: \"{missing}\": must appear in spec.versions"
+            ));
+        }
+    }
+    None
 }
 
 pub fn identity() -> User {
@@ -105,6 +139,8 @@ impl ArgoCd {
             synced: None,
             images: BTreeMap::new(),
             digests: BTreeMap::new(),
+            stored: BTreeMap::new(),
+            refused: BTreeMap::new(),
         }
     }
 
@@ -177,6 +213,7 @@ impl ArgoCd {
             return true;
         };
         let mut changed = Vec::new();
+        let mut failed = 0usize;
         let mut live = BTreeSet::new();
         for app in &rendering.applications {
             live.insert((app.namespace.clone(), app.name.clone()));
@@ -204,6 +241,11 @@ impl ArgoCd {
                 continue;
             }
             self.pending.remove(&app.name);
+            if let Err(message) = self.apply_crds(app) {
+                self.mark_sync_failed(kube, transcript, &resource, app, &message);
+                failed += 1;
+                continue;
+            }
             let new_images = images_of(&app.objects);
             let before = self.digests.insert(app.name.clone(), digest.clone());
             let old_images = self
@@ -267,7 +309,7 @@ impl ArgoCd {
                     rendering.applications.len()
                 ),
             );
-        } else if changed.is_empty() {
+        } else if changed.is_empty() && failed == 0 {
             transcript.say(
                 "argocd",
                 format!("{}@{}: nothing to sync", self.branch, &revision[..7]),
@@ -343,7 +385,18 @@ impl ArgoCd {
                     .to_string()
             };
             let (name, namespace) = (text("/metadata/name"), text("/metadata/namespace"));
-            if let Some((rendered, at)) = self.pending.remove(&name) {
+            let refused = match self.pending.remove(&name) {
+                Some((rendered, at)) => match self.apply_crds(&rendered) {
+                    Ok(()) => Some((rendered, at)),
+                    Err(_) => {
+                        // Asked again at the next tick's render, as Argo CD retries a sync.
+                        self.pending.insert(name.clone(), (rendered, at));
+                        None
+                    }
+                },
+                None => None,
+            };
+            if let Some((rendered, at)) = refused {
                 // The sync applies what the branch asks for now.
                 let digest = serde_json::to_string(&rendered.objects).unwrap_or_default();
                 let images = images_of(&rendered.objects);
@@ -367,16 +420,23 @@ impl ArgoCd {
             }
             let operation = app["operation"].take();
             let now = kube.clock().rfc3339();
+            let failure = self.refused.get(&name).cloned();
             let mut result = json!({});
             for key in ["revision", "revisions"] {
                 if let Some(v) = app.pointer(&format!("/status/sync/{key}")) {
                     result[key] = v.clone();
                 }
             }
-            app["status"]["operationState"] = json!({
-                "operation": operation, "phase": "Succeeded",
-                "message": "successfully synced (all tasks run)",
-                "syncResult": result, "startedAt": now, "finishedAt": now});
+            app["status"]["operationState"] = match &failure {
+                None => json!({
+                    "operation": operation, "phase": "Succeeded",
+                    "message": "successfully synced (all tasks run)",
+                    "syncResult": result, "startedAt": now, "finishedAt": now}),
+                Some(message) => json!({
+                    "operation": operation, "phase": "Failed",
+                    "message": format!("one or more objects failed to apply, reason: {message}"),
+                    "startedAt": now, "finishedAt": now}),
+            };
             if let Some(m) = app.as_object_mut() {
                 m.remove("operation");
             }
@@ -398,15 +458,86 @@ impl ArgoCd {
                     .unwrap_or("someone");
                 transcript.say(
                     "argocd",
-                    format!(
-                        "{name}: sync operation by {by}: Succeeded at {}",
-                        &revision[..7]
-                    ),
+                    match &failure {
+                        None => format!(
+                            "{name}: sync operation by {by}: Succeeded at {}",
+                            &revision[..7]
+                        ),
+                        Some(message) => {
+                            format!("{name}: sync operation by {by}: Failed: {message}")
+                        }
+                    },
                 );
                 progress = true;
             }
         }
         progress
+    }
+
+    /// The destination an Application syncs to (its server, else its cluster name).
+    fn destination(app: &RenderedApplication) -> String {
+        let spec = |key: &str| {
+            app.manifest
+                .pointer(&format!("/spec/destination/{key}"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        spec("server").or_else(|| spec("name")).unwrap_or_default()
+    }
+
+    /// Applies `app`'s CRDs to its destination as the API server would: refused when one
+    /// leaves out a stored version, else each CRD's storage version joins its stored ones.
+    fn apply_crds(&mut self, app: &RenderedApplication) -> Result<(), String> {
+        let destination = Self::destination(app);
+        if let Some(message) = stored_version_refusal(&self.stored, &destination, &app.objects) {
+            self.refused.insert(app.name.clone(), message.clone());
+            return Err(message);
+        }
+        self.refused.remove(&app.name);
+        for object in &app.objects {
+            if let Some((name, info)) = gitops_loop::gate::crd::crd_info(object)
+                && !info.storage.is_empty()
+            {
+                self.stored
+                    .entry((destination.clone(), name))
+                    .or_default()
+                    .insert(info.storage);
+            }
+        }
+        Ok(())
+    }
+
+    /// A sync the API server refused: the Application stays OutOfSync, running what it ran,
+    /// and its operation state says why.
+    fn mark_sync_failed(
+        &self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        resource: &Resource,
+        app: &RenderedApplication,
+        message: &str,
+    ) {
+        let now = kube.clock().rfc3339();
+        let patched = kube.store().patch(
+            resource,
+            &app.namespace,
+            &app.name,
+            crate::kube::store::PatchBody::Merge(json!({"status": {
+                "sync": {"status": "OutOfSync"},
+                "operationState": {
+                    "operation": {"sync": {}, "initiatedBy": {"automated": true}},
+                    "phase": "Failed",
+                    "message": format!("one or more objects failed to apply, reason: {message}"),
+                    "startedAt": now, "finishedAt": now,
+                },
+            }})),
+            &identity(),
+            false,
+        );
+        if patched.is_ok() {
+            transcript.say("argocd", format!("{}: sync failed: {message}", app.name));
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -520,5 +651,46 @@ mod tests {
             images_of(&objects),
             vec!["app@sha256:abc", "busybox", "canary:3", "nginx:1.2"]
         );
+    }
+}
+
+#[cfg(test)]
+mod stored_versions {
+    use super::*;
+
+    fn crd(versions: &[(&str, bool, bool)]) -> std::sync::Arc<Value> {
+        let versions: Vec<Value> = versions
+            .iter()
+            .map(|(name, served, storage)| {
+                json!({"name": name, "served": served, "storage": storage,
+                    "schema": {"openAPIV3Schema": {"type": "object"}}})
+            })
+            .collect();
+        std::sync::Arc::new(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.test"},
+            "spec": {"group": "example.test", "scope": "Namespaced",
+                "names": {"kind": "Widget", "plural": "widgets", "singular": "widget", "listKind": "WidgetList"},
+                "versions": versions}
+        }))
+    }
+
+    #[test]
+    fn a_crd_that_leaves_out_a_stored_version_is_refused_on_its_destination_only() {
+        let mut stored = BTreeMap::new();
+        stored.insert(
+            ("https://a".to_string(), "widgets.example.test".to_string()),
+            BTreeSet::from(["v1beta1".to_string()]),
+        );
+        let dropped = [crd(&[("v1", true, true)])];
+        assert_eq!(
+            stored_version_refusal(&stored, "https://a", &dropped).as_deref(),
+            Some(
+                "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.test\" is invalid: status.storedVersions[0]: Invalid value: \"v1beta1\": must appear in spec.versions"
+            )
+        );
+        assert_eq!(stored_version_refusal(&stored, "https://b", &dropped), None);
+        let kept = [crd(&[("v1beta1", false, false), ("v1", true, true)])];
+        assert_eq!(stored_version_refusal(&stored, "https://a", &kept), None);
     }
 }

@@ -21,6 +21,8 @@ pub struct CrdInfo {
     pub served: BTreeSet<String>,
     /// The version marked `storage: true` (empty when none is).
     pub storage: String,
+    /// Every version `spec.versions` lists, served or not.
+    pub versions: BTreeSet<String>,
 }
 
 /// Whether an object is a CustomResourceDefinition: kind `CustomResourceDefinition` in the
@@ -48,6 +50,7 @@ pub fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
     let kind = object.pointer("/spec/names/kind")?.as_str()?.to_string();
     let mut served = BTreeSet::new();
     let mut storage = String::new();
+    let mut versions = BTreeSet::new();
     for version in object
         .pointer("/spec/versions")
         .and_then(Value::as_array)
@@ -57,6 +60,7 @@ pub fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
         let Some(v) = version.get("name").and_then(Value::as_str) else {
             continue;
         };
+        versions.insert(v.to_string());
         if version
             .get("served")
             .and_then(Value::as_bool)
@@ -84,6 +88,7 @@ pub fn crd_info(object: &Value) -> Option<(String, CrdInfo)> {
             kind,
             served,
             storage,
+            versions,
         },
     ))
 }

@@ -30,6 +30,8 @@ pub use review::crosses_major;
 pub use scan::{ManifestScan, scan_chart_templates, scan_manifests};
 
 pub const DROPPED_SERVED_VERSION: &str = "dropped-served-version";
+/// A CRD's new version list leaves out the version it stored objects in at the merge base.
+pub const STORED_VERSION_REMOVED: &str = "stored-version-removed";
 pub const CHART_RENDERS_UNSERVED_VERSION: &str = "chart-renders-unserved-version";
 /// The same, from a chart in this repository whose template computes the apiVersion: there is
 /// something here to change, but no literal line says where.
@@ -267,6 +269,7 @@ pub fn evaluate(
 
     let mut findings = Vec::new();
     findings.extend(served::dropped_served_versions(&inputs));
+    findings.extend(served::stored_versions_removed(&inputs));
     findings.extend(served::charts_rendering_unserved_versions(&inputs));
     findings.extend(served::kinds_not_served(&inputs));
     findings.extend(review::addons_added(&inputs));

@@ -9,8 +9,8 @@ use serde_json::Value;
 use super::{
     CHART_RENDERS_UNSERVED_VERSION, CrdsByCluster, DROPPED_SERVED_VERSION, DROPPED_VERSION_UNUSED,
     DroppedServedVersion, Finding, Inputs, KIND_NOT_SERVED, NotServed,
-    REPOSITORY_CHART_RENDERS_UNSERVED_VERSION, Severity, UnservedRendered, grouped_objects,
-    split_api_version,
+    REPOSITORY_CHART_RENDERS_UNSERVED_VERSION, STORED_VERSION_REMOVED, Severity, UnservedRendered,
+    grouped_objects, split_api_version,
 };
 use crate::gate::diff::ObjectKey;
 use crate::render::Rendering;
@@ -55,6 +55,55 @@ fn listed(items: &[String], n: usize) -> String {
     } else {
         shown
     }
+}
+
+/// `stored-version-removed`: a CRD rendered at both commits on a cluster whose head
+/// `spec.versions` no longer lists the version that was its storage version at the merge base.
+/// Every object written while the base ran is stored in that version, so it is in the CRD's
+/// `status.storedVersions`, and the API server refuses a CRD whose `spec.versions` leaves out
+/// a stored version (apiextensions validation: "must appear in spec.versions"): Argo CD's sync
+/// of the new CRD fails. Blocking. One finding per CRD, listing its clusters.
+pub(super) fn stored_versions_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let mut by_crd: BTreeMap<String, (String, String, Vec<String>)> = BTreeMap::new();
+    for (cluster, head_map) in &inputs.head_crds {
+        let Some(base_map) = inputs.base_crds.get(cluster) else {
+            continue;
+        };
+        for (name, now) in head_map {
+            let Some(before) = base_map.get(name) else {
+                continue;
+            };
+            if before.storage.is_empty() || now.versions.contains(&before.storage) {
+                continue;
+            }
+            by_crd
+                .entry(name.clone())
+                .or_insert_with(|| (before.storage.clone(), now.storage.clone(), Vec::new()))
+                .2
+                .push(cluster.clone());
+        }
+    }
+    by_crd
+        .into_iter()
+        .map(|(crd, (stored, storage, mut clusters))| {
+            clusters.sort();
+            clusters.dedup();
+            Finding {
+                rule: STORED_VERSION_REMOVED.into(),
+                severity: Severity::Blocking,
+                summary: format!(
+                    "CustomResourceDefinition/{crd}: drops {stored} from spec.versions, the version it stores objects in at the merge base; the API server refuses that update (status.storedVersions must appear in spec.versions) until the objects are migrated to {} and {stored} is taken out of status.storedVersions. Keep {stored} listed with served: false",
+                    if storage.is_empty() { "the new storage version" } else { storage.as_str() }
+                ),
+                evidence: serde_json::json!({
+                    "crd": crd,
+                    "stored": stored,
+                    "storage": storage,
+                    "clusters": clusters,
+                }),
+            }
+        })
+        .collect()
 }
 
 /// `dropped-served-version` and `dropped-version-unused`: a CRD rendered at both commits on a

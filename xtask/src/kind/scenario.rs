@@ -217,6 +217,9 @@ pub fn workload_clusters(
                 }
                 out.push((key.clone(), value.to_string()));
             }
+            // By key, whatever order serde_json's map keeps (feature unification in a
+            // workspace build can turn on `preserve_order`).
+            out.sort();
             Ok(out)
         };
         clusters.push(WorkloadCluster {
