@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::diff::{self, AppKey, AppStatus, ChartMove, RenderDiff};
 use super::report::{GateResult, Outcome, Verdict};
 use super::rules::{self, Finding, Severity};
-use crate::git::{self, Snapshot};
+use crate::git;
 use crate::render::{self, RenderConfig, RenderFailure};
 
 /// Which commits to compare.
@@ -146,7 +146,7 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
             return undecided(base, head, errors);
         }
     };
-    let head_snapshot = match Snapshot::load(repo, &head) {
+    let head_snapshot = match config.parsed.snapshot(repo, &head) {
         Ok(s) => s,
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };

@@ -282,10 +282,25 @@ fn render_roots(
         values_users: Vec::new(),
     };
     trace(revision, "render starts");
-    let snapshot = Snapshot::load(&config.repo_dir, revision)
-        .map_err(|e| failure(revision, "repository", e.to_string()))?;
+    // The tools' versions (part of every render key) are asked while the snapshot loads.
+    let (snapshot, helm_version, kubectl_version) = std::thread::scope(|scope| {
+        let helm = scope.spawn(|| config.helm.version());
+        let kubectl = scope.spawn(|| {
+            config
+                .kubectl
+                .as_ref()
+                .map(Tool::version)
+                .unwrap_or_default()
+        });
+        let snapshot = config.parsed.snapshot(&config.repo_dir, revision);
+        (
+            snapshot,
+            helm.join().unwrap_or_else(|_| "unknown".into()),
+            kubectl.join().unwrap_or_else(|_| "unknown".into()),
+        )
+    });
+    let snapshot = snapshot.map_err(|e| failure(revision, "repository", e.to_string()))?;
     let commit = snapshot.commit.clone();
-    let snapshot = Arc::new(snapshot);
     let repos = RepoResolver::new(
         snapshot.clone(),
         config.repo_url.clone(),
@@ -322,12 +337,8 @@ fn render_roots(
         revision,
         repos,
         work: work.path().to_path_buf(),
-        helm_version: config.helm.version(),
-        kubectl_version: config
-            .kubectl
-            .as_ref()
-            .map(Tool::version)
-            .unwrap_or_default(),
+        helm_version,
+        kubectl_version,
         chart_digests: Mutex::new(HashMap::new()),
         memo: HashMap::new(),
         stats: RenderStats::default(),

@@ -53,7 +53,11 @@ struct Store {
 /// The store; cloning shares it. Two renders running at once (a check's merge base and
 /// head) never run one render key twice: the first claims it, the second waits for it.
 #[derive(Clone, Default)]
-pub struct ParsedStore(Arc<(Mutex<Store>, Condvar)>, Arc<Slots>);
+pub struct ParsedStore(Arc<(Mutex<Store>, Condvar)>, Arc<Slots>, Arc<Snapshots>);
+
+/// The repository snapshots of a run, by repository and revision: a check reads its head
+/// three times (its render, the chart moves' render, the rules' scan) and loads it once.
+type Snapshots = Mutex<HashMap<(std::path::PathBuf, String), Arc<crate::git::Snapshot>>>;
 
 /// What a render does about a key.
 pub enum Claim {
@@ -112,6 +116,27 @@ pub struct Output {
 impl ParsedStore {
     fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
         self.0.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The snapshot of `revision` in `repo`, loaded once per run. Two renders asking at once
+    /// may both load it; the first one stored is kept.
+    pub fn snapshot(
+        &self,
+        repo: &std::path::Path,
+        revision: &str,
+    ) -> Result<Arc<crate::git::Snapshot>, crate::git::GitError> {
+        let key = (repo.to_path_buf(), revision.to_string());
+        if let Some(snapshot) = self.2.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(snapshot.clone());
+        }
+        let snapshot = Arc::new(crate::git::Snapshot::load(repo, revision)?);
+        Ok(self
+            .2
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(key)
+            .or_insert(snapshot)
+            .clone())
     }
 
     /// Waits for one of `jobs` process slots shared by the run's renders.

@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use super::confine::{ConfineError, Confined, Limits, Output};
 
@@ -170,20 +171,22 @@ impl Tool {
         call.run(&self.limits)
     }
 
-    /// The tool's own version line (`v4.1.4`), used in cache keys and messages.
-    /// The tool's version (part of every render key). Asked once per process and path:
-    /// `kubectl version` alone costs about 0.2 s, and a check renders three times.
+    /// The tool's version (`v4.1.4`; part of every render key and of messages). Asked once
+    /// per process and path: `kubectl version` alone costs about 0.2 s, and a check renders
+    /// three times. Different tools are asked at the same time; two asks of one tool wait for
+    /// the first.
     pub fn version(&self) -> String {
-        static VERSIONS: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, String>>> =
-            std::sync::Mutex::new(None);
-        let mut versions = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
-        let map = versions.get_or_insert_with(Default::default);
-        if let Some(version) = map.get(&self.path) {
-            return version.clone();
-        }
-        let version = self.ask_version();
-        map.insert(self.path.clone(), version.clone());
-        version
+        type Cells = std::collections::HashMap<PathBuf, Arc<std::sync::OnceLock<String>>>;
+        static VERSIONS: std::sync::Mutex<Option<Cells>> = std::sync::Mutex::new(None);
+        let cell = {
+            let mut versions = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+            versions
+                .get_or_insert_with(Default::default)
+                .entry(self.path.clone())
+                .or_default()
+                .clone()
+        };
+        cell.get_or_init(|| self.ask_version()).clone()
     }
 
     fn ask_version(&self) -> String {
