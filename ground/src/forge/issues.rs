@@ -1,0 +1,195 @@
+//! The GitHub face's issue comments and labels on pull requests.
+
+use super::*;
+
+pub(super) fn label_json(name: &str) -> Value {
+    json!({"name": name, "color": "ededed", "default": false})
+}
+
+fn comment_json(repo: &Repo, comment: &Comment) -> Value {
+    json!({
+        "id": comment.id,
+        "body": comment.body,
+        "user": user_json(&comment.user),
+        "created_at": comment.created_at,
+        "updated_at": comment.updated_at,
+        "html_url": format!("https://forge.example.test/{}/{}/pull/{}#issuecomment-{}", repo.owner, repo.name, comment.issue, comment.id),
+    })
+}
+
+pub(super) async fn list_comments(
+    State(state): State<Shared>,
+    _: Authed,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let per_page: usize = query
+        .get("per_page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30)
+        .clamp(1, 100);
+    let page: usize = query
+        .get("page")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let all: Vec<Value> = repo
+        .comments
+        .iter()
+        .filter(|c| c.issue == number)
+        .map(|c| comment_json(repo, c))
+        .collect();
+    let slice: Vec<Value> = all
+        .into_iter()
+        .skip((page - 1) * per_page)
+        .take(per_page)
+        .collect();
+    axum::Json(Value::Array(slice)).into_response()
+}
+
+pub(super) async fn create_comment(
+    State(state): State<Shared>,
+    Authed(user): Authed,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    JsonBody(body): JsonBody,
+) -> Response {
+    let Some(text) = body.get("body").and_then(Value::as_str) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is missing",
+        );
+    };
+    if text.chars().count() > 65_536 {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is too long (maximum is 65536 characters)",
+        );
+    }
+    let mut guard = lock(&state);
+    let id = guard.id();
+    let now = guard.now();
+    let repo = repo_or_404!(guard, owner, repo);
+    if !repo.pulls.iter().any(|p| p.number == number) {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    }
+    let comment = Comment {
+        id,
+        issue: number,
+        user,
+        body: text.to_string(),
+        created_at: now.clone(),
+        updated_at: now,
+    };
+    let json = comment_json(repo, &comment);
+    repo.comments.push(comment);
+    (StatusCode::CREATED, axum::Json(json)).into_response()
+}
+
+pub(super) async fn update_comment(
+    State(state): State<Shared>,
+    Authed(user): Authed,
+    UrlPath((owner, repo, id)): UrlPath<(String, String, u64)>,
+    JsonBody(body): JsonBody,
+) -> Response {
+    let Some(text) = body.get("body").and_then(Value::as_str) else {
+        return error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed: body is missing",
+        );
+    };
+    let mut guard = lock(&state);
+    let now = guard.now();
+    let repo = repo_or_404!(guard, owner, repo);
+    let Some(index) = repo.comments.iter().position(|c| c.id == id) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    if repo.comments[index].user != user {
+        return error(
+            StatusCode::FORBIDDEN,
+            "Resource not accessible by integration",
+        );
+    }
+    repo.comments[index].body = text.to_string();
+    repo.comments[index].updated_at = now;
+    let json = comment_json(repo, &repo.comments[index]);
+    axum::Json(json).into_response()
+}
+
+pub(super) async fn list_labels(
+    State(state): State<Shared>,
+    _: Authed,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+) -> Response {
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    match repo.pulls.iter().find(|p| p.number == number) {
+        Some(pull) => axum::Json(
+            pull.labels
+                .iter()
+                .map(|l| label_json(l))
+                .collect::<Vec<_>>(),
+        )
+        .into_response(),
+        None => error(StatusCode::NOT_FOUND, "Not Found"),
+    }
+}
+
+pub(super) async fn add_labels(
+    State(state): State<Shared>,
+    _: Authed,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    JsonBody(body): JsonBody,
+) -> Response {
+    let labels: Vec<String> = body
+        .get("labels")
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(pull) = repo.pulls.iter_mut().find(|p| p.number == number) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    for label in labels {
+        if !pull.labels.contains(&label) {
+            pull.labels.push(label);
+        }
+    }
+    axum::Json(
+        pull.labels
+            .iter()
+            .map(|l| label_json(l))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}
+
+pub(super) async fn remove_label(
+    State(state): State<Shared>,
+    _: Authed,
+    UrlPath((owner, repo, number, label)): UrlPath<(String, String, u64, String)>,
+) -> Response {
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(pull) = repo.pulls.iter_mut().find(|p| p.number == number) else {
+        return error(StatusCode::NOT_FOUND, "Not Found");
+    };
+    if !pull.labels.contains(&label) {
+        return error(StatusCode::NOT_FOUND, "Label does not exist");
+    }
+    pull.labels.retain(|l| *l != label);
+    axum::Json(
+        pull.labels
+            .iter()
+            .map(|l| label_json(l))
+            .collect::<Vec<_>>(),
+    )
+    .into_response()
+}

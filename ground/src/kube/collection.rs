@@ -1,0 +1,245 @@
+//! Collection reads: list pages with continue tokens, and watch streams with their faults.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::store::{ApiError, Event, Selector};
+use super::*;
+
+pub(super) fn list(
+    inner: &Inner,
+    target: &Target,
+    labels: &Selector,
+    fields: &Selector,
+    query: &BTreeMap<String, String>,
+) -> Result<Value, ApiError> {
+    let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+    let all = store.list(&target.resource, &target.namespace, labels, fields);
+    let rv = store.resource_version();
+    drop(store);
+    let start = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            let position = all.iter().position(|o| continue_key(o) == *token);
+            match position {
+                Some(p) => p + 1,
+                None => {
+                    return Err(ApiError::new(
+                        410,
+                        "Expired",
+                        "the provided continue parameter is too old or invalid",
+                    ));
+                }
+            }
+        }
+        None => 0,
+    };
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .filter(|l| *l > 0)
+        .unwrap_or(usize::MAX);
+    let page: Vec<Value> = all.iter().skip(start).take(limit).cloned().collect();
+    let more = start + page.len() < all.len();
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if more && let Some(last) = page.last() {
+        metadata["continue"] = json!(continue_key(last));
+        metadata["remainingItemCount"] = json!(all.len() - start - page.len());
+    }
+    Ok(json!({
+        "kind": format!("{}List", target.resource.kind),
+        "apiVersion": target.resource.api_version(),
+        "metadata": metadata,
+        "items": page,
+    }))
+}
+
+fn continue_key(object: &Value) -> String {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    format!("{}/{}", text("/metadata/namespace"), text("/metadata/name"))
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+fn matches_target(event: &Event, target: &Target, labels: &Selector, fields: &Selector) -> bool {
+    let resource = format!("{}/{}", target.resource.group, target.resource.plural);
+    if event.resource != resource {
+        return false;
+    }
+    let namespace = event
+        .object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if !target.namespace.is_empty() && namespace != target.namespace {
+        return false;
+    }
+    let mut field_map = BTreeMap::new();
+    field_map.insert(
+        "metadata.name".to_string(),
+        event
+            .object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+    );
+    field_map.insert("metadata.namespace".to_string(), namespace.to_string());
+    labels.matches(&store::labels_of(&event.object)) && fields.matches(&field_map)
+}
+
+fn bookmark(target: &Target, rv: u64, initial_end: bool) -> Value {
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"kind": target.resource.kind, "apiVersion": target.resource.api_version(), "metadata": metadata})
+}
+
+pub(super) async fn watch(
+    inner: Arc<Inner>,
+    target: Target,
+    labels: Selector,
+    fields: Selector,
+    query: BTreeMap<String, String>,
+) -> Response {
+    // What this watch's fault decisions are keyed by.
+    let path = format!(
+        "{}/{} in {:?}",
+        target.resource.group, target.resource.plural, target.namespace
+    );
+    let send_initial = query.get("sendInitialEvents").map(String::as_str) == Some("true");
+    let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let since: Option<u64> = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .filter(|v| *v > 0);
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(1024);
+    // Take the starting point and subscribe under one lock, so no event falls in between.
+    let (initial, mut live, start_rv, gone) = {
+        let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        let live = store.subscribe();
+        let rv = store.resource_version();
+        match since {
+            Some(_) if !send_initial && inner.faults.gone(&path) => (Vec::new(), live, rv, true),
+            Some(since) if !send_initial => match store.events_since(since) {
+                Some(events) => (
+                    events
+                        .into_iter()
+                        .filter(|e| matches_target(e, &target, &labels, &fields))
+                        .map(|e| (e.kind.as_str(), e.object))
+                        .collect::<Vec<_>>(),
+                    live,
+                    rv,
+                    false,
+                ),
+                None => (Vec::new(), live, rv, true),
+            },
+            _ => {
+                let objects = store.list(&target.resource, &target.namespace, &labels, &fields);
+                (
+                    objects.into_iter().map(|o| ("ADDED", o)).collect(),
+                    live,
+                    rv,
+                    false,
+                )
+            }
+        }
+    };
+    let faults_inner = inner.clone();
+    tokio::spawn(async move {
+        if gone {
+            let error = ApiError::new(410, "Expired", "too old resource version");
+            let _ = sender.send(Ok(event_line("ERROR", &error.status()))).await;
+            return;
+        }
+        for (kind, object) in initial {
+            if sender.send(Ok(event_line(kind, &object))).await.is_err() {
+                return;
+            }
+        }
+        if send_initial {
+            let _ = sender
+                .send(Ok(event_line(
+                    "BOOKMARK",
+                    &bookmark(&target, start_rv, true),
+                )))
+                .await;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut last_rv = start_rv;
+        loop {
+            let tick = tokio::time::sleep(Duration::from_millis(500));
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tick => {
+                    if bookmarks && sender.send(Ok(event_line("BOOKMARK", &bookmark(&target, last_rv, false)))).await.is_err() {
+                        return;
+                    }
+                }
+                received = live.recv() => {
+                    let event = match received {
+                        Ok(event) => event,
+                        // A watcher that fell behind is closed, as the API server does.
+                        Err(_) => return,
+                    };
+                    last_rv = event.rv;
+                    if !matches_target(&event, &target, &labels, &fields) {
+                        continue;
+                    }
+                    match faults_inner.faults.watch_event(
+                        &path,
+                        &format!(
+                            "{}/{}",
+                            event.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
+                            event.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+                        ),
+                    ) {
+                        faults::WatchFault::Deliver => {}
+                        // An API server never skips an event inside an open watch: an
+                        // event is lost only with its connection. The line is cut mid-way
+                        // (a proxy resetting the stream) and the watch ends; the client
+                        // resumes from the last event it decoded, so the lost one replays.
+                        faults::WatchFault::Drop => {
+                            let line = event_line(event.kind.as_str(), &event.object);
+                            let _ = sender.send(Ok(line.slice(..line.len() / 2))).await;
+                            return;
+                        }
+                        faults::WatchFault::Duplicate => {
+                            let _ = sender.send(Ok(event_line(event.kind.as_str(), &event.object))).await;
+                        }
+                        faults::WatchFault::Close => return,
+                    }
+                    if sender.send(Ok(event_line(event.kind.as_str(), &event.object))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .header("transfer-encoding", "chunked")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

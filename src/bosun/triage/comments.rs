@@ -1,0 +1,138 @@
+//! Bosun's comment, labels and hand-offs to a person; attempts and refused values.
+
+use super::*;
+
+impl Bosun {
+    pub(super) async fn comment(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        body: &str,
+    ) -> Result<(), TriageError> {
+        // A forge refuses a comment past 65,536 characters: whatever a chart or a release
+        // note made it, it is cut to fit (the gate's report has the whole of it).
+        const LIMIT: usize = 60_000;
+        let body = if body.chars().count() > LIMIT {
+            let cut: String = body.chars().take(LIMIT).collect();
+            let cut = cut
+                .rsplit_once('\n')
+                .map_or(cut.as_str(), |(head, _)| head)
+                .to_string();
+            format!(
+                "{cut}\n\n(cut here: the comment would be too long; the gate's report has the rest)\n"
+            )
+        } else {
+            body.to_string()
+        };
+        let body = format!("{COMMENT_MARKER}\n{body}");
+        upsert_marked_comment(
+            self.forge.as_ref(),
+            slug,
+            number,
+            &self.me,
+            COMMENT_MARKER,
+            &body,
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn label(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        label: &str,
+    ) -> Result<(), TriageError> {
+        self.forge
+            .add_labels(slug, number, &[label.to_string()])
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn hand_off(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        handoff: &Handoff,
+        details: &[String],
+        run: &mut Run,
+    ) -> Result<String, TriageError> {
+        let body = classify::handoff_comment(handoff, details);
+        self.comment(slug, number, &body).await?;
+        self.label(slug, number, &self.config.labels.needs_human)
+            .await?;
+        run.say(format!(
+            "handed off to a person (label {}): {}",
+            self.config.labels.needs_human, handoff.fact
+        ));
+        for line in details {
+            run.say(format!("  {line}"));
+        }
+        run.path = "handoff".into();
+        Ok(format!("handed off: {}", handoff.fact))
+    }
+
+    /// The handoff when the pull request's head branch is the default or the base branch.
+    pub(super) fn protected_branch(
+        &self,
+        slug: &RepoSlug,
+        pr: &crate::forge::PullRequest,
+    ) -> Option<Handoff> {
+        let default_branch = self
+            .config
+            .repository(slug)
+            .map(|r| r.default_branch.clone())
+            .unwrap_or_default();
+        (pr.head_ref == default_branch || pr.head_ref == pr.base_ref).then(|| Handoff {
+            open: "the files the gate's report names".into(),
+            choice: "how to repair the change".into(),
+            fact: format!(
+                "the pull request's head branch is {}, and Bosun never pushes to the default or the base branch",
+                pr.head_ref
+            ),
+        })
+    }
+}
+
+/// Repairs already pushed, from the attempt labels: the highest N of `<prefix>N`, or how many
+/// such labels there are if that is more (a person removing one label does not reset the cap).
+pub fn attempts_of(labels: &[String], prefix: &str) -> u32 {
+    let numbered = labels
+        .iter()
+        .filter_map(|l| l.strip_prefix(prefix)?.parse::<u32>().ok());
+    let count = labels.iter().filter(|l| l.starts_with(prefix)).count() as u32;
+    numbered.max().unwrap_or(0).max(count)
+}
+
+/// The keys a values schema refused (`additional properties 'KEY' not allowed`), and the YAML
+/// files at `revision` that set them, as `file (key KEY)`.
+pub(super) fn refused_value_places(checkout: &Path, revision: &str, error: &str) -> Vec<String> {
+    let mut keys: Vec<&str> = error
+        .split("additional properties '")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('\'').map(|(key, _)| key))
+        .filter(|key| {
+            !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let mut places = Vec::new();
+    for key in keys {
+        let pattern = format!("^[[:space:]]*{key}:");
+        // No pathspec globs: pathspecs are literal here (GIT_LITERAL_PATHSPECS).
+        let Ok(found) = git(checkout, &["grep", "-l", "-E", &pattern, revision]) else {
+            continue;
+        };
+        for line in found.lines() {
+            let file = line.strip_prefix(&format!("{revision}:")).unwrap_or(line);
+            if file.ends_with(".yaml") || file.ends_with(".yml") {
+                places.push(format!("{file} (key {key})"));
+            }
+        }
+    }
+    places
+}

@@ -1,0 +1,173 @@
+//! Git for a triage: credentials, the checkout, token scrubbing, commit and push.
+
+use super::*;
+
+pub(super) fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
+    git_as(dir, args, None)
+}
+
+/// The credential helper of one git process: it answers `get` with the user name and the token
+/// from that process's environment, so the token is never in `.git/config`, a URL or a file,
+/// and only for the forge's own protocol and host (not a redirect's or a submodule's). The
+/// empty `credential.helper=` before it drops every helper a user or system configured (a
+/// `store` helper would write the token to disk).
+pub(super) const CREDENTIAL_HELPER: &str = "credential.helper=!f() { test \"$1\" = get || exit 0; h=; p=; while IFS= read -r line; do case \"$line\" in host=*) h=\"${line#host=}\";; protocol=*) p=\"${line#protocol=}\";; esac; done; test \"$h\" = \"$BOSUN_GIT_HOST\" && test \"$p\" = \"$BOSUN_GIT_PROTOCOL\" || exit 0; echo \"username=$BOSUN_GIT_USERNAME\"; echo \"password=$BOSUN_GIT_TOKEN\"; }; f";
+
+/// git with Bosun's token given through [`CREDENTIAL_HELPER`] when `credentials` is set.
+fn git_as(
+    dir: &Path,
+    args: &[&str],
+    credentials: Option<(&str, &str, &str)>,
+) -> Result<String, TriageError> {
+    let mut command = crate::git::git(dir);
+    if let Some((url, username, token)) = credentials {
+        let (protocol, rest) = url.split_once("://").unwrap_or(("", url));
+        let host = rest.split('/').next().unwrap_or("");
+        command
+            .args(["-c", "credential.helper=", "-c", CREDENTIAL_HELPER])
+            .env("BOSUN_GIT_HOST", host)
+            .env("BOSUN_GIT_PROTOCOL", protocol)
+            .env("BOSUN_GIT_USERNAME", username)
+            .env("BOSUN_GIT_TOKEN", token)
+            .env("GIT_TERMINAL_PROMPT", "0");
+    }
+    let output = command
+        .args(args)
+        // A file named like pathspec magic (`:(exclude)x`) is only ever that file.
+        .env("GIT_LITERAL_PATHSPECS", "1")
+        .output()
+        .map_err(|e| TriageError::Git(format!("cannot run git: {e}")))?;
+    if !output.status.success() {
+        // Never echo a URL with a token in it.
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if a.contains('@') { "<url>" } else { a })
+            .collect();
+        return Err(TriageError::Git(format!(
+            "git {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+impl Bosun {
+    fn checkout_dir(&self, slug: &RepoSlug) -> PathBuf {
+        self.workdir
+            .join("checkouts")
+            .join(&slug.owner)
+            .join(&slug.name)
+    }
+
+    /// A clone of the repository, fetched up to date.
+    pub(super) fn checkout(&self, slug: &RepoSlug) -> Result<PathBuf, TriageError> {
+        let dir = self.checkout_dir(slug);
+        let remote = self.config.git_remote(slug);
+        if !dir.join(".git").exists() {
+            std::fs::create_dir_all(&dir).map_err(|e| TriageError::Git(e.to_string()))?;
+            git(&dir, &["init", "--quiet"])?;
+            git(&dir, &["remote", "add", "origin", &remote.url])?;
+        } else {
+            // Also rewrites a URL an older Bosun stored with the token in it.
+            git(&dir, &["remote", "set-url", "origin", &remote.url])?;
+        }
+        self.git_remote_command(
+            &dir,
+            &[
+                "fetch",
+                "--quiet",
+                "--prune",
+                "origin",
+                "+refs/heads/*:refs/remotes/origin/*",
+            ],
+            slug,
+        )?;
+        Ok(dir)
+    }
+
+    /// A git command that talks to the forge: the token goes to that process only.
+    fn git_remote_command(
+        &self,
+        dir: &Path,
+        args: &[&str],
+        slug: &RepoSlug,
+    ) -> Result<String, TriageError> {
+        let remote = self.config.git_remote(slug);
+        let credentials = remote
+            .username
+            .as_deref()
+            .filter(|_| !self.token.is_empty())
+            .map(|user| (remote.url.as_str(), user, self.token.as_str()));
+        git_as(dir, args, credentials).map_err(|e| self.scrub(e))
+    }
+
+    /// An error with Bosun's token taken out (git echoes URLs, forges echo requests).
+    pub(super) fn scrub(&self, error: TriageError) -> TriageError {
+        let text = error.to_string();
+        if !self.token.is_empty() && text.contains(&self.token) {
+            TriageError::Git(text.replace(&self.token, "***"))
+        } else {
+            error
+        }
+    }
+
+    /// Writes the rewrites, commits them as Bosun, counts the attempt (label) and pushes to the
+    /// pull request's branch without force. Returns the commit.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn commit_and_push(
+        &self,
+        slug: &RepoSlug,
+        checkout: &Path,
+        pr: &crate::forge::PullRequest,
+        head: &str,
+        rewrites: &[applier::Rewrite],
+        message: &str,
+        attempts: u32,
+    ) -> Result<String, TriageError> {
+        applier::write(checkout, rewrites).map_err(|e| TriageError::Write(e.to_string()))?;
+        let files: Vec<&str> = rewrites.iter().map(|r| r.path.as_str()).collect();
+        let identity = &self.config.commit;
+        let mut add = vec!["add", "--"];
+        add.extend(files.iter().copied());
+        git(checkout, &add)?;
+        git(
+            checkout,
+            &[
+                "-c",
+                &format!("user.name={}", identity.name),
+                "-c",
+                &format!("user.email={}", identity.email),
+                "commit",
+                "--quiet",
+                "--no-verify",
+                "-m",
+                message,
+            ],
+        )?;
+        let commit = git(checkout, &["rev-parse", "HEAD"])?;
+        // The attempt is counted before the push: a repair that lands always counts, whatever
+        // fails after it.
+        let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
+        self.label(slug, pr.number, &attempt).await?;
+        // No force: if the branch moved since the gate read it, the push fails and the
+        // branch stays as it is.
+        if let Err(e) = self.git_remote_command(
+            checkout,
+            &[
+                "push",
+                "--quiet",
+                "origin",
+                &format!("HEAD:refs/heads/{}", pr.head_ref),
+            ],
+            slug,
+        ) {
+            git(
+                checkout,
+                &["checkout", "--quiet", "--force", "--detach", head],
+            )?;
+            return Err(e);
+        }
+        Ok(commit)
+    }
+}

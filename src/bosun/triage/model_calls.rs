@@ -1,0 +1,81 @@
+//! The model-call cap: calls counted per head in Bosun's own comment, reserved first.
+
+use super::*;
+
+/// The marker of Bosun's model-calls comment: a comment of its own (no other comment of
+/// Bosun's ever replaces it), updated in place, holding one line per head of the pull request:
+/// `<!-- bosun:model-calls HEAD N -->`. Written before the calls, so a restart, a re-delivery
+/// or a poll of the same head counts them; a new head starts a new count.
+pub(super) const MODEL_CALLS_COMMENT: &str = "<!-- bosun:model-calls v1 -->";
+pub(super) const MODEL_CALLS_MARK: &str = "<!-- bosun:model-calls ";
+
+/// Model calls already made for `head`, from Bosun's model-calls comment.
+pub(super) fn model_calls_made(comments: &[crate::forge::Comment], me: &str, head: &str) -> u32 {
+    comments
+        .iter()
+        .filter(|c| c.author == me && c.body.starts_with(MODEL_CALLS_COMMENT))
+        .flat_map(|c| {
+            c.body
+                .match_indices(MODEL_CALLS_MARK)
+                .map(|(i, _)| &c.body[i + MODEL_CALLS_MARK.len()..])
+        })
+        .filter_map(|rest| {
+            let mut words = rest.split_whitespace();
+            (words.next()? == head).then(|| words.next()?.parse::<u32>().ok())?
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The model-calls comment with `head`'s count set to `n` (other heads' lines kept).
+pub(super) fn model_calls_body(
+    comments: &[crate::forge::Comment],
+    me: &str,
+    head: &str,
+    n: u32,
+    cap: u32,
+) -> String {
+    let mut lines: Vec<String> = comments
+        .iter()
+        .filter(|c| c.author == me && c.body.starts_with(MODEL_CALLS_COMMENT))
+        .flat_map(|c| c.body.lines().map(str::to_string).collect::<Vec<_>>())
+        .filter(|l| {
+            l.starts_with(MODEL_CALLS_MARK) && !l.starts_with(&format!("{MODEL_CALLS_MARK}{head} "))
+        })
+        .collect();
+    lines.push(format!("{MODEL_CALLS_MARK}{head} {n} -->"));
+    format!(
+        "{MODEL_CALLS_COMMENT}\nBosun's model calls on this pull request (at most {cap} per head, `model.maxCallsPerPullRequest`): {n} for `{}`.\n{}\n",
+        short(head),
+        lines.join("\n")
+    )
+}
+
+impl Bosun {
+    /// Counts `needed` model calls for this head before they are made, in Bosun's own
+    /// comment (restart-safe): `Err((made, cap))` when the cap does not allow them.
+    pub(super) async fn reserve_calls(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        head: &str,
+        needed: u32,
+    ) -> Result<Result<(), (u32, u32)>, TriageError> {
+        let cap = self.config.model.max_calls_per_pull_request;
+        let comments = self.forge.comments(slug, number).await?;
+        let made = model_calls_made(&comments, &self.me, head);
+        if made + needed > cap {
+            return Ok(Err((made, cap)));
+        }
+        upsert_marked_comment(
+            self.forge.as_ref(),
+            slug,
+            number,
+            &self.me,
+            MODEL_CALLS_COMMENT,
+            &model_calls_body(&comments, &self.me, head, made + needed, cap),
+        )
+        .await?;
+        Ok(Ok(()))
+    }
+}

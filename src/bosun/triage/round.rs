@@ -1,0 +1,235 @@
+//! The triage entry and dispatch: round by round, each verdict classified and acted on.
+
+use super::*;
+
+impl Bosun {
+    /// Triage one pull request until the gate has judged its latest head.
+    pub async fn triage(&self, slug: &RepoSlug, number: u64) -> Result<Run, TriageError> {
+        let repository = self
+            .config
+            .repository(slug)
+            .ok_or_else(|| TriageError::UnknownRepository(slug.clone()))?
+            .clone();
+        // One triage at a time per work folder, across processes (`bosun triage` beside a
+        // running `bosun serve` shares its checkouts): an advisory lock, released on drop.
+        let lock_path = self.workdir.join(".lock");
+        let _lock = tokio::task::spawn_blocking(move || -> std::io::Result<std::fs::File> {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)?;
+            file.lock()?;
+            Ok(file)
+        })
+        .await
+        .map_err(|e| TriageError::Git(format!("cannot lock the work folder: {e}")))?
+        .map_err(|e| TriageError::Git(format!("cannot lock the work folder: {e}")))?;
+        let mut run = Run {
+            repository: slug.to_string(),
+            pull_request: number,
+            ..Run::default()
+        };
+        let mut pr = self.forge.pull_request(slug, number).await?;
+        run.head = pr.head_sha.clone();
+        // The checkout and the live inventory, made once for every round of this triage.
+        let mut prepared: Option<RenderConfig> = None;
+        // Bounded: each round either ends or pushes one repair, and pushes are capped.
+        for _ in 0..=self.config.attempt_cap + 1 {
+            if pr.state != "open" || pr.merged {
+                run.say(format!("#{number} is {}; nothing to do", pr.state));
+                run.path = "closed".into();
+                return Ok(run);
+            }
+            let head = pr.head_sha.clone();
+            self.status(slug, &head, StatusState::Pending, "reading addons-gate")
+                .await;
+            let config = match prepared.take() {
+                Some(config) => Ok(config),
+                None => self.prepare(slug, &repository.url).await,
+            };
+            let outcome = match config {
+                Ok(config) => {
+                    let outcome = self.round(slug, &config, &mut pr, &mut run).await;
+                    prepared = Some(config);
+                    outcome
+                }
+                Err(e) => Err(e),
+            };
+            let description = match outcome {
+                Ok(Some(description)) => description,
+                Ok(None) => continue, // a repair was pushed: judge the new head
+                Err(e) => {
+                    let e = self.scrub(e);
+                    // Never a failure: say what went wrong and leave the verdict to the gate.
+                    self.status(slug, &head, StatusState::Success, &format!("stopped: {e}"))
+                        .await;
+                    return Err(e);
+                }
+            };
+            self.status(slug, &pr.head_sha, StatusState::Success, &description)
+                .await;
+            return Ok(run);
+        }
+        run.say("stopped: too many rounds");
+        self.status(
+            slug,
+            &pr.head_sha,
+            StatusState::Success,
+            "stopped: too many rounds; the gate's check decides",
+        )
+        .await;
+        Ok(run)
+    }
+
+    /// One round: gate, read, classify, act. `Ok(None)`: a repair was pushed (pr updated).
+    async fn round(
+        &self,
+        slug: &RepoSlug,
+        config: &RenderConfig,
+        pr: &mut crate::forge::PullRequest,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        let number = pr.number;
+        let checkout = &config.repo_dir;
+        // The gate runner: exactly what `gate publish` does. When another identity runs the
+        // gate (forge.gateAuthor, e.g. a CI job), Bosun only reads that gate's report.
+        let published = if self.config.gate_author(&self.me) == self.me {
+            let (fresh, result, published) = publish::check_and_publish(
+                self.forge.as_ref(),
+                slug,
+                number,
+                &self.me,
+                config,
+                self.config.forge.check_mode(),
+            )
+            .await
+            .map_err(|e| TriageError::Gate(e.to_string()))?;
+            *pr = fresh;
+            run.say(format!(
+                "gate on {}: {}",
+                short(&pr.head_sha),
+                publish::title(&result)
+            ));
+            Some(published.comment_id)
+        } else {
+            None
+        };
+        // Triage reads the verdict only from what was published, and judges it against the
+        // pull request as it is now (a person may have pushed meanwhile).
+        let published_report = self.published_report(slug, number, published).await?;
+        *pr = self.forge.pull_request(slug, number).await?;
+        let checked = self
+            .check_published(
+                slug,
+                &pr.head_sha,
+                published_report.as_ref().map(|(_, d, _)| d.as_str()),
+                published_report
+                    .as_ref()
+                    .is_some_and(|(r, _, _)| r.verdict.outcome == report::Outcome::Green),
+            )
+            .await?;
+        let (report, body) = match published_report {
+            Some((report, _, body)) => (Some(report), body),
+            None => (None, String::new()),
+        };
+        let attempts = attempts_of(&pr.labels, &self.config.labels.attempt_prefix);
+        let situation = Situation {
+            report: report.as_ref().filter(|_| checked),
+            head_sha: &pr.head_sha,
+            fork: !pr.head_repo.eq_ignore_ascii_case(&slug.to_string()),
+            attempts,
+            attempt_cap: self.config.attempt_cap,
+        };
+        match classify::classify(&situation) {
+            TriagePath::Wait(why) => {
+                run.say(format!("waiting: {why}"));
+                run.path = "wait".into();
+                Ok(Some(format!("waiting: {why}")))
+            }
+            path @ (TriagePath::Green | TriagePath::WorthALook(_)) => {
+                // The maintainers' release notes for the images the change moves; notes that
+                // describe a manual step make a green gate worth a look.
+                let (notes, mut manual, quoted) =
+                    match report.as_ref().and_then(|r| r.summary.as_ref()) {
+                        Some(summary) => self.release_notes(summary, run).await,
+                        None => (String::new(), Vec::new(), Vec::new()),
+                    };
+                // With a model: a short summary, checked against the report and the notes.
+                let short_summary = match report.as_ref() {
+                    // Not after a repair: the repair's comment is what a person reads then.
+                    Some(r)
+                        if self.model.is_some() && r.summary.is_some() && run.pushed.is_empty() =>
+                    {
+                        self.model_summary(slug, number, &pr.head_sha, r, &quoted, run)
+                            .await?
+                    }
+                    _ => None,
+                };
+                let notes = match short_summary {
+                    Some((line, step)) => {
+                        // The model judged the notes to describe a step: worth a look (it can
+                        // only add the label, never block), beside the phrase rule.
+                        if step && !quoted.is_empty() {
+                            manual.push(
+                                "a model reading the release notes found a step to take around the merge"
+                                    .to_string(),
+                            );
+                        }
+                        format!("{notes}\n{line}\n")
+                    }
+                    None => notes,
+                };
+                let path = match path {
+                    TriagePath::WorthALook(mut reasons) => {
+                        reasons.extend(manual);
+                        TriagePath::WorthALook(reasons)
+                    }
+                    TriagePath::Green if !manual.is_empty() => TriagePath::WorthALook(manual),
+                    other => other,
+                };
+                self.green(slug, number, pr, report.as_ref(), path, &notes, run)
+                    .await
+            }
+            TriagePath::Escalate(line) => {
+                self.comment(slug, number, &format!("{line}\n")).await?;
+                self.label(slug, number, &self.config.labels.needs_human)
+                    .await?;
+                run.say(format!(
+                    "escalated (label {}): no values to change in this repository",
+                    self.config.labels.needs_human
+                ));
+                run.path = "escalate".into();
+                Ok(Some(
+                    "escalated: no values to change in this repository".into(),
+                ))
+            }
+            TriagePath::Handoff(mut handoff) => {
+                // A values schema refusal names keys: point at the files that set them.
+                let places = refused_value_places(checkout, &pr.head_sha, &handoff.fact);
+                if !places.is_empty() {
+                    handoff.open = places.join(", ");
+                }
+                self.hand_off(slug, number, &handoff, &[], run)
+                    .await
+                    .map(Some)
+            }
+            TriagePath::Swap(dropped) => self.swap(slug, config, pr, &dropped, attempts, run).await,
+            TriagePath::Fix(not_served) => {
+                let base = report
+                    .as_ref()
+                    .map(|r| r.verdict.base.clone())
+                    .unwrap_or_default();
+                self.fix(slug, config, pr, &not_served, &base, &body, attempts, run)
+                    .await
+            }
+            TriagePath::Migrate(_) => {
+                let base = report
+                    .as_ref()
+                    .map(|r| r.verdict.base.clone())
+                    .unwrap_or_default();
+                self.migrate(slug, config, pr, &base, attempts, run).await
+            }
+        }
+    }
+}

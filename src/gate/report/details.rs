@@ -1,0 +1,257 @@
+//! The report's room for the details: each Application's changes, grouped by distinct change.
+
+use super::*;
+
+use super::escape::{clip, value_text};
+
+/// The Markdown lines of one Application's changes (identical for Applications that change the
+/// same way, whatever their names).
+fn app_changes(app: &crate::gate::diff::AppDiff) -> String {
+    let mut out = String::new();
+    if !app.application_fields.is_empty() {
+        let paths: Vec<String> = app
+            .application_fields
+            .iter()
+            .take(10)
+            .map(|f| code(&f.path))
+            .collect();
+        let _ = writeln!(
+            out,
+            "- the Application itself: {}{}",
+            paths.join(", "),
+            if app.application_fields.len() > paths.len() {
+                format!(" and {} more", app.application_fields.len() - paths.len())
+            } else {
+                String::new()
+            }
+        );
+    }
+    for chart_move in &app.chart_moves {
+        let _ = writeln!(
+            out,
+            "- chart {} {} → {}",
+            code(&chart_move.chart),
+            code(&chart_move.from),
+            code(&chart_move.to)
+        );
+    }
+    if let Some(chart_only) = &app.chart_only {
+        let _ = writeln!(
+            out,
+            "- the chart's own change (this change's values at both versions):"
+        );
+        for object in &chart_only.added {
+            let _ = writeln!(out, "  - added {}", code(&object.to_string()));
+        }
+        for object in &chart_only.removed {
+            let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
+        }
+        for change in &chart_only.changed {
+            let fields: Vec<String> = change
+                .fields
+                .iter()
+                .filter(|f| {
+                    change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path)
+                })
+                .take(20)
+                .map(|f| code(&f.path))
+                .collect();
+            if change.crd.is_some() && fields.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  - changed {}: {}",
+                code(&change.object.to_string()),
+                fields.join(", ")
+            );
+        }
+        crd_table(&mut out, &chart_only.changed, "  ");
+        let _ = writeln!(out, "- everything this change deploys differently:");
+    }
+    for object in &app.objects.added {
+        let _ = writeln!(out, "- added {}", code(&object.to_string()));
+    }
+    for object in &app.objects.removed {
+        let _ = writeln!(out, "- removed {}", code(&object.to_string()));
+    }
+    for change in &app.objects.changed {
+        // A CRD's schema diff runs to thousands of lines on real charts: its versions and
+        // schema field counts are in the table below (`--json` has every field); its other
+        // fields (labels, names, conversion) are listed here.
+        let shown: Vec<_> = change
+            .fields
+            .iter()
+            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+            .collect();
+        if change.crd.is_some() && shown.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
+        for field in shown {
+            let _ = writeln!(
+                out,
+                "  - {}: {} → {}",
+                code(&field.path),
+                code(&clip(&value_text(&field.old), 80)),
+                code(&clip(&value_text(&field.new), 80))
+            );
+        }
+    }
+    crd_table(&mut out, &app.objects.changed, "");
+    out
+}
+
+/// The CustomResourceDefinitions among `changes` as one table: versions (served, storage)
+/// at both commits and schema fields added, removed and changed.
+fn crd_table(out: &mut String, changes: &[crate::gate::diff::ObjectChange], indent: &str) {
+    let rows: Vec<_> = changes
+        .iter()
+        .filter_map(|c| Some((c, c.crd.as_ref()?)))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let versions = |list: &[crate::gate::diff::CrdVersion]| -> String {
+        let shown: Vec<String> = list
+            .iter()
+            .map(|v| {
+                let flags = match (v.served, v.storage) {
+                    (true, true) => "served, storage",
+                    (true, false) => "served",
+                    (false, true) => "not served, storage",
+                    (false, false) => "not served",
+                };
+                format!("{} ({flags})", code(&v.name))
+            })
+            .collect();
+        if shown.is_empty() {
+            "none".to_string()
+        } else {
+            shown.join(", ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "\n{indent}| CustomResourceDefinition | versions at the merge base | versions at the head | schema fields added / removed / changed (versions at both) |\n{indent}|---|---|---|---|"
+    );
+    for (change, crd) in rows {
+        let _ = writeln!(
+            out,
+            "{indent}| {} | {} | {} | {} / {} / {} |",
+            code(&change.object.name),
+            versions(&crd.before),
+            versions(&crd.after),
+            crd.schema_fields_added,
+            crd.schema_fields_removed,
+            crd.schema_fields_changed
+        );
+    }
+    out.push('\n');
+}
+
+pub(super) fn details_section(result: &GateResult) -> String {
+    if result.verdict.outcome == Outcome::Undecided {
+        return String::new();
+    }
+    let diff = &result.diff;
+    if diff.applications.is_empty() {
+        return "\nThe render is identical at both commits.\n".to_string();
+    }
+    let mut out = String::new();
+    // The generated Applications themselves: each distinct field change once, with the
+    // Applications it applies to (an ApplicationSet change reaches many at once).
+    let mut groups: Vec<(String, String, String, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<(String, String, String), usize> =
+        std::collections::HashMap::new();
+    for app in &diff.applications {
+        for field in &app.application_fields {
+            let (old, new) = (
+                clip(&value_text(&field.old), 80),
+                clip(&value_text(&field.new), 80),
+            );
+            let name = format!("{}/{}", app.app.namespace, app.app.name);
+            let key = (field.path.clone(), old, new);
+            match index.get(&key) {
+                Some(&at) => groups[at].3.push(name),
+                None => {
+                    index.insert(key.clone(), groups.len());
+                    groups.push((key.0, key.1, key.2, vec![name]));
+                }
+            }
+        }
+    }
+    if !groups.is_empty() {
+        let _ = writeln!(out, "\n**The generated Applications change**\n");
+        for (path, old, new, apps) in &groups {
+            let shown: Vec<String> = apps.iter().take(5).map(|a| code(a)).collect();
+            let more = if apps.len() > shown.len() {
+                format!(" and {} more", apps.len() - shown.len())
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "- {} Application{}: {} {} → {} ({}{more})",
+                apps.len(),
+                if apps.len() == 1 { "" } else { "s" },
+                code(path),
+                code(&clip(old, 80)),
+                code(&clip(new, 80)),
+                shown.join(", ")
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\n<details><summary>What this change deploys ({} Applications)</summary>\n",
+        diff.applications.len()
+    );
+    // Applications whose changes read the same (one ApplicationSet's change on every
+    // cluster) are shown once, with the list of where they apply: the report grows with the
+    // distinct changes, not with the Applications.
+    let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut index: std::collections::HashMap<(&'static str, String), usize> =
+        std::collections::HashMap::new();
+    for app in &diff.applications {
+        let status = match app.status {
+            AppStatus::Added => "added",
+            AppStatus::Removed => "removed",
+            AppStatus::Changed => "changed",
+        };
+        let body = app_changes(app);
+        let name = format!(
+            "{}/{} on {}",
+            app.app.namespace, app.app.name, app.app.cluster
+        );
+        match index.get(&(status, body.clone())) {
+            Some(&at) => groups[at].2.push(name),
+            None => {
+                index.insert((status, body.clone()), groups.len());
+                groups.push((status.to_string(), body, vec![name]));
+            }
+        }
+    }
+    for (status, body, apps) in &groups {
+        if apps.len() == 1 {
+            let _ = writeln!(out, "#### {} ({status})\n", text(&apps[0]));
+        } else {
+            let shown: Vec<String> = apps.iter().take(8).map(|a| text(a)).collect();
+            let _ = writeln!(
+                out,
+                "#### {} Applications ({status}): {}{}\n",
+                apps.len(),
+                shown.join(", "),
+                if apps.len() > shown.len() {
+                    format!(" and {} more", apps.len() - shown.len())
+                } else {
+                    String::new()
+                }
+            );
+        }
+        out.push_str(body);
+        out.push('\n');
+    }
+    let _ = writeln!(out, "</details>");
+    out
+}

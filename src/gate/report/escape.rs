@@ -1,0 +1,85 @@
+//! The report's room for hostile text: escaping it for Markdown, quoting values, clipping.
+
+use super::*;
+
+/// Text a chart or a repository controls, made safe for Markdown: no HTML, no comments, one
+/// line (a line break shows as `␤`, so nothing can start a heading, a list or a block), and
+/// the characters that open emphasis, code, links, images, tables or autolinks escaped.
+pub fn text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\r' => {
+                if chars.peek() != Some(&'\n') {
+                    out.push('␤');
+                }
+            }
+            '\n' => out.push('␤'),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            // `scheme://`, `www.` and `user@host` are autolinks on GitHub: break them.
+            ':' if chars.peek() == Some(&'/') => out.push_str("\\:"),
+            '.' if out.ends_with("www") || out.ends_with("WWW") => out.push_str("\\."),
+            '@' => out.push_str("\\@"),
+            c if c.is_control() => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A code span when the text is plain, escaped text otherwise.
+pub fn code(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._/:@+=,-[]\" ".contains(c))
+        && !s.contains('`')
+    {
+        format!("`{s}`")
+    } else {
+        text(s)
+    }
+}
+
+/// A value as the report quotes it: the start of its JSON text (every caller clips it to a
+/// few dozen characters, so a 40 KB CRD version is never serialised whole).
+pub(super) fn value_text(value: &Option<Value>) -> String {
+    const LIMIT: usize = 1024;
+    struct Bounded(Vec<u8>);
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0.len() >= LIMIT {
+                return Err(std::io::Error::other("enough"));
+            }
+            let n = buf.len().min(LIMIT - self.0.len());
+            self.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    match value {
+        None => "(absent)".to_string(),
+        Some(Value::String(s)) => s.chars().take(LIMIT).collect(),
+        Some(other) => {
+            let mut out = Bounded(Vec::new());
+            let _ = serde_json::to_writer(&mut out, other);
+            String::from_utf8_lossy(&out.0).into_owned()
+        }
+    }
+}
+
+pub(super) fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(max).collect::<String>())
+    }
+}

@@ -1,0 +1,266 @@
+//! The report's room for the head: the verdict line, blocking findings, notes, chart defaults.
+
+use super::*;
+
+use super::escape::{clip, value_text};
+
+/// Consumers a blocking bullet names before it says how many more there are.
+const LISTED_CONSUMERS: usize = 25;
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(7)]
+}
+
+/// The bullets of one rule beyond `limit`, as a count line.
+fn more_line(
+    out: &mut String,
+    counts: &std::collections::BTreeMap<&str, usize>,
+    limit: Option<usize>,
+) {
+    let Some(limit) = limit else { return };
+    for (rule, n) in counts {
+        if *n > limit {
+            let _ = writeln!(
+                out,
+                "- {}: {} more (every one is in the full report and `gate check --json`)",
+                code(rule),
+                n - limit
+            );
+        }
+    }
+}
+
+pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String {
+    let v = &result.verdict;
+    let mut out = String::new();
+    let _ = writeln!(out, "{MARKER}");
+    let title = match v.outcome {
+        Outcome::Green => "passed",
+        Outcome::Blocked => "blocked",
+        Outcome::Undecided => "could not decide",
+    };
+    let _ = writeln!(out, "### addons-gate: {title}\n");
+    let c = &v.counts;
+    if v.outcome == Outcome::Undecided {
+        let _ = writeln!(
+            out,
+            "`{}` (merge base) → `{}` (head)\n",
+            short(&v.base),
+            short(&v.head)
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "`{}` (merge base) → `{}` (head): {} Applications changed, {} added, {} removed; objects {} added, {} changed, {} removed.\n",
+            short(&v.base),
+            short(&v.head),
+            c.applications_changed,
+            c.applications_added,
+            c.applications_removed,
+            c.objects_added,
+            c.objects_changed,
+            c.objects_removed
+        );
+    }
+    if v.outcome == Outcome::Undecided {
+        let _ = writeln!(
+            out,
+            "The gate could not render this change, so nothing was compared. The check stays red until it renders.\n"
+        );
+        for error in &v.errors {
+            let (first, items) = split_error(error);
+            let _ = writeln!(out, "- {}", text(&first));
+            for item in items {
+                let _ = writeln!(out, "  - {}", code(&item));
+            }
+        }
+        out.push('\n');
+    }
+    // Render failures were quoted above, in full.
+    let blocking: Vec<&Finding> = result
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Blocking && f.rule != rules::RENDER_FAILED)
+        .collect();
+    if !blocking.is_empty() {
+        let _ = writeln!(out, "**Blocking**\n");
+    }
+    let dropped: Vec<&Finding> = blocking
+        .iter()
+        .copied()
+        .filter(|f| f.rule == rules::DROPPED_SERVED_VERSION)
+        .collect();
+    if !dropped.is_empty() {
+        let _ = writeln!(
+            out,
+            "A CustomResourceDefinition stopped serving a version. Anything still declaring it breaks on apply.\n"
+        );
+        for finding in dropped {
+            let Ok(evidence) =
+                serde_json::from_value::<DroppedServedVersion>(finding.evidence.clone())
+            else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "- CustomResourceDefinition/{}: no longer serves {}; {} manifests must move to {}",
+                code(&evidence.crd),
+                evidence
+                    .dropped
+                    .iter()
+                    .map(|v| text(v))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                code(&evidence.kind),
+                code(&evidence.storage)
+            );
+            // A person reads the first ones; every consumer is in the machine block.
+            let mut files: Vec<String> = evidence
+                .consumers
+                .iter()
+                .take(LISTED_CONSUMERS)
+                .map(|c| {
+                    if c.template {
+                        format!("{} ({} in a chart template)", code(&c.path), text(&c.kind))
+                    } else {
+                        format!("{} ({} {})", code(&c.path), text(&c.kind), code(&c.name))
+                    }
+                })
+                .collect();
+            if evidence.consumers.len() > LISTED_CONSUMERS {
+                files.push(format!(
+                    "and {} more (all in the machine block below and in the full report)",
+                    evidence.consumers.len() - LISTED_CONSUMERS
+                ));
+            }
+            let _ = writeln!(
+                out,
+                "  - {} manifest(s) in this repository still declare a dropped version, blocking until they move: {}",
+                evidence.consumers.len(),
+                files.join(", ")
+            );
+        }
+        out.push('\n');
+    }
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for finding in blocking
+        .iter()
+        .filter(|f| f.rule != rules::DROPPED_SERVED_VERSION)
+    {
+        let n = counts.entry(finding.rule.as_str()).or_insert(0);
+        *n += 1;
+        if limit.is_some_and(|l| *n > l) {
+            continue;
+        }
+        let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
+    }
+    more_line(&mut out, &counts, limit);
+    let notes: Vec<&Finding> = result
+        .findings
+        .iter()
+        .filter(|f| f.severity == Severity::Note)
+        .collect();
+    if !notes.is_empty() {
+        let _ = writeln!(out, "\n**Notes**\n");
+        let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+        for finding in notes {
+            let n = counts.entry(finding.rule.as_str()).or_insert(0);
+            *n += 1;
+            if limit.is_some_and(|l| *n > l) {
+                continue;
+            }
+            let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
+            if finding.rule == rules::ADDON_ADDED {
+                let _ = writeln!(
+                    out,
+                    "\n  | Application | cluster | namespace | renders from |\n  | --- | --- | --- | --- |"
+                );
+                let rows = finding
+                    .evidence
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let shown = limit.map_or(rows.len(), |l| l.min(rows.len()));
+                for row in &rows[..shown] {
+                    let field =
+                        |k: &str| row.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                    let renders: Vec<String> = row
+                        .get("renders")
+                        .and_then(Value::as_array)
+                        .map(|r| r.iter().filter_map(Value::as_str).map(text).collect())
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "  | {} | {} | {} | {} |",
+                        code(&field("application")),
+                        code(&field("cluster")),
+                        code(&field("destinationNamespace")),
+                        renders.join("<br>")
+                    );
+                }
+                if shown < rows.len() {
+                    let _ = writeln!(
+                        out,
+                        "  | and {} more | | | (every one is in the full report) |",
+                        rows.len() - shown
+                    );
+                }
+                out.push('\n');
+            }
+        }
+        more_line(&mut out, &counts, limit);
+    }
+    chart_defaults_section(&mut out, result, limit);
+    out
+}
+
+/// The chart defaults that changed, per chart version move (chart-controlled text, escaped).
+fn chart_defaults_section(out: &mut String, result: &GateResult, limit: Option<usize>) {
+    if result.chart_defaults.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n**Chart defaults that changed**\n");
+    let per_chart = limit.unwrap_or(40).min(40);
+    for defaults in &result.chart_defaults {
+        let head = format!(
+            "- {} {} → {}",
+            code(&defaults.chart),
+            code(&defaults.from),
+            code(&defaults.to)
+        );
+        if let Some(why) = &defaults.unreadable {
+            let _ = writeln!(out, "{head}: not compared ({})", text(why));
+            continue;
+        }
+        if defaults.changes.is_empty() {
+            let _ = writeln!(out, "{head}: no default value changed");
+            continue;
+        }
+        let _ = writeln!(out, "{head}:");
+        for change in defaults.changes.iter().take(per_chart) {
+            let _ = writeln!(
+                out,
+                "  - {}: {} → {}",
+                code(&clip(&change.path, 100)),
+                code(&clip(&value_text(&change.old), 60)),
+                code(&clip(&value_text(&change.new), 60))
+            );
+        }
+        let more = defaults.changes.len().saturating_sub(per_chart) + defaults.more;
+        if more > 0 {
+            let _ = writeln!(out, "  - and {more} more (in `gate check --json`)");
+        }
+    }
+}
+
+/// `first: item; item` (helm's schema error list) -> (first, items).
+fn split_error(error: &str) -> (String, Vec<String>) {
+    match error.find(": at '") {
+        Some(i) => {
+            let first = error[..i + 1].to_string();
+            let items = error[i + 2..].split("; ").map(str::to_string).collect();
+            (first, items)
+        }
+        None => (error.to_string(), Vec::new()),
+    }
+}

@@ -1,0 +1,285 @@
+//! The report's room for the `summary` block: what a change did, bounded and clipped.
+
+use super::*;
+
+use super::escape::clip;
+
+/// What a change did, compactly, for a reader who explains a green gate (the `summary` block):
+/// the chart moves, the images whose tags moved, CRDs whose served versions changed or that
+/// came and went, RBAC objects added and removed, and the first chart defaults that changed.
+/// Bounded: at most `SUMMARY_ITEMS` of each list.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    #[serde(default)]
+    pub charts: Vec<SummaryChart>,
+    #[serde(default)]
+    pub images: Vec<SummaryImage>,
+    #[serde(default)]
+    pub crds: Vec<SummaryCrd>,
+    #[serde(default)]
+    pub rbac_added: usize,
+    #[serde(default)]
+    pub rbac_removed: usize,
+    #[serde(default)]
+    pub defaults: Vec<SummaryDefault>,
+    /// Items left out of the lists above.
+    #[serde(default)]
+    pub more: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SummaryChart {
+    pub chart: String,
+    pub from: String,
+    pub to: String,
+    pub clusters: Vec<String>,
+    pub applications: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryImage {
+    pub image: String,
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryCrd {
+    pub name: String,
+    /// Served versions at the base (empty: the CRD is new).
+    pub before: Vec<String>,
+    /// Served versions at the head (empty: the CRD is gone).
+    pub after: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SummaryDefault {
+    pub chart: String,
+    pub path: String,
+    pub old: Value,
+    pub new: Value,
+}
+
+/// At most this many items per list of the `summary` block.
+pub const SUMMARY_ITEMS: usize = 20;
+
+/// The most characters the `summary` block may take, as written.
+pub(super) const SUMMARY_BUDGET: usize = 12_000;
+
+/// Each text of the `summary` block is clipped to this many characters, so the block stays a
+/// few kilobytes whatever a chart holds.
+const SUMMARY_TEXT: usize = 120;
+
+fn clip_text(s: &str) -> String {
+    clip(s, SUMMARY_TEXT)
+}
+
+fn clip_value(v: Value) -> Value {
+    match v {
+        Value::String(s) => Value::String(clip_text(&s)),
+        Value::Array(_) | Value::Object(_) => {
+            let text = v.to_string();
+            if text.chars().count() > SUMMARY_TEXT {
+                Value::String(clip_text(&text))
+            } else {
+                v
+            }
+        }
+        other => other,
+    }
+}
+
+/// An image reference split at its tag or digest: (repository, tag).
+pub(super) fn split_image(image: &str) -> (String, String) {
+    // `name:tag@digest`: the tag is what moved (the digest pins it).
+    let (image, digest) = match image.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (image, None),
+    };
+    let tagged = image.rsplit_once(':').filter(|(_, tag)| !tag.contains('/'));
+    if let (None, Some(digest)) = (tagged, digest) {
+        return (image.to_string(), digest.to_string());
+    }
+    match tagged {
+        Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
+        _ => (image.to_string(), "latest".to_string()),
+    }
+}
+
+impl Summary {
+    /// The summary of a check's result.
+    pub fn of(result: &GateResult) -> Summary {
+        let mut summary = Summary::default();
+        let mut more = 0;
+        let mut charts: Vec<SummaryChart> = Vec::new();
+        let mut images: Vec<SummaryImage> = Vec::new();
+        let mut crds: Vec<SummaryCrd> = Vec::new();
+        const RBAC: [&str; 4] = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
+        let is_rbac = |k: &crate::gate::diff::ObjectKey| {
+            k.group == "rbac.authorization.k8s.io" && RBAC.contains(&k.kind.as_str())
+        };
+        let is_crd = |k: &crate::gate::diff::ObjectKey| {
+            k.group == "apiextensions.k8s.io" && k.kind == "CustomResourceDefinition"
+        };
+        let mut seen_objects = std::collections::BTreeSet::new();
+        for app in &result.diff.applications {
+            for m in &app.chart_moves {
+                match charts
+                    .iter_mut()
+                    .find(|c| c.chart == m.chart && c.from == m.from && c.to == m.to)
+                {
+                    Some(c) => {
+                        c.applications += 1;
+                        let cluster = clip_text(&app.app.cluster);
+                        if c.clusters.len() < 10 && !c.clusters.contains(&cluster) {
+                            c.clusters.push(cluster);
+                        }
+                    }
+                    None => charts.push(SummaryChart {
+                        chart: clip_text(&m.chart),
+                        from: clip_text(&m.from),
+                        to: clip_text(&m.to),
+                        clusters: vec![clip_text(&app.app.cluster)],
+                        applications: 1,
+                    }),
+                }
+            }
+            // Each object once across clusters (the same RBAC on three clusters is one change
+            // to explain).
+            for key in &app.objects.added {
+                if is_rbac(key) && seen_objects.insert(("+", key.clone())) {
+                    summary.rbac_added += 1;
+                }
+                if is_crd(key)
+                    && crate::names::is_dns1123_subdomain(&key.name)
+                    && seen_objects.insert(("+", key.clone()))
+                {
+                    crds.push(SummaryCrd {
+                        name: clip_text(&key.name),
+                        before: vec![],
+                        after: vec!["(new)".into()],
+                    });
+                }
+            }
+            for key in &app.objects.removed {
+                if is_rbac(key) && seen_objects.insert(("-", key.clone())) {
+                    summary.rbac_removed += 1;
+                }
+                if is_crd(key)
+                    && crate::names::is_dns1123_subdomain(&key.name)
+                    && seen_objects.insert(("-", key.clone()))
+                {
+                    crds.push(SummaryCrd {
+                        name: clip_text(&key.name),
+                        before: vec!["(removed)".into()],
+                        after: vec![],
+                    });
+                }
+            }
+            for change in &app.objects.changed {
+                for field in change.fields.iter() {
+                    if !(field.path.ends_with(".image") || field.path == "image") {
+                        continue;
+                    }
+                    let (Some(Value::String(old)), Some(Value::String(new))) =
+                        (&field.old, &field.new)
+                    else {
+                        continue;
+                    };
+                    let ((repo, from), (new_repo, to)) = (split_image(old), split_image(new));
+                    let image = if repo == new_repo {
+                        repo
+                    } else {
+                        format!("{repo} → {new_repo}")
+                    };
+                    let item = SummaryImage {
+                        image: clip_text(&image),
+                        from: clip_text(&from),
+                        to: clip_text(&to),
+                    };
+                    if !images.contains(&item) {
+                        images.push(item);
+                    }
+                }
+                if let Some(crd) = &change.crd {
+                    let served = |v: &[crate::gate::diff::CrdVersion]| -> Vec<String> {
+                        v.iter()
+                            .filter(|x| x.served)
+                            .map(|x| clip_text(&x.name))
+                            .collect()
+                    };
+                    let (before, after) = (served(&crd.before), served(&crd.after));
+                    // A name Kubernetes would reject never reaches a machine block (the
+                    // `crd-name-invalid` finding names it, quoted and cut, for people).
+                    let valid = crate::names::is_dns1123_subdomain(&change.object.name)
+                        && crd
+                            .before
+                            .iter()
+                            .chain(&crd.after)
+                            .all(|v| crate::names::is_dns1035_label(&v.name));
+                    if valid && before != after && seen_objects.insert(("~", change.object.clone()))
+                    {
+                        crds.push(SummaryCrd {
+                            name: clip_text(&change.object.name),
+                            before,
+                            after,
+                        });
+                    }
+                }
+            }
+        }
+        let mut defaults = Vec::new();
+        for d in &result.chart_defaults {
+            for change in &d.changes {
+                defaults.push(SummaryDefault {
+                    chart: clip_text(&d.chart),
+                    path: clip_text(&change.path),
+                    old: clip_value(change.old.clone().unwrap_or(Value::Null)),
+                    new: clip_value(change.new.clone().unwrap_or(Value::Null)),
+                });
+            }
+            more += d.more;
+        }
+        for (len, keep) in [
+            (charts.len(), SUMMARY_ITEMS),
+            (images.len(), SUMMARY_ITEMS),
+            (crds.len(), SUMMARY_ITEMS),
+            (defaults.len(), SUMMARY_ITEMS),
+        ] {
+            more += len.saturating_sub(keep);
+        }
+        charts.truncate(SUMMARY_ITEMS);
+        images.truncate(SUMMARY_ITEMS);
+        crds.truncate(SUMMARY_ITEMS);
+        defaults.truncate(SUMMARY_ITEMS);
+        summary.charts = charts;
+        summary.images = images;
+        summary.crds = crds;
+        summary.defaults = defaults;
+        summary.more = more;
+        // A budget on the block as written (escaping can grow a text sixfold): the longest
+        // lists give way first, and `more` counts what went.
+        while machine_block("summary", &summary).len() > SUMMARY_BUDGET {
+            let lists = [
+                summary.defaults.len(),
+                summary.images.len(),
+                summary.crds.len(),
+                summary.charts.len(),
+            ];
+            let Some((longest, _)) = lists.iter().enumerate().max_by_key(|(_, n)| **n) else {
+                break;
+            };
+            match longest {
+                0 if !summary.defaults.is_empty() => drop(summary.defaults.pop()),
+                1 if !summary.images.is_empty() => drop(summary.images.pop()),
+                2 if !summary.crds.is_empty() => drop(summary.crds.pop()),
+                3 if !summary.charts.is_empty() => drop(summary.charts.pop()),
+                _ => break,
+            }
+            summary.more += 1;
+        }
+        summary
+    }
+}
