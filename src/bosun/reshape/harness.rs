@@ -1,0 +1,283 @@
+//! The harness: the rules a reshape proposal must pass, each refusing with a reason.
+
+use super::*;
+
+/// A proposal the harness accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accepted {
+    /// The validated structure, keys in the original's order.
+    pub document: Value,
+    /// Its YAML, written by our own serialiser and read back.
+    pub yaml: String,
+    /// Values of the original the proposal does not carry (all of them at paths the
+    /// destination prunes): listed in the comment even when dropping them was right.
+    pub dropped: Vec<(String, Value)>,
+    /// Values the proposal carries at another path than the original's: (from, to, value).
+    pub moved: Vec<(String, String, Value)>,
+}
+
+/// Checks a model's reply against the original document (already carrying the destination
+/// apiVersion) and the destination version's schema. Everything is refused whole unless every
+/// rule holds; what is accepted is re-serialised by our own code.
+pub fn check_proposal(
+    original: &Value,
+    reply: &Value,
+    crd: &Value,
+    version: &str,
+) -> Result<Accepted, Refused> {
+    check_proposal_without(original, reply, crd, version, &[])
+}
+
+/// `check_proposal` with some rules switched off: only the evals use it, to show that each
+/// rule is needed (a reply only that rule refuses would otherwise be accepted).
+pub fn check_proposal_without(
+    original: &Value,
+    reply: &Value,
+    crd: &Value,
+    version: &str,
+    disabled: &[&str],
+) -> Result<Accepted, Refused> {
+    let on = |rule: &str| !disabled.contains(&rule);
+    let refuse = |rule: &'static str, detail: String| Err(Refused { rule, detail });
+    let shaped = reply
+        .as_object()
+        .filter(|o| o.len() == 1 || !on(rule::SHAPE))
+        .and_then(|o| o.get("document"))
+        .filter(|d| d.is_object());
+    let Some(proposal) = shaped else {
+        return refuse(
+            rule::SHAPE,
+            "the reply is not {\"document\": {...}} alone".into(),
+        );
+    };
+    for key in ["apiVersion", "kind", "metadata"] {
+        if on(rule::IDENTITY) && proposal.get(key) != original.get(key) {
+            return refuse(
+                rule::IDENTITY,
+                format!(
+                    "{key} is {} where the original has {}",
+                    short(proposal.get(key)),
+                    short(original.get(key))
+                ),
+            );
+        }
+    }
+    let Some(schema) = schema::version_schema(crd, version) else {
+        return refuse(
+            rule::SCHEMA,
+            format!("the CRD declares no schema for {version}"),
+        );
+    };
+    let mut copy = proposal.clone();
+    let mut outcome = schema::prune_and_validate(&mut copy, schema);
+    if !on(rule::SCHEMA) {
+        outcome = Default::default();
+    }
+    if let Some((path, value)) = outcome.pruned.first() {
+        return refuse(
+            rule::SCHEMA,
+            format!(
+                "{path} = {} is not in the {version} schema",
+                short(Some(value))
+            ),
+        );
+    }
+    if let Some(error) = outcome.errors.first() {
+        return refuse(rule::SCHEMA, error.clone());
+    }
+    if let Some(path) = outcome.unevaluated.first() {
+        return refuse(
+            rule::SCHEMA,
+            format!("{path}: a validation rule of the schema cannot be evaluated here"),
+        );
+    }
+    // What the destination prunes from the original: those values may move or go. Paths are
+    // compared as lists of keys and indexes, never as joined text (a key may hold a `.`).
+    let mut pruned_original = original.clone();
+    let _ = schema::prune_and_validate(&mut pruned_original, schema);
+    let original_leaves = leaf_paths(original);
+    let kept: std::collections::HashSet<&Path> = {
+        let survivors: std::collections::HashSet<Path> = leaf_paths(&pruned_original)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
+        original_leaves
+            .iter()
+            .filter(|(p, _)| survivors.contains(p))
+            .map(|(p, _)| p)
+            .collect()
+    };
+    let proposal_leaves = leaf_paths(proposal);
+    let proposal_at: std::collections::HashMap<&Path, &Value> =
+        proposal_leaves.iter().map(|(p, v)| (p, v)).collect();
+    let original_at: std::collections::HashMap<&Path, &Value> =
+        original_leaves.iter().map(|(p, v)| (p, v)).collect();
+    for (path, value) in &original_leaves {
+        if !kept.contains(path) || !on(rule::KEPT) {
+            continue;
+        }
+        match proposal_at.get(path) {
+            Some(v) if *v == value => {}
+            Some(v) => {
+                return refuse(
+                    rule::KEPT,
+                    format!(
+                        "{} is {} where the original has {}",
+                        path_text(path),
+                        short(Some(v)),
+                        short(Some(value))
+                    ),
+                );
+            }
+            None => {
+                return refuse(
+                    rule::KEPT,
+                    format!(
+                        "{} = {} is missing, and the {version} schema keeps it",
+                        path_text(path),
+                        short(Some(value))
+                    ),
+                );
+            }
+        }
+    }
+    // Values the schema change displaced, each usable once. An empty object or list, or a
+    // null, carries nothing to move (an empty selector placed elsewhere means "everything").
+    let mut displaced: Vec<(&Path, &Value)> = original_leaves
+        .iter()
+        .filter(|(p, _)| !kept.contains(p))
+        .map(|(p, v)| (p, v))
+        .collect();
+    let movable = |v: &Value| match v {
+        Value::Null => false,
+        Value::Object(o) => !o.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        _ => true,
+    };
+    let mut moved = Vec::new();
+    for (path, value) in &proposal_leaves {
+        if original_at.get(path) == Some(&value) {
+            continue;
+        }
+        if let Some(at) = displaced
+            .iter()
+            .position(|(_, v)| *v == value && movable(v))
+        {
+            let (from, _) = displaced.remove(at);
+            moved.push((path_text(from), path_text(path), value.clone()));
+            continue;
+        }
+        // A schema default (or one-value enum, const) may be written where the apiserver
+        // would write it anyway: under a parent the original has. A new parent (a new list
+        // item, a new optional object) would be an invention.
+        let parent_exists = path.len() <= 1 || node_at(original, &path[..path.len() - 1]).is_some();
+        if (parent_exists && dictated(schema, path, value)) || !on(rule::ACCOUNTED) {
+            continue;
+        }
+        return refuse(
+            rule::ACCOUNTED,
+            format!(
+                "{} = {} is neither in the original, displaced by the schema change, nor dictated by the schema under a parent the original has",
+                path_text(path),
+                short(Some(value))
+            ),
+        );
+    }
+    let dropped: Vec<(String, Value)> = displaced
+        .into_iter()
+        .map(|(p, v)| (path_text(p), v.clone()))
+        .collect();
+    let document = order_like(original, proposal);
+    let yaml = crate::yaml::to_string(&document);
+    match crate::yaml::parse_document(&yaml, "reshaped document") {
+        Ok(back) if back == document => {}
+        _ => {
+            return refuse(
+                rule::READ_BACK,
+                "the serialised document does not read back as the accepted structure".into(),
+            );
+        }
+    }
+    Ok(Accepted {
+        document,
+        yaml,
+        dropped,
+        moved,
+    })
+}
+
+fn short(value: Option<&Value>) -> String {
+    let text = match value {
+        None => "(absent)".to_string(),
+        Some(v) => v.to_string(),
+    };
+    if text.chars().count() > 80 {
+        format!("{}…", text.chars().take(80).collect::<String>())
+    } else {
+        text
+    }
+}
+
+/// The node of a document at a path, if there is one.
+fn node_at<'a>(document: &'a Value, path: &[Seg]) -> Option<&'a Value> {
+    let mut node = document;
+    for seg in path {
+        node = match seg {
+            Seg::Key(key) => node.as_object()?.get(key)?,
+            Seg::Index(i) => node.as_array()?.get(*i)?,
+        };
+    }
+    Some(node)
+}
+
+/// Whether the schema at `path` dictates `value`: its default, its only enum value, its const.
+fn dictated(schema: &Value, path: &[Seg], value: &Value) -> bool {
+    let mut node = schema;
+    for seg in path {
+        let next = match seg {
+            Seg::Key(key) => node
+                .get("properties")
+                .and_then(|p| p.get(key))
+                .or_else(|| node.get("additionalProperties").filter(|a| a.is_object())),
+            Seg::Index(_) => node.get("items"),
+        };
+        match next {
+            Some(n) => node = n,
+            None => return false,
+        }
+    }
+    node.get("default") == Some(value)
+        || node.get("const") == Some(value)
+        || node
+            .get("enum")
+            .and_then(Value::as_array)
+            .is_some_and(|e| e.len() == 1 && &e[0] == value)
+}
+
+/// `proposal` with every object's keys in `original`'s order (keys the original lacks last,
+/// in the proposal's order).
+pub fn order_like(original: &Value, proposal: &Value) -> Value {
+    match (original, proposal) {
+        (Value::Object(o), Value::Object(p)) => {
+            let mut out = Map::new();
+            for (key, value) in o {
+                if let Some(v) = p.get(key) {
+                    out.insert(key.clone(), order_like(value, v));
+                }
+            }
+            for (key, value) in p {
+                if !out.contains_key(key) {
+                    out.insert(key.clone(), order_like(&Value::Null, value));
+                }
+            }
+            Value::Object(out)
+        }
+        (Value::Array(o), Value::Array(p)) => Value::Array(
+            p.iter()
+                .enumerate()
+                .map(|(i, v)| order_like(o.get(i).unwrap_or(&Value::Null), v))
+                .collect(),
+        ),
+        (_, other) => other.clone(),
+    }
+}
