@@ -47,7 +47,9 @@ use self::git_ops::git;
 #[cfg(test)]
 use self::git_ops::CREDENTIAL_HELPER;
 #[cfg(test)]
-use self::model_calls::{MODEL_CALLS_COMMENT, MODEL_CALLS_MARK, model_calls_body, model_calls_made};
+use self::model_calls::{
+    MODEL_CALLS_COMMENT, MODEL_CALLS_MARK, model_calls_body, model_calls_made,
+};
 
 /// The marker of Bosun's own comment (one per pull request, updated in place).
 pub const COMMENT_MARKER: &str = "<!-- bosun:triage v1 -->";

@@ -288,9 +288,8 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
                     return Ok(1);
                 }
             };
-            let policy =
-                gitops_loop::bosun::triage::fix_policy(config, &head_config, &rendering)
-                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let policy = gitops_loop::bosun::triage::fix_policy(config, &head_config, &rendering)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
             if let Err(refusals) = applier::admit_rewrites(&tree, &policy, &prepared.rewrites) {
                 handoff(
                     &classify::applier_handoff(&refusals, "which key to set"),
@@ -446,8 +445,7 @@ fn local_workdir(config: &Config) -> Result<std::path::PathBuf> {
             .context("no work folder: set workdir in bosun.yaml (or HOME)")?
             .join("bosun"),
     };
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let meta = std::fs::metadata(&dir)?;
     if meta.uid() != rustix::process::getuid().as_raw() {
         bail!(

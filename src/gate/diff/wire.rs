@@ -178,9 +178,9 @@ impl<'de> Deserialize<'de> for RenderDiff {
         let objects = |ids: &[usize]| -> Result<ObjectsDiff, D::Error> {
             let mut diff = ObjectsDiff::default();
             for id in ids {
-                let change = by_id.get(id).ok_or_else(|| {
-                    serde::de::Error::custom(format!("no change with id {id}"))
-                })?;
+                let change = by_id
+                    .get(id)
+                    .ok_or_else(|| serde::de::Error::custom(format!("no change with id {id}")))?;
                 match change.change {
                     ChangeKind::Added => diff.added.push(change.object.clone()),
                     ChangeKind::Removed => diff.removed.push(change.object.clone()),
