@@ -1,0 +1,470 @@
+//! The render engine's room for the Engine: the entry points, the wave-by-wave expansion of
+//! Applications and ApplicationSets, admission of repeats, and the finish (cycles, stats).
+
+use super::*;
+
+/// An Application or ApplicationSet waiting to be expanded.
+pub(super) struct Item {
+    pub(super) object: Value,
+    pub(super) origin: Origin,
+    /// The identity of the object that produced this one (None for repository files).
+    parent: Option<String>,
+    pub(super) depth: usize,
+}
+
+fn identity(kind: &str, object: &Value) -> String {
+    let namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("argocd");
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    format!("{kind} {namespace}/{name}")
+}
+
+fn is_argo_kind(object: &Value, kind: &str) -> bool {
+    object.get("kind").and_then(Value::as_str) == Some(kind)
+        && object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("argoproj.io/"))
+}
+
+/// Renders everything the repository deploys at `revision` (a branch, tag or commit of
+/// `config.repo_dir`).
+pub fn render(config: &RenderConfig, revision: &str) -> Result<Rendering, RenderFailure> {
+    render_roots(config, revision, None)
+}
+
+/// Renders the given Applications (not the repository's own roots) at `revision`: the gate
+/// uses it to render one Application with another chart version pinned.
+pub fn render_applications(
+    config: &RenderConfig,
+    revision: &str,
+    applications: Vec<Value>,
+) -> Result<Rendering, RenderFailure> {
+    render_roots(config, revision, Some(applications))
+}
+
+fn render_roots(
+    config: &RenderConfig,
+    revision: &str,
+    given: Option<Vec<Value>>,
+) -> Result<Rendering, RenderFailure> {
+    let failure = |revision: &str, subject: &str, message: String| RenderFailure {
+        revision: revision.to_string(),
+        diagnostics: vec![Diagnostic {
+            severity: Severity::Error,
+            subject: subject.to_string(),
+            message,
+        }],
+        helm_failures: Vec::new(),
+        values_users: Vec::new(),
+    };
+    trace(revision, "render starts");
+    // The tools' versions (part of every render key) are asked while the snapshot loads.
+    let (snapshot, helm_version, kubectl_version) = std::thread::scope(|scope| {
+        let helm = scope.spawn(|| config.helm.version());
+        let kubectl = scope.spawn(|| {
+            config
+                .kubectl
+                .as_ref()
+                .map(Tool::version)
+                .unwrap_or_default()
+        });
+        let snapshot = config.parsed.snapshot(&config.repo_dir, revision);
+        (
+            snapshot,
+            helm.join().unwrap_or_else(|_| "unknown".into()),
+            kubectl.join().unwrap_or_else(|_| "unknown".into()),
+        )
+    });
+    let snapshot = snapshot.map_err(|e| failure(revision, "repository", e.to_string()))?;
+    let commit = snapshot.commit.clone();
+    let repos = RepoResolver::new(
+        snapshot.clone(),
+        config.repo_url.clone(),
+        config.git_mirrors.clone(),
+    );
+    let roots = match given {
+        Some(applications) => applications
+            .into_iter()
+            .enumerate()
+            .map(|(document, object)| Item {
+                object,
+                origin: Origin::File {
+                    path: "(given)".into(),
+                    document,
+                },
+                parent: None,
+                depth: 0,
+            })
+            .collect(),
+        None => scan_roots(&snapshot).map_err(|d| RenderFailure {
+            revision: commit.clone(),
+            diagnostics: vec![d],
+            helm_failures: Vec::new(),
+            values_users: Vec::new(),
+        })?,
+    };
+    let work = tempfile::Builder::new()
+        .prefix("gate-render-")
+        .tempdir()
+        .map_err(|e| failure(&commit, "scratch directory", e.to_string()))?;
+    trace(revision, "snapshot loaded, roots scanned");
+    let mut engine = Engine {
+        config,
+        revision,
+        repos,
+        work: work.path().to_path_buf(),
+        helm_version,
+        kubectl_version,
+        chart_digests: Mutex::new(HashMap::new()),
+        memo: HashMap::new(),
+        stats: RenderStats::default(),
+        diagnostics: Vec::new(),
+        seen: HashMap::new(),
+        edges: Vec::new(),
+        applications: BTreeMap::new(),
+        queued: Vec::new(),
+        helm_jobs: HashMap::new(),
+        helm_failures: Vec::new(),
+        values_users: Vec::new(),
+    };
+    trace(revision, "tools asked");
+    engine.run(roots);
+    trace(revision, "render done");
+    engine.finish(commit)
+}
+
+struct Seen {
+    spec: String,
+    from_file: bool,
+}
+
+pub(super) struct Engine<'a> {
+    pub(super) config: &'a RenderConfig,
+    /// The revision being rendered, as the caller named it (for traces).
+    revision: &'a str,
+    pub(super) repos: RepoResolver,
+    pub(super) work: PathBuf,
+    pub(super) helm_version: String,
+    pub(super) kubectl_version: String,
+    pub(super) chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
+    pub(super) memo: HashMap<String, parsed::Parsed>,
+    pub(super) stats: RenderStats,
+    diagnostics: Vec<Diagnostic>,
+    seen: HashMap<String, Seen>,
+    edges: Vec<(String, String)>,
+    applications: BTreeMap<String, RenderedApplication>,
+    pub(super) queued: Vec<(String, RenderJob)>,
+    /// Each helm job by key, kept to say what failed.
+    pub(super) helm_jobs: HashMap<String, source::HelmJob>,
+    helm_failures: Vec<HelmFailure>,
+    pub(super) values_users: Vec<(String, String, Vec<String>)>,
+}
+
+impl Engine<'_> {
+    fn error(&mut self, subject: &str, message: impl Into<String>) {
+        self.diagnostics.push(Diagnostic {
+            severity: Severity::Error,
+            subject: subject.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn run(&mut self, roots: Vec<Item>) {
+        let mut wave = roots;
+        while !wave.is_empty() {
+            let mut applications = Vec::new();
+            for item in wave {
+                let kind = if is_argo_kind(&item.object, "ApplicationSet") {
+                    "ApplicationSet"
+                } else {
+                    "Application"
+                };
+                let id = identity(kind, &item.object);
+                if item.depth > self.config.max_depth {
+                    self.error(
+                        &id,
+                        format!(
+                            "app-of-apps nesting is deeper than {} levels",
+                            self.config.max_depth
+                        ),
+                    );
+                    continue;
+                }
+                if !self.admit(&id, &item) {
+                    continue;
+                }
+                if kind == "ApplicationSet" {
+                    let ctx = appset::ExpandContext {
+                        repos: &self.repos,
+                        inventory: &self.config.inventory,
+                        helm: &self.config.helm,
+                        work: &self.work.join(format!("appset-{}", self.seen.len())),
+                    };
+                    match appset::expand(&item.object, &ctx) {
+                        Ok(generated) => {
+                            let namespace = item
+                                .object
+                                .pointer("/metadata/namespace")
+                                .and_then(Value::as_str)
+                                .unwrap_or("argocd")
+                                .to_string();
+                            let name = item
+                                .object
+                                .pointer("/metadata/name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string();
+                            for object in generated {
+                                applications.push(Item {
+                                    object,
+                                    origin: Origin::ApplicationSet {
+                                        namespace: namespace.clone(),
+                                        name: name.clone(),
+                                    },
+                                    parent: Some(id.clone()),
+                                    depth: item.depth,
+                                });
+                            }
+                        }
+                        Err(message) => self.error(&id, message),
+                    }
+                } else {
+                    applications.push(item);
+                }
+            }
+            // Generated Applications are admitted like the rest (duplicates, cycles).
+            let mut pending = Vec::new();
+            for item in applications {
+                let id = identity("Application", &item.object);
+                if matches!(item.origin, Origin::ApplicationSet { .. }) && !self.admit(&id, &item) {
+                    continue;
+                }
+                match self.plan_application(&id, &item) {
+                    Ok(p) => pending.push(p),
+                    Err(message) => self.error(&id, message),
+                }
+            }
+            trace(self.revision, "wave planned");
+            self.execute_pending_jobs();
+            trace(self.revision, "wave rendered and parsed");
+            let mut next = Vec::new();
+            for p in pending {
+                let mut objects: Vec<Object> = Vec::new();
+                let mut failed = false;
+                for key in &p.job_keys {
+                    match self.memo.get(key) {
+                        Some(Ok(rendered)) => objects.extend(rendered.iter().cloned()),
+                        Some(Err(message)) => {
+                            let message = message.clone();
+                            if let Some(job) = self.helm_jobs.get(key) {
+                                self.helm_failures.push(HelmFailure {
+                                    application: p.id.clone(),
+                                    cluster: p.app.cluster.name.clone(),
+                                    job: job.clone(),
+                                    message: message.clone(),
+                                });
+                            }
+                            self.error(&p.id, message);
+                            failed = true;
+                        }
+                        None => failed = true,
+                    }
+                }
+                if failed {
+                    continue;
+                }
+                objects.sort_by_cached_key(|o| object_sort_key(o));
+                for object in &objects {
+                    if is_argo_kind(object, "Application") || is_argo_kind(object, "ApplicationSet")
+                    {
+                        let mut child = Value::clone(object);
+                        if child.pointer("/metadata/namespace").is_none() {
+                            child["metadata"]["namespace"] =
+                                Value::String(p.app.destination_namespace.clone()).clone();
+                            if p.app.destination_namespace.is_empty() {
+                                child["metadata"]["namespace"] = Value::String("argocd".into());
+                            }
+                        }
+                        next.push(Item {
+                            object: child,
+                            origin: Origin::Application {
+                                namespace: p.app.namespace.clone(),
+                                name: p.app.name.clone(),
+                            },
+                            parent: Some(p.id.clone()),
+                            depth: p.depth + 1,
+                        });
+                    }
+                }
+                let mut app = p.app;
+                app.objects = objects;
+                app.render_keys = p.job_keys;
+                self.applications.insert(p.id, app);
+            }
+            wave = next;
+        }
+    }
+
+    /// Decides whether an object is new (true) or a repeat of one already expanded, and
+    /// records where it came from. Two different definitions of one name are an error.
+    fn admit(&mut self, id: &str, item: &Item) -> bool {
+        let spec = item
+            .object
+            .get("spec")
+            .map(Value::to_string)
+            .unwrap_or_default();
+        let from_file = item.parent.is_none();
+        if let Some(parent) = &item.parent
+            && !self.edges.iter().any(|(a, b)| a == parent && b == id)
+        {
+            self.edges.push((parent.clone(), id.to_string()));
+        }
+        match self.seen.get(id) {
+            None => {
+                self.seen.insert(id.to_string(), Seen { spec, from_file });
+                true
+            }
+            Some(previous) if previous.spec == spec => {
+                // The same object reached twice (a file that a parent also renders): keep one,
+                // and credit the parent.
+                if previous.from_file && !from_file {
+                    if let Some(app) = self.applications.get_mut(id) {
+                        app.origin = item.origin.clone();
+                    }
+                    self.seen.insert(id.to_string(), Seen { spec, from_file });
+                }
+                false
+            }
+            Some(previous) if previous.from_file && !from_file => {
+                // What a parent deploys wins over the file it was read from.
+                self.applications.remove(id);
+                self.seen.insert(id.to_string(), Seen { spec, from_file });
+                true
+            }
+            Some(previous) if !previous.from_file && from_file => false,
+            Some(_) => {
+                self.error(id, format!("is defined twice with different specs (one from {}); Argo CD keeps one Application per name and namespace", item.origin));
+                false
+            }
+        }
+    }
+
+    fn finish(mut self, commit: String) -> Result<Rendering, RenderFailure> {
+        if let Some(cycle) = find_cycle(&self.edges) {
+            self.error(
+                &cycle[0].clone(),
+                format!("app-of-apps cycle: {}", cycle.join(" -> ")),
+            );
+        }
+        let has_errors = self
+            .diagnostics
+            .iter()
+            .any(|d| d.severity == Severity::Error);
+        if has_errors {
+            return Err(RenderFailure {
+                revision: commit,
+                diagnostics: self.diagnostics,
+                helm_failures: self.helm_failures,
+                values_users: self.values_users,
+            });
+        }
+        let mut applications: Vec<RenderedApplication> = self.applications.into_values().collect();
+        applications.sort_by(|a, b| {
+            (&a.cluster.name, &a.name, &a.namespace).cmp(&(&b.cluster.name, &b.name, &b.namespace))
+        });
+        Ok(Rendering {
+            revision: commit,
+            applications,
+            diagnostics: self.diagnostics,
+            stats: self.stats,
+        })
+    }
+}
+
+/// Finds a cycle in the parent -> child graph, as the list of identities around it.
+fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
+    let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        children.entry(a.as_str()).or_default().push(b.as_str());
+    }
+    fn visit<'a>(
+        node: &'a str,
+        children: &BTreeMap<&'a str, Vec<&'a str>>,
+        path: &mut Vec<&'a str>,
+        done: &mut std::collections::HashSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(position) = path.iter().position(|n| *n == node) {
+            let mut cycle: Vec<String> = path[position..].iter().map(|s| s.to_string()).collect();
+            cycle.push(node.to_string());
+            return Some(cycle);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node);
+        for child in children.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(child, children, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        done.insert(node);
+        None
+    }
+    let mut done = std::collections::HashSet::new();
+    for node in children.keys() {
+        if let Some(cycle) = visit(node, &children, &mut Vec::new(), &mut done) {
+            return Some(cycle);
+        }
+    }
+    None
+}
+
+/// Finds every Application and ApplicationSet declared in the repository's YAML files.
+/// Chart directories (a `Chart.yaml` above the file) hold templates, not manifests, and
+/// hidden directories (`.github`) are not deployed: both are skipped.
+fn scan_roots(snapshot: &Snapshot) -> Result<Vec<Item>, Diagnostic> {
+    let mut roots = Vec::new();
+    for path in snapshot.manifest_files() {
+        let text =
+            yaml::utf8(snapshot.read(path).unwrap_or_default(), path).map_err(|e| Diagnostic {
+                severity: Severity::Error,
+                subject: format!("file {path}"),
+                message: e,
+            })?;
+        if !text.contains("argoproj.io") {
+            continue;
+        }
+        let documents = yaml::parse_documents(text, path).map_err(|e| Diagnostic {
+            severity: Severity::Error,
+            subject: format!("file {path}"),
+            message: format!("line {}: malformed YAML: {}", e.line, e.message),
+        })?;
+        for (index, document) in documents.into_iter().enumerate() {
+            if is_argo_kind(&document, "Application") || is_argo_kind(&document, "ApplicationSet") {
+                let mut object = document;
+                if object.pointer("/metadata/namespace").is_none()
+                    && object.get("metadata").is_some_and(Value::is_object)
+                {
+                    object["metadata"]["namespace"] = Value::String("argocd".into());
+                }
+                roots.push(Item {
+                    object,
+                    origin: Origin::File {
+                        path: path.to_string(),
+                        document: index,
+                    },
+                    parent: None,
+                    depth: 0,
+                });
+            }
+        }
+    }
+    Ok(roots)
+}

@@ -1,0 +1,199 @@
+//! The render engine's room for executing queued jobs: de-duplication, the cache, helm and
+//! kustomize runs.
+
+use super::engine::Engine;
+use super::*;
+
+impl Engine<'_> {
+    /// Runs every queued job whose inputs were not rendered before: identical inputs run once,
+    /// cached results are read back, the rest run in parallel.
+    pub(super) fn execute_pending_jobs(&mut self) {
+        let mut unique: Vec<(String, RenderJob)> = Vec::new();
+        for (key, job) in std::mem::take(&mut self.queued) {
+            if self.memo.contains_key(&key) || unique.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            unique.push((key, job));
+        }
+        self.stats.unique_renders += unique.len();
+        let mut to_run = Vec::new();
+        let mut to_parse = Vec::new();
+        let mut theirs = Vec::new();
+        let mut guard = parsed::ClaimGuard::new(&self.config.parsed);
+        for (key, job) in unique {
+            match self.config.parsed.claim(&key) {
+                parsed::Claim::Done(parsed) => {
+                    self.memo.insert(key, parsed);
+                    continue;
+                }
+                parsed::Claim::Theirs => {
+                    theirs.push(key);
+                    continue;
+                }
+                parsed::Claim::Mine => guard.hold(&key),
+            }
+            if let Some(text) = self.config.cache.get(&key) {
+                self.stats.cache_hits += 1;
+                to_parse.push(parsed::Output {
+                    key,
+                    label: "cached render".into(),
+                    text,
+                });
+            } else {
+                to_run.push((key, job));
+            }
+        }
+        for (_, job) in &to_run {
+            match job {
+                RenderJob::Helm(_) => self.stats.helm_runs += 1,
+                RenderJob::Kustomize(_) => self.stats.kustomize_runs += 1,
+                RenderJob::Objects(_) => {}
+            }
+        }
+        let config = self.config;
+        let work = self.work.clone();
+        let jobs = config.jobs.max(1);
+        // Each fresh output is parsed by the worker that rendered it, outside its process
+        // slot, while other renders run; then stored.
+        let results = parallel_map(to_run, jobs, |(key, job)| {
+            let output = {
+                let _slot = config.parsed.slot(jobs);
+                run_job(config, &work, &key, &job)
+            };
+            match output {
+                Ok((label, text)) => {
+                    let output = parsed::Output { key, label, text };
+                    let (key, parsed) = config
+                        .parsed
+                        .parse(std::slice::from_ref(&output), 1)
+                        .pop()
+                        .unwrap_or((output.key.clone(), Err("no parse result".into())));
+                    if parsed.is_ok() {
+                        config.cache.put(&key, &output.text);
+                    }
+                    (key, parsed)
+                }
+                Err(message) => {
+                    config.parsed.insert(&key, Err(message.clone()));
+                    (key, Err(message))
+                }
+            }
+        });
+        for (key, parsed) in results {
+            self.memo.insert(key, parsed);
+        }
+        for (key, parsed) in self.config.parsed.parse(&to_parse, jobs) {
+            self.memo.insert(key, parsed);
+        }
+        drop(guard);
+        // Renders another render of this run was producing.
+        for key in theirs {
+            let parsed = self.config.parsed.wait(&key);
+            self.memo.insert(key, parsed);
+        }
+    }
+}
+
+/// Runs one helm job on its own (confined like every render's helm), for a check outside a
+/// render: Bosun's values migration renders the chart with the values it proposes. Returns
+/// helm's output, or its error.
+pub fn run_helm(config: &RenderConfig, job: &source::HelmJob) -> Result<String, String> {
+    let work = tempfile::Builder::new()
+        .prefix("gate-helm-")
+        .tempdir()
+        .map_err(|e| format!("scratch directory: {e}"))?;
+    let key = job.cache_key(&config.helm.version());
+    run_job(config, work.path(), &key, &RenderJob::Helm(job.clone())).map(|(_, text)| text)
+}
+
+/// Runs one helm or kustomize job; returns (label, stdout).
+fn run_job(
+    config: &RenderConfig,
+    work: &Path,
+    key: &str,
+    job: &RenderJob,
+) -> Result<(String, String), String> {
+    let scratch = work.join(format!("job-{}", &key[..key.len().min(16)]));
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    match job {
+        RenderJob::Helm(h) => {
+            let chart_path = match &h.chart {
+                source::ChartLocation::Mirror(dir) => dir.clone(),
+                source::ChartLocation::Git { snapshot, path } => snapshot
+                    .materialized_root()
+                    .map_err(|e| e.to_string())?
+                    .path()
+                    .join(path),
+            };
+            let args = h.args(&chart_path, &scratch)?;
+            let output = config
+                .helm
+                .run(config.helm.confined(&work.join("helm-home")).args(&args))
+                .map_err(|e| format!("helm template of {}: {e}", h.chart_label))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "helm template of {} failed: {}",
+                    h.chart_label,
+                    charts::first_error_line(&String::from_utf8_lossy(&output.stderr))
+                ));
+            }
+            let label = format!("helm template {}", h.chart_label);
+            let text = yaml::utf8(&output.stdout, &label)?.to_string();
+            Ok((label, text))
+        }
+        RenderJob::Kustomize(k) => {
+            let kubectl = config.kubectl.as_ref().ok_or(
+                "a Kustomize source needs kubectl (run `cargo xtask tools`, pass --kubectl PATH or set GATE_KUBECTL)",
+            )?;
+            let root = k.snapshot.materialized_root().map_err(|e| e.to_string())?;
+            let build = k.build_dir(root.path(), &key[..key.len().min(16)])?;
+            let with_charts =
+                kustomize::check_confined(&build.root, &build.dir, config.kustomize_enable_helm)
+                    .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
+            // Charts are inflated into a private copy of the tree (the shared one stays as
+            // the commit has it).
+            let copy = if !with_charts.is_empty() {
+                let tree = tempfile::Builder::new()
+                    .prefix("gate-tree-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot copy the tree: {e}"))?;
+                kustomize::copy_dir(&build.root, tree.path())
+                    .map_err(|e| format!("{}: {e}", tree.path().display()))?;
+                let dir = tree
+                    .path()
+                    .join(build.dir.strip_prefix(&build.root).unwrap_or(Path::new("")));
+                kustomize::inflate(
+                    tree.path(),
+                    &with_charts,
+                    &config.helm,
+                    config.charts.as_deref(),
+                    &scratch,
+                )
+                .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
+                Some((tree, dir))
+            } else {
+                None
+            };
+            let dir = copy.as_ref().map(|(_, d)| d).unwrap_or(&build.dir);
+            let output = kubectl
+                .run(
+                    kubectl
+                        .confined(&work.join("helm-home"))
+                        .arg("kustomize")
+                        .arg(dir),
+                )
+                .map_err(|e| format!("kustomize build of {}: {e}", k.path))?;
+            if !output.status.success() {
+                return Err(format!(
+                    "kustomize build of {} failed: {}",
+                    k.path,
+                    confine::stderr_cause(&output.stderr, 3)
+                ));
+            }
+            let label = format!("kustomize build {}", k.path);
+            let text = yaml::utf8(&output.stdout, &label)?.to_string();
+            Ok((label, text))
+        }
+        RenderJob::Objects(_) => Ok((String::new(), String::new())),
+    }
+}
