@@ -1,0 +1,331 @@
+//! The store's objects: keys, get/list, create, update and delete.
+
+use serde_json::json;
+
+use super::selectors::fields_of;
+use super::*;
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectKey {
+    pub group: String,
+    pub plural: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(group: &str, plural: &str, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey {
+            group: group.into(),
+            plural: plural.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl Store {
+    pub(super) fn key(resource: &Resource, namespace: &str, name: &str) -> ObjectKey {
+        ObjectKey::new(
+            &resource.group,
+            &resource.plural,
+            if resource.namespaced { namespace } else { "" },
+            name,
+        )
+    }
+
+    fn random_suffix(&mut self) -> String {
+        // Deterministic per store: a counter spread over the alphabet Kubernetes uses.
+        self.counter += 1;
+        let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut n = self.counter.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (0..5)
+            .map(|_| {
+                let c = alphabet[(n % alphabet.len() as u64) as usize] as char;
+                n /= alphabet.len() as u64;
+                c
+            })
+            .collect()
+    }
+
+    fn uid(&mut self) -> String {
+        self.counter += 1;
+        let n = self.counter;
+        format!("00000000-0000-4000-8000-{n:012x}")
+    }
+
+    pub fn get(&self, resource: &Resource, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.objects
+            .get(&Self::key(resource, namespace, name))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource, name))
+    }
+
+    /// Objects of a resource, in a namespace or all, matching selectors, sorted by namespace/name.
+    pub fn list(
+        &self,
+        resource: &Resource,
+        namespace: &str,
+        labels: &Selector,
+        fields: &Selector,
+    ) -> Vec<Value> {
+        self.objects
+            .iter()
+            .filter(|(k, _)| k.group == resource.group && k.plural == resource.plural)
+            .filter(|(k, _)| namespace.is_empty() || k.namespace == namespace)
+            .filter(|(_, v)| labels.matches(&labels_of(v)) && fields.matches(&fields_of(v)))
+            .map(|(_, v)| with_api_version(v, resource))
+            .collect()
+    }
+
+    pub fn create(
+        &mut self,
+        resource: &Resource,
+        namespace: &str,
+        mut object: Value,
+        user: &User,
+    ) -> Result<Value, ApiError> {
+        if !object.is_object() {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                "the object must be a JSON object",
+            ));
+        }
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = json!({});
+        }
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let name = if name.is_empty() {
+            let prefix = object
+                .pointer("/metadata/generateName")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if prefix.is_empty() {
+                return Err(ApiError::new(
+                    422,
+                    "Invalid",
+                    format!(
+                        "{} is invalid: metadata.name: Required value: name or generateName is required",
+                        resource.kind
+                    ),
+                ));
+            }
+            format!("{prefix}{}", self.random_suffix())
+        } else {
+            name
+        };
+        if resource.namespaced {
+            let ns = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or(namespace)
+                .to_string();
+            if !namespace.is_empty() && ns != namespace {
+                return Err(ApiError::new(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            if ns.is_empty() {
+                return Err(ApiError::new(400, "BadRequest", "a namespace is required"));
+            }
+            if resource.plural != "namespaces"
+                && !self
+                    .objects
+                    .contains_key(&ObjectKey::new("", "namespaces", "", &ns))
+            {
+                return Err(ApiError::new(
+                    404,
+                    "NotFound",
+                    format!("namespaces \"{ns}\" not found"),
+                ));
+            }
+            object["metadata"]["namespace"] = json!(ns);
+        } else if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("namespace");
+        }
+        object["metadata"]["name"] = json!(name);
+        let ns = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        // As the API server: mutating admission (Kargo's webhook), then the schema.
+        self.admit(Operation::Create, user, resource, &mut object, None)?;
+        self.prepare(resource, &mut object)?;
+        // The webhook may rename the object (Kargo replaces Promotion names).
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or(&name)
+            .to_string();
+        let key = Self::key(resource, &ns, &name);
+        if self.objects.contains_key(&key) {
+            return Err(ApiError::new(
+                409,
+                "AlreadyExists",
+                format!("{} \"{name}\" already exists", resource.plural),
+            ));
+        }
+        let rv = self.next_rv();
+        let uid = self.uid();
+        let meta = &mut object["metadata"];
+        meta["uid"] = json!(uid);
+        meta["resourceVersion"] = json!(rv.to_string());
+        meta["creationTimestamp"] = json!(self.clock.rfc3339());
+        meta["generation"] = json!(1);
+        if resource.plural == "customresourcedefinitions" {
+            self.register_crd(&object);
+        }
+        self.objects.insert(key, object.clone());
+        self.record(resource, EventType::Added, object.clone());
+        Ok(object)
+    }
+
+    /// Replaces an object (PUT). A stale resourceVersion is a 409 Conflict. With `status`,
+    /// only the status changes (the status subresource); without, status is kept when the
+    /// resource has a status subresource.
+    pub fn update(
+        &mut self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        mut object: Value,
+        user: &User,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        if !object.is_object() {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                "the object must be a JSON object",
+            ));
+        }
+        object["apiVersion"] = json!(resource.api_version());
+        object["kind"] = json!(resource.kind);
+        let key = Self::key(resource, namespace, name);
+        let old = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource, name))?;
+        if let Some(rv) = object
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+        {
+            let current = old
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if rv != current {
+                return Err(ApiError::new(
+                    409,
+                    "Conflict",
+                    format!(
+                        "Operation cannot be fulfilled on {}.{} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        resource.plural, resource.group
+                    ),
+                ));
+            }
+        }
+        let mut merged = if status {
+            let mut next = old.clone();
+            next["status"] = object.get("status").cloned().unwrap_or(Value::Null);
+            next
+        } else {
+            let mut next = object;
+            if resource.status_subresource {
+                match old.get("status") {
+                    Some(s) => next["status"] = s.clone(),
+                    None => {
+                        if let Some(m) = next.as_object_mut() {
+                            m.remove("status");
+                        }
+                    }
+                }
+            }
+            next
+        };
+        // Identity fields are the server's.
+        for field in ["uid", "creationTimestamp", "name", "namespace"] {
+            if let Some(v) = old.pointer(&format!("/metadata/{field}")) {
+                merged["metadata"][field] = v.clone();
+            }
+        }
+        let generation = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        let spec_changed = old.get("spec") != merged.get("spec");
+        merged["metadata"]["generation"] = json!(if spec_changed && !status {
+            generation + 1
+        } else {
+            generation
+        });
+        if !status {
+            self.admit(Operation::Update, user, resource, &mut merged, Some(&old))?;
+        }
+        self.prepare(resource, &mut merged)?;
+        merged["metadata"]["resourceVersion"] = json!(
+            old.pointer("/metadata/resourceVersion")
+                .cloned()
+                .unwrap_or(json!(""))
+        );
+        if merged == old {
+            return Ok(old); // no-op updates do not bump the resourceVersion
+        }
+        let rv = self.next_rv();
+        merged["metadata"]["resourceVersion"] = json!(rv.to_string());
+        if resource.plural == "customresourcedefinitions" {
+            self.register_crd(&merged);
+        }
+        if let Some(owned) = self.owners.get_mut(&key) {
+            owned.retain(|path, _| merged.pointer(path) == old.pointer(path));
+        }
+        self.objects.insert(key, merged.clone());
+        self.record(resource, EventType::Modified, merged.clone());
+        Ok(merged)
+    }
+
+    pub fn delete(
+        &mut self,
+        resource: &Resource,
+        namespace: &str,
+        name: &str,
+        user: &User,
+    ) -> Result<Value, ApiError> {
+        let key = Self::key(resource, namespace, name);
+        let mut old = self
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(resource, name))?;
+        self.admit(
+            Operation::Delete,
+            user,
+            resource,
+            &mut old.clone(),
+            Some(&old),
+        )?;
+        self.objects.remove(&key);
+        self.owners.remove(&key);
+        self.next_rv();
+        old["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.record(resource, EventType::Deleted, old.clone());
+        Ok(old)
+    }
+}
+
+fn with_api_version(object: &Value, resource: &Resource) -> Value {
+    let mut object = object.clone();
+    object["apiVersion"] = json!(resource.api_version());
+    object
+}
