@@ -23,19 +23,10 @@ impl Bosun {
         let started = std::time::Instant::now();
         let number = pr.number;
         let head = pr.head_sha.clone();
-        if let Some(handoff) = self.protected_branch(slug, pr) {
-            return self
-                .hand_off(slug, number, &handoff, &[], run)
-                .await
-                .map(Some);
-        }
-        git(
-            checkout,
-            &["checkout", "--quiet", "--force", "--detach", &head],
-        )?;
-        git(checkout, &["clean", "--quiet", "-fdx"])?;
-        let mut head_config = config.clone();
-        head_config.parsed = Default::default();
+        let head_config = match self.head_checkout(slug, config, pr, run).await? {
+            Ok(head_config) => head_config,
+            Err(handed_off) => return Ok(Some(handed_off)),
+        };
         let planned = tokio::task::block_in_place(|| {
             fix_plan(&head_config, &head, base, not_served, report_body)
         });
@@ -156,16 +147,7 @@ impl Bosun {
             short(&commit),
             pr.head_ref
         ));
-        run.pushed.push(commit.clone());
-        *pr = self.forge.pull_request(slug, number).await?;
-        if pr.head_sha != commit {
-            return Err(TriageError::Git(format!(
-                "pushed {} but the pull request's head is {}",
-                short(&commit),
-                short(&pr.head_sha)
-            )));
-        }
-        Ok(None)
+        self.confirm_push(slug, pr, commit, run).await
     }
 }
 

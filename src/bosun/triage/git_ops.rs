@@ -170,4 +170,53 @@ impl Bosun {
         }
         Ok(commit)
     }
+
+    /// Where a repair starts: the pull request's head checked out detached and clean in the
+    /// checkout `config` renders, and a copy of `config` with a fresh parsed store (the
+    /// checkout changed). A protected branch is handed to a person instead (`Err`, with what
+    /// `hand_off` returned).
+    pub(super) async fn head_checkout(
+        &self,
+        slug: &RepoSlug,
+        config: &RenderConfig,
+        pr: &crate::forge::PullRequest,
+        run: &mut Run,
+    ) -> Result<Result<RenderConfig, String>, TriageError> {
+        if let Some(handoff) = self.protected_branch(slug, pr) {
+            return self
+                .hand_off(slug, pr.number, &handoff, &[], run)
+                .await
+                .map(Err);
+        }
+        let checkout = config.repo_dir.as_path();
+        git(
+            checkout,
+            &["checkout", "--quiet", "--force", "--detach", &pr.head_sha],
+        )?;
+        git(checkout, &["clean", "--quiet", "-fdx"])?;
+        let mut head_config = config.clone();
+        head_config.parsed = Default::default();
+        Ok(Ok(head_config))
+    }
+
+    /// After a push: the commit is recorded on the run and must be the pull request's head
+    /// as the forge now reports it (`pr` is read again).
+    pub(super) async fn confirm_push(
+        &self,
+        slug: &RepoSlug,
+        pr: &mut crate::forge::PullRequest,
+        commit: String,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        run.pushed.push(commit.clone());
+        *pr = self.forge.pull_request(slug, pr.number).await?;
+        if pr.head_sha != commit {
+            return Err(TriageError::Git(format!(
+                "pushed {} but the pull request's head is {}",
+                short(&commit),
+                short(&pr.head_sha)
+            )));
+        }
+        Ok(None)
+    }
 }

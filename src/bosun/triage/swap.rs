@@ -153,15 +153,6 @@ impl Bosun {
             short(&commit),
             pr.head_ref
         ));
-        run.pushed.push(commit.clone());
-        *pr = self.forge.pull_request(slug, number).await?;
-        if pr.head_sha != commit {
-            return Err(TriageError::Git(format!(
-                "pushed {} but the pull request's head is {}",
-                short(&commit),
-                short(&pr.head_sha)
-            )));
-        }
-        Ok(None)
+        self.confirm_push(slug, pr, commit, run).await
     }
 }
