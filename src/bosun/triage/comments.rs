@@ -49,6 +49,28 @@ impl Bosun {
         Ok(())
     }
 
+    /// After a model-backed step: what it said goes on the run, in order; a refusal is handed
+    /// to a person (`Err`, with what `hand_off` returned).
+    pub(super) async fn after_model<T>(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        said: Vec<String>,
+        finished: Result<T, repair::Refusal>,
+        run: &mut Run,
+    ) -> Result<Result<T, String>, TriageError> {
+        for line in said {
+            run.say(line);
+        }
+        match finished {
+            Ok(prepared) => Ok(Ok(prepared)),
+            Err((handoff, details)) => self
+                .hand_off(slug, number, &handoff, &details, run)
+                .await
+                .map(Err),
+        }
+    }
+
     pub(super) async fn hand_off(
         &self,
         slug: &RepoSlug,

@@ -79,17 +79,9 @@ impl Bosun {
             &mut |line| said.push(line),
         )
         .await;
-        for line in said {
-            run.say(line);
-        }
-        let prepared = match finished {
+        let prepared = match self.after_model(slug, number, said, finished, run).await? {
             Ok(prepared) => prepared,
-            Err((handoff, details)) => {
-                return self
-                    .hand_off(slug, number, &handoff, &details, run)
-                    .await
-                    .map(Some);
-            }
+            Err(handed_off) => return Ok(Some(handed_off)),
         };
         let policy = applier::Policy::new(&self.config.deny, &self.config.allow, None)
             .map_err(TriageError::Gate)?;
