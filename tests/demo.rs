@@ -139,6 +139,29 @@ async fn the_ci_seed_budget_of_ground_chaos_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn under_seeded_model_timeouts_bosun_hands_off_and_the_run_holds() {
+    // What `ground chaos` checks when a model call is held past Bosun's timeout: the story's
+    // merge is not reached, and instead the pull request is handed to a person with nothing
+    // pushed (the invariants hold after every tick; play fails otherwise).
+    let faults = FaultPlan {
+        seed: 5,
+        model_timeout: 1000,
+        ..FaultPlan::none()
+    };
+    let ground = play_with("structural", faults).await;
+    assert!(ground.model.as_ref().unwrap().injected_timeouts() >= 1);
+    assert!(ground.violations().is_empty());
+    let labels = ground.forge.labels("platform/gitops", 1);
+    assert!(labels.iter().any(|l| l == "needs-human"), "{labels:?}");
+    assert!(
+        ground
+            .transcript
+            .text()
+            .contains("held past the client's timeout")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn regression_chaos_observer_restart_seed_2_leader_election_meets_a_500() {
     // Found by `cargo xtask ground chaos`: the observer's first Lease request met an injected
     // 500 and the process exited ("cannot set up leader election"), so no replica ever became
@@ -186,7 +209,8 @@ async fn regression_chaos_triage_seed_6_a_failed_triage_is_tried_again() {
 async fn a_crd_that_leaves_out_a_stored_version_fails_the_sync_as_the_api_server_refuses_it() {
     // [apiextensions-apiserver validation ValidateCustomResourceDefinitionStoredVersions]: a
     // person's push of a chart whose CRDs drop v1beta1 (stored while 0.10.3 ran) is refused;
-    // the Applications stay OutOfSync on 0.10.3 with a failed operation saying why.
+    // the Applications stay OutOfSync with a failed operation saying why, while the rest of
+    // the wave is applied [gitops-engine sync_context.go]: the controllers run 2.10.1.
     let ground = play("stored-version").await;
     let store = ground.kube.store();
     let apps = store
@@ -198,7 +222,12 @@ async fn a_crd_that_leaves_out_a_stored_version_fails_the_sync_as_the_api_server
             .get(&apps, "argocd", &format!("external-secrets-{cluster}"))
             .unwrap();
         assert_eq!(app["status"]["sync"]["status"], "OutOfSync", "{cluster}");
-        assert_eq!(app["status"]["sync"]["revisions"][0], "0.10.3", "{cluster}");
+        assert_eq!(app["status"]["sync"]["revisions"][0], "2.10.1", "{cluster}");
+        assert_eq!(
+            app["status"]["summary"]["images"][0],
+            "ghcr.io/external-secrets/external-secrets:v2.10.1",
+            "{cluster}"
+        );
         assert_eq!(
             app["status"]["operationState"]["phase"], "Failed",
             "{cluster}"
@@ -430,6 +459,15 @@ async fn a_model_that_fails_or_answers_nonsense_is_a_refusal_and_nothing_is_push
     ]);
     let ground = play_scenario(scenario, FaultPlan::none()).await;
     assert_eq!(ground.model.as_ref().unwrap().requests().len(), 2);
+    // A provider that never answers: Bosun gives up at its timeout (2 s here) and hands off;
+    // a timed-out call is not retried (it may still be running and billed).
+    let mut stalled = script(vec![serde_json::json!({"stall": true})]);
+    if let Some(script) = stalled.as_mut() {
+        script.config = serde_json::json!({"timeoutSeconds": 2});
+    }
+    let (ground, body) = structural_handoff(stalled).await;
+    assert!(body.contains("did not answer within 2 s"), "{body}");
+    assert_eq!(ground.model.as_ref().unwrap().requests().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -41,8 +41,9 @@ pub struct ArgoCd {
     images: BTreeMap<String, Vec<String>>,
     digests: BTreeMap<String, String>,
     /// Each destination's CRDs: the versions objects were stored in (the API server's
-    /// `status.storedVersions`: every storage version a sync applied, never trimmed here).
-    stored: BTreeMap<(String, String), BTreeSet<String>>,
+    /// `status.storedVersions`: every storage version a sync applied, in that order, never
+    /// trimmed here).
+    stored: BTreeMap<(String, String), Vec<String>>,
     /// Applications whose last sync the API server refused, with its message.
     refused: BTreeMap<String, String>,
 }
@@ -52,7 +53,7 @@ pub struct ArgoCd {
 /// ValidateCustomResourceDefinitionStoredVersions: "must appear in spec.versions"], for the
 /// objects one sync of `app` applies to its destination; `None` when every CRD is accepted.
 pub fn stored_version_refusal(
-    stored: &BTreeMap<(String, String), BTreeSet<String>>,
+    stored: &BTreeMap<(String, String), Vec<String>>,
     destination: &str,
     objects: &[std::sync::Arc<Value>],
 ) -> Option<String> {
@@ -241,11 +242,10 @@ impl ArgoCd {
                 continue;
             }
             self.pending.remove(&app.name);
-            if let Err(message) = self.apply_crds(app) {
-                self.mark_sync_failed(kube, transcript, &resource, app, &message);
-                failed += 1;
-                continue;
-            }
+            // A refused CRD fails its task; the wave's other tasks are still applied
+            // [gitops-engine pkg/sync/sync_context.go: a wave's tasks run together], so the
+            // workloads move on while the CRD stays old.
+            let refusal = self.apply_crds(app).err();
             let new_images = images_of(&app.objects);
             let before = self.digests.insert(app.name.clone(), digest.clone());
             let old_images = self
@@ -273,6 +273,11 @@ impl ArgoCd {
                 self.images.insert(app.name.clone(), old_images.clone());
             }
             self.write(kube, transcript, &resource, app, &revision, &images, health);
+            if let Some(message) = refusal {
+                self.mark_sync_failed(kube, transcript, &resource, app, &message);
+                failed += 1;
+                continue;
+            }
             if !first && before.as_deref() != Some(digest.as_str()) {
                 changed.push((app.name.clone(), images, health));
             }
@@ -385,19 +390,10 @@ impl ArgoCd {
                     .to_string()
             };
             let (name, namespace) = (text("/metadata/name"), text("/metadata/namespace"));
-            let refused = match self.pending.remove(&name) {
-                Some((rendered, at)) => match self.apply_crds(&rendered) {
-                    Ok(()) => Some((rendered, at)),
-                    Err(_) => {
-                        // Asked again at the next tick's render, as Argo CD retries a sync.
-                        self.pending.insert(name.clone(), (rendered, at));
-                        None
-                    }
-                },
-                None => None,
-            };
-            if let Some((rendered, at)) = refused {
-                // The sync applies what the branch asks for now.
+            if let Some((rendered, at)) = self.pending.remove(&name) {
+                // The sync applies what the branch asks for now; a refused CRD fails the
+                // operation (below) while the rest of the wave is applied.
+                let refused = self.apply_crds(&rendered).is_err();
                 let digest = serde_json::to_string(&rendered.objects).unwrap_or_default();
                 let images = images_of(&rendered.objects);
                 self.digests.insert(name.clone(), digest);
@@ -405,14 +401,16 @@ impl ArgoCd {
                 self.write(
                     kube, transcript, &resource, &rendered, &at, &images, "Healthy",
                 );
-                transcript.say(
-                    "argocd",
-                    format!(
-                        "{name}: OutOfSync -> Synced at {} (sync requested), Healthy, images {}",
-                        &at[..7.min(at.len())],
-                        images.join(" ")
-                    ),
-                );
+                if !refused {
+                    transcript.say(
+                        "argocd",
+                        format!(
+                            "{name}: OutOfSync -> Synced at {} (sync requested), Healthy, images {}",
+                            &at[..7.min(at.len())],
+                            images.join(" ")
+                        ),
+                    );
+                }
                 match kube.store().get(&resource, &namespace, &name) {
                     Ok(fresh) => app = fresh,
                     Err(_) => continue,
@@ -421,6 +419,9 @@ impl ArgoCd {
             let operation = app["operation"].take();
             let now = kube.clock().rfc3339();
             let failure = self.refused.get(&name).cloned();
+            if failure.is_some() {
+                app["status"]["sync"]["status"] = json!("OutOfSync");
+            }
             let mut result = json!({});
             for key in ["revision", "revisions"] {
                 if let Some(v) = app.pointer(&format!("/status/sync/{key}")) {
@@ -499,10 +500,11 @@ impl ArgoCd {
             if let Some((name, info)) = gitops_loop::gate::crd::crd_info(object)
                 && !info.storage.is_empty()
             {
-                self.stored
-                    .entry((destination.clone(), name))
-                    .or_default()
-                    .insert(info.storage);
+                // In the order they became the storage version, as `status.storedVersions`.
+                let stored = self.stored.entry((destination.clone(), name)).or_default();
+                if !stored.contains(&info.storage) {
+                    stored.push(info.storage);
+                }
             }
         }
         Ok(())
@@ -680,7 +682,7 @@ mod stored_versions {
         let mut stored = BTreeMap::new();
         stored.insert(
             ("https://a".to_string(), "widgets.example.test".to_string()),
-            BTreeSet::from(["v1beta1".to_string()]),
+            vec!["v1beta1".to_string()],
         );
         let dropped = [crd(&[("v1", true, true)])];
         assert_eq!(

@@ -20,6 +20,32 @@ impl Ground {
     }
 
     pub fn unmet_expectations(&self) -> Vec<String> {
+        // A model call held past Bosun's timeout by a seeded fault is a refusal: Bosun must
+        // hand the pull request to a person and guess nothing, so the story's end (a merge, a
+        // promotion, its verification) is not reached. What must hold instead: every pull
+        // request the story merges is merged or handed off (`needs-human`), and the model
+        // double saw nothing it refuses.
+        if let Some(model) = &self.model
+            && model.injected_timeouts() > 0
+        {
+            let mut failures: Vec<String> = model
+                .failures()
+                .into_iter()
+                .map(|f| format!("model double: {f}"))
+                .collect();
+            let pulls = self.forge.open_pulls(&self.scenario.repository.slug);
+            for number in &self.scenario.expect.merged {
+                let open = pulls.iter().any(|(n, _, _)| n == number);
+                let labels = self.forge.labels(&self.scenario.repository.slug, *number);
+                if open && !labels.iter().any(|l| l == "needs-human") {
+                    failures.push(format!(
+                        "pull request #{number}: a model call timed out, yet it is neither merged nor handed to a person (labels: {})",
+                        labels.join(", ")
+                    ));
+                }
+            }
+            return failures;
+        }
         let mut failures = Vec::new();
         let expect = &self.scenario.expect;
         let stages = self.kargo_objects("stages");

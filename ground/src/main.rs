@@ -110,7 +110,7 @@ async fn main() -> Result<()> {
             if common.chaos_seed.is_some() {
                 let i = ground.kube.faults().injected();
                 println!(
-                    "[ground] faults injected: API server {} 500s, {} 429s, {} 409s, {} dropped, {} duplicated and {} closed watch events, {} 410s; forge {}; restarts {}",
+                    "[ground] faults injected: API server {} 500s, {} 429s, {} 409s, {} dropped, {} duplicated and {} closed watch events, {} 410s; forge {}; model timeouts {}; restarts {}",
                     i.server_errors,
                     i.throttles,
                     i.conflicts,
@@ -119,6 +119,7 @@ async fn main() -> Result<()> {
                     i.closed_watches,
                     i.gone,
                     ground.forge.injected_faults(),
+                    ground.model.as_ref().map_or(0, |m| m.injected_timeouts()),
                     i.restarts
                 );
             }

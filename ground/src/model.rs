@@ -59,12 +59,17 @@ pub struct ScriptedReply {
     pub status: Option<u16>,
     #[serde(default)]
     pub retry_after: Option<u64>,
+    /// Answer nothing: the request is held until the client gives up (its timeout), as a
+    /// provider that never answers would.
+    #[serde(default)]
+    pub stall: bool,
 }
 
 enum Reply {
     Value(Value),
     Text(String),
     Status(u16, Option<u64>),
+    Stall,
 }
 
 #[derive(Default)]
@@ -72,6 +77,11 @@ struct Inner {
     replies: VecDeque<Reply>,
     requests: Vec<String>,
     failures: Vec<String>,
+    /// Seeded timeouts (`FaultPlan::model_timeout`): the seed, per mille, the draws.
+    faults: Option<(u64, u32)>,
+    draws: crate::draws::Draws,
+    /// Requests held past the client's timeout by a seeded fault.
+    timeouts: u64,
 }
 
 #[derive(Clone)]
@@ -102,6 +112,16 @@ impl ModelDouble {
         let mut replies = VecDeque::new();
         for (i, reply) in script.replies.iter().enumerate() {
             let parsed = match (&reply.file, &reply.value, &reply.text, reply.status) {
+                _ if reply.stall => {
+                    let given = reply.file.is_some()
+                        || reply.value.is_some()
+                        || reply.text.is_some()
+                        || reply.status.is_some();
+                    if given {
+                        anyhow::bail!("model reply {i}: a stall answers nothing else");
+                    }
+                    Reply::Stall
+                }
                 (Some(file), None, None, None) => {
                     let path = scenario_dir.join(file);
                     let text = std::fs::read_to_string(&path)
@@ -115,7 +135,9 @@ impl ModelDouble {
                 (None, None, Some(text), None) => Reply::Text(text.clone()),
                 (None, None, None, Some(status)) => Reply::Status(status, reply.retry_after),
                 _ => {
-                    anyhow::bail!("model reply {i}: give exactly one of file, value, text, status")
+                    anyhow::bail!(
+                        "model reply {i}: give exactly one of file, value, text, status, stall"
+                    )
                 }
             };
             replies.push_back(parsed);
@@ -142,6 +164,22 @@ impl ModelDouble {
             shared,
             server,
         })
+    }
+
+    /// Holds `per_mille` of the requests past the client's timeout, each decided by a draw
+    /// keyed by the wire and the request's subject (`crate::draws`).
+    pub fn set_timeouts(&self, seed: u64, per_mille: u32) {
+        let mut inner = self.shared.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.faults = (per_mille > 0).then_some((seed, per_mille));
+    }
+
+    /// How many requests a seeded fault held past the client's timeout.
+    pub fn injected_timeouts(&self) -> u64 {
+        self.shared
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .timeouts
     }
 
     /// The `baseUrl` for a provider.
@@ -241,6 +279,18 @@ fn next(shared: &Shared, wire: &str, headers: &HeaderMap, body: &Bytes) -> Optio
             .push(format!("a {wire} request came without the ground's key"));
         return None;
     }
+    if let Some((seed, per_mille)) = inner.faults
+        && inner
+            .draws
+            .roll(seed, &format!("model {wire} {subject}"), per_mille)
+    {
+        inner.timeouts += 1;
+        shared.transcript.say(
+            "model",
+            format!("{wire} call about {subject}: held past the client's timeout (injected fault)"),
+        );
+        return Some(Reply::Stall);
+    }
     let reply = inner.replies.pop_front();
     if reply.is_none() {
         inner.failures.push(format!(
@@ -276,9 +326,17 @@ fn status_reply(status: u16, retry_after: Option<u64>) -> Response {
     response
 }
 
+/// Never answers: the connection stays open until the client drops it (its timeout), and the
+/// server then drops this future.
+async fn stall() -> Response {
+    std::future::pending::<()>().await;
+    StatusCode::GATEWAY_TIMEOUT.into_response()
+}
+
 async fn anthropic(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     match next(&shared, "anthropic", &headers, &body) {
         None => status_reply(500, None),
+        Some(Reply::Stall) => stall().await,
         Some(Reply::Status(status, retry_after)) => status_reply(status, retry_after),
         Some(Reply::Value(value)) => axum::Json(json!({
             "id": "msg_ground",
@@ -306,6 +364,7 @@ async fn anthropic(State(shared): State<Shared>, headers: HeaderMap, body: Bytes
 async fn openai(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let content = match next(&shared, "openai", &headers, &body) {
         None => return status_reply(500, None),
+        Some(Reply::Stall) => return stall().await,
         Some(Reply::Status(status, retry_after)) => return status_reply(status, retry_after),
         Some(Reply::Value(value)) => value.to_string(),
         Some(Reply::Text(text)) => text,

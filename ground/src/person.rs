@@ -14,17 +14,36 @@ impl Ground {
     /// A person merges through the forge's API; branch protection decides.
     pub(crate) async fn merge(&mut self, merge: &scenario::Merge) -> Result<()> {
         let token = Self::forge_token(&merge.by)?;
-        let response = reqwest::Client::new()
-            .put(format!(
-                "{}/repos/{}/pulls/{}/merge",
-                self.forge.url(),
-                self.scenario.repository.slug,
-                merge.pr
-            ))
-            .bearer_auth(token)
-            .json(&json!({"merge_method": "merge"}))
-            .send()
-            .await?;
+        let client = reqwest::Client::new();
+        let url = format!(
+            "{}/repos/{}/pulls/{}/merge",
+            self.forge.url(),
+            self.scenario.repository.slug,
+            merge.pr
+        );
+        // A person clicks again when the forge answers a 5xx or a rate limit (a seeded fault
+        // is not the person's story): up to five tries.
+        let mut tries = 0;
+        let response = loop {
+            tries += 1;
+            let response = client
+                .put(&url)
+                .bearer_auth(token)
+                .json(&json!({"merge_method": "merge"}))
+                .send()
+                .await?;
+            let status = response.status();
+            let limited = status == reqwest::StatusCode::TOO_MANY_REQUESTS
+                || (status == reqwest::StatusCode::FORBIDDEN
+                    && response
+                        .headers()
+                        .get("x-ratelimit-remaining")
+                        .is_some_and(|v| v == "0"));
+            if tries < 5 && (status.is_server_error() || limited) {
+                continue;
+            }
+            break response;
+        };
         let status = response.status();
         let body: Value = response.json().await.unwrap_or(Value::Null);
         let said = if status.is_success() {

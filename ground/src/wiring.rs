@@ -340,12 +340,14 @@ impl Ground {
                     let double =
                         self::model::ModelDouble::start(script, &scenario.dir, transcript.clone())
                             .await?;
+                    // Under seeded model timeouts Bosun gives up on a held call after 3 s.
+                    double.set_timeouts(options.faults.seed, options.faults.model_timeout);
                     let mut model = json!({
                         "provider": script.provider,
                         "baseUrl": double.base_url(&script.provider),
                         "model": "ground-model",
                         "apiKeyEnv": "BOSUN_MODEL_KEY",
-                        "timeoutSeconds": 30,
+                        "timeoutSeconds": if options.faults.model_timeout > 0 { 3 } else { 30 },
                     });
                     self::bosun::merge(&mut model, &script.config);
                     self::bosun::merge(&mut overrides, &json!({ "model": model }));

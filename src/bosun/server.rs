@@ -95,8 +95,9 @@ struct Jobs {
     done: Vec<Run>,
     /// Open pull requests taken in, with the head last triaged (for the poller).
     tracked: BTreeMap<(String, u64), String>,
-    /// Failed triages in a row per pull request (reset by one that finishes).
-    failures: HashMap<(String, u64), u32>,
+    /// Failed triages in a row per pull request, and the head they failed on (reset by one
+    /// that finishes, and by a failure on another head).
+    failures: HashMap<(String, u64), (String, u32)>,
     /// Failed triages waiting out their backoff before they are queued again.
     retrying: usize,
 }
@@ -108,6 +109,28 @@ pub const RETRIES_AFTER_FAILURE: u32 = 5;
 
 fn retry_delay(failures: u32) -> Duration {
     Duration::from_secs(1 << failures.clamp(1, RETRIES_AFTER_FAILURE))
+}
+
+/// Counts a failed triage of `head`: the run of failures on that head so far.
+fn record_failure(jobs: &mut Jobs, key: &(String, u64), head: &str) -> u32 {
+    let entry = jobs
+        .failures
+        .entry(key.clone())
+        .or_insert_with(|| (head.to_string(), 0));
+    if entry.0 != head {
+        *entry = (head.to_string(), 0);
+    }
+    entry.1 += 1;
+    entry.1
+}
+
+/// Whether a retry scheduled after failure number `scheduled` still stands when it wakes: no
+/// triage of the pull request has finished, failed again or started since, and none is
+/// queued (a newer delivery, or the same one, triages it anyway).
+fn retry_stands(jobs: &Jobs, key: &(String, u64), scheduled: u32) -> bool {
+    jobs.failures.get(key).map(|(_, n)| *n) == Some(scheduled)
+        && !jobs.heads.contains_key(key)
+        && jobs.running.as_ref() != Some(key)
 }
 
 /// The most pull requests of one repository waiting for the worker; a delivery past it is
@@ -254,28 +277,30 @@ impl Server {
                 jobs.seen
                     .remove(&(repository.clone(), number, delivered_head.clone()));
                 jobs.tracked.insert(key.clone(), String::new());
-                let failures = jobs.failures.entry(key.clone()).or_insert(0);
-                *failures += 1;
-                if *failures <= RETRIES_AFTER_FAILURE {
-                    let delay = retry_delay(*failures);
+                let failures = record_failure(&mut jobs, &key, &delivered_head);
+                if failures <= RETRIES_AFTER_FAILURE {
+                    let delay = retry_delay(failures);
                     jobs.retrying += 1;
                     let server = self.clone();
                     let slug = slug.clone();
+                    let key = key.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(delay).await;
-                        // A newer delivery queued meanwhile triages the pull request anyway.
-                        let queued = lock(&server)
-                            .heads
-                            .contains_key(&(slug.to_string(), number));
-                        if !queued {
+                        let mut jobs = lock(&server);
+                        jobs.retrying -= 1;
+                        // Decided and queued under one lock: nothing can slip in between.
+                        if retry_stands(&jobs, &key, failures) {
                             tracing::info!(repository = %slug, pr = number, "trying a failed triage again");
-                            if let Enqueued::NotRecorded(e) =
-                                server.enqueue(&slug, number, &delivered_head)
-                            {
-                                tracing::warn!("cannot queue {slug}#{number} again: {e}");
+                            match server.enqueue_locked(jobs, &slug, number, &delivered_head) {
+                                Enqueued::Accepted | Enqueued::Duplicate => {}
+                                Enqueued::Full => tracing::warn!(
+                                    "cannot queue {slug}#{number} again: the queue is full; the poller or a new delivery will"
+                                ),
+                                Enqueued::NotRecorded(e) => {
+                                    tracing::warn!("cannot queue {slug}#{number} again: {e}")
+                                }
                             }
                         }
-                        lock(&server).retrying -= 1;
                     });
                 }
                 Some(String::new())
@@ -370,9 +395,19 @@ impl Server {
     /// Takes a pull request in (deduplicated by head), records it in the journal and queues a
     /// triage; a newer head of a queued pull request replaces the older one.
     pub fn enqueue(&self, slug: &RepoSlug, number: u64, head: &str) -> Enqueued {
+        self.enqueue_locked(lock(self), slug, number, head)
+    }
+
+    /// `enqueue` under a lock the caller already holds.
+    fn enqueue_locked(
+        &self,
+        mut jobs: MutexGuard<'_, Jobs>,
+        slug: &RepoSlug,
+        number: u64,
+        head: &str,
+    ) -> Enqueued {
         let repository = slug.to_string();
         let key = (repository.clone(), number);
-        let mut jobs = lock(self);
         if jobs
             .seen
             .contains(&(repository.clone(), number, head.to_string()))
@@ -631,5 +666,42 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), service);
             let _ = connection.await;
         });
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    #[test]
+    fn failures_count_per_head_and_a_new_head_starts_again() {
+        let mut jobs = Jobs::default();
+        let key = ("o/r".to_string(), 1);
+        assert_eq!(record_failure(&mut jobs, &key, "aaa"), 1);
+        assert_eq!(record_failure(&mut jobs, &key, "aaa"), 2);
+        assert_eq!(record_failure(&mut jobs, &key, "bbb"), 1);
+        assert_eq!(retry_delay(1), Duration::from_secs(2));
+        assert_eq!(retry_delay(RETRIES_AFTER_FAILURE), Duration::from_secs(32));
+    }
+
+    #[test]
+    fn a_retry_gives_way_to_any_triage_since_its_failure() {
+        let key = ("o/r".to_string(), 1);
+        let mut jobs = Jobs::default();
+        record_failure(&mut jobs, &key, "aaa");
+        assert!(retry_stands(&jobs, &key, 1));
+        // A newer delivery queued, or running.
+        jobs.heads.insert(key.clone(), "bbb".into());
+        assert!(!retry_stands(&jobs, &key, 1));
+        jobs.heads.clear();
+        jobs.running = Some(key.clone());
+        assert!(!retry_stands(&jobs, &key, 1));
+        jobs.running = None;
+        // Another failure since (its own retry stands instead), or a finished triage.
+        record_failure(&mut jobs, &key, "aaa");
+        assert!(!retry_stands(&jobs, &key, 1));
+        assert!(retry_stands(&jobs, &key, 2));
+        jobs.failures.clear();
+        assert!(!retry_stands(&jobs, &key, 2));
     }
 }

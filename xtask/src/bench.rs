@@ -517,7 +517,7 @@ fn record_helm_calls(
     let wrapper = root.join("recording-helm");
     let script = r#"#!/bin/bash
 set -e
-call=$(mktemp -d 'LOG/call.XXXXXX')
+call=$(mktemp -d LOG/call.XXXXXX)
 i=0
 prev=
 for a in "$@"; do
@@ -525,13 +525,13 @@ for a in "$@"; do
   printf '%s\0' "$a" >> "$call/argv"
   prev="$a"
 done
-exec 'HELM' "$@"
+exec HELM "$@"
 "#;
     std::fs::write(
         &wrapper,
         script
-            .replace("LOG", &log.display().to_string())
-            .replace("HELM", &helm.display().to_string()),
+            .replace("LOG", &single_quoted(&log.display().to_string()))
+            .replace("HELM", &single_quoted(&helm.display().to_string())),
     )?;
     {
         use std::os::unix::fs::PermissionsExt;
@@ -556,11 +556,12 @@ exec 'HELM' "$@"
     let mut calls = Vec::new();
     for entry in std::fs::read_dir(&log)? {
         let argv = std::fs::read(entry?.path().join("argv"))?;
-        let argv: Vec<String> = argv
+        // NUL-terminated arguments: only the piece after the last NUL is not one.
+        let mut argv: Vec<String> = argv
             .split(|b| *b == 0)
-            .filter(|a| !a.is_empty())
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
+        argv.pop();
         if argv.first().map(String::as_str) == Some("template") {
             calls.push(argv);
         }
@@ -569,6 +570,11 @@ exec 'HELM' "$@"
         bail!("the recording helm saw no `helm template` call");
     }
     Ok(calls)
+}
+
+/// `text` as one single-quoted shell word.
+fn single_quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 /// Wall time of running `calls` with `helm` on `threads` threads, median of three runs.

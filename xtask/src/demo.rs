@@ -60,7 +60,9 @@ pub fn up(scenario: &str) -> Result<()> {
 
 /// `cargo xtask ground chaos`: plays each scenario under the fault schedules of seeds
 /// `from..from+seeds` (409s, 410 relists, dropped, duplicated and closed watches, 5xx and
-/// throttling from the API double) and reports the seeds that failed. Every tick checks the
+/// throttling from the API double; the forge's 5xx and rate limits; model calls held past
+/// Bosun's timeout; the observer and Bosun killed and started again) and reports the seeds
+/// that failed. Every tick checks the
 /// ground's invariants; a failing seed prints the tick, the violation and the transcript tail,
 /// and `cargo xtask demo --scenario NAME --chaos-seed SEED` replays it.
 pub fn chaos(scenarios: &[String], seeds: u64, from: u64) -> Result<()> {

@@ -104,7 +104,7 @@ enum GroundCommand {
         #[arg(long, default_value_t = 1)]
         from: u64,
         /// The scenarios (default: the observer's and Bosun's).
-        #[arg(long = "scenario", default_values_t = ["observer-drift".to_string(), "observer-restart".to_string(), "triage".to_string()])]
+        #[arg(long = "scenario", default_values_t = ["observer-drift".to_string(), "observer-restart".to_string(), "triage".to_string(), "structural".to_string()])]
         scenarios: Vec<String>,
     },
 }

@@ -285,9 +285,16 @@ async fn record(
             })
             .map(|(_, left)| *left -= 1)
             .is_some();
+        // The seeded draws are taken whatever an outage says, so each key's stream stays the
+        // same (as on the API double): the server-error draw, then the rate-limit draw unless
+        // the first hit.
         let server_error = (faults.server_error > 0)
             .then(|| guard.draws.next(faults.seed, &key))
             .filter(|draw| draw % 1000 < u64::from(faults.server_error));
+        let rate_limited = server_error.is_none()
+            && guard
+                .draws
+                .roll(faults.seed, &format!("rate {key}"), faults.rate_limit);
         let fault = if outage {
             Some(StatusCode::BAD_GATEWAY)
         } else if let Some(draw) = server_error {
@@ -296,10 +303,7 @@ async fn record(
             } else {
                 StatusCode::BAD_GATEWAY
             })
-        } else if guard
-            .draws
-            .roll(faults.seed, &format!("rate {key}"), faults.rate_limit)
-        {
+        } else if rate_limited {
             // GitHub answers 403 with `x-ratelimit-remaining: 0`; Gitea has no rate limit of
             // its own, so on its face (`/api/v1`) it is what a proxy in front answers: 429.
             Some(if parts.uri.path().starts_with("/api/v1/") {

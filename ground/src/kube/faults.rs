@@ -37,6 +37,8 @@ pub struct FaultPlan {
     /// The forge double's REST API: a rate limit (GitHub's 403 with `x-ratelimit-remaining:
     /// 0`, a proxy's 429 on Gitea's face).
     pub forge_rate_limit: u32,
+    /// The model double holds a request past Bosun's model timeout (it answers nothing).
+    pub model_timeout: u32,
     /// Latency added to every request.
     pub latency_ms: u64,
     /// Latency added to every list of one resource (its plural): a cache that loads late.
@@ -62,6 +64,7 @@ impl FaultPlan {
             restart: 15,
             forge_server_error: 20,
             forge_rate_limit: 10,
+            model_timeout: 100,
             latency_ms: 0,
             slow_list: None,
         }

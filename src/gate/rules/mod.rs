@@ -32,6 +32,8 @@ pub use scan::{ManifestScan, scan_chart_templates, scan_manifests};
 pub const DROPPED_SERVED_VERSION: &str = "dropped-served-version";
 /// A CRD's new version list leaves out the version it stored objects in at the merge base.
 pub const STORED_VERSION_REMOVED: &str = "stored-version-removed";
+/// A CRD's new version list leaves out a version the merge base listed (stored once, maybe).
+pub const LISTED_VERSION_REMOVED: &str = "listed-version-removed";
 pub const CHART_RENDERS_UNSERVED_VERSION: &str = "chart-renders-unserved-version";
 /// The same, from a chart in this repository whose template computes the apiVersion: there is
 /// something here to change, but no literal line says where.

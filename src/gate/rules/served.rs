@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{
     CHART_RENDERS_UNSERVED_VERSION, CrdsByCluster, DROPPED_SERVED_VERSION, DROPPED_VERSION_UNUSED,
-    DroppedServedVersion, Finding, Inputs, KIND_NOT_SERVED, NotServed,
+    DroppedServedVersion, Finding, Inputs, KIND_NOT_SERVED, LISTED_VERSION_REMOVED, NotServed,
     REPOSITORY_CHART_RENDERS_UNSERVED_VERSION, STORED_VERSION_REMOVED, Severity, UnservedRendered,
     grouped_objects, split_api_version,
 };
@@ -62,9 +62,13 @@ fn listed(items: &[String], n: usize) -> String {
 /// Every object written while the base ran is stored in that version, so it is in the CRD's
 /// `status.storedVersions`, and the API server refuses a CRD whose `spec.versions` leaves out
 /// a stored version (apiextensions validation: "must appear in spec.versions"): Argo CD's sync
-/// of the new CRD fails. Blocking. One finding per CRD, listing its clusters.
+/// of the new CRD fails. Blocking. Any other version the base listed and the head drops may be
+/// stored too (an older release's storage version): `listed-version-removed`, a note. One
+/// finding per CRD and version, listing its clusters.
 pub(super) fn stored_versions_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
-    let mut by_crd: BTreeMap<String, (String, String, Vec<String>)> = BTreeMap::new();
+    // (CRD, version removed) -> (certain: it was the base's storage version, head storage,
+    // clusters).
+    let mut removed: BTreeMap<(String, String), (bool, String, Vec<String>)> = BTreeMap::new();
     for (cluster, head_map) in &inputs.head_crds {
         let Some(base_map) = inputs.base_crds.get(cluster) else {
             continue;
@@ -73,31 +77,49 @@ pub(super) fn stored_versions_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
             let Some(before) = base_map.get(name) else {
                 continue;
             };
-            if before.storage.is_empty() || now.versions.contains(&before.storage) {
-                continue;
+            for version in before.versions.difference(&now.versions) {
+                let entry = removed
+                    .entry((name.clone(), version.clone()))
+                    .or_insert_with(|| (false, now.storage.clone(), Vec::new()));
+                entry.0 |= *version == before.storage;
+                entry.2.push(cluster.clone());
             }
-            by_crd
-                .entry(name.clone())
-                .or_insert_with(|| (before.storage.clone(), now.storage.clone(), Vec::new()))
-                .2
-                .push(cluster.clone());
         }
     }
-    by_crd
+    removed
         .into_iter()
-        .map(|(crd, (stored, storage, mut clusters))| {
+        .map(|((crd, version), (certain, storage, mut clusters))| {
             clusters.sort();
             clusters.dedup();
+            let to = if storage.is_empty() {
+                "the new storage version".to_string()
+            } else {
+                storage.clone()
+            };
+            let (rule, severity, summary) = if certain {
+                (
+                    STORED_VERSION_REMOVED,
+                    Severity::Blocking,
+                    format!(
+                        "CustomResourceDefinition/{crd}: drops {version} from spec.versions, the version it stores objects in at the merge base; the API server refuses that update (status.storedVersions must appear in spec.versions) until the objects are migrated to {to} and {version} is taken out of status.storedVersions. Keep {version} listed with served: false"
+                    ),
+                )
+            } else {
+                (
+                    LISTED_VERSION_REMOVED,
+                    Severity::Note,
+                    format!(
+                        "CustomResourceDefinition/{crd}: drops {version} from spec.versions; if objects were ever stored in {version} (an older release's storage version), it is still in status.storedVersions and the API server refuses the update until they are migrated to {to} and it is taken out"
+                    ),
+                )
+            };
             Finding {
-                rule: STORED_VERSION_REMOVED.into(),
-                severity: Severity::Blocking,
-                summary: format!(
-                    "CustomResourceDefinition/{crd}: drops {stored} from spec.versions, the version it stores objects in at the merge base; the API server refuses that update (status.storedVersions must appear in spec.versions) until the objects are migrated to {} and {stored} is taken out of status.storedVersions. Keep {stored} listed with served: false",
-                    if storage.is_empty() { "the new storage version" } else { storage.as_str() }
-                ),
+                rule: rule.into(),
+                severity,
+                summary,
                 evidence: serde_json::json!({
                     "crd": crd,
-                    "stored": stored,
+                    "version": version,
                     "storage": storage,
                     "clusters": clusters,
                 }),
