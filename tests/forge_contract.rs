@@ -735,3 +735,48 @@ async fn an_outage_hits_one_client_and_method_for_so_many_requests() {
     assert_eq!(comment("gate-token").await.unwrap().status(), 502);
     assert_eq!(comment("gate-token").await.unwrap().status(), 201);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_marked_comment_survives_a_failed_write_and_stays_one() {
+    // Found by `ground chaos` (structural, seed 3): Bosun's repair comment met an injected 500
+    // after the push, and the person never read what the repair dropped. The upsert lists the
+    // comments again and writes again.
+    gitops_loop::forge::github::install_crypto_provider();
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    forge.outage("addons-gate[bot]", Some("POST"), 1);
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let marker = "<!-- test-marker -->";
+    let body = format!("{marker}\nhello");
+    let written = gitops_loop::forge::upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        marker,
+        &body,
+    )
+    .await
+    .unwrap();
+    assert_eq!(written.body, body);
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(
+        comments
+            .iter()
+            .filter(|c| c.body.starts_with(marker))
+            .count(),
+        1
+    );
+    // Three failures in a row are an error, said as the forge said it.
+    forge.outage("addons-gate[bot]", None, 100);
+    let failed = gitops_loop::forge::upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        marker,
+        "other",
+    )
+    .await;
+    assert!(failed.is_err());
+}

@@ -214,8 +214,35 @@ pub trait Forge: Send + Sync {
 }
 
 /// Finds this tool's own comment (by marker and author) and updates it, or creates it:
-/// never a second comment for the same marker.
+/// never a second comment for the same marker. A write answered with a 5xx or lost in
+/// transport is tried again (up to three times): the comments are listed again first, so a
+/// POST that landed after all is found and not repeated.
 pub async fn upsert_marked_comment(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    marker: &str,
+    body: &str,
+) -> Result<Comment, ForgeError> {
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        match upsert_once(forge, repo, number, author, marker, body).await {
+            Err(e)
+                if attempt < 3
+                    && (matches!(e, ForgeError::Transport { .. })
+                        || e.status().is_some_and(|s| s >= 500)) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(250 * u64::from(attempt)))
+                    .await;
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn upsert_once(
     forge: &dyn Forge,
     repo: &RepoSlug,
     number: u64,
