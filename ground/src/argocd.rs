@@ -475,22 +475,11 @@ impl ArgoCd {
         progress
     }
 
-    /// The destination an Application syncs to (its server, else its cluster name).
-    fn destination(app: &RenderedApplication) -> String {
-        let spec = |key: &str| {
-            app.manifest
-                .pointer(&format!("/spec/destination/{key}"))
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-        };
-        spec("server").or_else(|| spec("name")).unwrap_or_default()
-    }
-
     /// Applies `app`'s CRDs to its destination as the API server would: refused when one
     /// leaves out a stored version, else each CRD's storage version joins its stored ones.
     fn apply_crds(&mut self, app: &RenderedApplication) -> Result<(), String> {
-        let destination = Self::destination(app);
+        // The resolved cluster, whether the Application names it by server or by name.
+        let destination = app.cluster.server.clone();
         if let Some(message) = stored_version_refusal(&self.stored, &destination, &app.objects) {
             self.refused.insert(app.name.clone(), message.clone());
             return Err(message);

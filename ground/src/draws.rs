@@ -34,6 +34,32 @@ impl Draws {
     }
 }
 
+/// Scripted outages (the timeline's `outage`): per client, the method an outage hits (any
+/// when `None`) and how many more of its requests fail. The forge and the API double share it.
+#[derive(Debug, Default)]
+pub struct Outages(std::collections::BTreeMap<String, (Option<String>, u32)>);
+
+impl Outages {
+    /// `user`'s next `requests` requests (of `method` only, when given) fail.
+    pub fn set(&mut self, user: &str, method: Option<&str>, requests: u32) {
+        self.0.insert(
+            user.to_string(),
+            (method.map(str::to_ascii_uppercase), requests),
+        );
+    }
+
+    /// Whether this request of `user` falls in its outage; it is counted when it does.
+    pub fn take(&mut self, user: &str, method: &str) -> bool {
+        match self.0.get_mut(user) {
+            Some((only, left)) if *left > 0 && only.as_deref().is_none_or(|m| m == method) => {
+                *left -= 1;
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,6 +78,19 @@ mod tests {
         assert_eq!(mine, interleaved);
         let mut other_seed = Draws::default();
         assert_ne!(other_seed.next(8, "GET /a"), mine[0]);
+    }
+
+    #[test]
+    fn an_outage_hits_its_client_and_method_so_many_times() {
+        let mut outages = Outages::default();
+        outages.set("bosun", Some("post"), 2);
+        assert!(!outages.take("bosun", "GET"));
+        assert!(!outages.take("kargo", "POST"));
+        assert!(outages.take("bosun", "POST"));
+        assert!(outages.take("bosun", "POST"));
+        assert!(!outages.take("bosun", "POST"));
+        outages.set("kargo", None, 1);
+        assert!(outages.take("kargo", "PATCH"));
     }
 
     #[test]

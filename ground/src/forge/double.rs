@@ -253,10 +253,7 @@ impl ForgeDouble {
     /// Answers `user`'s next `requests` REST requests (of `method` only, when given) with 502
     /// Bad Gateway.
     pub fn outage(&self, user: &str, method: Option<&str>, requests: u32) {
-        lock(&self.state).outages.insert(
-            user.to_string(),
-            (method.map(str::to_ascii_uppercase), requests),
-        );
+        lock(&self.state).outages.set(user, method, requests);
     }
 
     /// How many faults were injected.

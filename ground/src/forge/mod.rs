@@ -138,9 +138,8 @@ pub struct ForgeFaults {
 struct ForgeState {
     faults: ForgeFaults,
     draws: crate::draws::Draws,
-    /// Per login: the method an outage hits (any when `None`) and how many more of its REST
-    /// requests are answered 502 (`outage`).
-    outages: BTreeMap<String, (Option<String>, u32)>,
+    /// Per login: scripted outages of the REST API (answered 502).
+    outages: crate::draws::Outages,
     injected: u64,
     users: BTreeMap<String, String>,
     /// token -> Gitea scopes (`read:user`, `write:issue`, `all`, ...); a token without an
@@ -279,12 +278,7 @@ async fn record(
         let key = format!("{} {}", parts.method, parts.uri.path());
         let outage = user
             .as_ref()
-            .and_then(|user| guard.outages.get_mut(user))
-            .filter(|(method, left)| {
-                *left > 0 && method.as_deref().is_none_or(|m| m == parts.method.as_str())
-            })
-            .map(|(_, left)| *left -= 1)
-            .is_some();
+            .is_some_and(|user| guard.outages.take(user, parts.method.as_str()));
         // The seeded draws are taken whatever an outage says, so each key's stream stays the
         // same (as on the API double): the server-error draw, then the rate-limit draw unless
         // the first hit.

@@ -103,9 +103,8 @@ pub struct Faults {
     plan: Mutex<FaultPlan>,
     /// Draws taken so far per key.
     streams: Mutex<crate::draws::Draws>,
-    /// Per user name: the method an outage hits (any when `None`) and how many more of its
-    /// requests are answered 500.
-    outages: Mutex<std::collections::BTreeMap<String, (Option<String>, u32)>>,
+    /// Per user name: scripted outages (answered 500).
+    outages: Mutex<crate::draws::Outages>,
     injected: Mutex<Injected>,
 }
 
@@ -169,25 +168,23 @@ impl Faults {
         self.outages
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                user.to_string(),
-                (method.map(str::to_ascii_uppercase), requests),
-            );
+            .set(user, method, requests);
     }
 
     /// A 500 when an outage holds for `user`'s request.
     pub fn outage_error(&self, user: &str, method: &Method) -> Option<ApiError> {
-        let mut outages = self.outages.lock().unwrap_or_else(|p| p.into_inner());
-        let (only, left) = outages.get_mut(user)?;
-        if *left == 0 || only.as_deref().is_some_and(|m| m != method.as_str()) {
-            return None;
-        }
-        *left -= 1;
-        Some(ApiError::new(
-            500,
-            "InternalError",
-            "an error on the server (an outage) has prevented the request from succeeding",
-        ))
+        let hit = self
+            .outages
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(user, method.as_str());
+        hit.then(|| {
+            ApiError::new(
+                500,
+                "InternalError",
+                "an error on the server (an outage) has prevented the request from succeeding",
+            )
+        })
     }
 
     /// A 500 or 429 for the request `method path`.

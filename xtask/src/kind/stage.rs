@@ -150,7 +150,8 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     let scenario_dir = root.join("scenarios").join(scenario);
     let scenario_yaml = std::fs::read_to_string(scenario_dir.join("scenario.yaml"))
         .with_context(|| format!("no scenario {scenario} in {}", scenario_dir.display()))?;
-    let source = kargo_source(&read_scenario(root, scenario)?, scenario)?;
+    let yaml = read_scenario(root, scenario)?;
+    let source = kargo_source(&yaml, scenario)?;
     let out = root.join(STAGED).join(scenario);
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
@@ -158,7 +159,7 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
     let kargo_path = scenario_dir.join(source.file());
     let kargo = std::fs::read_to_string(&kargo_path)
         .with_context(|| format!("reading {}", kargo_path.display()))?;
-    let (repo, mirror) = lay_out(root, scenario, &out)?;
+    let (repo, mirror) = lay_out(root, scenario, &yaml, &out)?;
     let pinned = pause_workloads(&repo, &mirror)?;
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join(source.staged_name()), rewrite(&kargo))?;
@@ -237,9 +238,13 @@ pub fn stage(root: &Path, scenario: &str) -> Result<()> {
 /// Writes `out/repo` (the scenario's repository content with its overlay laid over, URLs
 /// rewritten) and `out/mirror` (its chart mirror with its overlay), as the ground lays them
 /// out. Returns both folders.
-pub(super) fn lay_out(root: &Path, scenario: &str, out: &Path) -> Result<(PathBuf, PathBuf)> {
+pub(super) fn lay_out(
+    root: &Path,
+    scenario: &str,
+    yaml: &serde_json::Value,
+    out: &Path,
+) -> Result<(PathBuf, PathBuf)> {
     let scenario_dir = root.join("scenarios").join(scenario);
-    let yaml = read_scenario(root, scenario)?;
     let folder = |pointer: &str, default: Option<&str>| -> Result<Option<PathBuf>> {
         match yaml.pointer(pointer) {
             None | Some(serde_json::Value::Null) => Ok(default.map(|d| root.join(d))),

@@ -408,7 +408,8 @@ fn staging_points_the_sample_addons_at_the_pause_image() {
 #[test]
 fn staging_lays_the_scenario_overlays_over_the_sample() {
     let out = tempfile::tempdir().unwrap();
-    let (repo, mirror) = lay_out(&project_root(), "triage", out.path()).unwrap();
+    let (repo, mirror) =
+        lay_out(&project_root(), "triage", &scenario("triage"), out.path()).unwrap();
     let file = |p: &str| std::fs::read_to_string(repo.join(p)).unwrap();
     let overlaid = "platform/secret-stores/database-credentials.yaml";
     assert_eq!(
@@ -434,7 +435,7 @@ fn staging_lays_the_scenario_overlays_over_the_sample() {
     let yaml = scenario("mechanical-fix");
     if let Some(overlay) = yaml.pointer("/charts/overlay").and_then(|o| o.as_str()) {
         let out = tempfile::tempdir().unwrap();
-        let (_, mirror) = lay_out(&project_root(), "mechanical-fix", out.path()).unwrap();
+        let (_, mirror) = lay_out(&project_root(), "mechanical-fix", &yaml, out.path()).unwrap();
         let source = project_root()
             .join("scenarios/mechanical-fix")
             .join(overlay);
