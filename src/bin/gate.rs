@@ -271,6 +271,12 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
         ..Default::default()
     };
     helm.limits = limits;
+    // helm's version keys every helm render: asked now, it overlaps reading the inventory
+    // and resolving the commits instead of delaying the first render.
+    {
+        let helm = helm.clone();
+        std::thread::spawn(move || helm.version());
+    }
     if let Some(kubectl) = kubectl.as_mut() {
         kubectl.limits = limits;
     }
@@ -393,6 +399,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let started = std::time::Instant::now();
             let result = gate::check::check(&config, &revisions);
             let (comment, full) = gate::report::render(&result);
+            gitops_loop::render::trace("check", "report written");
             let full = full.unwrap_or(comment);
             if let Some(path) = &check.report {
                 write_atomically(path, &full)?;

@@ -153,21 +153,26 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
     render::trace("check", "both commits rendered");
     let mut differ = diff::Differ::default();
     let mut render_diff = diff::diff_with(&mut differ, &base_rendering, &head_rendering);
-    isolate_chart_moves(
-        config,
-        &mut differ,
-        &head,
-        &head_rendering,
-        &mut render_diff,
-    );
-    render::trace("check", "diffed, chart moves isolated");
-    let findings = rules::evaluate(
-        &base_rendering,
-        &head_rendering,
-        &render_diff,
-        &head_snapshot,
-        &config.inventory,
-    );
+    render::trace("check", "diffed");
+    // The rules, the chart moves' own render and the charts' defaults all read the same diff:
+    // they run at once, on the cores the renders have just left.
+    let (chart_only, findings, chart_defaults) = std::thread::scope(|scope| {
+        let moves = scope
+            .spawn(|| chart_moves_alone(config, &mut differ, &head, &head_rendering, &render_diff));
+        let defaults = scope.spawn(|| chart_defaults(config, &render_diff));
+        let findings = rules::evaluate(
+            &base_rendering,
+            &head_rendering,
+            &render_diff,
+            &head_snapshot,
+            &config.inventory,
+        );
+        (join(moves.join()), findings, join(defaults.join()))
+    });
+    for (at, objects) in chart_only {
+        render_diff.applications[at].chart_only = Some(objects);
+    }
+    render::trace("check", "rules evaluated, chart moves isolated");
     let mut blocking = std::collections::BTreeMap::new();
     let mut notes = std::collections::BTreeMap::new();
     for finding in &findings {
@@ -177,7 +182,6 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         };
         *counts.entry(finding.rule.clone()).or_insert(0) += 1;
     }
-    let chart_defaults = chart_defaults(config, &render_diff);
     let mut result = GateResult {
         verdict: Verdict {
             outcome: if blocking.is_empty() {
@@ -207,13 +211,15 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
 /// Application's diff and nothing is added; when values moved too, it is attached.
 /// All pinned Applications render together (one snapshot of the head); if that fails, each is
 /// tried alone so one that cannot render at its old version does not hide the others.
-fn isolate_chart_moves(
+/// Returns each such Application's index in `render_diff.applications` with its chart-only
+/// diff.
+fn chart_moves_alone(
     config: &RenderConfig,
     differ: &mut diff::Differ,
     head: &str,
     head_rendering: &render::Rendering,
-    render_diff: &mut RenderDiff,
-) {
+    render_diff: &RenderDiff,
+) -> Vec<(usize, std::sync::Arc<diff::ObjectsDiff>)> {
     let head_apps: BTreeMap<AppKey, &render::RenderedApplication> = head_rendering
         .applications
         .iter()
@@ -231,7 +237,7 @@ fn isolate_chart_moves(
         })
         .collect();
     if pinned.is_empty() {
-        return;
+        return Vec::new();
     }
     let rendered = match render::render_applications(config, head, pinned.clone()) {
         Ok(r) => r.applications,
@@ -245,7 +251,8 @@ fn isolate_chart_moves(
         .into_iter()
         .map(|a| (diff::key_of(&a), a))
         .collect();
-    for app_diff in &mut render_diff.applications {
+    let mut out = Vec::new();
+    for (at, app_diff) in render_diff.applications.iter().enumerate() {
         let (Some(old_version), Some(after)) = (
             old_versions.get(&app_diff.app),
             head_apps.get(&app_diff.app),
@@ -255,9 +262,15 @@ fn isolate_chart_moves(
         let chart_only = differ.applications(Some(old_version), Some(after));
         if !std::sync::Arc::ptr_eq(&chart_only, &app_diff.objects) && chart_only != app_diff.objects
         {
-            app_diff.chart_only = Some(chart_only);
+            out.push((at, chart_only));
         }
     }
+    out
+}
+
+/// A scoped thread's result; its panic goes on in the caller.
+fn join<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Each distinct chart version move's default values that changed (values.yaml of both

@@ -297,7 +297,9 @@ fn read_capped(pipe: Option<impl Read>, cap: usize, on_overflow: impl Fn()) -> (
     let Some(mut pipe) = pipe else {
         return (Vec::new(), false);
     };
-    let mut kept = Vec::new();
+    // A CRD-heavy chart prints megabytes: stdout (a cap of hundreds of MiB) starts at 1 MiB
+    // rather than doubling from nothing; stderr (1 MiB) at an eighth of that.
+    let mut kept = Vec::with_capacity((cap / 8).min(1 << 20));
     let mut overflow = false;
     let mut buffer = [0u8; 64 * 1024];
     loop {

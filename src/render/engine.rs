@@ -64,22 +64,13 @@ fn render_roots(
         values_users: Vec::new(),
     };
     trace(revision, "render starts");
-    // The tools' versions (part of every render key) are asked while the snapshot loads.
-    let (snapshot, helm_version, kubectl_version) = std::thread::scope(|scope| {
+    // helm's version (part of every helm render key) is asked while the snapshot loads;
+    // kubectl's only when a Kustomize source needs a key (most repositories have none, and a
+    // process less is a core more for helm).
+    let (snapshot, helm_version) = std::thread::scope(|scope| {
         let helm = scope.spawn(|| config.helm.version());
-        let kubectl = scope.spawn(|| {
-            config
-                .kubectl
-                .as_ref()
-                .map(Tool::version)
-                .unwrap_or_default()
-        });
         let snapshot = config.parsed.snapshot(&config.repo_dir, revision);
-        (
-            snapshot,
-            helm.join().unwrap_or_else(|_| "unknown".into()),
-            kubectl.join().unwrap_or_else(|_| "unknown".into()),
-        )
+        (snapshot, helm.join().unwrap_or_else(|_| "unknown".into()))
     });
     let snapshot = snapshot.map_err(|e| failure(revision, "repository", e.to_string()))?;
     let commit = snapshot.commit.clone();
@@ -120,7 +111,7 @@ fn render_roots(
         repos,
         work: work.path().to_path_buf(),
         helm_version,
-        kubectl_version,
+        kubectl_version: std::sync::OnceLock::new(),
         chart_digests: Mutex::new(HashMap::new()),
         memo: HashMap::new(),
         stats: RenderStats::default(),
@@ -151,7 +142,8 @@ pub(super) struct Engine<'a> {
     pub(super) repos: RepoResolver,
     pub(super) work: PathBuf,
     pub(super) helm_version: String,
-    pub(super) kubectl_version: String,
+    /// kubectl's version, asked the first time a Kustomize source is keyed.
+    pub(super) kubectl_version: std::sync::OnceLock<String>,
     pub(super) chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
     pub(super) memo: HashMap<String, parsed::Parsed>,
     pub(super) stats: RenderStats,
@@ -254,6 +246,7 @@ impl Engine<'_> {
             self.execute_pending_jobs();
             trace(self.revision, "wave rendered and parsed");
             let mut next = Vec::new();
+            let mut sorted: HashMap<Vec<String>, Vec<Object>> = HashMap::new();
             for p in pending {
                 let mut objects: Vec<Object> = Vec::new();
                 let mut failed = false;
@@ -279,7 +272,14 @@ impl Engine<'_> {
                 if failed {
                     continue;
                 }
-                objects.sort_by_cached_key(|o| object_sort_key(o));
+                // Applications with the same renders (one chart on many clusters) share one sort.
+                let objects = sorted
+                    .entry(p.job_keys.clone())
+                    .or_insert_with(|| {
+                        objects.sort_by_cached_key(|o| object_sort_key(o));
+                        objects
+                    })
+                    .clone();
                 for object in &objects {
                     if is_argo_kind(object, "Application") || is_argo_kind(object, "ApplicationSet")
                     {

@@ -60,6 +60,7 @@ impl Engine<'_> {
                 let _slot = config.parsed.slot(jobs);
                 run_job(config, &work, &key, &job)
             };
+            trace(&key[..8], "job rendered");
             match output {
                 Ok((label, text)) => {
                     let output = parsed::Output { key, label, text };
@@ -68,6 +69,7 @@ impl Engine<'_> {
                         .parse(std::slice::from_ref(&output), 1)
                         .pop()
                         .unwrap_or((output.key.clone(), Err("no parse result".into())));
+                    trace(&key[..8], "job parsed");
                     if parsed.is_ok() {
                         config.cache.put(&key, &output.text);
                     }
@@ -138,7 +140,7 @@ fn run_job(
                 ));
             }
             let label = format!("helm template {}", h.chart_label);
-            let text = yaml::utf8(&output.stdout, &label)?.to_string();
+            let text = utf8_owned(output.stdout, &label)?;
             Ok((label, text))
         }
         RenderJob::Kustomize(k) => {
@@ -191,9 +193,18 @@ fn run_job(
                 ));
             }
             let label = format!("kustomize build {}", k.path);
-            let text = yaml::utf8(&output.stdout, &label)?.to_string();
+            let text = utf8_owned(output.stdout, &label)?;
             Ok((label, text))
         }
         RenderJob::Objects(_) => Ok((String::new(), String::new())),
     }
+}
+
+/// A tool's output as text without copying it (megabytes for a CRD-heavy chart), or the
+/// error naming the first byte that is not UTF-8.
+fn utf8_owned(bytes: Vec<u8>, label: &str) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| match yaml::utf8(e.as_bytes(), label) {
+        Err(message) => message,
+        Ok(_) => format!("{label}: not UTF-8 text"),
+    })
 }

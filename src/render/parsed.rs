@@ -45,7 +45,14 @@ impl Drop for Slot<'_> {
 #[derive(Default)]
 struct Store {
     renders: HashMap<String, Parsed>,
-    documents: HashMap<Arc<str>, Arc<Vec<Object>>>,
+    /// Parsed documents by the SHA-256 of their text: hashed once per piece, where a map keyed
+    /// by the text itself would hash megabytes of CRDs at every lookup.
+    documents: HashMap<DocKey, Arc<Vec<Object>>>,
+    /// Documents that did not parse, with why.
+    invalid: HashMap<DocKey, String>,
+    /// Documents a parse of this run is reading right now: another parse waits for them
+    /// instead of reading them twice (the first outputs of both commits arrive together).
+    reading: HashSet<DocKey>,
     /// Render keys a render of this run is producing right now.
     claimed: HashSet<String>,
 }
@@ -202,39 +209,89 @@ impl ParsedStore {
             .map(|o| split_documents(&o.text).unwrap_or_else(|| vec![(0, o.text.as_str())]))
             .map(|pieces| (pieces.len() <= yaml::MAX_RENDERED_DOCUMENTS).then_some(pieces))
             .collect();
-        let mut wanted: HashMap<&str, (usize, &str)> = HashMap::new();
+        let split: Vec<Option<Vec<Piece>>> = split
+            .into_iter()
+            .map(|pieces| {
+                pieces.map(|pieces| {
+                    pieces
+                        .into_iter()
+                        .map(|(line, text)| (line, text, doc_key(text)))
+                        .collect()
+                })
+            })
+            .collect();
+        // What this parse reads, and what another parse is reading: (text, line, label).
+        let mut wanted: HashMap<DocKey, (&str, usize, &str)> = HashMap::new();
+        let mut theirs: HashMap<DocKey, (&str, usize, &str)> = HashMap::new();
         {
-            let store = self.lock();
+            let mut store = self.lock();
             for (output, segments) in outputs.iter().zip(&split) {
-                for (line, segment) in segments.iter().flatten() {
-                    if !store.documents.contains_key(*segment) {
-                        wanted
-                            .entry(segment)
-                            .or_insert((*line, output.label.as_str()));
+                for (line, segment, key) in segments.iter().flatten() {
+                    if store.documents.contains_key(key)
+                        || store.invalid.contains_key(key)
+                        || wanted.contains_key(key)
+                    {
+                        continue;
+                    }
+                    if store.reading.contains(key) {
+                        theirs.insert(*key, (segment, *line, output.label.as_str()));
+                    } else {
+                        store.reading.insert(*key);
+                        wanted.insert(*key, (segment, *line, output.label.as_str()));
                     }
                 }
             }
         }
+        // Whatever happens to this parse (a panic included), what it claimed is released.
+        let claimed = Reading {
+            store: self,
+            keys: wanted.keys().copied().collect(),
+        };
         let parsed = super::parallel_map(
             wanted.into_iter().collect::<Vec<_>>(),
             jobs,
-            |(segment, (line, label))| (segment, parse_segment(segment, line, label)),
+            |(key, (segment, line, label))| (key, parse_segment(segment, line, label)),
         );
-        let mut failed: HashMap<&str, String> = HashMap::new();
         {
             let mut store = self.lock();
-            for (segment, result) in parsed {
+            for (key, result) in parsed {
+                store.reading.remove(&key);
                 match result {
+                    // The first parse of a document wins, so every render shares it.
                     Ok(objects) => {
-                        // The first parse of a document wins, so every render shares it.
                         store
                             .documents
-                            .entry(Arc::from(segment))
+                            .entry(key)
                             .or_insert_with(|| Arc::new(objects));
                     }
                     Err(message) => {
-                        failed.insert(segment, message);
+                        store.invalid.insert(key, message);
                     }
+                }
+            }
+        }
+        drop(claimed);
+        // Documents another parse was reading: wait for them; one it gave up is read here.
+        for (key, (segment, line, label)) in theirs {
+            let mut store = self.lock();
+            while store.reading.contains(&key) {
+                store = self.0.1.wait(store).unwrap_or_else(|p| p.into_inner());
+            }
+            if store.documents.contains_key(&key) || store.invalid.contains_key(&key) {
+                continue;
+            }
+            drop(store);
+            let result = parse_segment(segment, line, label);
+            let mut store = self.lock();
+            match result {
+                Ok(objects) => {
+                    store
+                        .documents
+                        .entry(key)
+                        .or_insert_with(|| Arc::new(objects));
+                }
+                Err(message) => {
+                    store.invalid.insert(key, message);
                 }
             }
         }
@@ -250,11 +307,11 @@ impl ParsedStore {
                     ));
                 };
                 let mut objects: Vec<Object> = Vec::new();
-                for (_, segment) in segments {
-                    if let Some(message) = failed.get(segment) {
+                for (_, _, key) in segments {
+                    if let Some(message) = store.invalid.get(key) {
                         return Err(format!("{} printed invalid YAML: {message}", output.label));
                     }
-                    if let Some(parsed) = store.documents.get(*segment) {
+                    if let Some(parsed) = store.documents.get(key) {
                         objects.extend(parsed.iter().cloned());
                     }
                     // `...`-separated documents share a piece: count what was parsed.
@@ -280,6 +337,34 @@ impl ParsedStore {
         self.0.1.notify_all();
         out
     }
+}
+
+/// Documents one parse claimed; released (and waiters woken) when dropped.
+struct Reading<'a> {
+    store: &'a ParsedStore,
+    keys: Vec<DocKey>,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut store = self.store.lock();
+        for key in &self.keys {
+            store.reading.remove(key);
+        }
+        drop(store);
+        self.store.0.1.notify_all();
+    }
+}
+
+/// A piece of an output: the lines before it, its text, its key.
+type Piece<'a> = (usize, &'a str, DocKey);
+
+/// A document's identity: the SHA-256 of its text.
+type DocKey = [u8; 32];
+
+fn doc_key(text: &str) -> DocKey {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes()).into()
 }
 
 /// Parses one document (or, for a stream that could not be split, a whole stream).

@@ -80,6 +80,13 @@ pub fn parse_stream(
         // The caller already capped what the tool may print.
         budget.max_reader_input_bytes = None;
     }
+    // One document (the usual piece, split at its `---` line): the parser reads the text in
+    // place, about 1.6x faster than through a reader, under the same per-document budgets.
+    if !has_second_document(text) {
+        let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
+            .map_err(|e| error(origin, e))?;
+        return Ok(documents.into_iter().filter(|d| !d.is_null()).collect());
+    }
     let mut reader = text.as_bytes();
     let mut out = Vec::new();
     let mut documents = 0usize;
@@ -98,6 +105,25 @@ pub fn parse_stream(
         }
     }
     Ok(out)
+}
+
+/// Whether a text may hold more than one document: a `---` or `...` line after its first
+/// line that is not one (conservative: such a line inside a block scalar counts too).
+fn has_second_document(text: &str) -> bool {
+    let mut seen_content = false;
+    for line in text.lines() {
+        let marker = ["---", "..."].iter().any(|m| {
+            line.strip_prefix(m)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+        });
+        if marker && seen_content {
+            return true;
+        }
+        if !marker && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            seen_content = true;
+        }
+    }
+    false
 }
 
 /// Reads one YAML document (an empty text is `null`).

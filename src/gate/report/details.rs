@@ -3,10 +3,101 @@
 use super::*;
 
 use super::escape::{clip, value_text};
+use crate::gate::diff::ObjectsDiff;
+
+/// The Markdown text of an `ObjectsDiff`, made once per shared diff: Applications whose pair
+/// of renders is the same share one `Arc` (see `Differ`), and a CRD-heavy chart's changes
+/// hold thousands of schema fields to filter.
+#[derive(Default)]
+struct ObjectsText {
+    chart_only: std::collections::HashMap<*const ObjectsDiff, String>,
+    objects: std::collections::HashMap<*const ObjectsDiff, String>,
+}
+
+impl ObjectsText {
+    fn chart_only(&mut self, diff: &std::sync::Arc<ObjectsDiff>) -> &str {
+        self.chart_only
+            .entry(std::sync::Arc::as_ptr(diff))
+            .or_insert_with(|| chart_only_lines(diff))
+    }
+
+    fn objects(&mut self, diff: &std::sync::Arc<ObjectsDiff>) -> &str {
+        self.objects
+            .entry(std::sync::Arc::as_ptr(diff))
+            .or_insert_with(|| object_lines(diff))
+    }
+}
+
+/// The chart's own change, as the nested lines under its heading.
+fn chart_only_lines(chart_only: &ObjectsDiff) -> String {
+    let mut out = String::new();
+    for object in &chart_only.added {
+        let _ = writeln!(out, "  - added {}", code(&object.to_string()));
+    }
+    for object in &chart_only.removed {
+        let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
+    }
+    for change in &chart_only.changed {
+        let fields: Vec<String> = change
+            .fields
+            .iter()
+            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+            .take(20)
+            .map(|f| code(&f.path))
+            .collect();
+        if change.crd.is_some() && fields.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  - changed {}: {}",
+            code(&change.object.to_string()),
+            fields.join(", ")
+        );
+    }
+    crd_table(&mut out, &chart_only.changed, "  ");
+    out
+}
+
+/// Every object added, removed and changed, with the CRD table.
+fn object_lines(objects: &ObjectsDiff) -> String {
+    let mut out = String::new();
+    for object in &objects.added {
+        let _ = writeln!(out, "- added {}", code(&object.to_string()));
+    }
+    for object in &objects.removed {
+        let _ = writeln!(out, "- removed {}", code(&object.to_string()));
+    }
+    for change in &objects.changed {
+        // A CRD's schema diff runs to thousands of lines on real charts: its versions and
+        // schema field counts are in the table below (`--json` has every field); its other
+        // fields (labels, names, conversion) are listed here.
+        let shown: Vec<_> = change
+            .fields
+            .iter()
+            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+            .collect();
+        if change.crd.is_some() && shown.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
+        for field in shown {
+            let _ = writeln!(
+                out,
+                "  - {}: {} → {}",
+                code(&field.path),
+                code(&clip(&value_text(&field.old), 80)),
+                code(&clip(&value_text(&field.new), 80))
+            );
+        }
+    }
+    crd_table(&mut out, &objects.changed, "");
+    out
+}
 
 /// The Markdown lines of one Application's changes (identical for Applications that change the
 /// same way, whatever their names).
-fn app_changes(app: &crate::gate::diff::AppDiff) -> String {
+fn app_changes(app: &crate::gate::diff::AppDiff, texts: &mut ObjectsText) -> String {
     let mut out = String::new();
     if !app.application_fields.is_empty() {
         let paths: Vec<String> = app
@@ -40,65 +131,10 @@ fn app_changes(app: &crate::gate::diff::AppDiff) -> String {
             out,
             "- the chart's own change (this change's values at both versions):"
         );
-        for object in &chart_only.added {
-            let _ = writeln!(out, "  - added {}", code(&object.to_string()));
-        }
-        for object in &chart_only.removed {
-            let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
-        }
-        for change in &chart_only.changed {
-            let fields: Vec<String> = change
-                .fields
-                .iter()
-                .filter(|f| {
-                    change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path)
-                })
-                .take(20)
-                .map(|f| code(&f.path))
-                .collect();
-            if change.crd.is_some() && fields.is_empty() {
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "  - changed {}: {}",
-                code(&change.object.to_string()),
-                fields.join(", ")
-            );
-        }
-        crd_table(&mut out, &chart_only.changed, "  ");
+        out.push_str(texts.chart_only(chart_only));
         let _ = writeln!(out, "- everything this change deploys differently:");
     }
-    for object in &app.objects.added {
-        let _ = writeln!(out, "- added {}", code(&object.to_string()));
-    }
-    for object in &app.objects.removed {
-        let _ = writeln!(out, "- removed {}", code(&object.to_string()));
-    }
-    for change in &app.objects.changed {
-        // A CRD's schema diff runs to thousands of lines on real charts: its versions and
-        // schema field counts are in the table below (`--json` has every field); its other
-        // fields (labels, names, conversion) are listed here.
-        let shown: Vec<_> = change
-            .fields
-            .iter()
-            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
-            .collect();
-        if change.crd.is_some() && shown.is_empty() {
-            continue;
-        }
-        let _ = writeln!(out, "- changed {}", code(&change.object.to_string()));
-        for field in shown {
-            let _ = writeln!(
-                out,
-                "  - {}: {} → {}",
-                code(&field.path),
-                code(&clip(&value_text(&field.old), 80)),
-                code(&clip(&value_text(&field.new), 80))
-            );
-        }
-    }
-    crd_table(&mut out, &app.objects.changed, "");
+    out.push_str(texts.objects(&app.objects));
     out
 }
 
@@ -213,13 +249,14 @@ pub(super) fn details_section(result: &GateResult) -> String {
     let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
     let mut index: std::collections::HashMap<(&'static str, String), usize> =
         std::collections::HashMap::new();
+    let mut texts = ObjectsText::default();
     for app in &diff.applications {
         let status = match app.status {
             AppStatus::Added => "added",
             AppStatus::Removed => "removed",
             AppStatus::Changed => "changed",
         };
-        let body = app_changes(app);
+        let body = app_changes(app, &mut texts);
         let name = format!(
             "{}/{} on {}",
             app.app.namespace, app.app.name, app.app.cluster

@@ -124,6 +124,7 @@ impl Summary {
             k.group == "apiextensions.k8s.io" && k.kind == "CustomResourceDefinition"
         };
         let mut seen_objects = std::collections::BTreeSet::new();
+        let mut diffs_read = std::collections::HashSet::new();
         for app in &result.diff.applications {
             for m in &app.chart_moves {
                 match charts
@@ -147,7 +148,11 @@ impl Summary {
                 }
             }
             // Each object once across clusters (the same RBAC on three clusters is one change
-            // to explain).
+            // to explain). Applications sharing one diff (one chart on many clusters) add
+            // nothing after the first: it is read once.
+            if !diffs_read.insert(std::sync::Arc::as_ptr(&app.objects)) {
+                continue;
+            }
             for key in &app.objects.added {
                 if is_rbac(key) && seen_objects.insert(("+", key.clone())) {
                     summary.rbac_added += 1;

@@ -2,7 +2,7 @@
 //! reject, what Argo CD may now delete or overwrite by itself, Applications whose destination
 //! is no cluster, CustomResourceDefinitions whose names the API server would reject.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -189,9 +189,14 @@ pub(super) fn invalid_crd_names(inputs: &Inputs<'_>) -> Vec<Finding> {
     let head = inputs.head;
     let mut findings = Vec::new();
     let mut invalid = BTreeSet::new();
+    // Applications share their rendered objects: each is judged once.
+    let mut judged: HashMap<*const Value, Option<String>> = HashMap::new();
     for app in &head.applications {
         for object in &app.objects {
-            if let Some(why) = crd_name_problem(object) {
+            let problem = judged
+                .entry(Arc::as_ptr(object))
+                .or_insert_with(|| crd_name_problem(object));
+            if let Some(why) = problem.clone() {
                 let name = object
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -220,15 +225,17 @@ pub(super) fn invalid_crd_names(inputs: &Inputs<'_>) -> Vec<Finding> {
 /// schema is the one the object's cluster serves at this render for the version the object
 /// declares; an object whose CRD or version is not there is another rule's business.
 fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, String)> {
-    let mut crds: BTreeMap<(&str, String, String), &Object> = BTreeMap::new();
+    // (cluster, group, kind) -> the CRD, borrowed from the rendering (no copies per cluster).
+    let mut crds: HashMap<(&str, &str, &str), &Object> = HashMap::new();
     for app in &rendering.applications {
         for object in &app.objects {
-            if let Some((_, info)) = memo.crd_info(object) {
+            if memo.crd_info(object).is_some() {
+                let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
                 crds.insert(
                     (
                         app.cluster.name.as_str(),
-                        info.group.clone(),
-                        info.kind.clone(),
+                        text("/spec/group"),
+                        text("/spec/names/kind"),
                     ),
                     object,
                 );
@@ -239,11 +246,7 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
     for (app, object, api_version, kind) in grouped_objects(rendering) {
         let (group, version) = split_api_version(api_version);
         {
-            let Some(crd) = crds.get(&(
-                app.cluster.name.as_str(),
-                group.to_string(),
-                kind.to_string(),
-            )) else {
+            let Some(crd) = crds.get(&(app.cluster.name.as_str(), group, kind)) else {
                 continue;
             };
             let served = serves_version(crd, version);
@@ -251,8 +254,6 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
             else {
                 continue;
             };
-            let label = format!("{} {}", api_version, object_label(&ObjectKey::of(object)));
-            let where_ = format!("{}/{} on {}", app.namespace, app.name, app.cluster.name);
             let losses = &memo
                 .losses
                 .entry((Arc::as_ptr(object) as usize, Arc::as_ptr(crd) as usize))
@@ -264,6 +265,11 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
                     )
                 })
                 .2;
+            if losses.is_empty() {
+                continue;
+            }
+            let label = format!("{} {}", api_version, object_label(&ObjectKey::of(object)));
+            let where_ = format!("{}/{} on {}", app.namespace, app.name, app.cluster.name);
             for loss in losses {
                 out.push((where_.clone(), label.clone(), loss.clone()));
             }

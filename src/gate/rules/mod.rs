@@ -147,24 +147,30 @@ pub struct Finding {
 #[derive(Default)]
 struct Memo {
     /// By object address; the object is kept so the address is not reused.
-    crds: HashMap<usize, (Object, Option<(String, CrdInfo)>)>,
+    crds: HashMap<usize, (Object, Option<NamedCrd>)>,
     /// (object, CRD, version) addresses -> the outcome of pruning and validating.
     losses: HashMap<(usize, usize), (Object, Object, Vec<String>)>,
 }
 
+/// A CRD's name and what it serves, shared by every Application that renders it.
+type NamedCrd = (String, Arc<CrdInfo>);
+
 impl Memo {
     /// [`crd_info`](super::crd::crd_info) of an object, worked out once per object.
-    fn crd_info(&mut self, object: &Object) -> Option<(String, CrdInfo)> {
+    fn crd_info(&mut self, object: &Object) -> Option<NamedCrd> {
         self.crds
             .entry(Arc::as_ptr(object) as usize)
-            .or_insert_with(|| (object.clone(), super::crd::crd_info(object)))
+            .or_insert_with(|| {
+                let info = super::crd::crd_info(object).map(|(name, info)| (name, Arc::new(info)));
+                (object.clone(), info)
+            })
             .1
             .clone()
     }
 }
 
 /// The CRDs a rendering renders, by cluster and CRD name.
-type CrdsByCluster = BTreeMap<String, BTreeMap<String, CrdInfo>>;
+type CrdsByCluster = BTreeMap<String, BTreeMap<String, Arc<CrdInfo>>>;
 
 /// The CRDs each cluster's Applications render in one rendering.
 fn crds_by_cluster(memo: &mut Memo, rendering: &Rendering) -> CrdsByCluster {

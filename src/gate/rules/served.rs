@@ -418,9 +418,11 @@ fn unserved_objects(
 ) -> Vec<UnservedRendered> {
     let mut out = Vec::new();
     let destinations = inventory.destinations();
+    let destinations: std::collections::HashMap<&str, &crate::render::inventory::Cluster> =
+        destinations.iter().map(|c| (c.name.as_str(), c)).collect();
     for (app, object, api_version, kind) in grouped_objects(rendering) {
         let cluster_crds = crds.get(&app.cluster.name);
-        let cluster = destinations.iter().find(|c| c.name == app.cluster.name);
+        let cluster = destinations.get(app.cluster.name.as_str());
         let (group, version) = split_api_version(api_version);
         {
             let crd =
