@@ -53,6 +53,10 @@ struct Store {
     /// Documents a parse of this run is reading right now: another parse waits for them
     /// instead of reading them twice (the first outputs of both commits arrive together).
     reading: HashSet<DocKey>,
+    /// How many documents were read (each distinct one once, if the claims work).
+    read: usize,
+    /// Parses waiting right now for a document another parse is reading.
+    waiting: usize,
     /// Render keys a render of this run is producing right now.
     claimed: HashSet<String>,
 }
@@ -144,6 +148,11 @@ impl ParsedStore {
             .entry(key)
             .or_insert(snapshot)
             .clone())
+    }
+
+    /// How many documents this run has read: each distinct document once.
+    pub fn documents_read(&self) -> usize {
+        self.lock().read
     }
 
     /// Waits for one of `jobs` process slots shared by the run's renders.
@@ -254,6 +263,7 @@ impl ParsedStore {
         );
         {
             let mut store = self.lock();
+            store.read += parsed.len();
             for (key, result) in parsed {
                 store.reading.remove(&key);
                 match result {
@@ -274,15 +284,18 @@ impl ParsedStore {
         // Documents another parse was reading: wait for them; one it gave up is read here.
         for (key, (segment, line, label)) in theirs {
             let mut store = self.lock();
+            store.waiting += 1;
             while store.reading.contains(&key) {
                 store = self.0.1.wait(store).unwrap_or_else(|p| p.into_inner());
             }
+            store.waiting -= 1;
             if store.documents.contains_key(&key) || store.invalid.contains_key(&key) {
                 continue;
             }
             drop(store);
             let result = parse_segment(segment, line, label);
             let mut store = self.lock();
+            store.read += 1;
             match result {
                 Ok(objects) => {
                     store
@@ -456,6 +469,83 @@ mod tests {
         assert!(Arc::ptr_eq(&a[0], &b[0]));
         assert!(!Arc::ptr_eq(&a[1], &b[1]));
         assert!(store.get("a").is_some());
+    }
+
+    /// Another parse is reading a document (its key is in `reading`): a parse that meets it
+    /// waits for that parse's objects instead of reading the document again.
+    #[test]
+    fn a_document_another_parse_is_reading_is_waited_for_not_read_twice() {
+        let store = ParsedStore::default();
+        let crd = "---\nkind: CustomResourceDefinition\nmetadata: {name: a.example.com}\n";
+        let key = doc_key(crd);
+        store.lock().reading.insert(key);
+        let theirs: Arc<Vec<Object>> = Arc::new(vec![Arc::new(
+            serde_json::json!({"from": "the other parse"}),
+        )]);
+        let waiter = {
+            let store = store.clone();
+            let text = crd.to_string();
+            std::thread::spawn(move || {
+                store.parse(
+                    &[Output {
+                        key: "k".into(),
+                        label: "helm template x".into(),
+                        text,
+                    }],
+                    1,
+                )
+            })
+        };
+        // The other parse publishes once the waiter waits (a waiter that does not wait
+        // finishes instead, having read the document itself).
+        while store.lock().waiting == 0 && !waiter.is_finished() {
+            std::thread::yield_now();
+        }
+        {
+            let mut inner = store.lock();
+            inner.documents.insert(key, theirs.clone());
+            inner.reading.remove(&key);
+        }
+        store.0.1.notify_all();
+        let out = waiter.join().unwrap();
+        let objects = out[0].1.clone().unwrap();
+        assert_eq!(objects.len(), 1);
+        assert!(Arc::ptr_eq(&objects[0], &theirs[0]), "{objects:?}");
+        assert_eq!(store.documents_read(), 0, "the document was read a second time");
+    }
+
+    /// A parse that claimed a document and stopped without publishing it does not leave a
+    /// waiter hanging: the waiter reads it itself.
+    #[test]
+    fn a_document_whose_reader_gave_up_is_read_by_the_waiter() {
+        let store = ParsedStore::default();
+        let doc = "---\nkind: ConfigMap\nmetadata: {name: c}\n";
+        let key = doc_key(doc);
+        store.lock().reading.insert(key);
+        let waiter = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                store.parse(
+                    &[Output {
+                        key: "k".into(),
+                        label: "helm template x".into(),
+                        text: doc.to_string(),
+                    }],
+                    1,
+                )
+            })
+        };
+        while store.lock().waiting == 0 && !waiter.is_finished() {
+            std::thread::yield_now();
+        }
+        drop(Reading {
+            store: &store,
+            keys: vec![key],
+        });
+        let out = waiter.join().unwrap();
+        let objects = out[0].1.clone().unwrap();
+        assert_eq!(objects[0]["metadata"]["name"], "c");
+        assert_eq!(store.documents_read(), 1);
     }
 
     #[test]
