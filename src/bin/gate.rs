@@ -400,6 +400,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let result = gate::check::check(&config, &revisions);
             let (comment, full) = gate::report::render(&result);
             gitops_loop::render::trace("check", "report written");
+            gitops_loop::render::trace("check", &cpu_used());
             let full = full.unwrap_or(comment);
             if let Some(path) = &check.report {
                 write_atomically(path, &full)?;
@@ -556,6 +557,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// The process's peak resident set (VmHWM), for the stats line and benchmarks.
+/// CPU time of this process (all its threads) and of its finished children (helm, kubectl,
+/// git), for `GATE_TRACE`: how much of a run is the gate's own work.
+fn cpu_used() -> String {
+    // /proc/self/stat: after the command in parentheses, fields 14-17 are utime, stime,
+    // cutime, cstime in clock ticks (100 per second on Linux).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let ticks: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|f| f.parse().unwrap_or(0) * 10)
+        .collect();
+    match ticks.as_slice() {
+        [u, s, cu, cs] => {
+            format!("CPU: own {u} ms user + {s} ms system; children {cu} ms user + {cs} ms system")
+        }
+        _ => "CPU: unknown".to_string(),
+    }
+}
+
 fn peak_rss() -> String {
     std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -47,6 +47,9 @@ struct Expander<'a> {
     ctx: &'a ExpandContext<'a>,
     mode: TemplateMode,
     calls: std::cell::Cell<usize>,
+    /// Files a git files generator read, by commit and path: a matrix runs its second
+    /// generator once per parameter set of the first (600 clusters: 600 reads of one file).
+    git_files: std::cell::RefCell<std::collections::HashMap<(String, String), Value>>,
 }
 
 /// Expands one ApplicationSet into the Applications it generates, in generator order.
@@ -79,6 +82,7 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
         ctx,
         mode,
         calls: std::cell::Cell::new(0),
+        git_files: Default::default(),
     };
     let namespace = appset
         .pointer("/metadata/namespace")

@@ -511,7 +511,11 @@ mod tests {
         let objects = out[0].1.clone().unwrap();
         assert_eq!(objects.len(), 1);
         assert!(Arc::ptr_eq(&objects[0], &theirs[0]), "{objects:?}");
-        assert_eq!(store.documents_read(), 0, "the document was read a second time");
+        assert_eq!(
+            store.documents_read(),
+            0,
+            "the document was read a second time"
+        );
     }
 
     /// A parse that claimed a document and stopped without publishing it does not leave a

@@ -133,9 +133,15 @@ impl Table {
 
 pub(super) fn count(diff: &RenderDiff) -> usize {
     let mut table = Table::default();
+    // A diff shared by many Applications (one `Arc`) adds no change after its first reading.
+    let mut read = std::collections::HashSet::new();
     for app in &diff.applications {
-        table.ids(&app.objects, &app.app, false);
-        if let Some(chart_only) = &app.chart_only {
+        if read.insert(Arc::as_ptr(&app.objects)) {
+            table.ids(&app.objects, &app.app, false);
+        }
+        if let Some(chart_only) = &app.chart_only
+            && read.insert(Arc::as_ptr(chart_only))
+        {
             table.ids(chart_only, &app.app, true);
         }
     }

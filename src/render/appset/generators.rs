@@ -221,8 +221,18 @@ impl Expander<'_> {
                 })
                 .collect();
             for path in matched {
-                let text = snapshot.read_string(path).unwrap_or_default();
-                let parsed = yaml::parse_document(&text, path).map_err(|e| e.to_string())?;
+                let file_key = (snapshot.commit.clone(), path.to_string());
+                let known = self.git_files.borrow().get(&file_key).cloned();
+                let parsed = match known {
+                    Some(parsed) => parsed,
+                    None => {
+                        let text = snapshot.read_string(path).unwrap_or_default();
+                        let parsed =
+                            yaml::parse_document(&text, path).map_err(|e| e.to_string())?;
+                        self.git_files.borrow_mut().insert(file_key, parsed.clone());
+                        parsed
+                    }
+                };
                 let entries: Vec<Value> = match parsed {
                     Value::Array(items) => items,
                     Value::Object(_) => vec![parsed],
