@@ -49,7 +49,9 @@ struct Store {
     /// by the text itself would hash megabytes of CRDs at every lookup.
     documents: HashMap<DocKey, Arc<Vec<Object>>>,
     /// Documents that did not parse, with why.
-    invalid: HashMap<DocKey, String>,
+    /// (the line in the document, the parser's message): each output adds the lines before
+    /// its own copy of the document.
+    invalid: HashMap<DocKey, (u64, String)>,
     /// Documents a parse of this run is reading right now: another parse waits for them
     /// instead of reading them twice (the first outputs of both commits arrive together).
     reading: HashSet<DocKey>,
@@ -229,13 +231,13 @@ impl ParsedStore {
                 })
             })
             .collect();
-        // What this parse reads, and what another parse is reading: (text, line, label).
-        let mut wanted: HashMap<DocKey, (&str, usize, &str)> = HashMap::new();
-        let mut theirs: HashMap<DocKey, (&str, usize, &str)> = HashMap::new();
+        // What this parse reads, and what another parse is reading: (text, label).
+        let mut wanted: HashMap<DocKey, (&str, &str)> = HashMap::new();
+        let mut theirs: HashMap<DocKey, (&str, &str)> = HashMap::new();
         {
             let mut store = self.lock();
             for (output, segments) in outputs.iter().zip(&split) {
-                for (line, segment, key) in segments.iter().flatten() {
+                for (_, segment, key) in segments.iter().flatten() {
                     if store.documents.contains_key(key)
                         || store.invalid.contains_key(key)
                         || wanted.contains_key(key)
@@ -243,10 +245,10 @@ impl ParsedStore {
                         continue;
                     }
                     if store.reading.contains(key) {
-                        theirs.insert(*key, (segment, *line, output.label.as_str()));
+                        theirs.insert(*key, (segment, output.label.as_str()));
                     } else {
                         store.reading.insert(*key);
-                        wanted.insert(*key, (segment, *line, output.label.as_str()));
+                        wanted.insert(*key, (segment, output.label.as_str()));
                     }
                 }
             }
@@ -259,7 +261,7 @@ impl ParsedStore {
         let parsed = super::parallel_map(
             wanted.into_iter().collect::<Vec<_>>(),
             jobs,
-            |(key, (segment, line, label))| (key, parse_segment(segment, line, label)),
+            |(key, (segment, label))| (key, parse_segment(segment, label)),
         );
         {
             let mut store = self.lock();
@@ -282,7 +284,7 @@ impl ParsedStore {
         }
         drop(claimed);
         // Documents another parse was reading: wait for them; one it gave up is read here.
-        for (key, (segment, line, label)) in theirs {
+        for (key, (segment, label)) in theirs {
             let mut store = self.lock();
             store.waiting += 1;
             while store.reading.contains(&key) {
@@ -293,7 +295,7 @@ impl ParsedStore {
                 continue;
             }
             drop(store);
-            let result = parse_segment(segment, line, label);
+            let result = parse_segment(segment, label);
             let mut store = self.lock();
             store.read += 1;
             match result {
@@ -320,9 +322,13 @@ impl ParsedStore {
                     ));
                 };
                 let mut objects: Vec<Object> = Vec::new();
-                for (_, _, key) in segments {
-                    if let Some(message) = store.invalid.get(key) {
-                        return Err(format!("{} printed invalid YAML: {message}", output.label));
+                for (line, _, key) in segments {
+                    if let Some((at, message)) = store.invalid.get(key) {
+                        return Err(format!(
+                            "{} printed invalid YAML: line {}: {message}",
+                            output.label,
+                            at + *line as u64
+                        ));
                     }
                     if let Some(parsed) = store.documents.get(key) {
                         objects.extend(parsed.iter().cloned());
@@ -381,9 +387,9 @@ fn doc_key(text: &str) -> DocKey {
 }
 
 /// Parses one document (or, for a stream that could not be split, a whole stream).
-fn parse_segment(segment: &str, first_line: usize, label: &str) -> Result<Vec<Object>, String> {
+fn parse_segment(segment: &str, label: &str) -> Result<Vec<Object>, (u64, String)> {
     let documents = yaml::parse_stream(segment, label, yaml::MAX_RENDERED_DOCUMENTS)
-        .map_err(|e| format!("line {}: {}", e.line + first_line as u64, e.message))?;
+        .map_err(|e| (e.line, e.message))?;
     let mut objects = Vec::new();
     for document in documents {
         push_object(document, &mut objects);
@@ -550,6 +556,35 @@ mod tests {
         let objects = out[0].1.clone().unwrap();
         assert_eq!(objects[0]["metadata"]["name"], "c");
         assert_eq!(store.documents_read(), 1);
+    }
+
+    /// One invalid document in two outputs at different places: each error names the line in
+    /// its own output, whichever output read the document first.
+    #[test]
+    fn a_shared_invalid_document_is_named_at_its_line_in_each_output() {
+        let store = ParsedStore::default();
+        let bad = "---\nbad: [\n";
+        let out = store.parse(
+            &[
+                Output {
+                    key: "base".into(),
+                    label: "base".into(),
+                    text: format!("a: 1\n{bad}"),
+                },
+                Output {
+                    key: "head".into(),
+                    label: "head".into(),
+                    text: format!("a: 1\n---\nb: 2\nc: 3\n{bad}"),
+                },
+            ],
+            2,
+        );
+        let line = |err: &str| -> u64 {
+            let rest = err.split("line ").nth(1).unwrap();
+            rest.split(':').next().unwrap().parse().unwrap()
+        };
+        let (base, head) = (out[0].1.clone().unwrap_err(), out[1].1.clone().unwrap_err());
+        assert_eq!(line(&head) - line(&base), 3, "{base} / {head}");
     }
 
     #[test]

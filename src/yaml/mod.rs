@@ -85,6 +85,13 @@ pub fn parse_stream(
     if !has_second_document(text) {
         let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)
             .map_err(|e| error(origin, e))?;
+        if documents.len() > max_documents {
+            return Err(YamlError {
+                origin: origin.to_string(),
+                line: 0,
+                message: format!("the render exceeds the limit of {max_documents} documents"),
+            });
+        }
         return Ok(documents.into_iter().filter(|d| !d.is_null()).collect());
     }
     let mut reader = text.as_bytes();
@@ -107,23 +114,72 @@ pub fn parse_stream(
     Ok(out)
 }
 
-/// Whether a text may hold more than one document: a `---` or `...` line after its first
-/// line that is not one (conservative: such a line inside a block scalar counts too).
+/// Whether a text may hold more than one document: a `---` or `...` line after content
+/// (conservative: such a line inside a block scalar counts too, and so does content on a
+/// `---` line itself). A lone carriage return is a line break to YAML and not to `lines()`:
+/// such a text is always read through the reader.
 fn has_second_document(text: &str) -> bool {
+    if text
+        .as_bytes()
+        .windows(2)
+        .any(|w| w[0] == b'\r' && w[1] != b'\n')
+        || text.ends_with('\r')
+    {
+        return true;
+    }
     let mut seen_content = false;
     for line in text.lines() {
-        let marker = ["---", "..."].iter().any(|m| {
+        let rest = ["---", "..."].iter().find_map(|m| {
             line.strip_prefix(m)
-                .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', '\t']))
+                .filter(|rest| rest.is_empty() || rest.starts_with([' ', '\t', '\r']))
         });
-        if marker && seen_content {
-            return true;
-        }
-        if !marker && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
-            seen_content = true;
+        match rest {
+            Some(rest) => {
+                if seen_content {
+                    return true;
+                }
+                let rest = rest.trim();
+                if !rest.is_empty() && !rest.starts_with('#') {
+                    seen_content = true;
+                }
+            }
+            None => {
+                let trimmed = line.trim();
+                if !trimmed.is_empty() && !trimmed.starts_with('#') {
+                    seen_content = true;
+                }
+            }
         }
     }
     false
+}
+
+#[cfg(test)]
+mod second_document_tests {
+    use super::has_second_document;
+
+    #[test]
+    fn only_a_text_that_cannot_hold_two_documents_takes_the_single_document_path() {
+        for one in [
+            "---\n# Source: x\napiVersion: v1\nkind: ConfigMap\n",
+            "a: 1\n",
+            "---\r\na: 1\r\n",
+            "--- # c\na: 1\n",
+            "",
+        ] {
+            assert!(!has_second_document(one), "{one:?}");
+        }
+        for two in [
+            "a: 1\n---\nb: 2\n",
+            "a: 1\n...\nb: 2\n",
+            "--- [1, 2]\n...\n[3, 4]\n",
+            "---\ra: 1\r---\rb: 2\r",
+            "a: |\n  x\n---\n",
+            "%YAML 1.2\n---\na: 1\n",
+        ] {
+            assert!(has_second_document(two), "{two:?}");
+        }
+    }
 }
 
 /// Reads one YAML document (an empty text is `null`).

@@ -418,8 +418,13 @@ fn unserved_objects(
 ) -> Vec<UnservedRendered> {
     let mut out = Vec::new();
     let destinations = inventory.destinations();
-    let destinations: std::collections::HashMap<&str, &crate::render::inventory::Cluster> =
-        destinations.iter().map(|c| (c.name.as_str(), c)).collect();
+    // The first cluster of a name, as `Inventory::destination` resolves Applications.
+    let mut by_name: std::collections::HashMap<&str, &crate::render::inventory::Cluster> =
+        std::collections::HashMap::new();
+    for cluster in &destinations {
+        by_name.entry(cluster.name.as_str()).or_insert(cluster);
+    }
+    let destinations = by_name;
     for (app, object, api_version, kind) in grouped_objects(rendering) {
         let cluster_crds = crds.get(&app.cluster.name);
         let cluster = destinations.get(app.cluster.name.as_str());
@@ -476,12 +481,12 @@ fn not_served_objects(
     crds: &CrdsByCluster,
     inventory: &Inventory,
 ) -> Vec<(String, String, ObjectKey, String, bool)> {
-    let destinations: std::collections::HashMap<String, crate::render::inventory::Cluster> =
-        inventory
-            .destinations()
-            .into_iter()
-            .map(|c| (c.name.clone(), c))
-            .collect();
+    // The first cluster of a name, as `Inventory::destination` resolves Applications.
+    let mut destinations: std::collections::HashMap<String, crate::render::inventory::Cluster> =
+        std::collections::HashMap::new();
+    for cluster in inventory.destinations() {
+        destinations.entry(cluster.name.clone()).or_insert(cluster);
+    }
     // Groups an APIService rendered for the cluster serves (an aggregated API, not a CRD).
     let mut aggregated: BTreeSet<(String, String)> = BTreeSet::new();
     for app in &rendering.applications {
