@@ -86,6 +86,15 @@ fn run_git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
 
 /// Resolves a revision (branch, tag, sha, `HEAD~1`) to a full commit id.
 pub fn resolve_commit(repo: &Path, revision: &str) -> Result<String, GitError> {
+    // A branch or tag cannot start with `-` (git check-ref-format); such a string could only
+    // be read as an option.
+    if revision.starts_with('-') || revision.is_empty() {
+        return Err(GitError::UnknownRevision {
+            repo: repo.display().to_string(),
+            revision: revision.to_string(),
+            stderr: "not a revision".to_string(),
+        });
+    }
     let spec = format!("{revision}^{{commit}}");
     let output = git(repo)
         .args(["rev-parse", "--verify", "--quiet", &spec])
@@ -437,6 +446,15 @@ mod tests {
             without_credentials("git@github.com:o/r.git"),
             "git@github.com:o/r.git"
         );
+    }
+
+    #[test]
+    fn a_revision_that_reads_as_an_option_is_refused_before_git_runs() {
+        // No repository is needed: the refusal comes first.
+        for revision in ["--output=/tmp/x", "-h", ""] {
+            let err = resolve_commit(Path::new("/nonexistent"), revision).unwrap_err();
+            assert!(err.to_string().contains("not a revision"), "{err}");
+        }
     }
 
     #[test]

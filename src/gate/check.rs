@@ -97,7 +97,11 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
     let base = match &revisions.base {
         Some(base) => git::resolve_commit(repo, base).map_err(|e| e.to_string()),
         None => match revisions.target.clone().or_else(|| default_branch(repo)) {
-            Some(target) => git::merge_base(repo, &head, &target).map_err(|e| format!("no merge base of {head} and {target}: {e}")),
+            // The target is resolved to a commit first: merge-base then sees two commit ids,
+            // never a string that could read as one of its options.
+            Some(target) => git::resolve_commit(repo, &target)
+                .and_then(|target| git::merge_base(repo, &head, &target))
+                .map_err(|e| format!("no merge base of {head} and {target}: {e}")),
             None => Err("no default branch found to compute the merge base from (pass --base or --default-branch)".to_string()),
         },
     };

@@ -431,6 +431,18 @@ pub fn split_documents(text: &str) -> Option<Vec<(usize, &str)>> {
 mod tests {
     use super::*;
 
+    /// Outputs named (key and label) and holding the given texts.
+    fn outputs(named: &[(&str, String)]) -> Vec<Output> {
+        named
+            .iter()
+            .map(|(name, text)| Output {
+                key: name.to_string(),
+                label: name.to_string(),
+                text: text.clone(),
+            })
+            .collect()
+    }
+
     #[test]
     fn splits_at_document_markers_only() {
         let text = "a: 1\n---\nb: |\n  --- not a marker\n---x: 1\n--- # c\nc: 2\n";
@@ -455,18 +467,16 @@ mod tests {
         let store = ParsedStore::default();
         let crd = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: shared}\n";
         let out = store.parse(
-            &[
-                Output {
-                    key: "a".into(),
-                    label: "a".into(),
-                    text: format!("{crd}---\nkind: Secret\nmetadata: {{name: a}}\n"),
-                },
-                Output {
-                    key: "b".into(),
-                    label: "b".into(),
-                    text: format!("{crd}---\nkind: Secret\nmetadata: {{name: b}}\n"),
-                },
-            ],
+            &outputs(&[
+                (
+                    "a",
+                    format!("{crd}---\nkind: Secret\nmetadata: {{name: a}}\n"),
+                ),
+                (
+                    "b",
+                    format!("{crd}---\nkind: Secret\nmetadata: {{name: b}}\n"),
+                ),
+            ]),
             2,
         );
         let a = out[0].1.clone().unwrap();
@@ -565,18 +575,10 @@ mod tests {
         let store = ParsedStore::default();
         let bad = "---\nbad: [\n";
         let out = store.parse(
-            &[
-                Output {
-                    key: "base".into(),
-                    label: "base".into(),
-                    text: format!("a: 1\n{bad}"),
-                },
-                Output {
-                    key: "head".into(),
-                    label: "head".into(),
-                    text: format!("a: 1\n---\nb: 2\nc: 3\n{bad}"),
-                },
-            ],
+            &outputs(&[
+                ("base", format!("a: 1\n{bad}")),
+                ("head", format!("a: 1\n---\nb: 2\nc: 3\n{bad}")),
+            ]),
             2,
         );
         let line = |err: &str| -> u64 {

@@ -28,15 +28,20 @@ impl ObjectsText {
     }
 }
 
+/// A line per object added and per object removed, indented by `indent`.
+fn added_and_removed(out: &mut String, diff: &ObjectsDiff, indent: &str) {
+    for object in &diff.added {
+        let _ = writeln!(out, "{indent}- added {}", code(&object.to_string()));
+    }
+    for object in &diff.removed {
+        let _ = writeln!(out, "{indent}- removed {}", code(&object.to_string()));
+    }
+}
+
 /// The chart's own change, as the nested lines under its heading.
 fn chart_only_lines(chart_only: &ObjectsDiff) -> String {
     let mut out = String::new();
-    for object in &chart_only.added {
-        let _ = writeln!(out, "  - added {}", code(&object.to_string()));
-    }
-    for object in &chart_only.removed {
-        let _ = writeln!(out, "  - removed {}", code(&object.to_string()));
-    }
+    added_and_removed(&mut out, chart_only, "  ");
     for change in &chart_only.changed {
         let fields: Vec<String> = change
             .fields
@@ -62,12 +67,7 @@ fn chart_only_lines(chart_only: &ObjectsDiff) -> String {
 /// Every object added, removed and changed, with the CRD table.
 fn object_lines(objects: &ObjectsDiff) -> String {
     let mut out = String::new();
-    for object in &objects.added {
-        let _ = writeln!(out, "- added {}", code(&object.to_string()));
-    }
-    for object in &objects.removed {
-        let _ = writeln!(out, "- removed {}", code(&object.to_string()));
-    }
+    added_and_removed(&mut out, objects, "");
     for change in &objects.changed {
         // A CRD's schema diff runs to thousands of lines on real charts: its versions and
         // schema field counts are in the table below (`--json` has every field); its other
