@@ -63,6 +63,23 @@ struct Store {
     claimed: HashSet<String>,
 }
 
+impl Store {
+    /// Keeps a document's objects (the first parse of a document wins, so every render
+    /// shares it) or why it did not parse.
+    fn publish(&mut self, key: DocKey, result: Result<Vec<Object>, (u64, String)>) {
+        match result {
+            Ok(objects) => {
+                self.documents
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(objects));
+            }
+            Err(message) => {
+                self.invalid.insert(key, message);
+            }
+        }
+    }
+}
+
 /// The store; cloning shares it. Two renders running at once (a check's merge base and
 /// head) never run one render key twice: the first claims it, the second waits for it.
 #[derive(Clone, Default)]
@@ -268,18 +285,7 @@ impl ParsedStore {
             store.read += parsed.len();
             for (key, result) in parsed {
                 store.reading.remove(&key);
-                match result {
-                    // The first parse of a document wins, so every render shares it.
-                    Ok(objects) => {
-                        store
-                            .documents
-                            .entry(key)
-                            .or_insert_with(|| Arc::new(objects));
-                    }
-                    Err(message) => {
-                        store.invalid.insert(key, message);
-                    }
-                }
+                store.publish(key, result);
             }
         }
         drop(claimed);
@@ -298,17 +304,7 @@ impl ParsedStore {
             let result = parse_segment(segment, label);
             let mut store = self.lock();
             store.read += 1;
-            match result {
-                Ok(objects) => {
-                    store
-                        .documents
-                        .entry(key)
-                        .or_insert_with(|| Arc::new(objects));
-                }
-                Err(message) => {
-                    store.invalid.insert(key, message);
-                }
-            }
+            store.publish(key, result);
         }
         let store = self.lock();
         let mut out = Vec::with_capacity(outputs.len());

@@ -28,6 +28,17 @@ impl ObjectsText {
     }
 }
 
+/// The fields of a change listed line by line: for a CRD, those the CRD table does not
+/// summarise (versions, served and storage flags, schemas).
+fn listed_fields(
+    change: &crate::gate::diff::ObjectChange,
+) -> impl Iterator<Item = &crate::gate::diff::FieldChange> {
+    change
+        .fields
+        .iter()
+        .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+}
+
 /// A line per object added and per object removed, indented by `indent`.
 fn added_and_removed(out: &mut String, diff: &ObjectsDiff, indent: &str) {
     for object in &diff.added {
@@ -43,10 +54,7 @@ fn chart_only_lines(chart_only: &ObjectsDiff) -> String {
     let mut out = String::new();
     added_and_removed(&mut out, chart_only, "  ");
     for change in &chart_only.changed {
-        let fields: Vec<String> = change
-            .fields
-            .iter()
-            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+        let fields: Vec<String> = listed_fields(change)
             .take(20)
             .map(|f| code(&f.path))
             .collect();
@@ -72,11 +80,7 @@ fn object_lines(objects: &ObjectsDiff) -> String {
         // A CRD's schema diff runs to thousands of lines on real charts: its versions and
         // schema field counts are in the table below (`--json` has every field); its other
         // fields (labels, names, conversion) are listed here.
-        let shown: Vec<_> = change
-            .fields
-            .iter()
-            .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
-            .collect();
+        let shown: Vec<_> = listed_fields(change).collect();
         if change.crd.is_some() && shown.is_empty() {
             continue;
         }
