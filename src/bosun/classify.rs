@@ -113,7 +113,7 @@ pub fn classify(situation: &Situation) -> Path {
                         fact: format!(
                             "Bosun already pushed {} repair{} to this pull request (the cap is {}): {error}",
                             situation.attempts,
-                            if situation.attempts == 1 { "" } else { "s" },
+                            crate::plural(situation.attempts),
                             situation.attempt_cap
                         ),
                     });
@@ -164,7 +164,7 @@ pub fn classify(situation: &Situation) -> Path {
                         fact: format!(
                             "Bosun already pushed {} repair{} to this pull request (the cap is {})",
                             situation.attempts,
-                            if situation.attempts == 1 { "" } else { "s" },
+                            crate::plural(situation.attempts),
                             situation.attempt_cap
                         ),
                     });
@@ -258,7 +258,7 @@ pub fn classify(situation: &Situation) -> Path {
                         field("object"),
                         field("loss"),
                         if others > 0 {
-                            format!(" (and {others} more such finding{} in the report)", if others == 1 { "" } else { "s" })
+                            format!(" (and {others} more such finding{} in the report)", crate::plural(others))
                         } else {
                             String::new()
                         }

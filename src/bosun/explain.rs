@@ -30,7 +30,7 @@ pub fn lines(summary: &Summary, verdict: &Verdict) -> Vec<String> {
             code(&c.from),
             code(&c.to),
             c.applications,
-            if c.applications == 1 { "" } else { "s" },
+            crate::plural(c.applications),
             c.clusters
                 .iter()
                 .map(|x| text(x))
@@ -78,7 +78,7 @@ pub fn lines(summary: &Summary, verdict: &Verdict) -> Vec<String> {
         out.push(format!(
             "RBAC: {} object{} added, {} removed",
             summary.rbac_added,
-            if summary.rbac_added == 1 { "" } else { "s" },
+            crate::plural(summary.rbac_added),
             summary.rbac_removed
         ));
     }
@@ -89,11 +89,7 @@ pub fn lines(summary: &Summary, verdict: &Verdict) -> Vec<String> {
         c.objects_removed,
         c.objects_changed,
         c.applications_changed + c.applications_added + c.applications_removed,
-        if c.applications_changed + c.applications_added + c.applications_removed == 1 {
-            ""
-        } else {
-            "s"
-        }
+        crate::plural(c.applications_changed + c.applications_added + c.applications_removed)
     ));
     if !summary.defaults.is_empty() {
         let shown: Vec<String> = summary

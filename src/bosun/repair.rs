@@ -124,7 +124,7 @@ impl Planned {
                 choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
                 fact: format!(
                     "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
-                    if needed == 1 { "" } else { "s" }
+                    crate::plural(needed)
                 ),
             },
             self.loss_lines(),
@@ -202,7 +202,6 @@ pub fn decide(
         }));
     }
     let count = planned.lossy.iter().map(|l| l.losses.len()).sum::<usize>();
-    let plural = |n: usize| if n == 1 { "" } else { "s" };
     if !(model_configured && planned.reshapable()) {
         let fact = if planned
             .lossy
@@ -211,17 +210,17 @@ pub fn decide(
         {
             format!(
                 "the schema check could not run on {count} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
-                plural(count)
+                crate::plural(count)
             )
         } else if model_configured {
             format!(
                 "the destination schema would prune or reject {count} value{} the swap alone would lose, in a chart template or a document the check could not read, which Bosun does not reshape; nothing was pushed, not even the clean swaps",
-                plural(count)
+                crate::plural(count)
             )
         } else {
             format!(
                 "the destination schema would prune or reject {count} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
-                plural(count)
+                crate::plural(count)
             )
         };
         return Step::Done(Err((handoff(fact), planned.loss_lines())));

@@ -436,19 +436,10 @@ async fn create_comment(
     let id = guard.id();
     let now = guard.now();
     let repo = repo_or_404!(guard, owner, repo);
-    if !repo.pulls.iter().any(|p| p.number == number) {
+    let Some(comment) = repo.add_comment(id, number, user, text, now).cloned() else {
         return not_found();
-    }
-    let comment = Comment {
-        id,
-        issue: number,
-        user,
-        body: text.to_string(),
-        created_at: now.clone(),
-        updated_at: now,
     };
     let json = comment_json(repo, &comment);
-    repo.comments.push(comment);
     (StatusCode::CREATED, axum::Json(json)).into_response()
 }
 

@@ -71,19 +71,10 @@ pub(super) async fn create_comment(
     let id = guard.id();
     let now = guard.now();
     let repo = repo_or_404!(guard, owner, repo);
-    if !repo.pulls.iter().any(|p| p.number == number) {
+    let Some(comment) = repo.add_comment(id, number, user, text, now).cloned() else {
         return error(StatusCode::NOT_FOUND, "Not Found");
-    }
-    let comment = Comment {
-        id,
-        issue: number,
-        user,
-        body: text.to_string(),
-        created_at: now.clone(),
-        updated_at: now,
     };
     let json = comment_json(repo, &comment);
-    repo.comments.push(comment);
     (StatusCode::CREATED, axum::Json(json)).into_response()
 }
 

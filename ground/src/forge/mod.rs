@@ -83,6 +83,32 @@ struct Comment {
     updated_at: String,
 }
 
+impl Repo {
+    /// Adds a comment to pull request `issue` (both faces comment on pulls only); `None`
+    /// when there is no such pull.
+    fn add_comment(
+        &mut self,
+        id: u64,
+        issue: u64,
+        user: String,
+        body: &str,
+        now: String,
+    ) -> Option<&Comment> {
+        if !self.pulls.iter().any(|p| p.number == issue) {
+            return None;
+        }
+        self.comments.push(Comment {
+            id,
+            issue,
+            user,
+            body: body.to_string(),
+            created_at: now.clone(),
+            updated_at: now,
+        });
+        self.comments.last()
+    }
+}
+
 #[derive(Debug, Clone)]
 struct Status {
     id: u64,

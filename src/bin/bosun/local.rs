@@ -236,7 +236,7 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
             let message = format!(
                 "Move {} manifest{} off API versions the new chart stops serving\n\nBosun (local mode) rewrote apiVersion values as the gate asked{}.\n",
                 prepared.swapped,
-                if prepared.swapped == 1 { "" } else { "s" },
+                gitops_loop::plural(prepared.swapped),
                 if prepared.reshaped.is_empty() {
                     ""
                 } else {

@@ -129,13 +129,9 @@ impl Bosun {
         run.say(format!(
             "set {} key{} in {} file{}, pushed {} to {} (label {attempt})",
             prepared.edits.len(),
-            if prepared.edits.len() == 1 { "" } else { "s" },
+            crate::plural(prepared.edits.len()),
             prepared.rewrites.len(),
-            if prepared.rewrites.len() == 1 {
-                ""
-            } else {
-                "s"
-            },
+            crate::plural(prepared.rewrites.len()),
             short(&commit),
             pr.head_ref
         ));

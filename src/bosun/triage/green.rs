@@ -98,11 +98,7 @@ impl Bosun {
                 lines.push(format!(
                     "- and {} earlier release{} in the range (read for manual steps, not shown)",
                     found.releases.len() - crate::bosun::notes::MAX_RELEASES,
-                    if found.releases.len() - crate::bosun::notes::MAX_RELEASES == 1 {
-                        ""
-                    } else {
-                        "s"
-                    }
+                    crate::plural(found.releases.len() - crate::bosun::notes::MAX_RELEASES)
                 ));
             }
         }
@@ -144,7 +140,7 @@ impl Bosun {
         run.say(format!(
             "release notes: {} release{} read{}",
             lines.len(),
-            if lines.len() == 1 { "" } else { "s" },
+            crate::plural(lines.len()),
             if unread.is_empty() {
                 String::new()
             } else {

@@ -63,7 +63,7 @@ impl Bosun {
                     choice: "which settings to remove, rename or add so the new chart's values schema accepts them".into(),
                     fact: format!(
                         "a values migration needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed",
-                        if needed == 1 { "" } else { "s" }
+                        crate::plural(needed)
                     ),
                 };
             return self
@@ -129,11 +129,7 @@ impl Bosun {
         run.say(format!(
             "migrated values in {} file{}, pushed {} to {} (label {attempt})",
             prepared.rewrites.len(),
-            if prepared.rewrites.len() == 1 {
-                ""
-            } else {
-                "s"
-            },
+            crate::plural(prepared.rewrites.len()),
             short(&commit),
             pr.head_ref
         ));

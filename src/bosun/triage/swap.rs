@@ -87,12 +87,12 @@ impl Bosun {
         let mut message = if reshaped.is_empty() {
             format!(
                 "Move {swapped} manifest{} off API versions the new chart stops serving\n\nBosun rewrote apiVersion values only, as the addons-gate report asked:\n",
-                if swapped == 1 { "" } else { "s" }
+                crate::plural(swapped)
             )
         } else {
             format!(
                 "Move {swapped} manifest{} off API versions the new chart stops serving, reshaping {} for the new schema\n\nBosun rewrote apiVersion values as the addons-gate report asked, and re-serialised the reshaped documents from the structure its harness validated:\n",
-                if swapped == 1 { "" } else { "s" },
+                crate::plural(swapped),
                 reshaped.len()
             )
         };
@@ -141,7 +141,7 @@ impl Bosun {
         run.say(format!(
             "swapped apiVersions in {} file{} ({swapped} manifests), pushed {} to {} (label {attempt})",
             files.len(),
-            if files.len() == 1 { "" } else { "s" },
+            crate::plural(files.len()),
             short(&commit),
             pr.head_ref
         ));

@@ -234,7 +234,7 @@ pub(super) fn details_section(result: &GateResult) -> String {
                 out,
                 "- {} Application{}: {} {} → {} ({}{more})",
                 apps.len(),
-                if apps.len() == 1 { "" } else { "s" },
+                crate::plural(apps.len()),
                 code(path),
                 code(&clip(old, 80)),
                 code(&clip(new, 80)),

@@ -102,7 +102,7 @@ pub(super) fn sync_policies_changed(inputs: &Inputs<'_>) -> Vec<Finding> {
             summary: format!(
                 "{} Application{} now {power}: {}{}",
                 apps.len(),
-                if apps.len() == 1 { "" } else { "s" },
+                crate::plural(apps.len()),
                 shown.join(", "),
                 if apps.len() > shown.len() {
                     format!(" and {} more", apps.len() - shown.len())

@@ -50,7 +50,7 @@ pub(super) fn addons_added(inputs: &Inputs<'_>) -> Vec<Finding> {
             summary: format!(
                 "this change creates {} Application{}",
                 added.len(),
-                if added.len() == 1 { "" } else { "s" }
+                crate::plural(added.len())
             ),
             evidence: Value::Array(rows),
         });
@@ -82,7 +82,7 @@ pub(super) fn major_versions(inputs: &Inputs<'_>) -> Vec<Finding> {
         findings.push(Finding {
             rule: MAJOR_VERSION.into(),
             severity: Severity::Note,
-            summary: format!("chart {chart} {from} → {to} crosses a major version boundary ({} Application{})", apps.len(), if apps.len() == 1 { "" } else { "s" }),
+            summary: format!("chart {chart} {from} → {to} crosses a major version boundary ({} Application{})", apps.len(), crate::plural(apps.len())),
             evidence: serde_json::json!({"chart": chart, "from": from, "to": to, "applications": apps}),
         });
     }
@@ -111,7 +111,7 @@ pub(super) fn rbac_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
             summary: format!(
                 "{} RBAC object{} removed",
                 rbac_removed.len(),
-                if rbac_removed.len() == 1 { "" } else { "s" }
+                crate::plural(rbac_removed.len())
             ),
             evidence: serde_json::json!(rbac_removed),
         });
@@ -148,7 +148,7 @@ pub(super) fn crds_added_or_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
                 summary: format!(
                     "{} CustomResourceDefinition{} {verb}",
                     set.len(),
-                    if set.len() == 1 { "" } else { "s" }
+                    crate::plural(set.len())
                 ),
                 evidence: serde_json::json!(set),
             });
