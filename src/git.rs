@@ -3,7 +3,7 @@
 //! (origin's without credentials, compared the way people write them). The render engine,
 //! the gate and Bosun read repositories through it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -367,7 +367,20 @@ fn cat_blobs<'a>(
     repo: &Path,
     oids: impl Iterator<Item = &'a str>,
 ) -> Result<Vec<Vec<u8>>, GitError> {
-    let oids: Vec<String> = oids.map(str::to_string).collect();
+    // Each distinct object is asked for once: a fleet repository holds hundreds of files with
+    // the same content (one values file per cluster), and each ask is a lookup and an inflate.
+    let asked: Vec<&str> = oids.collect();
+    let mut at: HashMap<&str, usize> = HashMap::new();
+    let mut oids: Vec<String> = Vec::new();
+    let order: Vec<usize> = asked
+        .iter()
+        .map(|oid| {
+            *at.entry(oid).or_insert_with(|| {
+                oids.push(oid.to_string());
+                oids.len() - 1
+            })
+        })
+        .collect();
     if oids.is_empty() {
         return Ok(Vec::new());
     }
@@ -425,7 +438,7 @@ fn cat_blobs<'a>(
     }
     let _ = writer.join();
     let _ = child.wait();
-    Ok(contents)
+    Ok(order.into_iter().map(|i| contents[i].clone()).collect())
 }
 
 #[cfg(test)]
@@ -455,6 +468,40 @@ mod tests {
             let err = resolve_commit(Path::new("/nonexistent"), revision).unwrap_err();
             assert!(err.to_string().contains("not a revision"), "{err}");
         }
+    }
+
+    #[test]
+    fn files_that_share_content_each_get_it_and_others_keep_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path();
+        let git = |args: &[&str]| {
+            let out = git(repo)
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+        };
+        git(&["init", "-q"]);
+        for (path, text) in [
+            ("a.yaml", "same: 1\n"),
+            ("b/c.yaml", "other: 2\n"),
+            ("d.yaml", "same: 1\n"),
+            ("e.yaml", ""),
+            ("f.yaml", ""),
+        ] {
+            let file = repo.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "files"]);
+        let snapshot = Snapshot::load(repo, "HEAD").unwrap();
+        assert_eq!(snapshot.read_string("a.yaml").unwrap(), "same: 1\n");
+        assert_eq!(snapshot.read_string("b/c.yaml").unwrap(), "other: 2\n");
+        assert_eq!(snapshot.read_string("d.yaml").unwrap(), "same: 1\n");
+        assert_eq!(snapshot.read_string("e.yaml").unwrap(), "");
+        assert_eq!(snapshot.read_string("f.yaml").unwrap(), "");
     }
 
     #[test]

@@ -112,6 +112,60 @@ fn warm_cache_runs_no_helm() {
 }
 
 #[test]
+fn another_helm_version_renders_afresh_then_is_cached_too() {
+    // The persistent cache keys a render by its inputs and the version of the helm that made
+    // it: a helm upgrade must not be answered with the old helm's output.
+    let repo = sample_repo();
+    let cache = tempfile::tempdir().unwrap();
+    let real = common::project_root().join("target/tools/helm");
+    let bin = tempfile::tempdir().unwrap();
+    let upgraded = bin.path().join("helm");
+    std::fs::write(
+        &upgraded,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = version ]; then echo v9.9.9+upgraded; exit 0; fi\nexec '{}' \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&upgraded, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run = |helm: &std::path::Path| {
+        let sample = common::sample_dir();
+        let output = common::gate(cache.path())
+            .args(["render", "--format", "json", "--repo-url"])
+            .arg(common::SAMPLE_REPO_URL)
+            .arg("--repo")
+            .arg(repo.path())
+            .arg("--inventory")
+            .arg(sample.join("inventory.yaml"))
+            .arg("--charts")
+            .arg(sample.join("charts"))
+            .arg("--helm")
+            .arg(helm)
+            .output()
+            .expect("gate runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        (
+            output.stdout,
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let (first, _) = run(&real);
+    let (again, stats) = run(&upgraded);
+    assert_eq!(first, again, "the same charts render the same document");
+    assert!(!stats.contains(": 0 helm,"), "{stats}");
+    let (_, stats) = run(&upgraded);
+    assert!(stats.contains(": 0 helm, 0 kustomize,"), "{stats}");
+}
+
+#[test]
 fn missing_helm_says_what_to_do() {
     let repo = sample_repo();
     let cache = tempfile::tempdir().unwrap();

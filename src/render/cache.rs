@@ -31,6 +31,17 @@ impl RenderCache {
         std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache").join("gitops-gate"))
     }
 
+    /// The entry of a render: its key (every input but the tools, `HelmJob::render_key`) and
+    /// the versions of the tools that produce it, so a new helm or kubectl renders afresh.
+    pub fn entry(key: &str, tools: &str) -> String {
+        let mut hasher = Sha256::new();
+        for field in ["render-cache-v2", tools, key] {
+            hasher.update((field.len() as u64).to_le_bytes());
+            hasher.update(field.as_bytes());
+        }
+        hex(&hasher.finalize())
+    }
+
     fn path(&self, key: &str) -> Option<PathBuf> {
         let dir = self.dir.as_ref()?;
         Some(
@@ -106,6 +117,35 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_changes_with_the_tools_and_keeps_its_fields_apart() {
+        let key = "0123abcd";
+        assert_eq!(
+            RenderCache::entry(key, "helm v4.1.4"),
+            RenderCache::entry(key, "helm v4.1.4")
+        );
+        assert_ne!(
+            RenderCache::entry(key, "helm v4.1.4"),
+            RenderCache::entry(key, "helm v4.1.5")
+        );
+        assert_ne!(
+            RenderCache::entry("ab", "c"),
+            RenderCache::entry("a", "bc"),
+            "a byte moved from the key to the tools is another entry"
+        );
+        // A stored render is read back under its entry only.
+        let dir = tempfile::tempdir().unwrap();
+        let cache = RenderCache::at(dir.path().to_path_buf());
+        cache.put(&RenderCache::entry(key, "helm v4.1.4"), "kind: A\n");
+        assert_eq!(
+            cache
+                .get(&RenderCache::entry(key, "helm v4.1.4"))
+                .as_deref(),
+            Some("kind: A\n")
+        );
+        assert_eq!(cache.get(&RenderCache::entry(key, "helm v4.1.5")), None);
+    }
 
     #[test]
     fn a_symbolic_link_in_a_chart_is_refused() {

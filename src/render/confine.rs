@@ -68,6 +68,25 @@ pub struct Output {
     pub stderr: Vec<u8>,
 }
 
+/// The PATH every confined process gets, and where `unshare` is looked for.
+const CONFINED_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// `unshare`, found in [`CONFINED_PATH`] and named by its absolute path. A program named by
+/// path is started with `posix_spawn`; a bare name under a changed PATH makes the standard
+/// library fork, which copies the page tables of the whole gate (a hundred megabytes on a
+/// CRD-heavy render) once per helm call.
+fn unshare() -> Option<&'static Path> {
+    static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            CONFINED_PATH
+                .split(':')
+                .map(|dir| Path::new(dir).join("unshare"))
+                .find(|path| path.is_file())
+        })
+        .as_deref()
+}
+
 /// Whether `unshare --user --map-root-user --net` works here (probed once per process).
 pub fn network_namespace_available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
@@ -75,7 +94,13 @@ pub fn network_namespace_available() -> bool {
         if std::env::var_os("GATE_NO_NETNS").is_some_and(|v| v == "1") {
             return false;
         }
-        let ok = Command::new("unshare")
+        let Some(unshare) = unshare() else {
+            tracing::warn!(
+                "no network namespace available (no unshare in {CONFINED_PATH}): helm and kubectl run with a scrubbed environment only"
+            );
+            return false;
+        };
+        let ok = Command::new(unshare)
             .args(["--user", "--map-root-user", "--net", "--", "true"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -141,8 +166,8 @@ impl Confined {
     /// The command as it will be spawned (for tests and messages).
     pub fn command(&self) -> Command {
         let isolate = !self.network && network_namespace_available();
-        let mut command = if isolate {
-            let mut c = Command::new("unshare");
+        let mut command = if let Some(unshare) = unshare().filter(|_| isolate) {
+            let mut c = Command::new(unshare);
             c.args(["--user", "--map-root-user", "--net", "--"])
                 .arg(&self.program);
             c
@@ -152,7 +177,7 @@ impl Confined {
         command.args(&self.args).env_clear();
         let home = &self.home;
         let mut env: Vec<(OsString, OsString)> = vec![
-            ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+            ("PATH".into(), CONFINED_PATH.into()),
             ("HOME".into(), home.into()),
             ("HELM_CACHE_HOME".into(), home.join("cache").into()),
             ("HELM_CONFIG_HOME".into(), home.join("config").into()),
@@ -352,6 +377,19 @@ mod tests {
         Limits {
             timeout: Duration::from_millis(timeout_ms),
             ..Limits::default()
+        }
+    }
+
+    #[test]
+    fn a_confined_call_names_its_program_by_path_so_it_is_spawned_not_forked() {
+        // std forks (copying the gate's page tables) when a bare program name meets a changed
+        // PATH; a path makes it use posix_spawn.
+        let home = tempfile::tempdir().unwrap();
+        let command = Confined::new(Path::new("/usr/bin/env"), home.path()).command();
+        let program = Path::new(command.get_program());
+        assert!(program.is_absolute(), "{}", program.display());
+        if network_namespace_available() {
+            assert!(program.ends_with("unshare"), "{}", program.display());
         }
     }
 

@@ -64,14 +64,16 @@ fn render_roots(
         values_users: Vec::new(),
     };
     trace(revision, "render starts");
-    // helm's version (part of every helm render key) is asked while the snapshot loads;
-    // kubectl's only when a Kustomize source needs a key (most repositories have none, and a
-    // process less is a core more for helm).
-    let (snapshot, helm_version) = std::thread::scope(|scope| {
-        let helm = scope.spawn(|| config.helm.version());
-        let snapshot = config.parsed.snapshot(&config.repo_dir, revision);
-        (snapshot, helm.join().unwrap_or_else(|_| "unknown".into()))
-    });
+    // helm's version is part of every persistent cache entry of a helm render, looked up
+    // after the wave is planned: it is asked in the background while the snapshot loads and
+    // the jobs are planned (`helm version` alone takes 50-100 ms). kubectl's is asked only
+    // when a Kustomize render is looked up (most repositories have none, and a process less
+    // is a core more for helm).
+    {
+        let helm = config.helm.clone();
+        std::thread::spawn(move || helm.version());
+    }
+    let snapshot = config.parsed.snapshot(&config.repo_dir, revision);
     let snapshot = snapshot.map_err(|e| failure(revision, "repository", e.to_string()))?;
     let commit = snapshot.commit.clone();
     let repos = RepoResolver::new(
@@ -110,7 +112,6 @@ fn render_roots(
         revision,
         repos,
         work: work.path().to_path_buf(),
-        helm_version,
         kubectl_version: std::sync::OnceLock::new(),
         chart_digests: Mutex::new(HashMap::new()),
         memo: HashMap::new(),
@@ -141,8 +142,7 @@ pub(super) struct Engine<'a> {
     revision: &'a str,
     pub(super) repos: RepoResolver,
     pub(super) work: PathBuf,
-    pub(super) helm_version: String,
-    /// kubectl's version, asked the first time a Kustomize source is keyed.
+    /// kubectl's version, asked the first time a Kustomize render is looked up.
     pub(super) kubectl_version: std::sync::OnceLock<String>,
     pub(super) chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
     pub(super) memo: HashMap<String, parsed::Parsed>,

@@ -313,8 +313,10 @@ fn read_from_snapshot(
 }
 
 impl HelmJob {
-    /// A digest of every input that can change helm's output.
-    pub fn cache_key(&self, helm_version: &str) -> String {
+    /// A digest of every input of this job that can change helm's output. The helm binary
+    /// is one per run, so it is not part of the key; the persistent cache adds its version
+    /// (`RenderCache::entry`), which is asked while the run plans its jobs.
+    pub fn render_key(&self) -> String {
         let mut hasher = Sha256::new();
         let mut field = |label: &str, bytes: &[u8]| {
             hasher.update(label.as_bytes());
@@ -322,7 +324,6 @@ impl HelmJob {
             hasher.update(bytes);
         };
         field("kind", b"helm-template-v1");
-        field("helm", helm_version.as_bytes());
         field("chart", self.chart_digest.as_bytes());
         field("release", self.release.as_bytes());
         field("namespace", self.namespace.as_bytes());
@@ -443,7 +444,7 @@ mod tests {
             skip_tests: false,
             skip_schema_validation: false,
         };
-        let key = |j: HelmJob| j.cache_key("v4");
+        let key = |j: HelmJob| j.render_key();
         assert_ne!(
             key(job(&["x/v1", "y/v1"], &[])),
             key(job(&["x/v1\ny/v1"], &[]))

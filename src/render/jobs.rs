@@ -5,6 +5,31 @@ use super::engine::Engine;
 use super::*;
 
 impl Engine<'_> {
+    /// The tools a job's output depends on, with their versions: the part of its persistent
+    /// cache entry its render key leaves out.
+    fn tools_of(&self, job: &RenderJob) -> String {
+        let helm = || format!("helm {}", self.config.helm.version());
+        match job {
+            RenderJob::Helm(_) => helm(),
+            RenderJob::Kustomize(_) => {
+                let kubectl = self.kubectl_version.get_or_init(|| {
+                    self.config
+                        .kubectl
+                        .as_ref()
+                        .map(Tool::version)
+                        .unwrap_or_default()
+                });
+                // With --enable-helm, the charts a kustomization names are inflated by helm.
+                if self.config.kustomize_enable_helm {
+                    format!("kubectl {kubectl}\n{}", helm())
+                } else {
+                    format!("kubectl {kubectl}")
+                }
+            }
+            RenderJob::Objects(_) => String::new(),
+        }
+    }
+
     /// Runs every queued job whose inputs were not rendered before: identical inputs run once,
     /// cached results are read back, the rest run in parallel.
     pub(super) fn execute_pending_jobs(&mut self) {
@@ -32,7 +57,8 @@ impl Engine<'_> {
                 }
                 parsed::Claim::Mine => guard.hold(&key),
             }
-            if let Some(text) = self.config.cache.get(&key) {
+            let entry = RenderCache::entry(&key, &self.tools_of(&job));
+            if let Some(text) = self.config.cache.get(&entry) {
                 self.stats.cache_hits += 1;
                 to_parse.push(parsed::Output {
                     key,
@@ -40,10 +66,10 @@ impl Engine<'_> {
                     text,
                 });
             } else {
-                to_run.push((key, job));
+                to_run.push((key, entry, job));
             }
         }
-        for (_, job) in &to_run {
+        for (_, _, job) in &to_run {
             match job {
                 RenderJob::Helm(_) => self.stats.helm_runs += 1,
                 RenderJob::Kustomize(_) => self.stats.kustomize_runs += 1,
@@ -55,7 +81,7 @@ impl Engine<'_> {
         let jobs = config.jobs.max(1);
         // Each fresh output is parsed by the worker that rendered it, outside its process
         // slot, while other renders run; then stored.
-        let results = parallel_map(to_run, jobs, |(key, job)| {
+        let results = parallel_map(to_run, jobs, |(key, entry, job)| {
             let output = {
                 let _slot = config.parsed.slot(jobs);
                 run_job(config, &work, &key, &job)
@@ -71,7 +97,7 @@ impl Engine<'_> {
                         .unwrap_or((output.key.clone(), Err("no parse result".into())));
                     trace(&key[..8], "job parsed");
                     if parsed.is_ok() {
-                        config.cache.put(&key, &output.text);
+                        config.cache.put(&entry, &output.text);
                     }
                     (key, parsed)
                 }
@@ -104,7 +130,7 @@ pub fn run_helm(config: &RenderConfig, job: &source::HelmJob) -> Result<String, 
         .prefix("gate-helm-")
         .tempdir()
         .map_err(|e| format!("scratch directory: {e}"))?;
-    let key = job.cache_key(&config.helm.version());
+    let key = job.render_key();
     run_job(config, work.path(), &key, &RenderJob::Helm(job.clone())).map(|(_, text)| text)
 }
 

@@ -92,14 +92,8 @@ impl Engine<'_> {
                 }
             }
             let key = match &job {
-                RenderJob::Helm(h) => h.cache_key(&self.helm_version),
-                RenderJob::Kustomize(k) => k.cache_key(self.kubectl_version.get_or_init(|| {
-                    self.config
-                        .kubectl
-                        .as_ref()
-                        .map(Tool::version)
-                        .unwrap_or_default()
-                })),
+                RenderJob::Helm(h) => h.render_key(),
+                RenderJob::Kustomize(k) => k.render_key(),
                 RenderJob::Objects(objects) => {
                     // Keyed by content, so equal directories share their objects.
                     let key = format!(

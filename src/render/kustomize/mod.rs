@@ -18,11 +18,11 @@ use crate::render::source::*;
 use crate::yaml;
 
 impl KustomizeJob {
-    pub fn cache_key(&self, kubectl_version: &str) -> String {
+    /// A digest of every input of this build but the tools, which are one per run (the
+    /// persistent cache adds their versions, `RenderCache::entry`).
+    pub fn render_key(&self) -> String {
         let mut hasher = Sha256::new();
         hasher.update(b"kustomize-v1\0");
-        hasher.update(kubectl_version.as_bytes());
-        hasher.update(b"\0");
         // A kustomization can reach anywhere in the repository: key on the whole tree.
         hasher.update(self.snapshot.digest_under("").as_bytes());
         hasher.update(self.path.as_bytes());
