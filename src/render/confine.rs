@@ -319,34 +319,25 @@ impl Confined {
 /// Reads a pipe to its end, keeping at most `cap` bytes; past the cap it keeps draining (so the
 /// writer is not blocked) and says it overflowed.
 fn read_capped(pipe: Option<impl Read>, cap: usize, on_overflow: impl Fn()) -> (Vec<u8>, bool) {
-    let Some(mut pipe) = pipe else {
+    let Some(pipe) = pipe else {
         return (Vec::new(), false);
     };
-    // A CRD-heavy chart prints megabytes: stdout (a cap of hundreds of MiB) starts at 1 MiB
-    // rather than doubling from nothing; stderr (1 MiB) at an eighth of that.
-    let mut kept = Vec::with_capacity((cap / 8).min(1 << 20));
-    let mut overflow = false;
-    let mut buffer = [0u8; 64 * 1024];
-    loop {
-        match pipe.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => {
-                if kept.len() + n > cap {
-                    if !overflow {
-                        on_overflow();
-                    }
-                    overflow = true;
-                    let room = cap.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buffer[..room]);
-                } else {
-                    kept.extend_from_slice(&buffer[..n]);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break,
-        }
+    // A CRD-heavy chart prints megabytes. Growing by doubling copies the output each time it
+    // doubles, into pages touched for the first time, so stdout (a cap of hundreds of MiB)
+    // reserves 16 MiB up front: address space only, a page is touched when it is written.
+    // stderr (1 MiB) reserves an eighth of its cap. The pipe is read straight into it.
+    let mut kept = Vec::with_capacity((cap / 8).min(16 << 20));
+    // One byte past the cap says the output overflowed. A read error ends the output; what
+    // was read before it is kept.
+    let mut limited = pipe.take(cap as u64 + 1);
+    let _ = limited.read_to_end(&mut kept);
+    if kept.len() <= cap {
+        return (kept, false);
     }
-    (kept, overflow)
+    on_overflow();
+    kept.truncate(cap);
+    let _ = std::io::copy(&mut limited.into_inner(), &mut std::io::sink());
+    (kept, true)
 }
 
 /// The last lines of a tool's stderr that say something (not blank, not a usage banner), joined
@@ -391,6 +382,37 @@ mod tests {
         if network_namespace_available() {
             assert!(program.ends_with("unshare"), "{}", program.display());
         }
+    }
+
+    #[test]
+    fn a_pipe_is_kept_up_to_its_cap_and_drained_past_it() {
+        let overflowed = std::cell::Cell::new(0);
+        let read = |bytes: &[u8], cap: usize| {
+            read_capped(Some(std::io::Cursor::new(bytes.to_vec())), cap, || {
+                overflowed.set(overflowed.get() + 1)
+            })
+        };
+        assert_eq!(read(b"abcdef", 6), (b"abcdef".to_vec(), false));
+        assert_eq!(overflowed.get(), 0);
+        assert_eq!(read(b"abcdefg", 6), (b"abcdef".to_vec(), true));
+        assert_eq!(read(&[b'x'; 100_000], 10).0.len(), 10);
+        assert_eq!(overflowed.get(), 2, "said once per overflowing pipe");
+        assert_eq!(read(b"", 6), (Vec::new(), false));
+        // A read error ends the output; what came before it is kept.
+        struct Failing(bool);
+        impl Read for Failing {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if std::mem::replace(&mut self.0, true) {
+                    return Err(std::io::Error::other("gone"));
+                }
+                buf[..3].copy_from_slice(b"abc");
+                Ok(3)
+            }
+        }
+        assert_eq!(
+            read_capped(Some(Failing(false)), 10, || {}),
+            (b"abc".to_vec(), false)
+        );
     }
 
     #[test]
