@@ -438,7 +438,23 @@ fn cat_blobs<'a>(
     }
     let _ = writer.join();
     let _ = child.wait();
-    Ok(order.into_iter().map(|i| contents[i].clone()).collect())
+    // Each path gets its object's content; the last path to use an object takes it.
+    let mut last_use = vec![0; contents.len()];
+    for (position, &i) in order.iter().enumerate() {
+        last_use[i] = position;
+    }
+    let mut contents: Vec<Option<Vec<u8>>> = contents.into_iter().map(Some).collect();
+    Ok(order
+        .iter()
+        .enumerate()
+        .map(|(position, &i)| {
+            if last_use[i] == position {
+                contents[i].take().unwrap_or_default()
+            } else {
+                contents[i].clone().unwrap_or_default()
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]

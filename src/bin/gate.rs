@@ -271,8 +271,8 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
         ..Default::default()
     };
     helm.limits = limits;
-    // helm's version keys every helm render: asked now, it overlaps reading the inventory
-    // and resolving the commits instead of delaying the first render.
+    // helm's version is part of every helm render's disk cache entry: asked now, it overlaps
+    // reading the inventory and resolving the commits instead of delaying the first lookup.
     {
         let helm = helm.clone();
         std::thread::spawn(move || helm.version());

@@ -82,7 +82,8 @@ fn unshare() -> Option<&'static Path> {
             CONFINED_PATH
                 .split(':')
                 .map(|dir| Path::new(dir).join("unshare"))
-                .find(|path| path.is_file())
+                // As a PATH lookup does: a file that cannot be run is passed over.
+                .find(|path| super::tools::is_executable(path))
         })
         .as_deref()
 }
@@ -129,8 +130,11 @@ pub struct Confined {
 impl Confined {
     /// A call of `program` whose per-user state (HOME, helm's homes, XDG folders) is `home`.
     pub fn new(program: &Path, home: &Path) -> Confined {
+        // A bare name (an empty PATH entry finds `helm` in the current folder) would be looked
+        // up in the confined PATH, and by fork: the program is named by an absolute path.
+        let program = std::path::absolute(program).unwrap_or_else(|_| program.to_path_buf());
         Confined {
-            program: program.to_path_buf(),
+            program,
             args: Vec::new(),
             env: Vec::new(),
             home: home.to_path_buf(),
@@ -329,7 +333,7 @@ fn read_capped(pipe: Option<impl Read>, cap: usize, on_overflow: impl Fn()) -> (
     let mut kept = Vec::with_capacity((cap / 8).min(16 << 20));
     // One byte past the cap says the output overflowed. A read error ends the output; what
     // was read before it is kept.
-    let mut limited = pipe.take(cap as u64 + 1);
+    let mut limited = pipe.take((cap as u64).saturating_add(1));
     let _ = limited.read_to_end(&mut kept);
     if kept.len() <= cap {
         return (kept, false);
@@ -376,11 +380,19 @@ mod tests {
         // std forks (copying the gate's page tables) when a bare program name meets a changed
         // PATH; a path makes it use posix_spawn.
         let home = tempfile::tempdir().unwrap();
-        let command = Confined::new(Path::new("/usr/bin/env"), home.path()).command();
-        let program = Path::new(command.get_program());
-        assert!(program.is_absolute(), "{}", program.display());
-        if network_namespace_available() {
-            assert!(program.ends_with("unshare"), "{}", program.display());
+        if let Some(unshare) = unshare() {
+            assert!(unshare.is_absolute(), "{}", unshare.display());
+        }
+        // A bare name (what an empty PATH entry finds) is named by an absolute path too.
+        for tool in ["/usr/bin/env", "env"] {
+            let command = Confined::new(Path::new(tool), home.path()).command();
+            let program = Path::new(command.get_program());
+            assert!(program.is_absolute(), "{tool}: {}", program.display());
+            if network_namespace_available() {
+                assert_eq!(Some(program), unshare(), "{tool}");
+                let tool_arg = command.get_args().nth(4).map(Path::new);
+                assert!(tool_arg.is_some_and(Path::is_absolute), "{tool_arg:?}");
+            }
         }
     }
 
@@ -395,7 +407,12 @@ mod tests {
         assert_eq!(read(b"abcdef", 6), (b"abcdef".to_vec(), false));
         assert_eq!(overflowed.get(), 0);
         assert_eq!(read(b"abcdefg", 6), (b"abcdef".to_vec(), true));
-        assert_eq!(read(&[b'x'; 100_000], 10).0.len(), 10);
+        // Past the cap the pipe is still read to its end, so the writer is never blocked.
+        let mut long = std::io::Cursor::new(vec![b'x'; 100_000]);
+        let (kept, overflow) =
+            read_capped(Some(&mut long), 10, || overflowed.set(overflowed.get() + 1));
+        assert_eq!((kept.len(), overflow), (10, true));
+        assert_eq!(long.position(), 100_000, "drained to the end");
         assert_eq!(overflowed.get(), 2, "said once per overflowing pipe");
         assert_eq!(read(b"", 6), (Vec::new(), false));
         // A read error ends the output; what came before it is kept.

@@ -66,7 +66,7 @@ fn project_tool_candidates(name: &str) -> Vec<PathBuf> {
     candidates
 }
 
-fn is_executable(path: &Path) -> bool {
+pub(crate) fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     path.metadata()
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -171,7 +171,8 @@ impl Tool {
         call.run(&self.limits)
     }
 
-    /// The tool's version (`v4.1.4`; part of every render key and of messages). Asked once
+    /// The tool's version (`v4.1.4`; part of every disk cache entry of its renders and of
+    /// messages). Asked once
     /// per process and path: `kubectl version` alone costs about 0.2 s, and a check renders
     /// three times. Different tools are asked at the same time; two asks of one tool wait for
     /// the first.
