@@ -273,10 +273,7 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
     helm.limits = limits;
     // helm's version is part of every helm render's disk cache entry: asked now, it overlaps
     // reading the inventory and resolving the commits instead of delaying the first lookup.
-    {
-        let helm = helm.clone();
-        std::thread::spawn(move || helm.version());
-    }
+    helm.prefetch_version();
     if let Some(kubectl) = kubectl.as_mut() {
         kubectl.limits = limits;
     }

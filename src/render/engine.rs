@@ -69,10 +69,7 @@ fn render_roots(
     // the jobs are planned (`helm version` alone takes 50-100 ms). kubectl's is asked only
     // when a Kustomize render is looked up (most repositories have none, and a process less
     // is a core more for helm).
-    {
-        let helm = config.helm.clone();
-        std::thread::spawn(move || helm.version());
-    }
+    config.helm.prefetch_version();
     let snapshot = config.parsed.snapshot(&config.repo_dir, revision);
     let snapshot = snapshot.map_err(|e| failure(revision, "repository", e.to_string()))?;
     let commit = snapshot.commit.clone();
@@ -112,7 +109,6 @@ fn render_roots(
         revision,
         repos,
         work: work.path().to_path_buf(),
-        kubectl_version: std::sync::OnceLock::new(),
         chart_digests: Mutex::new(HashMap::new()),
         memo: HashMap::new(),
         stats: RenderStats::default(),
@@ -142,8 +138,6 @@ pub(super) struct Engine<'a> {
     revision: &'a str,
     pub(super) repos: RepoResolver,
     pub(super) work: PathBuf,
-    /// kubectl's version, asked the first time a Kustomize render is looked up.
-    pub(super) kubectl_version: std::sync::OnceLock<String>,
     pub(super) chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
     pub(super) memo: HashMap<String, parsed::Parsed>,
     pub(super) stats: RenderStats,

@@ -12,13 +12,13 @@ impl Engine<'_> {
         match job {
             RenderJob::Helm(_) => helm(),
             RenderJob::Kustomize(_) => {
-                let kubectl = self.kubectl_version.get_or_init(|| {
-                    self.config
-                        .kubectl
-                        .as_ref()
-                        .map(Tool::version)
-                        .unwrap_or_default()
-                });
+                // Asked the first time a Kustomize render is looked up (`Tool::version` keeps it).
+                let kubectl = self
+                    .config
+                    .kubectl
+                    .as_ref()
+                    .map(Tool::version)
+                    .unwrap_or_default();
                 // With --enable-helm, the charts a kustomization names are inflated by helm.
                 if self.config.kustomize_enable_helm {
                     format!("kubectl {kubectl}\n{}", helm())

@@ -439,6 +439,32 @@ mod tests {
             .collect()
     }
 
+    /// Parses `text` on another thread and returns once that parse waits for a document
+    /// another parse is reading (or has finished, having read it itself).
+    fn parse_until_it_waits(
+        store: &ParsedStore,
+        text: &str,
+    ) -> std::thread::JoinHandle<Vec<(String, Parsed)>> {
+        let waiter = {
+            let store = store.clone();
+            let text = text.to_string();
+            std::thread::spawn(move || {
+                store.parse(
+                    &[Output {
+                        key: "k".into(),
+                        label: "helm template x".into(),
+                        text,
+                    }],
+                    1,
+                )
+            })
+        };
+        while store.lock().waiting == 0 && !waiter.is_finished() {
+            std::thread::yield_now();
+        }
+        waiter
+    }
+
     #[test]
     fn splits_at_document_markers_only() {
         let text = "a: 1\n---\nb: |\n  --- not a marker\n---x: 1\n--- # c\nc: 2\n";
@@ -494,25 +520,9 @@ mod tests {
         let theirs: Arc<Vec<Object>> = Arc::new(vec![Arc::new(
             serde_json::json!({"from": "the other parse"}),
         )]);
-        let waiter = {
-            let store = store.clone();
-            let text = crd.to_string();
-            std::thread::spawn(move || {
-                store.parse(
-                    &[Output {
-                        key: "k".into(),
-                        label: "helm template x".into(),
-                        text,
-                    }],
-                    1,
-                )
-            })
-        };
         // The other parse publishes once the waiter waits (a waiter that does not wait
         // finishes instead, having read the document itself).
-        while store.lock().waiting == 0 && !waiter.is_finished() {
-            std::thread::yield_now();
-        }
+        let waiter = parse_until_it_waits(&store, crd);
         {
             let mut inner = store.lock();
             inner.documents.insert(key, theirs.clone());
@@ -538,22 +548,7 @@ mod tests {
         let doc = "---\nkind: ConfigMap\nmetadata: {name: c}\n";
         let key = doc_key(doc);
         store.lock().reading.insert(key);
-        let waiter = {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                store.parse(
-                    &[Output {
-                        key: "k".into(),
-                        label: "helm template x".into(),
-                        text: doc.to_string(),
-                    }],
-                    1,
-                )
-            })
-        };
-        while store.lock().waiting == 0 && !waiter.is_finished() {
-            std::thread::yield_now();
-        }
+        let waiter = parse_until_it_waits(&store, doc);
         drop(Reading {
             store: &store,
             keys: vec![key],

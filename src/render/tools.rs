@@ -172,10 +172,9 @@ impl Tool {
     }
 
     /// The tool's version (`v4.1.4`; part of every disk cache entry of its renders and of
-    /// messages). Asked once
-    /// per process and path: `kubectl version` alone costs about 0.2 s, and a check renders
-    /// three times. Different tools are asked at the same time; two asks of one tool wait for
-    /// the first.
+    /// messages). Asked once per process and path: `kubectl version` alone costs about 0.2 s,
+    /// and a check renders three times. Different tools are asked at the same time; two asks
+    /// of one tool wait for the first.
     pub fn version(&self) -> String {
         type Cells = std::collections::HashMap<PathBuf, Arc<std::sync::OnceLock<String>>>;
         static VERSIONS: std::sync::Mutex<Option<Cells>> = std::sync::Mutex::new(None);
@@ -188,6 +187,13 @@ impl Tool {
                 .clone()
         };
         cell.get_or_init(|| self.ask_version()).clone()
+    }
+
+    /// Asks the version in the background, so that a later [`Tool::version`] finds it asked
+    /// (or waits for the ask already under way) rather than starting it then.
+    pub fn prefetch_version(&self) {
+        let tool = self.clone();
+        std::thread::spawn(move || tool.version());
     }
 
     fn ask_version(&self) -> String {
