@@ -288,6 +288,88 @@ fn a_render_past_its_deadline_is_killed_and_fails_closed() {
     );
 }
 
+/// A chart that prints without end (here 3 MiB, with `--render-output-mib 1`) is stopped at
+/// the cap, its pipe drained so helm is never blocked, and the pull request's check is
+/// undecided (exit 2) naming the chart and the limit: never green, never a partial render.
+#[test]
+fn a_chart_printing_past_the_output_cap_is_stopped_and_fails_closed() {
+    let application = |name: &str| {
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: {name}\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: charts/{name}\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: {name}\n"
+        )
+    };
+    let chart = |name: &str| format!("apiVersion: v2\nname: {name}\nversion: 0.1.0\n");
+    let quiet = application("quiet");
+    let quiet_chart = chart("quiet");
+    let repo = repo_with(&[
+        ("apps/quiet.yaml", quiet.as_str()),
+        ("charts/quiet/Chart.yaml", quiet_chart.as_str()),
+        (
+            "charts/quiet/templates/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: quiet\n",
+        ),
+    ]);
+    let overlay = tempfile::tempdir().unwrap();
+    for (path, text) in [
+        ("apps/loud.yaml", application("loud")),
+        ("charts/loud/Chart.yaml", chart("loud")),
+        (
+            "charts/loud/templates/flood.yaml",
+            "{{- range $i := until 3000 }}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: flood-{{ $i }}\ndata:\n  pad: {{ repeat 1000 \"x\" | quote }}\n{{- end }}\n".into(),
+        ),
+    ] {
+        let target = overlay.path().join(path);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::write(target, text).unwrap();
+    }
+    repo.commit_overlay(overlay.path(), "flood", "a chart that floods");
+    let cache = tempfile::tempdir().unwrap();
+    let output = gate_on(
+        cache.path(),
+        repo.path(),
+        &[
+            "check",
+            "--head",
+            "flood",
+            "--default-branch",
+            "main",
+            "--render-output-mib",
+            "1",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stdout}{stderr}");
+    let said = format!("{stdout}{stderr}");
+    assert!(
+        said.contains("charts/loud")
+            && said.contains("printed more than 1048576 bytes (the render output limit)"),
+        "{said}"
+    );
+    // The same chart under the default cap renders: the limit, not the chart, stopped it.
+    let output = gate_on(
+        cache.path(),
+        repo.path(),
+        &[
+            "--quiet",
+            "render",
+            "--revision",
+            "flood",
+            "--format",
+            "summary",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Limits sized for real charts: a chart rendering 50,000 objects (5 MB) renders; the parser's
 /// budgets apply per document, not to the whole stream.
 #[test]

@@ -155,6 +155,10 @@ struct RenderArgs {
     /// Address space one helm or kustomize call may take, in MiB.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(64..))]
     render_memory_mib: u64,
+    /// What one helm or kustomize call may print, in MiB; past it the call is stopped (a
+    /// render error).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    render_output_mib: u64,
 }
 
 #[derive(Args, Clone)]
@@ -268,7 +272,7 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
     let limits = render::confine::Limits {
         timeout: std::time::Duration::from_secs(args.render_timeout),
         memory_bytes: args.render_memory_mib << 20,
-        ..Default::default()
+        output_bytes: usize::try_from(args.render_output_mib << 20).unwrap_or(usize::MAX),
     };
     helm.limits = limits;
     // helm's version is part of every helm render's disk cache entry: asked now, it overlaps
