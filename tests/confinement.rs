@@ -370,6 +370,34 @@ fn a_chart_printing_past_the_output_cap_is_stopped_and_fails_closed() {
     );
 }
 
+/// A revision a pull request's branch or a CI variable hands the gate is never read by git as
+/// an option: `--output=FILE` as the head, the base or the default branch writes no file and
+/// the check is undecided, saying it is not a revision.
+#[test]
+fn a_revision_that_reads_as_an_option_writes_nothing_and_fails_closed() {
+    let repo = repo_with(&[("README.md", "x\n")]);
+    let cache = tempfile::tempdir().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let written = scratch.path().join("written");
+    let option = format!("--output={}", written.display());
+    for args in [
+        vec![format!("--head={option}"), "--default-branch=main".into()],
+        vec!["--head=main".into(), format!("--base={option}")],
+        vec!["--head=main".into(), format!("--default-branch={option}")],
+    ] {
+        let mut check = gate_on(cache.path(), repo.path(), &["check"]);
+        let output = check.args(&args).output().unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {said}");
+        assert!(said.contains("not a revision"), "{args:?}: {said}");
+        assert!(!written.exists(), "{args:?} made git write a file");
+    }
+}
+
 /// Limits sized for real charts: a chart rendering 50,000 objects (5 MB) renders; the parser's
 /// budgets apply per document, not to the whole stream.
 #[test]
