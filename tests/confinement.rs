@@ -9,6 +9,8 @@
 
 mod common;
 
+use assert_cmd::prelude::*;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -349,7 +351,7 @@ fn a_chart_printing_past_the_output_cap_is_stopped_and_fails_closed() {
         "{said}"
     );
     // The same chart under the default cap renders: the limit, not the chart, stopped it.
-    let output = gate_on(
+    gate_on(
         cache.path(),
         repo.path(),
         &[
@@ -361,13 +363,8 @@ fn a_chart_printing_past_the_output_cap_is_stopped_and_fails_closed() {
             "summary",
         ],
     )
-    .output()
-    .unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    .assert()
+    .success();
 }
 
 /// A revision a pull request's branch or a CI variable hands the gate is never read by git as
