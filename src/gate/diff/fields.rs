@@ -27,17 +27,27 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<V
 }
 
 fn child_path(parent: &str, key: &str) -> String {
+    let mut path = parent.to_string();
+    push_key(&mut path, key);
+    path
+}
+
+/// Appends `key` to a path: `.key` for a plain key (none before it at the root), `["key"]`
+/// for any other.
+fn push_key(path: &mut String, key: &str) {
     let plain = !key.is_empty()
         && key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    match (parent.is_empty(), plain) {
-        (true, true) => key.to_string(),
-        (false, true) => format!("{parent}.{key}"),
-        (_, false) => format!(
-            "{parent}[{}]",
-            serde_json::to_string(key).unwrap_or_default()
-        ),
+    if plain {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(key);
+    } else {
+        path.push('[');
+        path.push_str(&serde_json::to_string(key).unwrap_or_default());
+        path.push(']');
     }
 }
 
@@ -75,13 +85,23 @@ pub fn diff_values_limited(old: &Value, new: &Value, limit: usize) -> (Vec<Field
 type Emit<'e> = dyn FnMut(String, Option<&Value>, Option<&Value>) + 'e;
 
 fn walk_diff(path: &str, old: &Value, new: &Value, emit: &mut Emit<'_>) {
+    walk(&mut path.to_string(), old, new, emit);
+}
+
+/// [`walk_diff`] with one path buffer for the whole walk: each level appends its segment and
+/// takes it off again, and a path is copied only when a difference is emitted (a CRD's
+/// schema has thousands of equal fields).
+fn walk(path: &mut String, old: &Value, new: &Value, emit: &mut Emit<'_>) {
+    let depth = path.len();
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, va) in a {
+                push_key(path, k);
                 match b.get(k) {
-                    Some(vb) => walk_diff(&child_path(path, k), va, vb, emit),
-                    None => emit(child_path(path, k), Some(va), None),
+                    Some(vb) => walk(path, va, vb, emit),
+                    None => emit(path.clone(), Some(va), None),
                 }
+                path.truncate(depth);
             }
             for (k, vb) in b {
                 if !a.contains_key(k) {
@@ -99,11 +119,14 @@ fn walk_diff(path: &str, old: &Value, new: &Value, emit: &mut Emit<'_>) {
                 named_items(b).unwrap_or_default(),
             );
             for (name, x) in &named_a {
-                let item_path = format!("{path}[name={name}]");
+                path.push_str("[name=");
+                path.push_str(name);
+                path.push(']');
                 match named_b.iter().find(|(n, _)| n == name) {
-                    Some((_, y)) => walk_diff(&item_path, x, y, emit),
-                    None => emit(item_path, Some(x), None),
+                    Some((_, y)) => walk(path, x, y, emit),
+                    None => emit(path.clone(), Some(x), None),
                 }
+                path.truncate(depth);
             }
             for (name, y) in &named_b {
                 if !named_a.iter().any(|(n, _)| n == name) {
@@ -113,24 +136,26 @@ fn walk_diff(path: &str, old: &Value, new: &Value, emit: &mut Emit<'_>) {
         }
         (Value::Array(a), Value::Array(b)) => {
             for i in 0..a.len().max(b.len()) {
-                let item_path = format!("{path}[{i}]");
+                use std::fmt::Write;
+                let _ = write!(path, "[{i}]");
                 match (a.get(i), b.get(i)) {
-                    (Some(x), Some(y)) => walk_diff(&item_path, x, y, emit),
-                    (x, y) if x.is_some() || y.is_some() => emit(item_path, x, y),
+                    (Some(x), Some(y)) => walk(path, x, y, emit),
+                    (x, y) if x.is_some() || y.is_some() => emit(path.clone(), x, y),
                     _ => {}
                 }
+                path.truncate(depth);
             }
         }
-        (a, b) if a != b => emit(path.to_string(), Some(a), Some(b)),
+        (a, b) if a != b => emit(path.clone(), Some(a), Some(b)),
         _ => {}
     }
 }
 
 /// The items of a list keyed by their `name`, when every item is an object with a distinct one.
-fn named_items(items: &[Value]) -> Option<Vec<(String, &Value)>> {
-    let mut out: Vec<(String, &Value)> = Vec::with_capacity(items.len());
+fn named_items(items: &[Value]) -> Option<Vec<(&str, &Value)>> {
+    let mut out: Vec<(&str, &Value)> = Vec::with_capacity(items.len());
     for item in items {
-        let name = item.get("name")?.as_str()?.to_string();
+        let name = item.get("name")?.as_str()?;
         if out.iter().any(|(n, _)| *n == name) {
             return None;
         }
