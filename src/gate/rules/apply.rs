@@ -2,14 +2,14 @@
 //! reject, what Argo CD may now delete or overwrite by itself, Applications whose destination
 //! is no cluster, CustomResourceDefinitions whose names the API server would reject.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::{
     CRD_NAME_INVALID, DESTINATION_UNKNOWN, FIELD_PRUNED_ON_APPLY, Finding, Inputs, Memo,
-    SYNC_POLICY_CHANGED, Severity, grouped_objects, object_label, split_api_version,
+    SYNC_POLICY_CHANGED, Severity, object_label, split_api_version,
 };
 use crate::gate::crd::{crd_name_problem, serves_version};
 use crate::gate::diff::ObjectKey;
@@ -225,27 +225,79 @@ pub(super) fn invalid_crd_names(inputs: &Inputs<'_>) -> Vec<Finding> {
 /// schema is the one the object's cluster serves at this render for the version the object
 /// declares; an object whose CRD or version is not there is another rule's business.
 fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, String)> {
-    // (cluster, group, kind) -> the CRD, borrowed from the rendering (no copies per cluster).
-    let mut crds: HashMap<(&str, &str, &str), &Object> = HashMap::new();
+    // What each distinct render holds, read once however many Applications share it
+    // (Applications with equal render keys rendered the same objects; one built without the
+    // engine has no keys and is read on its own): the CRDs it renders, by group and kind, and
+    // its objects of a kind with a group.
+    let mut held: Vec<Held<'_>> = Vec::new();
+    let mut by_keys: HashMap<&[String], usize> = HashMap::new();
+    let mut at = Vec::with_capacity(rendering.applications.len());
     for app in &rendering.applications {
+        let keys = app.render_keys.as_slice();
+        if let Some(index) = by_keys.get(keys).filter(|_| !keys.is_empty()) {
+            at.push(*index);
+            continue;
+        }
+        let mut crds = Vec::new();
         for object in &app.objects {
             if memo.crd_info(object).is_some() {
                 let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
-                crds.insert(
-                    (
-                        app.cluster.name.as_str(),
-                        text("/spec/group"),
-                        text("/spec/names/kind"),
-                    ),
-                    object,
-                );
+                crds.push((text("/spec/group"), text("/spec/names/kind"), object));
             }
+        }
+        let grouped = app
+            .objects
+            .iter()
+            .filter_map(|object| {
+                let api_version = object.get("apiVersion").and_then(Value::as_str)?;
+                let kind = object.get("kind").and_then(Value::as_str)?;
+                (!split_api_version(api_version).0.is_empty()).then_some((
+                    object,
+                    api_version,
+                    kind,
+                ))
+            })
+            .collect();
+        held.push(Held { crds, grouped });
+        if !keys.is_empty() {
+            by_keys.insert(keys, held.len() - 1);
+        }
+        at.push(held.len() - 1);
+    }
+    // Only objects of a kind some rendered CRD defines can lose anything; the clusters that
+    // render one are the only ones whose CRDs are looked up.
+    let defined: HashSet<(&str, &str)> = held
+        .iter()
+        .flat_map(|h| h.crds.iter().map(|(group, kind, _)| (*group, *kind)))
+        .collect();
+    let custom = |(_, api_version, kind): &(&Object, &str, &str)| {
+        defined.contains(&(split_api_version(api_version).0, *kind))
+    };
+    let clusters: HashSet<&str> = rendering
+        .applications
+        .iter()
+        .zip(&at)
+        .filter(|(_, i)| held[**i].grouped.iter().any(custom))
+        .map(|(app, _)| app.cluster.name.as_str())
+        .collect();
+    if clusters.is_empty() {
+        return Vec::new();
+    }
+    // (cluster, group, kind) -> the CRD, borrowed from the rendering (no copies per cluster);
+    // a later Application's CRD of the same name wins, in the rendering's order.
+    let mut crds: HashMap<(&str, &str, &str), &Object> = HashMap::new();
+    for (app, i) in rendering.applications.iter().zip(&at) {
+        if !clusters.contains(app.cluster.name.as_str()) {
+            continue;
+        }
+        for (group, kind, crd) in &held[*i].crds {
+            crds.insert((app.cluster.name.as_str(), group, kind), crd);
         }
     }
     let mut out = Vec::new();
-    for (app, object, api_version, kind) in grouped_objects(rendering) {
-        let (group, version) = split_api_version(api_version);
-        {
+    for (app, i) in rendering.applications.iter().zip(&at) {
+        for (object, api_version, kind) in held[*i].grouped.iter().filter(|o| custom(o)) {
+            let (group, version) = split_api_version(api_version);
             let Some(crd) = crds.get(&(app.cluster.name.as_str(), group, kind)) else {
                 continue;
             };
@@ -276,6 +328,14 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
         }
     }
     out
+}
+
+/// What one distinct render holds, for [`apply_losses`].
+struct Held<'r> {
+    /// Its CRDs: (group, kind, the CRD).
+    crds: Vec<(&'r str, &'r str, &'r Object)>,
+    /// Its objects of a kind with a group: (object, apiVersion, kind).
+    grouped: Vec<(&'r Object, &'r str, &'r str)>,
 }
 
 /// What the API server would prune from, or why it would reject, one object under a schema.
