@@ -399,6 +399,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let started = std::time::Instant::now();
             let result = gate::check::check(&config, &revisions);
+            gitops_loop::render::trace("check", "check returned");
             let (comment, full) = gate::report::render(&result);
             gitops_loop::render::trace("check", "report written");
             gitops_loop::render::trace("check", &cpu_used());

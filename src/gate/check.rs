@@ -111,9 +111,9 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
     };
     // One parsed-output store per check: both commits share it, nothing outlives the check
     // (a transient render failure is not remembered by the next one).
-    let mut config = config.clone();
-    config.parsed = Default::default();
-    let config = &config;
+    let mut owned = config.clone();
+    owned.parsed = Default::default();
+    let config = &owned;
     let at = |revision: &str| render::render(config, revision);
     let stopped = |revision: &str| {
         Err(RenderFailure {
@@ -155,24 +155,46 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };
     render::trace("check", "both commits rendered");
-    let mut differ = diff::Differ::default();
-    let mut render_diff = diff::diff_with(&mut differ, &base_rendering, &head_rendering);
-    render::trace("check", "diffed");
-    // The rules, the chart moves' own render and the charts' defaults all read the same diff:
-    // they run at once, on the cores the renders have just left.
-    let (chart_only, findings, chart_defaults) = std::thread::scope(|scope| {
-        let moves = scope
-            .spawn(|| chart_moves_alone(config, &mut differ, &head, &head_rendering, &render_diff));
-        let defaults = scope.spawn(|| chart_defaults(config, &render_diff));
-        let findings = rules::evaluate(
-            &base_rendering,
-            &head_rendering,
-            &render_diff,
-            &head_snapshot,
-            &config.inventory,
-        );
-        (join(moves.join()), findings, join(defaults.join()))
+    // The chart moves' own render and diff need only the two renderings: they run while the
+    // renderings are diffed and judged, on the core the renders have just left (their helm
+    // runs, when values moved too, overlap the diff).
+    let (mut render_diff, chart_only, findings, chart_defaults) = std::thread::scope(|scope| {
+        let moves = scope.spawn(|| {
+            let old_versions = render_old_versions(config, &head, &base_rendering, &head_rendering);
+            chart_moves_alone(&base_rendering, &head_rendering, &old_versions)
+        });
+        let render_diff = diff::diff(&base_rendering, &head_rendering);
+        render::trace("check", "diffed");
+        let (findings, chart_defaults) = std::thread::scope(|judging| {
+            let defaults = judging.spawn(|| chart_defaults(config, &render_diff));
+            let findings = rules::evaluate(
+                &base_rendering,
+                &head_rendering,
+                &render_diff,
+                &head_snapshot,
+                &config.inventory,
+            );
+            (findings, join(defaults.join()))
+        });
+        let chart_only = join(moves.join());
+        (render_diff, chart_only, findings, chart_defaults)
     });
+    // A chart-only diff equal to the Application's whole diff adds nothing.
+    let at: BTreeMap<&AppKey, usize> = render_diff
+        .applications
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.status == AppStatus::Changed && !a.chart_moves.is_empty())
+        .map(|(at, a)| (&a.app, at))
+        .collect();
+    let chart_only: Vec<(usize, std::sync::Arc<diff::ObjectsDiff>)> = chart_only
+        .into_iter()
+        .filter_map(|(key, objects)| {
+            let at = *at.get(&key)?;
+            let whole = &render_diff.applications[at].objects;
+            (!std::sync::Arc::ptr_eq(&objects, whole) && objects != *whole).then_some((at, objects))
+        })
+        .collect();
     for (at, objects) in chart_only {
         render_diff.applications[at].chart_only = Some(objects);
     }
@@ -206,43 +228,44 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
         chart_defaults,
     };
     result.verdict.repository_consumers = result.dropped().iter().map(|d| d.consumers.len()).sum();
+    // What the check read is freed on a thread of its own, off the verdict's path: the
+    // renderings of 600 Applications and their parsed outputs take 15 ms to free.
+    // (When no thread can be started, the failed spawn frees them at once.)
+    let read = (base_rendering, head_rendering, head_snapshot, owned);
+    let _ = std::thread::Builder::new().spawn(move || drop(read));
     result
 }
 
-/// For an Application whose chart version moved, renders the head's Application again with
-/// the base's chart version pinned and diffs that against the head: the chart's own change,
-/// with the head's values at both versions. When only the version moved, that equals the
-/// Application's diff and nothing is added; when values moved too, it is attached.
-/// All pinned Applications render together (one snapshot of the head); if that fails, each is
-/// tried alone so one that cannot render at its old version does not hide the others.
-/// Returns each such Application's index in `render_diff.applications` with its chart-only
-/// diff.
-fn chart_moves_alone(
+/// For each Application whose chart version moved, the head's Application rendered again
+/// with the base's chart versions pinned: the chart's own change is that against the head,
+/// with the head's values at both versions ([`chart_moves_alone`]). All pinned Applications
+/// render together (one snapshot of the head); if that fails, each is tried alone so one
+/// that cannot render at its old version does not hide the others.
+fn render_old_versions(
     config: &RenderConfig,
-    differ: &mut diff::Differ,
     head: &str,
+    base_rendering: &render::Rendering,
     head_rendering: &render::Rendering,
-    render_diff: &RenderDiff,
-) -> Vec<(usize, std::sync::Arc<diff::ObjectsDiff>)> {
-    let head_apps: BTreeMap<AppKey, &render::RenderedApplication> = head_rendering
+) -> BTreeMap<AppKey, render::RenderedApplication> {
+    let base_apps: BTreeMap<AppKey, &render::RenderedApplication> = base_rendering
         .applications
         .iter()
         .map(|a| (diff::key_of(a), a))
         .collect();
-    let pinned: Vec<Value> = render_diff
+    // In the diff's order (by Application key).
+    let pinned: BTreeMap<AppKey, Value> = head_rendering
         .applications
         .iter()
-        .filter(|a| a.status == AppStatus::Changed && !a.chart_moves.is_empty())
-        .filter_map(|a| {
-            Some(pin_base_versions(
-                &head_apps.get(&a.app)?.manifest,
-                &a.chart_moves,
-            ))
+        .filter_map(|after| {
+            let key = diff::key_of(after);
+            let moves = diff::chart_moves(base_apps.get(&key)?, after);
+            (!moves.is_empty()).then(|| (key, pin_base_versions(&after.manifest, &moves)))
         })
         .collect();
     if pinned.is_empty() {
-        return Vec::new();
+        return BTreeMap::new();
     }
+    let pinned: Vec<Value> = pinned.into_values().collect();
     let rendered = match render::render_applications(config, head, pinned.clone()) {
         Ok(r) => r.applications,
         Err(_) => pinned
@@ -251,23 +274,43 @@ fn chart_moves_alone(
             .flat_map(|r| r.applications)
             .collect(),
     };
-    let old_versions: BTreeMap<AppKey, render::RenderedApplication> = rendered
+    rendered
         .into_iter()
         .map(|a| (diff::key_of(&a), a))
+        .collect()
+}
+
+/// For an Application whose chart version moved, its head diffed against its head rendered
+/// at the base's chart versions ([`render_old_versions`]): the chart's own change, with the
+/// head's values at both versions. When that render is the base's own (the same render keys:
+/// only the version moved), it is the Application's whole diff and nothing is returned; the
+/// caller drops any other that equals the whole diff too.
+fn chart_moves_alone(
+    base_rendering: &render::Rendering,
+    head_rendering: &render::Rendering,
+    old_versions: &BTreeMap<AppKey, render::RenderedApplication>,
+) -> Vec<(AppKey, std::sync::Arc<diff::ObjectsDiff>)> {
+    if old_versions.is_empty() {
+        return Vec::new();
+    }
+    let base_keys: BTreeMap<AppKey, &[String]> = base_rendering
+        .applications
+        .iter()
+        .map(|a| (diff::key_of(a), a.render_keys.as_slice()))
         .collect();
+    let mut differ = diff::Differ::default();
     let mut out = Vec::new();
-    for (at, app_diff) in render_diff.applications.iter().enumerate() {
-        let (Some(old_version), Some(after)) = (
-            old_versions.get(&app_diff.app),
-            head_apps.get(&app_diff.app),
-        ) else {
+    for after in &head_rendering.applications {
+        let key = diff::key_of(after);
+        let Some(old_version) = old_versions.get(&key) else {
             continue;
         };
-        let chart_only = differ.applications(Some(old_version), Some(after));
-        if !std::sync::Arc::ptr_eq(&chart_only, &app_diff.objects) && chart_only != app_diff.objects
+        if !old_version.render_keys.is_empty()
+            && base_keys.get(&key) == Some(&old_version.render_keys.as_slice())
         {
-            out.push((at, chart_only));
+            continue;
         }
+        out.push((key, differ.applications(Some(old_version), Some(after))));
     }
     out
 }

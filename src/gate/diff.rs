@@ -20,7 +20,7 @@ mod identity;
 mod wire;
 
 pub use self::crds::{CrdChange, CrdVersion, is_crd_version_field, is_schema_field};
-pub use self::differ::{Differ, charts_of, diff, diff_objects, diff_with};
+pub use self::differ::{Differ, chart_moves, charts_of, diff, diff_objects, diff_with};
 pub use self::fields::{FieldChange, diff_values, diff_values_limited};
 pub use self::identity::{AppKey, ObjectKey, key_of};
 

@@ -160,6 +160,24 @@ pub fn diff(base: &Rendering, head: &Rendering) -> RenderDiff {
     diff_with(&mut Differ::default(), base, head)
 }
 
+/// The charts an Application renders at another version at the head than at the base (a
+/// chart it did not render before is no move).
+pub fn chart_moves(old: &RenderedApplication, new: &RenderedApplication) -> Vec<ChartMove> {
+    let (before, after) = (charts_of(old), charts_of(new));
+    after
+        .iter()
+        .filter_map(|((repo, chart), to)| {
+            let from = before.get(&(repo.clone(), chart.clone()))?;
+            (from != to).then(|| ChartMove {
+                chart: chart.clone(),
+                repo_url: repo.clone(),
+                from: from.clone(),
+                to: to.clone(),
+            })
+        })
+        .collect()
+}
+
 pub fn diff_with(differ: &mut Differ, base: &Rendering, head: &Rendering) -> RenderDiff {
     let base_apps: BTreeMap<AppKey, &RenderedApplication> =
         base.applications.iter().map(|a| (key_of(a), a)).collect();
@@ -190,21 +208,7 @@ pub fn diff_with(differ: &mut Differ, base: &Rendering, head: &Rendering) -> Ren
             diff_values("", &o.stored, &n.stored, &mut application_fields);
         }
         let chart_moves = match (old, new) {
-            (Some(o), Some(n)) => {
-                let (before, after) = (charts_of(o), charts_of(n));
-                after
-                    .iter()
-                    .filter_map(|((repo, chart), to)| {
-                        let from = before.get(&(repo.clone(), chart.clone()))?;
-                        (from != to).then(|| ChartMove {
-                            chart: chart.clone(),
-                            repo_url: repo.clone(),
-                            from: from.clone(),
-                            to: to.clone(),
-                        })
-                    })
-                    .collect()
-            }
+            (Some(o), Some(n)) => chart_moves(o, n),
             _ => Vec::new(),
         };
         if status == AppStatus::Changed
