@@ -391,14 +391,26 @@ fn run(cli: Cli) -> Result<ExitCode> {
             render: args,
             check,
         } => {
-            let config = config(&args, cli.quiet, false)?;
             let revisions = gate::check::Revisions {
                 base: check.base.clone(),
                 head: check.head.clone(),
                 target: check.default_branch.clone(),
             };
             let started = std::time::Instant::now();
-            let result = gate::check::check(&config, &revisions);
+            // The commits are resolved (git processes) while the inventory is read.
+            let (config, commits) = std::thread::scope(|scope| {
+                let commits = scope.spawn(|| gate::check::resolve(&args.repo, &revisions));
+                let config = config(&args, cli.quiet, false);
+                let commits = commits
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                (config, commits)
+            });
+            let config = config?;
+            let result = match commits {
+                Ok((base, head)) => gate::check::check_commits(&config, base, head),
+                Err(undecided) => *undecided,
+            };
             gitops_loop::render::trace("check", "check returned");
             let (comment, full) = gate::report::render(&result);
             gitops_loop::render::trace("check", "report written");

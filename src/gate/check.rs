@@ -89,26 +89,63 @@ fn failure_lines(at: &str, failure: &RenderFailure) -> Vec<String> {
 /// Renders both commits and judges the change. Never fails: what cannot be decided is an
 /// `Undecided` verdict carrying the reason.
 pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
-    let repo = &config.repo_dir;
-    let head = match git::resolve_commit(repo, &revisions.head) {
-        Ok(head) => head,
-        Err(e) => return undecided(String::new(), revisions.head.clone(), vec![e.to_string()]),
-    };
-    let base = match &revisions.base {
-        Some(base) => git::resolve_commit(repo, base).map_err(|e| e.to_string()),
+    match resolve(&config.repo_dir, revisions) {
+        Ok((base, head)) => check_commits(config, base, head),
+        Err(undecided) => *undecided,
+    }
+}
+
+/// The merge base's and the head's commits (in that order), or the `Undecided` verdict
+/// saying why they cannot be known. Only reads the repository: a caller may resolve while it
+/// reads its inventory.
+pub fn resolve(repo: &Path, revisions: &Revisions) -> Result<(String, String), Box<GateResult>> {
+    /// What the merge base comes from.
+    enum Base {
+        /// `--base`, resolved.
+        Given(Result<String, String>),
+        /// What the pull request merges into (named as given), resolved.
+        Target(String, Result<String, git::GitError>),
+        /// Nothing to compute it from.
+        None,
+    }
+    // The head and the base (or the target) are resolved at once, a git process each; the
+    // merge base needs both.
+    let base = || match &revisions.base {
+        Some(base) => Base::Given(git::resolve_commit(repo, base).map_err(|e| e.to_string())),
         None => match revisions.target.clone().or_else(|| default_branch(repo)) {
             // The target is resolved to a commit first: merge-base then sees two commit ids,
             // never a string that could read as one of its options.
-            Some(target) => git::resolve_commit(repo, &target)
-                .and_then(|target| git::merge_base(repo, &head, &target))
-                .map_err(|e| format!("no merge base of {head} and {target}: {e}")),
-            None => Err("no default branch found to compute the merge base from (pass --base or --default-branch)".to_string()),
+            Some(target) => {
+                let commit = git::resolve_commit(repo, &target);
+                Base::Target(target, commit)
+            }
+            None => Base::None,
         },
     };
+    let (head, base) = std::thread::scope(|scope| {
+        let base = scope.spawn(base);
+        let head = git::resolve_commit(repo, &revisions.head);
+        (head, join(base.join()))
+    });
+    let undecided =
+        |head: String, error: String| Box::new(undecided(String::new(), head, vec![error]));
+    let head = head.map_err(|e| undecided(revisions.head.clone(), e.to_string()))?;
     let base = match base {
-        Ok(base) => base,
-        Err(e) => return undecided(String::new(), head, vec![e]),
+        Base::Given(base) => base,
+        Base::Target(target, commit) => commit
+            .and_then(|target| git::merge_base(repo, &head, &target))
+            .map_err(|e| format!("no merge base of {head} and {target}: {e}")),
+        Base::None => Err("no default branch found to compute the merge base from (pass --base or --default-branch)".to_string()),
     };
+    match base {
+        Ok(base) => Ok((base, head)),
+        Err(e) => Err(undecided(head, e)),
+    }
+}
+
+/// [`check`] of two resolved commits.
+pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateResult {
+    let repo = &config.repo_dir;
     // One parsed-output store per check: both commits share it, nothing outlives the check
     // (a transient render failure is not remembered by the next one).
     let mut owned = config.clone();
