@@ -169,6 +169,11 @@ impl Memo {
     }
 }
 
+/// A scoped thread's result; its panic goes on in the caller.
+fn joined<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
 /// The CRDs a rendering renders, by cluster and CRD name.
 type CrdsByCluster = BTreeMap<String, BTreeMap<String, Arc<CrdInfo>>>;
 
@@ -248,21 +253,33 @@ pub fn evaluate(
     head_snapshot: &Snapshot,
     inventory: &Inventory,
 ) -> Vec<Finding> {
-    let scan = scan_manifests(head_snapshot);
-    // Templates of the repository's own charts declare apiVersions too, and a person can edit
-    // them: they are consumers with a file path, like plain manifests.
-    let chart_dirs = scan::local_chart_dirs(head, head_snapshot);
-    let template_declarations: Vec<(String, Consumer)> = chart_dirs
-        .keys()
-        .flat_map(|dir| {
-            scan_chart_templates(head_snapshot, dir)
-                .into_iter()
-                .map(move |c| (dir.clone(), c))
-        })
-        .collect();
-    let mut memo = Memo::default();
-    let base_crds = crds_by_cluster(&mut memo, base);
-    let head_crds = crds_by_cluster(&mut memo, head);
+    // The repository's scan and the CRDs each cluster renders are read at once, and so are
+    // the rules after them: they only read, and a check's verdict waits for the slowest.
+    let ((scan, chart_dirs, template_declarations), (mut memo, base_crds, head_crds)) =
+        std::thread::scope(|scope| {
+            let crds = scope.spawn(|| {
+                let mut memo = Memo::default();
+                let base_crds = crds_by_cluster(&mut memo, base);
+                let head_crds = crds_by_cluster(&mut memo, head);
+                (memo, base_crds, head_crds)
+            });
+            let scan = scan_manifests(head_snapshot);
+            // Templates of the repository's own charts declare apiVersions too, and a person
+            // can edit them: they are consumers with a file path, like plain manifests.
+            let chart_dirs = scan::local_chart_dirs(head, head_snapshot);
+            let template_declarations: Vec<(String, Consumer)> = chart_dirs
+                .keys()
+                .flat_map(|dir| {
+                    scan_chart_templates(head_snapshot, dir)
+                        .into_iter()
+                        .map(move |c| (dir.clone(), c))
+                })
+                .collect();
+            (
+                (scan, chart_dirs, template_declarations),
+                joined(crds.join()),
+            )
+        });
     let inputs = Inputs {
         base,
         head,
@@ -274,21 +291,28 @@ pub fn evaluate(
         chart_dirs,
         template_declarations,
     };
-
-    let mut findings = Vec::new();
-    findings.extend(served::dropped_served_versions(&inputs));
-    findings.extend(served::stored_versions_removed(&inputs));
-    findings.extend(served::charts_rendering_unserved_versions(&inputs));
-    findings.extend(served::kinds_not_served(&inputs));
-    findings.extend(review::addons_added(&inputs));
-    findings.extend(review::major_versions(&inputs));
-    findings.extend(review::rbac_removed(&inputs));
-    findings.extend(review::crds_added_or_removed(&inputs));
-    findings.extend(apply::fields_pruned_on_apply(&inputs, &mut memo));
-    findings.extend(apply::sync_policies_changed(&inputs));
-    findings.extend(apply::unknown_destinations(&inputs));
-    findings.extend(apply::invalid_crd_names(&inputs));
-    findings.extend(scan::unscanned_files(&inputs));
+    let inputs = &inputs;
+    // The two rules that read every rendered object run on threads of their own; findings
+    // keep the rules' order.
+    let mut findings = std::thread::scope(|scope| {
+        let unserved = scope.spawn(|| served::charts_rendering_unserved_versions(inputs));
+        let not_served = scope.spawn(|| served::kinds_not_served(inputs));
+        let mut findings = served::dropped_served_versions(inputs);
+        findings.extend(served::stored_versions_removed(inputs));
+        let mut rest = review::addons_added(inputs);
+        rest.extend(review::major_versions(inputs));
+        rest.extend(review::rbac_removed(inputs));
+        rest.extend(review::crds_added_or_removed(inputs));
+        rest.extend(apply::fields_pruned_on_apply(inputs, &mut memo));
+        rest.extend(apply::sync_policies_changed(inputs));
+        rest.extend(apply::unknown_destinations(inputs));
+        rest.extend(apply::invalid_crd_names(inputs));
+        rest.extend(scan::unscanned_files(inputs));
+        findings.extend(joined(unserved.join()));
+        findings.extend(joined(not_served.join()));
+        findings.extend(rest);
+        findings
+    });
     findings.sort_by(|a, b| (a.severity, &a.rule).cmp(&(b.severity, &b.rule)));
     findings
 }
