@@ -592,7 +592,13 @@ impl Inventory {
 
     /// Finds an Application's destination by server URL or by cluster name. Searches the
     /// listed clusters in place (a fleet of 600 is searched 600 times per render).
-    pub fn destination(&self, server: Option<&str>, name: Option<&str>) -> Option<Cluster> {
+    /// Borrowed when listed: a cluster carries its whole discovery list, and every planned
+    /// Application asks.
+    pub fn destination(
+        &self,
+        server: Option<&str>,
+        name: Option<&str>,
+    ) -> Option<std::borrow::Cow<'_, Cluster>> {
         let matches = |c: &Cluster| match (
             server.filter(|s| !s.is_empty()),
             name.filter(|n| !n.is_empty()),
@@ -604,8 +610,12 @@ impl Inventory {
         self.clusters
             .iter()
             .find(|c| matches(c))
-            .cloned()
-            .or_else(|| self.implicit_in_cluster().filter(matches))
+            .map(std::borrow::Cow::Borrowed)
+            .or_else(|| {
+                self.implicit_in_cluster()
+                    .filter(matches)
+                    .map(std::borrow::Cow::Owned)
+            })
     }
 }
 
