@@ -407,6 +407,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 (config, commits)
             });
             let config = config?;
+            gitops_loop::render::trace("check", "inventory read, commits resolved");
             let result = match commits {
                 Ok((base, head)) => gate::check::check_commits(&config, base, head),
                 Err(undecided) => *undecided,
@@ -604,6 +605,7 @@ fn peak_rss() -> String {
 }
 
 fn main() -> ExitCode {
+    gitops_loop::render::trace("gate", "started");
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
