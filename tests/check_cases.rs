@@ -41,7 +41,11 @@ fn check_cases() {
         let head = repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
         let cache = tempfile::tempdir().expect("cache");
         let out = tempfile::tempdir().expect("out");
+        // The gate's temporary folders (render trees, checked-out commits) live here, and
+        // nothing of them may outlive the process.
+        let scratch = tempfile::tempdir().expect("scratch");
         let output = common::gate(cache.path())
+            .env("TMPDIR", scratch.path())
             .args([
                 "--quiet",
                 "check",
@@ -63,6 +67,11 @@ fn check_cases() {
             .arg(out.path().join("verdict.json"))
             .output()
             .expect("gate runs");
+        let left: Vec<_> = std::fs::read_dir(scratch.path())
+            .expect("scratch")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert!(left.is_empty(), "the check left {left:?} in its TMPDIR");
         let report = std::fs::read_to_string(out.path().join("report.md")).expect("report written");
         let json_text = std::fs::read_to_string(out.path().join("verdict.json")).expect("json");
         let verdict: Value = serde_json::from_str(&json_text).expect("json");

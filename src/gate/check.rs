@@ -265,11 +265,14 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
         chart_defaults,
     };
     result.verdict.repository_consumers = result.dropped().iter().map(|d| d.consumers.len()).sum();
-    // What the check read is freed on a thread of its own, off the verdict's path: the
-    // renderings of 600 Applications and their parsed outputs take 15 ms to free.
-    // (When no thread can be started, the failed spawn frees them at once.)
-    let read = (base_rendering, head_rendering, head_snapshot, owned);
-    let _ = std::thread::Builder::new().spawn(move || drop(read));
+    // The renderings are freed on a thread of its own, off the verdict's path: 600
+    // Applications' objects take 15 ms to free, and a process may end before that thread
+    // does. They hold nothing but memory; the snapshots (whose checked-out trees are
+    // temporary folders) and the parsed-output store are freed here, before the verdict is
+    // returned. (When no thread can be started, the failed spawn frees them at once.)
+    let renderings = (base_rendering, head_rendering);
+    let _ = std::thread::Builder::new().spawn(move || drop(renderings));
+    drop((head_snapshot, owned));
     result
 }
 
