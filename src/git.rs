@@ -191,37 +191,8 @@ pub fn merge_base(repo: &Path, a: &str, b: &str) -> Result<String, GitError> {
 impl Snapshot {
     /// Reads every file of `revision` from the object database.
     pub fn load(repo: &Path, revision: &str) -> Result<Snapshot, GitError> {
-        // A full object id (what a check passes: both commits are resolved first) is listed
-        // as the commit it must be (`^{commit}`), without a git process to resolve it again.
-        let full_id = matches!(revision.len(), 40 | 64)
-            && revision
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        let (commit, listing) = if full_id {
-            let listing = run_git(
-                repo,
-                &[
-                    "ls-tree",
-                    "-r",
-                    "-z",
-                    "--full-tree",
-                    &format!("{revision}^{{commit}}"),
-                ],
-            )
-            .map_err(|e| match e {
-                GitError::Command { stderr, .. } => GitError::UnknownRevision {
-                    repo: repo.display().to_string(),
-                    revision: revision.to_string(),
-                    stderr,
-                },
-                other => other,
-            })?;
-            (revision.to_string(), listing)
-        } else {
-            let commit = resolve_commit(repo, revision)?;
-            let listing = run_git(repo, &["ls-tree", "-r", "-z", "--full-tree", &commit])?;
-            (commit, listing)
-        };
+        let commit = resolve_commit(repo, revision)?;
+        let listing = run_git(repo, &["ls-tree", "-r", "-z", "--full-tree", &commit])?;
         let mut blobs: Vec<(String, String, bool)> = Vec::new();
         for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             let entry = String::from_utf8_lossy(entry);
@@ -515,18 +486,24 @@ mod tests {
         }
     }
 
-    #[test]
-    fn files_that_share_content_each_get_it_and_others_keep_theirs() {
-        let dir = tempfile::tempdir().unwrap();
-        let repo = dir.path();
-        let git = |args: &[&str]| {
+    /// git in `repo` as a test's author; returns what it printed, trimmed.
+    fn git_in(repo: &Path) -> impl Fn(&[&str]) -> String + '_ {
+        move |args| {
             let out = git(repo)
                 .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
                 .args(args)
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{out:?}");
-        };
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        }
+    }
+
+    #[test]
+    fn files_that_share_content_each_get_it_and_others_keep_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path();
+        let git = git_in(repo);
         git(&["init", "-q"]);
         for (path, text) in [
             ("a.yaml", "same: 1\n"),
@@ -550,18 +527,10 @@ mod tests {
     }
 
     #[test]
-    fn a_full_id_loads_only_as_the_commit_it_names() {
+    fn a_full_id_loads_as_the_commit_it_names_or_tags() {
         let dir = tempfile::tempdir().unwrap();
         let repo = dir.path();
-        let git = |args: &[&str]| {
-            let out = git(repo)
-                .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
-                .args(args)
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{out:?}");
-            String::from_utf8(out.stdout).unwrap().trim().to_string()
-        };
+        let git = git_in(repo);
         git(&["init", "-q"]);
         std::fs::write(repo.join("a.yaml"), "a: 1\n").unwrap();
         git(&["add", "-A"]);
@@ -571,6 +540,11 @@ mod tests {
         assert_eq!(by_id.commit, commit);
         assert_eq!(by_id.read_string("a.yaml").unwrap(), "a: 1\n");
         assert_eq!(by_id.commit, Snapshot::load(repo, "HEAD").unwrap().commit);
+        // An annotated tag's own id names the commit it tags.
+        git(&["tag", "-a", "v1", "-m", "v1"]);
+        let tag = git(&["rev-parse", "v1"]);
+        assert_ne!(tag, commit);
+        assert_eq!(Snapshot::load(repo, &tag).unwrap().commit, commit);
         // A full id that is a tree or a blob, or no object at all, is no commit.
         let tree = git(&["rev-parse", "HEAD^{tree}"]);
         let blob = git(&["rev-parse", "HEAD:a.yaml"]);
