@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{
     CRD_NAME_INVALID, DESTINATION_UNKNOWN, FIELD_PRUNED_ON_APPLY, Finding, Inputs, Memo,
-    SYNC_POLICY_CHANGED, Severity, object_label, split_api_version,
+    SYNC_POLICY_CHANGED, Severity, grouped, object_label, split_api_version,
 };
 use crate::gate::crd::{crd_name_problem, serves_version};
 use crate::gate::diff::ObjectKey;
@@ -245,19 +245,7 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
                 crds.push((text("/spec/group"), text("/spec/names/kind"), object));
             }
         }
-        let grouped = app
-            .objects
-            .iter()
-            .filter_map(|object| {
-                let api_version = object.get("apiVersion").and_then(Value::as_str)?;
-                let kind = object.get("kind").and_then(Value::as_str)?;
-                (!split_api_version(api_version).0.is_empty()).then_some((
-                    object,
-                    api_version,
-                    kind,
-                ))
-            })
-            .collect();
+        let grouped = app.objects.iter().filter_map(grouped).collect();
         held.push(Held { crds, grouped });
         if !keys.is_empty() {
             by_keys.insert(keys, held.len() - 1);

@@ -215,17 +215,17 @@ fn grouped_objects(
     rendering: &Rendering,
 ) -> impl Iterator<Item = (&RenderedApplication, &Object, &str, &str)> {
     rendering.applications.iter().flat_map(|app| {
-        app.objects.iter().filter_map(move |object| {
-            let api_version = object.get("apiVersion").and_then(Value::as_str)?;
-            let kind = object.get("kind").and_then(Value::as_str)?;
-            (!split_api_version(api_version).0.is_empty()).then_some((
-                app,
-                object,
-                api_version,
-                kind,
-            ))
-        })
+        app.objects
+            .iter()
+            .filter_map(move |object| grouped(object).map(|(o, v, k)| (app, o, v, k)))
     })
+}
+
+/// An object of an API group (not the core group), with its apiVersion and its kind.
+fn grouped(object: &Object) -> Option<(&Object, &str, &str)> {
+    let api_version = object.get("apiVersion").and_then(Value::as_str)?;
+    let kind = object.get("kind").and_then(Value::as_str)?;
+    (!split_api_version(api_version).0.is_empty()).then_some((object, api_version, kind))
 }
 
 fn split_api_version(api_version: &str) -> (&str, &str) {
