@@ -1,10 +1,15 @@
 //! Finding the real `helm` and `kubectl` binaries, and saying which one is used.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 
 use super::confine::{ConfineError, Confined, Limits, Output};
+
+/// A tool's version, asked once per process, and whether a background ask was started.
+type VersionCell = Arc<(OnceLock<String>, AtomicBool)>;
 
 /// Where a tool was found, in the order they are tried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,24 +181,37 @@ impl Tool {
     /// and a check renders three times. Different tools are asked at the same time; two asks
     /// of one tool wait for the first.
     pub fn version(&self) -> String {
-        type Cells = std::collections::HashMap<PathBuf, Arc<std::sync::OnceLock<String>>>;
-        static VERSIONS: std::sync::Mutex<Option<Cells>> = std::sync::Mutex::new(None);
-        let cell = {
-            let mut versions = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
-            versions
-                .get_or_insert_with(Default::default)
-                .entry(self.path.clone())
-                .or_default()
-                .clone()
-        };
-        cell.get_or_init(|| self.ask_version()).clone()
+        self.version_cell()
+            .0
+            .get_or_init(|| self.ask_version())
+            .clone()
     }
 
     /// Asks the version in the background, so that a later [`Tool::version`] finds it asked
-    /// (or waits for the ask already under way) rather than starting it then.
+    /// (or waits for the ask already under way) rather than starting it then. Only the first
+    /// call for a tool starts a thread.
     pub fn prefetch_version(&self) {
+        if self
+            .version_cell()
+            .1
+            .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            return;
+        }
         let tool = self.clone();
         std::thread::spawn(move || tool.version());
+    }
+
+    /// The process-wide cell of this tool's version, and whether a prefetch started.
+    fn version_cell(&self) -> VersionCell {
+        static VERSIONS: std::sync::Mutex<Option<HashMap<PathBuf, VersionCell>>> =
+            std::sync::Mutex::new(None);
+        let mut versions = VERSIONS.lock().unwrap_or_else(|p| p.into_inner());
+        versions
+            .get_or_insert_with(Default::default)
+            .entry(self.path.clone())
+            .or_default()
+            .clone()
     }
 
     fn ask_version(&self) -> String {
