@@ -125,7 +125,7 @@ pub fn resolve(repo: &Path, revisions: &Revisions) -> Result<(String, String), B
     let (head, base) = std::thread::scope(|scope| {
         let base = scope.spawn(base);
         let head = git::resolve_commit(repo, &revisions.head);
-        (head, join(base.join()))
+        (head, super::joined(base.join()))
     });
     let undecided =
         |head: String, error: String| Box::new(undecided(String::new(), head, vec![error]));
@@ -211,9 +211,9 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
                 &head_snapshot,
                 &config.inventory,
             );
-            (findings, join(defaults.join()))
+            (findings, super::joined(defaults.join()))
         });
-        let chart_only = join(moves.join());
+        let chart_only = super::joined(moves.join());
         (render_diff, chart_only, findings, chart_defaults)
     });
     // A chart-only diff equal to the Application's whole diff adds nothing.
@@ -229,7 +229,7 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
         .filter_map(|(key, objects)| {
             let at = *at.get(&key)?;
             let whole = &render_diff.applications[at].objects;
-            (!std::sync::Arc::ptr_eq(&objects, whole) && objects != *whole).then_some((at, objects))
+            (objects != *whole).then_some((at, objects))
         })
         .collect();
     for (at, objects) in chart_only {
@@ -353,11 +353,6 @@ fn chart_moves_alone(
         out.push((key, differ.applications(Some(old_version), Some(after))));
     }
     out
-}
-
-/// A scoped thread's result; its panic goes on in the caller.
-fn join<T>(result: std::thread::Result<T>) -> T {
-    result.unwrap_or_else(|p| std::panic::resume_unwind(p))
 }
 
 /// Each distinct chart version move's default values that changed (values.yaml of both

@@ -6,3 +6,8 @@ pub mod diff;
 pub mod publish;
 pub mod report;
 pub mod rules;
+
+/// A scoped thread's result; its panic goes on in the caller.
+pub(crate) fn joined<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|p| std::panic::resume_unwind(p))
+}

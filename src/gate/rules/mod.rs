@@ -169,11 +169,6 @@ impl Memo {
     }
 }
 
-/// A scoped thread's result; its panic goes on in the caller.
-fn joined<T>(result: std::thread::Result<T>) -> T {
-    result.unwrap_or_else(|p| std::panic::resume_unwind(p))
-}
-
 /// The CRDs a rendering renders, by cluster and CRD name.
 type CrdsByCluster = BTreeMap<String, BTreeMap<String, Arc<CrdInfo>>>;
 
@@ -277,7 +272,7 @@ pub fn evaluate(
                 .collect();
             (
                 (scan, chart_dirs, template_declarations),
-                joined(crds.join()),
+                super::joined(crds.join()),
             )
         });
     let inputs = Inputs {
@@ -308,8 +303,8 @@ pub fn evaluate(
         rest.extend(apply::unknown_destinations(inputs));
         rest.extend(apply::invalid_crd_names(inputs));
         rest.extend(scan::unscanned_files(inputs));
-        findings.extend(joined(unserved.join()));
-        findings.extend(joined(not_served.join()));
+        findings.extend(super::joined(unserved.join()));
+        findings.extend(super::joined(not_served.join()));
         findings.extend(rest);
         findings
     });
