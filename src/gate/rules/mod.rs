@@ -187,6 +187,22 @@ fn crds_by_cluster(memo: &mut Memo, rendering: &Rendering) -> CrdsByCluster {
     out
 }
 
+/// Each cluster's CRDs by (group, kind), borrowed from `crds`: where two CRDs of a cluster
+/// define one kind, the first by name (the order `crds` lists them in).
+fn crds_by_kind(crds: &CrdsByCluster) -> HashMap<&str, HashMap<(&str, &str), &CrdInfo>> {
+    crds.iter()
+        .map(|(cluster, named)| {
+            let mut by_kind: HashMap<(&str, &str), &CrdInfo> = HashMap::new();
+            for info in named.values() {
+                by_kind
+                    .entry((info.group.as_str(), info.kind.as_str()))
+                    .or_insert(info);
+            }
+            (cluster.as_str(), by_kind)
+        })
+        .collect()
+}
+
 /// What the rules read: both renderings with the CRDs each renders per cluster, the diff, the
 /// inventory, and the head's repository scan.
 struct Inputs<'a> {

@@ -425,13 +425,13 @@ fn unserved_objects(
         by_name.entry(cluster.name.as_str()).or_insert(cluster);
     }
     let destinations = by_name;
+    let crds = super::crds_by_kind(crds);
     for (app, object, api_version, kind) in grouped_objects(rendering) {
-        let cluster_crds = crds.get(&app.cluster.name);
+        let cluster_crds = crds.get(app.cluster.name.as_str());
         let cluster = destinations.get(app.cluster.name.as_str());
         let (group, version) = split_api_version(api_version);
         {
-            let crd =
-                cluster_crds.and_then(|m| m.values().find(|c| c.group == group && c.kind == kind));
+            let crd = cluster_crds.and_then(|m| m.get(&(group, kind)));
             let served: Option<Vec<String>> = match crd {
                 Some(crd) => {
                     (!crd.served.contains(version)).then(|| crd.served.iter().cloned().collect())
@@ -482,13 +482,14 @@ fn not_served_objects(
     inventory: &Inventory,
 ) -> Vec<(String, String, ObjectKey, String, bool)> {
     // The first cluster of a name, as `Inventory::destination` resolves Applications.
-    let mut destinations: std::collections::HashMap<String, crate::render::inventory::Cluster> =
+    let all = inventory.destinations();
+    let mut destinations: std::collections::HashMap<&str, &crate::render::inventory::Cluster> =
         std::collections::HashMap::new();
-    for cluster in inventory.destinations() {
-        destinations.entry(cluster.name.clone()).or_insert(cluster);
+    for cluster in &all {
+        destinations.entry(cluster.name.as_str()).or_insert(cluster);
     }
     // Groups an APIService rendered for the cluster serves (an aggregated API, not a CRD).
-    let mut aggregated: BTreeSet<(String, String)> = BTreeSet::new();
+    let mut aggregated: BTreeSet<(&str, &str)> = BTreeSet::new();
     for app in &rendering.applications {
         for object in &app.objects {
             if object.get("kind").and_then(Value::as_str) == Some("APIService")
@@ -498,10 +499,11 @@ fn not_served_objects(
                     .is_some_and(|v| v.starts_with("apiregistration.k8s.io/"))
                 && let Some(group) = object.pointer("/spec/group").and_then(Value::as_str)
             {
-                aggregated.insert((app.cluster.name.clone(), group.to_string()));
+                aggregated.insert((app.cluster.name.as_str(), group));
             }
         }
     }
+    let crds = super::crds_by_kind(crds);
     let mut out = Vec::new();
     for (app, object, api_version, kind) in grouped_objects(rendering) {
         let (group, _) = split_api_version(api_version);
@@ -509,17 +511,17 @@ fn not_served_objects(
             continue;
         }
         if app.destination_unknown.is_some()
-            || aggregated.contains(&(app.cluster.name.clone(), group.to_string()))
+            || aggregated.contains(&(app.cluster.name.as_str(), group))
         {
             continue;
         }
         if crds
-            .get(&app.cluster.name)
-            .is_some_and(|m| m.values().any(|c| c.group == group && c.kind == kind))
+            .get(app.cluster.name.as_str())
+            .is_some_and(|m| m.contains_key(&(group, kind)))
         {
             continue;
         }
-        let Some(cluster) = destinations.get(&app.cluster.name) else {
+        let Some(cluster) = destinations.get(app.cluster.name.as_str()) else {
             continue;
         };
         if serves_kind(&cluster.api_versions, group, kind) {
