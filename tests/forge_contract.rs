@@ -780,3 +780,58 @@ async fn a_marked_comment_survives_a_failed_write_and_stays_one() {
     .await;
     assert!(failed.is_err());
 }
+
+/// A pull request whose chart fails with 70,000 characters of its own text (`fail`): the gate
+/// still publishes a report GitHub accepts (the double refuses a comment over 65,536
+/// characters, as GitHub does) and a red check; the chart's text is clipped, never whole.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chart_failing_with_megabytes_of_text_still_gets_a_report_and_a_red_check() {
+    gitops_loop::forge::github::install_crypto_provider();
+    let (forge, clone) = forge_with_pull("0.10.4").await;
+    let template = clone
+        .path()
+        .join("local-charts/ingress-lite/templates/boom.yaml");
+    std::fs::write(
+        &template,
+        "{{- fail (printf \"%s%s\" \"boom \" (repeat 70000 \"<!-- x\")) }}\n",
+    )
+    .unwrap();
+    git(clone.path(), &["add", "-A"]);
+    git(
+        clone.path(),
+        &["commit", "--quiet", "-m", "a chart that fails loudly"],
+    );
+    git(clone.path(), &["push", "--quiet", "origin", "kargo/bump"]);
+    let cache = tempfile::tempdir().unwrap();
+    let output = publish(&forge, clone.path(), cache.path());
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 1, "the report is published");
+    let body = &comments[0].body;
+    assert!(body.chars().count() <= gitops_loop::gate::report::COMMENT_LIMIT);
+    assert!(body.contains("boom"), "the chart's error is quoted");
+    // Only the report's own markers open a comment: the chart's `<!--` is escaped.
+    let parsed = gitops_loop::gate::report::parse(body).unwrap();
+    assert_eq!(
+        parsed.verdict.outcome,
+        gitops_loop::gate::report::Outcome::Undecided
+    );
+    assert!(
+        parsed
+            .verdict
+            .errors
+            .iter()
+            .all(|e| e.chars().count() <= 2_001)
+    );
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    let runs = client.check_runs(&slug, &pull.head_sha).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].conclusion, Conclusion::Failure);
+}

@@ -442,3 +442,55 @@ proptest! {
         prop_assert_eq!(full.matches(&summary).count(), blocking + notes);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(10))]
+    /// Whatever a chart or a pull request writes into the report (error lines of any length
+    /// full of `<!--`, summaries and evidence quoting a rendered value whole, thousands of
+    /// objects a cluster does not serve, each with its machine block), the comment fits
+    /// GitHub's limit and its verdict reads back.
+    #[test]
+    fn the_comment_fits_whatever_a_chart_writes(
+        errors in 0usize..40,
+        error_len in 0usize..150_000,
+        not_served in 0usize..2500,
+        quoted_len in 0usize..100_000,
+    ) {
+        let mut result = result_with(vec![]);
+        result.verdict.blocking.clear();
+        let quoted = "<!-- x".repeat(quoted_len / 6 + 1);
+        if errors > 0 {
+            result.verdict.outcome = Outcome::Undecided;
+            result.verdict.errors = (0..errors)
+                .map(|i| format!("render of {i}: {}", "<x".repeat(error_len / 2 + 1)))
+                .collect();
+        } else {
+            for i in 0..not_served {
+                result.findings.push(Finding {
+                    rule: rules::KIND_NOT_SERVED.into(),
+                    severity: Severity::Blocking,
+                    summary: format!("Widget/w-{i}: {}", &quoted[..quoted.len().min(2_000)]),
+                    evidence: json!({"application": format!("argocd/a-{i}"), "name": format!("w-{i}-{}", &quoted[..quoted.len().min(300)])}),
+                });
+            }
+            result.findings.push(Finding {
+                rule: rules::FIELD_PRUNED_ON_APPLY.into(),
+                severity: Severity::Blocking,
+                summary: quoted.clone(),
+                evidence: json!({"object": "Widget/w", "loss": quoted.clone(), "applications": ["argocd/a"]}),
+            });
+            result.verdict.outcome = Outcome::Blocked;
+            result.verdict.blocking.insert(rules::FIELD_PRUNED_ON_APPLY.into(), 1);
+            if not_served > 0 {
+                result.verdict.blocking.insert(rules::KIND_NOT_SERVED.into(), not_served);
+            }
+        }
+        let (comment, _) = report::render(&result);
+        prop_assert!(comment.chars().count() <= report::COMMENT_LIMIT, "{} chars", comment.chars().count());
+        prop_assert_eq!(comment.matches("<!--").count(), comment.matches("-->").count());
+        let parsed = report::parse(&comment).unwrap();
+        prop_assert_eq!(parsed.verdict.outcome, result.verdict.outcome);
+        prop_assert_eq!(&parsed.verdict.blocking, &result.verdict.blocking);
+        prop_assert_eq!(&parsed.verdict.counts, &result.verdict.counts);
+    }
+}

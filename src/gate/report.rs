@@ -157,8 +157,67 @@ pub fn render(result: &GateResult) -> (String, Option<String>) {
     // machine blocks stay whole), the details cut to what is left.
     let head = head_section(result, Some(LISTED_PER_RULE));
     let comment = fit(&head, &details, &blocks);
-    (comment, Some(full))
+    if comment.chars().count() <= COMMENT_LIMIT {
+        return (comment, Some(full));
+    }
+    // Still too long (thousands of blocking objects, each with its machine block; megabytes a
+    // chart printed): the outcome, the counts and the verdict, which always fit.
+    (minimal(result), Some(full))
 }
+
+/// The comment when even the cut report does not fit: the outcome, the counts per rule, the
+/// first error lines clipped, and the verdict block. A reader (Bosun) finds no evidence block
+/// in it and hands the change to a person.
+fn minimal(result: &GateResult) -> String {
+    let v = &result.verdict;
+    let mut out = String::new();
+    let _ = writeln!(out, "{MARKER}");
+    let title = match v.outcome {
+        Outcome::Green => "passed",
+        Outcome::Blocked => "blocked",
+        Outcome::Undecided => "could not decide",
+    };
+    let _ = writeln!(out, "### addons-gate: {title}\n");
+    let c = &v.counts;
+    let _ = writeln!(
+        out,
+        "{} Applications changed, {} added, {} removed; objects {} added, {} changed, {} removed.\n",
+        c.applications_changed,
+        c.applications_added,
+        c.applications_removed,
+        c.objects_added,
+        c.objects_changed,
+        c.objects_removed
+    );
+    for (label, counts) in [("Blocking", &v.blocking), ("Notes", &v.notes)] {
+        if !counts.is_empty() {
+            let listed: Vec<String> = counts
+                .iter()
+                .map(|(rule, n)| format!("{} ({n})", code(rule)))
+                .collect();
+            let _ = writeln!(out, "**{label}**: {}\n", listed.join(", "));
+        }
+    }
+    for error in v.errors.iter().take(MINIMAL_ERRORS) {
+        let _ = writeln!(out, "- {}", text(&escape::clip(error, MINIMAL_ERROR_CHARS)));
+    }
+    let _ = writeln!(
+        out,
+        "\n_The report is too long for a comment even cut, so only its outcome is here: every finding is in the check run's output file (`gate check --report`) and in `gate check --json`._\n"
+    );
+    out.push_str(&blocks::verdict_block(
+        v,
+        MINIMAL_ERRORS,
+        MINIMAL_ERROR_CHARS,
+    ));
+    out.push('\n');
+    out
+}
+
+/// What the last-resort comment quotes of a failed render: at most these error lines, each
+/// clipped (with every character escaped in the verdict block, they stay far under a comment).
+const MINIMAL_ERRORS: usize = 10;
+const MINIMAL_ERROR_CHARS: usize = 500;
 
 fn fit(head: &str, details: &str, blocks: &str) -> String {
     let note = "\n_Details are cut to fit a comment; the full report is in the check run's output file (`gate check --report`)._\n";

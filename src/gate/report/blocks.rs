@@ -237,8 +237,48 @@ impl From<DroppedBlock> for DroppedServedVersion {
     }
 }
 
+/// The verdict as its block carries it: the error lines a render failure gives (a chart's
+/// `fail` message, helm's stderr) clipped, so a chart cannot make the block outgrow a comment.
+/// `gate check --json` keeps them whole.
+pub(super) fn verdict_block(verdict: &Verdict, errors: usize, chars: usize) -> String {
+    let mut bounded = verdict.clone();
+    if bounded.errors.len() > errors {
+        let more = bounded.errors.len() - errors;
+        bounded.errors.truncate(errors);
+        bounded.errors.push(format!(
+            "and {more} more error{} (every one is in `gate check --json`)",
+            crate::plural(more)
+        ));
+    }
+    for error in &mut bounded.errors {
+        *error = super::escape::clip(error, chars);
+    }
+    machine_block("verdict", &bounded)
+}
+
+/// Every string of a finding's evidence clipped to `chars` characters: a value a chart renders
+/// (quoted by a schema's refusal) cannot make one block outgrow a comment.
+fn clipped(value: &Value, chars: usize) -> Value {
+    match value {
+        Value::String(s) => Value::String(super::escape::clip(s, chars)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| clipped(v, chars)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (super::escape::clip(k, chars), clipped(v, chars)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The characters of one string in a `finding` block.
+const FINDING_BLOCK_STRING: usize = 1_000;
+/// The error lines a verdict block carries, and the characters of each.
+pub(super) const VERDICT_ERRORS: usize = 20;
+pub(super) const VERDICT_ERROR_CHARS: usize = 2_000;
+
 pub(super) fn blocks_section(result: &GateResult) -> String {
-    let mut out = machine_block("verdict", &result.verdict);
+    let mut out = verdict_block(&result.verdict, VERDICT_ERRORS, VERDICT_ERROR_CHARS);
     out.push('\n');
     if result.verdict.outcome != Outcome::Undecided {
         out.push_str(&machine_block("summary", &Summary::of(result)));
@@ -263,7 +303,7 @@ pub(super) fn blocks_section(result: &GateResult) -> String {
             .filter(|f| f.rule == rule && f.severity == Severity::Blocking)
             .take(FINDING_BLOCKS_PER_RULE)
         {
-            let mut evidence = finding.evidence.clone();
+            let mut evidence = clipped(&finding.evidence, FINDING_BLOCK_STRING);
             // A block stays small: the first Applications and a count.
             if let Some(apps) = evidence
                 .get_mut("applications")

@@ -4,6 +4,10 @@ use super::*;
 
 use super::escape::{clip, value_text};
 
+/// The characters of a finding's summary in the head: a summary quotes names and values a
+/// chart or a pull request chose.
+const SUMMARY_CHARS: usize = 1_000;
+
 /// Consumers a blocking bullet names before it says how many more there are.
 const LISTED_CONSUMERS: usize = 25;
 
@@ -67,12 +71,20 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
             out,
             "The gate could not render this change, so nothing was compared. The check stays red until it renders.\n"
         );
-        for error in &v.errors {
-            let (first, items) = split_error(error);
+        for error in v.errors.iter().take(super::blocks::VERDICT_ERRORS) {
+            // A chart's own error text (a `fail` message) is quoted, not reprinted whole.
+            let (first, items) = split_error(&clip(error, super::blocks::VERDICT_ERROR_CHARS));
             let _ = writeln!(out, "- {}", text(&first));
             for item in items {
                 let _ = writeln!(out, "  - {}", code(&item));
             }
+        }
+        if v.errors.len() > super::blocks::VERDICT_ERRORS {
+            let _ = writeln!(
+                out,
+                "- and {} more (every one is in `gate check --json`)",
+                v.errors.len() - super::blocks::VERDICT_ERRORS
+            );
         }
         out.push('\n');
     }
@@ -152,7 +164,12 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
         if limit.is_some_and(|l| *n > l) {
             continue;
         }
-        let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
+        let _ = writeln!(
+            out,
+            "- {}: {}",
+            code(&finding.rule),
+            text(&clip(&finding.summary, SUMMARY_CHARS))
+        );
     }
     more_line(&mut out, &counts, limit);
     let notes: Vec<&Finding> = result
@@ -169,7 +186,12 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
             if limit.is_some_and(|l| *n > l) {
                 continue;
             }
-            let _ = writeln!(out, "- {}: {}", code(&finding.rule), text(&finding.summary));
+            let _ = writeln!(
+                out,
+                "- {}: {}",
+                code(&finding.rule),
+                text(&clip(&finding.summary, SUMMARY_CHARS))
+            );
             if finding.rule == rules::ADDON_ADDED {
                 let _ = writeln!(
                     out,
