@@ -8,7 +8,9 @@ use serde_json::{Map, Value, json};
 
 use super::inventory::{Cluster, Inventory};
 use super::matching::{LabelSelector, git_pathspec_match, go_path_match};
-use super::params::{deep_merge, flatten_into, flatten_params, go_sprint, normalize_name};
+use super::params::{
+    deep_merge, flatten_into, flatten_params, go_sprint, merge_generator_template, normalize_name,
+};
 use super::repos::RepoResolver;
 use super::template::{
     Params, TemplateMode, collect_templates, fasttemplate, field_of, go_render_batch, map_strings,
@@ -109,7 +111,7 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
             if let Some(Value::Object(override_map)) = &set.template_override
                 && let Value::Object(base) = &mut effective
             {
-                deep_merge(base, override_map, true);
+                merge_generator_template(base, override_map);
             }
             let key = effective.to_string();
             order.push((

@@ -135,6 +135,35 @@ pub fn deep_merge(base: &mut Map<String, Value>, overlay: &Map<String, Value>, o
     }
 }
 
+/// A generator's own template merged over the ApplicationSet's (`base`), as Argo CD merges
+/// them: `mergo.Merge` of the ApplicationSet's template into the generator's, without
+/// override. A value the generator's template sets wins; a Go zero value it holds (`false`,
+/// `0`, `""`, an empty list or map, null) is filled from the ApplicationSet's; maps merge key
+/// by key; a list it sets replaces the ApplicationSet's whole.
+pub fn merge_generator_template(base: &mut Map<String, Value>, overlay: &Map<String, Value>) {
+    for (k, v) in overlay {
+        match (base.get_mut(k), v) {
+            (Some(Value::Object(b)), Value::Object(o)) => merge_generator_template(b, o),
+            (Some(_), v) if is_go_zero(v) => {}
+            _ => {
+                base.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// Whether a value decodes to Go's zero value of its field (what `mergo` calls empty).
+fn is_go_zero(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+    }
+}
+
 /// Argo CD's `SanitizeName`: lower-case, invalid DNS characters to `-`, at most 253, trimmed.
 pub fn normalize_name(name: &str) -> String {
     let lowered: String = name
