@@ -107,8 +107,10 @@ pub fn serves_version(crd: &Value, version: &str) -> bool {
 }
 
 /// Why the API server would reject this CustomResourceDefinition's names, if it would: a
-/// name that is not a DNS-1123 subdomain, a group that is not one, a kind that is not a kind
-/// name, or a version name that is not a DNS-1035 label. `None` for a CRD with valid names
+/// name that is not a DNS-1123 subdomain, a group that is not one (or has no dot), a kind that
+/// is not a kind name, a plural that is not a DNS-1035 label, a name other than
+/// `<plural>.<group>`, or a version name that is not a DNS-1035 label (as the apiextensions
+/// validation refuses them). `None` for a CRD with valid names
 /// and for any other object.
 pub fn crd_name_problem(object: &Value) -> Option<String> {
     if !is_crd(object) {
@@ -124,11 +126,22 @@ pub fn crd_name_problem(object: &Value) -> Option<String> {
     if !names::is_dns1123_subdomain(name) {
         return Some("its name is not a DNS-1123 subdomain".into());
     }
-    if !names::is_dns1123_subdomain(text("/spec/group")) {
+    let group = text("/spec/group");
+    if !names::is_dns1123_subdomain(group) {
         return Some("spec.group is not a DNS-1123 subdomain".into());
+    }
+    if !group.contains('.') {
+        return Some("spec.group is not a domain with at least one dot".into());
     }
     if !names::is_kind(text("/spec/names/kind")) {
         return Some("spec.names.kind is not a kind name".into());
+    }
+    let plural = text("/spec/names/plural");
+    if !names::is_dns1035_label(plural) {
+        return Some("spec.names.plural is not a DNS-1035 label".into());
+    }
+    if name != format!("{plural}.{group}") {
+        return Some("its name is not spec.names.plural + \".\" + spec.group".into());
     }
     for (index, version) in object
         .pointer("/spec/versions")

@@ -11,7 +11,7 @@ fn crd(served: &[&str]) -> Value {
         .collect();
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": "externalsecrets.external-secrets.io"},
-        "spec": {"group": "external-secrets.io", "names": {"kind": "ExternalSecret"}, "versions": versions}})
+        "spec": {"group": "external-secrets.io", "names": {"kind": "ExternalSecret", "plural": "externalsecrets"}, "versions": versions}})
 }
 
 /// One cluster runs the CRD (from a registry chart) and this repository's own chart, which
