@@ -494,3 +494,26 @@ proptest! {
         prop_assert_eq!(&parsed.verdict.counts, &result.verdict.counts);
     }
 }
+
+/// The diff's scale contract: an Application whose render keys are equal at both commits is
+/// not compared at all (here its objects even differ, which equal keys rule out in a real
+/// render), and a (merge base render, head render) pair that many Applications share is
+/// compared once: every one of them gets the same diff.
+#[test]
+fn equal_render_keys_are_not_compared_and_a_shared_pair_is_diffed_once() {
+    let keyed = |keys: &[&str], value: &str| {
+        let mut a = app("c", "x", vec![object("ConfigMap", "cm", value)]);
+        a.render_keys = keys.iter().map(|k| k.to_string()).collect();
+        a
+    };
+    let mut differ = diff::Differ::default();
+    let skipped = differ.applications(Some(&keyed(&["k1"], "a")), Some(&keyed(&["k1"], "b")));
+    assert!(skipped.is_empty(), "equal render keys are not compared");
+    let first = differ.applications(Some(&keyed(&["k1"], "a")), Some(&keyed(&["k2"], "b")));
+    let second = differ.applications(Some(&keyed(&["k1"], "a")), Some(&keyed(&["k2"], "b")));
+    assert_eq!(first.changed.len(), 1);
+    assert!(
+        std::sync::Arc::ptr_eq(&first, &second),
+        "a shared pair of renders is diffed once"
+    );
+}

@@ -52,8 +52,12 @@ pub enum Path {
 }
 
 /// The notes that make a green gate worth a look, and how a person reads each.
-const WORTH_A_LOOK: [(&str, &str); 4] = [
+const WORTH_A_LOOK: [(&str, &str); 5] = [
     (rules::MAJOR_VERSION, "a major version boundary is crossed"),
+    (
+        rules::APPLICATIONS_REMOVED,
+        "Applications are no longer generated and Argo CD deletes them",
+    ),
     (rules::RBAC_REMOVED, "RBAC objects are removed"),
     (rules::CRD_REMOVED, "CustomResourceDefinitions are removed"),
     (
@@ -233,13 +237,18 @@ pub fn classify(situation: &Situation) -> Path {
                 && let Some(finding) = block(rules::FIELD_PRUNED_ON_APPLY)
             {
                 let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
-                let apps: Vec<String> = finding.evidence["applications"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|a| a.as_str().map(str::to_string))
-                    .take(5)
-                    .collect();
+                // The Applications that render the object, or the files that hold it.
+                let named = |key: &str, prefix: &str| -> Vec<String> {
+                    finding.evidence[key]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|a| a.as_str().map(|a| format!("{prefix}{a}")))
+                        .collect()
+                };
+                let mut apps = named("applications", "");
+                apps.extend(named("files", "file "));
+                apps.truncate(5);
                 let others = report
                     .findings
                     .iter()
@@ -438,6 +447,17 @@ mod tests {
         assert_eq!(
             classify(&situation(Some(&major))),
             Path::WorthALook(vec!["a major version boundary is crossed".into()])
+        );
+        let mut removed = green.clone();
+        removed
+            .verdict
+            .notes
+            .insert(rules::APPLICATIONS_REMOVED.into(), 1);
+        assert_eq!(
+            classify(&situation(Some(&removed))),
+            Path::WorthALook(vec![
+                "Applications are no longer generated and Argo CD deletes them".into()
+            ])
         );
     }
 

@@ -191,6 +191,8 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
         Ok(s) => s,
         Err(e) => return undecided(base, head, vec![e.to_string()]),
     };
+    // Loaded by the merge base's render (the store keeps it): what its manifests held.
+    let base_snapshot = config.parsed.snapshot(repo, &base).ok();
     render::trace("check", "both commits rendered");
     // The chart moves' own render and diff need only the two renderings: they run while the
     // renderings are diffed and judged, on the core the renders have just left (their helm
@@ -209,6 +211,7 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
                 &head_rendering,
                 &render_diff,
                 &head_snapshot,
+                base_snapshot.as_deref(),
                 &config.inventory,
             );
             (findings, super::joined(defaults.join()))
@@ -272,7 +275,7 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
     // returned. (When no thread can be started, the failed spawn frees them at once.)
     let renderings = (base_rendering, head_rendering);
     let _ = std::thread::Builder::new().spawn(move || drop(renderings));
-    drop((head_snapshot, owned));
+    drop((head_snapshot, base_snapshot, owned));
     result
 }
 

@@ -36,9 +36,48 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
             .or_default()
             .push(app);
     }
-    for ((key, loss), apps) in losses {
+    // Manifests the repository holds, not only what Applications render: a person's hand
+    // edit of a file loses a value the same way. An object an Application renders with the
+    // same loss is already named by its Application.
+    let rendered: HashSet<(&str, &str)> = losses
+        .keys()
+        .map(|(key, loss)| {
+            let object = key.split_once('\u{0}').map_or(key.as_str(), |(_, o)| o);
+            (object, loss.as_str())
+        })
+        .collect();
+    let mut in_files: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for (object, loss, path, introduced) in file_losses(inputs, memo) {
+        if rendered.contains(&(object.as_str(), loss.as_str())) {
+            continue;
+        }
+        let severity = if introduced { "blocking" } else { "note" };
+        let files = in_files
+            .entry((format!("{severity}\u{0}{object}"), loss))
+            .or_default();
+        if !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    let mut held: Vec<Placed> = losses
+        .into_iter()
+        .map(|(key, apps)| (key, apps, Vec::new()))
+        .collect();
+    held.extend(
+        in_files
+            .into_iter()
+            .map(|(key, files)| (key, Vec::new(), files)),
+    );
+    held.sort_by(|a, b| a.0.cmp(&b.0));
+    for ((key, loss), apps, files) in held {
         let (severity, object) = key.split_once('\u{0}').unwrap_or(("note", &key));
-        let shown: Vec<&str> = apps.iter().take(10).map(String::as_str).collect();
+        // Where the loss is: the Applications that render the object, or the files that hold it.
+        let places: Vec<String> = if apps.is_empty() {
+            files.iter().map(|f| format!("file {f}")).collect()
+        } else {
+            apps.clone()
+        };
+        let shown: Vec<&str> = places.iter().take(10).map(String::as_str).collect();
         findings.push(Finding {
             rule: FIELD_PRUNED_ON_APPLY.into(),
             severity: if severity == "blocking" {
@@ -49,8 +88,8 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
             summary: format!(
                 "{object}: {loss}, in {}{}{}",
                 shown.join(", "),
-                if apps.len() > shown.len() {
-                    format!(" and {} more", apps.len() - shown.len())
+                if places.len() > shown.len() {
+                    format!(" and {} more", places.len() - shown.len())
                 } else {
                     String::new()
                 },
@@ -60,11 +99,18 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
                     " (so at the merge base too)"
                 }
             ),
-            evidence: serde_json::json!({"object": object, "loss": loss, "applications": apps}),
+            evidence: if files.is_empty() {
+                serde_json::json!({"object": object, "loss": loss, "applications": apps})
+            } else {
+                serde_json::json!({"object": object, "loss": loss, "applications": apps, "files": files})
+            },
         });
     }
     findings
 }
+
+/// A loss and where it is: ((severity and object, loss), Applications, files).
+type Placed = ((String, String), Vec<String>, Vec<String>);
 
 /// `sync-policy-changed`, a note: what a changed or new Application now lets Argo CD do by
 /// itself that can delete or overwrite ([`sync_powers`]), one finding per power with the
@@ -318,6 +364,118 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
     out
 }
 
+/// Every value the API server would prune from, or every reason it would reject, a custom
+/// object a YAML file of the repository holds: (object, what happens, file, whether the pull
+/// request introduces it). A file has no cluster of its own: the object is checked under each
+/// distinct CRD of its kind the head renders. The loss is the base's too when the file holds
+/// the same object at the merge base and it loses the same under the base's CRDs.
+fn file_losses(inputs: &Inputs<'_>, memo: &mut Memo) -> Vec<(String, String, String, bool)> {
+    // Most repositories hold no custom object of a kind their charts define: decided from the
+    // clusters' CRD facts before any rendered object is walked again.
+    let defined: HashSet<(&str, &str)> = inputs
+        .head_crds
+        .values()
+        .flat_map(|named| named.values())
+        .map(|info| (info.group.as_str(), info.kind.as_str()))
+        .collect();
+    let mut by_path: BTreeMap<&str, Vec<&super::Consumer>> = BTreeMap::new();
+    for consumer in &inputs.scan.manifests {
+        let (group, _) = split_api_version(&consumer.api_version);
+        if defined.contains(&(group, consumer.kind.as_str())) {
+            by_path
+                .entry(consumer.path.as_str())
+                .or_default()
+                .push(consumer);
+        }
+    }
+    if by_path.is_empty() {
+        return Vec::new();
+    }
+    let head_crds = crds_of_kinds(memo, inputs.head);
+    let base_crds = crds_of_kinds(memo, inputs.base);
+    let documents = |snapshot: &crate::git::Snapshot, path: &str| -> Vec<Value> {
+        snapshot
+            .read(path)
+            .and_then(|bytes| crate::yaml::utf8(bytes, path).ok())
+            .and_then(|text| crate::yaml::parse_documents(text, path).ok())
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for (path, consumers) in by_path {
+        let at_head = documents(inputs.head_snapshot, path);
+        let at_base = inputs
+            .base_snapshot
+            .map(|s| documents(s, path))
+            .unwrap_or_default();
+        for consumer in consumers {
+            let Some(document) = at_head.get(consumer.document) else {
+                continue;
+            };
+            let (group, version) = split_api_version(&consumer.api_version);
+            let kind = consumer.kind.as_str();
+            let losses = losses_under(document, version, head_crds.get(&(group, kind)));
+            if losses.is_empty() {
+                continue;
+            }
+            let key = ObjectKey::of(document);
+            let before = at_base.iter().find(|d| {
+                d.get("apiVersion").and_then(Value::as_str) == Some(consumer.api_version.as_str())
+                    && ObjectKey::of(d) == key
+            });
+            let base_losses = before
+                .map(|d| losses_under(d, version, base_crds.get(&(group, kind))))
+                .unwrap_or_default();
+            let label = format!("{} {}", consumer.api_version, object_label(&key));
+            for loss in losses {
+                let introduced = !base_losses.contains(&loss);
+                out.push((label.clone(), loss, path.to_string(), introduced));
+            }
+        }
+    }
+    out
+}
+
+/// What one object loses under any of these CRDs (each that serves its version), each loss
+/// once.
+fn losses_under(document: &Value, version: &str, crds: Option<&Vec<&Object>>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for crd in crds.into_iter().flatten() {
+        if !serves_version(crd, version) {
+            continue;
+        }
+        let Some(schema) = crate::schema::version_schema(crd, version) else {
+            continue;
+        };
+        for loss in losses_of(document, schema, version) {
+            if !out.contains(&loss) {
+                out.push(loss);
+            }
+        }
+    }
+    out
+}
+
+/// The distinct CRDs a rendering renders (any cluster), by group and kind.
+fn crds_of_kinds<'r>(
+    memo: &mut Memo,
+    rendering: &'r Rendering,
+) -> HashMap<(&'r str, &'r str), Vec<&'r Object>> {
+    let mut seen: HashSet<*const Value> = HashSet::new();
+    let mut out: HashMap<(&str, &str), Vec<&Object>> = HashMap::new();
+    for app in &rendering.applications {
+        for object in &app.objects {
+            if !seen.insert(Arc::as_ptr(object)) || memo.crd_info(object).is_none() {
+                continue;
+            }
+            let text = |p: &str| object.pointer(p).and_then(Value::as_str).unwrap_or("");
+            out.entry((text("/spec/group"), text("/spec/names/kind")))
+                .or_default()
+                .push(object);
+        }
+    }
+    out
+}
+
 /// What one distinct render holds, for [`apply_losses`].
 struct Held<'r> {
     /// Its CRDs: (group, kind, the CRD).
@@ -332,6 +490,11 @@ fn losses_of(object: &Value, schema: &Value, version: &str) -> Vec<String> {
     let outcome = crate::schema::prune_and_validate(&mut copy, schema);
     let mut out = Vec::new();
     for (path, value) in outcome.pruned {
+        let path = if path.chars().count() > 200 {
+            format!("{}…", path.chars().take(200).collect::<String>())
+        } else {
+            path
+        };
         let mut value = value.to_string();
         if value.chars().count() > 80 {
             value = format!("{}…", value.chars().take(80).collect::<String>());
@@ -341,6 +504,12 @@ fn losses_of(object: &Value, schema: &Value, version: &str) -> Vec<String> {
         ));
     }
     for error in outcome.errors {
+        // A refusal quotes the value: a chart's or a person's megabyte string stays a line.
+        let error = if error.chars().count() > 300 {
+            format!("{}…", error.chars().take(300).collect::<String>())
+        } else {
+            error
+        };
         out.push(format!("rejected: {error}"));
     }
     out

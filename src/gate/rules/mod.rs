@@ -49,6 +49,9 @@ pub const DROPPED_VERSION_UNUSED: &str = "dropped-version-unused";
 pub const UNSCANNED_FILE: &str = "unscanned-file";
 /// A rendered custom object the API server would quietly prune a value from, or reject.
 pub const FIELD_PRUNED_ON_APPLY: &str = "field-pruned-on-apply";
+/// Applications the merge base generates and the head no longer does: Argo CD deletes them,
+/// and with its resources finalizer, what they deployed.
+pub const APPLICATIONS_REMOVED: &str = "applications-removed";
 /// A change to generated Applications that lets Argo CD delete or overwrite on its own.
 pub const SYNC_POLICY_CHANGED: &str = "sync-policy-changed";
 /// An Application whose destination is no cluster of the inventory.
@@ -208,6 +211,10 @@ fn crds_by_kind(crds: &CrdsByCluster) -> HashMap<&str, HashMap<(&str, &str), &Cr
 struct Inputs<'a> {
     base: &'a Rendering,
     head: &'a Rendering,
+    /// The repository at the head and (when it could be read) at the merge base: the
+    /// manifests it holds are checked like rendered objects.
+    head_snapshot: &'a Snapshot,
+    base_snapshot: Option<&'a Snapshot>,
     diff: &'a RenderDiff,
     inventory: &'a Inventory,
     base_crds: CrdsByCluster,
@@ -262,6 +269,7 @@ pub fn evaluate(
     head: &Rendering,
     diff: &RenderDiff,
     head_snapshot: &Snapshot,
+    base_snapshot: Option<&Snapshot>,
     inventory: &Inventory,
 ) -> Vec<Finding> {
     // The repository's scan and the CRDs each cluster renders are read at once, and so are
@@ -294,6 +302,8 @@ pub fn evaluate(
     let inputs = Inputs {
         base,
         head,
+        head_snapshot,
+        base_snapshot,
         diff,
         inventory,
         base_crds,
@@ -311,6 +321,7 @@ pub fn evaluate(
         let mut findings = served::dropped_served_versions(inputs);
         findings.extend(served::stored_versions_removed(inputs));
         let mut rest = review::addons_added(inputs);
+        rest.extend(review::applications_removed(inputs));
         rest.extend(review::major_versions(inputs));
         rest.extend(review::rbac_removed(inputs));
         rest.extend(review::crds_added_or_removed(inputs));

@@ -7,14 +7,87 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::{
-    ADDON_ADDED, CRD_ADDED, CRD_REMOVED, Finding, Inputs, MAJOR_VERSION, RBAC_REMOVED, Severity,
-    object_label,
+    ADDON_ADDED, APPLICATIONS_REMOVED, CRD_ADDED, CRD_REMOVED, Finding, Inputs, MAJOR_VERSION,
+    RBAC_REMOVED, Severity, object_label,
 };
 use crate::gate::diff::AppStatus;
 use crate::render::RenderedApplication;
 
 /// `addon-added`, a note: the expansion of every Application the change creates (its
 /// cluster, destination namespace, what it renders and where it comes from), in one finding.
+/// `applications-removed`, a note: Applications the merge base generates and the head no
+/// longer does, by namespace and name as Argo CD knows them (one that moves to another
+/// cluster is not removed). Argo CD deletes an Application its ApplicationSet stops
+/// generating (unless the ApplicationSet's `applicationsSync` policy is `create-only` or
+/// `create-update`), and an Application carrying Argo CD's resources finalizer takes what it
+/// deployed with it (unless its ApplicationSet sets `preserveResourcesOnDeletion`).
+pub(super) fn applications_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
+    let Inputs { base, head, .. } = inputs;
+    let at_head: std::collections::HashSet<(&str, &str)> = head
+        .applications
+        .iter()
+        .map(|a| (a.namespace.as_str(), a.name.as_str()))
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    let (mut removed, mut cascading) = (Vec::new(), Vec::new());
+    for app in &base.applications {
+        let key = (app.namespace.as_str(), app.name.as_str());
+        if at_head.contains(&key) || !seen.insert(key) {
+            continue;
+        }
+        let name = format!("{}/{}", app.namespace, app.name);
+        let finalizers = app.stored.pointer("/metadata/finalizers");
+        let cascades = finalizers
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .any(|f| {
+                f == RESOURCES_FINALIZER
+                    || f.strip_prefix(RESOURCES_FINALIZER)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            });
+        if cascades {
+            cascading.push(name.clone());
+        }
+        removed.push(name);
+    }
+    if removed.is_empty() {
+        return Vec::new();
+    }
+    let shown: Vec<&str> = removed.iter().take(10).map(String::as_str).collect();
+    let more = removed.len() - shown.len();
+    vec![Finding {
+        rule: APPLICATIONS_REMOVED.into(),
+        severity: Severity::Note,
+        summary: format!(
+            "{} Application{} no longer generated, so Argo CD deletes {}: {}{}{}",
+            removed.len(),
+            if removed.len() == 1 { " is" } else { "s are" },
+            if removed.len() == 1 { "it" } else { "them" },
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            match cascading.len() {
+                0 => String::new(),
+                n => format!(
+                    "; {n} carr{} Argo CD's resources finalizer, so what {} deployed is deleted too",
+                    if n == 1 { "ies" } else { "y" },
+                    if n == 1 { "it" } else { "they" }
+                ),
+            }
+        ),
+        evidence: serde_json::json!({"applications": removed, "cascading": cascading}),
+    }]
+}
+
+/// Argo CD's finalizer that deletes an Application's resources with it (also written with a
+/// `/background` or `/foreground` suffix).
+const RESOURCES_FINALIZER: &str = "resources-finalizer.argocd.argoproj.io";
+
 pub(super) fn addons_added(inputs: &Inputs<'_>) -> Vec<Finding> {
     let Inputs { head, diff, .. } = inputs;
     let mut findings = Vec::new();

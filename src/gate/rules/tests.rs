@@ -73,6 +73,7 @@ fn evaluate_with_template(template: &str) -> Vec<Finding> {
         &rendering(&["v1"]),
         &RenderDiff::default(),
         &snapshot,
+        None,
         &Inventory::default(),
     )
 }
