@@ -110,6 +110,30 @@ fn check_cases() {
                 )
             })
             .collect();
+        // The comment as published fits one GitHub comment and carries the same verdict.
+        let (comment, _) = gitops_loop::gate::report::render(&result);
+        assert!(
+            comment.chars().count() <= gitops_loop::gate::report::COMMENT_LIMIT,
+            "the comment is {} characters",
+            comment.chars().count()
+        );
+        let published = gitops_loop::gate::report::parse(&comment)
+            .expect("comment parses")
+            .verdict;
+        assert_eq!(
+            (
+                &published.outcome,
+                &published.blocking,
+                &published.notes,
+                &published.counts
+            ),
+            (
+                &result.verdict.outcome,
+                &result.verdict.blocking,
+                &result.verdict.notes,
+                &result.verdict.counts
+            )
+        );
         // The machine blocks carry the same verdict the JSON does.
         let parsed = gitops_loop::gate::report::parse(&report).expect("report parses");
         assert_eq!(

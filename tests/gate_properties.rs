@@ -517,3 +517,27 @@ fn equal_render_keys_are_not_compared_and_a_shared_pair_is_diffed_once() {
         "a shared pair of renders is diffed once"
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// However many render errors a check has at the head and at the merge base, the comment
+    /// keeps at most 20 and keeps both sides: a reader that asks whether every error is at the
+    /// head (Bosun, before a values migration) gets the answer all of them give.
+    #[test]
+    fn the_kept_error_lines_answer_as_all_of_them_do(heads in 0usize..60, bases in 0usize..60) {
+        prop_assume!(heads + bases > 0);
+        let mut result = result_with(vec![]);
+        result.verdict.blocking.clear();
+        result.verdict.outcome = Outcome::Undecided;
+        result.verdict.errors = (0..heads)
+            .map(|i| format!("at head: Application argocd/a-{i}: values don't meet the specifications"))
+            .chain((0..bases).map(|i| format!("at merge base: Application argocd/b-{i}: broken")))
+            .collect();
+        let (comment, _) = report::render(&result);
+        let kept = report::parse(&comment).unwrap().verdict.errors;
+        prop_assert!(kept.len() <= 20 && !kept.is_empty());
+        let all_at_head = |errors: &[String]| errors.iter().all(|e| e.starts_with("at head"));
+        prop_assert_eq!(all_at_head(&kept), all_at_head(&result.verdict.errors));
+        prop_assert_eq!(kept.len(), (heads + bases).min(20));
+    }
+}

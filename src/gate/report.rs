@@ -198,7 +198,7 @@ fn minimal(result: &GateResult) -> String {
             let _ = writeln!(out, "**{label}**: {}\n", listed.join(", "));
         }
     }
-    for error in v.errors.iter().take(MINIMAL_ERRORS) {
+    for error in blocks::kept_errors(&v.errors, MINIMAL_ERRORS) {
         let _ = writeln!(out, "- {}", text(&escape::clip(error, MINIMAL_ERROR_CHARS)));
     }
     let _ = writeln!(

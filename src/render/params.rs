@@ -139,9 +139,15 @@ pub fn deep_merge(base: &mut Map<String, Value>, overlay: &Map<String, Value>, o
 /// them: `mergo.Merge` of the ApplicationSet's template into the generator's, without
 /// override. A value the generator's template sets wins; a Go zero value it holds (`false`,
 /// `0`, `""`, an empty list or map, null) is filled from the ApplicationSet's; maps merge key
-/// by key; a list it sets replaces the ApplicationSet's whole.
+/// by key; a list it sets replaces the ApplicationSet's whole, and so does a `valuesObject`.
 pub fn merge_generator_template(base: &mut Map<String, Value>, overlay: &Map<String, Value>) {
     for (k, v) in overlay {
+        // `helm.valuesObject` is raw bytes to Argo CD (a `RawExtension`): the generator's,
+        // when it has one, is taken whole.
+        if k == "valuesObject" && !v.is_null() {
+            base.insert(k.clone(), v.clone());
+            continue;
+        }
         match (base.get_mut(k), v) {
             (Some(Value::Object(b)), Value::Object(o)) => merge_generator_template(b, o),
             (Some(_), v) if is_go_zero(v) => {}
@@ -185,6 +191,44 @@ pub fn normalize_name(name: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_generator_template_merges_as_mergo_does() {
+        let mut base = json!({
+            "metadata": {"labels": {"team": "platform", "tier": "bronze"}},
+            "spec": {
+                "project": "default",
+                "syncPolicy": {"automated": {"prune": true}, "syncOptions": ["A=true"]},
+                "source": {"helm": {"valuesObject": {"replicas": 3, "x": 1}}},
+                "revisionHistoryLimit": 5
+            }
+        });
+        let overlay = json!({
+            "metadata": {"labels": {"tier": "gold", "empty": ""}},
+            "spec": {
+                "project": "",
+                "syncPolicy": {"automated": {"prune": false, "selfHeal": true}, "syncOptions": []},
+                "source": {"helm": {"valuesObject": {"replicas": 0}}},
+                "revisionHistoryLimit": 0
+            }
+        });
+        let (Value::Object(b), Value::Object(o)) = (&mut base, &overlay) else {
+            unreachable!()
+        };
+        merge_generator_template(b, o);
+        assert_eq!(
+            base,
+            json!({
+                "metadata": {"labels": {"team": "platform", "tier": "gold", "empty": ""}},
+                "spec": {
+                    "project": "default",
+                    "syncPolicy": {"automated": {"prune": true, "selfHeal": true}, "syncOptions": ["A=true"]},
+                    "source": {"helm": {"valuesObject": {"replicas": 0}}},
+                    "revisionHistoryLimit": 5
+                }
+            })
+        );
+    }
 
     #[test]
     fn numbers_print_like_go() {

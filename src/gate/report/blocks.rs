@@ -242,18 +242,41 @@ impl From<DroppedBlock> for DroppedServedVersion {
 /// `gate check --json` keeps them whole.
 pub(super) fn verdict_block(verdict: &Verdict, errors: usize, chars: usize) -> String {
     let mut bounded = verdict.clone();
-    if bounded.errors.len() > errors {
-        let more = bounded.errors.len() - errors;
-        bounded.errors.truncate(errors);
-        bounded.errors.push(format!(
-            "and {more} more error{} (every one is in `gate check --json`)",
-            crate::plural(more)
-        ));
-    }
-    for error in &mut bounded.errors {
-        *error = super::escape::clip(error, chars);
-    }
+    bounded.errors = kept_errors(&verdict.errors, errors)
+        .into_iter()
+        .map(|error| super::escape::clip(error, chars))
+        .collect();
+    // A revision the caller named that did not resolve is quoted here too.
+    bounded.base = super::escape::clip(&bounded.base, 200);
+    bounded.head = super::escape::clip(&bounded.head, 200);
     machine_block("verdict", &bounded)
+}
+
+/// At most `limit` of a failed render's error lines, in order, keeping both sides: the lines
+/// at the head and the others (at the merge base, or about a revision) each keep up to half
+/// the room when the other side has lines. A reader that asks whether every error is at the
+/// head (Bosun, before a values migration) gets the same answer from the kept lines as from
+/// all of them.
+pub(super) fn kept_errors(errors: &[String], limit: usize) -> Vec<&String> {
+    let at_head = |e: &String| e.starts_with("at head");
+    let heads = errors.iter().filter(|e| at_head(e)).count();
+    let others = errors.len() - heads;
+    let keep_others = others.min(limit.div_ceil(2).max(limit.saturating_sub(heads)));
+    let keep_heads = heads.min(limit - keep_others);
+    let (mut heads_left, mut others_left) = (keep_heads, keep_others);
+    errors
+        .iter()
+        .filter(|e| {
+            let left = if at_head(e) {
+                &mut heads_left
+            } else {
+                &mut others_left
+            };
+            let keep = *left > 0;
+            *left = left.saturating_sub(1);
+            keep
+        })
+        .collect()
 }
 
 /// Every string of a finding's evidence clipped to `chars` characters: a value a chart renders
@@ -305,14 +328,14 @@ pub(super) fn blocks_section(result: &GateResult) -> String {
         {
             let mut evidence = clipped(&finding.evidence, FINDING_BLOCK_STRING);
             // A block stays small: the first Applications and a count.
-            if let Some(apps) = evidence
-                .get_mut("applications")
-                .and_then(Value::as_array_mut)
-                && apps.len() > 25
-            {
-                let more = apps.len() - 25;
-                apps.truncate(25);
-                evidence["moreApplications"] = more.into();
+            for (list, count) in [("applications", "moreApplications"), ("files", "moreFiles")] {
+                if let Some(items) = evidence.get_mut(list).and_then(Value::as_array_mut)
+                    && items.len() > 25
+                {
+                    let more = items.len() - 25;
+                    items.truncate(25);
+                    evidence[count] = more.into();
+                }
             }
             out.push_str(&machine_block(
                 "finding",

@@ -71,7 +71,9 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
             out,
             "The gate could not render this change, so nothing was compared. The check stays red until it renders.\n"
         );
-        for error in v.errors.iter().take(super::blocks::VERDICT_ERRORS) {
+        let kept = super::blocks::kept_errors(&v.errors, super::blocks::VERDICT_ERRORS);
+        let more = v.errors.len() - kept.len();
+        for error in kept {
             // A chart's own error text (a `fail` message) is quoted, not reprinted whole.
             let (first, items) = split_error(&clip(error, super::blocks::VERDICT_ERROR_CHARS));
             let _ = writeln!(out, "- {}", text(&first));
@@ -79,11 +81,10 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
                 let _ = writeln!(out, "  - {}", code(&item));
             }
         }
-        if v.errors.len() > super::blocks::VERDICT_ERRORS {
+        if more > 0 {
             let _ = writeln!(
                 out,
-                "- and {} more (every one is in `gate check --json`)",
-                v.errors.len() - super::blocks::VERDICT_ERRORS
+                "- and {more} more (every one is in `gate check --json`)"
             );
         }
         out.push('\n');

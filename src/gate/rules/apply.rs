@@ -51,7 +51,9 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
         if rendered.contains(&(object.as_str(), loss.as_str())) {
             continue;
         }
-        let severity = if introduced { "blocking" } else { "note" };
+        // A file no Application renders has no cluster, and may be a kustomize patch or an
+        // example: what it would lose is a note for a person, never a blocker.
+        let severity = if introduced { "new" } else { "note" };
         let files = in_files
             .entry((format!("{severity}\u{0}{object}"), loss))
             .or_default();
@@ -93,10 +95,10 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
                 } else {
                     String::new()
                 },
-                if severity == "blocking" {
-                    ""
-                } else {
-                    " (so at the merge base too)"
+                match severity {
+                    "blocking" => "",
+                    "new" => " (a file the render does not apply: the gate cannot tell which cluster's schema it meets)",
+                    _ => " (so at the merge base too)",
                 }
             ),
             evidence: if files.is_empty() {
@@ -403,25 +405,42 @@ fn file_losses(inputs: &Inputs<'_>, memo: &mut Memo) -> Vec<(String, String, Str
     let mut out = Vec::new();
     for (path, consumers) in by_path {
         let at_head = documents(inputs.head_snapshot, path);
-        let at_base = inputs
+        // The file's objects at the merge base, by apiVersion and identity.
+        let at_base: HashMap<(String, ObjectKey), Value> = inputs
             .base_snapshot
             .map(|s| documents(s, path))
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| {
+                let api_version = d
+                    .get("apiVersion")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                ((api_version, ObjectKey::of(&d)), d)
+            })
+            .collect();
         for consumer in consumers {
             let Some(document) = at_head.get(consumer.document) else {
                 continue;
             };
             let (group, version) = split_api_version(&consumer.api_version);
             let kind = consumer.kind.as_str();
-            let losses = losses_under(document, version, head_crds.get(&(group, kind)));
+            // A file may be a partial object (a kustomize patch): a missing required field
+            // and a patch directive (`$patch`) are not losses of the object it patches.
+            let losses: Vec<String> =
+                losses_under(document, version, head_crds.get(&(group, kind)))
+                    .into_iter()
+                    .filter(|l| {
+                        let path = l.split_once(" = ").map_or("", |(path, _)| path);
+                        !l.ends_with(": Required value") && !path.contains('$')
+                    })
+                    .collect();
             if losses.is_empty() {
                 continue;
             }
             let key = ObjectKey::of(document);
-            let before = at_base.iter().find(|d| {
-                d.get("apiVersion").and_then(Value::as_str) == Some(consumer.api_version.as_str())
-                    && ObjectKey::of(d) == key
-            });
+            let before = at_base.get(&(consumer.api_version.clone(), key.clone()));
             let base_losses = before
                 .map(|d| losses_under(d, version, base_crds.get(&(group, kind))))
                 .unwrap_or_default();

@@ -13,8 +13,6 @@ use super::{
 use crate::gate::diff::AppStatus;
 use crate::render::RenderedApplication;
 
-/// `addon-added`, a note: the expansion of every Application the change creates (its
-/// cluster, destination namespace, what it renders and where it comes from), in one finding.
 /// `applications-removed`, a note: Applications the merge base generates and the head no
 /// longer does, by namespace and name as Argo CD knows them (one that moves to another
 /// cluster is not removed). Argo CD deletes an Application its ApplicationSet stops
@@ -61,7 +59,7 @@ pub(super) fn applications_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
         rule: APPLICATIONS_REMOVED.into(),
         severity: Severity::Note,
         summary: format!(
-            "{} Application{} no longer generated, so Argo CD deletes {}: {}{}{}",
+            "{} Application{} no longer generated, so Argo CD deletes {} (unless the ApplicationSet's policy keeps them): {}{}{}",
             removed.len(),
             if removed.len() == 1 { " is" } else { "s are" },
             if removed.len() == 1 { "it" } else { "them" },
@@ -74,7 +72,7 @@ pub(super) fn applications_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
             match cascading.len() {
                 0 => String::new(),
                 n => format!(
-                    "; {n} carr{} Argo CD's resources finalizer, so what {} deployed is deleted too",
+                    "; {n} carr{} Argo CD's resources finalizer, so what {} deployed is deleted too (unless the ApplicationSet preserves resources on deletion)",
                     if n == 1 { "ies" } else { "y" },
                     if n == 1 { "it" } else { "they" }
                 ),
@@ -88,6 +86,8 @@ pub(super) fn applications_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
 /// `/background` or `/foreground` suffix).
 const RESOURCES_FINALIZER: &str = "resources-finalizer.argocd.argoproj.io";
 
+/// `addon-added`, a note: the expansion of every Application the change creates (its
+/// cluster, destination namespace, what it renders and where it comes from), in one finding.
 pub(super) fn addons_added(inputs: &Inputs<'_>) -> Vec<Finding> {
     let Inputs { head, diff, .. } = inputs;
     let mut findings = Vec::new();
