@@ -57,6 +57,16 @@ impl Outcome {
             Outcome::Undecided => 2,
         }
     }
+
+    /// The report's heading: `<marker>` and `### addons-gate: <outcome>`.
+    fn heading(self) -> String {
+        let title = match self {
+            Outcome::Green => "passed",
+            Outcome::Blocked => "blocked",
+            Outcome::Undecided => "could not decide",
+        };
+        format!("{MARKER}\n### addons-gate: {title}\n\n")
+    }
 }
 
 /// The verdict as scripts (`--json`) and Bosun (the `verdict` block) read it.
@@ -170,14 +180,7 @@ pub fn render(result: &GateResult) -> (String, Option<String>) {
 /// in it and hands the change to a person.
 fn minimal(result: &GateResult) -> String {
     let v = &result.verdict;
-    let mut out = String::new();
-    let _ = writeln!(out, "{MARKER}");
-    let title = match v.outcome {
-        Outcome::Green => "passed",
-        Outcome::Blocked => "blocked",
-        Outcome::Undecided => "could not decide",
-    };
-    let _ = writeln!(out, "### addons-gate: {title}\n");
+    let mut out = v.outcome.heading();
     let c = &v.counts;
     let _ = writeln!(
         out,

@@ -36,14 +36,7 @@ fn more_line(
 
 pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String {
     let v = &result.verdict;
-    let mut out = String::new();
-    let _ = writeln!(out, "{MARKER}");
-    let title = match v.outcome {
-        Outcome::Green => "passed",
-        Outcome::Blocked => "blocked",
-        Outcome::Undecided => "could not decide",
-    };
-    let _ = writeln!(out, "### addons-gate: {title}\n");
+    let mut out = v.outcome.heading();
     let c = &v.counts;
     if v.outcome == Outcome::Undecided {
         let _ = writeln!(
