@@ -237,18 +237,13 @@ pub fn classify(situation: &Situation) -> Path {
                 && let Some(finding) = block(rules::FIELD_PRUNED_ON_APPLY)
             {
                 let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
-                // The Applications that render the object, or the files that hold it.
-                let named = |key: &str, prefix: &str| -> Vec<String> {
-                    finding.evidence[key]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|a| a.as_str().map(|a| format!("{prefix}{a}")))
-                        .collect()
-                };
-                let mut apps = named("applications", "");
-                apps.extend(named("files", "file "));
-                apps.truncate(5);
+                let apps: Vec<String> = finding.evidence["applications"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|a| a.as_str().map(str::to_string))
+                    .take(5)
+                    .collect();
                 let others = report
                     .findings
                     .iter()

@@ -21,7 +21,7 @@ mod head;
 mod summary;
 
 pub use self::blocks::{BlockFinding, ReportError, machine_block, machine_blocks, parse};
-pub use self::escape::{code, text};
+pub use self::escape::{clip, code, text};
 pub use self::summary::{
     SUMMARY_ITEMS, Summary, SummaryChart, SummaryCrd, SummaryDefault, SummaryImage,
 };
@@ -175,23 +175,26 @@ pub fn render(result: &GateResult) -> (String, Option<String>) {
     (minimal(result), Some(full))
 }
 
-/// The comment when even the cut report does not fit: the outcome, the counts per rule, the
-/// first error lines clipped, and the verdict block. A reader (Bosun) finds no evidence block
-/// in it and hands the change to a person.
-fn minimal(result: &GateResult) -> String {
-    let v = &result.verdict;
-    let mut out = v.outcome.heading();
-    let c = &v.counts;
-    let _ = writeln!(
-        out,
-        "{} Applications changed, {} added, {} removed; objects {} added, {} changed, {} removed.\n",
+/// `N Applications changed, N added, N removed; objects N added, N changed, N removed`.
+fn counts_sentence(c: &DiffCounts) -> String {
+    format!(
+        "{} Applications changed, {} added, {} removed; objects {} added, {} changed, {} removed",
         c.applications_changed,
         c.applications_added,
         c.applications_removed,
         c.objects_added,
         c.objects_changed,
         c.objects_removed
-    );
+    )
+}
+
+/// The comment when even the cut report does not fit: the outcome, the counts per rule, the
+/// first error lines clipped, and the verdict block. A reader (Bosun) finds no evidence block
+/// in it and hands the change to a person.
+fn minimal(result: &GateResult) -> String {
+    let v = &result.verdict;
+    let mut out = v.outcome.heading();
+    let _ = writeln!(out, "{}.\n", counts_sentence(&v.counts));
     for (label, counts) in [("Blocking", &v.blocking), ("Notes", &v.notes)] {
         if !counts.is_empty() {
             let listed: Vec<String> = counts

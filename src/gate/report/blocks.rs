@@ -328,14 +328,14 @@ pub(super) fn blocks_section(result: &GateResult) -> String {
         {
             let mut evidence = clipped(&finding.evidence, FINDING_BLOCK_STRING);
             // A block stays small: the first Applications and a count.
-            for (list, count) in [("applications", "moreApplications"), ("files", "moreFiles")] {
-                if let Some(items) = evidence.get_mut(list).and_then(Value::as_array_mut)
-                    && items.len() > 25
-                {
-                    let more = items.len() - 25;
-                    items.truncate(25);
-                    evidence[count] = more.into();
-                }
+            if let Some(apps) = evidence
+                .get_mut("applications")
+                .and_then(Value::as_array_mut)
+                && apps.len() > 25
+            {
+                let more = apps.len() - 25;
+                apps.truncate(25);
+                evidence["moreApplications"] = more.into();
             }
             out.push_str(&machine_block(
                 "finding",

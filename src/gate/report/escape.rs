@@ -76,7 +76,7 @@ pub(super) fn value_text(value: &Option<Value>) -> String {
     }
 }
 
-pub(super) fn clip(s: &str, max: usize) -> String {
+pub fn clip(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
     } else {

@@ -48,15 +48,10 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
     } else {
         let _ = writeln!(
             out,
-            "`{}` (merge base) → `{}` (head): {} Applications changed, {} added, {} removed; objects {} added, {} changed, {} removed.\n",
+            "`{}` (merge base) → `{}` (head): {}.\n",
             short(&v.base),
             short(&v.head),
-            c.applications_changed,
-            c.applications_added,
-            c.applications_removed,
-            c.objects_added,
-            c.objects_changed,
-            c.objects_removed
+            super::counts_sentence(c)
         );
     }
     if v.outcome == Outcome::Undecided {

@@ -13,6 +13,7 @@ use super::{
 };
 use crate::gate::crd::{crd_name_problem, serves_version};
 use crate::gate::diff::ObjectKey;
+use crate::gate::report::clip;
 use crate::render::parsed::Object;
 use crate::render::{RenderedApplication, Rendering};
 
@@ -27,51 +28,43 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
     // structural schema of the version it declares as its cluster serves it at this commit.
     let base_losses: std::collections::HashSet<(String, String, String)> =
         apply_losses(memo, base).into_iter().collect();
-    let mut losses: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    // (severity and object, loss) -> (the Applications that render it, the files that hold it).
+    let mut losses: BTreeMap<(String, String), (Vec<String>, Vec<String>)> = BTreeMap::new();
     for (app, object, loss) in apply_losses(memo, head) {
         let introduced = !base_losses.contains(&(app.clone(), object.clone(), loss.clone()));
         let severity = if introduced { "blocking" } else { "note" };
         losses
             .entry((format!("{severity}\u{0}{object}"), loss))
             .or_default()
+            .0
             .push(app);
     }
     // Manifests the repository holds, not only what Applications render: a person's hand
     // edit of a file loses a value the same way. An object an Application renders with the
     // same loss is already named by its Application.
-    let rendered: HashSet<(&str, &str)> = losses
+    let rendered: HashSet<(String, String)> = losses
         .keys()
         .map(|(key, loss)| {
             let object = key.split_once('\u{0}').map_or(key.as_str(), |(_, o)| o);
-            (object, loss.as_str())
+            (object.to_string(), loss.clone())
         })
         .collect();
-    let mut in_files: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for (object, loss, path, introduced) in file_losses(inputs, memo) {
-        if rendered.contains(&(object.as_str(), loss.as_str())) {
+        if rendered.contains(&(object.clone(), loss.clone())) {
             continue;
         }
         // A file no Application renders has no cluster, and may be a kustomize patch or an
         // example: what it would lose is a note for a person, never a blocker.
         let severity = if introduced { "new" } else { "note" };
-        let files = in_files
+        let files = &mut losses
             .entry((format!("{severity}\u{0}{object}"), loss))
-            .or_default();
+            .or_default()
+            .1;
         if !files.contains(&path) {
             files.push(path);
         }
     }
-    let mut held: Vec<Placed> = losses
-        .into_iter()
-        .map(|(key, apps)| (key, apps, Vec::new()))
-        .collect();
-    held.extend(
-        in_files
-            .into_iter()
-            .map(|(key, files)| (key, Vec::new(), files)),
-    );
-    held.sort_by(|a, b| a.0.cmp(&b.0));
-    for ((key, loss), apps, files) in held {
+    for ((key, loss), (apps, files)) in losses {
         let (severity, object) = key.split_once('\u{0}').unwrap_or(("note", &key));
         // Where the loss is: the Applications that render the object, or the files that hold it.
         let places: Vec<String> = if apps.is_empty() {
@@ -110,9 +103,6 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
     }
     findings
 }
-
-/// A loss and where it is: ((severity and object, loss), Applications, files).
-type Placed = ((String, String), Vec<String>, Vec<String>);
 
 /// `sync-policy-changed`, a note: what a changed or new Application now lets Argo CD do by
 /// itself that can delete or overwrite ([`sync_powers`]), one finding per power with the
@@ -509,27 +499,15 @@ fn losses_of(object: &Value, schema: &Value, version: &str) -> Vec<String> {
     let outcome = crate::schema::prune_and_validate(&mut copy, schema);
     let mut out = Vec::new();
     for (path, value) in outcome.pruned {
-        let path = if path.chars().count() > 200 {
-            format!("{}…", path.chars().take(200).collect::<String>())
-        } else {
-            path
-        };
-        let mut value = value.to_string();
-        if value.chars().count() > 80 {
-            value = format!("{}…", value.chars().take(80).collect::<String>());
-        }
+        let path = clip(&path, 200);
+        let value = clip(&value.to_string(), 80);
         out.push(format!(
             "{path} = {value} would be pruned (the {version} schema has no such field)"
         ));
     }
     for error in outcome.errors {
         // A refusal quotes the value: a chart's or a person's megabyte string stays a line.
-        let error = if error.chars().count() > 300 {
-            format!("{}…", error.chars().take(300).collect::<String>())
-        } else {
-            error
-        };
-        out.push(format!("rejected: {error}"));
+        out.push(format!("rejected: {}", clip(&error, 300)));
     }
     out
 }
