@@ -63,7 +63,8 @@ pub fn prune_and_validate(object: &mut Value, schema: &Value) -> Outcome {
         }
     }
     identity.insert("metadata".into(), Value::Object(metadata));
-    walk(&mut rest, &root, "", &mut out, Some(&identity));
+    let mut budget = cel::OBJECT_BUDGET;
+    walk(&mut rest, &root, "", &mut out, Some(&identity), &mut budget);
     for key in map.keys().cloned().collect::<Vec<_>>() {
         if !["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
             map.remove(&key);
@@ -110,6 +111,7 @@ fn walk(
     path: &str,
     out: &mut Outcome,
     identity: Option<&Map<String, Value>>,
+    budget: &mut u64,
 ) {
     if value.is_null()
         && schema
@@ -177,7 +179,7 @@ fn walk(
                 match sub_schema {
                     Some(sub) => {
                         if let Some(v) = map.get_mut(&key) {
-                            walk(v, sub, &child(path, &key), out, None);
+                            walk(v, sub, &child(path, &key), out, None, budget);
                         }
                     }
                     None if preserve
@@ -195,7 +197,14 @@ fn walk(
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    walk(item, item_schema, &format!("{path}[{i}]"), out, None);
+                    walk(
+                        item,
+                        item_schema,
+                        &format!("{path}[{i}]"),
+                        out,
+                        None,
+                        budget,
+                    );
                 }
             }
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
@@ -241,7 +250,7 @@ fn walk(
             );
         }
         for rule in rules {
-            match cel::evaluate(rule, &seen, &seen_schema) {
+            match cel::evaluate_within(rule, &seen, &seen_schema, budget) {
                 cel::Verdict::Holds => {}
                 cel::Verdict::Fails(field, message) => {
                     let at = format!("{shown}{field}");
@@ -254,6 +263,47 @@ fn walk(
             }
         }
     }
+}
+
+/// A schema's `pattern`, compiled once per distinct text for the whole process (a CRD's pattern
+/// is met once per string it governs: compiled per string, a hostile chart's pattern costs
+/// minutes), within the regex crate's size limits ([`cel::MAX_REGEX_BYTES`] of compiled
+/// program and of lazy DFA; the crate matches in time linear in the text). None when it does
+/// not compile within them: the pattern is reported as unevaluated, never passed.
+fn compiled(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+    /// Distinct patterns kept; past it the cache starts again (a hostile chart with more
+    /// patterns than this pays one compilation each, as it would anyway).
+    const KEPT: usize = 4096;
+    type Cache = Mutex<HashMap<String, Option<Arc<regex::Regex>>>>;
+    static CACHE: LazyLock<Cache> = LazyLock::new(Cache::default);
+    /// A longer pattern is not compiled (nor kept): what real CRDs declare is far shorter.
+    const LONGEST: usize = 64 << 10;
+    if pattern.len() > LONGEST {
+        return None;
+    }
+    if let Some(hit) = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(pattern)
+    {
+        return hit.clone();
+    }
+    let built = regex::RegexBuilder::new(pattern)
+        .size_limit(cel::MAX_REGEX_BYTES)
+        .dfa_size_limit(cel::MAX_REGEX_BYTES)
+        .build()
+        .ok()
+        .map(Arc::new);
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if cache.len() >= KEPT {
+        cache.clear();
+    }
+    cache.insert(pattern.to_string(), built.clone());
+    built
 }
 
 /// `pattern`, numeric bounds, lengths and sizes, worded as the API server words them.
@@ -275,12 +325,12 @@ fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
                 ));
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                match regex::Regex::new(pattern) {
-                    Ok(re) if re.is_match(text) => {}
-                    Ok(_) => out.errors.push(format!(
+                match compiled(pattern).as_deref() {
+                    Some(re) if re.is_match(text) => {}
+                    Some(_) => out.errors.push(format!(
                         "{path}: Invalid value: \"{text}\": {path} in body should match '{pattern}'"
                     )),
-                    Err(_) => out
+                    None => out
                         .unevaluated
                         .push(format!("{path} (pattern {pattern:?})")),
                 }

@@ -32,7 +32,13 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
     let mut losses: BTreeMap<(String, String), (Vec<String>, Vec<String>)> = BTreeMap::new();
     for (app, object, loss) in apply_losses(memo, head) {
         let introduced = !base_losses.contains(&(app.clone(), object.clone(), loss.clone()));
-        let severity = if introduced { "blocking" } else { "note" };
+        let severity = if loss.starts_with(UNCHECKED) {
+            "unchecked"
+        } else if introduced {
+            "blocking"
+        } else {
+            "note"
+        };
         losses
             .entry((format!("{severity}\u{0}{object}"), loss))
             .or_default()
@@ -55,7 +61,13 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
         }
         // A file no Application renders has no cluster, and may be a kustomize patch or an
         // example: what it would lose is a note for a person, never a blocker.
-        let severity = if introduced { "new" } else { "note" };
+        let severity = if loss.starts_with(UNCHECKED) {
+            "unchecked"
+        } else if introduced {
+            "new"
+        } else {
+            "note"
+        };
         let files = &mut losses
             .entry((format!("{severity}\u{0}{object}"), loss))
             .or_default()
@@ -91,6 +103,7 @@ pub(super) fn fields_pruned_on_apply(inputs: &Inputs<'_>, memo: &mut Memo) -> Ve
                 match severity {
                     "blocking" => "",
                     "new" => " (a file the render does not apply: the gate cannot tell which cluster's schema it meets)",
+                    "unchecked" => " (the gate cannot say whether the API server accepts it: check by hand)",
                     _ => " (so at the merge base too)",
                 }
             ),
@@ -509,8 +522,17 @@ fn losses_of(object: &Value, schema: &Value, version: &str) -> Vec<String> {
         // A refusal quotes the value: a chart's or a person's megabyte string stays a line.
         out.push(format!("rejected: {}", clip(&error, 300)));
     }
+    // A validation rule or pattern not run here (past the evaluator's cost bound, or what it
+    // cannot run at all) is said, never passed in silence; it is a note, since the API server
+    // may well accept the object.
+    for why in outcome.unevaluated {
+        out.push(format!("{UNCHECKED}{}", clip(&why, 300)));
+    }
     out
 }
+
+/// How a loss that is a validation not run here starts.
+const UNCHECKED: &str = "not checked: ";
 
 /// What an Application (as stored) lets Argo CD do by itself that can delete or overwrite:
 /// automated sync, pruning, self-healing, syncing to empty, cascading deletion, forced or
