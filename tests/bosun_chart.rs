@@ -1,5 +1,6 @@
-//! Bosun's Helm chart, rendered with the real helm: the config it writes is one Bosun reads,
-//! and its only permission in the cluster is reading Secrets in Argo CD's namespace.
+//! Bosun's Helm chart, rendered with the real helm: the config it writes is one Bosun reads;
+//! by default it holds no permission in the cluster (the inventory is Argo CD's API), the
+//! cluster-Secret reader is an explicit opt-in, and its egress is only what bosun.yaml names.
 
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
@@ -22,29 +23,164 @@ fn objects(args: &[&str]) -> Vec<Value> {
     common::rendered_objects(&template(args))
 }
 
-#[test]
-fn the_config_is_one_bosun_reads_and_the_rbac_is_read_only_secrets_in_argocd() {
-    let rendered = objects(&[]);
-    let kinds: Vec<&str> = rendered.iter().filter_map(|o| o["kind"].as_str()).collect();
-    assert!(
-        !kinds.contains(&"ClusterRole") && !kinds.contains(&"ClusterRoleBinding"),
-        "{kinds:?}"
-    );
-    let role = rendered.iter().find(|o| o["kind"] == "Role").unwrap();
-    assert_eq!(role["metadata"]["namespace"], "argocd");
-    assert_eq!(
-        role["rules"],
-        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}])
-    );
-    let binding = rendered
+/// Every rule that grants anything, from every Role, ClusterRole and binding the chart renders.
+fn grants(rendered: &[Value]) -> Vec<Value> {
+    rendered
         .iter()
-        .find(|o| o["kind"] == "RoleBinding")
+        .filter(|o| matches!(o["kind"].as_str(), Some("Role" | "ClusterRole")))
+        .map(|o| json!({"kind": o["kind"], "namespace": o["metadata"]["namespace"], "rules": o["rules"]}))
+        .collect()
+}
+
+/// The hosts Bosun itself would call with this bosun.yaml: the forge, the model, the
+/// release-notes hosts.
+fn program_hosts(config: &gitops_loop::bosun::config::Config) -> Vec<String> {
+    let host = |url: &str| {
+        url.split_once("://")
+            .map(|(_, rest)| rest.split(['/', ':']).next().unwrap_or("").to_string())
+            .unwrap()
+    };
+    let mut hosts: Vec<String> = vec![host(&config.forge.api_url)];
+    if config.model.provider != gitops_loop::bosun::config::ModelProvider::None {
+        hosts.push(host(config.model.base_url.as_deref().unwrap()));
+    }
+    if config.release_notes.enabled {
+        hosts.extend(config.release_notes.allowed_hosts());
+    }
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+fn network_policy(rendered: &[Value]) -> &Value {
+    rendered
+        .iter()
+        .find(|o| o["kind"] == "NetworkPolicy")
+        .expect("a NetworkPolicy by default")
+}
+
+#[test]
+fn by_default_the_chart_grants_nothing_and_reads_the_inventory_from_argo_cds_api() {
+    let rendered = objects(&[]);
+    // No Kubernetes permission at all: no Role, ClusterRole or binding.
+    assert_eq!(grants(&rendered), Vec::<Value>::new());
+    assert!(
+        !rendered
+            .iter()
+            .any(|o| o["kind"].as_str().is_some_and(|k| k.ends_with("Binding"))),
+        "a binding with nothing to bind"
+    );
+    let config_map = rendered.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let text = config_map["data"]["bosun.yaml"].as_str().unwrap();
+    let config = gitops_loop::bosun::config::Config::parse(text, "bosun.yaml").unwrap();
+    assert!(matches!(
+        config.inventory,
+        gitops_loop::bosun::config::InventoryConfig::Argocd { ref server, ref token_env }
+            if server == "https://argocd-server.argocd.svc" && token_env == "ARGOCD_AUTH_TOKEN"
+    ));
+    let deployment = rendered.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
         .unwrap();
     assert_eq!(
-        binding["subjects"][0],
-        json!({"kind": "ServiceAccount", "name": "bosun", "namespace": "bosun"})
+        env.iter()
+            .find(|e| e["name"] == "ARGOCD_AUTH_TOKEN")
+            .map(|e| e["valueFrom"]["secretKeyRef"].clone()),
+        Some(json!({"name": "bosun-argocd", "key": "token"}))
     );
+    // Egress: DNS, Argo CD's API server pods, and HTTPS out of the cluster; nothing else.
+    let policy = network_policy(&rendered);
+    assert_eq!(
+        policy["spec"],
+        json!({
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "bosun", "app.kubernetes.io/instance": "bosun"}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "argocd"}},
+                         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "argocd-server"}}}],
+                 "ports": [{"protocol": "TCP", "port": 8080}]},
+                {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"]}}],
+                 "ports": [{"protocol": "TCP", "port": 443}]}
+            ]
+        })
+    );
+    // The hosts it names are the ones the program would call with that config.
+    let hosts: Vec<String> =
+        policy["metadata"]["annotations"]["bosun.gitops-loop.dev/egress-hosts"]
+            .as_str()
+            .unwrap()
+            .split(',')
+            .map(String::from)
+            .collect();
+    assert_eq!(hosts, program_hosts(&config));
+}
 
+#[test]
+fn the_egress_follows_the_urls_bosun_reads_and_cluster_secrets_are_an_explicit_opt_in() {
+    let rendered = objects(&[
+        "--set",
+        "config.forge.kind=gitea",
+        "--set",
+        "config.forge.apiUrl=https://gitea.example.test:3000/api/v1",
+        "--set",
+        "config.model.provider=openai",
+        "--set",
+        "config.model.baseUrl=http://llm.example.test:8000/v1",
+        "--set",
+        "config.model.model=local",
+        "--set",
+        "config.releaseNotes.enabled=false",
+        "--set",
+        "inventory.source=clusterSecrets",
+        "--set",
+        "networkPolicy.apiServer.cidrs[0]=192.0.2.10/32",
+    ]);
+    // Opted in: get/list on Secrets in Argo CD's namespace, and nothing else.
+    assert_eq!(
+        grants(&rendered),
+        vec![json!({"kind": "Role", "namespace": "argocd",
+            "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list"]}]})]
+    );
+    let config_map = rendered.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let config = gitops_loop::bosun::config::Config::parse(
+        config_map["data"]["bosun.yaml"].as_str().unwrap(),
+        "bosun.yaml",
+    )
+    .unwrap();
+    assert!(
+        matches!(config.inventory, gitops_loop::bosun::config::InventoryConfig::Kubernetes { ref namespace } if namespace == "argocd")
+    );
+    let policy = network_policy(&rendered);
+    let egress = policy["spec"]["egress"].as_array().unwrap();
+    assert_eq!(
+        egress[1],
+        json!({"to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}],
+               "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]})
+    );
+    assert_eq!(
+        egress[2]["ports"],
+        json!([{"protocol": "TCP", "port": 3000}, {"protocol": "TCP", "port": 8000}])
+    );
+    let hosts: Vec<String> =
+        policy["metadata"]["annotations"]["bosun.gitops-loop.dev/egress-hosts"]
+            .as_str()
+            .unwrap()
+            .split(',')
+            .map(String::from)
+            .collect();
+    assert_eq!(hosts, program_hosts(&config));
+    assert_eq!(hosts, ["gitea.example.test", "llm.example.test"]);
+    // Off, there is none.
+    let rendered = objects(&["--set", "networkPolicy.enabled=false"]);
+    assert!(!rendered.iter().any(|o| o["kind"] == "NetworkPolicy"));
+}
+
+#[test]
+fn the_config_is_one_bosun_reads() {
+    let rendered = objects(&[]);
     let config_map = rendered.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
     let text = config_map["data"]["bosun.yaml"].as_str().unwrap();
     let config = gitops_loop::bosun::config::Config::parse(text, "bosun.yaml").unwrap();
@@ -53,9 +189,6 @@ fn the_config_is_one_bosun_reads_and_the_rbac_is_read_only_secrets_in_argocd() {
     assert_eq!(
         config.workdir.as_deref(),
         Some(std::path::Path::new("/var/lib/bosun"))
-    );
-    assert!(
-        matches!(config.inventory, gitops_loop::bosun::config::InventoryConfig::Kubernetes { ref namespace } if namespace == "argocd")
     );
 
     let deployment = rendered.iter().find(|o| o["kind"] == "Deployment").unwrap();
@@ -96,6 +229,8 @@ fn two_replicas_and_a_config_that_moves_the_workdir_are_refused() {
     for args in [
         ["--set", "replicaCount=2"],
         ["--set", "config.workdir=/elsewhere"],
+        ["--set", "config.inventory.file=/etc/clusters.yaml"],
+        ["--set", "inventory.source=secrets"],
     ] {
         let output = template(&args);
         assert!(!output.status.success(), "{args:?} was accepted");

@@ -75,3 +75,31 @@ fn values_reach_the_flags_and_bad_values_are_refused() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("observeMode"));
 }
+
+#[test]
+fn egress_is_dns_and_the_api_server_only() {
+    let rendered = objects(&["--set", "networkPolicy.apiServer.cidrs[0]=192.0.2.10/32"]);
+    let policy = find(&rendered, "NetworkPolicy").expect("a NetworkPolicy by default");
+    assert_eq!(
+        policy["spec"],
+        serde_json::json!({
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "kargo-argocd-observer",
+                                            "app.kubernetes.io/instance": "kargo-argocd-observer"}},
+            "policyTypes": ["Egress"],
+            "egress": [
+                {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+                         "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+                {"to": [{"ipBlock": {"cidr": "192.0.2.10/32"}}],
+                 "ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]}
+            ]
+        })
+    );
+    assert!(
+        find(
+            &objects(&["--set", "networkPolicy.enabled=false"]),
+            "NetworkPolicy"
+        )
+        .is_none()
+    );
+}

@@ -106,7 +106,11 @@ pub struct RepositoryConfig {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    deny_unknown_fields
+)]
 pub enum InventoryConfig {
     /// Argo CD's cluster Secrets, read live through the Kubernetes API (ADR 0008).
     Kubernetes {

@@ -191,6 +191,10 @@ pub enum Secret {
     GiteaToken,
     /// The shared secret of Bosun's intake (Kargo's `http` step sends it): 32 random bytes, hex.
     BosunWebhook,
+    /// Argo CD's generated admin password, read from `argocd-initial-admin-secret`.
+    ArgocdAdminPassword,
+    /// A token of the Argo CD account `bosun`, which may only `get` clusters (Bosun's inventory).
+    ArgocdBosunToken,
     /// The n-th workload cluster's token for Argo CD (its `argocd-manager` ServiceAccount).
     ClusterToken(usize),
     /// The n-th workload cluster's CA certificate, base64 (from kind's kubeconfig).

@@ -497,7 +497,42 @@ pub fn plan_up(
             ]),
         ),
         Step::new(
-            "Bosun, from its chart, running the loaded image against Gitea (commit statuses: Gitea has no check runs)",
+            "Argo CD's admin password (kept, not printed), to make the token of Bosun's account",
+            kubectl(argv![
+                "get",
+                "secret",
+                "argocd-initial-admin-secret",
+                "--namespace",
+                "argocd",
+                "--output",
+                "go-template={{.data.password | base64decode}}"
+            ]),
+        )
+        .capturing(Secret::ArgocdAdminPassword),
+        Step::new(
+            "a token of the Argo CD account bosun (kind/values/argo-cd.yaml: apiKey only, and a role that may only get clusters), kept, not printed: Bosun's inventory is Argo CD's API (ADR 0008), so its chart holds no Kubernetes permission",
+            kubectl(argv![
+                "exec",
+                "--namespace",
+                "argocd",
+                "deploy/argocd-server",
+                "--",
+                "sh",
+                "-c",
+                r#"argocd login localhost:8080 --plaintext --username admin --password "$1" >/dev/null && argocd account generate-token --account bosun --server localhost:8080 --plaintext"#,
+                "sh",
+                GENERATED
+            ]),
+        )
+        .with_secrets(&[Secret::ArgocdAdminPassword])
+        .capturing(Secret::ArgocdBosunToken),
+        Step::new(
+            "Bosun's Argo CD token",
+            generic_secret("bosun-argocd", "bosun", &[("token", GENERATED)]),
+        )
+        .with_secrets(&[Secret::ArgocdBosunToken]),
+        Step::new(
+            "Bosun, from its chart, running the loaded image against Gitea (commit statuses: Gitea has no check runs), its inventory read from Argo CD's API, its egress opened to the in-cluster Gitea",
             helm_install(
                 "bosun",
                 &path("charts/bosun"),
@@ -509,6 +544,10 @@ pub fn plan_up(
                     format!("image.tag={IMAGE_TAG}"),
                     "--set",
                     "image.pullPolicy=Never",
+                    "--set",
+                    "inventory.argocd.server=http://argocd-server.argocd.svc",
+                    "--set-json",
+                    r#"networkPolicy.extraEgress=[{"to":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"gitea"}}}],"ports":[{"protocol":"TCP","port":3000}]}]"#,
                     "--set-json",
                     format!(
                         r#"config={{"forge":{{"kind":"gitea","apiUrl":"{GITEA_IN_CLUSTER}/api/v1","checkMode":"status","gitUrl":"http://{GITEA_ADMIN}:{{token}}@gitea-http.gitea.svc.cluster.local:3000/{{slug}}.git"}},"repositories":[{{"slug":"platform/gitops","url":"{GITEA_IN_CLUSTER}/platform/gitops.git"}}]}}"#
