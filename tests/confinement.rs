@@ -622,3 +622,216 @@ fn a_charts_cel_rules_cannot_exhaust_the_gate() {
     let report = std::fs::read_to_string(&report).unwrap_or_default();
     assert!(report.contains("min above max"), "{report}\n{stderr}");
 }
+
+/// A chart mirror holding `charts.example.test/leaky/1.0.0`: a chart whose template prints
+/// `secret.txt` and `environ`, both symbolic links (to a canary file on the host and to the
+/// process's environment). Returns the mirror and the canary text.
+fn leaky_mirror() -> (tempfile::TempDir, tempfile::TempDir, String) {
+    let host = tempfile::tempdir().unwrap();
+    let canary = "HOST-CANARY-7f3a9c1e5b".to_string();
+    std::fs::write(host.path().join("secret"), format!("stolen: {canary}\n")).unwrap();
+    let mirror = tempfile::tempdir().unwrap();
+    let chart = mirror.path().join("charts.example.test/leaky/1.0.0");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: leaky\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: leaky\ndata:\n  secret: {{ .Files.Get \"secret.txt\" | quote }}\n  environ: {{ .Files.Get \"environ\" | quote }}\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(host.path().join("secret"), chart.join("secret.txt")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/environ", chart.join("environ")).unwrap();
+    (host, mirror, canary)
+}
+
+/// A symbolic link inside a mirrored chart is never followed, whichever path inflates the
+/// chart: a Helm source naming it, and a kustomization's `helmCharts` naming it. Played with
+/// and without the network namespace; the canary host file and the environment's token never
+/// reach the render, the report or the verdict, and the check is never green.
+#[test]
+fn a_symbolic_link_in_a_mirrored_chart_is_refused_by_both_paths() {
+    let (_host, mirror, canary) = leaky_mirror();
+    let helm_app = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: leaky\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://charts.example.test\n    chart: leaky\n    targetRevision: 1.0.0\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: leaky\n";
+    let kustomize_app = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: leaky\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: base\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: leaky\n";
+    let kustomization =
+        "helmCharts:\n  - name: leaky\n    repo: https://charts.example.test\n    version: 1.0.0\n";
+    let paths: [(&str, Vec<(&str, &str)>); 2] = [
+        ("a Helm source", vec![("apps/leaky.yaml", helm_app)]),
+        (
+            "a kustomization's helmCharts",
+            vec![
+                ("apps/leaky.yaml", kustomize_app),
+                ("base/kustomization.yaml", kustomization),
+            ],
+        ),
+    ];
+    for (path, files) in paths {
+        let repo = repo_with(&[("README.md", "x\n")]);
+        let overlay = tempfile::tempdir().unwrap();
+        for (file, text) in &files {
+            let target = overlay.path().join(file);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(target, text).unwrap();
+        }
+        repo.commit_overlay(overlay.path(), "leak", path);
+        for no_netns in [false, true] {
+            let what = format!("{path} (GATE_NO_NETNS={no_netns})");
+            let cache = tempfile::tempdir().unwrap();
+            let out = tempfile::tempdir().unwrap();
+            let mut check = gate_on(
+                cache.path(),
+                repo.path(),
+                &[
+                    "check",
+                    "--head",
+                    "leak",
+                    "--default-branch",
+                    "main",
+                    "--kustomize-enable-helm",
+                ],
+            );
+            check
+                .arg("--inventory")
+                .arg(common::sample_dir().join("inventory.yaml"))
+                .arg("--charts")
+                .arg(mirror.path())
+                .arg("--report")
+                .arg(out.path().join("report.md"))
+                .arg("--json")
+                .arg(out.path().join("verdict.json"))
+                .env("GITHUB_TOKEN", ENV_CANARY);
+            if no_netns {
+                check.env("GATE_NO_NETNS", "1");
+            }
+            let output = check.output().unwrap();
+            let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+            let json = std::fs::read_to_string(out.path().join("verdict.json")).unwrap();
+            let mut render = gate_on(
+                cache.path(),
+                repo.path(),
+                &[
+                    "render",
+                    "--revision",
+                    "leak",
+                    "--format",
+                    "yaml",
+                    "--kustomize-enable-helm",
+                ],
+            );
+            render
+                .arg("--charts")
+                .arg(mirror.path())
+                .env("GITHUB_TOKEN", ENV_CANARY);
+            if no_netns {
+                render.env("GATE_NO_NETNS", "1");
+            }
+            let rendered = render.output().unwrap();
+            for (name, text) in [
+                ("report", report.clone()),
+                ("json", json),
+                (
+                    "check stdout",
+                    String::from_utf8_lossy(&output.stdout).into(),
+                ),
+                (
+                    "check stderr",
+                    String::from_utf8_lossy(&output.stderr).into(),
+                ),
+                (
+                    "render stdout",
+                    String::from_utf8_lossy(&rendered.stdout).into(),
+                ),
+                (
+                    "render stderr",
+                    String::from_utf8_lossy(&rendered.stderr).into(),
+                ),
+            ] {
+                assert!(
+                    !text.contains(&canary),
+                    "{what}: {name}: the host file leaked:\n{text}"
+                );
+                assert_clean(&format!("{what}: {name}"), &text);
+            }
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{what}: never green:\n{report}"
+            );
+            assert!(!rendered.status.success(), "{what}: the render succeeded");
+            assert!(
+                report.contains("symbolic link inside a chart"),
+                "{what}: the refusal names the link:\n{report}"
+            );
+        }
+    }
+}
+
+/// A kustomization's inflated chart is part of its render key: the same commit rendered
+/// again after the mirror's chart changed (re-pulled, or edited by hand) is rendered anew,
+/// not answered from the cache with the old chart's output.
+#[test]
+fn a_kustomize_helm_chart_that_changes_in_the_mirror_is_rendered_anew() {
+    let mirror = tempfile::tempdir().unwrap();
+    let chart = mirror.path().join("charts.example.test/plain/1.0.0");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: plain\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    let template = |value: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  v: {value}\n")
+    };
+    std::fs::write(chart.join("templates/cm.yaml"), template("first-chart")).unwrap();
+    let repo = repo_with(&[
+        (
+            "apps/plain.yaml",
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: plain\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: base\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: plain\n",
+        ),
+        (
+            "base/kustomization.yaml",
+            "helmCharts:\n  - name: plain\n    repo: https://charts.example.test\n    version: 1.0.0\n",
+        ),
+    ]);
+    let cache = tempfile::tempdir().unwrap();
+    let render = || {
+        let output = gate_on(
+            cache.path(),
+            repo.path(),
+            &["render", "--format", "yaml", "--kustomize-enable-helm"],
+        )
+        .arg("--charts")
+        .arg(mirror.path())
+        .output()
+        .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    assert!(render().contains("first-chart"));
+    std::fs::write(chart.join("templates/cm.yaml"), template("second-chart")).unwrap();
+    let again = render();
+    assert!(
+        again.contains("second-chart") && !again.contains("first-chart"),
+        "the cache answered with the old chart:\n{again}"
+    );
+    // A symbolic link added to the cached chart is refused, not answered from the cache.
+    std::os::unix::fs::symlink("/etc/hostname", chart.join("templates/link.yaml")).unwrap();
+    let output = gate_on(
+        cache.path(),
+        repo.path(),
+        &["render", "--format", "yaml", "--kustomize-enable-helm"],
+    )
+    .arg("--charts")
+    .arg(mirror.path())
+    .output()
+    .unwrap();
+    assert!(!output.status.success(), "a cached render hid the link");
+}

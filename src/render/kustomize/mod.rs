@@ -28,6 +28,12 @@ impl KustomizeJob {
         hasher.update(self.path.as_bytes());
         hasher.update(b"\0");
         hasher.update(self.options.to_string().as_bytes());
+        // The charts `helmCharts` inflate come from the mirror, not the tree.
+        for chart in &self.charts {
+            hasher.update(b"\0chart\0");
+            hasher.update((chart.len() as u64).to_le_bytes());
+            hasher.update(chart.as_bytes());
+        }
         hex(&hasher.finalize())
     }
 
