@@ -36,6 +36,16 @@ pub enum GitError {
     },
     #[error("{repo}: unexpected output from git cat-file: {detail}")]
     Protocol { repo: String, detail: String },
+    #[error(
+        "{repo}: {path:?} at {commit} is {size} bytes, over the {limit_mib} MiB a repository file may hold (the YAML budget); the gate does not read it"
+    )]
+    TooLarge {
+        repo: String,
+        commit: String,
+        path: String,
+        size: u64,
+        limit_mib: u64,
+    },
     #[error("could not write the tree of {commit} to {dir}: {source}")]
     Materialize {
         commit: String,
@@ -192,7 +202,8 @@ impl Snapshot {
     /// Reads every file of `revision` from the object database.
     pub fn load(repo: &Path, revision: &str) -> Result<Snapshot, GitError> {
         let commit = resolve_commit(repo, revision)?;
-        let listing = run_git(repo, &["ls-tree", "-r", "-z", "--full-tree", &commit])?;
+        // `-l`: each blob's size, so a file over the budget is refused before it is read.
+        let listing = run_git(repo, &["ls-tree", "-r", "-z", "-l", "--full-tree", &commit])?;
         let mut blobs: Vec<(String, String, bool)> = Vec::new();
         for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             let entry = String::from_utf8_lossy(entry);
@@ -202,14 +213,24 @@ impl Snapshot {
                     detail: format!("ls-tree line without a tab: {entry}"),
                 });
             };
-            let mut parts = meta.split(' ');
-            let (mode, kind, oid) = (parts.next(), parts.next(), parts.next());
+            // The size is padded with spaces.
+            let mut parts = meta.split(' ').filter(|p| !p.is_empty());
+            let (mode, kind, oid, size) = (parts.next(), parts.next(), parts.next(), parts.next());
             if kind != Some("blob") {
                 continue; // submodules (commit entries) are not part of this repository's tree
             }
             let (Some(mode), Some(oid)) = (mode, oid) else {
                 continue;
             };
+            let size: u64 =
+                size.and_then(|s| s.parse().ok())
+                    .ok_or_else(|| GitError::Protocol {
+                        repo: repo.display().to_string(),
+                        detail: format!("ls-tree line without a size: {entry}"),
+                    })?;
+            if size > crate::yaml::MAX_FILE_BYTES {
+                return Err(too_large(repo, &commit, path, size));
+            }
             blobs.push((path.to_string(), oid.to_string(), mode == "120000"));
         }
         let contents = cat_blobs(repo, blobs.iter().map(|(_, oid, _)| oid.as_str()))?;
@@ -350,6 +371,17 @@ impl Snapshot {
     }
 }
 
+/// A file over [`crate::yaml::MAX_FILE_BYTES`], refused by the size git reports.
+fn too_large(repo: &Path, commit: &str, path: &str, size: u64) -> GitError {
+    GitError::TooLarge {
+        repo: repo.display().to_string(),
+        commit: commit[..commit.len().min(12)].to_string(),
+        path: path.chars().take(200).collect(),
+        size,
+        limit_mib: crate::yaml::MAX_FILE_BYTES >> 20,
+    }
+}
+
 fn dir_prefix(dir: &str) -> String {
     let dir = normalize(dir);
     if dir.is_empty() {
@@ -426,6 +458,18 @@ fn cat_blobs<'a>(
                 repo: repo_name.clone(),
                 detail: format!("bad header for {oid}: {header:?}"),
             })?;
+        // Never allocated past the budget, whatever the object database says.
+        if size as u64 > crate::yaml::MAX_FILE_BYTES {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(GitError::Protocol {
+                repo: repo_name.clone(),
+                detail: format!(
+                    "object {oid} is {size} bytes, over the {} MiB a repository file may hold",
+                    crate::yaml::MAX_FILE_BYTES >> 20
+                ),
+            });
+        }
         let mut content = vec![0; size + 1];
         reader
             .read_exact(&mut content)

@@ -835,3 +835,88 @@ fn a_kustomize_helm_chart_that_changes_in_the_mirror_is_rendered_anew() {
     .unwrap();
     assert!(!output.status.success(), "a cached render hid the link");
 }
+
+/// Runs `command` under a python3 parent that reports its children's peak resident memory
+/// (`getrusage(RUSAGE_CHILDREN)`: only the gate and what it ran). Returns (exit code, stdout,
+/// stderr, peak in KiB).
+fn run_measured(command: &Command) -> (Option<i32>, String, String, i64) {
+    let out = tempfile::tempdir().unwrap();
+    let mut measured = Command::new("python3");
+    measured
+        .arg("-c")
+        .arg("import resource, subprocess, sys\nrc = subprocess.call(sys.argv[2:])\nopen(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\nsys.exit(rc)")
+        .arg(out.path().join("peak"))
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => measured.env(key, value),
+            None => measured.env_remove(key),
+        };
+    }
+    let output = measured.output().unwrap();
+    let peak = std::fs::read_to_string(out.path().join("peak"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+        peak,
+    )
+}
+
+/// A 300 MiB file in the pull request (zeros, a few hundred KiB in git's object store) is
+/// refused by the size git lists for it, before it is read: the check is undecided with one
+/// line naming the file and the budget, and the gate's peak memory stays far below the file.
+#[test]
+fn a_repository_file_over_the_yaml_budget_is_refused_before_it_is_read() {
+    let repo = repo_with(&[("README.md", "x\n")]);
+    let big = repo.path().join("charts/blob.yaml");
+    std::fs::create_dir_all(big.parent().unwrap()).unwrap();
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(300 << 20).unwrap(); // sparse: no disk, no memory
+    drop(file);
+    let identity = [
+        "-c",
+        "user.name=Test",
+        "-c",
+        "user.email=test@example.test",
+        "-c",
+        "core.bigFileThreshold=1m",
+    ];
+    for args in [
+        vec!["checkout", "-q", "-b", "big"],
+        vec!["add", "charts/blob.yaml"],
+        vec!["commit", "-q", "-m", "a large file"],
+    ] {
+        let mut all: Vec<&str> = identity.to_vec();
+        all.extend(args);
+        git(repo.path(), &all);
+    }
+    std::fs::remove_file(&big).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let mut check = gate_on(
+        cache.path(),
+        repo.path(),
+        &["check", "--head", "big", "--default-branch", "main"],
+    );
+    check
+        .arg("--inventory")
+        .arg(common::sample_dir().join("inventory.yaml"));
+    let (code, stdout, stderr, peak_kib) = run_measured(&check);
+    let said = format!("{stdout}{stderr}");
+    assert_eq!(code, Some(2), "never green, never a crash: {said}");
+    let line = said
+        .lines()
+        .find(|l| l.contains("over the 256 MiB a repository file may hold"))
+        .unwrap_or_else(|| panic!("no refusal naming the budget: {said}"));
+    assert!(line.contains("\"charts/blob.yaml\""), "{line}");
+    assert!(line.contains(&(300u64 << 20).to_string()), "{line}");
+    assert!(
+        peak_kib < 150 * 1024,
+        "the gate's peak memory was {peak_kib} KiB for a 300 MiB file"
+    );
+}
