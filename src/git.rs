@@ -128,8 +128,22 @@ pub fn resolve_commit(repo: &Path, revision: &str) -> Result<String, GitError> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
+/// Whether `text` is a full commit id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits. A
+/// head that arrives from outside (a delivery, a forge's answer, a flag) must be one before
+/// any use: anything else could be read by git as an option or a revision expression.
+pub fn is_commit_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Makes sure a commit is in the local repository, fetching it from `origin` when not.
 pub fn ensure_commit(repo: &Path, sha: &str) -> Result<(), GitError> {
+    if !is_commit_id(sha) {
+        return Err(GitError::UnknownRevision {
+            repo: repo.display().to_string(),
+            revision: sha.chars().take(80).collect(),
+            stderr: "not a commit id (40 or 64 lowercase hex digits)".to_string(),
+        });
+    }
     if resolve_commit(repo, sha).is_ok() {
         return Ok(());
     }
@@ -504,6 +518,28 @@ fn cat_blobs<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_full_lowercase_commit_id_is_one() {
+        let sha1 = "0123456789abcdef0123456789abcdef01234567";
+        assert!(is_commit_id(sha1));
+        assert!(is_commit_id(&"a".repeat(64)));
+        for not in [
+            "",
+            "main",
+            "HEAD~1",
+            &sha1[..12],
+            &sha1.to_uppercase(),
+            &format!("{sha1}\n"),
+            &format!("-{}", &sha1[1..]),
+            &"g".repeat(40),
+            &"a".repeat(41),
+        ] {
+            assert!(!is_commit_id(not), "{not:?}");
+        }
+        let err = ensure_commit(Path::new("."), "--upload-pack=touch x").unwrap_err();
+        assert!(err.to_string().contains("not a commit id"), "{err}");
+    }
 
     #[test]
     fn credentials_are_taken_out_of_remote_urls() {

@@ -212,8 +212,17 @@ struct PublishArgs {
     report: Option<PathBuf>,
     /// Publish only if the pull request's head is still this commit (what a CI job prepared
     /// for); otherwise exit 2 and publish nothing.
-    #[arg(long, value_name = "SHA")]
+    #[arg(long, value_name = "SHA", value_parser = parse_commit_id)]
     expect_head: Option<String>,
+}
+
+/// A full commit id (40 or 64 lowercase hex digits), as `--expect-head` must be.
+fn parse_commit_id(text: &str) -> Result<String, String> {
+    if gitops_loop::git::is_commit_id(text) {
+        Ok(text.to_string())
+    } else {
+        Err("not a commit id (40 or 64 lowercase hex digits)".to_string())
+    }
 }
 
 /// Writes a file whole or not at all (temporary file in the same folder, then rename).
