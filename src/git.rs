@@ -364,10 +364,7 @@ impl Snapshot {
     /// files on disk). Symbolic links are not written.
     pub fn materialized_root(&self) -> Result<Arc<tempfile::TempDir>, GitError> {
         let result = self.materialized.get_or_init(|| {
-            let dir = tempfile::Builder::new()
-                .prefix("gate-tree-")
-                .tempdir()
-                .map_err(|e| e.to_string())?;
+            let dir = crate::scratch::dir("tree").map_err(|e| e.to_string())?;
             for (path, content) in &self.files {
                 let target = dir.path().join(path);
                 if let Some(parent) = target.parent() {

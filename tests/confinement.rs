@@ -920,3 +920,115 @@ fn a_repository_file_over_the_yaml_budget_is_refused_before_it_is_read() {
         "the gate's peak memory was {peak_kib} KiB for a 300 MiB file"
     );
 }
+
+/// A gate run removes what killed runs left in the temp dir (their folders hold a pull
+/// request's files): a folder named for a PID that no longer runs, or for a PID now reused by
+/// a process started at another time, is removed; one of a live process is kept, as are
+/// folders of other names and a symbolic link of the owned shape (never followed).
+#[test]
+fn a_gate_run_removes_the_temporary_folders_of_killed_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = |name: &str| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(dir.join("apps")).unwrap();
+        std::fs::write(dir.join("apps/values.yaml"), "pull request content\n").unwrap();
+        dir
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let me = std::process::id();
+    let dead = folder("gate-4194309.12345-tree-AbC123");
+    let reused = folder(&format!("gate-{me}.{}-render-XyZ789", start + 1));
+    let live = folder(&format!("gate-{me}.{start}-tree-Live00"));
+    let other = folder("gate-tree-unowned");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep"), "x").unwrap();
+    let link = tmp.path().join("gate-4194310.1-tree-Link00");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+
+    // A SIGKILLed check of its own leaves folders too: a check started, killed once its
+    // render tree exists.
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let cache = tempfile::tempdir().unwrap();
+    let mut slow = gate_on(
+        cache.path(),
+        repo.path(),
+        &[
+            "check",
+            "--head",
+            "main",
+            "--default-branch",
+            "main",
+            "--no-cache",
+        ],
+    );
+    let mut child = sample_inputs(&mut slow)
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let killed_prefix = format!("gate-{}.", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = false;
+    while std::time::Instant::now() < deadline {
+        seen = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&killed_prefix));
+        if seen || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_left = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&killed_prefix))
+            .count()
+    };
+    assert!(
+        seen && killed_left() > 0,
+        "the killed check left no folder to remove"
+    );
+
+    let mut check = gate_on(
+        cache.path(),
+        repo.path(),
+        &["check", "--head", "main", "--default-branch", "main"],
+    );
+    let output = sample_inputs(&mut check)
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        killed_left(),
+        0,
+        "the SIGKILLed check's folders are removed"
+    );
+    assert!(!dead.exists(), "a dead owner's folder is removed");
+    assert!(!reused.exists(), "a reused PID's folder is removed");
+    assert!(
+        live.join("apps/values.yaml").exists(),
+        "a live owner's folder is kept"
+    );
+    assert!(other.exists(), "a folder of another shape is kept");
+    assert!(
+        outside.path().join("keep").exists() && link.symlink_metadata().is_ok(),
+        "a link is never followed"
+    );
+}

@@ -351,6 +351,10 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    // The temporary folders of runs that were killed (they hold a pull request's files).
+    if !matches!(cli.command, Command::Tools { .. }) {
+        gitops_loop::scratch::sweep_temp_dir();
+    }
     match cli.command {
         Command::Render {
             render: args,

@@ -55,10 +55,8 @@ impl KustomizeJob {
         // The repository's root has no folder beside it inside the tree: the whole tree is
         // copied to a tree of its own (removed when the build is done).
         let (copy, build_root, tree) = if normalize(&self.path).is_empty() {
-            let tree = tempfile::Builder::new()
-                .prefix("gate-tree-")
-                .tempdir()
-                .map_err(|e| format!("cannot copy the tree: {e}"))?;
+            let tree =
+                crate::scratch::dir("tree").map_err(|e| format!("cannot copy the tree: {e}"))?;
             copy_dir(&target, tree.path())
                 .map_err(|e| format!("{}: {e}", tree.path().display()))?;
             (
