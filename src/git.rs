@@ -36,6 +36,16 @@ pub enum GitError {
     },
     #[error("{repo}: unexpected output from git cat-file: {detail}")]
     Protocol { repo: String, detail: String },
+    #[error(
+        "{repo}: {path:?} at {commit} is {size} bytes, over the {limit_mib} MiB a repository file may hold (the YAML budget); the gate does not read it"
+    )]
+    TooLarge {
+        repo: String,
+        commit: String,
+        path: String,
+        size: u64,
+        limit_mib: u64,
+    },
     #[error("could not write the tree of {commit} to {dir}: {source}")]
     Materialize {
         commit: String,
@@ -118,8 +128,22 @@ pub fn resolve_commit(repo: &Path, revision: &str) -> Result<String, GitError> {
     Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
+/// Whether `text` is a full commit id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits. A
+/// head that arrives from outside (a delivery, a forge's answer, a flag) must be one before
+/// any use: anything else could be read by git as an option or a revision expression.
+pub fn is_commit_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Makes sure a commit is in the local repository, fetching it from `origin` when not.
 pub fn ensure_commit(repo: &Path, sha: &str) -> Result<(), GitError> {
+    if !is_commit_id(sha) {
+        return Err(GitError::UnknownRevision {
+            repo: repo.display().to_string(),
+            revision: sha.chars().take(80).collect(),
+            stderr: "not a commit id (40 or 64 lowercase hex digits)".to_string(),
+        });
+    }
     if resolve_commit(repo, sha).is_ok() {
         return Ok(());
     }
@@ -192,7 +216,8 @@ impl Snapshot {
     /// Reads every file of `revision` from the object database.
     pub fn load(repo: &Path, revision: &str) -> Result<Snapshot, GitError> {
         let commit = resolve_commit(repo, revision)?;
-        let listing = run_git(repo, &["ls-tree", "-r", "-z", "--full-tree", &commit])?;
+        // `-l`: each blob's size, so a file over the budget is refused before it is read.
+        let listing = run_git(repo, &["ls-tree", "-r", "-z", "-l", "--full-tree", &commit])?;
         let mut blobs: Vec<(String, String, bool)> = Vec::new();
         for entry in listing.split(|b| *b == 0).filter(|e| !e.is_empty()) {
             let entry = String::from_utf8_lossy(entry);
@@ -202,14 +227,24 @@ impl Snapshot {
                     detail: format!("ls-tree line without a tab: {entry}"),
                 });
             };
-            let mut parts = meta.split(' ');
-            let (mode, kind, oid) = (parts.next(), parts.next(), parts.next());
+            // The size is padded with spaces.
+            let mut parts = meta.split(' ').filter(|p| !p.is_empty());
+            let (mode, kind, oid, size) = (parts.next(), parts.next(), parts.next(), parts.next());
             if kind != Some("blob") {
                 continue; // submodules (commit entries) are not part of this repository's tree
             }
             let (Some(mode), Some(oid)) = (mode, oid) else {
                 continue;
             };
+            let size: u64 =
+                size.and_then(|s| s.parse().ok())
+                    .ok_or_else(|| GitError::Protocol {
+                        repo: repo.display().to_string(),
+                        detail: format!("ls-tree line without a size: {entry}"),
+                    })?;
+            if size > crate::yaml::MAX_FILE_BYTES {
+                return Err(too_large(repo, &commit, path, size));
+            }
             blobs.push((path.to_string(), oid.to_string(), mode == "120000"));
         }
         let contents = cat_blobs(repo, blobs.iter().map(|(_, oid, _)| oid.as_str()))?;
@@ -329,10 +364,7 @@ impl Snapshot {
     /// files on disk). Symbolic links are not written.
     pub fn materialized_root(&self) -> Result<Arc<tempfile::TempDir>, GitError> {
         let result = self.materialized.get_or_init(|| {
-            let dir = tempfile::Builder::new()
-                .prefix("gate-tree-")
-                .tempdir()
-                .map_err(|e| e.to_string())?;
+            let dir = crate::scratch::dir("tree").map_err(|e| e.to_string())?;
             for (path, content) in &self.files {
                 let target = dir.path().join(path);
                 if let Some(parent) = target.parent() {
@@ -347,6 +379,17 @@ impl Snapshot {
             dir: std::env::temp_dir().display().to_string(),
             source: std::io::Error::other(message),
         })
+    }
+}
+
+/// A file over [`crate::yaml::MAX_FILE_BYTES`], refused by the size git reports.
+fn too_large(repo: &Path, commit: &str, path: &str, size: u64) -> GitError {
+    GitError::TooLarge {
+        repo: repo.display().to_string(),
+        commit: commit[..commit.len().min(12)].to_string(),
+        path: path.chars().take(200).collect(),
+        size,
+        limit_mib: crate::yaml::MAX_FILE_BYTES >> 20,
     }
 }
 
@@ -426,6 +469,18 @@ fn cat_blobs<'a>(
                 repo: repo_name.clone(),
                 detail: format!("bad header for {oid}: {header:?}"),
             })?;
+        // Never allocated past the budget, whatever the object database says.
+        if size as u64 > crate::yaml::MAX_FILE_BYTES {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(GitError::Protocol {
+                repo: repo_name.clone(),
+                detail: format!(
+                    "object {oid} is {size} bytes, over the {} MiB a repository file may hold",
+                    crate::yaml::MAX_FILE_BYTES >> 20
+                ),
+            });
+        }
         let mut content = vec![0; size + 1];
         reader
             .read_exact(&mut content)
@@ -460,6 +515,28 @@ fn cat_blobs<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_full_lowercase_commit_id_is_one() {
+        let sha1 = "0123456789abcdef0123456789abcdef01234567";
+        assert!(is_commit_id(sha1));
+        assert!(is_commit_id(&"a".repeat(64)));
+        for not in [
+            "",
+            "main",
+            "HEAD~1",
+            &sha1[..12],
+            &sha1.to_uppercase(),
+            &format!("{sha1}\n"),
+            &format!("-{}", &sha1[1..]),
+            &"g".repeat(40),
+            &"a".repeat(41),
+        ] {
+            assert!(!is_commit_id(not), "{not:?}");
+        }
+        let err = ensure_commit(Path::new("."), "--upload-pack=touch x").unwrap_err();
+        assert!(err.to_string().contains("not a commit id"), "{err}");
+    }
 
     #[test]
     fn credentials_are_taken_out_of_remote_urls() {

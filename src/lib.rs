@@ -9,6 +9,7 @@ pub mod observer;
 pub mod paths;
 pub mod render;
 pub mod schema;
+pub mod scratch;
 pub mod yaml;
 
 /// The plural ending of a count in English text the programs print: `""` for one, `"s"`

@@ -809,3 +809,69 @@ async fn a_hostile_chart_and_a_hostile_kustomization_get_a_person_not_a_push() {
         "{report}"
     );
 }
+
+/// A delivery's `headSha` must be a commit id (40 or 64 lowercase hex digits) before anything
+/// uses it: an option git would read (`--upload-pack=...`), a branch name, a revision
+/// expression, a short or uppercase id, a line break, all get a 400 naming the field, nothing
+/// is journaled and no forge call follows. A well-formed head is accepted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_whose_head_is_not_a_commit_id_is_refused() {
+    let ground = start(json!({})).await;
+    let (number, head) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    let workdir = ground.bosun.as_ref().unwrap().workdir.clone();
+    let rest_calls = || {
+        ground
+            .forge
+            .requests()
+            .iter()
+            .filter(|r| !r.path.contains(".git/"))
+            .count()
+    };
+    let before = rest_calls();
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    for hostile in [
+        "--upload-pack=touch /tmp/bosun-canary".to_string(),
+        "main".into(),
+        "HEAD~1".into(),
+        head[..12].to_string(),
+        head.to_uppercase(),
+        format!("{head}\n"),
+        format!("-{}", &head[1..]),
+        "../../etc/passwd".into(),
+        String::new(),
+    ] {
+        let (status, body) = deliver(
+            &ground,
+            &json!({"repository": SLUG, "pullRequest": number, "headSha": hostile}),
+            Some(&secret),
+        )
+        .await;
+        assert_eq!(status, 400, "{hostile:?}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.starts_with("headSha ") && error.contains("is not a commit id"),
+            "{hostile:?}: {body}"
+        );
+        assert!(!error.contains('\n'), "one line: {error}");
+    }
+    assert_eq!(
+        rest_calls(),
+        before,
+        "a refused delivery made Bosun call the forge"
+    );
+    let pending = std::fs::read_dir(workdir.join("journal"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("pending-"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(pending, 0, "a refused delivery was journaled");
+    let (status, body) = deliver(
+        &ground,
+        &json!({"repository": SLUG, "pullRequest": number, "headSha": head}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+}

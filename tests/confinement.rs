@@ -622,3 +622,413 @@ fn a_charts_cel_rules_cannot_exhaust_the_gate() {
     let report = std::fs::read_to_string(&report).unwrap_or_default();
     assert!(report.contains("min above max"), "{report}\n{stderr}");
 }
+
+/// A chart mirror holding `charts.example.test/leaky/1.0.0`: a chart whose template prints
+/// `secret.txt` and `environ`, both symbolic links (to a canary file on the host and to the
+/// process's environment). Returns the mirror and the canary text.
+fn leaky_mirror() -> (tempfile::TempDir, tempfile::TempDir, String) {
+    let host = tempfile::tempdir().unwrap();
+    let canary = "HOST-CANARY-7f3a9c1e5b".to_string();
+    std::fs::write(host.path().join("secret"), format!("stolen: {canary}\n")).unwrap();
+    let mirror = tempfile::tempdir().unwrap();
+    let chart = mirror.path().join("charts.example.test/leaky/1.0.0");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: leaky\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        chart.join("templates/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: leaky\ndata:\n  secret: {{ .Files.Get \"secret.txt\" | quote }}\n  environ: {{ .Files.Get \"environ\" | quote }}\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(host.path().join("secret"), chart.join("secret.txt")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/environ", chart.join("environ")).unwrap();
+    (host, mirror, canary)
+}
+
+/// A symbolic link inside a mirrored chart is never followed, whichever path inflates the
+/// chart: a Helm source naming it, and a kustomization's `helmCharts` naming it. Played with
+/// and without the network namespace; the canary host file and the environment's token never
+/// reach the render, the report or the verdict, and the check is never green.
+#[test]
+fn a_symbolic_link_in_a_mirrored_chart_is_refused_by_both_paths() {
+    let (_host, mirror, canary) = leaky_mirror();
+    let helm_app = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: leaky\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://charts.example.test\n    chart: leaky\n    targetRevision: 1.0.0\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: leaky\n";
+    let kustomize_app = "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: leaky\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: base\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: leaky\n";
+    let kustomization =
+        "helmCharts:\n  - name: leaky\n    repo: https://charts.example.test\n    version: 1.0.0\n";
+    let paths: [(&str, Vec<(&str, &str)>); 2] = [
+        ("a Helm source", vec![("apps/leaky.yaml", helm_app)]),
+        (
+            "a kustomization's helmCharts",
+            vec![
+                ("apps/leaky.yaml", kustomize_app),
+                ("base/kustomization.yaml", kustomization),
+            ],
+        ),
+    ];
+    for (path, files) in paths {
+        let repo = repo_with(&[("README.md", "x\n")]);
+        let overlay = tempfile::tempdir().unwrap();
+        for (file, text) in &files {
+            let target = overlay.path().join(file);
+            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+            std::fs::write(target, text).unwrap();
+        }
+        repo.commit_overlay(overlay.path(), "leak", path);
+        for no_netns in [false, true] {
+            let what = format!("{path} (GATE_NO_NETNS={no_netns})");
+            let cache = tempfile::tempdir().unwrap();
+            let out = tempfile::tempdir().unwrap();
+            let mut check = gate_on(
+                cache.path(),
+                repo.path(),
+                &[
+                    "check",
+                    "--head",
+                    "leak",
+                    "--default-branch",
+                    "main",
+                    "--kustomize-enable-helm",
+                ],
+            );
+            check
+                .arg("--inventory")
+                .arg(common::sample_dir().join("inventory.yaml"))
+                .arg("--charts")
+                .arg(mirror.path())
+                .arg("--report")
+                .arg(out.path().join("report.md"))
+                .arg("--json")
+                .arg(out.path().join("verdict.json"))
+                .env("GITHUB_TOKEN", ENV_CANARY);
+            if no_netns {
+                check.env("GATE_NO_NETNS", "1");
+            }
+            let output = check.output().unwrap();
+            let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+            let json = std::fs::read_to_string(out.path().join("verdict.json")).unwrap();
+            let mut render = gate_on(
+                cache.path(),
+                repo.path(),
+                &[
+                    "render",
+                    "--revision",
+                    "leak",
+                    "--format",
+                    "yaml",
+                    "--kustomize-enable-helm",
+                ],
+            );
+            render
+                .arg("--charts")
+                .arg(mirror.path())
+                .env("GITHUB_TOKEN", ENV_CANARY);
+            if no_netns {
+                render.env("GATE_NO_NETNS", "1");
+            }
+            let rendered = render.output().unwrap();
+            for (name, text) in [
+                ("report", report.clone()),
+                ("json", json),
+                (
+                    "check stdout",
+                    String::from_utf8_lossy(&output.stdout).into(),
+                ),
+                (
+                    "check stderr",
+                    String::from_utf8_lossy(&output.stderr).into(),
+                ),
+                (
+                    "render stdout",
+                    String::from_utf8_lossy(&rendered.stdout).into(),
+                ),
+                (
+                    "render stderr",
+                    String::from_utf8_lossy(&rendered.stderr).into(),
+                ),
+            ] {
+                assert!(
+                    !text.contains(&canary),
+                    "{what}: {name}: the host file leaked:\n{text}"
+                );
+                assert_clean(&format!("{what}: {name}"), &text);
+            }
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{what}: never green:\n{report}"
+            );
+            assert!(!rendered.status.success(), "{what}: the render succeeded");
+            assert!(
+                report.contains("symbolic link inside a chart"),
+                "{what}: the refusal names the link:\n{report}"
+            );
+        }
+    }
+}
+
+/// A kustomization's inflated chart is part of its render key: the same commit rendered
+/// again after the mirror's chart changed (re-pulled, or edited by hand) is rendered anew,
+/// not answered from the cache with the old chart's output.
+#[test]
+fn a_kustomize_helm_chart_that_changes_in_the_mirror_is_rendered_anew() {
+    let mirror = tempfile::tempdir().unwrap();
+    let chart = mirror.path().join("charts.example.test/plain/1.0.0");
+    std::fs::create_dir_all(chart.join("templates")).unwrap();
+    std::fs::write(
+        chart.join("Chart.yaml"),
+        "apiVersion: v2\nname: plain\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    let template = |value: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\ndata:\n  v: {value}\n")
+    };
+    std::fs::write(chart.join("templates/cm.yaml"), template("first-chart")).unwrap();
+    let repo = repo_with(&[
+        (
+            "apps/plain.yaml",
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: plain\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: https://git.example.test/platform/gitops.git\n    targetRevision: HEAD\n    path: base\n  destination:\n    server: https://kubernetes.default.svc\n    namespace: plain\n",
+        ),
+        (
+            "base/kustomization.yaml",
+            "helmCharts:\n  - name: plain\n    repo: https://charts.example.test\n    version: 1.0.0\n",
+        ),
+    ]);
+    let cache = tempfile::tempdir().unwrap();
+    let render = || {
+        let output = gate_on(
+            cache.path(),
+            repo.path(),
+            &["render", "--format", "yaml", "--kustomize-enable-helm"],
+        )
+        .arg("--charts")
+        .arg(mirror.path())
+        .output()
+        .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    assert!(render().contains("first-chart"));
+    std::fs::write(chart.join("templates/cm.yaml"), template("second-chart")).unwrap();
+    let again = render();
+    assert!(
+        again.contains("second-chart") && !again.contains("first-chart"),
+        "the cache answered with the old chart:\n{again}"
+    );
+    // A symbolic link added to the cached chart is refused, not answered from the cache.
+    std::os::unix::fs::symlink("/etc/hostname", chart.join("templates/link.yaml")).unwrap();
+    let output = gate_on(
+        cache.path(),
+        repo.path(),
+        &["render", "--format", "yaml", "--kustomize-enable-helm"],
+    )
+    .arg("--charts")
+    .arg(mirror.path())
+    .output()
+    .unwrap();
+    assert!(!output.status.success(), "a cached render hid the link");
+}
+
+/// Runs `command` under a python3 parent that reports its children's peak resident memory
+/// (`getrusage(RUSAGE_CHILDREN)`: only the gate and what it ran). Returns (exit code, stdout,
+/// stderr, peak in KiB).
+fn run_measured(command: &Command) -> (Option<i32>, String, String, i64) {
+    let out = tempfile::tempdir().unwrap();
+    let mut measured = Command::new("python3");
+    measured
+        .arg("-c")
+        .arg("import resource, subprocess, sys\nrc = subprocess.call(sys.argv[2:])\nopen(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))\nsys.exit(rc)")
+        .arg(out.path().join("peak"))
+        .arg(command.get_program())
+        .args(command.get_args());
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => measured.env(key, value),
+            None => measured.env_remove(key),
+        };
+    }
+    let output = measured.output().unwrap();
+    let peak = std::fs::read_to_string(out.path().join("peak"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into(),
+        String::from_utf8_lossy(&output.stderr).into(),
+        peak,
+    )
+}
+
+/// A 300 MiB file in the pull request (zeros, a few hundred KiB in git's object store) is
+/// refused by the size git lists for it, before it is read: the check is undecided with one
+/// line naming the file and the budget, and the gate's peak memory stays far below the file.
+#[test]
+fn a_repository_file_over_the_yaml_budget_is_refused_before_it_is_read() {
+    let repo = repo_with(&[("README.md", "x\n")]);
+    let big = repo.path().join("charts/blob.yaml");
+    std::fs::create_dir_all(big.parent().unwrap()).unwrap();
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(300 << 20).unwrap(); // sparse: no disk, no memory
+    drop(file);
+    let identity = [
+        "-c",
+        "user.name=Test",
+        "-c",
+        "user.email=test@example.test",
+        "-c",
+        "core.bigFileThreshold=1m",
+    ];
+    for args in [
+        vec!["checkout", "-q", "-b", "big"],
+        vec!["add", "charts/blob.yaml"],
+        vec!["commit", "-q", "-m", "a large file"],
+    ] {
+        let mut all: Vec<&str> = identity.to_vec();
+        all.extend(args);
+        git(repo.path(), &all);
+    }
+    std::fs::remove_file(&big).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let mut check = gate_on(
+        cache.path(),
+        repo.path(),
+        &["check", "--head", "big", "--default-branch", "main"],
+    );
+    check
+        .arg("--inventory")
+        .arg(common::sample_dir().join("inventory.yaml"));
+    let (code, stdout, stderr, peak_kib) = run_measured(&check);
+    let said = format!("{stdout}{stderr}");
+    assert_eq!(code, Some(2), "never green, never a crash: {said}");
+    let line = said
+        .lines()
+        .find(|l| l.contains("over the 256 MiB a repository file may hold"))
+        .unwrap_or_else(|| panic!("no refusal naming the budget: {said}"));
+    assert!(line.contains("\"charts/blob.yaml\""), "{line}");
+    assert!(line.contains(&(300u64 << 20).to_string()), "{line}");
+    assert!(
+        peak_kib < 150 * 1024,
+        "the gate's peak memory was {peak_kib} KiB for a 300 MiB file"
+    );
+}
+
+/// A gate run removes what killed runs left in the temp dir (their folders hold a pull
+/// request's files): a folder named for a PID that no longer runs, or for a PID now reused by
+/// a process started at another time, is removed; one of a live process is kept, as are
+/// folders of other names and a symbolic link of the owned shape (never followed).
+#[test]
+fn a_gate_run_removes_the_temporary_folders_of_killed_runs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = |name: &str| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(dir.join("apps")).unwrap();
+        std::fs::write(dir.join("apps/values.yaml"), "pull request content\n").unwrap();
+        dir
+    };
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let me = std::process::id();
+    let dead = folder("gate-4194309.12345-tree-AbC123");
+    let reused = folder(&format!("gate-{me}.{}-render-XyZ789", start + 1));
+    let live = folder(&format!("gate-{me}.{start}-tree-Live00"));
+    let other = folder("gate-tree-unowned");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("keep"), "x").unwrap();
+    let link = tmp.path().join("gate-4194310.1-tree-Link00");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+
+    // A SIGKILLed check of its own leaves folders too: a check started, killed once its
+    // render tree exists.
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let cache = tempfile::tempdir().unwrap();
+    let mut slow = gate_on(
+        cache.path(),
+        repo.path(),
+        &[
+            "check",
+            "--head",
+            "main",
+            "--default-branch",
+            "main",
+            "--no-cache",
+        ],
+    );
+    let mut child = sample_inputs(&mut slow)
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let killed_prefix = format!("gate-{}.", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = false;
+    while std::time::Instant::now() < deadline {
+        seen = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(&killed_prefix));
+        if seen || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed_left = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&killed_prefix))
+            .count()
+    };
+    assert!(
+        seen && killed_left() > 0,
+        "the killed check left no folder to remove"
+    );
+
+    let mut check = gate_on(
+        cache.path(),
+        repo.path(),
+        &["check", "--head", "main", "--default-branch", "main"],
+    );
+    let output = sample_inputs(&mut check)
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        killed_left(),
+        0,
+        "the SIGKILLed check's folders are removed"
+    );
+    assert!(!dead.exists(), "a dead owner's folder is removed");
+    assert!(!reused.exists(), "a reused PID's folder is removed");
+    assert!(
+        live.join("apps/values.yaml").exists(),
+        "a live owner's folder is kept"
+    );
+    assert!(other.exists(), "a folder of another shape is kept");
+    assert!(
+        outside.path().join("keep").exists() && link.symlink_metadata().is_ok(),
+        "a link is never followed"
+    );
+}

@@ -83,7 +83,8 @@ fn the_action_never_pastes_an_expression_into_its_script() {
     }
     assert_eq!(action["runs"]["using"], "composite");
     // Every input the script reads arrives as an environment variable.
-    let env = steps[0]["env"].as_object().unwrap();
+    let publish = steps.iter().find(|s| s["name"] == "gate publish").unwrap();
+    let env = publish["env"].as_object().unwrap();
     for input in action["inputs"].as_object().unwrap().keys() {
         assert!(
             env.values()
@@ -112,6 +113,58 @@ fn the_action_judges_by_the_merge_bases_inventory_and_mirror() {
     assert!(!action.contains("--charts \"/repo/"));
 }
 
+/// The action refuses every event but `pull_request`, in its first step, before anything
+/// reads the pull request: `pull_request_target` (and `workflow_run`, `issue_comment`...) run
+/// with the base repository's write token and secrets, so a pull request's files would be
+/// rendered by a privileged job.
+#[test]
+fn the_action_refuses_pull_request_target_in_its_first_step() {
+    let action: serde_json::Value = serde_saphyr::from_str(&read("action.yml")).unwrap();
+    let first = &action["runs"]["steps"][0];
+    assert_eq!(first["name"], "refuse untrusted events", "{first}");
+    assert!(
+        first.get("env").is_none(),
+        "the refusal holds no token: {first}"
+    );
+    let script = first["run"].as_str().unwrap();
+    let run = |event: Option<&str>| {
+        let mut command = std::process::Command::new("bash");
+        command
+            .arg("-c")
+            .arg(script)
+            .env_remove("GITHUB_EVENT_NAME");
+        if let Some(event) = event {
+            command.env("GITHUB_EVENT_NAME", event);
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    for event in [
+        Some("pull_request_target"),
+        Some("workflow_run"),
+        Some("issue_comment"),
+        Some("push"),
+        None,
+    ] {
+        let (code, stderr) = run(event);
+        assert_eq!(code, Some(2), "{event:?}: {stderr}");
+        assert!(
+            stderr.contains("addons-gate refuses to run on")
+                && stderr.contains("only on pull_request"),
+            "{event:?}: {stderr}"
+        );
+    }
+    assert!(
+        run(Some("pull_request_target"))
+            .1
+            .contains("refuses to run on pull_request_target")
+    );
+    assert_eq!(run(Some("pull_request")), (Some(0), String::new()));
+}
+
 /// Runs action.yml's script as GitHub would on pull request #1 of `forge`, with `docker`
 /// standing for a shim that runs this build's gate with the container paths mapped to the
 /// host's. Returns the script's exit code and its output.
@@ -123,7 +176,12 @@ fn run_action_script(
     inputs: &[(&str, &str)],
 ) -> (Option<i32>, String) {
     let action: serde_json::Value = serde_saphyr::from_str(&read("action.yml")).unwrap();
-    let step = &action["runs"]["steps"][0];
+    let step = action["runs"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "gate publish")
+        .unwrap();
     let script = step["run"].as_str().unwrap();
     let bin = tempfile::tempdir().unwrap();
     let shim = bin.path().join("docker");

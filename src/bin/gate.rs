@@ -212,8 +212,17 @@ struct PublishArgs {
     report: Option<PathBuf>,
     /// Publish only if the pull request's head is still this commit (what a CI job prepared
     /// for); otherwise exit 2 and publish nothing.
-    #[arg(long, value_name = "SHA")]
+    #[arg(long, value_name = "SHA", value_parser = parse_commit_id)]
     expect_head: Option<String>,
+}
+
+/// A full commit id (40 or 64 lowercase hex digits), as `--expect-head` must be.
+fn parse_commit_id(text: &str) -> Result<String, String> {
+    if gitops_loop::git::is_commit_id(text) {
+        Ok(text.to_string())
+    } else {
+        Err("not a commit id (40 or 64 lowercase hex digits)".to_string())
+    }
 }
 
 /// Writes a file whole or not at all (temporary file in the same folder, then rename).
@@ -342,6 +351,10 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    // The temporary folders of runs that were killed (they hold a pull request's files).
+    if !matches!(cli.command, Command::Tools { .. }) {
+        gitops_loop::scratch::sweep_temp_dir();
+    }
     match cli.command {
         Command::Render {
             render: args,

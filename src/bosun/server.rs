@@ -544,6 +544,17 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
         );
     }
     let head = match request.head_sha {
+        // A head from outside must be a commit id before anything uses it (git reads it).
+        Some(head) if !crate::git::is_commit_id(&head) => {
+            server.count("invalid");
+            return answer(
+                StatusCode::BAD_REQUEST,
+                json!({"error": format!(
+                    "headSha {:?} is not a commit id (40 or 64 lowercase hex digits)",
+                    head.chars().take(80).collect::<String>()
+                )}),
+            );
+        }
         Some(head) => head,
         None => match server
             .bosun

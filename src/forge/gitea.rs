@@ -104,7 +104,7 @@ impl Forge for Gitea {
     async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError> {
         let path = format!("/repos/{repo}/pulls/{number}");
         let pull: Pull = self.http.call(Method::GET, &path, None).await?;
-        Ok(pull_request(pull))
+        super::checked_pull(pull_request(pull), &path)
     }
 
     async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError> {

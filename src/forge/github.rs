@@ -146,7 +146,7 @@ impl Forge for GitHub {
             .as_ref()
             .map(|r| r.full_name.clone())
             .unwrap_or_default();
-        Ok(pull.into_pull_request(head_repo))
+        super::checked_pull(pull.into_pull_request(head_repo), &path)
     }
 
     async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError> {

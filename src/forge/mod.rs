@@ -161,6 +161,24 @@ pub enum ForgeError {
     Unsupported { what: String },
 }
 
+/// A pull request as a forge answered it, refused unless its head and base are commit ids
+/// (a hostile or broken forge could answer `--upload-pack=...` as a head).
+pub(crate) fn checked_pull(pull: PullRequest, path: &str) -> Result<PullRequest, ForgeError> {
+    for (field, sha) in [("head.sha", &pull.head_sha), ("base.sha", &pull.base_sha)] {
+        if !crate::git::is_commit_id(sha) {
+            return Err(ForgeError::Decode {
+                method: "GET".into(),
+                path: path.to_string(),
+                message: format!(
+                    "{field} {:?} is not a commit id (40 or 64 lowercase hex digits)",
+                    sha.chars().take(80).collect::<String>()
+                ),
+            });
+        }
+    }
+    Ok(pull)
+}
+
 impl ForgeError {
     pub fn status(&self) -> Option<u16> {
         match self {

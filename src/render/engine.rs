@@ -99,9 +99,7 @@ fn render_roots(
             values_users: Vec::new(),
         })?,
     };
-    let work = tempfile::Builder::new()
-        .prefix("gate-render-")
-        .tempdir()
+    let work = crate::scratch::dir("render")
         .map_err(|e| failure(&commit, "scratch directory", e.to_string()))?;
     trace(revision, "snapshot loaded, roots scanned");
     let mut engine = Engine {

@@ -126,10 +126,7 @@ impl Engine<'_> {
 /// render: Bosun's values migration renders the chart with the values it proposes. Returns
 /// helm's output, or its error.
 pub fn run_helm(config: &RenderConfig, job: &source::HelmJob) -> Result<String, String> {
-    let work = tempfile::Builder::new()
-        .prefix("gate-helm-")
-        .tempdir()
-        .map_err(|e| format!("scratch directory: {e}"))?;
+    let work = crate::scratch::dir("helm").map_err(|e| format!("scratch directory: {e}"))?;
     let key = job.render_key();
     run_job(config, work.path(), &key, &RenderJob::Helm(job.clone())).map(|(_, text)| text)
 }
@@ -181,9 +178,7 @@ fn run_job(
             // Charts are inflated into a private copy of the tree (the shared one stays as
             // the commit has it).
             let copy = if !with_charts.is_empty() {
-                let tree = tempfile::Builder::new()
-                    .prefix("gate-tree-")
-                    .tempdir()
+                let tree = crate::scratch::dir("tree")
                     .map_err(|e| format!("cannot copy the tree: {e}"))?;
                 kustomize::copy_dir(&build.root, tree.path())
                     .map_err(|e| format!("{}: {e}", tree.path().display()))?;

@@ -72,6 +72,9 @@ pub struct KustomizeJob {
     pub path: String,
     /// The source's `kustomize` block, applied through a wrapping kustomization.
     pub options: Value,
+    /// The mirror's copy of every chart the tree's `helmCharts` name: each chart's digest, or
+    /// why it has none (absent, or refused), as the render key reads it.
+    pub charts: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -299,11 +302,26 @@ fn plan_source(
                 Some((&snapshot, &path)),
             )?)
         }
-        "kustomize" => RenderJob::Kustomize(KustomizeJob {
-            snapshot: snapshot.clone(),
-            path: path.clone(),
-            options: source.get("kustomize").cloned().unwrap_or(Value::Null),
-        }),
+        "kustomize" => {
+            let charts = super::kustomize::charts_named(&snapshot)
+                .into_iter()
+                .map(|chart| {
+                    let digest = match charts::locate(ctx.charts, &chart) {
+                        Ok(dir) => {
+                            (ctx.chart_digests)(&dir).unwrap_or_else(|e| format!("refused: {e}"))
+                        }
+                        Err(_) => "absent".to_string(),
+                    };
+                    format!("{chart}\0{digest}")
+                })
+                .collect();
+            RenderJob::Kustomize(KustomizeJob {
+                snapshot: snapshot.clone(),
+                path: path.clone(),
+                options: source.get("kustomize").cloned().unwrap_or(Value::Null),
+                charts,
+            })
+        }
         "directory" => {
             RenderJob::Objects(read_directory(&snapshot, &path, source.get("directory"))?)
         }

@@ -63,6 +63,11 @@ pub fn parse_documents(text: &str, origin: &str) -> Result<Vec<Value>, YamlError
     Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
 }
 
+/// The largest repository file the gate reads: the YAML parser's input budget (serde-saphyr's
+/// `max_reader_input_bytes` default). A larger file is refused by the size git reports, before
+/// a byte of it is read.
+pub const MAX_FILE_BYTES: u64 = 256 << 20;
+
 /// The most documents one render (a helm or kustomize stream) may hold. Real charts render
 /// hundreds; a generated fleet chart tens of thousands.
 pub const MAX_RENDERED_DOCUMENTS: usize = 200_000;

@@ -28,6 +28,12 @@ impl KustomizeJob {
         hasher.update(self.path.as_bytes());
         hasher.update(b"\0");
         hasher.update(self.options.to_string().as_bytes());
+        // The charts `helmCharts` inflate come from the mirror, not the tree.
+        for chart in &self.charts {
+            hasher.update(b"\0chart\0");
+            hasher.update((chart.len() as u64).to_le_bytes());
+            hasher.update(chart.as_bytes());
+        }
         hex(&hasher.finalize())
     }
 
@@ -49,10 +55,8 @@ impl KustomizeJob {
         // The repository's root has no folder beside it inside the tree: the whole tree is
         // copied to a tree of its own (removed when the build is done).
         let (copy, build_root, tree) = if normalize(&self.path).is_empty() {
-            let tree = tempfile::Builder::new()
-                .prefix("gate-tree-")
-                .tempdir()
-                .map_err(|e| format!("cannot copy the tree: {e}"))?;
+            let tree =
+                crate::scratch::dir("tree").map_err(|e| format!("cannot copy the tree: {e}"))?;
             copy_dir(&target, tree.path())
                 .map_err(|e| format!("{}: {e}", tree.path().display()))?;
             (

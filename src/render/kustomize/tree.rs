@@ -550,6 +550,20 @@ pub fn helm_charts(
                 "{at}: the gate inflates pinned charts of its mirror only (repo and version are required)"
             ));
         }
+        // The same rules as a Helm source's: both become folders of the chart mirror, so a
+        // name or version that is a path would read a chart from anywhere on the machine.
+        if !crate::render::charts::is_chart_name(&chart.chart) {
+            return Err(format!(
+                "{at}.name {:?}: not a chart name (letters, digits, `.`, `_`, `-`, no path)",
+                chart.chart.chars().take(120).collect::<String>()
+            ));
+        }
+        if !crate::render::charts::is_chart_version(&chart.version) {
+            return Err(format!(
+                "{at}.version {:?}: not a pinned chart version (SemVer: digits, letters, `.`, `+`, `-`)",
+                chart.version.chars().take(120).collect::<String>()
+            ));
+        }
         let values_files: Vec<String> = strings(item.get("valuesFile"));
         let additional = strings(item.get("additionalValuesFiles"));
         for (field, list) in [
@@ -592,6 +606,48 @@ pub fn helm_charts(
         });
     }
     Ok((paths, charts))
+}
+
+/// The charts any kustomization of `snapshot` names under `helmCharts`, read leniently (the
+/// build checks them): a kustomization can reach any folder of the tree, so a kustomize
+/// source's render key covers the mirror's copy of every chart the tree could inflate.
+pub fn charts_named(snapshot: &crate::git::Snapshot) -> Vec<crate::render::charts::ChartRef> {
+    let mut out = Vec::new();
+    for path in snapshot.paths() {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if !KUSTOMIZATION_FILES.contains(&name) {
+            continue;
+        }
+        let Some(text) = snapshot
+            .read(path)
+            .and_then(|b| std::str::from_utf8(b).ok())
+        else {
+            continue;
+        };
+        if !text.contains("helmCharts") {
+            continue;
+        }
+        let Ok(document) = yaml::parse_document(text, path) else {
+            continue;
+        };
+        for item in document
+            .get("helmCharts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let text = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
+            let chart = crate::render::charts::ChartRef {
+                repo_url: text("repo").to_string(),
+                chart: text("name").to_string(),
+                version: text("version").to_string(),
+            };
+            if !out.contains(&chart) {
+                out.push(chart);
+            }
+        }
+    }
+    out
 }
 
 /// Inflates the `helmCharts` of the kustomizations in `folders` (relative to `tree`, a private
@@ -648,6 +704,10 @@ pub fn inflate(
                 ));
             }
             let chart_dir = crate::render::charts::locate(mirror, &chart.chart)?;
+            // helm follows a symbolic link in a chart to any file on the machine: refused as
+            // for a Helm source (the digest is the render key's, `charts_named`).
+            crate::render::cache::digest_dir(&chart_dir)
+                .map_err(|e| format!("{label}: helmCharts {}: {e}", chart.chart))?;
             // Every value rides on its flag (`--name-template=...`): a release name or a
             // version that starts with `-` stays a value, never a flag of its own.
             let mut call = helm

@@ -168,3 +168,18 @@ fn inline_strategic_merge_patches_are_not_paths() {
     );
     assert_eq!(ok, Ok(()));
 }
+
+#[test]
+fn a_helm_chart_name_or_version_that_is_a_path_is_refused() {
+    let chart = |name: &str, version: &str| serde_json::json!({"helmCharts": [{"name": name, "repo": "https://charts.example.test", "version": version}]});
+    assert!(helm_charts(&chart("probe", "1.0.0"), true).is_ok());
+    for (name, version, why) in [
+        ("../../etc", "1.0.0", "not a chart name"),
+        ("/abs", "1.0.0", "not a chart name"),
+        ("probe", "../..", "not a pinned chart version"),
+        ("probe", "^1.0", "not a pinned chart version"),
+    ] {
+        let err = helm_charts(&chart(name, version), true).unwrap_err();
+        assert!(err.contains(why), "{name} {version}: {err}");
+    }
+}
