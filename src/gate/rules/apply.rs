@@ -233,16 +233,42 @@ pub(super) fn unknown_destinations(inputs: &Inputs<'_>) -> Vec<Finding> {
     findings
 }
 
-/// `crd-name-invalid`, blocking: a CustomResourceDefinition rendered at the head whose names
-/// the API server would reject ([`crd_name_problem`]); none of its versions counts as served.
-/// One finding per Application, cluster and CRD.
+/// `crd-name-invalid`: a CustomResourceDefinition rendered at the head whose names the API
+/// server would reject ([`crd_name_problem`]); none of its versions counts as served. Blocking
+/// when the pull request brings it; a note when the merge base renders the same CRD, with the
+/// same problem, in the same Application on the same cluster (the pull request did not cause
+/// it, and blocking would hold every change to the repository hostage to it). One finding per
+/// Application, cluster and CRD.
 pub(super) fn invalid_crd_names(inputs: &Inputs<'_>) -> Vec<Finding> {
-    let head = inputs.head;
+    let at_base = invalid_crds(inputs.base);
     let mut findings = Vec::new();
+    for key in invalid_crds(inputs.head) {
+        let before = at_base.contains(&key);
+        let (application, cluster, name, why) = key;
+        findings.push(Finding {
+            rule: CRD_NAME_INVALID.into(),
+            severity: if before {
+                Severity::Note
+            } else {
+                Severity::Blocking
+            },
+            summary: format!(
+                "Application {application} on {cluster} renders a CustomResourceDefinition {name:?} the API server would reject: {why}; none of its versions counts as served{}",
+                if before { " (at the merge base too)" } else { "" }
+            ),
+            evidence: serde_json::json!({"application": application, "cluster": cluster, "reason": why}),
+        });
+    }
+    findings
+}
+
+/// Every (Application, cluster, CRD name as shown, problem) of a rendering's CRDs whose names
+/// the API server would reject.
+fn invalid_crds(rendering: &Rendering) -> BTreeSet<(String, String, String, String)> {
     let mut invalid = BTreeSet::new();
     // Applications share their rendered objects: each is judged once.
     let mut judged: HashMap<*const Value, Option<String>> = HashMap::new();
-    for app in &head.applications {
+    for app in &rendering.applications {
         for object in &app.objects {
             let problem = judged
                 .entry(Arc::as_ptr(object))
@@ -258,17 +284,7 @@ pub(super) fn invalid_crd_names(inputs: &Inputs<'_>) -> Vec<Finding> {
             }
         }
     }
-    for (application, cluster, name, why) in invalid {
-        findings.push(Finding {
-            rule: CRD_NAME_INVALID.into(),
-            severity: Severity::Blocking,
-            summary: format!(
-                "Application {application} on {cluster} renders a CustomResourceDefinition {name:?} the API server would reject: {why}; none of its versions counts as served"
-            ),
-            evidence: serde_json::json!({"application": application, "cluster": cluster, "reason": why}),
-        });
-    }
-    findings
+    invalid
 }
 
 /// Every value the API server would prune from, or every reason it would reject, a rendered
@@ -322,15 +338,29 @@ fn apply_losses(memo: &mut Memo, rendering: &Rendering) -> Vec<(String, String, 
     if clusters.is_empty() {
         return Vec::new();
     }
-    // (cluster, group, kind) -> the CRD, borrowed from the rendering (no copies per cluster);
-    // a later Application's CRD of the same name wins, in the rendering's order.
+    // (cluster, group, kind) -> the CRD, borrowed from the rendering (no copies per cluster).
+    // Two CRDs of one kind on a cluster: the API server accepts the first it meets and refuses
+    // the other's names (`NamesAccepted=False`); Argo CD applies CRDs in name order, so the
+    // first by name is the one that serves, as `served.rs` decides too (`crds_by_kind`).
     let mut crds: HashMap<(&str, &str, &str), &Object> = HashMap::new();
+    let name = |crd: &Object| {
+        crd.pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     for (app, i) in rendering.applications.iter().zip(&at) {
         if !clusters.contains(app.cluster.name.as_str()) {
             continue;
         }
         for (group, kind, crd) in &held[*i].crds {
-            crds.insert((app.cluster.name.as_str(), group, kind), crd);
+            crds.entry((app.cluster.name.as_str(), group, kind))
+                .and_modify(|kept| {
+                    if name(crd) < name(kept) {
+                        *kept = crd;
+                    }
+                })
+                .or_insert(crd);
         }
     }
     let mut out = Vec::new();

@@ -191,7 +191,8 @@ fn crds_by_cluster(memo: &mut Memo, rendering: &Rendering) -> CrdsByCluster {
 }
 
 /// Each cluster's CRDs by (group, kind), borrowed from `crds`: where two CRDs of a cluster
-/// define one kind, the first by name (the order `crds` lists them in).
+/// define one kind, the first by name (the order `crds` lists them in): the one Argo CD
+/// applies first, whose names the API server accepts (`apply.rs` decides the same).
 fn crds_by_kind(crds: &CrdsByCluster) -> HashMap<&str, HashMap<(&str, &str), &CrdInfo>> {
     crds.iter()
         .map(|(cluster, named)| {
