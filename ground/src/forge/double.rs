@@ -315,6 +315,18 @@ impl ForgeDouble {
         lock(&self.state).requests.clone()
     }
 
+    /// Holds every request to `path` (recorded, then left unanswered) until `release`.
+    pub fn hold(&self, path: &str) {
+        lock(&self.state).holds.push(path.to_string());
+    }
+
+    /// Answers the requests to `path` held so far, and every later one.
+    pub fn release(&self, path: &str) {
+        let mut state = lock(&self.state);
+        state.holds.retain(|p| p != path);
+        state.released.notify_waiters();
+    }
+
     pub fn clear_requests(&self) {
         lock(&self.state).requests.clear();
     }
