@@ -327,6 +327,22 @@ impl ForgeDouble {
         state.released.notify_waiters();
     }
 
+    /// Bytes of comment bodies the comment lists have served (GitHub's list, Gitea's list and
+    /// timeline).
+    pub fn comment_bytes_served(&self) -> usize {
+        lock(&self.state).comment_bytes
+    }
+
+    /// Adds a comment by `login` to pull request `number`, as a person would post it.
+    pub fn add_comment(&self, slug: &str, number: u64, login: &str, body: &str) {
+        let mut state = lock(&self.state);
+        let id = state.id();
+        let now = state.now();
+        if let Some(repo) = state.repos.get_mut(slug) {
+            repo.add_comment(id, number, login.to_string(), body, now);
+        }
+    }
+
     pub fn clear_requests(&self) {
         lock(&self.state).requests.clear();
     }

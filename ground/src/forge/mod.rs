@@ -186,6 +186,8 @@ struct ForgeState {
     /// that hangs on one pull request: a test kills a product in the middle of its work).
     holds: Vec<String>,
     released: Arc<tokio::sync::Notify>,
+    /// Bytes of comment bodies served by the comment lists (both faces, timeline included).
+    comment_bytes: usize,
 }
 
 impl ForgeState {
