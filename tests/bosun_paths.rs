@@ -1052,3 +1052,52 @@ async fn accept_errors_back_off_and_are_logged_once_per_burst() {
         .unwrap();
     assert!(healthy.status().is_success());
 }
+
+/// A pull request buried in comments (far more than Bosun's comment budget): the gate's
+/// report and Bosun's comment are still found and written once each, and the comment bytes
+/// the forge serves stay within a few budgets rather than the flood times every reader.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_request_buried_in_comments_is_triaged_with_bounded_reads() {
+    use gitops_loop::forge::COMMENT_READ_BUDGET;
+    let mut ground = start(json!({})).await;
+    let (number, _) = pull(&ground, "buried", "check-cases/patch-bump-green/head").await;
+    let large = "y".repeat(60_000);
+    for _ in 0..200 {
+        ground.forge.add_comment(SLUG, number, "alice", &large);
+    }
+    let flood = 200 * large.len();
+    let before = ground.forge.comment_bytes_served();
+    intake(&ground, number).await;
+    ground.settle().await.unwrap();
+    let (state, description) = bosun_status(&ground, "buried");
+    assert_eq!(state, "success", "{description}");
+    assert!(bosun_comment(&ground, number).is_some());
+    let served = ground.forge.comment_bytes_served() - before;
+    let readers = ground
+        .forge
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with(&format!("/{number}/comments")))
+        .count();
+    // Each walk reads at most the budget and one page of 50.
+    let bound = 4 * (COMMENT_READ_BUDGET + 50 * large.len());
+    assert!(
+        served <= bound,
+        "{served} bytes served (flood {flood}, bound {bound})"
+    );
+    assert!(
+        served < flood,
+        "{served} bytes served: less than the flood once"
+    );
+    assert!(readers > 0);
+    // Once each, and found again at the next head: a second triage updates them in place.
+    let reports = |ground: &Ground| {
+        ground
+            .forge
+            .comments(SLUG, number)
+            .iter()
+            .filter(|(_, b)| b.starts_with(gitops_loop::gate::report::MARKER))
+            .count()
+    };
+    assert_eq!(reports(&ground), 1);
+}

@@ -162,9 +162,10 @@ impl Forge for GitHub {
     }
 
     /// GitHub's issue comments come oldest first with no sort parameter, but its `Link` header
-    /// names the `last` and `prev` pages: the first page answers a pull request with few
-    /// comments whole (no `last`); otherwise the walk goes to the `last` page and back through
-    /// `prev`. Only page numbers are taken from the header, never its URLs.
+    /// names the `last` and `prev` pages. A first request of one comment a page learns the
+    /// count (its `last` page number; no `last`: at most one comment, and that is the list),
+    /// then the walk goes from the last page of [`COMMENT_PAGE`] back through `prev`. Only
+    /// page numbers are taken from the header, never its URLs.
     async fn comment_page(
         &self,
         repo: &RepoSlug,
@@ -178,16 +179,12 @@ impl Forge for GitHub {
             None => {
                 let first = self
                     .http
-                    .exchange(
-                        Method::GET,
-                        &format!("{path}?per_page={COMMENT_PAGE}&page=1"),
-                        None,
-                    )
+                    .exchange(Method::GET, &format!("{path}?per_page=1&page=1"), None)
                     .await?;
                 bytes += first.bytes;
                 match first.link.as_deref().and_then(|l| link_page(l, "last")) {
-                    Some(last) if last > 1 => last,
-                    // One page: every comment.
+                    Some(count) if count > 1 => count.div_ceil(COMMENT_PAGE),
+                    // At most one comment: the whole list.
                     _ => {
                         let comments: Vec<IssueComment> = Self::decode(first.body, "GET", &path)?;
                         return Ok(CommentPage {
