@@ -874,4 +874,295 @@ async fn a_delivery_whose_head_is_not_a_commit_id_is_refused() {
     )
     .await;
     assert_eq!(status, 202, "{body}");
+
+/// Waits (bounded) until `done` holds.
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+async fn bosun_jobs(ground: &Ground) -> Value {
+    reqwest::get(format!("{}/jobs", ground.bosun.as_ref().unwrap().url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn gets(ground: &Ground, path: &str) -> usize {
+    ground
+        .forge
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path == path)
+        .count()
+}
+
+fn journaled(ground: &Ground, kind: &str) -> usize {
+    let workdir = ground.bosun.as_ref().unwrap().workdir.join("journal");
+    std::fs::read_dir(workdir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(kind))
+        .count()
+}
+
+/// A poison pill: a delivery whose triage takes the process down (here the forge hangs on that
+/// pull request and the test SIGKILLs Bosun there, as an OOM kill would) is tried again after
+/// every other delivery, quarantined after the second death, handed to a person, and never
+/// replayed; the honest delivery beside it is triaged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delivery_that_kills_bosun_twice_is_quarantined_and_the_one_beside_it_is_triaged() {
+    let mut ground = start(json!({})).await;
+    let (poison, poison_head) = pull(&ground, "poison", "check-cases/patch-bump-green/head").await;
+    let (honest, honest_head) = pull(&ground, "honest", "check-cases/patch-bump-green/head").await;
+    let held = format!("/repos/{SLUG}/pulls/{poison}");
+    ground.forge.hold(&held);
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    for (number, head) in [(poison, &poison_head), (honest, &honest_head)] {
+        let body = json!({"repository": SLUG, "pullRequest": number, "headSha": head});
+        let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+
+    // First death: in the poison triage, before the honest one started.
+    wait_for("the poison triage reaches the forge", || {
+        gets(&ground, &held) == 1
+    })
+    .await;
+    assert_eq!(journaled(&ground, "attempt-"), 1, "the attempt is on disk");
+    ground.bosun.as_mut().unwrap().kill().unwrap();
+    ground.bosun.as_mut().unwrap().restart().await.unwrap();
+
+    // The restart triages the honest delivery first, then tries the poison one again.
+    wait_for("the poison triage is tried again", || {
+        gets(&ground, &held) == 2
+    })
+    .await;
+    let (state, description) = bosun_status(&ground, "honest");
+    assert_eq!(state, "success", "{description}");
+    assert!(bosun_comment(&ground, honest).is_some());
+    ground.bosun.as_mut().unwrap().kill().unwrap();
+
+    // Second death: quarantined at the next start, told on the pull request.
+    ground.forge.release(&held);
+    ground.bosun.as_mut().unwrap().restart().await.unwrap();
+    wait_for("the hand-off comment", || {
+        bosun_comment(&ground, poison).is_some_and(|c| c.contains("quarantined"))
+            && ground
+                .forge
+                .labels(SLUG, poison)
+                .contains(&"needs-human".into())
+    })
+    .await;
+    ground.settle().await.unwrap();
+    let jobs = bosun_jobs(&ground).await;
+    assert_eq!(
+        jobs["quarantined"],
+        json!([{"repository": SLUG, "pullRequest": poison, "head": poison_head}]),
+        "{jobs}"
+    );
+    assert_eq!(gets(&ground, &held), 2, "not replayed after the quarantine");
+    assert_eq!(journaled(&ground, "pending-"), 0);
+    assert_eq!(journaled(&ground, "attempt-"), 0);
+    assert_eq!(journaled(&ground, "quarantined-"), 1);
+    let comment = bosun_comment(&ground, poison).unwrap();
+    assert!(comment.contains("journal/quarantined-"), "{comment}");
+
+    // Nor at any later start, nor when delivered again.
+    ground.forge.clear_requests();
+    ground.bosun.as_mut().unwrap().kill().unwrap();
+    ground.bosun.as_mut().unwrap().restart().await.unwrap();
+    ground.settle().await.unwrap();
+    let body = json!({"repository": SLUG, "pullRequest": poison, "headSha": poison_head});
+    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
+    assert_eq!(
+        (status, &answer["status"]),
+        (409, &json!("quarantined")),
+        "{answer}"
+    );
+    ground.settle().await.unwrap();
+    assert_eq!(
+        gets(&ground, &held),
+        0,
+        "a quarantined delivery is not triaged"
+    );
+    let comments = ground.forge.comments(SLUG, poison);
+    assert_eq!(
+        comments
+            .iter()
+            .filter(|(_, b)| b.starts_with("<!-- bosun:triage v1 -->"))
+            .count(),
+        1,
+        "told once"
+    );
+}
+
+/// A delivery for a pull request the forge does not have is dropped at the forge's first 404:
+/// no retries, not followed by the poller; one for a repository no longer in bosun.yaml
+/// (journaled by an earlier configuration) is dropped without asking the forge at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn deliveries_for_missing_pull_requests_and_unknown_repositories_are_dropped() {
+    let mut ground = start_polling(json!({}), 1).await;
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let missing = 4040;
+    let body = json!({"repository": SLUG, "pullRequest": missing, "headSha": "0".repeat(40)});
+    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
+    assert_eq!(status, 202, "{answer}");
+    // Without a head the intake asks the forge, and a 404 is not accepted.
+    let body = json!({"repository": SLUG, "pullRequest": missing + 1});
+    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
+    assert_eq!(status, 404, "{answer}");
+    ground.settle().await.unwrap();
+    let polls = bosun_jobs(&ground).await["polls"].as_u64().unwrap();
+    let mut later = polls;
+    while later < polls + 3 {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        later = bosun_jobs(&ground).await["polls"].as_u64().unwrap();
+    }
+    let path = format!("/repos/{SLUG}/pulls/{missing}");
+    assert_eq!(gets(&ground, &path), 1, "one look-up: the 404 is definite");
+    let jobs = bosun_jobs(&ground).await;
+    assert_eq!(jobs["tracked"], json!(0), "{jobs}");
+    assert_eq!(jobs["done"][0]["path"], json!("dropped"), "{jobs}");
+    assert_eq!(journaled(&ground, "pending-"), 0);
+    assert_eq!(journaled(&ground, "tracked-"), 0);
+
+    // A repository an earlier bosun.yaml had.
+    let workdir = ground.bosun.as_ref().unwrap().workdir.join("journal");
+    use gitops_loop::bosun::journal::{Entry, Journal, Kind};
+    Journal::open(&workdir)
+        .unwrap()
+        .put(
+            Kind::Pending,
+            &Entry {
+                repository: "elsewhere/gitops".into(),
+                pull_request: 1,
+                head: "abc".into(),
+                ..Entry::default()
+            },
+        )
+        .unwrap();
+    ground.forge.clear_requests();
+    ground.bosun.as_mut().unwrap().kill().unwrap();
+    ground.bosun.as_mut().unwrap().restart().await.unwrap();
+    ground.settle().await.unwrap();
+    assert!(
+        !ground
+            .forge
+            .requests()
+            .iter()
+            .any(|r| r.path.contains("elsewhere")),
+        "no forge look-up for a repository Bosun does not serve"
+    );
+    assert_eq!(journaled(&ground, "pending-"), 0);
+    assert_eq!(journaled(&ground, "tracked-"), 0);
+}
+
+/// Out of file descriptors, the accept loop pauses (growing to a cap) instead of spinning, and
+/// logs the error once for the burst: Bosun's RLIMIT_NOFILE is lowered under it with
+/// `prlimit` while connections wait in the backlog, then restored.
+#[tokio::test(flavor = "multi_thread")]
+async fn accept_errors_back_off_and_are_logged_once_per_burst() {
+    let ground = start(json!({})).await;
+    let bosun = ground.bosun.as_ref().unwrap();
+    let pid = bosun.pid().to_string();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    let prlimit = |soft: &str| {
+        let status = std::process::Command::new("prlimit")
+            .args(["--pid", &pid, &format!("--nofile={soft}:")])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap()
+        .to_string();
+    prlimit(&(open + 1).to_string());
+    let address = bosun.url.trim_start_matches("http://").to_string();
+    let mut waiting = Vec::new();
+    for _ in 0..20 {
+        waiting.push(tokio::net::TcpStream::connect(&address).await.unwrap());
+    }
+    let log = bosun.log.clone();
+    let accept_errors = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("accept: "))
+            .count()
+    };
+    wait_for("the accept error", || accept_errors() > 0).await;
+    prlimit(&soft);
+    drop(waiting);
+    wait_for("accept works again", || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("accept works again")
+    })
+    .await;
+    assert_eq!(accept_errors(), 1, "one line for the burst");
+    let healthy = reqwest::get(format!("{}/healthz", bosun.url))
+        .await
+        .unwrap();
+    assert!(healthy.status().is_success());
+}
+
+/// A pull request buried in comments (far more than Bosun's comment budget): the gate's
+/// report and Bosun's comment are still found and written once each, and the comment bytes
+/// the forge serves stay within a few budgets rather than the flood times every reader.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_request_buried_in_comments_is_triaged_with_bounded_reads() {
+    use gitops_loop::forge::COMMENT_READ_BUDGET;
+    let mut ground = start(json!({})).await;
+    let (number, _) = pull(&ground, "buried", "check-cases/patch-bump-green/head").await;
+    let large = "y".repeat(60_000);
+    for _ in 0..200 {
+        ground.forge.add_comment(SLUG, number, "alice", &large);
+    }
+    let flood = 200 * large.len();
+    let before = ground.forge.comment_bytes_served();
+    intake(&ground, number).await;
+    ground.settle().await.unwrap();
+    let (state, description) = bosun_status(&ground, "buried");
+    assert_eq!(state, "success", "{description}");
+    assert!(bosun_comment(&ground, number).is_some());
+    let served = ground.forge.comment_bytes_served() - before;
+    let readers = ground
+        .forge
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with(&format!("/{number}/comments")))
+        .count();
+    // Each walk reads at most the budget and one page of 50.
+    let bound = 4 * (COMMENT_READ_BUDGET + 50 * large.len());
+    assert!(
+        served <= bound,
+        "{served} bytes served (flood {flood}, bound {bound})"
+    );
+    assert!(
+        served < flood,
+        "{served} bytes served: less than the flood once"
+    );
+    assert!(readers > 0);
+    // Once each, and found again at the next head: a second triage updates them in place.
+    let reports = |ground: &Ground| {
+        ground
+            .forge
+            .comments(SLUG, number)
+            .iter()
+            .filter(|(_, b)| b.starts_with(gitops_loop::gate::report::MARKER))
+            .count()
+    };
+    assert_eq!(reports(&ground), 1);
 }

@@ -131,6 +131,12 @@ async fn marked_comment_is_created_once_then_updated() {
                 format!("/repos/{SLUG}/issues/1/comments"),
                 json!({"body": "<!-- gitops-gate:report v1 -->\none"})
             ),
+            // Two comments now: one of one a page learns the count, then the last page.
+            (
+                "GET".into(),
+                format!("/repos/{SLUG}/issues/1/comments"),
+                serde_json::Value::Null
+            ),
             (
                 "GET".into(),
                 format!("/repos/{SLUG}/issues/1/comments"),
@@ -834,4 +840,77 @@ async fn a_chart_failing_with_megabytes_of_text_still_gets_a_report_and_a_red_ch
     let runs = client.check_runs(&slug, &pull.head_sha).await.unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].conclusion, Conclusion::Failure);
+}
+
+/// Bounded comment reads on both faces: a marked comment under a flood of large comments is
+/// found, and the walk reads no more than the budget (plus a page): newest first on GitHub
+/// (its `Link` header's `last` and `prev`), forward through the timeline on Gitea.
+#[tokio::test(flavor = "multi_thread")]
+async fn comment_walks_find_the_marker_and_stop_at_the_byte_budget() {
+    use gitops_loop::forge::{COMMENT_READ_BUDGET, find_comments};
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let large = "x".repeat(20_000);
+    forge.add_comment(SLUG, 1, "addons-gate[bot]", "<!-- old -->\nthe oldest");
+    for _ in 0..150 {
+        forge.add_comment(SLUG, 1, "kargo", &large);
+    }
+    forge.add_comment(SLUG, 1, "addons-gate[bot]", "<!-- mark -->\nfirst");
+    forge.add_comment(SLUG, 1, "kargo", "<!-- mark -->\nnot the gate's");
+    for _ in 0..3 {
+        forge.add_comment(SLUG, 1, "kargo", &large);
+    }
+    let flood = 153 * large.len();
+    assert!(flood > COMMENT_READ_BUDGET);
+    for (kind, client) in both(&forge, "gate-token") {
+        let mark = |c: &gitops_loop::forge::Comment| {
+            c.author == "addons-gate[bot]" && c.body.starts_with("<!-- mark -->")
+        };
+        let before = forge.comment_bytes_served();
+        let found = find_comments(client.as_ref(), &slug, 1, COMMENT_READ_BUDGET, 1, mark)
+            .await
+            .unwrap();
+        let served = forge.comment_bytes_served() - before;
+        // At most the budget and one page of 50 large comments.
+        assert!(
+            served <= COMMENT_READ_BUDGET + 50 * large.len(),
+            "{kind:?}: {served}"
+        );
+        if kind == ForgeKind::Github {
+            assert_eq!(found.found.len(), 1, "{kind:?}");
+            assert!(found.found[0].body.ends_with("first"), "{kind:?}");
+            // One comment (which says where the last page is) and the last page.
+            assert!(served < 10 * large.len(), "newest first: {served}");
+        } else {
+            // Forward on Gitea: the budget ends the walk before the marker, and says so.
+            assert!(found.found.is_empty() && !found.complete, "{found:?}");
+        }
+        // The oldest is past the budget: the walk says it could not see everything.
+        let before = forge.comment_bytes_served();
+        let old = find_comments(client.as_ref(), &slug, 1, COMMENT_READ_BUDGET, 1, |c| {
+            c.body.starts_with("<!-- old -->")
+        })
+        .await
+        .unwrap();
+        let served = forge.comment_bytes_served() - before;
+        assert!(
+            served <= COMMENT_READ_BUDGET + 50 * large.len(),
+            "{kind:?}: {served}"
+        );
+        if kind == ForgeKind::Github {
+            assert!(!old.complete && old.found.is_empty(), "{kind:?}: {old:?}");
+        } else {
+            // Forward on Gitea: the oldest comes first.
+            assert_eq!(old.found.len(), 1, "{kind:?}");
+        }
+        // With room, every comment is seen.
+        let all = find_comments(client.as_ref(), &slug, 1, usize::MAX, usize::MAX, |_| true)
+            .await
+            .unwrap();
+        assert!(all.complete, "{kind:?}");
+        assert_eq!(all.found.len(), 156, "{kind:?}");
+        assert!(
+            all.found[0].body.len() == large.len() && all.found[155].body.ends_with("the oldest")
+        );
+    }
 }

@@ -176,6 +176,11 @@ impl BosunProcess {
         anyhow::bail!("bosun did not answer /healthz on {}", self.url)
     }
 
+    /// The process id (for `prlimit` and /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a node failure or an OOM kill would: no shutdown path runs.
     pub fn kill(&mut self) -> Result<()> {
         self.child.kill()?;

@@ -2,6 +2,11 @@
 //! file in the work folder, written atomically (temporary file, fsync, rename, fsync of the
 //! folder) before the intake answers. A restart replays what is there; nothing accepted is lost
 //! with the process.
+//!
+//! Two more kinds guard against a pull request that kills the process: an `attempt-` entry is
+//! written (durably) before a triage starts and removed when it ends, so one still there at
+//! start names a triage a process died in; after [`CRASHES_BEFORE_QUARANTINE`] of them the
+//! delivery is `quarantined-`: handed to a person and never replayed.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,13 +14,34 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+/// Triages of one head that a process died in before a delivery is quarantined.
+pub const CRASHES_BEFORE_QUARANTINE: u32 = 2;
+
 /// One pull request and the head it was delivered (or last triaged) at.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Entry {
     pub repository: String,
     pub pull_request: u64,
     pub head: String,
+    /// `attempt-`: triages of this head started and not (yet) ended; `quarantined-`: the
+    /// triages the process died in.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub attempts: u32,
+    /// `tracked-`: when the head last changed (Unix seconds; 0 in older entries: unknown).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub since: u64,
+    /// `quarantined-`: the pull request has been told (hand-off comment, label, status).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub announced: bool,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What an entry records.
@@ -25,6 +51,10 @@ pub enum Kind {
     Pending,
     /// Open and followed by the poller.
     Tracked,
+    /// A triage started and not ended: written before it starts, removed when it ends.
+    Attempt,
+    /// A triage the process died in too often: never replayed, released by a person.
+    Quarantined,
 }
 
 impl Kind {
@@ -32,6 +62,8 @@ impl Kind {
         match self {
             Kind::Pending => "pending-",
             Kind::Tracked => "tracked-",
+            Kind::Attempt => "attempt-",
+            Kind::Quarantined => "quarantined-",
         }
     }
 }
@@ -52,7 +84,9 @@ impl Journal {
         })
     }
 
-    fn file(&self, kind: Kind, repository: &str, pull_request: u64) -> PathBuf {
+    /// The file of one pull request's entry of a kind (named in logs and /jobs, so a person
+    /// can find and delete it).
+    pub fn file(&self, kind: Kind, repository: &str, pull_request: u64) -> PathBuf {
         let digest = Sha256::digest(format!("{repository}#{pull_request}").as_bytes());
         self.dir.join(format!(
             "{}{}.json",
@@ -69,6 +103,12 @@ impl Journal {
         file.as_file().sync_all()?;
         file.persist(&target).map_err(|e| e.error)?;
         std::fs::File::open(&self.dir)?.sync_all()
+    }
+
+    /// The entry of one pull request, if there is one that parses.
+    pub fn get(&self, kind: Kind, repository: &str, pull_request: u64) -> Option<Entry> {
+        let bytes = std::fs::read(self.file(kind, repository, pull_request)).ok()?;
+        serde_json::from_slice(&bytes).ok()
     }
 
     /// Forgets the entry of one pull request.
@@ -121,6 +161,7 @@ mod tests {
             repository: "platform/gitops".into(),
             pull_request: pr,
             head: head.into(),
+            ..Entry::default()
         }
     }
 

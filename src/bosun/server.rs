@@ -44,13 +44,13 @@ pub struct IntakeRequest {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     /// accepted, duplicate, queue_full, not_recorded, unauthorized, invalid,
-    /// unknown_repository, forge_error
+    /// unknown_repository, not_found, quarantined, forge_error
     result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
-    /// wait, green, worth-a-look, swap, escalate, handoff, closed, error
+    /// wait, green, worth-a-look, swap, escalate, handoff, closed, dropped, error
     path: String,
 }
 
@@ -94,12 +94,107 @@ struct Jobs {
     /// The latest runs (newest last), bounded.
     done: Vec<Run>,
     /// Open pull requests taken in, with the head last triaged (for the poller).
-    tracked: BTreeMap<(String, u64), String>,
+    tracked: BTreeMap<(String, u64), Track>,
+    /// Deliveries whose triage the process died in too often: pull request -> head. Never
+    /// queued again; a new head is a new delivery.
+    quarantined: BTreeMap<(String, u64), String>,
+    /// The attempt count the running triage found before it counted itself (restored when
+    /// the process stops gracefully: a SIGTERM is not a crash).
+    running_attempt: Option<(String, u32)>,
+    /// Finished polls of the tracked pull requests.
+    polls: u64,
     /// Failed triages in a row per pull request, and the head they failed on (reset by one
     /// that finishes, and by a failure on another head).
     failures: HashMap<(String, u64), (String, u32)>,
     /// Failed triages waiting out their backoff before they are queued again.
     retrying: usize,
+}
+
+/// A pull request the poller follows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Track {
+    /// The head last triaged to the end ("" when none was).
+    head: String,
+    /// The head the forge last showed, and when it changed (Unix seconds).
+    seen_head: String,
+    since: u64,
+    /// Polls in a row the forge failed to answer; the next poll waits until `next_poll`.
+    misses: u32,
+    next_poll: u64,
+}
+
+impl Track {
+    fn new(head: &str, now: u64) -> Track {
+        Track {
+            head: head.to_string(),
+            seen_head: head.to_string(),
+            since: now,
+            ..Track::default()
+        }
+    }
+}
+
+/// A tracked pull request whose head has not changed for this long is forgotten (a delivery
+/// or a new head starts following it again).
+pub const TRACK_EXPIRY: Duration = Duration::from_secs(7 * 24 * 3600);
+/// After a poll the forge did not answer, the next waits 2, 4, 8... minutes, at most this.
+pub const POLL_BACKOFF_CAP: Duration = Duration::from_secs(6 * 3600);
+
+/// What one poll does with a tracked pull request, from the forge's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PollStep {
+    /// A head not triaged yet: queue it.
+    Enqueue(String),
+    /// Nothing new.
+    Keep,
+    /// Stop following it (why): closed, gone (404), or no new head for [`TRACK_EXPIRY`].
+    Forget(&'static str),
+    /// The forge failed: ask again after a pause that doubles.
+    Backoff,
+}
+
+/// Decides a poll (and updates the head seen); pure but for `track`.
+fn poll_step(
+    track: &mut Track,
+    answer: Result<&crate::forge::PullRequest, &crate::forge::ForgeError>,
+    now: u64,
+) -> PollStep {
+    match answer {
+        Ok(pr) if pr.state != "open" => PollStep::Forget("closed"),
+        Ok(pr) => {
+            track.misses = 0;
+            track.next_poll = 0;
+            if pr.head_sha != track.seen_head {
+                track.seen_head = pr.head_sha.clone();
+                track.since = now;
+            }
+            if now.saturating_sub(track.since) >= TRACK_EXPIRY.as_secs() {
+                PollStep::Forget("no new head for 7 days")
+            } else if pr.head_sha != track.head {
+                PollStep::Enqueue(pr.head_sha.clone())
+            } else {
+                PollStep::Keep
+            }
+        }
+        // A definite answer: the forge has no such pull request.
+        Err(e) if matches!(e.status(), Some(404 | 410)) => {
+            PollStep::Forget("the forge has no such pull request")
+        }
+        Err(_) => {
+            track.misses = track.misses.saturating_add(1);
+            let pause = 60u64
+                .saturating_mul(1 << track.misses.min(20))
+                .min(POLL_BACKOFF_CAP.as_secs());
+            track.next_poll = now + pause;
+            PollStep::Backoff
+        }
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// A failed triage (the forge, git or the API server failing) is queued again after 2, 4, 8,
@@ -176,11 +271,17 @@ pub enum Enqueued {
     Full,
     /// The journal could not be written: nothing was accepted.
     NotRecorded(String),
+    /// This head's triage killed the process before: it waits for a person.
+    Quarantined,
 }
 
 impl Server {
     /// Opens the journal in Bosun's work folder, replays what an earlier process accepted and
     /// tracked, starts the worker; returns the server and the router to serve.
+    ///
+    /// An `attempt-` entry left by an earlier process is a triage it died in: after
+    /// [`journal::CRASHES_BEFORE_QUARANTINE`] of them the delivery is quarantined (handed to a
+    /// person, never replayed); fewer, and it is replayed after every other delivery.
     pub fn start(bosun: Arc<Bosun>, secret: Vec<u8>) -> std::io::Result<(Shared, Router)> {
         let journal = Journal::open(&bosun.workdir.join("journal"))?;
         let server = Arc::new(Server {
@@ -191,15 +292,61 @@ impl Server {
             journal,
             wake: Notify::new(),
         });
-        {
-            let tracked = server.journal.load(journal::Kind::Tracked)?;
-            let mut jobs = lock(&server);
-            for entry in tracked {
-                jobs.tracked
-                    .insert((entry.repository, entry.pull_request), entry.head);
+        let now = unix_now();
+        for attempt in server.journal.load(journal::Kind::Attempt)? {
+            if attempt.attempts >= journal::CRASHES_BEFORE_QUARANTINE {
+                server.quarantine(&attempt)?;
             }
         }
-        for entry in server.journal.load(journal::Kind::Pending)? {
+        let suspects: HashSet<(String, u64, String)> = server
+            .journal
+            .load(journal::Kind::Attempt)?
+            .into_iter()
+            .map(|a| (a.repository, a.pull_request, a.head))
+            .collect();
+        let mut unannounced = Vec::new();
+        {
+            let tracked = server.journal.load(journal::Kind::Tracked)?;
+            let quarantined = server.journal.load(journal::Kind::Quarantined)?;
+            let mut jobs = lock(&server);
+            for entry in tracked {
+                let since = if entry.since == 0 { now } else { entry.since };
+                let mut track = Track::new(&entry.head, since);
+                track.since = since;
+                jobs.tracked
+                    .insert((entry.repository, entry.pull_request), track);
+            }
+            for entry in quarantined {
+                tracing::warn!(
+                    repository = %entry.repository,
+                    pr = entry.pull_request,
+                    "quarantined: the triage of {} stopped Bosun {} times; not replayed (delete {} to release it)",
+                    entry.head,
+                    entry.attempts,
+                    server
+                        .journal
+                        .file(journal::Kind::Quarantined, &entry.repository, entry.pull_request)
+                        .display()
+                );
+                jobs.quarantined.insert(
+                    (entry.repository.clone(), entry.pull_request),
+                    entry.head.clone(),
+                );
+                if !entry.announced {
+                    unannounced.push(entry);
+                }
+            }
+        }
+        // Deliveries a process died in go last: every other delivery is triaged first.
+        let (mut replay, suspect): (Vec<_>, Vec<_>) = server
+            .journal
+            .load(journal::Kind::Pending)?
+            .into_iter()
+            .partition(|e| {
+                !suspects.contains(&(e.repository.clone(), e.pull_request, e.head.clone()))
+            });
+        replay.extend(suspect);
+        for entry in replay {
             match entry.repository.parse::<RepoSlug>() {
                 Ok(slug) => {
                     tracing::info!(repository = %slug, pr = entry.pull_request, "replaying an accepted delivery");
@@ -207,6 +354,14 @@ impl Server {
                 }
                 Err(e) => tracing::warn!("journal entry {entry:?}: {e}"),
             }
+        }
+        if !unannounced.is_empty() {
+            let announcer = server.clone();
+            tokio::spawn(async move {
+                for entry in unannounced {
+                    announcer.announce_quarantine(entry).await;
+                }
+            });
         }
         let worker = server.clone();
         tokio::spawn(async move {
@@ -216,7 +371,31 @@ impl Server {
                     let next = jobs.queue.pop_front();
                     if let Some(key) = &next {
                         let head = jobs.heads.remove(key).unwrap_or_default();
+                        // The attempt is on disk before the triage starts (and before /jobs
+                        // says it runs): a process that dies in it leaves it behind.
+                        let before = worker
+                            .journal
+                            .get(journal::Kind::Attempt, &key.0, key.1)
+                            .filter(|a| a.head == head)
+                            .map_or(0, |a| a.attempts);
+                        if let Err(e) = worker.journal.put(
+                            journal::Kind::Attempt,
+                            &journal::Entry {
+                                repository: key.0.clone(),
+                                pull_request: key.1,
+                                head: head.clone(),
+                                attempts: before + 1,
+                                ..journal::Entry::default()
+                            },
+                        ) {
+                            tracing::error!(
+                                "cannot journal the attempt on {}#{}: {e}",
+                                key.0,
+                                key.1
+                            );
+                        }
                         jobs.running = Some(key.clone());
+                        jobs.running_attempt = Some((head.clone(), before));
                         Some((key.clone(), head))
                     } else {
                         None
@@ -241,18 +420,158 @@ impl Server {
         Ok((server, router))
     }
 
+    /// Sets a delivery aside for good: journaled as quarantined, its pending entry and its
+    /// attempts forgotten (the comment to the pull request follows, `announce_quarantine`).
+    fn quarantine(&self, attempt: &journal::Entry) -> std::io::Result<()> {
+        let (repository, number) = (&attempt.repository, attempt.pull_request);
+        tracing::error!(
+            repository = %repository,
+            pr = number,
+            "the triage of {} stopped Bosun {} times: quarantined, never replayed",
+            attempt.head,
+            attempt.attempts
+        );
+        self.journal.put(
+            journal::Kind::Quarantined,
+            &journal::Entry {
+                announced: false,
+                ..attempt.clone()
+            },
+        )?;
+        if self
+            .journal
+            .get(journal::Kind::Pending, repository, number)
+            .is_none_or(|p| p.head == attempt.head)
+        {
+            self.journal
+                .remove(journal::Kind::Pending, repository, number)?;
+        }
+        self.journal
+            .remove(journal::Kind::Attempt, repository, number)
+    }
+
+    /// Tells the pull request its delivery is quarantined (hand-off comment, label, Bosun's
+    /// status), then journals that it was told; tried again at the next start when the forge
+    /// fails.
+    async fn announce_quarantine(&self, entry: journal::Entry) {
+        let Ok(slug) = entry.repository.parse::<RepoSlug>() else {
+            return;
+        };
+        let file = self.journal.file(
+            journal::Kind::Quarantined,
+            &entry.repository,
+            entry.pull_request,
+        );
+        let release = format!(
+            "delete {} from Bosun's work folder and deliver again, or push a new commit",
+            file.file_name().and_then(|n| n.to_str()).map_or_else(
+                || "the quarantine entry".to_string(),
+                |n| format!("journal/{n}")
+            )
+        );
+        match self
+            .bosun
+            .quarantine_handoff(
+                &slug,
+                entry.pull_request,
+                &entry.head,
+                entry.attempts,
+                &release,
+            )
+            .await
+        {
+            Ok(()) => {
+                if let Err(e) = self.journal.put(
+                    journal::Kind::Quarantined,
+                    &journal::Entry {
+                        announced: true,
+                        ..entry
+                    },
+                ) {
+                    tracing::warn!("journal: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(
+                repository = %slug,
+                pr = entry.pull_request,
+                "cannot tell the pull request it is quarantined (tried again at the next start): {e}"
+            ),
+        }
+    }
+
+    /// The process is stopping gracefully (SIGTERM, Ctrl-C): the running triage's attempt is
+    /// given back, as a stop is not a crash.
+    pub fn stop(&self) {
+        let jobs = lock(self);
+        if let (Some((repository, number)), Some((head, before))) =
+            (&jobs.running, &jobs.running_attempt)
+        {
+            let result = if *before == 0 {
+                self.journal
+                    .remove(journal::Kind::Attempt, repository, *number)
+            } else {
+                self.journal.put(
+                    journal::Kind::Attempt,
+                    &journal::Entry {
+                        repository: repository.clone(),
+                        pull_request: *number,
+                        head: head.clone(),
+                        attempts: *before,
+                        ..journal::Entry::default()
+                    },
+                )
+            };
+            if let Err(e) = result {
+                tracing::warn!("journal: {e}");
+            }
+        }
+    }
+
+    /// Stops following a pull request and forgets its deliveries (closed, gone, expired, or
+    /// of a repository no longer in bosun.yaml).
+    fn forget(&self, jobs: &mut Jobs, repository: &str, number: u64) {
+        let key = (repository.to_string(), number);
+        jobs.failures.remove(&key);
+        jobs.tracked.remove(&key);
+        jobs.seen
+            .retain(|(r, n, _)| !(r == repository && *n == number));
+        if let Err(e) = self
+            .journal
+            .remove(journal::Kind::Tracked, repository, number)
+        {
+            tracing::warn!("journal: {e}");
+        }
+    }
+
     /// One triage, then the bookkeeping that makes it durable.
     async fn work(self: &Arc<Self>, slug: &RepoSlug, number: u64, delivered_head: String) {
         let started = std::time::Instant::now();
         let run = match self.bosun.triage(slug, number).await {
             Ok(run) => run,
             Err(e) => {
-                tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
+                // A definite answer: nothing to triage, now or later.
+                let dropped = matches!(
+                    e,
+                    super::triage::TriageError::UnknownRepository(_)
+                        | super::triage::TriageError::NoSuchPullRequest { .. }
+                );
+                if dropped {
+                    tracing::warn!(repository = %slug, pr = number, "delivery dropped: {e}");
+                } else {
+                    tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
+                }
                 Run {
                     repository: slug.to_string(),
                     pull_request: number,
-                    path: "error".into(),
-                    lines: vec![format!("triage failed: {e}")],
+                    path: if dropped { "dropped" } else { "error" }.into(),
+                    lines: vec![format!(
+                        "{}: {e}",
+                        if dropped {
+                            "delivery dropped"
+                        } else {
+                            "triage failed"
+                        }
+                    )],
                     ..Run::default()
                 }
             }
@@ -270,13 +589,27 @@ impl Server {
         let key = (repository.clone(), number);
         let mut jobs = lock(self);
         jobs.running = None;
+        jobs.running_attempt = None;
+        // The triage ended (whichever way): it did not take the process with it.
+        if let Err(e) = self
+            .journal
+            .remove(journal::Kind::Attempt, &repository, number)
+        {
+            tracing::warn!("journal: {e}");
+        }
+        let now = unix_now();
         let tracked = match run.path.as_str() {
             // A failed triage (the forge or git failing) may be delivered again; it stays in
             // the journal (a restart replays it) and is followed, so the poller tries again.
             "error" => {
                 jobs.seen
                     .remove(&(repository.clone(), number, delivered_head.clone()));
-                jobs.tracked.insert(key.clone(), String::new());
+                let track = jobs
+                    .tracked
+                    .entry(key.clone())
+                    .or_insert_with(|| Track::new("", now));
+                track.head = String::new();
+                let since = track.since;
                 let failures = record_failure(&mut jobs, &key, &delivered_head);
                 if failures <= RETRIES_AFTER_FAILURE {
                     let delay = retry_delay(failures);
@@ -296,6 +629,7 @@ impl Server {
                                 Enqueued::Full => tracing::warn!(
                                     "cannot queue {slug}#{number} again: the queue is full; the poller or a new delivery will"
                                 ),
+                                Enqueued::Quarantined => {}
                                 Enqueued::NotRecorded(e) => {
                                     tracing::warn!("cannot queue {slug}#{number} again: {e}")
                                 }
@@ -303,30 +637,31 @@ impl Server {
                         }
                     });
                 }
-                Some(String::new())
+                Some((String::new(), since))
             }
-            // Nothing more arrives for a closed pull request: forget its deliveries.
-            "closed" => {
-                jobs.failures.remove(&key);
-                jobs.tracked.remove(&key);
-                jobs.seen
-                    .retain(|(r, n, _)| !(*r == repository && *n == number));
-                if let Err(e) = self
-                    .journal
-                    .remove(journal::Kind::Tracked, &repository, number)
-                {
-                    tracing::warn!("journal: {e}");
-                }
+            // Nothing more arrives for a closed pull request, nor for one the forge does not
+            // have or a repository Bosun does not serve: forget its deliveries.
+            "closed" | "dropped" => {
+                self.forget(&mut jobs, &repository, number);
                 None
             }
             _ => {
                 jobs.failures.remove(&key);
                 let last_head = run.pushed.last().unwrap_or(&run.head).clone();
-                jobs.tracked.insert(key.clone(), last_head.clone());
+                let track = jobs
+                    .tracked
+                    .entry(key.clone())
+                    .or_insert_with(|| Track::new(&last_head, now));
+                if track.seen_head != last_head {
+                    track.seen_head = last_head.clone();
+                    track.since = now;
+                }
+                track.head = last_head.clone();
+                let since = track.since;
                 // A head Bosun itself produced and judged is not a new delivery.
                 jobs.seen
                     .insert((repository.clone(), number, last_head.clone()));
-                Some(last_head)
+                Some((last_head, since))
             }
         };
         // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
@@ -345,13 +680,15 @@ impl Server {
             jobs.done.remove(0);
         }
         drop(jobs);
-        if let Some(head) = tracked
+        if let Some((head, since)) = tracked
             && let Err(e) = self.journal.put(
                 journal::Kind::Tracked,
                 &journal::Entry {
                     repository: repository.clone(),
                     pull_request: number,
                     head,
+                    since,
+                    ..journal::Entry::default()
                 },
             )
         {
@@ -408,6 +745,9 @@ impl Server {
     ) -> Enqueued {
         let repository = slug.to_string();
         let key = (repository.clone(), number);
+        if jobs.quarantined.get(&key).map(String::as_str) == Some(head) {
+            return Enqueued::Quarantined;
+        }
         if jobs
             .seen
             .contains(&(repository.clone(), number, head.to_string()))
@@ -428,9 +768,19 @@ impl Server {
                 repository: repository.clone(),
                 pull_request: number,
                 head: head.to_string(),
+                ..journal::Entry::default()
             },
         ) {
             return Enqueued::NotRecorded(e.to_string());
+        }
+        // A new head of a quarantined pull request is a new delivery: the quarantine of the
+        // old head is over.
+        if jobs.quarantined.remove(&key).is_some()
+            && let Err(e) = self
+                .journal
+                .remove(journal::Kind::Quarantined, &repository, number)
+        {
+            tracing::warn!("journal: {e}");
         }
         jobs.seen.insert((repository, number, head.to_string()));
         if let Some(older) = jobs.heads.insert(key.clone(), head.to_string()) {
@@ -439,43 +789,79 @@ impl Server {
         if !queued {
             jobs.queue.push_back(key.clone());
         }
-        jobs.tracked.entry(key).or_default();
+        jobs.tracked
+            .entry(key)
+            .or_insert_with(|| Track::new("", unix_now()));
         drop(jobs);
         self.wake.notify_one();
         Enqueued::Accepted
     }
 
     /// Re-triages tracked pull requests whose head moved (a person pushed): the gate runs on
-    /// every new head commit.
+    /// every new head commit. A pull request the forge has not (404), of a repository no
+    /// longer in bosun.yaml, closed, or without a new head for [`TRACK_EXPIRY`] is forgotten;
+    /// one the forge fails to answer is asked again after a pause that doubles.
     pub async fn poll(&self) {
-        let tracked: Vec<((String, u64), String)> = lock(self)
+        self.poll_at(unix_now()).await
+    }
+
+    /// `poll` at `now` (Unix seconds).
+    pub async fn poll_at(&self, now: u64) {
+        let tracked: Vec<((String, u64), Track)> = lock(self)
             .tracked
             .iter()
+            .filter(|(_, t)| t.next_poll <= now)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        for ((repository, number), last) in tracked {
-            let Ok(slug) = repository.parse::<RepoSlug>() else {
-                continue;
+        for ((repository, number), mut track) in tracked {
+            let slug = match repository.parse::<RepoSlug>() {
+                Ok(slug) if self.bosun.config.repository(&slug).is_some() => slug,
+                _ => {
+                    tracing::warn!(
+                        "{repository}#{number}: not a repository in bosun.yaml; no longer followed"
+                    );
+                    self.forget(&mut lock(self), &repository, number);
+                    continue;
+                }
             };
-            match self.bosun.forge.pull_request(&slug, number).await {
-                Ok(pr) if pr.state == "open" && pr.head_sha != last => {
-                    if let Enqueued::NotRecorded(e) = self.enqueue(&slug, number, &pr.head_sha) {
-                        tracing::warn!("cannot queue {slug}#{number}: {e}");
+            let answer = self.bosun.forge.pull_request(&slug, number).await;
+            let step = poll_step(&mut track, answer.as_ref(), now);
+            let key = (repository.clone(), number);
+            let mut jobs = lock(self);
+            match step {
+                PollStep::Forget(why) => {
+                    tracing::info!(repository = %slug, pr = number, "no longer followed: {why}");
+                    self.forget(&mut jobs, &repository, number);
+                    continue;
+                }
+                PollStep::Backoff => {
+                    if let Err(e) = &answer {
+                        tracing::warn!(
+                            "cannot read {slug}#{number} (asked again in {} s): {e}",
+                            track.next_poll.saturating_sub(now)
+                        );
                     }
                 }
-                Ok(pr) if pr.state != "open" => {
-                    lock(self).tracked.remove(&(repository.clone(), number));
-                    if let Err(e) = self
-                        .journal
-                        .remove(journal::Kind::Tracked, &repository, number)
-                    {
-                        tracing::warn!("journal: {e}");
-                    }
+                PollStep::Keep | PollStep::Enqueue(_) => {}
+            }
+            // Only the poll's own fields: a triage may have finished meanwhile.
+            if let Some(current) = jobs.tracked.get_mut(&key) {
+                current.seen_head = track.seen_head.clone();
+                current.since = track.since;
+                current.misses = track.misses;
+                current.next_poll = track.next_poll;
+            }
+            if let PollStep::Enqueue(head) = step {
+                match self.enqueue_locked(jobs, &slug, number, &head) {
+                    Enqueued::NotRecorded(e) => tracing::warn!("cannot queue {slug}#{number}: {e}"),
+                    Enqueued::Accepted
+                    | Enqueued::Duplicate
+                    | Enqueued::Full
+                    | Enqueued::Quarantined => {}
                 }
-                Ok(_) => {}
-                Err(e) => tracing::warn!("cannot read {slug}#{number}: {e}"),
             }
         }
+        lock(self).polls += 1;
     }
 }
 
@@ -563,6 +949,14 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
             .await
         {
             Ok(pr) => pr.head_sha,
+            // A definite answer: nothing to accept.
+            Err(e) if matches!(e.status(), Some(404 | 410)) => {
+                server.count("not_found");
+                return answer(
+                    StatusCode::NOT_FOUND,
+                    json!({"error": format!("{slug} has no pull request {}", request.pull_request)}),
+                );
+            }
             Err(e) => {
                 server.count("forge_error");
                 return answer(
@@ -600,6 +994,12 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
             )
                 .into_response()
         }
+        Enqueued::Quarantined => {
+            server.count("quarantined");
+            let mut body = with("quarantined");
+            body["error"] = "this head's triage stopped Bosun before; it waits for a person (docs/bosun.md, quarantine)".into();
+            answer(StatusCode::CONFLICT, body)
+        }
         Enqueued::NotRecorded(e) => {
             server.count("not_recorded");
             tracing::error!(
@@ -636,9 +1036,39 @@ async fn jobs(State(server): State<Shared>) -> Response {
             "running": jobs.running.as_ref().map(|(r, n)| json!({"repository": r, "pullRequest": n})),
             "retrying": jobs.retrying,
             "idle": jobs.queue.is_empty() && jobs.running.is_none() && jobs.retrying == 0,
+            "tracked": jobs.tracked.len(),
+            "polls": jobs.polls,
+            "quarantined": jobs.quarantined.iter().map(|((r, n), head)| json!({"repository": r, "pullRequest": n, "head": head})).collect::<Vec<_>>(),
             "done": jobs.done,
         }),
     )
+}
+
+/// The pause after a failed `accept` (EMFILE, ENFILE, ENOMEM, ...): 10 ms, doubling to
+/// [`ACCEPT_PAUSE_CAP`]; reset by an accepted connection. The error is logged once per burst,
+/// and the burst's length once it ends: a process out of file descriptors neither spins nor
+/// floods its log.
+#[derive(Debug, Default)]
+pub struct AcceptBackoff {
+    failures: u32,
+}
+
+/// The longest pause between two accepts that failed.
+pub const ACCEPT_PAUSE_CAP: Duration = Duration::from_secs(1);
+
+impl AcceptBackoff {
+    /// A failed accept: how long to pause, and whether to log it (the first of a burst).
+    pub fn failed(&mut self) -> (Duration, bool) {
+        self.failures = self.failures.saturating_add(1);
+        let pause = Duration::from_millis(10u64 << (self.failures - 1).min(10));
+        (pause.min(ACCEPT_PAUSE_CAP), self.failures == 1)
+    }
+
+    /// An accepted connection: the failures of the burst it ends, if there were any.
+    pub fn recovered(&mut self) -> Option<u32> {
+        let failures = std::mem::take(&mut self.failures);
+        (failures > 0).then_some(failures)
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, with a header read timeout and a
@@ -653,6 +1083,7 @@ pub async fn serve(
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let service = hyper_util::service::TowerToHyperService::new(router);
     tokio::pin!(shutdown);
+    let mut backoff = AcceptBackoff::default();
     loop {
         let permit = tokio::select! {
             _ = &mut shutdown => return Ok(()),
@@ -661,9 +1092,25 @@ pub async fn serve(
         let (stream, _) = tokio::select! {
             _ = &mut shutdown => return Ok(()),
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok(accepted) => {
+                    if let Some(failures) = backoff.recovered() {
+                        tracing::info!("accept works again after {failures} failed tries");
+                    }
+                    accepted
+                }
                 Err(e) => {
-                    tracing::warn!("accept: {e}");
+                    let (pause, first) = backoff.failed();
+                    if first {
+                        tracing::warn!(
+                            "accept: {e}; pausing up to {} ms between tries until it works again",
+                            ACCEPT_PAUSE_CAP.as_millis()
+                        );
+                    }
+                    drop(permit);
+                    tokio::select! {
+                        _ = &mut shutdown => return Ok(()),
+                        _ = tokio::time::sleep(pause) => {}
+                    }
                     continue;
                 }
             },
@@ -714,5 +1161,125 @@ mod retry_tests {
         assert!(retry_stands(&jobs, &key, 2));
         jobs.failures.clear();
         assert!(!retry_stands(&jobs, &key, 2));
+    }
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::*;
+    use crate::forge::{ForgeError, PullRequest};
+
+    fn pr(head: &str, state: &str) -> PullRequest {
+        PullRequest {
+            number: 7,
+            state: state.into(),
+            title: String::new(),
+            author: String::new(),
+            head_sha: head.into(),
+            head_ref: "b".into(),
+            head_repo: "o/r".into(),
+            base_sha: String::new(),
+            base_ref: "main".into(),
+            labels: Vec::new(),
+            merged: false,
+        }
+    }
+
+    fn http(status: u16) -> ForgeError {
+        ForgeError::Http {
+            method: "GET".into(),
+            path: "/repos/o/r/pulls/7".into(),
+            status,
+            message: String::new(),
+        }
+    }
+
+    const DAY: u64 = 24 * 3600;
+
+    #[test]
+    fn a_tracked_pull_request_expires_seven_days_after_its_last_new_head() {
+        let start = 1_000_000;
+        let mut track = Track::new("aaa", start);
+        assert_eq!(
+            poll_step(&mut track, Ok(&pr("aaa", "open")), start + 6 * DAY),
+            PollStep::Keep
+        );
+        // A new head restarts the clock (and is queued).
+        assert_eq!(
+            poll_step(&mut track, Ok(&pr("bbb", "open")), start + 6 * DAY),
+            PollStep::Enqueue("bbb".into())
+        );
+        track.head = "bbb".into();
+        assert_eq!(
+            poll_step(&mut track, Ok(&pr("bbb", "open")), start + 12 * DAY),
+            PollStep::Keep
+        );
+        assert_eq!(
+            poll_step(&mut track, Ok(&pr("bbb", "open")), start + 13 * DAY),
+            PollStep::Forget("no new head for 7 days")
+        );
+        // A head never triaged to the end (failures) is not retried past the week either.
+        let mut failing = Track::new("", start);
+        failing.seen_head = "ccc".into();
+        assert_eq!(
+            poll_step(&mut failing, Ok(&pr("ccc", "open")), start + DAY),
+            PollStep::Enqueue("ccc".into())
+        );
+        assert!(matches!(
+            poll_step(&mut failing, Ok(&pr("ccc", "open")), start + 8 * DAY),
+            PollStep::Forget(_)
+        ));
+    }
+
+    #[test]
+    fn a_404_is_definite_and_other_failures_back_off_exponentially() {
+        let now = 5_000;
+        let mut track = Track::new("aaa", now);
+        assert!(matches!(
+            poll_step(&mut track, Err(&http(404)), now),
+            PollStep::Forget(_)
+        ));
+        assert!(matches!(
+            poll_step(&mut track, Ok(&pr("aaa", "closed")), now),
+            PollStep::Forget("closed")
+        ));
+        let mut pauses = Vec::new();
+        for _ in 0..12 {
+            assert_eq!(
+                poll_step(&mut track, Err(&http(502)), now),
+                PollStep::Backoff
+            );
+            pauses.push(track.next_poll - now);
+        }
+        assert_eq!(&pauses[..4], [120, 240, 480, 960]);
+        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*pauses.last().unwrap(), POLL_BACKOFF_CAP.as_secs());
+        // An answer ends the backoff.
+        assert_eq!(
+            poll_step(&mut track, Ok(&pr("aaa", "open")), now),
+            PollStep::Keep
+        );
+        assert_eq!((track.misses, track.next_poll), (0, 0));
+    }
+
+    #[test]
+    fn accept_failures_pause_longer_to_a_cap_and_log_once_per_burst() {
+        let mut backoff = AcceptBackoff::default();
+        let mut logged = 0;
+        let mut pauses = Vec::new();
+        for _ in 0..20 {
+            let (pause, log) = backoff.failed();
+            logged += usize::from(log);
+            pauses.push(pause);
+        }
+        assert_eq!(logged, 1);
+        assert_eq!(pauses[0], Duration::from_millis(10));
+        assert_eq!(pauses[1], Duration::from_millis(20));
+        assert!(pauses.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*pauses.last().unwrap(), ACCEPT_PAUSE_CAP);
+        assert_eq!(backoff.recovered(), Some(20));
+        assert_eq!(backoff.recovered(), None);
+        // A new burst starts short and is logged again.
+        assert_eq!(backoff.failed(), (Duration::from_millis(10), true));
     }
 }

@@ -60,6 +60,13 @@ pub const STATUS_CONTEXT: &str = "bosun";
 pub enum TriageError {
     #[error("{0} is not a repository in bosun.yaml")]
     UnknownRepository(RepoSlug),
+    /// The forge answered 404 (or 410) for the pull request itself: a definite answer.
+    #[error("{slug} has no pull request {number} (the forge says {status})")]
+    NoSuchPullRequest {
+        slug: RepoSlug,
+        number: u64,
+        status: u16,
+    },
     #[error(transparent)]
     Forge(#[from] ForgeError),
     #[error("{0}")]

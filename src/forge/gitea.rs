@@ -17,7 +17,8 @@ use serde_json::json;
 use super::http::{Dialect, Http};
 use super::wire::{IssueComment, Label, Pull, User};
 use super::{
-    CheckRun, Comment, CommitStatus, Forge, ForgeError, PullRequest, RepoSlug, StatusState,
+    CheckRun, Comment, CommentPage, CommitStatus, Forge, ForgeError, PullRequest, RepoSlug,
+    StatusState,
 };
 
 const DIALECT: Dialect = Dialect {
@@ -112,6 +113,73 @@ impl Forge for Gitea {
         let path = format!("/repos/{repo}/issues/{number}/comments");
         let list: Vec<IssueComment> = self.http.call(Method::GET, &path, None).await?;
         Ok(list.into_iter().map(Comment::from).collect())
+    }
+
+    /// Gitea 1.24 offers no newest-first walk: an issue's comments come whole (`since` and
+    /// `before` only), and the timeline (`/issues/{n}/timeline`, `page` and `limit`) is oldest
+    /// first with an `X-Total-Count` that counts the page, not the list. So the walk reads the
+    /// timeline forward a page at a time, keeping the plain comments (`type: comment`). The
+    /// timeline drops inline review comments after paging, so a page may come back empty
+    /// before the end: the walk goes on while it has seen fewer plain comments than the issue
+    /// counts (`comments`, asked first).
+    async fn comment_page(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        page: Option<u64>,
+    ) -> Result<CommentPage, ForgeError> {
+        #[derive(Deserialize)]
+        struct Count {
+            #[serde(default)]
+            comments: u64,
+        }
+        #[derive(Deserialize)]
+        struct Event {
+            #[serde(rename = "type", default)]
+            kind: String,
+        }
+        // The page cursor carries the comments still expected: page + (expected << 32).
+        let mut bytes = 0;
+        let (page, expected) = match page {
+            Some(cursor) => (cursor & 0xffff_ffff, cursor >> 32),
+            None => {
+                let path = format!("/repos/{repo}/issues/{number}");
+                let answer = self.http.exchange(Method::GET, &path, None).await?;
+                bytes += answer.bytes;
+                let count: Count = super::http::decode(answer.body, "GET", &path)?;
+                (1, count.comments)
+            }
+        };
+        let path = format!("/repos/{repo}/issues/{number}/timeline");
+        let answer = self
+            .http
+            .exchange(
+                Method::GET,
+                &format!("{path}?limit={PAGE}&page={page}"),
+                None,
+            )
+            .await?;
+        bytes += answer.bytes;
+        let events: Vec<serde_json::Value> = super::http::decode(answer.body, "GET", &path)?;
+        let empty = events.is_empty();
+        let mut comments = Vec::new();
+        for event in events {
+            let kind: Event = super::http::decode(event.clone(), "GET", &path)?;
+            if kind.kind == "comment" {
+                let comment: IssueComment = super::http::decode(event, "GET", &path)?;
+                comments.push(Comment::from(comment));
+            }
+        }
+        let expected = expected.saturating_sub(comments.len() as u64);
+        let more = !empty || expected > 0;
+        // Never past 2^32 pages (the cursor's room); the caller's budget ends it long before.
+        let next = (more && page < 0xffff_ffff).then(|| (page + 1) | (expected << 32));
+        Ok(CommentPage {
+            comments,
+            newest_first: false,
+            bytes,
+            next,
+        })
     }
 
     async fn create_comment(

@@ -9,12 +9,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 pub use super::http::install_crypto_provider;
-use super::http::{Dialect, Http, cap, decode, segment};
+use super::http::{Dialect, Http, cap, decode, link_page, segment};
 use super::wire::{IssueComment, Pull, User};
 use super::{
-    CheckRun, Comment, CommitStatus, Conclusion, Forge, ForgeError, PullRequest, RepoSlug,
-    StatusState,
+    CheckRun, Comment, CommentPage, CommitStatus, Conclusion, Forge, ForgeError, PullRequest,
+    RepoSlug, StatusState,
 };
+
+/// Comments a page when walking them newest first.
+const COMMENT_PAGE: u64 = 50;
 
 const DIALECT: Dialect = Dialect {
     auth_scheme: "Bearer",
@@ -156,6 +159,65 @@ impl Forge for GitHub {
             .into_iter()
             .map(|v| Self::decode::<IssueComment>(v, "GET", &path).map(Comment::from))
             .collect()
+    }
+
+    /// GitHub's issue comments come oldest first with no sort parameter, but its `Link` header
+    /// names the `last` and `prev` pages. A first request of one comment a page learns the
+    /// count (its `last` page number; no `last`: at most one comment, and that is the list),
+    /// then the walk goes from the last page of [`COMMENT_PAGE`] back through `prev`. Only
+    /// page numbers are taken from the header, never its URLs.
+    async fn comment_page(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        page: Option<u64>,
+    ) -> Result<CommentPage, ForgeError> {
+        let path = format!("/repos/{repo}/issues/{number}/comments");
+        let mut bytes = 0;
+        let page = match page {
+            Some(page) => page,
+            None => {
+                let first = self
+                    .http
+                    .exchange(Method::GET, &format!("{path}?per_page=1&page=1"), None)
+                    .await?;
+                bytes += first.bytes;
+                match first.link.as_deref().and_then(|l| link_page(l, "last")) {
+                    Some(count) if count > 1 => count.div_ceil(COMMENT_PAGE),
+                    // At most one comment: the whole list.
+                    _ => {
+                        let comments: Vec<IssueComment> = Self::decode(first.body, "GET", &path)?;
+                        return Ok(CommentPage {
+                            comments: comments.into_iter().rev().map(Comment::from).collect(),
+                            newest_first: true,
+                            bytes,
+                            next: None,
+                        });
+                    }
+                }
+            }
+        };
+        let answer = self
+            .http
+            .exchange(
+                Method::GET,
+                &format!("{path}?per_page={COMMENT_PAGE}&page={page}"),
+                None,
+            )
+            .await?;
+        bytes += answer.bytes;
+        let prev = answer
+            .link
+            .as_deref()
+            .and_then(|l| link_page(l, "prev"))
+            .filter(|p| *p < page);
+        let comments: Vec<IssueComment> = Self::decode(answer.body, "GET", &path)?;
+        Ok(CommentPage {
+            comments: comments.into_iter().rev().map(Comment::from).collect(),
+            newest_first: true,
+            bytes,
+            next: prev,
+        })
     }
 
     async fn create_comment(

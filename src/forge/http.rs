@@ -39,6 +39,10 @@ pub(crate) struct Http {
 pub(crate) struct Answer {
     pub body: Value,
     pub total: Option<usize>,
+    /// The `Link` header (GitHub's pages: `rel="prev"`, `rel="last"`, ...).
+    pub link: Option<String>,
+    /// The bytes of the body read.
+    pub bytes: usize,
 }
 
 impl Http {
@@ -140,7 +144,13 @@ impl Http {
                 .get("x-total-count")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<usize>().ok());
+            let link = response
+                .headers()
+                .get(reqwest::header::LINK)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
             let text = response.text().await.map_err(|e| error(e.to_string()))?;
+            let bytes = text.len();
             if !status.is_success() {
                 let message = serde_json::from_str::<Value>(&text)
                     .ok()
@@ -157,6 +167,8 @@ impl Http {
                 return Ok(Answer {
                     body: Value::Null,
                     total,
+                    link,
+                    bytes,
                 });
             }
             let body = serde_json::from_str(&text).map_err(|e| ForgeError::Decode {
@@ -164,7 +176,12 @@ impl Http {
                 path: path.to_string(),
                 message: e.to_string(),
             })?;
-            return Ok(Answer { body, total });
+            return Ok(Answer {
+                body,
+                total,
+                link,
+                bytes,
+            });
         }
     }
 
@@ -229,6 +246,26 @@ impl Http {
             message: format!("more than {MAX_PAGES} pages: refusing to read further"),
         })
     }
+}
+
+/// The page number a `Link` header gives for `rel` (`prev`, `last`, ...): only the number is
+/// taken, never the URL (a client does not follow a server's URL with its token).
+pub(crate) fn link_page(link: &str, rel: &str) -> Option<u64> {
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        let named = params
+            .split(';')
+            .any(|p| p.trim() == format!("rel=\"{rel}\""));
+        if !named {
+            return None;
+        }
+        let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let (_, query) = url.split_once('?')?;
+        query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("page="))
+            .and_then(|n| n.parse().ok())
+    })
 }
 
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(

@@ -92,6 +92,85 @@ pub struct Comment {
     pub body: String,
 }
 
+/// One page of a walk over a pull request's comments.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommentPage {
+    /// In the walk's order: newest first when `newest_first`, else oldest first.
+    pub comments: Vec<Comment>,
+    pub newest_first: bool,
+    /// The bytes read for this page (every request it took).
+    pub bytes: usize,
+    /// The page to ask for next; `None`: the walk has seen every comment.
+    pub next: Option<u64>,
+}
+
+/// The most bytes of comments one reader reads (a page past it is not asked for): a pull
+/// request's comments are anyone's to write, a gigabyte of them included.
+pub const COMMENT_READ_BUDGET: usize = 2 * 1024 * 1024;
+
+/// What a bounded comment walk found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CommentSearch {
+    /// The comments kept, newest first, at most as many as wanted.
+    pub found: Vec<Comment>,
+    /// Every comment of the pull request was seen (false: the budget ended the walk first).
+    pub complete: bool,
+    pub bytes: usize,
+}
+
+impl CommentSearch {
+    /// Whether the walk can say there is no such comment (it found none and saw them all).
+    pub fn surely_none(&self) -> bool {
+        self.found.is_empty() && self.complete
+    }
+}
+
+/// Walks a pull request's comments page by page, newest first where the forge allows, keeping
+/// those `keep` accepts: it stops once `wanted` are kept on a newest-first walk, at the last
+/// page, or once `budget` bytes have been read. Only one page and the kept comments are held.
+pub async fn find_comments(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    budget: usize,
+    wanted: usize,
+    keep: impl Fn(&Comment) -> bool,
+) -> Result<CommentSearch, ForgeError> {
+    // Never more pages than the budget pays for at a kilobyte a page (empty pages included).
+    const PAGE_COST: usize = 1024;
+    let mut search = CommentSearch::default();
+    let mut page = None;
+    let mut spent = 0usize;
+    loop {
+        let answer = forge.comment_page(repo, number, page).await?;
+        search.bytes += answer.bytes;
+        spent += answer.bytes.max(PAGE_COST);
+        for comment in answer.comments {
+            if keep(&comment) {
+                if answer.newest_first {
+                    search.found.push(comment);
+                } else {
+                    // Oldest first: the newest `wanted` so far, newest first.
+                    search.found.insert(0, comment);
+                    search.found.truncate(wanted);
+                }
+            }
+        }
+        if answer.newest_first && search.found.len() >= wanted {
+            search.found.truncate(wanted);
+            return Ok(search);
+        }
+        match answer.next {
+            None => {
+                search.complete = true;
+                return Ok(search);
+            }
+            Some(_) if spent >= budget => return Ok(search),
+            next => page = next,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Conclusion {
@@ -195,6 +274,14 @@ pub trait Forge: Send + Sync {
     async fn current_user(&self) -> Result<String, ForgeError>;
     async fn pull_request(&self, repo: &RepoSlug, number: u64) -> Result<PullRequest, ForgeError>;
     async fn comments(&self, repo: &RepoSlug, number: u64) -> Result<Vec<Comment>, ForgeError>;
+    /// One page of a walk over a pull request's comments (`page: None` starts it), newest
+    /// first where the forge can: what every reader in the product uses ([`find_comments`]).
+    async fn comment_page(
+        &self,
+        repo: &RepoSlug,
+        number: u64,
+        page: Option<u64>,
+    ) -> Result<CommentPage, ForgeError>;
     async fn create_comment(
         &self,
         repo: &RepoSlug,
@@ -231,10 +318,12 @@ pub trait Forge: Send + Sync {
     ) -> Result<(), ForgeError>;
 }
 
-/// Finds this tool's own comment (by marker and author) and updates it, or creates it:
-/// never a second comment for the same marker. A write answered with a 5xx or lost in
-/// transport is tried again (up to three times): the comments are listed again first, so a
-/// POST that landed after all is found and not repeated.
+/// Finds this tool's own comment (by marker and author, the newest) and updates it, or creates
+/// it: never a second comment for the same marker while the walk can find the first within
+/// [`COMMENT_READ_BUDGET`]; past it (more comments after it than the budget reads), a new one
+/// is created, and being the newest it is the one found next time. A write answered with a
+/// 5xx or lost in transport is tried again (up to three times): the comments are walked again
+/// first, so a POST that landed after all is found and not repeated.
 pub async fn upsert_marked_comment(
     forge: &dyn Forge,
     repo: &RepoSlug,
@@ -268,11 +357,13 @@ async fn upsert_once(
     marker: &str,
     body: &str,
 ) -> Result<Comment, ForgeError> {
-    let existing = forge
-        .comments(repo, number)
-        .await?
-        .into_iter()
-        .find(|c| c.author == author && c.body.starts_with(marker));
+    let existing = find_comments(forge, repo, number, COMMENT_READ_BUDGET, 1, |c| {
+        c.author == author && c.body.starts_with(marker)
+    })
+    .await?
+    .found
+    .into_iter()
+    .next();
     match existing {
         Some(comment) if comment.body == body => Ok(comment),
         Some(comment) => forge.update_comment(repo, comment.id, body).await,

@@ -315,6 +315,34 @@ impl ForgeDouble {
         lock(&self.state).requests.clone()
     }
 
+    /// Holds every request to `path` (recorded, then left unanswered) until `release`.
+    pub fn hold(&self, path: &str) {
+        lock(&self.state).holds.push(path.to_string());
+    }
+
+    /// Answers the requests to `path` held so far, and every later one.
+    pub fn release(&self, path: &str) {
+        let mut state = lock(&self.state);
+        state.holds.retain(|p| p != path);
+        state.released.notify_waiters();
+    }
+
+    /// Bytes of comment bodies the comment lists have served (GitHub's list, Gitea's list and
+    /// timeline).
+    pub fn comment_bytes_served(&self) -> usize {
+        lock(&self.state).comment_bytes
+    }
+
+    /// Adds a comment by `login` to pull request `number`, as a person would post it.
+    pub fn add_comment(&self, slug: &str, number: u64, login: &str, body: &str) {
+        let mut state = lock(&self.state);
+        let id = state.id();
+        let now = state.now();
+        if let Some(repo) = state.repos.get_mut(slug) {
+            repo.add_comment(id, number, login.to_string(), body, now);
+        }
+    }
+
     pub fn clear_requests(&self) {
         lock(&self.state).requests.clear();
     }

@@ -56,6 +56,11 @@ pub(super) fn router() -> Router<Shared> {
             "/repos/{owner}/{repo}/issues/{number}/comments",
             get(list_comments).post(create_comment),
         )
+        .route("/repos/{owner}/{repo}/issues/{number}", get(get_issue))
+        .route(
+            "/repos/{owner}/{repo}/issues/{number}/timeline",
+            get(list_timeline),
+        )
         .route(
             "/repos/{owner}/{repo}/issues/comments/{id}",
             patch(update_comment).get(get_comment),
@@ -416,10 +421,81 @@ async fn list_comments(
         .filter(|c| c.issue == number)
         .map(|c| comment_json(repo, c))
         .collect();
+    state.comment_bytes += all
+        .iter()
+        .map(|c| c["body"].as_str().map_or(0, str::len))
+        .sum::<usize>();
     let mut response = axum::Json(Value::Array(all.clone())).into_response();
     response
         .headers_mut()
         .insert("x-total-count", HeaderValue::from(all.len()));
+    response
+}
+
+/// `GET .../issues/{n}`: the fields the product reads, `comments` the count of plain
+/// comments ([G models/issues/issue.go NumComments]).
+async fn get_issue(
+    State(state): State<Shared>,
+    _: Scoped<{ ISSUE }, false>,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+) -> Response {
+    let mut state = lock(&state);
+    let repo = repo_or_404!(state, owner, repo);
+    let Some(pull) = repo.pulls.iter().find(|p| p.number == number) else {
+        return not_found();
+    };
+    let comments = repo.comments.iter().filter(|c| c.issue == number).count();
+    axum::Json(
+        json!({"number": number, "title": pull.title, "state": pull.state, "comments": comments}),
+    )
+    .into_response()
+}
+
+/// `GET .../issues/{n}/timeline` ([G routers/api/v1/repo/issue_comment.go
+/// ListIssueCommentsAndTimeline]): the issue's events oldest first, `page` and `limit`, each
+/// with its `type` (here only plain comments, `comment`); `X-Total-Count` counts the page
+/// answered, not the list, as Gitea's does.
+async fn list_timeline(
+    State(state): State<Shared>,
+    _: Scoped<{ ISSUE }, false>,
+    UrlPath((owner, repo, number)): UrlPath<(String, String, u64)>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Response {
+    let mut guard = lock(&state);
+    let state = &mut *guard;
+    let repo = repo_or_404!(state, owner, repo);
+    if !repo.pulls.iter().any(|p| p.number == number) {
+        return not_found();
+    }
+    let limit = match query.get("limit").and_then(|v| v.parse::<usize>().ok()) {
+        Some(0) | None => 30,
+        Some(n) => n.min(50),
+    };
+    let page = query
+        .get("page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let events: Vec<Value> = repo
+        .comments
+        .iter()
+        .filter(|c| c.issue == number)
+        .skip((page - 1) * limit)
+        .take(limit)
+        .map(|c| {
+            let mut event = comment_json(repo, c);
+            event["type"] = json!("comment");
+            event
+        })
+        .collect();
+    state.comment_bytes += events
+        .iter()
+        .map(|c| c["body"].as_str().map_or(0, str::len))
+        .sum::<usize>();
+    let mut response = axum::Json(Value::Array(events.clone())).into_response();
+    response
+        .headers_mut()
+        .insert("x-total-count", HeaderValue::from(events.len()));
     response
 }
 

@@ -35,18 +35,48 @@ pub(super) async fn list_comments(
         .and_then(|v| v.parse().ok())
         .unwrap_or(1)
         .max(1);
-    let all: Vec<Value> = repo
-        .comments
-        .iter()
-        .filter(|c| c.issue == number)
-        .map(|c| comment_json(repo, c))
-        .collect();
+    let all: Vec<&Comment> = repo.comments.iter().filter(|c| c.issue == number).collect();
+    let total = all.len();
     let slice: Vec<Value> = all
         .into_iter()
         .skip((page - 1) * per_page)
         .take(per_page)
+        .map(|c| comment_json(repo, c))
         .collect();
-    axum::Json(Value::Array(slice)).into_response()
+    let served: usize = slice
+        .iter()
+        .map(|c| c["body"].as_str().map_or(0, str::len))
+        .sum();
+    // GitHub's `Link` header ("Using pagination in the REST API", docs.github.com): `prev`
+    // and `first` from the second page on, `next` and `last` before the last page; the
+    // other query parameters are kept.
+    let last = total.div_ceil(per_page).max(1);
+    let url = |page: usize| {
+        format!(
+            "<https://api.github.com/repos/{owner}/{}/issues/{number}/comments?per_page={per_page}&page={page}>",
+            repo.name
+        )
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(format!("{}; rel=\"prev\"", url(page - 1)));
+    }
+    if page < last {
+        links.push(format!("{}; rel=\"next\"", url(page + 1)));
+        links.push(format!("{}; rel=\"last\"", url(last)));
+    }
+    if page > 1 {
+        links.push(format!("{}; rel=\"first\"", url(1)));
+    }
+    state.comment_bytes += served;
+    let mut response = axum::Json(Value::Array(slice)).into_response();
+    if let Some(value) = (!links.is_empty())
+        .then(|| links.join(", "))
+        .and_then(|v| axum::http::HeaderValue::from_str(&v).ok())
+    {
+        response.headers_mut().insert("link", value);
+    }
+    response
 }
 
 pub(super) async fn create_comment(

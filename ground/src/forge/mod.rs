@@ -182,6 +182,12 @@ struct ForgeState {
     clock: crate::clock::Clock,
     requests: Vec<RecordedRequest>,
     writes: usize,
+    /// Paths whose requests are recorded and then held, unanswered, until released (a forge
+    /// that hangs on one pull request: a test kills a product in the middle of its work).
+    holds: Vec<String>,
+    released: Arc<tokio::sync::Notify>,
+    /// Bytes of comment bodies served by the comment lists (both faces, timeline included).
+    comment_bytes: usize,
 }
 
 impl ForgeState {
@@ -378,6 +384,17 @@ async fn record(
         });
         guard.requests.len() - 1
     };
+    let path = parts.uri.path().to_string();
+    loop {
+        let released = lock(&state).released.clone();
+        let wait = released.notified();
+        tokio::pin!(wait);
+        wait.as_mut().enable();
+        if !lock(&state).holds.contains(&path) {
+            break;
+        }
+        wait.await;
+    }
     let response = next
         .run(axum::extract::Request::from_parts(
             parts,

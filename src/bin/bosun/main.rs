@@ -123,6 +123,8 @@ async fn run(cli: Cli) -> Result<()> {
             tracing::info!("bosun listening on {}", listener.local_addr()?);
             gitops_loop::bosun::server::serve(listener, router, gitops_loop::shutdown_signal())
                 .await?;
+            // A graceful stop is not a crash: the running triage's attempt is given back.
+            server.stop();
             Ok(())
         }
         Command::Repair {

@@ -94,6 +94,40 @@ impl Bosun {
         Ok(format!("handed off: {}", handoff.fact))
     }
 
+    /// Tells a pull request that its delivery is quarantined: the triage of `head` stopped the
+    /// process `crashes` times. A hand-off comment (Bosun's own, updated in place), the
+    /// needs-human label, and Bosun's status on the head (never a failure: the gate's check
+    /// decides).
+    pub async fn quarantine_handoff(
+        &self,
+        slug: &RepoSlug,
+        number: u64,
+        head: &str,
+        crashes: u32,
+        release: &str,
+    ) -> Result<(), TriageError> {
+        let handoff = Handoff {
+            open: "the gate's report and Bosun's log for this pull request".into(),
+            choice: format!("whether the change is safe to triage again; to release it, {release}"),
+            fact: format!(
+                "Bosun stopped {crashes} times while triaging {}, so this delivery is quarantined and never replayed automatically",
+                short(head)
+            ),
+        };
+        self.comment(slug, number, &classify::handoff_comment(&handoff, &[]))
+            .await?;
+        self.label(slug, number, &self.config.labels.needs_human)
+            .await?;
+        self.status(
+            slug,
+            head,
+            StatusState::Success,
+            "quarantined: this head's triage stopped Bosun; a person decides",
+        )
+        .await;
+        Ok(())
+    }
+
     /// The handoff when the pull request's head branch is the default or the base branch.
     pub(super) fn protected_branch(
         &self,

@@ -53,7 +53,11 @@ pub(super) fn model_calls_body(
 
 impl Bosun {
     /// Counts `needed` model calls for this head before they are made, in Bosun's own
-    /// comment (restart-safe): `Err((made, cap))` when the cap does not allow them.
+    /// comment (restart-safe): `Err((made, cap))` when the cap does not allow them. The count
+    /// is read newest first and bounded: the walk stops at Bosun's one model-calls comment
+    /// (only created after a walk that saw every comment and none of it, so there is one).
+    /// When the budget ends the walk without it, the count is unknown and taken as the cap:
+    /// a flood of comments can stop the model, never reset its count.
     pub(super) async fn reserve_calls(
         &self,
         slug: &RepoSlug,
@@ -62,20 +66,41 @@ impl Bosun {
         needed: u32,
     ) -> Result<Result<(), (u32, u32)>, TriageError> {
         let cap = self.config.model.max_calls_per_pull_request;
-        let comments = self.forge.comments(slug, number).await?;
+        let search = crate::forge::find_comments(
+            self.forge.as_ref(),
+            slug,
+            number,
+            crate::forge::COMMENT_READ_BUDGET,
+            1,
+            |c| c.author == self.me && c.body.starts_with(MODEL_CALLS_COMMENT),
+        )
+        .await?;
+        if search.found.is_empty() && !search.complete {
+            return Ok(Err((cap, cap)));
+        }
+        let comments = search.found;
         let made = model_calls_made(&comments, &self.me, head);
         if made + needed > cap {
             return Ok(Err((made, cap)));
         }
-        upsert_marked_comment(
-            self.forge.as_ref(),
-            slug,
-            number,
-            &self.me,
-            MODEL_CALLS_COMMENT,
-            &model_calls_body(&comments, &self.me, head, made + needed, cap),
-        )
-        .await?;
+        let body = model_calls_body(&comments, &self.me, head, made + needed, cap);
+        match comments.first() {
+            Some(existing) if existing.body == body => {}
+            Some(existing) => {
+                self.forge.update_comment(slug, existing.id, &body).await?;
+            }
+            None => {
+                upsert_marked_comment(
+                    self.forge.as_ref(),
+                    slug,
+                    number,
+                    &self.me,
+                    MODEL_CALLS_COMMENT,
+                    &body,
+                )
+                .await?;
+            }
+        }
         Ok(Ok(()))
     }
 }

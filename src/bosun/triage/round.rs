@@ -30,7 +30,19 @@ impl Bosun {
             pull_request: number,
             ..Run::default()
         };
-        let mut pr = self.forge.pull_request(slug, number).await?;
+        let mut pr = match self.forge.pull_request(slug, number).await {
+            Ok(pr) => pr,
+            Err(e) => {
+                return Err(match e.status() {
+                    Some(status @ (404 | 410)) => TriageError::NoSuchPullRequest {
+                        slug: slug.clone(),
+                        number,
+                        status,
+                    },
+                    _ => e.into(),
+                });
+            }
+        };
         run.head = pr.head_sha.clone();
         // The checkout and the live inventory, made once for every round of this triage.
         let mut prepared: Option<RenderConfig> = None;

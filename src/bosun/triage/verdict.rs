@@ -23,7 +23,8 @@ impl Bosun {
     }
 
     /// The gate's report for this pull request: the comment that starts with the marker and
-    /// was written by the gate's identity. Anything else is ignored.
+    /// was written by the gate's identity. Anything else is ignored. Read newest first and
+    /// bounded ([`crate::forge::COMMENT_READ_BUDGET`]): the walk stops at the report.
     pub(super) async fn published_report(
         &self,
         slug: &RepoSlug,
@@ -31,13 +32,21 @@ impl Bosun {
         published: Option<u64>,
     ) -> Result<Option<(ParsedReport, String, String)>, TriageError> {
         let author = self.config.gate_author(&self.me);
-        let comments = self.forge.comments(slug, number).await?;
-        let trusted = |c: &&crate::forge::Comment| c.author == author && c.body.starts_with(MARKER);
         // The comment the gate run just updated, when Bosun ran it; else the newest.
-        let chosen = published
-            .and_then(|id| comments.iter().filter(trusted).find(|c| c.id == id))
-            .or_else(|| comments.iter().rfind(trusted));
-        Ok(chosen.and_then(|c| {
+        let search = crate::forge::find_comments(
+            self.forge.as_ref(),
+            slug,
+            number,
+            crate::forge::COMMENT_READ_BUDGET,
+            1,
+            |c| {
+                c.author == author
+                    && c.body.starts_with(MARKER)
+                    && published.is_none_or(|id| c.id == id)
+            },
+        )
+        .await?;
+        Ok(search.found.first().and_then(|c| {
             report::parse(&c.body)
                 .ok()
                 .map(|parsed| (parsed, report::digest(&c.body), c.body.clone()))
