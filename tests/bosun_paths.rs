@@ -874,6 +874,7 @@ async fn a_delivery_whose_head_is_not_a_commit_id_is_refused() {
     )
     .await;
     assert_eq!(status, 202, "{body}");
+}
 
 /// Waits (bounded) until `done` holds.
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
