@@ -14,6 +14,9 @@ use serde_json::Value;
 #[serde(deny_unknown_fields)]
 struct Case {
     description: String,
+    /// What the published report must say, beyond the snapshot (the counts a story quotes).
+    #[serde(default)]
+    expect: Option<ground::scenario::ReportExpect>,
 }
 
 pub fn redact_shas(text: &str, shas: &[String]) -> String {
@@ -136,6 +139,10 @@ fn check_cases() {
         );
         // The machine blocks carry the same verdict the JSON does.
         let parsed = gitops_loop::gate::report::parse(&report).expect("report parses");
+        if let Some(expect) = &case.expect {
+            let unmet = expect.unmet(&parsed);
+            assert!(unmet.is_empty(), "{}: {unmet:#?}", case_dir.display());
+        }
         assert_eq!(
             serde_json::to_value(&parsed.verdict).unwrap(),
             verdict["verdict"]
