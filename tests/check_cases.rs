@@ -1,7 +1,9 @@
 //! Data-driven `gate check` tests on the sample repository: every folder in tests/check-cases/
 //! is one pull request. `base/` (optional) is committed on `main` over the sample repository,
 //! `head/` on the branch `pr`; the gate compares the merge base with `pr`. The snapshot holds
-//! the exit code, the report as published, and the JSON verdict.
+//! the exit code, the report as published, and the JSON verdict. A case's `expect` (the
+//! scenarios' report expectation: outcome, blocking counts, CRDs per dropped version, kinds
+//! left alone) is asserted on the published report besides the snapshot.
 
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
