@@ -1,7 +1,9 @@
 //! Data-driven `gate check` tests on the sample repository: every folder in tests/check-cases/
 //! is one pull request. `base/` (optional) is committed on `main` over the sample repository,
 //! `head/` on the branch `pr`; the gate compares the merge base with `pr`. The snapshot holds
-//! the exit code, the report as published, and the JSON verdict.
+//! the exit code, the report as published, and the JSON verdict. A case's `expect` (the
+//! scenarios' report expectation: outcome, blocking counts, CRDs per dropped version, kinds
+//! left alone) is asserted on the published report besides the snapshot.
 
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
@@ -14,6 +16,9 @@ use serde_json::Value;
 #[serde(deny_unknown_fields)]
 struct Case {
     description: String,
+    /// What the published report must say, beyond the snapshot (the counts a story quotes).
+    #[serde(default)]
+    expect: Option<ground::scenario::ReportExpect>,
 }
 
 pub fn redact_shas(text: &str, shas: &[String]) -> String {
@@ -136,6 +141,10 @@ fn check_cases() {
         );
         // The machine blocks carry the same verdict the JSON does.
         let parsed = gitops_loop::gate::report::parse(&report).expect("report parses");
+        if let Some(expect) = &case.expect {
+            let unmet = expect.unmet(&parsed);
+            assert!(unmet.is_empty(), "{}: {unmet:#?}", case_dir.display());
+        }
         assert_eq!(
             serde_json::to_value(&parsed.verdict).unwrap(),
             verdict["verdict"]

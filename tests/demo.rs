@@ -525,6 +525,10 @@ async fn story_handoff(
     let mut scenario = Scenario::load(&root.join("scenarios").join(story)).unwrap();
     scenario.bosun.as_mut().unwrap().model = model;
     scenario.expect.merged.clear();
+    // Handed off: the gate reports on the first head only.
+    for reports in scenario.expect.reports.values_mut() {
+        reports.truncate(1);
+    }
     scenario.expect.open = vec![1];
     scenario.expect.labels = [(1, vec!["needs-human".to_string()])].into();
     edit(&mut scenario);

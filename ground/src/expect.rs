@@ -119,6 +119,10 @@ impl Ground {
                 failures.push(format!("pull request #{number} is not open"));
             }
         }
+        for (number, wants) in &expect.reports {
+            failures.extend(self.unmet_reports(*number, wants));
+        }
+        failures.extend(self.touched_files(&expect.untouched));
         for (number, labels) in &expect.labels {
             let have = self.forge.labels(&self.scenario.repository.slug, *number);
             for label in labels {
@@ -131,6 +135,73 @@ impl Ground {
             }
         }
         failures
+    }
+
+    /// The gate's reports on pull request `number`, one per head commit in the order the gate
+    /// reported on them (the last body the report comment had for that head), against what
+    /// the scenario expects of each.
+    fn unmet_reports(&self, number: u64, wants: &[scenario::ReportExpect]) -> Vec<String> {
+        use gitops_loop::gate::report;
+        let slug = &self.scenario.repository.slug;
+        let mut heads: Vec<(String, report::ParsedReport)> = Vec::new();
+        for body in self.forge.comment_bodies(slug, number, report::MARKER) {
+            let Ok(parsed) = report::parse(&body) else {
+                return vec![format!(
+                    "pull request #{number}: a gate report comment does not parse"
+                )];
+            };
+            match heads.iter_mut().find(|(h, _)| *h == parsed.verdict.head) {
+                Some(entry) => entry.1 = parsed,
+                None => heads.push((parsed.verdict.head.clone(), parsed)),
+            }
+        }
+        if heads.len() != wants.len() {
+            return vec![format!(
+                "pull request #{number}: the gate reported on {} head(s), expected {}",
+                heads.len(),
+                wants.len()
+            )];
+        }
+        heads
+            .iter()
+            .zip(wants)
+            .enumerate()
+            .flat_map(|(i, ((head, parsed), want))| {
+                want.unmet(parsed).into_iter().map(move |f| {
+                    format!(
+                        "pull request #{number}: report {} (head {}): {f}",
+                        i + 1,
+                        &head[..head.len().min(7)]
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Files that differ on the default branch from the repository's first commit.
+    fn touched_files(&self, paths: &[String]) -> Vec<String> {
+        if paths.is_empty() {
+            return Vec::new();
+        }
+        let Some(bare) = self.forge.bare_path(&self.scenario.repository.slug) else {
+            return vec!["the repository is not on the forge".to_string()];
+        };
+        let first = match git::git(&bare, &["rev-list", "--max-parents=0", "main"]) {
+            Ok(out) => out.trim().to_string(),
+            Err(e) => return vec![format!("the first commit of main: {e}")],
+        };
+        paths
+            .iter()
+            .filter_map(|path| {
+                let was = git::git(&bare, &["show", &format!("{first}:{path}")]);
+                let is = git::git(&bare, &["show", &format!("main:{path}")]);
+                match (was, is) {
+                    (Ok(was), Ok(is)) if was == is => None,
+                    (Ok(_), Ok(_)) => Some(format!("{path} was changed on main")),
+                    (Err(e), _) | (_, Err(e)) => Some(format!("{path}: {e}")),
+                }
+            })
+            .collect()
     }
 
     /// A JSON summary of the end state (Stages and Promotions), for snapshots.

@@ -291,6 +291,80 @@ pub struct Expect {
     /// Labels each pull request must carry at the end (others may be there too).
     #[serde(default)]
     pub labels: BTreeMap<u64, Vec<String>>,
+    /// The gate's reports on each pull request: one entry per head commit the gate reported
+    /// on, in order (the report comment as it read for that head).
+    #[serde(default)]
+    pub reports: BTreeMap<u64, Vec<ReportExpect>>,
+    /// Files of the repository that must end on the default branch byte for byte as the
+    /// repository's first commit had them (no repair may touch them).
+    #[serde(default)]
+    pub untouched: Vec<String>,
+}
+
+/// What one gate report must say (a scenario's `expect.reports`, a check case's `expect`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReportExpect {
+    /// The verdict's outcome: green, blocked or undecided.
+    #[serde(default)]
+    pub outcome: Option<String>,
+    /// The blocking findings per rule, exactly.
+    #[serde(default)]
+    pub blocking: Option<BTreeMap<String, usize>>,
+    /// Per API version: how many CustomResourceDefinitions the report's `dropped` blocks say
+    /// stop serving it, exactly (versions not listed: none).
+    #[serde(default)]
+    pub dropped: Option<BTreeMap<String, usize>>,
+    /// Kinds no `dropped` block may name (their manifests must be left alone).
+    #[serde(default)]
+    pub kept: Vec<String>,
+}
+
+impl ReportExpect {
+    /// What of this expectation the report does not meet, one line each.
+    pub fn unmet(&self, report: &gitops_loop::gate::report::ParsedReport) -> Vec<String> {
+        let mut failures = Vec::new();
+        let outcome = serde_json::to_value(report.verdict.outcome)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        if let Some(want) = &self.outcome
+            && *want != outcome
+        {
+            failures.push(format!("outcome {outcome}, expected {want}"));
+        }
+        if let Some(want) = &self.blocking
+            && *want != report.verdict.blocking
+        {
+            failures.push(format!(
+                "blocking {:?}, expected {want:?}",
+                report.verdict.blocking
+            ));
+        }
+        if let Some(want) = &self.dropped {
+            let mut have: BTreeMap<String, usize> = BTreeMap::new();
+            for block in &report.dropped {
+                for version in &block.dropped {
+                    *have.entry(version.clone()).or_default() += 1;
+                }
+            }
+            if have != *want {
+                failures.push(format!(
+                    "CustomResourceDefinitions per dropped version {have:?}, expected {want:?}"
+                ));
+            }
+        }
+        for kind in &self.kept {
+            if let Some(block) = report.dropped.iter().find(|b| b.kind == *kind) {
+                failures.push(format!(
+                    "{kind} must be left alone, yet {} stops serving {}",
+                    block.crd,
+                    block.dropped.join(", ")
+                ));
+            }
+        }
+        failures
+    }
 }
 
 impl Scenario {

@@ -228,6 +228,25 @@ impl ForgeDouble {
             .unwrap_or_default()
     }
 
+    /// Every body the comments on pull request `number` starting with `marker` have had,
+    /// oldest first (a comment's earlier bodies before its current one).
+    pub fn comment_bodies(&self, slug: &str, number: u64, marker: &str) -> Vec<String> {
+        let state = lock(&self.state);
+        state
+            .repos
+            .get(slug)
+            .map(|r| {
+                r.comments
+                    .iter()
+                    .filter(|c| c.issue == number && c.body.starts_with(marker))
+                    .flat_map(|c| c.earlier.iter().chain(std::iter::once(&c.body)))
+                    .filter(|body| body.starts_with(marker))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The commit statuses of a commit as (context, state, description), oldest first.
     pub fn statuses(&self, slug: &str, sha: &str) -> Vec<(String, String, String)> {
         let state = lock(&self.state);

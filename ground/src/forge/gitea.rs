@@ -553,8 +553,7 @@ async fn update_comment(
         return StatusCode::FORBIDDEN.into_response();
     }
     if repo.comments[index].body != text {
-        repo.comments[index].body = text.to_string();
-        repo.comments[index].updated_at = now;
+        repo.comments[index].edit(text, now);
     }
     axum::Json(comment_json(repo, &repo.comments[index])).into_response()
 }

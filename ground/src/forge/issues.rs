@@ -132,8 +132,7 @@ pub(super) async fn update_comment(
             "Resource not accessible by integration",
         );
     }
-    repo.comments[index].body = text.to_string();
-    repo.comments[index].updated_at = now;
+    repo.comments[index].edit(text, now);
     let json = comment_json(repo, &repo.comments[index]);
     axum::Json(json).into_response()
 }

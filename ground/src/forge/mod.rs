@@ -81,6 +81,17 @@ struct Comment {
     body: String,
     created_at: String,
     updated_at: String,
+    /// The bodies it had before each edit, oldest first (what a reader saw at the time).
+    earlier: Vec<String>,
+}
+
+impl Comment {
+    /// Edits the body, keeping the one it replaces.
+    fn edit(&mut self, body: &str, now: String) {
+        let old = std::mem::replace(&mut self.body, body.to_string());
+        self.earlier.push(old);
+        self.updated_at = now;
+    }
 }
 
 impl Repo {
@@ -104,6 +115,7 @@ impl Repo {
             body: body.to_string(),
             created_at: now.clone(),
             updated_at: now,
+            earlier: Vec::new(),
         });
         self.comments.last()
     }
