@@ -11,75 +11,247 @@ use super::{
     RBAC_REMOVED, Severity, object_label,
 };
 use crate::gate::diff::AppStatus;
-use crate::render::RenderedApplication;
+use crate::render::{Origin, RenderedApplication};
 
 /// `applications-removed`, a note: Applications the merge base generates and the head no
 /// longer does, by namespace and name as Argo CD knows them (one that moves to another
-/// cluster is not removed). Argo CD deletes an Application its ApplicationSet stops
-/// generating (unless the ApplicationSet's `applicationsSync` policy is `create-only` or
-/// `create-update`), and an Application carrying Argo CD's resources finalizer takes what it
-/// deployed with it (unless its ApplicationSet sets `preserveResourcesOnDeletion`).
+/// cluster is not removed), and Applications that move from one ApplicationSet to another.
+///
+/// What Argo CD does, read from the ApplicationSets as the head declares them (Argo CD's
+/// applicationset controller, `applicationsSync` and `preserveResourcesOnDeletion`):
+/// - an ApplicationSet that stops generating an Application deletes it, unless its
+///   `syncPolicy.applicationsSync` is `create-only` or `create-update` (then it is kept);
+/// - an ApplicationSet deleted takes its Applications with it (they are its owned objects);
+/// - a deleted Application carrying Argo CD's resources finalizer deletes what it deployed,
+///   unless its ApplicationSet sets `syncPolicy.preserveResourcesOnDeletion` (the controller
+///   takes the finalizer off first);
+/// - an Application another ApplicationSet now generates under the same name is not taken
+///   over: Argo CD refuses to update an Application another ApplicationSet owns, so the new one
+///   creates it only once the old one has deleted it (with what it deployed, through the
+///   finalizer), and never while the old one's policy keeps it.
+///
+/// The controller's own policy flag (`applicationsetcontroller.policy`) can override all of
+/// this, and the gate cannot see it: the summary says what the repository declares.
 pub(super) fn applications_removed(inputs: &Inputs<'_>) -> Vec<Finding> {
     let Inputs { base, head, .. } = inputs;
-    let at_head: std::collections::HashSet<(&str, &str)> = head
+    let at_head: std::collections::HashMap<(&str, &str), &RenderedApplication> = head
         .applications
         .iter()
-        .map(|a| (a.namespace.as_str(), a.name.as_str()))
+        .map(|a| ((a.namespace.as_str(), a.name.as_str()), a))
         .collect();
     let mut seen = std::collections::HashSet::new();
-    let (mut removed, mut cascading) = (Vec::new(), Vec::new());
+    let mut changed: Vec<(&RenderedApplication, Option<&RenderedApplication>)> = Vec::new();
     for app in &base.applications {
         let key = (app.namespace.as_str(), app.name.as_str());
-        if at_head.contains(&key) || !seen.insert(key) {
+        if !seen.insert(key) {
             continue;
         }
+        match at_head.get(&key) {
+            None => changed.push((app, None)),
+            Some(now) if moved(&app.origin, &now.origin) => changed.push((app, Some(now))),
+            Some(_) => {}
+        }
+    }
+    if changed.is_empty() {
+        return Vec::new();
+    }
+    // The ApplicationSets as the head and the merge base declare them (read only now: most
+    // pull requests remove nothing).
+    let head_sets = application_sets(head, Some(inputs.head_snapshot));
+    let base_sets = application_sets(base, inputs.base_snapshot);
+    let (mut removed, mut kept, mut cascading, mut moves) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (app, now) in changed {
         let name = format!("{}/{}", app.namespace, app.name);
-        let finalizers = app.stored.pointer("/metadata/finalizers");
-        let cascades = finalizers
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .any(|f| {
-                f == RESOURCES_FINALIZER
-                    || f.strip_prefix(RESOURCES_FINALIZER)
-                        .is_some_and(|rest| rest.starts_with('/'))
+        // Whether Argo CD deletes it, and with which ApplicationSet's preservation.
+        let (deleted, preserves) = match &app.origin {
+            Origin::ApplicationSet { namespace, name } => {
+                let key = (namespace.clone(), name.clone());
+                match head_sets.get(&key) {
+                    Some(set) => (!set.keeps, set.preserves),
+                    // The ApplicationSet itself is gone: its Applications go with it, as the
+                    // merge base's (the live one) preserves them or not.
+                    None => (true, base_sets.get(&key).is_some_and(|s| s.preserves)),
+                }
+            }
+            _ => (true, false),
+        };
+        if let Some(now) = now {
+            let Origin::ApplicationSet { name: from, .. } = &app.origin else {
+                continue;
+            };
+            let to = match &now.origin {
+                Origin::ApplicationSet { name, .. } => format!("ApplicationSet {name}"),
+                other => other.to_string(),
+            };
+            moves.push(if deleted {
+                format!(
+                    "{name} moves from ApplicationSet {from} to {to}: {from} deletes it first{}, then {to} creates it again",
+                    if cascades(app) && !preserves {
+                        " with what it deployed (resources finalizer)"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                format!(
+                    "{name} moves from ApplicationSet {from} to {to}, but {from}'s applicationsSync policy keeps it, so {to} cannot take it over (Argo CD refuses an Application another ApplicationSet owns)"
+                )
             });
-        if cascades {
+            continue;
+        }
+        if !deleted {
+            kept.push(name);
+            continue;
+        }
+        if cascades(app) && !preserves {
             cascading.push(name.clone());
         }
         removed.push(name);
     }
-    if removed.is_empty() {
-        return Vec::new();
-    }
-    let shown: Vec<&str> = removed.iter().take(10).map(String::as_str).collect();
-    let more = removed.len() - shown.len();
-    vec![Finding {
-        rule: APPLICATIONS_REMOVED.into(),
-        severity: Severity::Note,
-        summary: format!(
-            "{} Application{} no longer generated, so Argo CD deletes {} (unless the ApplicationSet's policy keeps them): {}{}{}",
-            removed.len(),
-            if removed.len() == 1 { " is" } else { "s are" },
-            if removed.len() == 1 { "it" } else { "them" },
+    let list = |names: &[String]| {
+        let shown: Vec<&str> = names.iter().take(10).map(String::as_str).collect();
+        let more = names.len() - shown.len();
+        format!(
+            "{}{}",
             shown.join(", "),
             if more > 0 {
                 format!(" and {more} more")
             } else {
                 String::new()
-            },
+            }
+        )
+    };
+    let mut parts = Vec::new();
+    if !removed.is_empty() {
+        parts.push(format!(
+            "{} Application{} no longer generated, so Argo CD deletes {}: {}{}",
+            removed.len(),
+            if removed.len() == 1 { " is" } else { "s are" },
+            if removed.len() == 1 { "it" } else { "them" },
+            list(&removed),
             match cascading.len() {
                 0 => String::new(),
                 n => format!(
-                    "; {n} carr{} Argo CD's resources finalizer, so what {} deployed is deleted too (unless the ApplicationSet preserves resources on deletion)",
+                    "; {n} carr{} Argo CD's resources finalizer, so what {} deployed is deleted too: {}",
                     if n == 1 { "ies" } else { "y" },
-                    if n == 1 { "it" } else { "they" }
+                    if n == 1 { "it" } else { "they" },
+                    list(&cascading)
                 ),
             }
-        ),
-        evidence: serde_json::json!({"applications": removed, "cascading": cascading}),
+        ));
+    }
+    if !kept.is_empty() {
+        parts.push(format!(
+            "{} Application{} no longer generated but kept by {} ApplicationSet's applicationsSync policy (create-only or create-update): {}",
+            kept.len(),
+            if kept.len() == 1 { " is" } else { "s are" },
+            if kept.len() == 1 { "its" } else { "their" },
+            list(&kept)
+        ));
+    }
+    let shown_moves: Vec<&str> = moves.iter().take(10).map(String::as_str).collect();
+    if !moves.is_empty() {
+        parts.push(shown_moves.join("; "));
+    }
+    vec![Finding {
+        rule: APPLICATIONS_REMOVED.into(),
+        severity: Severity::Note,
+        summary: parts.join(". "),
+        evidence: serde_json::json!({
+            "applications": removed,
+            "cascading": cascading,
+            "keptByPolicy": kept,
+            "moved": moves,
+        }),
     }]
+}
+
+/// Whether an Application changes owner: it was generated by an ApplicationSet and now comes
+/// from another ApplicationSet, a file or a parent Application.
+fn moved(before: &Origin, now: &Origin) -> bool {
+    matches!(before, Origin::ApplicationSet { .. }) && before != now
+}
+
+/// Whether an Application carries Argo CD's resources finalizer.
+fn cascades(app: &RenderedApplication) -> bool {
+    app.stored
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .any(|f| {
+            f == RESOURCES_FINALIZER
+                || f.strip_prefix(RESOURCES_FINALIZER)
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+}
+
+/// What an ApplicationSet declares about deleting what it generated.
+struct DeletionPolicy {
+    /// `applicationsSync` is `create-only` or `create-update`: it never deletes an Application.
+    keeps: bool,
+    /// `preserveResourcesOnDeletion`: a deleted Application leaves what it deployed.
+    preserves: bool,
+}
+
+/// Every ApplicationSet a commit declares, by (namespace, name): those its files hold (the
+/// roots) and those its Applications render (app-of-apps).
+fn application_sets(
+    rendering: &crate::render::Rendering,
+    snapshot: Option<&crate::git::Snapshot>,
+) -> std::collections::HashMap<(String, String), DeletionPolicy> {
+    let mut out = std::collections::HashMap::new();
+    let mut add = |doc: &Value| {
+        let is_set = doc.get("kind").and_then(Value::as_str) == Some("ApplicationSet")
+            && doc
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|v| v.starts_with("argoproj.io/"));
+        if !is_set {
+            return;
+        }
+        let text = |p: &str| doc.pointer(p).and_then(Value::as_str);
+        let Some(name) = text("/metadata/name") else {
+            return;
+        };
+        let namespace = text("/metadata/namespace").unwrap_or("argocd");
+        out.insert(
+            (namespace.to_string(), name.to_string()),
+            DeletionPolicy {
+                keeps: matches!(
+                    text("/spec/syncPolicy/applicationsSync"),
+                    Some("create-only" | "create-update")
+                ),
+                preserves: doc
+                    .pointer("/spec/syncPolicy/preserveResourcesOnDeletion")
+                    .and_then(Value::as_bool)
+                    == Some(true),
+            },
+        );
+    };
+    for app in &rendering.applications {
+        for object in &app.objects {
+            add(object);
+        }
+    }
+    for path in snapshot.map(|s| s.manifest_files()).unwrap_or_default() {
+        let Some(bytes) = snapshot.and_then(|s| s.read(path)) else {
+            continue;
+        };
+        // Only files that can hold one are parsed.
+        if !bytes.windows(14).any(|w| w == b"ApplicationSet") {
+            continue;
+        }
+        let Ok(text) = crate::yaml::utf8(bytes, path) else {
+            continue;
+        };
+        for doc in crate::yaml::parse_documents(text, path).unwrap_or_default() {
+            add(&doc);
+        }
+    }
+    out
 }
 
 /// Argo CD's finalizer that deletes an Application's resources with it (also written with a
