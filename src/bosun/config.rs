@@ -255,10 +255,13 @@ pub struct ModelConfig {
     pub timeout_seconds: u64,
     #[serde(default = "default_max_output_tokens")]
     pub max_output_tokens: u32,
-    /// Calls per pull request head (counted from Bosun's own comments on it, so a restart
-    /// does not reset the count; a new head starts a new count).
+    /// Calls per pull request, across all its heads (counted from Bosun's own comment on it,
+    /// so neither a restart nor a person's push resets the count).
     #[serde(default = "default_max_calls")]
     pub max_calls_per_pull_request: u32,
+    /// Calls per head of a pull request, within the pull request's cap.
+    #[serde(default = "default_max_calls_per_head")]
+    pub max_calls_per_head: u32,
 }
 
 impl Default for ModelConfig {
@@ -271,6 +274,7 @@ impl Default for ModelConfig {
             timeout_seconds: default_model_timeout(),
             max_output_tokens: default_max_output_tokens(),
             max_calls_per_pull_request: default_max_calls(),
+            max_calls_per_head: default_max_calls_per_head(),
         }
     }
 }
@@ -416,6 +420,10 @@ fn default_max_output_tokens() -> u32 {
 }
 
 fn default_max_calls() -> u32 {
+    10
+}
+
+fn default_max_calls_per_head() -> u32 {
     5
 }
 

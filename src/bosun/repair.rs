@@ -117,13 +117,13 @@ impl Planned {
 
     /// The handoff when the reshape needs `needed` calls and the cap allows fewer (`made` of
     /// `cap` already used for this head).
-    pub fn cap_refusal(&self, needed: u32, made: u32, cap: u32) -> Refusal {
+    pub fn cap_refusal(&self, needed: u32, hit: &CapHit) -> Refusal {
         (
             Handoff {
                 open: self.files(),
                 choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
                 fact: format!(
-                    "a reshape needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed, not even the clean swaps",
+                    "a reshape needs {needed} model call{} and {hit}; nothing was pushed, not even the clean swaps",
                     crate::plural(needed)
                 ),
             },
@@ -382,6 +382,33 @@ pub async fn finish(
                 replies.push(reply);
             }
         }
+    }
+}
+
+/// A model-call cap that does not allow the calls a repair needs: how many were made, the cap,
+/// and which cap it is (the pull request's, across its heads, or one head's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapHit {
+    pub made: u32,
+    pub cap: u32,
+    pub per_head: bool,
+}
+
+impl std::fmt::Display for CapHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (scope, key) = if self.per_head {
+            ("for this head", "model.maxCallsPerHead")
+        } else {
+            (
+                "on this pull request, across its heads",
+                "model.maxCallsPerPullRequest",
+            )
+        };
+        write!(
+            f,
+            "{} of the {} allowed {scope} ({key}) are used",
+            self.made, self.cap
+        )
     }
 }
 

@@ -48,7 +48,7 @@ use self::git_ops::git;
 use self::git_ops::CREDENTIAL_HELPER;
 #[cfg(test)]
 use self::model_calls::{
-    MODEL_CALLS_COMMENT, MODEL_CALLS_MARK, model_calls_body, model_calls_made,
+    MODEL_CALLS_COMMENT, MODEL_CALLS_MARK, calls_allowed, model_calls_body, model_calls_made,
 };
 
 /// The marker of Bosun's own comment (one per pull request, updated in place).

@@ -473,9 +473,20 @@ async fn repair_in(
             Err(refusal) => return Ok(Err(refusal)),
         };
     let needed = planned.calls_needed(model.is_some());
-    let cap = config.model.max_calls_per_pull_request;
+    // A local run is one head of no pull request: both caps bound it, the smaller first.
+    let (cap, per_head) =
+        if config.model.max_calls_per_head <= config.model.max_calls_per_pull_request {
+            (config.model.max_calls_per_head, true)
+        } else {
+            (config.model.max_calls_per_pull_request, false)
+        };
     if needed > cap {
-        return Ok(Err(planned.cap_refusal(needed, 0, cap)));
+        let hit = repair::CapHit {
+            made: 0,
+            cap,
+            per_head,
+        };
+        return Ok(Err(planned.cap_refusal(needed, &hit)));
     }
     Ok(repair::finish(planned, dropped, model, &mut |line| {
         println!("{}", plain(&line))

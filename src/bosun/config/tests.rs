@@ -92,5 +92,6 @@ fn unknown_keys_and_bad_globs_are_refused() {
         "b.yaml",
     )
     .unwrap();
-    assert_eq!(config.model.max_calls_per_pull_request, 5);
+    assert_eq!(config.model.max_calls_per_pull_request, 10);
+    assert_eq!(config.model.max_calls_per_head, 5);
 }

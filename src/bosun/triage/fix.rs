@@ -40,14 +40,12 @@ impl Bosun {
             }
         };
         if self.model.is_some()
-            && let Err((made, cap)) = self.reserve_calls(slug, number, &head, 1).await?
+            && let Err(hit) = self.reserve_calls(slug, number, &head, 1).await?
         {
             let handoff = Handoff {
                 open: classify::not_served_handoff(not_served).open,
                 choice: classify::not_served_handoff(not_served).choice,
-                fact: format!(
-                    "a scalar fix needs 1 model call for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed"
-                ),
+                fact: format!("a scalar fix needs 1 model call and {hit}; nothing was pushed"),
             };
             return self
                 .hand_off(slug, number, &handoff, &[], run)

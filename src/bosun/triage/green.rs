@@ -167,7 +167,7 @@ impl Bosun {
             return Ok(None);
         };
         if self.reserve_calls(slug, number, head, 1).await?.is_err() {
-            run.say("no model summary: the call cap for this head is used");
+            run.say("no model summary: the model-call cap is used");
             return Ok(None);
         }
         let material = crate::bosun::summary::material(summary, &report.verdict, quoted);

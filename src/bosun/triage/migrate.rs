@@ -52,7 +52,7 @@ impl Bosun {
             .any(|m| !migration::unsuppliable(m).is_empty());
         if needed > 0
             && !precheck_refuses
-            && let Err((made, cap)) = self.reserve_calls(slug, number, &head, needed).await?
+            && let Err(hit) = self.reserve_calls(slug, number, &head, needed).await?
         {
             let handoff = Handoff {
                     open: migrations
@@ -62,7 +62,7 @@ impl Bosun {
                         .join(", "),
                     choice: "which settings to remove, rename or add so the new chart's values schema accepts them".into(),
                     fact: format!(
-                        "a values migration needs {needed} model call{} for this head and {made} of the {cap} allowed (model.maxCallsPerPullRequest) are used; nothing was pushed",
+                        "a values migration needs {needed} model call{} and {hit}; nothing was pushed",
                         crate::plural(needed)
                     ),
                 };

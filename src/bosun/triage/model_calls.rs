@@ -1,4 +1,5 @@
-//! The model-call cap: calls counted per head in Bosun's own comment, reserved first.
+//! The model-call caps: calls counted per head in Bosun's own comment, reserved first, and
+//! bounded per pull request (every head's count together) and per head.
 
 use super::*;
 
@@ -9,9 +10,11 @@ use super::*;
 pub(super) const MODEL_CALLS_COMMENT: &str = "<!-- bosun:model-calls v1 -->";
 pub(super) const MODEL_CALLS_MARK: &str = "<!-- bosun:model-calls ";
 
-/// Model calls already made for `head`, from Bosun's model-calls comment.
-pub(super) fn model_calls_made(comments: &[crate::forge::Comment], me: &str, head: &str) -> u32 {
-    comments
+/// Every head's count of model calls, from Bosun's model-calls comment (the largest where a
+/// head is written twice).
+fn counts(comments: &[crate::forge::Comment], me: &str) -> std::collections::BTreeMap<String, u32> {
+    let mut out = std::collections::BTreeMap::new();
+    for rest in comments
         .iter()
         .filter(|c| c.author == me && c.body.starts_with(MODEL_CALLS_COMMENT))
         .flat_map(|c| {
@@ -19,12 +22,48 @@ pub(super) fn model_calls_made(comments: &[crate::forge::Comment], me: &str, hea
                 .match_indices(MODEL_CALLS_MARK)
                 .map(|(i, _)| &c.body[i + MODEL_CALLS_MARK.len()..])
         })
-        .filter_map(|rest| {
-            let mut words = rest.split_whitespace();
-            (words.next()? == head).then(|| words.next()?.parse::<u32>().ok())?
-        })
-        .max()
-        .unwrap_or(0)
+    {
+        let mut words = rest.split_whitespace();
+        if let (Some(head), Some(Ok(n))) = (words.next(), words.next().map(str::parse::<u32>)) {
+            let kept = out.entry(head.to_string()).or_insert(0);
+            *kept = (*kept).max(n);
+        }
+    }
+    out
+}
+
+/// Model calls already made for `head`, from Bosun's model-calls comment.
+pub(super) fn model_calls_made(comments: &[crate::forge::Comment], me: &str, head: &str) -> u32 {
+    counts(comments, me).get(head).copied().unwrap_or(0)
+}
+
+/// Whether `needed` more calls for `head` fit both caps: the pull request's, counted across
+/// every head it has had (a person's push does not reset it), then the head's.
+pub(super) fn calls_allowed(
+    comments: &[crate::forge::Comment],
+    me: &str,
+    head: &str,
+    needed: u32,
+    model: &crate::bosun::config::ModelConfig,
+) -> Result<(), crate::bosun::repair::CapHit> {
+    let counts = counts(comments, me);
+    let total: u32 = counts.values().fold(0, |sum, n| sum.saturating_add(*n));
+    if total.saturating_add(needed) > model.max_calls_per_pull_request {
+        return Err(crate::bosun::repair::CapHit {
+            made: total,
+            cap: model.max_calls_per_pull_request,
+            per_head: false,
+        });
+    }
+    let here = counts.get(head).copied().unwrap_or(0);
+    if here.saturating_add(needed) > model.max_calls_per_head {
+        return Err(crate::bosun::repair::CapHit {
+            made: here,
+            cap: model.max_calls_per_head,
+            per_head: true,
+        });
+    }
+    Ok(())
 }
 
 /// The model-calls comment with `head`'s count set to `n` (other heads' lines kept).
@@ -45,7 +84,7 @@ pub(super) fn model_calls_body(
         .collect();
     lines.push(format!("{MODEL_CALLS_MARK}{head} {n} -->"));
     format!(
-        "{MODEL_CALLS_COMMENT}\nBosun's model calls on this pull request (at most {cap} per head, `model.maxCallsPerPullRequest`): {n} for `{}`.\n{}\n",
+        "{MODEL_CALLS_COMMENT}\nBosun's model calls on this pull request (at most {cap} across its heads, `model.maxCallsPerPullRequest`): {n} for `{}`.\n{}\n",
         short(head),
         lines.join("\n")
     )
@@ -64,7 +103,7 @@ impl Bosun {
         number: u64,
         head: &str,
         needed: u32,
-    ) -> Result<Result<(), (u32, u32)>, TriageError> {
+    ) -> Result<Result<(), crate::bosun::repair::CapHit>, TriageError> {
         let cap = self.config.model.max_calls_per_pull_request;
         let search = crate::forge::find_comments(
             self.forge.as_ref(),
@@ -76,13 +115,17 @@ impl Bosun {
         )
         .await?;
         if search.found.is_empty() && !search.complete {
-            return Ok(Err((cap, cap)));
+            return Ok(Err(crate::bosun::repair::CapHit {
+                made: cap,
+                cap,
+                per_head: false,
+            }));
         }
         let comments = search.found;
-        let made = model_calls_made(&comments, &self.me, head);
-        if made + needed > cap {
-            return Ok(Err((made, cap)));
+        if let Err(hit) = calls_allowed(&comments, &self.me, head, needed, &self.config.model) {
+            return Ok(Err(hit));
         }
+        let made = model_calls_made(&comments, &self.me, head);
         let body = model_calls_body(&comments, &self.me, head, made + needed, cap);
         match comments.first() {
             Some(existing) if existing.body == body => {}

@@ -61,9 +61,9 @@ impl Bosun {
         // own: a restart, a re-delivery or a poll of this head counts them.
         let needed = planned.calls_needed(self.model.is_some());
         if needed > 0
-            && let Err((made, cap)) = self.reserve_calls(slug, number, &head, needed).await?
+            && let Err(hit) = self.reserve_calls(slug, number, &head, needed).await?
         {
-            let (handoff, details) = planned.cap_refusal(needed, made, cap);
+            let (handoff, details) = planned.cap_refusal(needed, &hit);
             return self
                 .hand_off(slug, number, &handoff, &details, run)
                 .await

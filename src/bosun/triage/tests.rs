@@ -71,6 +71,49 @@ fn model_calls_are_counted_per_head_from_bosuns_own_comment_only() {
 }
 
 #[test]
+fn the_pull_requests_cap_holds_across_a_persons_pushes_and_says_which_cap_stopped() {
+    use crate::forge::Comment;
+    let me = "bosun[bot]";
+    let model = crate::bosun::config::ModelConfig {
+        max_calls_per_pull_request: 6,
+        max_calls_per_head: 4,
+        ..Default::default()
+    };
+    // Four heads, each under the per-head cap; the fourth push finds the pull request's cap
+    // used by the three before it.
+    let mut comments = vec![Comment {
+        id: 1,
+        author: me.into(),
+        body: model_calls_body(&[], me, "aaa", 3, 6),
+    }];
+    assert_eq!(calls_allowed(&comments, me, "bbb", 2, &model), Ok(()));
+    comments[0].body = model_calls_body(&comments, me, "bbb", 2, 6);
+    assert_eq!(calls_allowed(&comments, me, "ccc", 1, &model), Ok(()));
+    comments[0].body = model_calls_body(&comments, me, "ccc", 1, 6);
+    let hit = calls_allowed(&comments, me, "ddd", 1, &model).unwrap_err();
+    assert_eq!(
+        hit,
+        crate::bosun::repair::CapHit {
+            made: 6,
+            cap: 6,
+            per_head: false
+        }
+    );
+    assert!(
+        hit.to_string().contains("model.maxCallsPerPullRequest"),
+        "{hit}"
+    );
+    // Within the pull request's cap, the head's own cap still holds, and says so.
+    let roomy = crate::bosun::config::ModelConfig {
+        max_calls_per_pull_request: 100,
+        ..model
+    };
+    let hit = calls_allowed(&comments, me, "aaa", 2, &roomy).unwrap_err();
+    assert_eq!((hit.made, hit.cap, hit.per_head), (3, 4, true));
+    assert!(hit.to_string().contains("model.maxCallsPerHead"), "{hit}");
+}
+
+#[test]
 fn attempts_count_the_highest_label_so_removing_one_does_not_reset_the_cap() {
     let labels = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let prefix = "bosun/attempt-";
