@@ -82,6 +82,18 @@ fn the_action_never_pastes_an_expression_into_its_script() {
         assert!(!run.contains("${{"), "an expression in run: {run}");
     }
     assert_eq!(action["runs"]["using"], "composite");
+    // No release publishes an image: by default the action builds the gate from its own ref.
+    assert_eq!(action["inputs"]["image"]["default"], "");
+    let build = steps
+        .iter()
+        .find(|s| s["if"] == "inputs.image == ''")
+        .expect("a step that builds the image when none is named");
+    let script = build["run"].as_str().unwrap();
+    assert!(
+        script.contains("GITHUB_ACTION_PATH")
+            && script.contains("docker build --file kind/Dockerfile --target gate"),
+        "{script}"
+    );
     // Every input the script reads arrives as an environment variable.
     let publish = steps.iter().find(|s| s["name"] == "gate publish").unwrap();
     let env = publish["env"].as_object().unwrap();
