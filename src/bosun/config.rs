@@ -255,6 +255,30 @@ pub struct ModelConfig {
     /// does not reset the count; a new head starts a new count).
     #[serde(default = "default_max_calls")]
     pub max_calls_per_pull_request: u32,
+    /// More values to hold back from every prompt, beyond the built-in rules.
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+/// `model.redact`: the operator's additions to what never reaches a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Key names whose values are held back (compared ignoring case, `_` and `-`).
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Regular expressions: a string value matching one anywhere is held back.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl ModelConfig {
+    /// The redaction rules every prompt goes through: the built-in ones and `model.redact`
+    /// (checked when bosun.yaml is read).
+    pub fn redaction(&self) -> crate::model::Rules {
+        crate::model::Rules::new(&self.redact.keys, &self.redact.values)
+            .expect("model.redact is checked when bosun.yaml is read")
+    }
 }
 
 impl Default for ModelConfig {
@@ -267,6 +291,7 @@ impl Default for ModelConfig {
             timeout_seconds: default_model_timeout(),
             max_output_tokens: default_max_output_tokens(),
             max_calls_per_pull_request: default_max_calls(),
+            redact: RedactConfig::default(),
         }
     }
 }
@@ -584,6 +609,8 @@ impl Config {
                 .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
         }
         let model = &config.model;
+        crate::model::Rules::new(&model.redact.keys, &model.redact.values)
+            .map_err(|e| ConfigError::Invalid(format!("{origin}: {e}")))?;
         if model.provider != ModelProvider::None {
             if model.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
                 return Err(ConfigError::Invalid(format!(

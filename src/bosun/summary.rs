@@ -37,9 +37,16 @@ pub fn reply_schema() -> Value {
 }
 
 /// The material a summary is grounded in: the report's summary and counts, and the notes
-/// (image, tag, body) as they are quoted.
-pub fn material(summary: &Summary, verdict: &Verdict, notes: &[(String, String, String)]) -> Value {
-    crate::model::redact(&json!({
+/// (image, tag, body) as they are quoted; through the one redaction (`model::redact`), so a
+/// credential in a note or the report never reaches the model (nor grounds a claim).
+pub fn material(
+    summary: &Summary,
+    verdict: &Verdict,
+    notes: &[(String, String, String)],
+    rules: &crate::model::Rules,
+) -> Value {
+    crate::model::redact(
+        &json!({
         "change": summary,
         "counts": verdict.counts,
         "releaseNotes": notes.iter().map(|(image, tag, body)| json!({
@@ -47,7 +54,9 @@ pub fn material(summary: &Summary, verdict: &Verdict, notes: &[(String, String, 
             "tag": tag,
             "notes": body.chars().take(2000).collect::<String>(),
         })).collect::<Vec<_>>(),
-    }))
+        }),
+        rules,
+    )
 }
 
 /// The request for one summary.

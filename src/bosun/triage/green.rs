@@ -170,7 +170,12 @@ impl Bosun {
             run.say("no model summary: the call cap for this head is used");
             return Ok(None);
         }
-        let material = crate::bosun::summary::material(summary, &report.verdict, quoted);
+        let material = crate::bosun::summary::material(
+            summary,
+            &report.verdict,
+            quoted,
+            &self.config.model.redaction(),
+        );
         let reply = model.call(&crate::bosun::summary::request(&material)).await;
         match reply.map_err(|r| r.to_string()).and_then(|reply| {
             crate::bosun::summary::check(&reply.value, &material)
