@@ -566,7 +566,16 @@ fn reshape_evals() {
             let got =
                 match gitops_loop::bosun::repair::decide(planned, dropped, true, &[reply_result]) {
                     gitops_loop::bosun::repair::Step::Done(Ok(_)) => Ok(()),
-                    gitops_loop::bosun::repair::Step::Done(Err((handoff, _))) => {
+                    gitops_loop::bosun::repair::Step::Done(Err((handoff, details))) => {
+                        // What a person reads names a held value, never shows it.
+                        for canary in &case.never {
+                            assert!(
+                                !handoff.fact.contains(canary.as_str())
+                                    && details.iter().all(|d| !d.contains(canary.as_str())),
+                                "{case_name} / {}: the handoff shows the canary {canary:?}",
+                                reply.name
+                            );
+                        }
                         Err(if client_refused {
                             "reply-limits".to_string()
                         } else {
