@@ -113,6 +113,46 @@ pub fn claims(text: &str) -> Vec<String> {
     out
 }
 
+/// Whether a character continues a token: letters, digits and the characters versions, chart
+/// names and image paths are written with (`.`, `-`, `_`, `/`, `+`, `~`). Anything else ends
+/// one, `:` and `@` included (they part an image's name from its tag or digest).
+fn token_char(c: char) -> bool {
+    c.is_alphanumeric() || ".-_/+~".contains(c)
+}
+
+/// Whether `claim` is a whole token of `haystack`: found where neither the character before
+/// nor the one after continues it (`1.1` is not in `1.19.3`, nor `1.2.3` in `1.2.3-rc.1`, nor
+/// `jetstack/x` in `quay.io/jetstack/x:v1`). A sentence's full stop ends a token, and a
+/// version may be written with or without its `v` (`1.19.3` is in `v1.19.3`).
+pub fn grounded(haystack: &str, claim: &str) -> bool {
+    if claim.is_empty() {
+        return false;
+    }
+    let starts_with_digit = claim.starts_with(|c: char| c.is_ascii_digit());
+    let bare = claim
+        .strip_prefix(['v', 'V'])
+        .filter(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    let found = |needle: &str, v_optional: bool| {
+        haystack.match_indices(needle).any(|(at, _)| {
+            let mut before = haystack[..at].chars().rev();
+            let prev = before.next();
+            let start_ok = match prev {
+                None => true,
+                Some('v' | 'V') if v_optional => before.next().is_none_or(|c| !token_char(c)),
+                Some(c) => !token_char(c),
+            };
+            let mut after = haystack[at + needle.len()..].chars();
+            let end_ok = match after.next() {
+                None => true,
+                Some('.') => after.next().is_none_or(|c| !token_char(c)),
+                Some(c) => !token_char(c),
+            };
+            start_ok && end_ok
+        })
+    };
+    found(claim, starts_with_digit) || bare.is_some_and(|b| found(b, true))
+}
+
 /// Checks a reply against the material; returns the summary as one line, and whether the
 /// model judged the notes to describe a step to take around the merge (`manualStep`).
 pub fn check(reply: &Value, material: &Value) -> Result<(String, bool), Refused> {
@@ -153,7 +193,7 @@ pub fn check(reply: &Value, material: &Value) -> Result<(String, bool), Refused>
     }
     let haystack = grounds.to_string();
     for claim in claims(&text) {
-        if !haystack.contains(&claim) {
+        if !grounded(&haystack, &claim) {
             // The claim is the model's text: not repeated in full.
             return refuse(
                 rule::GROUNDED,
@@ -188,6 +228,37 @@ mod tests {
     }
 
     #[test]
+    fn claims_are_grounded_by_whole_tokens_only() {
+        let haystack = r#"{"from":"1.19.3","tag":"v1.2.3-rc.1","image":"quay.io/jetstack/x:v1.19.3","chart":"cert-manager-lite","note":"Moves to 2.0.0."}"#;
+        for yes in [
+            "1.19.3",
+            "v1.19.3",
+            "v1.2.3-rc.1",
+            "1.2.3-rc.1",
+            "quay.io/jetstack/x",
+            "quay.io/jetstack/x:v1.19.3",
+            "cert-manager-lite",
+            "2.0.0",
+        ] {
+            assert!(grounded(haystack, yes), "{yes}");
+        }
+        for no in [
+            "1.1",
+            "1.19",
+            "9.3",
+            "v1.2.3",
+            "1.2.3",
+            "jetstack/x",
+            "cert-manager",
+            "manager-lite",
+            "2.0",
+            "",
+        ] {
+            assert!(!grounded(haystack, no), "{no}");
+        }
+    }
+
+    #[test]
     fn a_summary_naming_anything_outside_the_material_is_refused() {
         let material = json!({"change": {"charts": [{"chart": "cert-manager-lite", "from": "1.19.2", "to": "1.19.3"}]},
             "releaseNotes": [{"image": "quay.io/jetstack/x", "tag": "v1.19.3", "notes": "Action required: review Certificate durations."}]});
@@ -195,6 +266,7 @@ mod tests {
         assert!(check(&ok, &material).is_ok());
         for bad in [
             json!({"summary": "Moves cert-manager-lite to 1.20.0."}),
+            json!({"summary": "Moves cert-manager-lite to 1.1."}),
             json!({"summary": "It also adds a ClusterRoleBinding."}),
             json!({"summary": "Pulls evil.example/x from now on."}),
             json!({"summary": "Sets `hostNetwork` for speed."}),

@@ -354,18 +354,45 @@ impl Held {
             }
     }
 
-    /// `text` (an error message, a schema's complaint) with every held string of four
-    /// characters or more replaced by its placeholder.
+    /// `text` (an error message, a schema's complaint, a loss's value) with the held values in
+    /// it replaced by their placeholders: a string wherever it is quoted (`"v"`, `'v'`, JSON),
+    /// and bare when it is eight characters or more and not a plain word (so a held
+    /// `password` does not blank the key `password` of a path); a number as a whole token.
     pub fn scrub(&self, text: &str) -> String {
         let mut out = text.to_string();
         for (index, (_, value)) in self.entries.iter().enumerate() {
-            let shown = match value {
-                Value::String(s) => s.clone(),
-                Value::Number(n) => n.to_string(),
-                _ => continue,
-            };
-            if shown.chars().count() >= 4 {
-                out = out.replace(&shown, &placeholder(index + 1));
+            let mark = placeholder(index + 1);
+            match value {
+                Value::String(s) if !s.is_empty() => {
+                    let json = serde_json::to_string(s).unwrap_or_default();
+                    for (quoted, with) in [
+                        (json, format!("\"{mark}\"")),
+                        (format!("\"{s}\""), format!("\"{mark}\"")),
+                        (format!("'{s}'"), format!("'{mark}'")),
+                    ] {
+                        out = out.replace(&quoted, &with);
+                    }
+                    if s.chars().count() >= 8 && !s.chars().all(char::is_alphabetic) {
+                        out = out.replace(s.as_str(), &mark);
+                    }
+                }
+                Value::Number(n) => {
+                    let n = n.to_string();
+                    let mut kept = String::with_capacity(out.len());
+                    let mut rest = out.as_str();
+                    while let Some(at) = rest.find(&n) {
+                        let before = rest[..at].chars().next_back();
+                        let after = rest[at + n.len()..].chars().next();
+                        let whole = before.is_none_or(|c| !c.is_alphanumeric() && c != '.')
+                            && after.is_none_or(|c| !c.is_alphanumeric() && c != '.');
+                        kept.push_str(&rest[..at]);
+                        kept.push_str(if whole { &mark } else { &n });
+                        rest = &rest[at + n.len()..];
+                    }
+                    kept.push_str(rest);
+                    out = kept;
+                }
+                _ => {}
             }
         }
         out
@@ -496,14 +523,23 @@ mod tests {
         assert_eq!(held.restore(&sent), document);
         assert!(held.covers("/spec/template"));
         assert!(!held.covers("/spec/plain"));
+        let mark = sent["spec"]["template"]["data"]["password"]
+            .as_str()
+            .unwrap();
         assert_eq!(
-            held.scrub("spec.template.data.password: hunter2 is too short"),
-            format!(
-                "spec.template.data.password: {} is too short",
-                sent["spec"]["template"]["data"]["password"]
-                    .as_str()
-                    .unwrap()
-            )
+            held.scrub("spec.template.data.password: \"hunter2\" is too short, 'hunter2'"),
+            format!("spec.template.data.password: \"{mark}\" is too short, '{mark}'")
+        );
+        let mark = sent["spec"]["house"].as_str().unwrap();
+        assert_eq!(
+            held.scrub("at spec.house: corp-internal-4412."),
+            format!("at spec.house: {mark}.")
+        );
+        let mut numbers = Held::new();
+        numbers.redact("", &json!({"auth": {"pin": 8374}}), &[], &Rules::default());
+        assert_eq!(
+            numbers.scrub("pin: Invalid value: 8374: not 83745"),
+            "pin: Invalid value: (redacted-1): not 83745"
         );
         // A placeholder a reply invents stands for nothing: it stays text.
         assert_eq!(
