@@ -207,9 +207,91 @@ pub fn check(reply: &Value, material: &Value) -> Result<(String, bool), Refused>
     Ok((text, step))
 }
 
+/// The words of a text as a sentence is compared with the notes: letters and digits, lower
+/// case.
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// The longest run of consecutive words a sentence shares with the notes that counts as
+/// taking the notes' words: six (or the whole sentence, from three words).
+const QUOTED_RUN: usize = 6;
+
+/// The summary's sentences, each marked when it takes the release notes' own words (a run of
+/// six consecutive words of a note, or the whole of a shorter sentence): those are the notes'
+/// words, shown quoted as theirs and never as checked, for the grounding rule reads no note.
+pub fn sentences(text: &str, material: &Value) -> Vec<(String, bool)> {
+    let notes: Vec<Vec<String>> = material
+        .get("releaseNotes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.get("notes").and_then(Value::as_str))
+        .map(words)
+        .collect();
+    let contains = |run: &[String]| {
+        notes
+            .iter()
+            .any(|note| note.windows(run.len()).any(|w| w == run))
+    };
+    let mut out = Vec::new();
+    let mut start = 0;
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    for (i, (at, c)) in chars.iter().enumerate() {
+        let end =
+            matches!(c, '.' | '!' | '?') && chars.get(i + 1).is_none_or(|(_, n)| n.is_whitespace());
+        if end || i + 1 == chars.len() {
+            let stop = at + c.len_utf8();
+            let sentence = text[start..stop].trim().to_string();
+            start = stop;
+            if sentence.is_empty() {
+                continue;
+            }
+            let w = words(&sentence);
+            let quoted = if w.len() >= QUOTED_RUN {
+                w.windows(QUOTED_RUN).any(contains)
+            } else {
+                w.len() >= 3 && contains(&w)
+            };
+            out.push((sentence, quoted));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sentences_taken_from_the_notes_are_marked_as_the_notes_words() {
+        let material = json!({"releaseNotes": [{"image": "x", "tag": "v1", "notes": "Action required: the controller now refuses Certificates whose `duration` is below 1h. Review short-lived Certificates before upgrading."}]});
+        assert_eq!(
+            sentences(
+                "Moves cert-manager-lite to 1.19.3. The controller now refuses certificates whose duration is below 1h! Review short-lived Certificates before upgrading. Short-lived Certificates need a look first.",
+                &material
+            ),
+            vec![
+                ("Moves cert-manager-lite to 1.19.3.".to_string(), false),
+                (
+                    "The controller now refuses certificates whose duration is below 1h!"
+                        .to_string(),
+                    true
+                ),
+                (
+                    "Review short-lived Certificates before upgrading.".to_string(),
+                    true
+                ),
+                (
+                    "Short-lived Certificates need a look first.".to_string(),
+                    false
+                ),
+            ]
+        );
+    }
 
     #[test]
     fn claims_are_versions_images_code_and_kinds() {
