@@ -240,7 +240,7 @@ impl Held {
         rules: &Rules,
     ) -> Value {
         let mut pointer = root.to_string();
-        self.walk(value, false, &schemas.to_vec(), rules, &mut pointer)
+        self.walk(value, false, schemas, rules, &mut pointer)
     }
 
     fn hold(&mut self, pointer: &str, value: &Value) -> Value {
