@@ -139,6 +139,16 @@ fn check_cases() {
                 &result.verdict.counts
             )
         );
+        // No invisible character (Cf, line and paragraph separators) reaches the comment or
+        // the report: each is shown as `\u{...}` (told by the regex crate's Unicode tables).
+        let invisible = regex::Regex::new(r"[\p{Cf}\p{Zl}\p{Zp}]").unwrap();
+        for (what, text) in [("comment", &comment), ("report", &report)] {
+            assert!(
+                !invisible.is_match(text),
+                "an invisible character in the {what}: {:?}",
+                invisible.find(text).map(|m| m.as_str())
+            );
+        }
         // The machine blocks carry the same verdict the JSON does.
         let parsed = gitops_loop::gate::report::parse(&report).expect("report parses");
         if let Some(expect) = &case.expect {
@@ -191,6 +201,10 @@ fn check_cases() {
                 Path::Handoff(h) => format!("handoff:\n{}", classify::handoff_comment(&h, &[])),
             }
         };
+        assert!(
+            !invisible.is_match(&bosun),
+            "an invisible character in what Bosun writes"
+        );
         let shas = [base, head];
         let snapshot = format!(
             "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}\n--- distinct changes\n{}\n--- bosun\n{}",

@@ -254,6 +254,7 @@ fn plan_for(
     text: &str,
     original: &serde_json::Value,
     crd: &serde_json::Value,
+    from: &str,
     version: &str,
 ) -> (
     gitops_loop::bosun::repair::Planned,
@@ -269,14 +270,14 @@ fn plan_for(
         crd: "eval".into(),
         group: group.clone(),
         kind: kind.clone(),
-        dropped: vec!["v0".into()],
+        dropped: vec![from.to_string()],
         served: vec![version.to_string()],
         storage: version.to_string(),
         clusters: vec!["prod".into()],
         consumers: vec![Consumer {
             path: "document.yaml".into(),
             document: 0,
-            api_version: format!("{group}/v0"),
+            api_version: format!("{group}/{from}"),
             kind,
             namespace: text_of("namespace"),
             name: text_of("name"),
@@ -286,7 +287,7 @@ fn plan_for(
     let plan = gitops_loop::bosun::swap::plan(&dropped);
     let rewrites = vec![Rewrite {
         path: "document.yaml".into(),
-        before: text.replace(api_version, &format!("{group}/v0")),
+        before: text.replace(api_version, &format!("{group}/{from}")),
         after: text.to_string(),
     }];
     let rendering = ground::bench::one_cluster_rendering([crd.clone()]);
@@ -302,6 +303,7 @@ fn plan_for(
             rendering,
             rewrites,
             lossy,
+            redaction: Default::default(),
         },
         dropped,
     )
@@ -422,7 +424,12 @@ fn reshape_evals() {
         description: String,
         original: String,
         crd: String,
+        /// The version the document leaves (the CRD lists it, perhaps no longer served).
+        from: String,
         version: String,
+        /// Strings the request must never carry (canary credentials in the document).
+        #[serde(default)]
+        never: Vec<String>,
         good: Value,
         replies: Vec<ReplyCase>,
     }
@@ -484,7 +491,36 @@ fn reshape_evals() {
         // The case as a triage would meet it: the swap left the document at the destination
         // version, and Bosun's repair decision (`repair::decide`, what triage and `bosun
         // repair` run) judges each reply.
-        let planned_case = plan_for(&read(&case.original), &original, &crd, &case.version);
+        let planned_case = plan_for(
+            &read(&case.original),
+            &original,
+            &crd,
+            &case.from,
+            &case.version,
+        );
+        // What the model is sent: none of the case's canaries, in the prompt Bosun builds.
+        let gitops_loop::bosun::repair::Step::Ask(requests) =
+            gitops_loop::bosun::repair::decide(&planned_case.0, &planned_case.1, true, &[])
+        else {
+            panic!("{case_name}: the repair asks no model");
+        };
+        for canary in &case.never {
+            for request in &requests {
+                assert!(
+                    !request.prompt.contains(canary.as_str())
+                        && !request.system.contains(canary.as_str()),
+                    "{case_name}: the request carries the canary {canary:?}"
+                );
+            }
+        }
+        let schema = gitops_loop::schema::version_schema(&crd, &case.version).unwrap();
+        let (_, held) = reshape::prompt(
+            &original,
+            schema,
+            gitops_loop::schema::version_schema(&crd, &case.from),
+            &reshape::losses(&original, &crd, &case.version),
+            &Default::default(),
+        );
         for reply in &case.replies {
             let mut document = case.good.clone();
             for (pointer, value) in &reply.set {
@@ -530,7 +566,16 @@ fn reshape_evals() {
             let got =
                 match gitops_loop::bosun::repair::decide(planned, dropped, true, &[reply_result]) {
                     gitops_loop::bosun::repair::Step::Done(Ok(_)) => Ok(()),
-                    gitops_loop::bosun::repair::Step::Done(Err((handoff, _))) => {
+                    gitops_loop::bosun::repair::Step::Done(Err((handoff, details))) => {
+                        // What a person reads names a held value, never shows it.
+                        for canary in &case.never {
+                            assert!(
+                                !handoff.fact.contains(canary.as_str())
+                                    && details.iter().all(|d| !d.contains(canary.as_str())),
+                                "{case_name} / {}: the handoff shows the canary {canary:?}",
+                                reply.name
+                            );
+                        }
                         Err(if client_refused {
                             "reply-limits".to_string()
                         } else {
@@ -551,8 +596,9 @@ fn reshape_evals() {
                     if got.as_ref().err().map(String::as_str) == Some(rule)
                         && reshape::check_proposal_without(
                             &original,
-                            &value,
+                            &held.restore(&value),
                             &crd,
+                            &case.from,
                             &case.version,
                             &[rule],
                         )
@@ -562,7 +608,14 @@ fn reshape_evals() {
                     }
                 }
                 if got == Err("reply-limits".to_string())
-                    && reshape::check_proposal(&original, &value, &crd, &case.version).is_ok()
+                    && reshape::check_proposal(
+                        &original,
+                        &held.restore(&value),
+                        &crd,
+                        &case.from,
+                        &case.version,
+                    )
+                    .is_ok()
                 {
                     board.need("reply-limits", &reply.name);
                 }
@@ -601,19 +654,28 @@ fn live_rows(config: &gitops_loop::bosun::config::ModelConfig, key: Option<Strin
             serde_saphyr::from_str(&read(case["original"].as_str().unwrap())).unwrap();
         let crd: Value = serde_saphyr::from_str(&read(case["crd"].as_str().unwrap())).unwrap();
         let version = case["version"].as_str().unwrap();
+        let from = case["from"].as_str().unwrap();
         let schema = gitops_loop::schema::version_schema(&crd, version).unwrap();
         let losses = reshape::losses(&original, &crd, version);
+        let (prompt, held) = reshape::prompt(
+            &original,
+            schema,
+            gitops_loop::schema::version_schema(&crd, from),
+            &losses,
+            &Default::default(),
+        );
         let request = Request {
             purpose: "reshape".into(),
             subject: dir.display().to_string(),
             system: reshape::SYSTEM.into(),
-            prompt: reshape::prompt(&original, schema, &losses),
+            prompt,
             schema: reshape::reply_schema(),
         };
         let name = dir.file_name().unwrap().to_string_lossy().to_string();
         let row = match runtime.block_on(client.call(&request)) {
             Ok(reply) => {
-                let got = match reshape::check_proposal(&original, &reply.value, &crd, version) {
+                let restored = held.restore(&reply.value);
+                let got = match reshape::check_proposal(&original, &restored, &crd, from, version) {
                     Ok(accepted) => format!(
                         "accept ({} moved, {} dropped)",
                         accepted.moved.len(),
@@ -835,6 +897,7 @@ fn migration_evals() {
                 job,
                 message: refused,
             }],
+            redaction: Default::default(),
         };
         let migrations = [m];
         for reply in &case.replies {
@@ -904,19 +967,27 @@ fn migration_evals() {
             if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
                 for rule in rules {
                     if got.as_ref().err().map(String::as_str) == Some(rule)
-                        && migration::check_reply(&migrations[0], &value, &[], &[rule]).is_ok()
+                        && migration::check_reply(
+                            &migrations[0],
+                            &value,
+                            &Default::default(),
+                            &[rule],
+                        )
+                        .is_ok()
                     {
                         board.need(rule, &reply.name);
                     }
                 }
                 // Needed by `renders`: every other rule holds.
                 if got.as_ref().err().map(String::as_str) == Some(rule::RENDERS)
-                    && migration::check_reply(&migrations[0], &value, &[], &[]).is_ok()
+                    && migration::check_reply(&migrations[0], &value, &Default::default(), &[])
+                        .is_ok()
                 {
                     board.need(rule::RENDERS, &reply.name);
                 }
                 if got == Err("reply-limits".to_string())
-                    && migration::check_reply(&migrations[0], &value, &[], &[]).is_ok()
+                    && migration::check_reply(&migrations[0], &value, &Default::default(), &[])
+                        .is_ok()
                 {
                     board.need("reply-limits", &reply.name);
                 }

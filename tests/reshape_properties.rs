@@ -55,7 +55,7 @@ proptest! {
             document["metadata"]["name"] = json!("other");
         }
         let crd = crd(&declared, default_of_c);
-        let result = reshape::check_proposal(&original, &json!({"document": document}), &crd, "v2");
+        let result = reshape::check_proposal(&original, &json!({"document": document}), &crd, "v1", "v2");
         if let Ok(accepted) = result {
             prop_assert!(!rename);
             for key in ["apiVersion", "kind", "metadata"] {

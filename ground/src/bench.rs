@@ -450,10 +450,18 @@ pub fn reshape(sample_charts: &std::path::Path, documents: usize) -> Result<Resh
     for item in &lossy {
         let schema =
             gitops_loop::schema::version_schema(&item.crd, &item.version).context("schema")?;
-        let _prompt = reshape::prompt(&item.object, schema, &item.losses);
-        let reply = replies.get(&item.document.name).context("reply")?;
-        let accepted = reshape::check_proposal(&item.object, reply, &item.crd, &item.version)
-            .map_err(|r| anyhow::anyhow!("{}: {r}", item.document))?;
+        let source = gitops_loop::schema::version_schema(&item.crd, &item.source);
+        let (_prompt, held) = reshape::prompt(
+            &item.object,
+            schema,
+            source,
+            &item.losses,
+            &Default::default(),
+        );
+        let reply = held.restore(replies.get(&item.document.name).context("reply")?);
+        let accepted =
+            reshape::check_proposal(&item.object, &reply, &item.crd, &item.source, &item.version)
+                .map_err(|r| anyhow::anyhow!("{}: {r}", item.document))?;
         let rewrite = rewrites
             .iter_mut()
             .find(|r| r.path == item.document.file)

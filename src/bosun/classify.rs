@@ -298,7 +298,8 @@ pub fn handoff_comment(handoff: &Handoff, details: &[String]) -> String {
     if !details.is_empty() {
         body.push('\n');
         for line in details {
-            let _ = writeln!(body, "- {line}");
+            // Escaped where they were written; an invisible character is shown all the same.
+            let _ = writeln!(body, "- {}", crate::gate::report::visible(line));
         }
     }
     body.push_str("\nBosun has stopped here; nothing was pushed by this step.\n");

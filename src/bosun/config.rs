@@ -262,6 +262,30 @@ pub struct ModelConfig {
     /// Calls per head of a pull request, within the pull request's cap.
     #[serde(default = "default_max_calls_per_head")]
     pub max_calls_per_head: u32,
+    /// More values to hold back from every prompt, beyond the built-in rules.
+    #[serde(default)]
+    pub redact: RedactConfig,
+}
+
+/// `model.redact`: the operator's additions to what never reaches a model.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Key names whose values are held back (compared ignoring case, `_` and `-`).
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Regular expressions: a string value matching one anywhere is held back.
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl ModelConfig {
+    /// The redaction rules every prompt goes through: the built-in ones and `model.redact`
+    /// (checked when bosun.yaml is read).
+    pub fn redaction(&self) -> crate::model::Rules {
+        crate::model::Rules::new(&self.redact.keys, &self.redact.values)
+            .expect("model.redact is checked when bosun.yaml is read")
+    }
 }
 
 impl Default for ModelConfig {
@@ -275,6 +299,7 @@ impl Default for ModelConfig {
             max_output_tokens: default_max_output_tokens(),
             max_calls_per_pull_request: default_max_calls(),
             max_calls_per_head: default_max_calls_per_head(),
+            redact: RedactConfig::default(),
         }
     }
 }
@@ -596,6 +621,8 @@ impl Config {
                 .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
         }
         let model = &config.model;
+        crate::model::Rules::new(&model.redact.keys, &model.redact.values)
+            .map_err(|e| ConfigError::Invalid(format!("{origin}: {e}")))?;
         if model.provider != ModelProvider::None {
             if model.model.as_deref().is_none_or(|m| m.trim().is_empty()) {
                 return Err(ConfigError::Invalid(format!(

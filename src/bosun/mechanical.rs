@@ -96,6 +96,8 @@ pub struct Fix {
     pub files: BTreeMap<String, String>,
     /// The gate's published report (its Markdown): version-shaped values must be in it.
     pub report: String,
+    /// What the prompt holds back (`model.redact` over the built-in rules).
+    pub redaction: crate::model::Rules,
 }
 
 /// Why the harness refused a reply: one type for every harness (the rule and the path).

@@ -34,7 +34,6 @@ pub use self::prompt::{SYSTEM, reply_schema};
 pub use self::values::{coalesce, leaves};
 
 use self::planning::values_of;
-use self::prompt::restore;
 use self::values::{
     Node, declared, dictated, layered, layered_over, path_text, schema_at, short, value_at,
 };
@@ -81,6 +80,8 @@ pub struct Migration {
     pub old_schema: Option<Value>,
     pub files: Vec<ValuesFile>,
     pub failures: Vec<HelmFailure>,
+    /// What the prompt holds back (`model.redact` over the built-in rules).
+    pub redaction: crate::model::Rules,
 }
 
 /// Whether a helm error is a values schema refusal.
@@ -267,7 +268,7 @@ pub fn decide(
         // A sensitive value is named, never shown (the comment and the commit message are
         // read by more people than the file).
         let shown = |path: &str, value: &Value| {
-            if path.split('.').any(crate::model::redact::sensitive_key) {
+            if path.split('.').any(|k| m.redaction.key(k)) || held.shows_held(value) {
                 "(a sensitive value, not shown)".to_string()
             } else {
                 report::text(&short(value))

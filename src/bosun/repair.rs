@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use serde_json::Value;
+
 use super::applier::{self, Policy, Rewrite, Scope};
 use super::classify::Handoff;
 use super::config::{Config, PromotionScope};
@@ -26,6 +28,8 @@ pub struct Planned {
     pub rendering: Rendering,
     pub rewrites: Vec<Rewrite>,
     pub lossy: Vec<Lossy>,
+    /// What a prompt holds back (`model.redact` over the built-in rules).
+    pub redaction: crate::model::Rules,
 }
 
 /// Rewrites ready to write: every check passed.
@@ -93,6 +97,7 @@ pub fn plan(
         rendering,
         rewrites,
         lossy,
+        redaction: config.model.redaction(),
     }))
 }
 
@@ -142,13 +147,17 @@ impl Planned {
         files.join(", ")
     }
 
-    /// One line per value the swap alone would lose.
+    /// One line per value the swap alone would lose (a credential the prompt would hold
+    /// back is not shown: its placeholder stands in).
     pub fn loss_lines(&self) -> Vec<String> {
         self.lossy
             .iter()
             .flat_map(|l| {
                 let doc = report::text(&l.document.to_string());
-                l.losses.iter().map(move |x| format!("{doc}: {x}"))
+                let held = redaction(l, &self.redaction).1;
+                l.losses
+                    .iter()
+                    .map(move |x| format!("{doc}: {}", x.scrubbed(&held)))
             })
             .collect()
     }
@@ -165,15 +174,27 @@ pub enum Step {
     Done(Result<Prepared, Refusal>),
 }
 
+/// The reshape's prompt for one lossy document and the values its placeholders stand for
+/// (deterministic: `decide` computes it again to restore a reply).
+fn redaction(item: &Lossy, rules: &crate::model::Rules) -> (Option<String>, crate::model::Held) {
+    let Some(schema) = crate::schema::version_schema(&item.crd, &item.version) else {
+        return (None, crate::model::Held::new());
+    };
+    let source = crate::schema::version_schema(&item.crd, &item.source);
+    let (prompt, held) = reshape::prompt(&item.object, schema, source, &item.losses, rules);
+    (Some(prompt), held)
+}
+
 /// The reshape's request for one lossy document.
-fn request(item: &Lossy) -> Result<Request, String> {
-    let schema = crate::schema::version_schema(&item.crd, &item.version)
-        .ok_or_else(|| format!("the CRD declares no schema for {}", item.version))?;
+fn request(item: &Lossy, rules: &crate::model::Rules) -> Result<Request, String> {
+    let (Some(prompt), _) = redaction(item, rules) else {
+        return Err(format!("the CRD declares no schema for {}", item.version));
+    };
     Ok(Request {
         purpose: "reshape".into(),
         subject: item.document.to_string(),
         system: reshape::SYSTEM.into(),
-        prompt: reshape::prompt(&item.object, schema, &item.losses),
+        prompt,
         schema: reshape::reply_schema(),
     })
 }
@@ -231,13 +252,16 @@ pub fn decide(
         let doc = report::text(&item.document.to_string());
         let Some(reply) = replies.get(index) else {
             // The rest need asking.
-            let requests: Result<Vec<Request>, String> =
-                planned.lossy[index..].iter().map(request).collect();
+            let requests: Result<Vec<Request>, String> = planned.lossy[index..]
+                .iter()
+                .map(|l| request(l, &planned.redaction))
+                .collect();
             return match requests {
                 Ok(requests) => Step::Ask(requests),
                 Err(why) => Step::Done(Err((handoff(why), vec![]))),
             };
         };
+        let (_, held) = redaction(item, &planned.redaction);
         let reply = match reply {
             Ok(reply) => reply,
             Err(refusal) => {
@@ -246,20 +270,32 @@ pub fn decide(
                         "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
                         item.document
                     )),
-                    item.losses.iter().map(|x| format!("{doc}: {x}")).collect(),
+                    item.losses
+                        .iter()
+                        .map(|x| format!("{doc}: {}", x.scrubbed(&held)))
+                        .collect(),
                 )));
             }
         };
+        // Every placeholder the reply carries becomes the original's value it stands for: a
+        // held value is never taken from a reply, and the harness judges where it went.
+        let restored = held.restore(&reply.value);
         let accepted = match reshape::check_proposal(
             &item.object,
-            &reply.value,
+            &restored,
             &item.crd,
+            &item.source,
             &item.version,
         ) {
             Ok(accepted) => accepted,
-            Err(refused) => {
+            Err(mut refused) => {
+                refused.detail = held.scrub(&refused.detail);
                 let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
-                details.extend(item.losses.iter().map(|x| format!("{doc}: {x}")));
+                details.extend(
+                    item.losses
+                        .iter()
+                        .map(|x| format!("{doc}: {}", x.scrubbed(&held))),
+                );
                 return Step::Done(Err((
                     handoff(format!(
                         "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
@@ -290,12 +326,20 @@ pub fn decide(
                 )));
             }
         }
+        // A value the prompt held back is named, never shown.
+        let shown = |value: &Value| {
+            if held.shows_held(value) {
+                "(a sensitive value, not shown)".to_string()
+            } else {
+                report::text(&value.to_string())
+            }
+        };
         let mut parts = Vec::new();
         for (from, to, value) in &accepted.moved {
             parts.push(format!(
                 "moved {} = {} to {}",
                 report::code(from),
-                report::text(&value.to_string()),
+                shown(value),
                 report::code(to)
             ));
         }
@@ -303,7 +347,7 @@ pub fn decide(
             parts.push(format!(
                 "dropped {} = {} (the {} schema has no field for it)",
                 report::code(path),
-                report::text(&value.to_string()),
+                shown(value),
                 report::text(&item.version)
             ));
         }
@@ -321,7 +365,15 @@ pub fn decide(
                 fact: "the reshaped documents would still lose values; nothing was pushed, not even the clean swaps".into(),
             },
             left.iter()
-                .map(|(d, l)| format!("{}: {l}", report::text(&d.to_string())))
+                .map(|(d, l)| {
+                    let held = planned
+                        .lossy
+                        .iter()
+                        .find(|x| &x.document == d)
+                        .map(|x| redaction(x, &planned.redaction).1)
+                        .unwrap_or_default();
+                    format!("{}: {}", report::text(&d.to_string()), l.scrubbed(&held))
+                })
                 .collect(),
         )));
     }
@@ -418,7 +470,7 @@ mod tests {
     use crate::gate::rules::Consumer;
     use crate::model::{Reply, Usage};
     use crate::render::{ClusterRef, Origin, RenderedApplication};
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     fn setup() -> (Planned, Vec<DroppedServedVersion>) {
         let crd_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
@@ -488,6 +540,7 @@ mod tests {
                 rendering,
                 rewrites,
                 lossy,
+                redaction: Default::default(),
             },
             dropped,
         )

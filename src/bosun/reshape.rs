@@ -41,7 +41,9 @@ pub mod rule {
     /// Every value of the original the destination keeps is at its path, unchanged.
     pub const KEPT: &str = "kept-values";
     /// Every value of the proposal is the original's at that path, a value the schema change
-    /// displaced (used once), or one the schema dictates (default, one-value enum, const).
+    /// displaced (used once, moved only to a field the destination schema names and the
+    /// source schema lacks, of a type that takes it), or one the schema dictates (default,
+    /// one-value enum, const).
     pub const ACCOUNTED: &str = "accounted-values";
     /// Our own YAML of the accepted structure reads back as that structure.
     pub const READ_BACK: &str = "read-back";

@@ -21,7 +21,7 @@ mod head;
 mod summary;
 
 pub use self::blocks::{BlockFinding, ReportError, machine_block, machine_blocks, parse};
-pub use self::escape::{clip, code, text};
+pub use self::escape::{clip, code, invisible, text, visible};
 pub use self::summary::{
     SUMMARY_ITEMS, Summary, SummaryChart, SummaryCrd, SummaryDefault, SummaryImage,
 };

@@ -9,7 +9,8 @@
 //! Whatever the provider returns is hostile until the harness has checked it: a reply that is
 //! not JSON, does not match the schema, is empty, too large, too deep or late is a `Refusal`
 //! with the reason, never a crash. Before anything leaves the process it is redacted
-//! (`redact`): Secret `data`/`stringData` values never reach a provider.
+//! (`redact`): Secret data, values under credential keys or schema hints, token-shaped values
+//! and the operator's `model.redact` rules never reach a provider.
 
 pub mod redact;
 
@@ -20,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::bosun::config::{ModelConfig, ModelProvider};
 
-pub use redact::redact;
+pub use redact::{Held, Rules, redact};
 
 /// The most bytes a reply body may have; a larger one is refused unread.
 pub const MAX_REPLY_BYTES: usize = 1 << 20;
@@ -36,7 +37,7 @@ pub struct Request {
     pub subject: String,
     /// The instructions.
     pub system: String,
-    /// The material (already redacted by the caller through `redact`).
+    /// The material (already redacted by the caller through `redact::Held`).
     pub prompt: String,
     /// The JSON Schema the reply object must match.
     pub schema: Value,

@@ -267,7 +267,10 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
                 )
             });
             let (fix, rendering) = match planned {
-                Ok(planned) => planned,
+                Ok((mut fix, rendering)) => {
+                    fix.redaction = config.model.redaction();
+                    (fix, rendering)
+                }
                 Err((h, details)) => {
                     handoff(&h, &details);
                     return Ok(1);
@@ -314,7 +317,10 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
             let outcome = match tokio::task::block_in_place(|| {
                 gitops_loop::bosun::triage::migration_plan(&head_config, &head, &base)
             }) {
-                Ok(Some(migrations)) => {
+                Ok(Some(mut migrations)) => {
+                    for m in &mut migrations {
+                        m.redaction = config.model.redaction();
+                    }
                     let mut say = |line: String| println!("{}", plain(&line));
                     gitops_loop::bosun::triage::migration_finish(
                         &migrations,

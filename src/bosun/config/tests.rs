@@ -95,3 +95,23 @@ fn unknown_keys_and_bad_globs_are_refused() {
     assert_eq!(config.model.max_calls_per_pull_request, 10);
     assert_eq!(config.model.max_calls_per_head, 5);
 }
+
+#[test]
+fn the_operators_redaction_rules_are_read_and_a_bad_pattern_is_refused() {
+    let base =
+        "forge: {apiUrl: x}\nrepositories: [{slug: a/b, url: u}]\ninventory: {file: i.yaml}\n";
+    let config = Config::parse(
+        &format!("{base}model: {{redact: {{keys: [licenceKey, seat], values: ['^corp-']}}}}\n"),
+        "b.yaml",
+    )
+    .unwrap();
+    let rules = config.model.redaction();
+    assert!(rules.key("LICENCE_KEY") && rules.key("seat") && !rules.key("replicas"));
+    assert!(rules.value("corp-123") && !rules.value("public-123"));
+    let err = Config::parse(
+        &format!("{base}model: {{redact: {{values: ['(']}}}}\n"),
+        "b.yaml",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("model.redact.values"), "{err}");
+}

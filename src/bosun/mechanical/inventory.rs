@@ -383,5 +383,6 @@ pub fn build(
         defaults,
         files,
         report: report.to_string(),
+        redaction: Default::default(),
     })
 }

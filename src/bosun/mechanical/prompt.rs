@@ -61,7 +61,8 @@ impl Fix {
             system: SYSTEM.into(),
             prompt: format!(
                 "Propose the fix. The material is JSON:\n{}",
-                serde_json::to_string_pretty(&crate::model::redact(&material)).unwrap_or_default()
+                serde_json::to_string_pretty(&crate::model::redact(&material, &self.redaction))
+                    .unwrap_or_default()
             ),
             schema: reply_schema(),
         }

@@ -4,18 +4,18 @@ use super::*;
 
 /// Whether the value at `path` of a values document is a credential (its key, or the
 /// `value` of a `{name, value}` pair named like one, on the way).
-fn sensitive_path(document: &Value, path: &[String]) -> bool {
+fn sensitive_path(document: &Value, path: &[String], rules: &crate::model::Rules) -> bool {
     let mut node = document;
     for key in path {
         let Some(map) = node.as_object() else {
             return false;
         };
-        if crate::model::redact::sensitive_entry(map, key) {
+        if rules.entry(map, key) {
             return true;
         }
         match map.get(key) {
             Some(next) => node = next,
-            None => return crate::model::redact::sensitive_key(key),
+            None => return rules.key(key),
         }
     }
     false
@@ -39,7 +39,7 @@ pub struct AcceptedFile {
 pub fn check_reply(
     migration: &Migration,
     reply: &Value,
-    held: &[Value],
+    held: &crate::model::Held,
     disabled: &[&str],
 ) -> Result<Vec<AcceptedFile>, Refused> {
     let on = |r: &str| !disabled.contains(&r);
@@ -77,7 +77,7 @@ pub fn check_reply(
                 ),
             );
         }
-        proposals.push((file.to_string(), restore(values, held)));
+        proposals.push((file.to_string(), held.restore(values)));
     }
     if on(rule::SHAPE) && proposals.len() != migration.files.len() {
         return refuse(
@@ -148,7 +148,8 @@ pub fn check_reply(
                 v == value
                     && value_at(proposal, p).is_none()
                     && moves_to(migration, p, path)
-                    && (!sensitive_path(&file.value, p) || sensitive_path(proposal, path))
+                    && (!sensitive_path(&file.value, p, &migration.redaction)
+                        || sensitive_path(proposal, path, &migration.redaction))
             }) {
                 let (from, _) = displaced.remove(index);
                 moved.push((path_text(from), path_text(path), value.clone()));

@@ -184,6 +184,7 @@ pub fn plan(
             old_schema: old_schema(first),
             files,
             failures: failures.into_iter().cloned().collect(),
+            redaction: Default::default(),
         });
     }
     Ok(migrations)

@@ -69,6 +69,7 @@ fn migration(text: &str, schema: Value) -> Migration {
             job,
             message: "values don't meet the specifications".into(),
         }],
+        redaction: Default::default(),
     }
 }
 
@@ -81,7 +82,7 @@ fn good() -> Value {
 }
 
 fn rule_of(m: &Migration, values: Value) -> Result<(), &'static str> {
-    check_reply(m, &reply(values), &[], &[])
+    check_reply(m, &reply(values), &Default::default(), &[])
         .map(|_| ())
         .map_err(|r| r.rule)
 }
@@ -89,7 +90,7 @@ fn rule_of(m: &Migration, values: Value) -> Result<(), &'static str> {
 #[test]
 fn the_harness_accepts_a_move_and_a_drop_and_refuses_each_wrong_reply_by_its_rule() {
     let m = migration(ORIGINAL, schema());
-    let accepted = check_reply(&m, &reply(good()), &[], &[]).unwrap();
+    let accepted = check_reply(&m, &reply(good()), &Default::default(), &[]).unwrap();
     assert_eq!(
         accepted[0].moved,
         vec![("crds.enabled".into(), "crds.install".into(), json!(true))]
@@ -129,7 +130,7 @@ fn the_harness_accepts_a_move_and_a_drop_and_refuses_each_wrong_reply_by_its_rul
     // Shape: another file, a file twice, extra fields.
     let other = json!({"files": [{"file": "other.yaml", "values": good()}]});
     assert_eq!(
-        check_reply(&m, &other, &[], &[])
+        check_reply(&m, &other, &Default::default(), &[])
             .map(|_| ())
             .unwrap_err()
             .rule,
@@ -137,7 +138,7 @@ fn the_harness_accepts_a_move_and_a_drop_and_refuses_each_wrong_reply_by_its_rul
     );
     let twice_file = json!({"files": [{"file": "v.yaml", "values": good()}, {"file": "v.yaml", "values": good()}]});
     assert_eq!(
-        check_reply(&m, &twice_file, &[], &[])
+        check_reply(&m, &twice_file, &Default::default(), &[])
             .map(|_| ())
             .unwrap_err()
             .rule,
@@ -145,7 +146,7 @@ fn the_harness_accepts_a_move_and_a_drop_and_refuses_each_wrong_reply_by_its_rul
     );
     let extra = json!({"files": [{"file": "v.yaml", "values": good()}], "note": "x"});
     assert_eq!(
-        check_reply(&m, &extra, &[], &[])
+        check_reply(&m, &extra, &Default::default(), &[])
             .map(|_| ())
             .unwrap_err()
             .rule,
@@ -159,7 +160,10 @@ fn sensitive_values_go_out_as_placeholders_and_come_back_only_where_they_were_mo
     let (request, held) = m.request();
     assert!(!request.prompt.contains("hunter2"), "{}", request.prompt);
     assert!(request.prompt.contains("(redacted-1)"));
-    assert_eq!(held, vec![json!("hunter2")]);
+    assert_eq!(
+        held.values().cloned().collect::<Vec<_>>(),
+        vec![json!("hunter2")]
+    );
     let mut quoted = migration(ORIGINAL, schema());
     quoted.error = "at '/auth/apiToken': 'hunter2' is not valid".into();
     let (request, _) = quoted.request();
@@ -184,7 +188,10 @@ fn sensitive_values_go_out_as_placeholders_and_come_back_only_where_they_were_mo
     );
     let (request, held) = listed.request();
     assert!(!request.prompt.contains("s3cr3t") && !request.prompt.contains("8374928"));
-    assert_eq!(held, vec![json!("s3cr3t"), json!(8374), json!(8374928)]);
+    assert_eq!(
+        held.values().cloned().collect::<Vec<_>>(),
+        vec![json!("s3cr3t"), json!(8374), json!(8374928)]
+    );
 }
 
 #[test]
@@ -319,7 +326,7 @@ fn what_helm_sees_is_checked_across_layers() {
         {"file": "v.yaml", "values": {"replicas": 5, "crds": {"install": true}}},
         {"file": "later.yaml", "values": {"logLevel": 2, "replicas": 1}}
     ]});
-    let refused = check_reply(&m, &proposal, &[], &[]).unwrap_err();
+    let refused = check_reply(&m, &proposal, &Default::default(), &[]).unwrap_err();
     assert_eq!(refused.rule, rule::KEPT, "{}", refused.detail);
 }
 
@@ -353,7 +360,7 @@ proptest! {
         let text = crate::yaml::to_string(&original);
         let mut m = migration(&text, json!({"type": "object", "properties": {"a": {"type": "object"}, "b": {"default": 1}}}));
         m.new_defaults = json!({"c": "a"});
-        if let Ok(accepted) = check_reply(&m, &reply(proposal), &[], &[]) {
+        if let Ok(accepted) = check_reply(&m, &reply(proposal), &Default::default(), &[]) {
             let supplied: Vec<Value> = leaves(&original).into_iter().map(|(_, v)| v).collect();
             for (path, value) in leaves(&accepted[0].values) {
                 // An empty mapping sets nothing (helm merges it into the chart's).

@@ -16,16 +16,20 @@ pub struct Accepted {
     pub moved: Vec<(String, String, Value)>,
 }
 
-/// Checks a model's reply against the original document (already carrying the destination
-/// apiVersion) and the destination version's schema. Everything is refused whole unless every
-/// rule holds; what is accepted is re-serialised by our own code.
+/// Checks a model's reply (its placeholders already restored from the original) against the
+/// original document (already carrying the destination apiVersion), the destination
+/// version's schema and the source version's (`source`: the version the document leaves,
+/// from the same CRD; a displaced value may move only to a path it does not declare).
+/// Everything is refused whole unless every rule holds; what is accepted is re-serialised by
+/// our own code.
 pub fn check_proposal(
     original: &Value,
     reply: &Value,
     crd: &Value,
+    source: &str,
     version: &str,
 ) -> Result<Accepted, Refused> {
-    check_proposal_without(original, reply, crd, version, &[])
+    check_proposal_without(original, reply, crd, source, version, &[])
 }
 
 /// `check_proposal` with some rules switched off: only the evals use it, to show that each
@@ -34,6 +38,7 @@ pub fn check_proposal_without(
     original: &Value,
     reply: &Value,
     crd: &Value,
+    source: &str,
     version: &str,
     disabled: &[&str],
 ) -> Result<Accepted, Refused> {
@@ -154,6 +159,14 @@ pub fn check_proposal_without(
         Value::Array(a) => !a.is_empty(),
         _ => true,
     };
+    // A displaced value moves only to a field the destination schema names and the source
+    // schema does not have (a new field, not another existing setting such as another
+    // Secret's name), of a type that takes it. Without the source schema nothing is new.
+    let source_schema = schema::version_schema(crd, source);
+    let new_field = |path: &Path, value: &Value| {
+        source_schema.is_some_and(|old| matches!(schema_node(old, path), Node::Undeclared))
+            && matches!(schema_node(schema, path), Node::At(node) if takes(node, value))
+    };
     let mut moved = Vec::new();
     for (path, value) in &proposal_leaves {
         if original_at.get(path) == Some(&value) {
@@ -161,7 +174,7 @@ pub fn check_proposal_without(
         }
         if let Some(at) = displaced
             .iter()
-            .position(|(_, v)| *v == value && movable(v))
+            .position(|(_, v)| *v == value && movable(v) && new_field(path, value))
         {
             let (from, _) = displaced.remove(at);
             moved.push((path_text(from), path_text(path), value.clone()));
@@ -177,7 +190,7 @@ pub fn check_proposal_without(
         return refuse(
             rule::ACCOUNTED,
             format!(
-                "{} = {} is neither in the original, displaced by the schema change, nor dictated by the schema under a parent the original has",
+                "{} = {} is neither in the original, displaced by the schema change to a field only the destination has, nor dictated by the schema under a parent the original has",
                 path_text(path),
                 short(Some(value))
             ),
@@ -228,6 +241,75 @@ fn node_at<'a>(document: &'a Value, path: &[Seg]) -> Option<&'a Value> {
         };
     }
     Some(node)
+}
+
+/// Where a path lands in a structural schema.
+enum Node<'a> {
+    /// A field the schema names (through `properties` and `items`).
+    At(&'a Value),
+    /// Allowed without being named: under `additionalProperties` or a node that preserves
+    /// unknown fields.
+    Open,
+    /// Neither: the apiserver would prune it.
+    Undeclared,
+}
+
+fn schema_node<'a>(schema: &'a Value, path: &[Seg]) -> Node<'a> {
+    let mut node = schema;
+    let mut named = true;
+    for seg in path {
+        if node
+            .get("x-kubernetes-preserve-unknown-fields")
+            .and_then(Value::as_bool)
+            == Some(true)
+            && match seg {
+                Seg::Key(key) => node.get("properties").and_then(|p| p.get(key)).is_none(),
+                Seg::Index(_) => node.get("items").is_none(),
+            }
+        {
+            return Node::Open;
+        }
+        let next = match seg {
+            Seg::Key(key) => match node.get("properties").and_then(|p| p.get(key)) {
+                Some(n) => Some(n),
+                None => match node.get("additionalProperties") {
+                    Some(Value::Bool(true)) => return Node::Open,
+                    Some(a) if a.is_object() => {
+                        named = false;
+                        Some(a)
+                    }
+                    _ => None,
+                },
+            },
+            Seg::Index(_) => node.get("items"),
+        };
+        match next {
+            Some(n) => node = n,
+            None => return Node::Undeclared,
+        }
+    }
+    if named { Node::At(node) } else { Node::Open }
+}
+
+/// Whether a schema node's type takes a value (no type, or int-or-string, takes any scalar).
+fn takes(node: &Value, value: &Value) -> bool {
+    if node
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        return value.is_string() || value.is_i64() || value.is_u64();
+    }
+    match node.get("type").and_then(Value::as_str) {
+        None => true,
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some(_) => false,
+    }
 }
 
 /// Whether the schema at `path` dictates `value`: its default, its only enum value, its const.

@@ -29,6 +29,18 @@ impl std::fmt::Display for Loss {
     }
 }
 
+impl Loss {
+    /// The loss with every value `held` holds back replaced by its placeholder (for comments:
+    /// a credential is named by its path, never shown).
+    pub fn scrubbed(&self, held: &crate::model::Held) -> Loss {
+        match self {
+            Loss::Pruned(path, value) => Loss::Pruned(path.clone(), held.scrub(value)),
+            Loss::Rejected(message) => Loss::Rejected(held.scrub(message)),
+            Loss::Unverifiable(why) => Loss::Unverifiable(held.scrub(why)),
+        }
+    }
+}
+
 /// The losses of one object (already carrying the destination apiVersion) under `crd`'s schema
 /// for `version`. A version without a schema prunes nothing.
 pub fn losses(object: &Value, crd: &Value, version: &str) -> Vec<Loss> {
@@ -110,6 +122,9 @@ pub struct Lossy {
     /// The CRD at the head serving the destination.
     pub crd: Value,
     pub version: String,
+    /// The version the document leaves (its schema, when the CRD still lists it, says which
+    /// fields are new).
+    pub source: String,
     /// A chart template's object (never reshaped: the text is a template).
     pub template: bool,
     pub losses: Vec<Loss>,
@@ -143,6 +158,7 @@ pub fn lossy_documents(
                     object: Value::Null,
                     crd: Value::Null,
                     version: String::new(),
+                    source: String::new(),
                     template: swap.template,
                     losses: vec![Loss::Unverifiable(why)],
                 })
@@ -235,6 +251,12 @@ pub fn lossy_documents(
                         object,
                         crd: crd.clone(),
                         version: target.storage.clone(),
+                        source: swap
+                            .from
+                            .rsplit_once('/')
+                            .map(|(_, v)| v)
+                            .unwrap_or(&swap.from)
+                            .to_string(),
                         template: swap.template,
                         losses,
                     });

@@ -90,6 +90,7 @@ fn a_proposal_that_drops_only_what_the_schema_prunes_is_accepted_and_lists_it() 
         &original(),
         &reply(json!({"refreshInterval": "1h", "target": {"name": "t"}})),
         &crd(),
+        "v1beta1",
         "v1",
     )
     .unwrap();
@@ -107,7 +108,7 @@ fn a_proposal_that_drops_only_what_the_schema_prunes_is_accepted_and_lists_it() 
 #[test]
 fn each_rule_refuses_on_its_own() {
     let refused = |r: Value| {
-        check_proposal(&original(), &r, &crd(), "v1")
+        check_proposal(&original(), &r, &crd(), "v1beta1", "v1")
             .unwrap_err()
             .rule
     };
@@ -155,6 +156,7 @@ fn each_rule_refuses_on_its_own() {
         &json!({"spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": {
                 "refreshInterval": {"type": "string"},
                 "target": {"type": "object", "properties": {"name": {"type": "string"}, "creationPolicy": {"type": "string"}}}}}}}}}]}}),
+        "v1beta1",
         "v1",
     );
     assert_eq!(
@@ -200,8 +202,9 @@ fn the_crds_cel_rules_are_evaluated_and_a_rule_that_cannot_run_refuses() {
     };
     let reply = |d: Value| json!({"document": d});
     let rule = "self.min <= self.max";
-    assert!(check_proposal(&doc(1, 2), &reply(doc(1, 2)), &crd(rule), "v2").is_ok());
-    let refused = check_proposal(&doc(3, 2), &reply(doc(3, 2)), &crd(rule), "v2").unwrap_err();
+    assert!(check_proposal(&doc(1, 2), &reply(doc(1, 2)), &crd(rule), "v1", "v2").is_ok());
+    let refused =
+        check_proposal(&doc(3, 2), &reply(doc(3, 2)), &crd(rule), "v1", "v2").unwrap_err();
     assert_eq!(refused.rule, rule::SCHEMA);
     assert!(
         refused.detail.contains("min above max"),
@@ -210,7 +213,7 @@ fn the_crds_cel_rules_are_evaluated_and_a_rule_that_cannot_run_refuses() {
     );
     let transition = "self.min == oldSelf.min";
     let refused =
-        check_proposal(&doc(1, 2), &reply(doc(1, 2)), &crd(transition), "v2").unwrap_err();
+        check_proposal(&doc(1, 2), &reply(doc(1, 2)), &crd(transition), "v1", "v2").unwrap_err();
     assert_eq!(refused.rule, rule::SCHEMA);
     assert!(
         refused.detail.contains("cannot be evaluated"),
@@ -222,13 +225,13 @@ fn the_crds_cel_rules_are_evaluated_and_a_rule_that_cannot_run_refuses() {
 #[test]
 fn keys_holding_dots_are_paths_of_their_own() {
     let refused = |spec: Value| {
-        check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v2")
+        check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v1", "v2")
             .unwrap_err()
             .rule
     };
     let good = json!({"chart": "web", "ports": [{"port": 8443}],
             "values": {"securityContext": {"runAsNonRoot": true}, "ingress.enabled": true}});
-    assert!(check_proposal(&open_original(), &open_reply(good), &open_crd(), "v2").is_ok());
+    assert!(check_proposal(&open_original(), &open_reply(good), &open_crd(), "v1", "v2").is_ok());
     // A kept setting flattened into an inert key.
     assert_eq!(
         refused(json!({"chart": "web", "ports": [{"port": 8443}],
@@ -252,7 +255,7 @@ fn keys_holding_dots_are_paths_of_their_own() {
 #[test]
 fn defaults_never_invent_a_parent_and_empty_values_never_move() {
     let refused = |spec: Value| {
-        check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v2")
+        check_proposal(&open_original(), &open_reply(spec), &open_crd(), "v1", "v2")
             .unwrap_err()
             .rule
     };
@@ -274,6 +277,7 @@ fn defaults_never_invent_a_parent_and_empty_values_never_move() {
             &open_original(),
             &open_reply(json!({"chart": "web", "ports": [{"port": 8443, "protocol": "TCP"}], "values": values})),
             &open_crd(),
+            "v1",
             "v2"
         )
         .is_ok());
@@ -293,7 +297,13 @@ fn a_secret_inside_a_lost_value_is_redacted_in_the_prompt() {
         json!({"apiVersion": "v1", "kind": "Secret", "stringData": {"password": "canary-123"}})
             .to_string(),
     )];
-    let text = prompt(&original(), &json!({"type": "object"}), &losses);
+    let (text, _) = prompt(
+        &original(),
+        &json!({"type": "object"}),
+        None,
+        &losses,
+        &Default::default(),
+    );
     assert!(!text.contains("canary-123"), "{text}");
 }
 

@@ -31,7 +31,10 @@ impl Bosun {
             fix_plan(&head_config, &head, base, not_served, report_body)
         });
         let (fix, rendering) = match planned {
-            Ok(planned) => planned,
+            Ok((mut fix, rendering)) => {
+                fix.redaction = self.config.model.redaction();
+                (fix, rendering)
+            }
             Err((handoff, details)) => {
                 return self
                     .hand_off(slug, number, &handoff, &details, run)

@@ -170,7 +170,12 @@ impl Bosun {
             run.say("no model summary: the model-call cap is used");
             return Ok(None);
         }
-        let material = crate::bosun::summary::material(summary, &report.verdict, quoted);
+        let material = crate::bosun::summary::material(
+            summary,
+            &report.verdict,
+            quoted,
+            &self.config.model.redaction(),
+        );
         let reply = model.call(&crate::bosun::summary::request(&material)).await;
         match reply.map_err(|r| r.to_string()).and_then(|reply| {
             crate::bosun::summary::check(&reply.value, &material)
@@ -178,13 +183,35 @@ impl Bosun {
         }) {
             Ok((text, step)) => {
                 run.say("model summary accepted");
-                Ok(Some((
+                // What the model took from the notes is the notes' words: quoted as theirs,
+                // never under the "checked" line (the grounding rule reads no note).
+                let quiet = |t: &str| report::text(t).replace('@', "@\u{200b}");
+                let (own, taken): (Vec<_>, Vec<_>) =
+                    crate::bosun::summary::sentences(&text, &material)
+                        .into_iter()
+                        .partition(|(_, quoted)| !quoted);
+                let own: Vec<String> = own.into_iter().map(|(s, _)| quiet(&s)).collect();
+                let taken: Vec<String> = taken
+                    .into_iter()
+                    .map(|(s, _)| format!("“{}”", quiet(&s)))
+                    .collect();
+                let mut line = if own.is_empty() {
+                    "In short (a model's summary, in the release notes' own words)".to_string()
+                } else {
                     format!(
                         "In short (a model's summary; every version, image, key and kind it names was checked against the report and the notes): {}",
-                        report::text(&text.replace('@', "@\u{200b}"))
-                    ),
-                    step,
-                )))
+                        own.join(" ")
+                    )
+                };
+                if !taken.is_empty() {
+                    let _ = write!(
+                        line,
+                        "{}the release notes' words, as the model quoted them (the maintainers', not checked): {}",
+                        if own.is_empty() { ": " } else { " And " },
+                        taken.join(" ")
+                    );
+                }
+                Ok(Some((line, step)))
             }
             Err(why) => {
                 run.say(format!(

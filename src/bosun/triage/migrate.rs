@@ -28,7 +28,12 @@ impl Bosun {
         };
         let decided = tokio::task::block_in_place(|| migration_plan(&head_config, &head, base));
         let migrations = match decided {
-            Ok(Some(migrations)) => migrations,
+            Ok(Some(mut migrations)) => {
+                for m in &mut migrations {
+                    m.redaction = self.config.model.redaction();
+                }
+                migrations
+            }
             Ok(None) => {
                 run.say("the head renders for Bosun; nothing to migrate");
                 run.path = "wait".into();

@@ -27,7 +27,8 @@ pub enum ReportError {
     BadBlock { name: String, message: String },
 }
 
-/// Serialises a machine block so its text contains no `-`, `<`, `>` or `&`.
+/// Serialises a machine block so its text contains no `-`, `<`, `>` or `&`, and no invisible
+/// character (`escape::invisible`: written as JSON escapes, read back as themselves).
 pub fn machine_block(name: &str, value: &impl Serialize) -> String {
     let json = serde_json::to_string(value).unwrap_or_else(|_| "null".to_string());
     let mut escaped = String::with_capacity(json.len());
@@ -37,6 +38,14 @@ pub fn machine_block(name: &str, value: &impl Serialize) -> String {
             '<' => escaped.push_str("\\u003c"),
             '>' => escaped.push_str("\\u003e"),
             '&' => escaped.push_str("\\u0026"),
+            // Only inside JSON strings can such a character be (serde_json writes none
+            // elsewhere), where a `\uXXXX` escape (a surrogate pair past U+FFFF) reads back.
+            c if super::escape::invisible(c) => {
+                let mut units = [0u16; 2];
+                for unit in c.encode_utf16(&mut units) {
+                    escaped.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
             other => escaped.push(other),
         }
     }

@@ -2,9 +2,50 @@
 
 use super::*;
 
+/// Whether a character is invisible or reorders the text around it: Unicode's format
+/// characters (general category Cf: the bidi embeddings, overrides and isolates U+202A–U+202E
+/// and U+2066–U+2069, the zero-width characters and marks U+200B–U+200F, U+2060–U+2064, the
+/// soft hyphen, the byte-order mark, the tag characters U+E0000–U+E007F, ...) and the line and
+/// paragraph separators U+2028 and U+2029. Such a character in chart, pull-request,
+/// release-notes or model text could make a reader see other words than the bytes hold.
+pub fn invisible(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    matches!(
+        get_general_category(c),
+        GeneralCategory::Format
+            | GeneralCategory::LineSeparator
+            | GeneralCategory::ParagraphSeparator
+    )
+}
+
+/// An invisible character as a reader sees it: `\u{202E}`.
+pub fn shown(c: char) -> String {
+    format!("\\u{{{:04X}}}", u32::from(c))
+}
+
+/// `s` with every invisible character shown (`shown`): the one rule the report's text, its
+/// machine blocks (as JSON escapes there) and Bosun's comments apply.
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(invisible) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars()
+            .map(|c| {
+                if invisible(c) {
+                    shown(c)
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
+}
+
 /// Text a chart or a repository controls, made safe for Markdown: no HTML, no comments, one
-/// line (a line break shows as `␤`, so nothing can start a heading, a list or a block), and
-/// the characters that open emphasis, code, links, images, tables or autolinks escaped.
+/// line (a line break shows as `␤`, so nothing can start a heading, a list or a block), the
+/// characters that open emphasis, code, links, images, tables or autolinks escaped, and
+/// invisible characters shown (`\u{202E}`).
 pub fn text(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();
@@ -27,6 +68,7 @@ pub fn text(s: &str) -> String {
             ':' if chars.peek() == Some(&'/') => out.push_str("\\:"),
             '.' if out.ends_with("www") || out.ends_with("WWW") => out.push_str("\\."),
             '@' => out.push_str("\\@"),
+            c if invisible(c) => out.push_str(&shown(c)),
             c if c.is_control() => out.push('\u{FFFD}'),
             c => out.push(c),
         }

@@ -197,3 +197,63 @@ fn chart_text_cannot_start_a_heading_a_link_or_an_autolink() {
         "v1␤---␤\\# \\#\\# \\[click\\](https\\://evil.example.test) \\*b\\* www\\.evil.test a\\@b.test␤\\|x\\|"
     );
 }
+
+/// Characters Unicode calls format characters (Cf), and the line and paragraph separators:
+/// told by the regex crate's own Unicode tables, not by the function under test.
+fn invisible_by_regex(s: &str) -> bool {
+    static CF: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"[\p{Cf}\p{Zl}\p{Zp}]").expect("a fixed pattern")
+    });
+    CF.is_match(s)
+}
+
+/// A string mixing ordinary text with every kind of invisible character.
+fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let invisible = prop_oneof![
+        (0x202Au32..=0x202E).prop_map(|c| char::from_u32(c).expect("a char")),
+        (0x2066u32..=0x2069).prop_map(|c| char::from_u32(c).expect("a char")),
+        (0x200Bu32..=0x200F).prop_map(|c| char::from_u32(c).expect("a char")),
+        (0x2060u32..=0x2064).prop_map(|c| char::from_u32(c).expect("a char")),
+        (0xE0000u32..=0xE007F).prop_filter_map("a char", char::from_u32),
+        prop::sample::select(vec![
+            '\u{00AD}',
+            '\u{061C}',
+            '\u{180E}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{FEFF}',
+            '\u{FFF9}',
+            '\u{110BD}',
+            '\u{1D173}',
+            '\u{0600}',
+            '\u{06DD}',
+        ]),
+    ];
+    prop::collection::vec(
+        prop_oneof![3 => any::<char>(), 2 => invisible, 1 => prop::sample::select(vec!['-', '<', '>', '&', '\\', '`', '"', '\n'])],
+        0..40,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
+}
+
+proptest::proptest! {
+    #[test]
+    fn no_invisible_character_survives_the_reports_escaping(s in hostile_text()) {
+        let escaped = text(&s);
+        proptest::prop_assert!(!invisible_by_regex(&escaped), "{escaped:?}");
+        proptest::prop_assert!(!invisible_by_regex(&visible(&s)));
+        proptest::prop_assert!(!invisible_by_regex(&code(&s)));
+        // A machine block carries the text unchanged, and shows none of it.
+        let block = machine_block("test", &serde_json::json!({"name": s}));
+        proptest::prop_assert!(!invisible_by_regex(&block), "{block:?}");
+        let blocks = machine_blocks(&format!("{block}\n")).expect("the block parses");
+        proptest::prop_assert_eq!(&blocks[0].1["name"], &serde_json::json!(s));
+    }
+}
+
+#[test]
+fn a_bidi_override_is_shown_not_obeyed() {
+    assert_eq!(text("invoice\u{202E}fdp.exe"), "invoice\\u{202E}fdp.exe");
+    assert_eq!(text("a\u{E0041}\u{200B}b"), "a\\u{E0041}\\u{200B}b");
+}
