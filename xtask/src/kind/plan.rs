@@ -220,7 +220,7 @@ pub fn plan_up(
             ),
         ),
         Step::new(
-            "Argo CD v3.5.2 (images) on chart 9.4.3 and its CRDs, before Kargo (which enables its Argo CD integration only if they exist); controller metrics on for Prometheus",
+            "Argo CD v3.5.1 (images) on chart 9.4.3 and its CRDs, before Kargo (which enables its Argo CD integration only if they exist); controller metrics on for Prometheus",
             helm_install(
                 "argocd",
                 "argo/argo-cd",
@@ -246,7 +246,7 @@ pub fn plan_up(
                 "monitoring",
                 argv![
                     "--version",
-                    "29.27.2",
+                    "29.27.0",
                     "--values",
                     path("kind/values/prometheus.yaml"),
                 ],
