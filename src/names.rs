@@ -17,6 +17,12 @@ pub fn is_dns1123_subdomain(value: &str) -> bool {
         })
 }
 
+/// A DNS-1123 label: lowercase alphanumerics and `-`, starting and ending with an
+/// alphanumeric, at most 63 characters (a namespace's name).
+pub fn is_dns1123_label(value: &str) -> bool {
+    value.len() <= 63 && !value.contains('.') && is_dns1123_subdomain(value)
+}
+
 /// A DNS-1035 label: a lowercase letter, then lowercase alphanumerics and `-`, ending with an
 /// alphanumeric, at most 63 characters (a CRD's version names).
 pub fn is_dns1035_label(value: &str) -> bool {

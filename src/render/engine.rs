@@ -222,10 +222,22 @@ impl Engine<'_> {
                     applications.push(item);
                 }
             }
-            // Generated Applications are admitted like the rest (duplicates, cycles).
+            // Generated Applications are admitted like the rest (duplicates, cycles), once
+            // Argo CD would create them at all.
             let mut pending = Vec::new();
             for item in applications {
                 let id = identity("Application", &item.object);
+                if let Origin::ApplicationSet { namespace, name } = &item.origin
+                    && let Some(why) = refused_application(&item.object)
+                {
+                    self.error(
+                        &id,
+                        format!(
+                            "ApplicationSet {namespace}/{name} generates an Application that {why}; the ApplicationSet controller reports it and creates the others, so it would silently not exist"
+                        ),
+                    );
+                    continue;
+                }
                 if matches!(item.origin, Origin::ApplicationSet { .. }) && !self.admit(&id, &item) {
                     continue;
                 }
@@ -459,4 +471,55 @@ fn scan_roots(snapshot: &Snapshot) -> Result<Vec<Item>, Diagnostic> {
         }
     }
     Ok(roots)
+}
+
+/// Why Argo CD would not create a generated Application, if it would not: what the API server
+/// refuses of any object (a name that is not a DNS-1123 subdomain, a namespace that is not a
+/// DNS-1123 label), with an unresolved fasttemplate parameter named as the likely cause, and
+/// what the ApplicationSet controller's `validateGeneratedApplications` refuses before it
+/// creates one (no project; a destination with both `server` and `name`, or neither).
+fn refused_application(app: &Value) -> Option<String> {
+    let text = |p: &str| app.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let shown = |v: &str| -> String { v.chars().take(80).collect() };
+    let name = text("/metadata/name");
+    if name.contains("{{") {
+        return Some(format!(
+            "is named {:?}, with a template parameter no generator supplied (fasttemplate leaves it as written): the API server refuses that name",
+            shown(name)
+        ));
+    }
+    if !crate::names::is_dns1123_subdomain(name) {
+        return Some(format!(
+            "is named {:?}, which the API server refuses (a DNS-1123 subdomain: at most 253 lowercase letters, digits, '-' and '.')",
+            shown(name)
+        ));
+    }
+    let namespace = text("/metadata/namespace");
+    if !namespace.is_empty() && !crate::names::is_dns1123_label(namespace) {
+        return Some(format!(
+            "is in namespace {:?}, which the API server refuses (a DNS-1123 label)",
+            shown(namespace)
+        ));
+    }
+    if text("/spec/project").is_empty() {
+        return Some(
+            "names no project (Argo CD: the application references a project that does not exist)"
+                .into(),
+        );
+    }
+    let (server, cluster) = (
+        text("/spec/destination/server"),
+        text("/spec/destination/name"),
+    );
+    if !server.is_empty() && !cluster.is_empty() {
+        return Some(format!(
+            "has a destination with both server {:?} and name {:?} (Argo CD: application destination can't have both name and server defined)",
+            shown(server),
+            shown(cluster)
+        ));
+    }
+    if server.is_empty() && cluster.is_empty() {
+        return Some("has a destination with neither server nor name (Argo CD: the destination server or name is required)".into());
+    }
+    None
 }
