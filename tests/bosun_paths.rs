@@ -1167,3 +1167,87 @@ async fn a_pull_request_buried_in_comments_is_triaged_with_bounded_reads() {
     };
     assert_eq!(reports(&ground), 1);
 }
+
+/// Bosun never pushes to the default or the base branch: a pull request proposing main itself
+/// into a release branch, blocked on versions the swap would repair, is handed to a person,
+/// and main does not move.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_request_from_the_default_branch_is_handed_off_and_main_never_moves() {
+    let ground = start(json!({})).await;
+    let bare = ground.forge.bare_path(SLUG).unwrap();
+    ground::git::git(&bare, &["branch", "release", "main"]).unwrap();
+    let head = ground
+        .commit_overlay(
+            "main",
+            "main",
+            &case("check-cases/es-major-bump/head"),
+            "bump on main",
+        )
+        .unwrap();
+    let number = ground
+        .open_pull_into("main", "release", "main into release", "alice")
+        .await
+        .unwrap();
+    intake(&ground, number).await;
+    wait_for("the hand-off", || {
+        bosun_comment(&ground, number)
+            .is_some_and(|c| c.contains("never pushes to the default or the base branch"))
+    })
+    .await;
+    let main = ground::git::git(&bare, &["rev-parse", "main"]).unwrap();
+    assert_eq!(main.trim(), head.trim(), "Bosun moved main");
+    assert!(
+        !ground
+            .forge
+            .requests()
+            .iter()
+            .any(|r| r.method == "POST" && r.body.to_string().contains("bosun/attempt-")),
+        "an attempt was counted for a repair that must never be pushed"
+    );
+}
+
+/// A failed push leaves the branch untouched: the pull request's branch moves (a person pushes)
+/// after Bosun planned its repair and before its push; the push is never forced, so it is
+/// refused, the person's commit stays the branch's head and no commit of Bosun's is on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_push_refused_because_the_branch_moved_leaves_the_branch_as_the_person_left_it() {
+    let ground = start(json!({})).await;
+    let (number, _) = pull(&ground, "moved", "check-cases/es-major-bump/head").await;
+    // Bosun counts the attempt (a label) just before it pushes: held there, the branch moves.
+    let labels = format!("/repos/{SLUG}/issues/{number}/labels");
+    ground.forge.hold(&labels);
+    intake(&ground, number).await;
+    wait_for("the attempt label, just before the push", || {
+        ground.forge.requests().iter().any(|r| {
+            r.method == "POST" && r.path == labels && r.body.to_string().contains("bosun/attempt-1")
+        })
+    })
+    .await;
+    let person = ground
+        .commit_overlay(
+            "moved",
+            "moved",
+            &case("check-cases/patch-bump-green/head"),
+            "a person's push",
+        )
+        .unwrap();
+    ground.forge.release(&labels);
+    let bare = ground.forge.bare_path(SLUG).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while ground.bosun.as_ref().unwrap().busy().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out: the triage ends"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let tip = ground::git::git(&bare, &["rev-parse", "moved"]).unwrap();
+    assert_eq!(tip.trim(), person.trim(), "the branch is not the person's");
+    assert!(
+        !authors(&ground, "moved")
+            .iter()
+            .any(|a| a.contains("bosun")),
+        "{:?}",
+        authors(&ground, "moved")
+    );
+}

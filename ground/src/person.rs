@@ -106,6 +106,17 @@ impl Ground {
 
     /// A person opens a pull request through the forge's API. Returns its number.
     pub async fn open_pull(&self, head: &str, title: &str, by: &str) -> Result<u64> {
+        self.open_pull_into(head, "main", title, by).await
+    }
+
+    /// A person opens a pull request from `head` into `base`. Returns its number.
+    pub async fn open_pull_into(
+        &self,
+        head: &str,
+        base: &str,
+        title: &str,
+        by: &str,
+    ) -> Result<u64> {
         let response = reqwest::Client::new()
             .post(format!(
                 "{}/repos/{}/pulls",
@@ -113,7 +124,7 @@ impl Ground {
                 self.scenario.repository.slug
             ))
             .bearer_auth(Self::forge_token(by)?)
-            .json(&json!({"head": head, "base": "main", "title": title}))
+            .json(&json!({"head": head, "base": base, "title": title}))
             .send()
             .await?;
         let status = response.status();
