@@ -69,11 +69,125 @@ pub struct Snapshot {
     materialized: OnceLock<Result<Arc<tempfile::TempDir>, String>>,
 }
 
-/// `git -C repo`, never prompting for credentials.
-pub(crate) fn git(repo: &Path) -> Command {
+/// `git -C repo` as every part of the product runs it: nothing a repository's configuration,
+/// hooks or attributes name runs (see [`PROGRAMS_OFF`] and [`driver_names`]), and no
+/// transport at all (`GIT_ALLOW_PROTOCOL` empty: no fetch, push, remote helper, SSH command,
+/// credential helper or lazy fetch of a promisor). A repository's `.git/config` may come from
+/// anyone (`bosun repair --repo DIR` on a repository received as it is). The calls that must
+/// talk to a remote use [`git_remote`].
+pub fn git(repo: &Path) -> Command {
+    let mut command = git_remote(repo);
+    command.env("GIT_ALLOW_PROTOCOL", "");
+    command
+}
+
+/// [`git`] for the calls that talk to a remote (`fetch`, `push`): the transports the
+/// configuration allows are allowed; everything else of [`git`] holds. Only for a repository
+/// whose configuration the product wrote or the CI checked out.
+pub fn git_remote(repo: &Path) -> Command {
     let mut command = Command::new("git");
     command.arg("-C").arg(repo).env("GIT_TERMINAL_PROMPT", "0");
+    // Configuration given through the environment wins over every file (command scope), and
+    // is inherited by the git processes git starts (a worktree's checkout, auto maintenance).
+    let inherited: usize = std::env::var("GIT_CONFIG_COUNT")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut pairs: Vec<(String, String)> = PROGRAMS_OFF
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    match driver_names(repo) {
+        Ok(names) => {
+            for name in names {
+                for (section, program) in DRIVER_PROGRAMS {
+                    pairs.push((format!("{section}.{name}.{program}"), String::new()));
+                }
+                pairs.push((format!("filter.{name}.required"), "false".to_string()));
+            }
+        }
+        // The configuration could not be read: a key git refuses makes the command fail
+        // rather than run with a driver left on.
+        Err(()) => pairs.push(("unreadable-configuration".to_string(), String::new())),
+    }
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        command
+            .env(format!("GIT_CONFIG_KEY_{}", inherited + i), key)
+            .env(format!("GIT_CONFIG_VALUE_{}", inherited + i), value);
+    }
+    command.env("GIT_CONFIG_COUNT", (inherited + pairs.len()).to_string());
     command
+}
+
+/// Configuration that would make git run a program on its own, turned off for every git
+/// process: hooks (`core.hooksPath` at a file, so no hook is found), the file-system monitor,
+/// an external diff, signing, automatic maintenance (it runs `git gc` and its hook) and
+/// submodules followed by checkouts. A pager runs only on a terminal; git's output is always
+/// read by the product.
+pub const PROGRAMS_OFF: &[(&str, &str)] = &[
+    ("core.hooksPath", "/dev/null"),
+    ("core.fsmonitor", "false"),
+    ("diff.external", ""),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
+    ("submodule.recurse", "false"),
+];
+
+/// The program keys of an attribute-selected driver (`.gitattributes` picks a driver by
+/// name: `filter=x`, `diff=x`, `merge=x`), each set empty for every name configured: git then
+/// runs nothing (an empty filter is no filter; an empty diff or merge program cannot start).
+/// A name no configuration defines does nothing.
+const DRIVER_PROGRAMS: &[(&str, &str)] = &[
+    ("filter", "clean"),
+    ("filter", "smudge"),
+    ("filter", "process"),
+    ("diff", "command"),
+    ("diff", "textconv"),
+    ("merge", "driver"),
+];
+
+/// Every driver name the configuration of `repo` defines (`filter.<name>.*`, `diff.<name>.*`,
+/// `merge.<name>.*`), read as the git process in `repo` reads it (includes, `includeIf`
+/// conditions, every scope); read again for each command, since a condition can change.
+fn driver_names(repo: &Path) -> Result<Vec<String>, ()> {
+    let output = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args([
+            "config",
+            "-z",
+            "--name-only",
+            "--get-regexp",
+            r"^(filter|diff|merge)\..*\.",
+        ])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|_| ())?;
+    match output.status.code() {
+        Some(0) => {}
+        Some(1) => return Ok(Vec::new()), // nothing matched
+        // Outside a repository git still reads the user's and the system's files; a folder
+        // that is no repository is answered by the command itself.
+        _ if !repo.exists() => return Ok(Vec::new()),
+        _ => return Err(()),
+    }
+    let mut names = Vec::new();
+    for key in output.stdout.split(|b| *b == 0).filter(|k| !k.is_empty()) {
+        // A name that is not UTF-8 is refused rather than left on.
+        let key = std::str::from_utf8(key).map_err(|_| ())?;
+        if let Some((name, _)) = key
+            .split_once('.')
+            .and_then(|(_, rest)| rest.rsplit_once('.'))
+        {
+            names.push(name.to_string());
+        }
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 fn run_git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
@@ -147,7 +261,24 @@ pub fn ensure_commit(repo: &Path, sha: &str) -> Result<(), GitError> {
     if resolve_commit(repo, sha).is_ok() {
         return Ok(());
     }
-    let fetched = run_git(repo, &["fetch", "--quiet", "origin", sha]);
+    let fetched = git_remote(repo)
+        .args(["fetch", "--quiet", "origin", sha])
+        .output()
+        .map_err(|source| GitError::Spawn {
+            repo: repo.display().to_string(),
+            source,
+        })
+        .and_then(|output| {
+            if output.status.success() {
+                Ok(())
+            } else {
+                Err(GitError::Command {
+                    repo: repo.display().to_string(),
+                    args: "fetch origin".to_string(),
+                    stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+                })
+            }
+        });
     if fetched.is_err() || resolve_commit(repo, sha).is_err() {
         return Err(GitError::Command {
             repo: repo.display().to_string(),
@@ -632,6 +763,61 @@ mod tests {
                 "{id}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn the_runner_runs_no_hook_monitor_driver_or_transport_a_repository_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (repo, marks) = (dir.path().join("repo"), dir.path().join("marks"));
+        std::fs::create_dir_all(&repo).unwrap();
+        std::fs::create_dir_all(&marks).unwrap();
+        let git = git_in(&repo);
+        git(&["init", "-q"]);
+        std::fs::write(repo.join(".gitattributes"), "* filter=x diff=x\n").unwrap();
+        std::fs::write(repo.join("a.yaml"), "a: 1\n").unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "a"]);
+        let program = dir.path().join("mark");
+        std::fs::write(
+            &program,
+            format!("#!/bin/sh\ntouch '{}/ran'\nexec cat\n", marks.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let program = program.display().to_string();
+        for (key, value) in [
+            ("core.fsmonitor", program.as_str()),
+            ("filter.x.smudge", &program),
+            ("filter.x.clean", &program),
+            ("filter.x.required", "true"),
+            ("diff.x.textconv", &program),
+            ("protocol.allow", "always"),
+            ("remote.origin.url", "ext::sh -c touch% marks/ran"),
+        ] {
+            git(&["config", key, value]);
+        }
+        for hook in ["post-checkout", "reference-transaction", "pre-commit"] {
+            std::fs::copy(&program, repo.join(".git/hooks").join(hook)).unwrap();
+        }
+        std::fs::remove_file(repo.join("a.yaml")).unwrap();
+        let run = |args: &[&str]| git_in(&repo)(args);
+        run(&["checkout", "--quiet", "--force", "--detach", "HEAD"]);
+        std::fs::write(repo.join("a.yaml"), "a: 2\n").unwrap();
+        run(&["add", "a.yaml"]);
+        run(&["commit", "-qm", "b"]);
+        run(&["update-ref", "refs/heads/b", "HEAD"]);
+        run(&["status", "--porcelain"]);
+        let fetch = crate::git::git(&repo)
+            .args(["fetch", "origin"])
+            .output()
+            .unwrap();
+        assert!(!fetch.status.success());
+        assert!(
+            String::from_utf8_lossy(&fetch.stderr).contains("not allowed"),
+            "{fetch:?}"
+        );
+        assert_eq!(std::fs::read_dir(&marks).unwrap().count(), 0);
     }
 
     #[test]

@@ -69,14 +69,9 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_green() {
-    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
-    let head = repo.commit_overlay(
-        &common::project_root().join("tests/check-cases/es-major-bump/head"),
-        "pr",
-        "bump external-secrets",
-    );
+/// The external-secrets bump (the structural case), repaired by a swap whose reshape the
+/// model double answers well: the worktree, the writes, the commit and the branch all run.
+async fn swap_repair(repo: &common::TestRepo) -> std::process::Output {
     // The same model settings as a triage: here the ground's model double, scripted with the
     // structural scenario's good reshape.
     let script: ground::model::ModelScript = serde_json::from_value(serde_json::json!({
@@ -110,6 +105,18 @@ async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_gre
     };
     let output = run().await.unwrap();
     assert!(double.failures().is_empty(), "{:?}", double.failures());
+    output
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_green() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let head = repo.commit_overlay(
+        &common::project_root().join("tests/check-cases/es-major-bump/head"),
+        "pr",
+        "bump external-secrets",
+    );
+    let output = swap_repair(&repo).await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
         output.status.code(),
@@ -255,4 +262,150 @@ async fn a_local_values_migration_is_a_commit_that_edits_only_the_keys_and_the_g
         "{diff}"
     );
     assert_eq!(repo.head(), head);
+}
+
+/// A repository received as it is: its `.git/config`, hooks and the head's `.gitattributes`
+/// name programs that write a canary when run. Returns the canaries' folder.
+fn make_hostile(repo: &Path, canaries: &Path) {
+    let bin = canaries.parent().unwrap().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::create_dir_all(canaries).unwrap();
+    let program = |role: &str| {
+        use std::os::unix::fs::PermissionsExt;
+        let path = bin.join(role);
+        // Filters pass their input through; every program leaves its mark first.
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\ntouch '{}/{role}'\ncase '{role}' in filter-clean|filter-smudge|worktree-*) exec cat;; esac\nexit 0\n", canaries.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path.display().to_string()
+    };
+    // The head selects the drivers: `.md` the long-running filter process, `.yaml` a filter
+    // only a worktree's configuration defines, everything else clean/smudge, diff and merge.
+    std::fs::write(
+        repo.join(".gitattributes"),
+        "* filter=canary diff=canary merge=canary\n*.md filter=canaryprocess\n*.yaml filter=worktree\n",
+    )
+    .unwrap();
+    git(repo, &["add", ".gitattributes"]);
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
+        .args(["commit", "-q", "-m", "attributes"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let worktree_config = canaries.parent().unwrap().join("worktree.gitconfig");
+    std::fs::write(
+        &worktree_config,
+        format!(
+            "[filter \"worktree\"]\n\tclean = {}\n\tsmudge = {}\n\trequired = true\n",
+            program("worktree-clean"),
+            program("worktree-smudge")
+        ),
+    )
+    .unwrap();
+    let config = format!(
+        r#"[core]
+	fsmonitor = {fsmonitor}
+	pager = {pager}
+	editor = {editor}
+	sshCommand = {ssh}
+	alternateRefsCommand = {alternates}
+[filter "canary"]
+	clean = {clean}
+	smudge = {smudge}
+	required = true
+[filter "canaryprocess"]
+	process = {process}
+	required = true
+[diff]
+	external = {external}
+[diff "canary"]
+	command = {diff_command}
+	textconv = {textconv}
+[merge "canary"]
+	driver = {merge}
+[credential]
+	helper = {credential}
+[commit]
+	gpgSign = true
+[gpg]
+	program = {gpg}
+[gc]
+	auto = 1
+[protocol]
+	allow = always
+[includeIf "gitdir:**/worktrees/**"]
+	path = {worktree_config}
+"#,
+        fsmonitor = program("fsmonitor"),
+        pager = program("pager"),
+        editor = program("editor"),
+        ssh = program("ssh"),
+        alternates = program("alternate-refs"),
+        clean = program("filter-clean"),
+        smudge = program("filter-smudge"),
+        process = program("filter-process"),
+        external = program("diff-external"),
+        diff_command = program("diff-command"),
+        textconv = program("diff-textconv"),
+        merge = program("merge-driver"),
+        credential = program("credential-helper"),
+        gpg = program("gpg"),
+        worktree_config = worktree_config.display(),
+    );
+    let mut existing = std::fs::read_to_string(repo.join(".git/config")).unwrap();
+    existing.push_str(&config);
+    std::fs::write(repo.join(".git/config"), existing).unwrap();
+    for hook in [
+        "reference-transaction",
+        "post-checkout",
+        "pre-commit",
+        "prepare-commit-msg",
+        "commit-msg",
+        "post-commit",
+        "post-index-change",
+        "pre-auto-gc",
+    ] {
+        let path = program(&format!("hook-{hook}"));
+        std::fs::copy(&path, repo.join(".git/hooks").join(hook)).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_repair_runs_nothing_a_received_repository_names() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    repo.commit_overlay(
+        &common::project_root().join("tests/check-cases/es-major-bump/head"),
+        "pr",
+        "bump external-secrets",
+    );
+    let marks = tempfile::tempdir().unwrap();
+    let canaries = marks.path().join("canaries");
+    make_hostile(repo.path(), &canaries);
+    let output = swap_repair(&repo).await;
+    // Read before anything else runs git in the repository (the test's own git would run
+    // them).
+    let ran: Vec<String> = std::fs::read_dir(&canaries)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        ran.is_empty(),
+        "bosun repair ran {ran:?}\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // And the repair happened: the worktree, the writes, the commit and the branch ran.
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("repaired: 8 manifest(s)"), "{stdout}");
 }

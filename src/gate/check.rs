@@ -30,9 +30,7 @@ pub struct Revisions {
 /// main, else master (local or origin's).
 pub fn default_branch(repo: &Path) -> Option<String> {
     let run = |args: &[&str]| {
-        std::process::Command::new("git")
-            .arg("-C")
-            .arg(repo)
+        git::git(repo)
             .args(args)
             .output()
             .ok()

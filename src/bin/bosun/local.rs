@@ -18,10 +18,11 @@ pub struct Args<'a> {
     pub repo_url: Option<&'a str>,
 }
 
+/// git on the user's repository or the repair's worktree through the product's one runner:
+/// nothing the repository's configuration, hooks or attributes name runs, and no transport
+/// (the repository may have been received as it is).
 fn git(dir: &Path, args: &[&str]) -> Result<String> {
-    let output = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    let output = gitops_loop::git::git(dir)
         .args(args)
         .output()
         .context("cannot run git")?;
@@ -50,16 +51,10 @@ impl Drop for Worktree<'_> {
     }
 }
 
-/// Git in the repair's worktree: no hooks and no signing of the user's configuration run
-/// on content a pull request wrote, and pathspecs are literal.
+/// Git in the repair's worktree with literal pathspecs (a file named like pathspec magic is
+/// only ever that file).
 fn git_quiet(dir: &Path, args: &[&str]) -> Result<String> {
-    let mut all = vec![
-        "-c",
-        "core.hooksPath=/dev/null",
-        "-c",
-        "commit.gpgsign=false",
-        "--literal-pathspecs",
-    ];
+    let mut all = vec!["--literal-pathspecs"];
     all.extend_from_slice(args);
     git(dir, &all)
 }
@@ -204,14 +199,16 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
         .prefix("bosun-repair-")
         .tempdir_in(&workdir)?;
     let tree = scratch.path().join("tree");
+    // Checked out by a git process in the worktree itself: the configuration it reads (an
+    // `includeIf "gitdir:…"` can match only the worktree) is the one whose drivers are
+    // turned off.
     git(
         args.repo,
         &[
-            "-c",
-            "core.hooksPath=/dev/null",
             "worktree",
             "add",
             "--quiet",
+            "--no-checkout",
             "--detach",
             &tree.display().to_string(),
             &head,
@@ -221,6 +218,7 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
         repo: args.repo,
         tree: tree.clone(),
     };
+    git(&tree, &["reset", "--quiet", "--hard", &head])?;
     let head_config = render_config(&tree);
     let (rewrites, mut message, lines, summary) = match work {
         Work::Swap(dropped) => {

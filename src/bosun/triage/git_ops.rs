@@ -2,8 +2,17 @@
 
 use super::*;
 
+/// git on the checkout: nothing of the repository's configuration, hooks or attributes runs
+/// and no transport is allowed ([`crate::git::git`]).
 pub(super) fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
-    git_as(dir, args, None)
+    git_as(dir, args, Access::Local)
+}
+
+/// Whether a git command talks to the forge, and with which credentials.
+enum Access<'a> {
+    Local,
+    /// The forge's URL, user name and token, when Bosun has a token.
+    Remote(Option<(&'a str, &'a str, &'a str)>),
 }
 
 /// The credential helper of one git process: it answers `get` with the user name and the token
@@ -13,13 +22,13 @@ pub(super) fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
 /// `store` helper would write the token to disk).
 pub(super) const CREDENTIAL_HELPER: &str = "credential.helper=!f() { test \"$1\" = get || exit 0; h=; p=; while IFS= read -r line; do case \"$line\" in host=*) h=\"${line#host=}\";; protocol=*) p=\"${line#protocol=}\";; esac; done; test \"$h\" = \"$BOSUN_GIT_HOST\" && test \"$p\" = \"$BOSUN_GIT_PROTOCOL\" || exit 0; echo \"username=$BOSUN_GIT_USERNAME\"; echo \"password=$BOSUN_GIT_TOKEN\"; }; f";
 
-/// git with Bosun's token given through [`CREDENTIAL_HELPER`] when `credentials` is set.
-fn git_as(
-    dir: &Path,
-    args: &[&str],
-    credentials: Option<(&str, &str, &str)>,
-) -> Result<String, TriageError> {
-    let mut command = crate::git::git(dir);
+/// git with Bosun's token given through [`CREDENTIAL_HELPER`] when a remote call has
+/// credentials.
+fn git_as(dir: &Path, args: &[&str], access: Access<'_>) -> Result<String, TriageError> {
+    let (mut command, credentials) = match access {
+        Access::Local => (crate::git::git(dir), None),
+        Access::Remote(credentials) => (crate::git::git_remote(dir), credentials),
+    };
     if let Some((url, username, token)) = credentials {
         let (protocol, rest) = url.split_once("://").unwrap_or(("", url));
         let host = rest.split('/').next().unwrap_or("");
@@ -99,7 +108,7 @@ impl Bosun {
             .as_deref()
             .filter(|_| !self.token.is_empty())
             .map(|user| (remote.url.as_str(), user, self.token.as_str()));
-        git_as(dir, args, credentials).map_err(|e| self.scrub(e))
+        git_as(dir, args, Access::Remote(credentials)).map_err(|e| self.scrub(e))
     }
 
     /// An error with Bosun's token taken out (git echoes URLs, forges echo requests).
