@@ -240,3 +240,74 @@ fn two_replicas_and_a_config_that_moves_the_workdir_are_refused() {
         );
     }
 }
+
+/// The pod can make the network namespace renders run in (a user namespace of its own, a
+/// seccomp profile that allows unshare); without it, rendering unconfined is an explicit
+/// opt-in that reaches bosun.yaml.
+#[test]
+fn the_pod_can_confine_renders_and_rendering_unconfined_is_an_explicit_opt_in() {
+    let pod = |rendered: &[Value]| {
+        rendered.iter().find(|o| o["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]
+            .clone()
+    };
+    let config = |rendered: &[Value]| {
+        let config_map = rendered.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+        gitops_loop::bosun::config::Config::parse(
+            config_map["data"]["bosun.yaml"].as_str().unwrap(),
+            "bosun.yaml",
+        )
+        .unwrap()
+    };
+    let rendered = objects(&[]);
+    let spec = pod(&rendered);
+    assert_eq!(spec["hostUsers"], false);
+    let container = &spec["containers"][0]["securityContext"];
+    assert_eq!(container["seccompProfile"], json!({"type": "Unconfined"}));
+    assert_eq!(container["allowPrivilegeEscalation"], false);
+    assert_eq!(container["capabilities"], json!({"drop": ["ALL"]}));
+    assert!(container.get("appArmorProfile").is_none(), "{container}");
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert!(!config(&rendered).render.allow_unconfined);
+
+    // A Localhost profile and an AppArmor profile reach the container as given.
+    let rendered = objects(&[
+        "--set",
+        "confinement.seccompProfile.type=Localhost",
+        "--set",
+        "confinement.seccompProfile.localhostProfile=profiles/unshare.json",
+        "--set",
+        "confinement.appArmorProfile.type=Localhost",
+        "--set",
+        "confinement.appArmorProfile.localhostProfile=bosun-userns",
+    ]);
+    let container = &pod(&rendered)["containers"][0]["securityContext"];
+    assert_eq!(
+        container["seccompProfile"],
+        json!({"type": "Localhost", "localhostProfile": "profiles/unshare.json"})
+    );
+    assert_eq!(
+        container["appArmorProfile"],
+        json!({"type": "Localhost", "localhostProfile": "bosun-userns"})
+    );
+
+    // Where the cluster has no user namespaces: the pod keeps the runtime's default profile,
+    // and renders run unconfined only when that is said.
+    let rendered = objects(&[
+        "--set",
+        "confinement.userNamespaces=false",
+        "--set",
+        "confinement.allowUnconfined=true",
+    ]);
+    let spec = pod(&rendered);
+    assert!(spec.get("hostUsers").is_none(), "{spec}");
+    assert!(
+        spec["containers"][0]["securityContext"]
+            .get("seccompProfile")
+            .is_none()
+    );
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"],
+        json!({"type": "RuntimeDefault"})
+    );
+    assert!(config(&rendered).render.allow_unconfined);
+}

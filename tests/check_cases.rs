@@ -205,6 +205,25 @@ fn check_cases() {
             !invisible.is_match(&bosun),
             "an invisible character in what Bosun writes"
         );
+        // How the renders ran depends on the machine (a network namespace, or the scrubbed
+        // environment opted in where none can be made): the report says it in one footer line,
+        // which `tests/confinement.rs` checks per mode; here it is named, not quoted.
+        use gitops_loop::render::confine::Confinement;
+        let footers = [
+            Confinement::NetworkNamespace.footer(),
+            Confinement::ScrubbedEnvironmentOnly.footer(),
+        ];
+        assert_eq!(
+            footers
+                .iter()
+                .map(|f| report.matches(f).count())
+                .sum::<usize>(),
+            1,
+            "one footer says how the renders ran:\n{report}"
+        );
+        let report = footers
+            .iter()
+            .fold(report, |r, f| r.replace(f, "[how the renders ran]"));
         let shas = [base, head];
         let snapshot = format!(
             "# {}\nexit: {}\nstderr: {}\n--- report\n{}\n--- verdict\n{}\n--- findings\n{}\n--- distinct changes\n{}\n--- bosun\n{}",

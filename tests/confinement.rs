@@ -193,7 +193,8 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
         repo.commit_overlay(overlay.path(), &branch, name);
         let cache = tempfile::tempdir().unwrap();
         let out = tempfile::tempdir().unwrap();
-        // Without the network namespace: the pre-scan alone must keep every attack out.
+        // Without the network namespace (opted in): the pre-scan alone must keep every
+        // attack out.
         let mut check = gate_on(
             cache.path(),
             repo.path(),
@@ -202,6 +203,7 @@ fn a_pull_request_cannot_read_a_credential_or_reach_the_network() {
         let output = sample_inputs(&mut check)
             .env("GITHUB_TOKEN", ENV_CANARY)
             .env("GATE_NO_NETNS", "1")
+            .arg("--allow-unconfined")
             .arg("--report")
             .arg(out.path().join("report.md"))
             .arg("--json")
@@ -705,7 +707,7 @@ fn a_symbolic_link_in_a_mirrored_chart_is_refused_by_both_paths() {
                 .arg(out.path().join("verdict.json"))
                 .env("GITHUB_TOKEN", ENV_CANARY);
             if no_netns {
-                check.env("GATE_NO_NETNS", "1");
+                check.env("GATE_NO_NETNS", "1").arg("--allow-unconfined");
             }
             let output = check.output().unwrap();
             let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
@@ -727,7 +729,7 @@ fn a_symbolic_link_in_a_mirrored_chart_is_refused_by_both_paths() {
                 .arg(mirror.path())
                 .env("GITHUB_TOKEN", ENV_CANARY);
             if no_netns {
-                render.env("GATE_NO_NETNS", "1");
+                render.env("GATE_NO_NETNS", "1").arg("--allow-unconfined");
             }
             let rendered = render.output().unwrap();
             for (name, text) in [
@@ -1031,4 +1033,139 @@ fn a_gate_run_removes_the_temporary_folders_of_killed_runs() {
         outside.path().join("keep").exists() && link.symlink_metadata().is_ok(),
         "a link is never followed"
     );
+}
+
+/// Where no network namespace can be made (`GATE_NO_NETNS=1` plays a machine without user
+/// namespaces), a render fails closed unless the operator opted in: `gate check` cannot decide
+/// (exit 2, never green) with one line saying why and how, `gate render` fails, and nothing
+/// runs helm. Opted in, the check runs with a scrubbed environment and its report says so.
+#[test]
+fn without_a_network_namespace_a_render_refuses_unless_opted_in() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    repo.commit_overlay(
+        &common::project_root().join("tests/check-cases/es-major-bump/head"),
+        "pr",
+        "bump external-secrets",
+    );
+    let cache = tempfile::tempdir().unwrap();
+    let check = |extra: &[&str], env: &[(&str, &str)]| {
+        let out = tempfile::tempdir().unwrap();
+        let mut check = gate_on(
+            cache.path(),
+            repo.path(),
+            &["check", "--head", "pr", "--default-branch", "main"],
+        );
+        let output = sample_inputs(&mut check)
+            .env("GATE_NO_NETNS", "1")
+            .env_remove("GATE_ALLOW_UNCONFINED")
+            .envs(env.iter().copied())
+            .args(extra)
+            .arg("--report")
+            .arg(out.path().join("report.md"))
+            .arg("--json")
+            .arg(out.path().join("verdict.json"))
+            .output()
+            .unwrap();
+        let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(out.path().join("verdict.json")).unwrap(),
+        )
+        .unwrap();
+        (output, report, json)
+    };
+    // Refused: could not decide, one error line that names the cause and both ways out.
+    let (output, report, json) = check(&[], &[]);
+    assert_eq!(output.status.code(), Some(2), "{report}");
+    assert_eq!(json["verdict"]["outcome"], "undecided", "{json}");
+    let errors = json["verdict"]["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let error = errors[0].as_str().unwrap();
+    assert!(!error.contains('\n'), "{error}");
+    for needed in [
+        "renders refused",
+        "network namespace",
+        "GATE_NO_NETNS=1",
+        "--allow-unconfined",
+        "render.allowUnconfined",
+    ] {
+        assert!(error.contains(needed), "{needed}: {error}");
+    }
+    assert!(report.contains("could not decide"), "{report}");
+    assert!(!report.contains("Renders unconfined"), "{report}");
+    // `gate render` fails too (exit 1), with that line on stderr and nothing on stdout.
+    let mut render = gate_on(cache.path(), repo.path(), &["render", "--revision", "pr"]);
+    let rendered = sample_inputs(&mut render)
+        .env("GATE_NO_NETNS", "1")
+        .env_remove("GATE_ALLOW_UNCONFINED")
+        .output()
+        .unwrap();
+    assert_eq!(rendered.status.code(), Some(1));
+    assert!(rendered.stdout.is_empty());
+    assert!(
+        String::from_utf8_lossy(&rendered.stderr).contains("renders refused"),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    // Opted in (the flag, or the variable): the check decides, and its report says how the
+    // renders ran.
+    for (extra, env) in [
+        (&["--allow-unconfined"][..], &[][..]),
+        (&[][..], &[("GATE_ALLOW_UNCONFINED", "1")][..]),
+    ] {
+        let (output, report, json) = check(extra, env);
+        assert_eq!(output.status.code(), Some(1), "{report}");
+        assert_eq!(json["verdict"]["outcome"], "blocked", "{json}");
+        assert_eq!(json["confinement"], "scrubbedEnvironmentOnly", "{json}");
+        assert!(
+            report.contains(
+                "_Renders unconfined (opted in): scrubbed environment only, no network namespace._"
+            ),
+            "{report}"
+        );
+        // The footer is outside every machine block.
+        assert!(
+            gitops_loop::gate::report::parse(&report).is_ok(),
+            "{report}"
+        );
+    }
+}
+
+/// Where the machine makes network namespaces, the report says the renders were confined
+/// (and the opt-in changes nothing).
+#[test]
+fn with_a_network_namespace_the_report_says_the_renders_were_confined() {
+    if !gitops_loop::render::confine::network_namespace_available() {
+        eprintln!("no network namespace here: the confined footer cannot be shown");
+        return;
+    }
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    repo.commit_overlay(
+        &common::project_root().join("tests/check-cases/es-major-bump/head"),
+        "pr",
+        "bump external-secrets",
+    );
+    let cache = tempfile::tempdir().unwrap();
+    for extra in [&[][..], &["--allow-unconfined"][..]] {
+        let out = tempfile::tempdir().unwrap();
+        let mut check = gate_on(
+            cache.path(),
+            repo.path(),
+            &["check", "--head", "pr", "--default-branch", "main"],
+        );
+        let output = sample_inputs(&mut check)
+            .env_remove("GATE_NO_NETNS")
+            .args(extra)
+            .arg("--report")
+            .arg(out.path().join("report.md"))
+            .output()
+            .unwrap();
+        let report = std::fs::read_to_string(out.path().join("report.md")).unwrap();
+        assert_eq!(output.status.code(), Some(1), "{report}");
+        assert!(
+            report.contains(
+                "_Renders confined: network namespace (no network) and a scrubbed environment._"
+            ),
+            "{report}"
+        );
+    }
 }

@@ -171,6 +171,7 @@ fn result_with(dropped: Vec<DroppedServedVersion>) -> GateResult {
         findings,
         diff: Default::default(),
         chart_defaults: Vec::new(),
+        confinement: None,
     }
 }
 
@@ -377,6 +378,7 @@ fn green_report(base: &Rendering, head: &Rendering) -> String {
         findings: vec![],
         diff,
         chart_defaults: vec![],
+        confinement: None,
     };
     report::render(&result).0
 }

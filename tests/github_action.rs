@@ -206,7 +206,7 @@ repo= trusted=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rm) shift ;;
-    --user|--env) shift 2 ;;
+    --user|--env|--security-opt) shift 2 ;;
     --volume) case "$2" in *:/repo) repo="${2%:/repo}" ;; *:/trusted) trusted="${2%:/trusted}" ;; esac; shift 2 ;;
     *) break ;;
   esac

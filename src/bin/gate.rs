@@ -159,6 +159,11 @@ struct RenderArgs {
     /// render error).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     render_output_mib: u64,
+    /// Where no network namespace can be made (no user namespaces), render anyway with a
+    /// scrubbed environment only; without it such a render is refused (exit 1 for render,
+    /// 2 for check and publish). Also GATE_ALLOW_UNCONFINED=1.
+    #[arg(long)]
+    allow_unconfined: bool,
 }
 
 #[derive(Args, Clone)]
@@ -282,6 +287,7 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
         timeout: std::time::Duration::from_secs(args.render_timeout),
         memory_bytes: args.render_memory_mib << 20,
         output_bytes: usize::try_from(args.render_output_mib << 20).unwrap_or(usize::MAX),
+        allow_unconfined: args.allow_unconfined,
     };
     helm.limits = limits;
     // helm's version is part of every helm render's disk cache entry: asked now, it overlaps

@@ -164,6 +164,11 @@ pub struct RenderLimitsConfig {
     /// `kustomize.buildOptions` include `--enable-helm`).
     #[serde(default)]
     pub kustomize_enable_helm: bool,
+    /// Where no network namespace can be made (a pod without user namespaces), render with a
+    /// scrubbed environment only; without it such a render is refused (the gate cannot
+    /// decide, never green).
+    #[serde(default)]
+    pub allow_unconfined: bool,
 }
 
 impl Default for RenderLimitsConfig {
@@ -172,6 +177,7 @@ impl Default for RenderLimitsConfig {
             timeout_seconds: default_render_timeout(),
             memory_mib: default_render_memory(),
             kustomize_enable_helm: false,
+            allow_unconfined: false,
         }
     }
 }
@@ -181,6 +187,7 @@ impl RenderLimitsConfig {
         crate::render::confine::Limits {
             timeout: std::time::Duration::from_secs(self.timeout_seconds.max(1)),
             memory_bytes: self.memory_mib.max(64) << 20,
+            allow_unconfined: self.allow_unconfined,
             ..Default::default()
         }
     }

@@ -72,6 +72,7 @@ fn undecided(base: String, head: String, errors: Vec<String>) -> GateResult {
         findings,
         diff: RenderDiff::default(),
         chart_defaults: Vec::new(),
+        confinement: None,
     }
 }
 
@@ -149,6 +150,16 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
     let mut owned = config.clone();
     owned.parsed = Default::default();
     let config = &owned;
+    // No network namespace and no opt-in: one line, and the gate cannot decide (never green).
+    let confinement = match render::confine::confinement(&config.helm.limits) {
+        Ok(confinement) => confinement,
+        Err(refusal) => return undecided(base, head, vec![refusal]),
+    };
+    // A failure after this point happened under that confinement: the report says it too.
+    let undecided = |base, head, errors| GateResult {
+        confinement: Some(confinement),
+        ..undecided(base, head, errors)
+    };
     let at = |revision: &str| render::render(config, revision);
     let stopped = |revision: &str| {
         Err(RenderFailure {
@@ -264,6 +275,7 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
         findings,
         diff: render_diff,
         chart_defaults,
+        confinement: Some(confinement),
     };
     result.verdict.repository_consumers = result.dropped().iter().map(|d| d.consumers.len()).sum();
     // The renderings are freed on a thread of its own, off the verdict's path: 600

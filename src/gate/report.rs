@@ -98,6 +98,10 @@ pub struct GateResult {
     /// both versions), so the value that made an object appear is in front of the reader.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chart_defaults: Vec<ChartDefaults>,
+    /// How helm and kubectl ran for this check (the report's footer says it); absent when
+    /// nothing was rendered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confinement: Option<crate::render::confine::Confinement>,
 }
 
 /// A chart's default values that changed between two versions.
@@ -159,20 +163,30 @@ pub fn render(result: &GateResult) -> (String, Option<String>) {
     let full_head = head_section(result, None);
     let blocks = blocks_section(result);
     let details = details_section(result);
-    let full = format!("{full_head}{details}\n{blocks}");
+    let footer = footer(result);
+    let full = format!("{full_head}{details}\n{footer}{blocks}");
     if full.chars().count() <= COMMENT_LIMIT {
         return (full, None);
     }
     // Too long for a comment: at most a few findings per rule in the head (the counts and
     // machine blocks stay whole), the details cut to what is left.
     let head = head_section(result, Some(LISTED_PER_RULE));
-    let comment = fit(&head, &details, &blocks);
+    let comment = fit(&head, &details, &format!("{footer}{blocks}"));
     if comment.chars().count() <= COMMENT_LIMIT {
         return (comment, Some(full));
     }
     // Still too long (thousands of blocking objects, each with its machine block; megabytes a
     // chart printed): the outcome, the counts and the verdict, which always fit.
     (minimal(result), Some(full))
+}
+
+/// The line that says how the renders ran (`--allow-unconfined` shows here), before the
+/// machine blocks; nothing when the result says nothing of it.
+fn footer(result: &GateResult) -> String {
+    result
+        .confinement
+        .map(|c| format!("_{}_\n\n", c.footer()))
+        .unwrap_or_default()
 }
 
 /// `N Applications changed, N added, N removed; objects N added, N changed, N removed`.
@@ -211,6 +225,7 @@ fn minimal(result: &GateResult) -> String {
         out,
         "\n_The report is too long for a comment even cut, so only its outcome is here: every finding is in the check run's output file (`gate check --report`) and in `gate check --json`._\n"
     );
+    out.push_str(&footer(result));
     out.push_str(&blocks::verdict_block(
         v,
         MINIMAL_ERRORS,

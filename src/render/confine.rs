@@ -5,6 +5,10 @@
 //!
 //! The pre-scan of kustomizations (`kustomize.rs`) is the guard that keeps a render inside its
 //! tree; the namespace is the backstop, so that a miss in the scan still cannot fetch.
+//!
+//! Where no namespace can be made, a render fails closed ([`confinement`]) unless the
+//! operator opted in to the scrubbed environment alone (`--allow-unconfined`,
+//! `render.allowUnconfined`, or `GATE_ALLOW_UNCONFINED=1`).
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -24,6 +28,10 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// The most one call may print on stdout before it is stopped, in bytes.
     pub output_bytes: usize,
+    /// The operator accepts a render with a scrubbed environment only where no network
+    /// namespace can be made (`--allow-unconfined`, `render.allowUnconfined`). Without it
+    /// such a render is refused.
+    pub allow_unconfined: bool,
 }
 
 impl Default for Limits {
@@ -34,8 +42,52 @@ impl Default for Limits {
             // leaves room for a real chart and stops a runaway template long before the machine.
             memory_bytes: 4 << 30,
             output_bytes: 512 << 20,
+            allow_unconfined: false,
         }
     }
+}
+
+/// How helm and kubectl run on content a pull request controls: reported in the gate's
+/// report so a reader knows what held a render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Confinement {
+    /// In a network namespace with no interfaces, with a scrubbed environment.
+    NetworkNamespace,
+    /// With a scrubbed environment only: no namespace could be made and the operator opted in.
+    ScrubbedEnvironmentOnly,
+}
+
+impl Confinement {
+    /// The report's footer line.
+    pub fn footer(self) -> &'static str {
+        match self {
+            Confinement::NetworkNamespace => {
+                "Renders confined: network namespace (no network) and a scrubbed environment."
+            }
+            Confinement::ScrubbedEnvironmentOnly => {
+                "Renders unconfined (opted in): scrubbed environment only, no network namespace."
+            }
+        }
+    }
+}
+
+/// The environment variable that opts in as `--allow-unconfined` does, for every process that
+/// renders (the test suite and CI machines without user namespaces).
+pub const ALLOW_UNCONFINED_ENV: &str = "GATE_ALLOW_UNCONFINED";
+
+/// How a render runs here under `limits`, or why it may not run: no network namespace can
+/// be made and nobody opted in to the scrubbed environment alone (one line: why and how).
+pub fn confinement(limits: &Limits) -> Result<Confinement, String> {
+    let Err(why) = network_namespace() else {
+        return Ok(Confinement::NetworkNamespace);
+    };
+    if limits.allow_unconfined || std::env::var_os(ALLOW_UNCONFINED_ENV).is_some_and(|v| v == "1") {
+        return Ok(Confinement::ScrubbedEnvironmentOnly);
+    }
+    Err(format!(
+        "renders refused: helm and kubectl cannot run in a network namespace here ({why}); allow user namespaces (charts/bosun: confinement.userNamespaces), or accept a scrubbed environment only with --allow-unconfined (gate), render.allowUnconfined: true (bosun.yaml) or {ALLOW_UNCONFINED_ENV}=1"
+    ))
 }
 
 /// The port proxy variables point at: the discard port on loopback, closed on any machine that
@@ -58,6 +110,9 @@ pub enum ConfineError {
         program: String,
         source: std::io::Error,
     },
+    /// No network namespace and no opt-in: see [`confinement`].
+    #[error("{0}")]
+    Unconfined(String),
 }
 
 /// What a confined process left behind.
@@ -90,32 +145,54 @@ fn unshare() -> Option<&'static Path> {
 
 /// Whether `unshare --user --map-root-user --net` works here (probed once per process).
 pub fn network_namespace_available() -> bool {
-    static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        if std::env::var_os("GATE_NO_NETNS").is_some_and(|v| v == "1") {
-            return false;
-        }
-        let Some(unshare) = unshare() else {
-            tracing::warn!(
-                "no network namespace available (no unshare in {CONFINED_PATH}): helm and kubectl run with a scrubbed environment only"
-            );
-            return false;
-        };
-        let ok = Command::new(unshare)
-            .args(["--user", "--map-root-user", "--net", "--", "true"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        if !ok {
-            tracing::warn!(
-                "no network namespace available (unshare --user --net failed): helm and kubectl run with a scrubbed environment only"
-            );
-        }
-        ok
-    })
+    network_namespace().is_ok()
+}
+
+/// [`network_namespace_available`], with why not: `GATE_NO_NETNS=1` (how tests play a
+/// machine without user namespaces), no `unshare`, or what `unshare` said.
+fn network_namespace() -> Result<(), &'static str> {
+    static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    AVAILABLE
+        .get_or_init(|| {
+            if std::env::var_os("GATE_NO_NETNS").is_some_and(|v| v == "1") {
+                return Err("GATE_NO_NETNS=1".to_string());
+            }
+            let Some(unshare) = unshare() else {
+                return Err(format!("no unshare in {CONFINED_PATH}"));
+            };
+            let probe = Command::new(unshare)
+                .args(["--user", "--map-root-user", "--net", "--", "true"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .output();
+            match probe {
+                Ok(output) if output.status.success() => Ok(()),
+                Ok(output) => {
+                    let said = String::from_utf8_lossy(&output.stderr);
+                    let said: String = said
+                        .lines()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("no message")
+                        .chars()
+                        .filter(|c| !c.is_control())
+                        .take(200)
+                        .collect();
+                    Err(format!(
+                        "unshare --user --map-root-user --net failed: {}",
+                        said.trim()
+                    ))
+                }
+                Err(e) => Err(format!("cannot run {}: {e}", unshare.display())),
+            }
+        })
+        .as_ref()
+        .map(|_| ())
+        .map_err(String::as_str)
+        .inspect_err(|why| {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| tracing::warn!("no network namespace for helm and kubectl: {why}"));
+        })
 }
 
 /// One helm or kubectl call, built like a `Command` and run under [`Limits`].
@@ -240,8 +317,12 @@ impl Confined {
         command
     }
 
-    /// Runs the call to completion or until a limit stops it.
+    /// Runs the call to completion or until a limit stops it. Without a network namespace it
+    /// runs only when `limits` (or the environment) opted in; a pull needs none.
     pub fn run(self, limits: &Limits) -> Result<Output, ConfineError> {
+        if !self.network {
+            confinement(limits).map_err(ConfineError::Unconfined)?;
+        }
         let program = self
             .program
             .file_name()

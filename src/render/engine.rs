@@ -64,6 +64,10 @@ fn render_roots(
         values_users: Vec::new(),
     };
     trace(revision, "render starts");
+    // Where no network namespace can be made, nothing renders unless the operator opted in.
+    if let Err(refusal) = super::confine::confinement(&config.helm.limits) {
+        return Err(failure(revision, "confinement", refusal));
+    }
     // helm's version is part of every persistent cache entry of a helm render, looked up
     // after the wave is planned: it is asked in the background while the snapshot loads and
     // the jobs are planned (`helm version` alone takes 50-100 ms). kubectl's is asked only

@@ -44,6 +44,11 @@ bosun.yaml: the user's config, with the paths and the inventory this chart provi
 {{- $forge := deepCopy $config.forge }}
 {{- $_ := set $forge "tokenEnv" "BOSUN_FORGE_TOKEN" }}
 {{- $_ := set $config "forge" $forge }}
+{{- if .Values.confinement.allowUnconfined }}
+{{- $render := deepCopy ($config.render | default dict) }}
+{{- $_ := set $render "allowUnconfined" true }}
+{{- $_ := set $config "render" $render }}
+{{- end }}
 {{- toYaml $config }}
 {{- end }}
 

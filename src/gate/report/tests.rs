@@ -36,6 +36,7 @@ fn the_summary_block_stays_within_its_budget_and_reads_tags_under_digests() {
         findings: vec![],
         diff: Default::default(),
         chart_defaults: vec![],
+        confinement: None,
     };
     result.diff.applications.push(AppDiff {
         app: AppKey {
@@ -112,6 +113,7 @@ fn a_not_served_block_round_trips_hostile_names_and_cannot_add_a_block() {
         }],
         diff: Default::default(),
         chart_defaults: vec![],
+        confinement: None,
     };
     let (markdown, _) = render(&result);
     assert_eq!(markdown.matches("<!--").count(), 4, "{markdown}");
@@ -153,6 +155,7 @@ fn hostile_chart_defaults_and_finding_evidence_cannot_add_a_block_or_a_heading()
             more: 0,
             unreadable: None,
         }],
+        confinement: None,
     };
     let (markdown, _) = render(&result);
     // The marker, the verdict, the summary and the one finding block: nothing else opens a
