@@ -183,6 +183,15 @@ fn a_pattern_met_by_many_strings_is_compiled_once_and_bounded() {
         let attack = check(&pattern_schema(pattern), &strings(2000));
         assert_within_bound(&attack, &honest, pattern);
     }
+    // The reviewer's second attack: a large program met by long strings that never match
+    // (the regex crate's worst case is program x text), charged and then not run.
+    let long = format!(
+        "{{s: [{}]}}",
+        vec![format!("{:?}", "a".repeat(20_000)); 200].join(",")
+    );
+    let attack = check(&pattern_schema("[ab]{3000}c"), &long);
+    assert_within_bound(&attack, &honest, "a large pattern over long strings");
+    assert!(attack.report.contains("not checked"), "{}", attack.report);
     let attack = check(&pattern_schema("^((\\w{30}){30}){30}$"), &strings(2000));
     assert!(
         attack.report.contains("not checked") && attack.report.contains("pattern"),

@@ -29,6 +29,19 @@ pub const OBJECT_BUDGET: u64 = 10_000_000;
 /// A regular expression (`matches`, a schema's `pattern`) whose compiled program is larger than
 /// this is not run here.
 pub const MAX_REGEX_BYTES: usize = 2 << 20;
+
+/// The work charged for matching a text of `text` nodes (16 bytes each) against a program of
+/// `weight` (see [`regex_weight`]): the regex crate is linear in the text for one program, but
+/// its worst case is the program's size times the text's, and that is what is charged.
+pub fn match_cost(weight: u64, text: u64) -> u64 {
+    weight.saturating_mul(text).saturating_div(4).max(1)
+}
+
+/// The work charged for compiling a pattern once: see `cost::regex_weight`; None when it does
+/// not compile within [`MAX_REGEX_BYTES`].
+pub fn regex_weight(pattern: &str) -> Option<u64> {
+    cost::regex_weight(pattern)
+}
 /// Nesting this deep is not converted (the object's own nesting is bounded before it gets here;
 /// this keeps the conversion's recursion bounded on its own).
 const MAX_DEPTH: usize = 64;
@@ -56,18 +69,63 @@ pub fn evaluate(rule: &Value, value: &Value, schema: &Value) -> Verdict {
     evaluate_within(rule, value, schema, &mut OBJECT_BUDGET.clone())
 }
 
-/// [`evaluate`], charging the rule's estimated cost to `budget` (what is left of one object's
-/// [`OBJECT_BUDGET`]): a rule that costs more than [`MAX_COST`] or than what is left is not run,
-/// and charges nothing.
+/// What every rule is charged before anything else, whether it runs or not: reading it, and
+/// (on top) parsing it, by its text's length, and reading and converting the value it sees, by
+/// the value's size.
+pub const RULE_BASE_COST: u64 = 64;
+
+/// [`evaluate`], charging the rule's cost to `budget` (what is left of one object's
+/// [`OBJECT_BUDGET`]): first [`RULE_BASE_COST`] and the size of the value it sees (the work of
+/// reading, estimating and converting it, done whether the rule runs or not), then its
+/// estimated cost. A rule that costs more than [`MAX_COST`] or than what is left is not run.
 pub fn evaluate_within(rule: &Value, value: &Value, schema: &Value, budget: &mut u64) -> Verdict {
+    // Parsing is charged by the text's length (a rule is compiled for every value it sees).
+    let text_bytes = ["rule", "messageExpression"]
+        .iter()
+        .filter_map(|k| rule.get(*k).and_then(Value::as_str))
+        .map(|t| t.len() as u64)
+        .sum::<u64>();
+    let base = RULE_BASE_COST
+        .saturating_add(text_bytes)
+        .saturating_add(cost::nodes(value));
+    if base > *budget {
+        *budget = 0;
+        return Verdict::Unevaluated(format!(
+            "the object's rules together cost more than this evaluator's bound of {OBJECT_BUDGET}"
+        ));
+    }
+    *budget -= base;
+    on_big_stack(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            evaluate_here(rule, value, schema, budget)
+        }))
+        .unwrap_or_else(|_| Verdict::Unevaluated("the evaluator failed: it panicked".into()))
+    })
+}
+
+thread_local! {
+    /// Whether this thread has [`STACK_BYTES`] of stack (a thread [`on_big_stack`] made).
+    static BIG_STACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` on a thread with [`STACK_BYTES`] of stack, or here when this thread is one: one
+/// such thread serves a whole object's validation ([`crate::schema::prune_and_validate`]),
+/// not one per rule.
+pub fn on_big_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if BIG_STACK.with(std::cell::Cell::get) {
+        return f();
+    }
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .name("cel".into())
             .stack_size(STACK_BYTES)
-            .spawn_scoped(scope, || evaluate_here(rule, value, schema, budget))
-            .map_err(|e| e.to_string())
-            .and_then(|handle| handle.join().map_err(|_| "it panicked".to_string()))
-            .unwrap_or_else(|why| Verdict::Unevaluated(format!("the evaluator failed: {why}")))
+            .spawn_scoped(scope, || {
+                BIG_STACK.with(|b| b.set(true));
+                f()
+            })
+            .expect("a thread for schema validation")
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
 }
 

@@ -24,6 +24,10 @@ pub struct Outcome {
     pub errors: Vec<String>,
     /// Paths whose schema holds CEL rules (`x-kubernetes-validations`) this code cannot run.
     pub unevaluated: Vec<String>,
+    /// How many more were not run than `unevaluated` lists (it keeps the first 100).
+    pub unevaluated_omitted: usize,
+    /// How many more violations there were than `errors` lists (it keeps the first 1,000).
+    pub errors_omitted: usize,
 }
 
 /// Prunes unknown fields from `object` and validates it against `schema` (an
@@ -64,7 +68,17 @@ pub fn prune_and_validate(object: &mut Value, schema: &Value) -> Outcome {
     }
     identity.insert("metadata".into(), Value::Object(metadata));
     let mut budget = cel::OBJECT_BUDGET;
-    walk(&mut rest, &root, "", &mut out, Some(&identity), &mut budget);
+    // One thread with the evaluator's stack serves the whole object (not one per rule).
+    cel::on_big_stack(|| walk(&mut rest, &root, "", &mut out, Some(&identity), &mut budget));
+    if out.errors_omitted > 0 {
+        let more = out.errors_omitted;
+        out.errors.push(format!("and {more} more violations"));
+    }
+    if out.unevaluated_omitted > 0 {
+        let more = out.unevaluated_omitted;
+        out.unevaluated
+            .push(format!("and {more} more rules or patterns not run here"));
+    }
     for key in map.keys().cloned().collect::<Vec<_>>() {
         if !["apiVersion", "kind", "metadata"].contains(&key.as_str()) {
             map.remove(&key);
@@ -74,6 +88,32 @@ pub fn prune_and_validate(object: &mut Value, schema: &Value) -> Outcome {
         map.extend(kept);
     }
     out
+}
+
+/// At most this many "not run here" entries are kept per object (past it, a count): a rule
+/// under a list of millions would otherwise write one per item.
+const MAX_UNEVALUATED: usize = 100;
+
+/// Pushes a "not run here" entry unless the object already has [`MAX_UNEVALUATED`] and more
+/// (then it only counts, without building the text).
+fn unevaluated(out: &mut Outcome, entry: impl FnOnce() -> String) {
+    if out.unevaluated.len() < MAX_UNEVALUATED {
+        out.unevaluated.push(entry());
+    } else {
+        out.unevaluated_omitted += 1;
+    }
+}
+
+/// At most this many violations are kept per object (past it, a count): an object of a
+/// million items that each break a pattern is rejected all the same.
+const MAX_ERRORS: usize = 1000;
+
+fn push_error(out: &mut Outcome, error: String) {
+    if out.errors.len() < MAX_ERRORS {
+        out.errors.push(error);
+    } else {
+        out.errors_omitted += 1;
+    }
 }
 
 /// The `openAPIV3Schema` a CustomResourceDefinition declares for one version.
@@ -132,9 +172,12 @@ fn walk(
             || (int_or_string && (actual == "integer" || actual == "string"));
         if !ok {
             let shown = if path.is_empty() { "<root>" } else { path };
-            out.errors.push(format!(
-                "{shown}: Invalid value: \"{actual}\": {shown} in body must be of type {expected}"
-            ));
+            push_error(
+                out,
+                format!(
+                    "{shown}: Invalid value: \"{actual}\": {shown} in body must be of type {expected}"
+                ),
+            );
             return;
         }
     }
@@ -142,12 +185,15 @@ fn walk(
         && !allowed.contains(value)
     {
         let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-        out.errors.push(format!(
-            "{path}: Unsupported value: {value}: supported values: {}",
-            list.join(", ")
-        ));
+        push_error(
+            out,
+            format!(
+                "{path}: Unsupported value: {value}: supported values: {}",
+                list.join(", ")
+            ),
+        );
     }
-    bounds(value, schema, path, out);
+    bounds(value, schema, path, out, budget);
     let preserve = schema
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
@@ -210,10 +256,13 @@ fn walk(
             if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
                 && (items.len() as u64) < min
             {
-                out.errors.push(format!(
-                    "{path}: Invalid value: {}: {path} in body should have at least {min} items",
-                    items.len()
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Invalid value: {}: {path} in body should have at least {min} items",
+                        items.len()
+                    ),
+                );
             }
         }
         _ => {}
@@ -224,6 +273,18 @@ fn walk(
         .and_then(Value::as_array)
     {
         let shown = if path.is_empty() { "<root>" } else { path };
+        // The object's budget is spent: nothing more is read or copied for these rules.
+        if *budget < cel::RULE_BASE_COST {
+            for _ in rules {
+                unevaluated(out, || {
+                    format!(
+                        "{shown} (the object's rules together cost more than this evaluator's bound of {})",
+                        cel::OBJECT_BUDGET
+                    )
+                });
+            }
+            return;
+        }
         let seen = match (identity, &*value) {
             (Some(identity), Value::Object(map)) => {
                 let mut whole = map.clone();
@@ -254,12 +315,12 @@ fn walk(
                 cel::Verdict::Holds => {}
                 cel::Verdict::Fails(field, message) => {
                     let at = format!("{shown}{field}");
-                    out.errors.push(format!(
-                        "{at}: Invalid value: \"{}\": {message}",
-                        type_name(value)
-                    ));
+                    push_error(
+                        out,
+                        format!("{at}: Invalid value: \"{}\": {message}", type_name(value)),
+                    );
                 }
-                cel::Verdict::Unevaluated(why) => out.unevaluated.push(format!("{shown} ({why})")),
+                cel::Verdict::Unevaluated(why) => unevaluated(out, || format!("{shown} ({why})")),
             }
         }
     }
@@ -270,13 +331,13 @@ fn walk(
 /// minutes), within the regex crate's size limits ([`cel::MAX_REGEX_BYTES`] of compiled
 /// program and of lazy DFA; the crate matches in time linear in the text). None when it does
 /// not compile within them: the pattern is reported as unevaluated, never passed.
-fn compiled(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
+fn compiled(pattern: &str) -> Option<(std::sync::Arc<regex::Regex>, u64)> {
     use std::collections::HashMap;
     use std::sync::{Arc, LazyLock, Mutex};
     /// Distinct patterns kept; past it the cache starts again (a hostile chart with more
     /// patterns than this pays one compilation each, as it would anyway).
     const KEPT: usize = 4096;
-    type Cache = Mutex<HashMap<String, Option<Arc<regex::Regex>>>>;
+    type Cache = Mutex<HashMap<String, Option<(Arc<regex::Regex>, u64)>>>;
     static CACHE: LazyLock<Cache> = LazyLock::new(Cache::default);
     /// A longer pattern is not compiled (nor kept): what real CRDs declare is far shorter.
     const LONGEST: usize = 64 << 10;
@@ -290,12 +351,14 @@ fn compiled(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
     {
         return hit.clone();
     }
-    let built = regex::RegexBuilder::new(pattern)
-        .size_limit(cel::MAX_REGEX_BYTES)
-        .dfa_size_limit(cel::MAX_REGEX_BYTES)
-        .build()
-        .ok()
-        .map(Arc::new);
+    let built = cel::regex_weight(pattern).and_then(|weight| {
+        regex::RegexBuilder::new(pattern)
+            .size_limit(cel::MAX_REGEX_BYTES)
+            .dfa_size_limit(cel::MAX_REGEX_BYTES)
+            .build()
+            .ok()
+            .map(|re| (Arc::new(re), weight))
+    });
     let mut cache = CACHE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -307,7 +370,7 @@ fn compiled(pattern: &str) -> Option<std::sync::Arc<regex::Regex>> {
 }
 
 /// `pattern`, numeric bounds, lengths and sizes, worded as the API server words them.
-fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
+fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome, budget: &mut u64) {
     let number = |key: &str| schema.get(key).and_then(Value::as_f64);
     let count = |key: &str| schema.get(key).and_then(Value::as_u64);
     let exclusive = |key: &str| schema.get(key).and_then(Value::as_bool) == Some(true);
@@ -315,35 +378,57 @@ fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
         Value::String(text) => {
             let length = text.chars().count() as u64;
             if let Some(max) = count("maxLength").filter(|m| length > *m) {
-                out.errors.push(format!(
-                    "{path}: Too long: may not be more than {max} bytes"
-                ));
+                push_error(
+                    out,
+                    format!("{path}: Too long: may not be more than {max} bytes"),
+                );
             }
             if let Some(min) = count("minLength").filter(|m| length < *m) {
-                out.errors.push(format!(
-                    "{path}: Invalid value: \"{text}\": {path} in body should be at least {min} chars long"
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Invalid value: \"{text}\": {path} in body should be at least {min} chars long"
+                    ),
+                );
             }
             if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
-                match compiled(pattern).as_deref() {
-                    Some(re) if re.is_match(text) => {}
-                    Some(_) => out.errors.push(format!(
-                        "{path}: Invalid value: \"{text}\": {path} in body should match '{pattern}'"
-                    )),
-                    None => out
-                        .unevaluated
-                        .push(format!("{path} (pattern {pattern:?})")),
+                // Matching is charged to the object's budget like a rule: up to the program's
+                // size times the text's.
+                let matched = compiled(pattern).and_then(|(re, weight)| {
+                    let cost = cel::match_cost(weight, 1 + text.len() as u64 / 16);
+                    (cost <= *budget).then(|| {
+                        *budget -= cost;
+                        re.is_match(text)
+                    })
+                });
+                match matched {
+                    Some(true) => {}
+                    Some(false) => push_error(
+                        out,
+                        format!(
+                            "{path}: Invalid value: \"{text}\": {path} in body should match '{pattern}'"
+                        ),
+                    ),
+                    None => unevaluated(out, || {
+                        let shown: String = pattern.chars().take(200).collect();
+                        format!(
+                            "{path} (pattern {shown:?}: past the regex size limits or the object's budget)"
+                        )
+                    }),
                 }
             }
             if let Some(name) = schema.get("format").and_then(Value::as_str) {
                 match format::check(name, text) {
                     format::Check::Passes => {}
-                    format::Check::Violates => out.errors.push(format!(
-                        "{path}: Invalid value: \"{text}\": {path} in body must be of type {name}: \"{text}\""
-                    )),
-                    format::Check::Unchecked => out
-                        .unevaluated
-                        .push(format!("{path} (format {name:?} is not checked here)")),
+                    format::Check::Violates => push_error(
+                        out,
+                        format!(
+                            "{path}: Invalid value: \"{text}\": {path} in body must be of type {name}: \"{text}\""
+                        ),
+                    ),
+                    format::Check::Unchecked => unevaluated(out, || {
+                        format!("{path} (format {name:?} is not checked here)")
+                    }),
                 }
             }
         }
@@ -352,38 +437,53 @@ fn bounds(value: &Value, schema: &Value, path: &str, out: &mut Outcome) {
             if let Some(max) = number("maximum")
                 && (x > max || (exclusive("exclusiveMaximum") && x >= max))
             {
-                out.errors.push(format!(
-                    "{path}: Invalid value: {n}: {path} in body should be less than or equal to {max}"
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Invalid value: {n}: {path} in body should be less than or equal to {max}"
+                    ),
+                );
             }
             if let Some(min) = number("minimum")
                 && (x < min || (exclusive("exclusiveMinimum") && x <= min))
             {
-                out.errors.push(format!(
-                    "{path}: Invalid value: {n}: {path} in body should be greater than or equal to {min}"
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Invalid value: {n}: {path} in body should be greater than or equal to {min}"
+                    ),
+                );
             }
         }
         Value::Array(items) => {
             if let Some(max) = count("maxItems").filter(|m| items.len() as u64 > *m) {
-                out.errors.push(format!(
-                    "{path}: Too many: {}: must have at most {max} items",
-                    items.len()
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Too many: {}: must have at most {max} items",
+                        items.len()
+                    ),
+                );
             }
         }
         Value::Object(map) => {
             if let Some(max) = count("maxProperties").filter(|m| map.len() as u64 > *m) {
-                out.errors.push(format!(
-                    "{path}: Too many: {}: must have at most {max} items",
-                    map.len()
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Too many: {}: must have at most {max} items",
+                        map.len()
+                    ),
+                );
             }
             if let Some(min) = count("minProperties").filter(|m| (map.len() as u64) < *m) {
-                out.errors.push(format!(
-                    "{path}: Invalid value: {}: {path} in body should have at least {min} properties",
-                    map.len()
-                ));
+                push_error(
+                    out,
+                    format!(
+                        "{path}: Invalid value: {}: {path} in body should have at least {min} properties",
+                        map.len()
+                    ),
+                );
             }
         }
         _ => {}
@@ -464,6 +564,75 @@ mod tests {
         assert!(
             outcome.errors.is_empty() && outcome.unevaluated.is_empty(),
             "{outcome:?}"
+        );
+    }
+
+    /// The reviewer's attacks on the budget, scaled down: a rule that is not run is still
+    /// charged (so a rule under a list of a million items cannot write a million notes or
+    /// spawn a million evaluations), what is not run is listed at most 100 times, and a large
+    /// pattern met by long strings is charged program x text.
+    #[test]
+    fn rules_not_run_and_patterns_are_charged_and_their_notes_are_bounded() {
+        let padding = "x".repeat(3900);
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"l": {"type": "array", "items": {"type": "integer",
+                "x-kubernetes-validations": [{"rule": format!("oldSelf == self || '{padding}' == ''")}]}}}}}});
+        let mut object = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"},
+            "spec": {"l": vec![0; 200_000]}});
+        let outcome = prune_and_validate(&mut object, &schema);
+        assert!(
+            outcome.unevaluated.len() <= MAX_UNEVALUATED + 1,
+            "{}",
+            outcome.unevaluated.len()
+        );
+        assert!(
+            outcome.unevaluated_omitted > 100_000,
+            "{}",
+            outcome.unevaluated_omitted
+        );
+        assert!(
+            outcome
+                .unevaluated
+                .last()
+                .is_some_and(|l| l.contains("more rules")),
+            "{:?}",
+            outcome.unevaluated.last()
+        );
+        // Many trivial rules at the root of a large object: each is charged the value it sees.
+        let rules: Vec<Value> = (0..2000).map(|_| json!({"rule": "true"})).collect();
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"l": {"type": "array", "items": {"type": "integer"}}},
+            "x-kubernetes-validations": rules}}});
+        let mut object = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"},
+            "spec": {"l": vec![0; 100_000]}});
+        let outcome = prune_and_validate(&mut object, &schema);
+        assert!(
+            outcome.unevaluated.iter().any(|u| u.contains("together")),
+            "{:?}",
+            outcome.unevaluated.first()
+        );
+        // A pattern whose program is large, met by long strings: charged, then not run.
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "properties": {"s": {"type": "array", "items": {"type": "string", "pattern": "[ab]{3000}c"}}}}}});
+        let mut object = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "a"},
+            "spec": {"s": vec!["a".repeat(20_000); 200]}});
+        let outcome = prune_and_validate(&mut object, &schema);
+        assert!(
+            outcome.unevaluated.iter().any(|u| u.contains("budget")),
+            "{:?}",
+            outcome.unevaluated.first()
+        );
+        // A map's keys are counted: the same map compared at every step of a macro.
+        let key = "k".repeat(1 << 16);
+        let rule = json!({"rule": "self.l.all(x, self.m == self.m)"});
+        let verdict = cel::evaluate(
+            &rule,
+            &json!({"l": vec![0; 2000], "m": {key: 1}}),
+            &Value::Null,
+        );
+        assert!(
+            matches!(verdict, cel::Verdict::Unevaluated(_)),
+            "{verdict:?}"
         );
     }
 }

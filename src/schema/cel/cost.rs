@@ -63,11 +63,15 @@ impl<'v> Node<'v> {
 }
 
 /// The size of a JSON value in nodes: every scalar, list and map counts one; a string one more
-/// per 16 bytes.
+/// per 16 bytes; a map's key as a string does.
 pub(super) fn nodes(value: &Value) -> u64 {
     match value {
         Value::Array(items) => items.iter().map(nodes).fold(1, u64::saturating_add),
-        Value::Object(map) => map.values().map(nodes).fold(1, u64::saturating_add),
+        // A key is read, hashed and compared like a string value.
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| nodes(v).saturating_add(1 + k.len() as u64 / 16))
+            .fold(1, u64::saturating_add),
         Value::String(s) => 1 + (s.len() as u64) / 16,
         _ => 1,
     }
@@ -229,10 +233,7 @@ impl<'v> Estimator<'v> {
             }
             // The pattern is compiled at every call and the text scanned.
             "matches" => {
-                let text = operands
-                    .first()
-                    .map_or(1, |o| o.estimate.size)
-                    .saturating_mul(8);
+                let text = operands.first().map_or(1, |o| o.estimate.size);
                 let weight = match pattern {
                     Some(p) => regex_weight(p).ok_or_else(|| {
                         format!(
@@ -242,7 +243,13 @@ impl<'v> Estimator<'v> {
                     })?,
                     None => return Err("its regular expression is not a literal".into()),
                 };
-                Node::of(1, cost.saturating_add(weight).saturating_add(text))
+                // Compiled at every call; matched in time up to program x text (the lazy DFA
+                // may give up and the slower engine walks every state per byte).
+                Node::of(
+                    1,
+                    cost.saturating_add(weight)
+                        .saturating_add(super::match_cost(weight, text)),
+                )
             }
             // Comparisons and tests walk their operands and yield a scalar.
             operators::EQUALS
