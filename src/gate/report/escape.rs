@@ -8,6 +8,11 @@ use super::*;
 /// soft hyphen, the byte-order mark, the tag characters U+E0000–U+E007F, ...) and the line and
 /// paragraph separators U+2028 and U+2029. Such a character in chart, pull-request,
 /// release-notes or model text could make a reader see other words than the bytes hold.
+///
+/// Also every default-ignorable code point (Unicode's `Default_Ignorable_Code_Point`, which
+/// renders as nothing: the combining grapheme joiner, the Hangul fillers, the variation
+/// selectors, which can carry hidden bytes, ...) and the Braille blank U+2800, which renders
+/// as a space that is not one.
 pub fn invisible(c: char) -> bool {
     use unicode_general_category::{GeneralCategory, get_general_category};
     matches!(
@@ -15,6 +20,26 @@ pub fn invisible(c: char) -> bool {
         GeneralCategory::Format
             | GeneralCategory::LineSeparator
             | GeneralCategory::ParagraphSeparator
+    ) || matches!(
+        u32::from(c),
+        0x00AD
+            | 0x034F
+            | 0x061C
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180F
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x206F
+            | 0x2800
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFEFF
+            | 0xFFA0
+            | 0xFFF0..=0xFFF8
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0000..=0xE0FFF
     )
 }
 

@@ -205,7 +205,8 @@ fn chart_text_cannot_start_a_heading_a_link_or_an_autolink() {
 /// told by the regex crate's own Unicode tables, not by the function under test.
 fn invisible_by_regex(s: &str) -> bool {
     static CF: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r"[\p{Cf}\p{Zl}\p{Zp}]").expect("a fixed pattern")
+        regex::Regex::new(r"[\p{Cf}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}\x{2800}]")
+            .expect("a fixed pattern")
     });
     CF.is_match(s)
 }
@@ -216,6 +217,13 @@ fn hostile_text() -> impl proptest::strategy::Strategy<Value = String> {
     let invisible = prop_oneof![
         (0x202Au32..=0x202E).prop_map(|c| char::from_u32(c).expect("a char")),
         (0x2066u32..=0x2069).prop_map(|c| char::from_u32(c).expect("a char")),
+        // Default-ignorable, not format: the variation selectors, the Hangul filler, the
+        // combining grapheme joiner, the Braille blank.
+        (0xFE00u32..=0xFE0F).prop_map(|c| char::from_u32(c).expect("a char")),
+        Just('\u{3164}'),
+        Just('\u{034F}'),
+        Just('\u{2800}'),
+        (0xE0100u32..=0xE01EF).prop_map(|c| char::from_u32(c).expect("a char")),
         (0x200Bu32..=0x200F).prop_map(|c| char::from_u32(c).expect("a char")),
         (0x2060u32..=0x2064).prop_map(|c| char::from_u32(c).expect("a char")),
         (0xE0000u32..=0xE007F).prop_filter_map("a char", char::from_u32),
