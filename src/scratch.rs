@@ -1,9 +1,12 @@
-//! The gate's temporary folders, named for their owner: `gate-<pid>.<start>-<what>-XXXXXX` under
-//! the temp dir, where `<start>` is the process's start time (`/proc/<pid>/stat`, clock ticks
-//! since boot). A run that is killed (SIGKILL, the OOM killer) cannot remove its folders, which
+//! The gate's temporary folders, named for their owner: `gate-<pid>.<start>.<ns>-<what>-XXXXXX`
+//! under the temp dir, where `<start>` is the process's start time (`/proc/<pid>/stat`, clock
+//! ticks since boot) and `<ns>` its PID namespace (the inode of `/proc/self/ns/pid`): a PID
+//! means nothing in another namespace, so two containers sharing one temp dir never sweep each
+//! other's live folders. A run that is killed (SIGKILL, the OOM killer) cannot remove its folders, which
 //! hold a pull request's files; a later run removes those whose owner is gone (no process of
-//! that PID, or one started at another time: a reused PID). Only folders of exactly that shape,
-//! directly under the temp dir, are removed, and a symbolic link is never followed.
+//! that PID, or one started at another time: a reused PID), in this PID namespace, and owned by
+//! this user. Only folders of exactly that shape, directly under the temp dir, are removed, and
+//! a symbolic link is never followed.
 
 use std::path::Path;
 use std::sync::OnceLock;
@@ -18,12 +21,27 @@ fn start_time(pid: &str) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// `gate-<pid>.<start>-`: this process's prefix.
+/// This process's PID namespace: the inode `/proc/self/ns/pid` names (`pid:[4026531836]`), or
+/// 0 when it cannot be read.
+fn pid_namespace() -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    *NS.get_or_init(|| {
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|l| {
+                let l = l.to_string_lossy().to_string();
+                l.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+            })
+            .unwrap_or(0)
+    })
+}
+
+/// `gate-<pid>.<start>.<ns>-`: this process's prefix.
 fn owner() -> &'static str {
     static OWNER: OnceLock<String> = OnceLock::new();
     OWNER.get_or_init(|| {
         let start = start_time("self").unwrap_or(0);
-        format!("gate-{}.{start}-", std::process::id())
+        format!("gate-{}.{start}.{}-", std::process::id(), pid_namespace())
     })
 }
 
@@ -42,12 +60,21 @@ fn is_leftover(name: &str) -> bool {
     let Some((owner, _)) = rest.split_once('-') else {
         return false;
     };
-    let Some((pid, start)) = owner.split_once('.') else {
+    let mut parts = owner.split('.');
+    let (Some(pid), Some(start), Some(ns), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return false;
     };
-    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+    let (Ok(pid), Ok(start), Ok(ns)) =
+        (pid.parse::<u32>(), start.parse::<u64>(), ns.parse::<u64>())
+    else {
         return false;
     };
+    // Another PID namespace's PIDs cannot be looked up from here: keep its folders.
+    if ns == 0 || ns != pid_namespace() {
+        return false;
+    }
     if pid == 0 || !Path::new("/proc/self/stat").exists() {
         // Without /proc nothing can be told: keep everything.
         return false;
@@ -68,8 +95,15 @@ pub fn sweep(root: &Path) -> usize {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        // file_type() does not follow a link.
+        // file_type() does not follow a link; a folder of another user is never ours.
         if !entry.file_type().is_ok_and(|t| t.is_dir()) || !is_leftover(name) {
+            continue;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let mine = entry
+            .metadata()
+            .is_ok_and(|m| m.uid() == rustix::process::getuid().as_raw());
+        if !mine {
             continue;
         }
         // remove_dir_all removes links inside, never what they point at.
@@ -103,14 +137,23 @@ mod tests {
             !is_leftover(&format!("{own}-tree-abc")),
             "this process's own"
         );
+        let ns = pid_namespace();
         assert!(
-            is_leftover("gate-4194309.1-tree-abc"),
+            is_leftover(&format!("gate-4194309.1.{ns}-tree-abc")),
             "a PID above pid_max"
         );
         let pid = std::process::id();
         assert!(
-            is_leftover(&format!("gate-{pid}.1-tree-abc")),
+            is_leftover(&format!("gate-{pid}.1.{ns}-tree-abc")),
             "a reused PID: another start time"
+        );
+        assert!(
+            !is_leftover(&format!("gate-4194309.1.{}-tree-abc", ns + 1)),
+            "another PID namespace's folder is kept: its PIDs mean nothing here"
+        );
+        assert!(
+            !is_leftover("gate-4194309.1-tree-abc"),
+            "a name without a namespace is kept"
         );
         for other in [
             "gate-tree-abc",

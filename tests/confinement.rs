@@ -944,13 +944,22 @@ fn a_gate_run_removes_the_temporary_folders_of_killed_runs() {
         .parse()
         .unwrap();
     let me = std::process::id();
-    let dead = folder("gate-4194309.12345-tree-AbC123");
-    let reused = folder(&format!("gate-{me}.{}-render-XyZ789", start + 1));
-    let live = folder(&format!("gate-{me}.{start}-tree-Live00"));
+    // This PID namespace (the gate's too): a folder of another namespace is never swept.
+    let ns: u64 = std::fs::read_link("/proc/self/ns/pid")
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches("pid:[")
+        .trim_end_matches(']')
+        .parse()
+        .unwrap();
+    let dead = folder(&format!("gate-4194309.12345.{ns}-tree-AbC123"));
+    let reused = folder(&format!("gate-{me}.{}.{ns}-render-XyZ789", start + 1));
+    let live = folder(&format!("gate-{me}.{start}.{ns}-tree-Live00"));
     let other = folder("gate-tree-unowned");
+    let elsewhere = folder(&format!("gate-4194309.12345.{}-tree-OtherNs", ns + 1));
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("keep"), "x").unwrap();
-    let link = tmp.path().join("gate-4194310.1-tree-Link00");
+    let link = tmp.path().join(format!("gate-4194310.1.{ns}-tree-Link00"));
     std::os::unix::fs::symlink(outside.path(), &link).unwrap();
 
     // A SIGKILLed check of its own leaves folders too: a check started, killed once its
@@ -1029,6 +1038,10 @@ fn a_gate_run_removes_the_temporary_folders_of_killed_runs() {
         "a live owner's folder is kept"
     );
     assert!(other.exists(), "a folder of another shape is kept");
+    assert!(
+        elsewhere.exists(),
+        "a folder of another PID namespace is kept (its owner may be alive there)"
+    );
     assert!(
         outside.path().join("keep").exists() && link.symlink_metadata().is_ok(),
         "a link is never followed"
