@@ -67,17 +67,24 @@ fn normal_key(key: &str) -> String {
 /// information (`postgres://user:pass@host`), a flag naming one (`--client-secret=...`), or a
 /// known token shape (`token_shaped`).
 pub fn sensitive_value(text: &str) -> bool {
-    if let Some((_, rest)) = text.split_once("://") {
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        if authority.contains('@') {
-            return true;
-        }
+    // Every URL in the text, not only the first: a multi-line `config: |` block may name a
+    // documentation link before `postgres://user:password@db/x`.
+    static USERINFO: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#\s@]*@").expect("a fixed pattern")
+    });
+    // `KEY=value` lines or words whose key names a credential (kustomize's `literals`, an
+    // env file, `--password=x` flags), and `password: x` written inside a string block.
+    static ASSIGNED: LazyLock<regex::Regex> = LazyLock::new(|| {
+        regex::Regex::new(r"(?m)^[ \t]*-{0,2}([A-Za-z0-9_.-]+)[ \t]*[:=][ \t]*\S|\s--?([A-Za-z0-9_.-]+)=\S")
+            .expect("a fixed pattern")
+    });
+    if USERINFO.is_match(text) || token_shaped(text) {
+        return true;
     }
-    token_shaped(text)
-        || (text.starts_with('-')
-            && text
-                .split_once('=')
-                .is_some_and(|(flag, _)| sensitive_key(flag.trim_start_matches('-'))))
+    ASSIGNED
+        .captures_iter(text)
+        .filter_map(|c| c.get(1).or_else(|| c.get(2)))
+        .any(|key| sensitive_key(key.as_str().trim_start_matches('-')))
 }
 
 /// The shapes credentials are issued in, found anywhere in a string: GitHub tokens (`ghp_`,
@@ -547,5 +554,26 @@ mod tests {
             json!("(redacted-99)")
         );
         assert!(Rules::new(&[], &["(".into()]).is_err());
+    }
+
+    /// The reviewer's misses: a URL with user information after another URL, `KEY=value`
+    /// lines, a flag's `=value`, and `password: x` inside a string block.
+    #[test]
+    fn credentials_anywhere_in_a_string_are_held() {
+        for text in [
+            "docs http://example.test/x then postgres://app:hunter2@db.example.test/app",
+            "DB_PASSWORD=hunter2\nLOG_LEVEL=info",
+            "run --verbose --api-token=abc123",
+            "settings:\n  password: hunter2\n  user: app",
+        ] {
+            assert!(sensitive_value(text), "{text:?}");
+        }
+        for text in [
+            "see http://example.test/docs#auth for how to log in",
+            "LOG_LEVEL=info",
+            "replicas: 3",
+        ] {
+            assert!(!sensitive_value(text), "{text:?}");
+        }
     }
 }
