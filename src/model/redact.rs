@@ -75,8 +75,10 @@ pub fn sensitive_value(text: &str) -> bool {
     // `KEY=value` lines or words whose key names a credential (kustomize's `literals`, an
     // env file, `--password=x` flags), and `password: x` written inside a string block.
     static ASSIGNED: LazyLock<regex::Regex> = LazyLock::new(|| {
-        regex::Regex::new(r"(?m)^[ \t]*-{0,2}([A-Za-z0-9_.-]+)[ \t]*[:=][ \t]*\S|\s--?([A-Za-z0-9_.-]+)=\S")
-            .expect("a fixed pattern")
+        regex::Regex::new(
+            r"(?m)^[ \t]*-{0,2}([A-Za-z0-9_.-]+)[ \t]*[:=][ \t]*\S|\s--?([A-Za-z0-9_.-]+)=\S",
+        )
+        .expect("a fixed pattern")
     });
     if USERINFO.is_match(text) || token_shaped(text) {
         return true;
