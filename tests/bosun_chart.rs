@@ -52,6 +52,16 @@ fn program_hosts(config: &gitops_loop::bosun::config::Config) -> Vec<String> {
     hosts
 }
 
+/// The hosts a NetworkPolicy's annotation names.
+fn egress_hosts(policy: &Value) -> Vec<String> {
+    policy["metadata"]["annotations"]["bosun.gitops-loop.dev/egress-hosts"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .map(String::from)
+        .collect()
+}
+
 fn network_policy(rendered: &[Value]) -> &Value {
     rendered
         .iter()
@@ -108,13 +118,7 @@ fn by_default_the_chart_grants_nothing_and_reads_the_inventory_from_argo_cds_api
         })
     );
     // The hosts it names are the ones the program would call with that config.
-    let hosts: Vec<String> =
-        policy["metadata"]["annotations"]["bosun.gitops-loop.dev/egress-hosts"]
-            .as_str()
-            .unwrap()
-            .split(',')
-            .map(String::from)
-            .collect();
+    let hosts = egress_hosts(policy);
     assert_eq!(hosts, program_hosts(&config));
 }
 
@@ -164,13 +168,7 @@ fn the_egress_follows_the_urls_bosun_reads_and_cluster_secrets_are_an_explicit_o
         egress[2]["ports"],
         json!([{"protocol": "TCP", "port": 3000}, {"protocol": "TCP", "port": 8000}])
     );
-    let hosts: Vec<String> =
-        policy["metadata"]["annotations"]["bosun.gitops-loop.dev/egress-hosts"]
-            .as_str()
-            .unwrap()
-            .split(',')
-            .map(String::from)
-            .collect();
+    let hosts = egress_hosts(policy);
     assert_eq!(hosts, program_hosts(&config));
     assert_eq!(hosts, ["gitea.example.test", "llm.example.test"]);
     // Off, there is none.

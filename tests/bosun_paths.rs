@@ -878,8 +878,14 @@ async fn a_delivery_whose_head_is_not_a_commit_id_is_refused() {
 
 /// Waits (bounded) until `done` holds.
 async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    wait_until(what, async || done()).await;
+}
+
+/// Waits (bounded: 120 s, then the test fails naming `what`) until the condition, which may
+/// ask Bosun or the doubles over HTTP, holds; it is asked again every 25 ms.
+async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while !done() {
+    while !done().await {
         assert!(std::time::Instant::now() < deadline, "timed out: {what}");
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
@@ -1020,11 +1026,10 @@ async fn deliveries_for_missing_pull_requests_and_unknown_repositories_are_dropp
     assert_eq!(status, 404, "{answer}");
     ground.settle().await.unwrap();
     let polls = bosun_jobs(&ground).await["polls"].as_u64().unwrap();
-    let mut later = polls;
-    while later < polls + 3 {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        later = bosun_jobs(&ground).await["polls"].as_u64().unwrap();
-    }
+    wait_until("three more polls", async || {
+        bosun_jobs(&ground).await["polls"].as_u64().unwrap() >= polls + 3
+    })
+    .await;
     let path = format!("/repos/{SLUG}/pulls/{missing}");
     assert_eq!(gets(&ground, &path), 1, "one look-up: the 404 is definite");
     let jobs = bosun_jobs(&ground).await;
@@ -1233,14 +1238,10 @@ async fn a_push_refused_because_the_branch_moved_leaves_the_branch_as_the_person
         .unwrap();
     ground.forge.release(&labels);
     let bare = ground.forge.bare_path(SLUG).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    while ground.bosun.as_ref().unwrap().busy().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out: the triage ends"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
+    wait_until("the triage ends", async || {
+        !ground.bosun.as_ref().unwrap().busy().await
+    })
+    .await;
     let tip = ground::git::git(&bare, &["rev-parse", "moved"]).unwrap();
     assert_eq!(tip.trim(), person.trim(), "the branch is not the person's");
     assert!(

@@ -257,15 +257,7 @@ fn check_prints_the_report_unless_quiet() {
     repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
     let cache = tempfile::tempdir().expect("cache");
     let out = tempfile::tempdir().expect("out");
-    let output = common::gate(cache.path())
-        .args(["check", "--head", "pr", "--default-branch", "main"])
-        .args(["--repo-url", common::SAMPLE_REPO_URL])
-        .arg("--repo")
-        .arg(repo.path())
-        .arg("--inventory")
-        .arg(common::sample_dir().join("inventory.yaml"))
-        .arg("--charts")
-        .arg(common::sample_dir().join("charts"))
+    let output = common::gate_check_sample(cache.path(), repo.path())
         .arg("--report")
         .arg(out.path().join("report.md"))
         .output()

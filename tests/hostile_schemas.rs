@@ -67,16 +67,8 @@ spec: {spec}
     repo.commit_overlay(overlay.path(), "pr", "the pull request");
     let cache = tempfile::tempdir().unwrap();
     let out = tempfile::tempdir().unwrap();
-    let output = common::gate(cache.path())
+    let output = common::gate_check_sample(cache.path(), repo.path())
         .env("GATE_TRACE", "1")
-        .args(["check", "--head", "pr", "--default-branch", "main"])
-        .args(["--repo-url", common::SAMPLE_REPO_URL])
-        .arg("--repo")
-        .arg(repo.path())
-        .arg("--inventory")
-        .arg(common::sample_dir().join("inventory.yaml"))
-        .arg("--charts")
-        .arg(common::sample_dir().join("charts"))
         .arg("--report")
         .arg(out.path().join("report.md"))
         .output()

@@ -173,6 +173,22 @@ pub fn gate(cache: &Path) -> Command {
     command
 }
 
+/// `gate check` of the branch `pr` of `repo` against `main`, with the sample repository's URL,
+/// inventory and chart mirror (more arguments may follow).
+pub fn gate_check_sample(cache: &Path, repo: &Path) -> Command {
+    let mut command = gate(cache);
+    command
+        .args(["check", "--head", "pr", "--default-branch", "main"])
+        .args(["--repo-url", SAMPLE_REPO_URL])
+        .arg("--repo")
+        .arg(repo)
+        .arg("--inventory")
+        .arg(sample_dir().join("inventory.yaml"))
+        .arg("--charts")
+        .arg(sample_dir().join("charts"));
+    command
+}
+
 /// `helm template RELEASE charts/CHART --namespace NAMESPACE ARGS...` with the pinned helm.
 pub fn helm_template(chart: &str, namespace: &str, args: &[&str]) -> std::process::Output {
     Command::new(project_root().join("target/tools/helm"))

@@ -421,15 +421,7 @@ async fn list_comments(
         .filter(|c| c.issue == number)
         .map(|c| comment_json(repo, c))
         .collect();
-    state.comment_bytes += all
-        .iter()
-        .map(|c| c["body"].as_str().map_or(0, str::len))
-        .sum::<usize>();
-    let mut response = axum::Json(Value::Array(all.clone())).into_response();
-    response
-        .headers_mut()
-        .insert("x-total-count", HeaderValue::from(all.len()));
-    response
+    served_comments(&mut state.comment_bytes, all)
 }
 
 /// `GET .../issues/{n}`: the fields the product reads, `comments` the count of plain
@@ -488,14 +480,21 @@ async fn list_timeline(
             event
         })
         .collect();
-    state.comment_bytes += events
+    served_comments(&mut state.comment_bytes, events)
+}
+
+/// A page of comments as Gitea answers it (`X-Total-Count` the page's count, as Gitea's list
+/// and timeline both send it), their bodies' bytes added to what the double has served.
+fn served_comments(served: &mut usize, comments: Vec<Value>) -> Response {
+    *served += comments
         .iter()
         .map(|c| c["body"].as_str().map_or(0, str::len))
         .sum::<usize>();
-    let mut response = axum::Json(Value::Array(events.clone())).into_response();
+    let count = comments.len();
+    let mut response = axum::Json(Value::Array(comments)).into_response();
     response
         .headers_mut()
-        .insert("x-total-count", HeaderValue::from(events.len()));
+        .insert("x-total-count", HeaderValue::from(count));
     response
 }
 
