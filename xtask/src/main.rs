@@ -3,6 +3,7 @@
 mod bench;
 mod demo;
 mod kind;
+mod real;
 mod test;
 mod tools;
 
@@ -75,6 +76,12 @@ enum Command {
         #[command(subcommand)]
         command: GroundCommand,
     },
+    /// The process cluster: upstream etcd, Kubernetes and kwok built from pinned Go modules and
+    /// run on loopback, no Docker (see real/README.md).
+    Real {
+        #[command(subcommand)]
+        command: real::Command,
+    },
     /// The kind path: a real cluster with Argo CD, Kargo and Gitea (needs Docker; see kind/README.md).
     Kind {
         #[command(subcommand)]
@@ -122,6 +129,7 @@ fn main() -> Result<()> {
         Command::Test { docker, args } => test::run(docker, &args),
         Command::Bench { which } => bench::run(which),
         Command::Kind { command } => kind::main(command),
+        Command::Real { command } => real::main(command),
         Command::Demo {
             scenario,
             chaos_seed,
