@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod real;
+
 pub const SAMPLE_REPO_URL: &str = "https://git.example.test/platform/gitops.git";
 
 pub fn project_root() -> PathBuf {

@@ -29,6 +29,10 @@ enum Command {
         /// k3s); sets GITOPS_LOOP_DOCKER=1.
         #[arg(long)]
         docker: bool,
+        /// Insist on the real tier (the process cluster of real/, built from the pinned Go
+        /// modules): fail when Go is missing. Without it the tier runs whenever Go is present.
+        #[arg(long)]
+        real: bool,
         /// Extra arguments for `cargo test` (e.g. a test name filter).
         args: Vec<String>,
     },
@@ -126,7 +130,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Tools => tools::install().map(|_| ()),
-        Command::Test { docker, args } => test::run(docker, &args),
+        Command::Test { docker, real, args } => test::run(docker, real, &args),
         Command::Bench { which } => bench::run(which),
         Command::Kind { command } => kind::main(command),
         Command::Real { command } => real::main(command),

@@ -3,12 +3,24 @@
 use anyhow::Result;
 use xshell::{Shell, cmd};
 
-use crate::{project_root, tools};
+use crate::{project_root, real, tools};
 
 /// The tests that need Docker, named in the summary when they are skipped.
 const DOCKER_TESTS: &str = "tests/docker_k3s.rs (the observer against k3s: one Promotion on drift, leader election, an API server restart, the live inventory from real Secrets)";
 
-pub fn run(docker: bool, extra: &[String]) -> Result<()> {
+/// The tests that need the process cluster (real/), named in the summary when skipped.
+const REAL_TESTS: &str = "the real tier (tests/real_*.rs: the observer, the observer chart's RBAC and the Kubernetes double against upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built from real/go)";
+
+/// Whether the run includes the real tier: asked for, or the Go toolchain is present.
+fn real_tier(asked: bool) -> Result<bool> {
+    let go = real_cluster::go_present();
+    if asked && !go {
+        anyhow::bail!("--real needs the Go toolchain on PATH (`go version` fails)");
+    }
+    Ok(asked || go)
+}
+
+pub fn run(docker: bool, real_asked: bool, extra: &[String]) -> Result<()> {
     tools::install()?;
     let sh = Shell::new()?;
     sh.change_dir(project_root());
@@ -36,7 +48,29 @@ pub fn run(docker: bool, extra: &[String]) -> Result<()> {
         "cargo clippy --workspace --all-targets --quiet -- -D warnings"
     )
     .run()?;
-    cmd!(sh, "cargo test --workspace {extra...}").run()?;
+    let real = real_tier(real_asked)?;
+    let result = if real {
+        real::build()?;
+        real::up()?;
+        let _real = sh.push_env("GITOPS_LOOP_REAL", "1");
+        let result = cmd!(sh, "cargo test --workspace {extra...}").run();
+        // Stop the cluster whatever the tests did; a test failure is the error to report.
+        let down = real::down();
+        result.map_err(anyhow::Error::from).and(down)
+    } else {
+        let _real = sh.push_env("GITOPS_LOOP_REAL", "0");
+        cmd!(sh, "cargo test --workspace {extra...}")
+            .run()
+            .map_err(anyhow::Error::from)
+    };
+    result?;
+    if real {
+        println!("test: ran {REAL_TESTS}");
+    } else {
+        println!(
+            "test: SKIPPED (no Go toolchain on PATH; install Go, or `cargo xtask test --real` to insist): {REAL_TESTS}"
+        );
+    }
     if docker {
         println!("test: ran the Docker tests: {DOCKER_TESTS}");
     } else {
