@@ -261,12 +261,37 @@ fn several_origins_drifting_converge_one_promotion_at_a_time() {
 
 #[test]
 fn the_promotion_carries_the_seeds_labels_and_generate_name() {
-    let p = promotion_for("kargo-demo", "prod", "f-v2");
+    let stage = json!({"metadata": {"name": "prod"}, "spec": {
+        "vars": [{"name": "a", "value": "1"}],
+        "promotionTemplate": {"spec": {
+            "vars": [{"name": "b", "value": "2"}],
+            "steps": [{"uses": "argocd-update", "config": {"apps": [{"name": "web"}]}}]}}}});
+    let p = promotion_for("kargo-demo", &stage, "f-v2").unwrap();
     assert_eq!(p["metadata"]["generateName"], "prod-observer-");
     assert_eq!(p["metadata"]["labels"][MANAGED_BY_LABEL], MANAGED_BY);
     assert_eq!(p["metadata"]["labels"][STAGE_LABEL], "prod");
     assert_eq!(p["metadata"]["labels"][FREIGHT_LABEL], "f-v2");
-    assert_eq!(p["spec"], json!({"stage": "prod", "freight": "f-v2"}));
+    // The steps and vars Kargo's webhook would fill: the CRD requires the steps.
+    assert_eq!(
+        p["spec"],
+        json!({"stage": "prod", "freight": "f-v2",
+            "steps": [{"uses": "argocd-update", "config": {"apps": [{"name": "web"}]}}],
+            "vars": [{"name": "a", "value": "1"}, {"name": "b", "value": "2"}]})
+    );
+}
+
+#[test]
+fn a_stage_without_steps_gets_no_promotion() {
+    for stage in [
+        json!({"metadata": {"name": "prod"}, "spec": {}}),
+        json!({"metadata": {"name": "prod"}, "spec": {"promotionTemplate": {"spec": {"steps": []}}}}),
+    ] {
+        let error = promotion_for("kargo-demo", &stage, "f-v2").unwrap_err();
+        assert_eq!(
+            error,
+            "Stage \"prod\" in namespace \"kargo-demo\" defines no promotion steps"
+        );
+    }
 }
 
 fn tag() -> impl Strategy<Value = String> {

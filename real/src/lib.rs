@@ -345,6 +345,21 @@ fn alive(pid: u32) -> bool {
         .is_some_and(|state| state != 'Z' && state != 'X')
 }
 
+/// A command that runs `argv` with no file descriptor but 0, 1 and 2 inherited from this
+/// process. A component outlives whoever started it (a test restarts the API server): an
+/// inherited descriptor, such as the one of a `flock` the test runs under or a pipe its runner
+/// reads, would stay open as long as the component runs. bash closes every other descriptor
+/// and then execs the program, so the pid is the program's.
+fn without_inherited_fds(argv: &[String]) -> Command {
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        .arg(r#"for fd in /proc/$$/fd/*; do fd=${fd##*/}; if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null; fi; done; exec "$@""#)
+        .arg("real-cluster")
+        .args(argv);
+    command
+}
+
 fn spawn(layout: &Layout, name: &str, argv: &[String], ready: &str) -> Result<Component> {
     fs::create_dir_all(layout.logs())?;
     let log = layout.logs().join(format!("{name}.log"));
@@ -352,8 +367,7 @@ fn spawn(layout: &Layout, name: &str, argv: &[String], ready: &str) -> Result<Co
         .create(true)
         .append(true)
         .open(&log)?;
-    let child = Command::new(&argv[0])
-        .args(&argv[1..])
+    let child = without_inherited_fds(argv)
         .stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(out)
@@ -860,6 +874,44 @@ pub fn roles() -> Vec<(&'static str, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_component_inherits_no_descriptor_but_the_standard_three() {
+        let inner: Vec<String> = ["bash", "-c", "ls /proc/$$/fd; true"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let wrapped = without_inherited_fds(&inner);
+        let mut argv = vec![wrapped.get_program().to_string_lossy().into_owned()];
+        argv.extend(wrapped.get_args().map(|a| a.to_string_lossy().into_owned()));
+        // The parent holds descriptor 7 open without close-on-exec, as flock(1) does.
+        let output = Command::new("bash")
+            .args(["-c", "exec 7</dev/null; exec \"$@\"", "parent"])
+            .args(&argv)
+            .output()
+            .unwrap();
+        let fds: Vec<String> = String::from_utf8_lossy(&output.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(
+            fds,
+            ["0", "1", "2"],
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        // And without the wrapper the descriptor would reach it (the test can fail).
+        let bare = Command::new("bash")
+            .args(["-c", "exec 7</dev/null; exec \"$@\"", "parent"])
+            .args(&inner)
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&bare.stdout)
+                .split_whitespace()
+                .any(|f| f == "7")
+        );
+    }
 
     #[test]
     fn ports_are_read_from_the_flags_that_bind_them() {

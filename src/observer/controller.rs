@@ -445,11 +445,19 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                     return Ok(Action::requeue(Duration::from_secs(5)));
                 }
                 let api = promotions_api;
-                let body: DynamicObject = serde_json::from_value(decision::promotion_for(
-                    &namespace,
-                    &stage_name,
-                    &freight,
-                ))?;
+                let body = match decision::promotion_for(&namespace, &live_stage, &freight) {
+                    Ok(body) => body,
+                    Err(why) => {
+                        warn!(application = %app_name, stage = %stage_name, %why, "no Promotion: the Stage cannot be promoted");
+                        publish(ctx, app, stage_ref, EventType::Warning, "StageHasNoSteps", format!(
+                            "Argo CD runs a tag Kargo never promoted, but no Promotion can be created: {why}"
+                        ))
+                        .await;
+                        outcome(ctx, "refused");
+                        return Ok(Action::await_change());
+                    }
+                };
+                let body: DynamicObject = serde_json::from_value(body)?;
                 let created = api.create(&PostParams::default(), &body).await?;
                 let images: Vec<String> = drifted.iter().map(image_text).collect();
                 ctx.metrics.promotions_created.get_or_create(&labels).inc();

@@ -379,22 +379,54 @@ pub fn decide(inputs: &Inputs) -> Decision {
     }
 }
 
-/// The Promotion the observer creates: Kargo's webhook replaces the name and fills the steps.
-pub fn promotion_for(namespace: &str, stage: &str, freight: &str) -> Value {
-    serde_json::json!({
+/// The Promotion the observer creates for `stage` (the Stage object as the API server returned
+/// it). Kargo's mutating webhook replaces the name and (re)fills the steps and vars from the
+/// Stage (`pkg/webhook/kubernetes/promotion/webhook.go` at v1.11.2); the observer fills them the
+/// same way, because the Promotion CRD requires `spec.steps` and an API server without Kargo's
+/// webhook (or a request that reaches it first) refuses a Promotion without them. A Stage whose
+/// promotion template has no steps gets no Promotion: Kargo's webhook refuses it too, saying the
+/// Stage "defines no promotion steps"; the error says the same.
+pub fn promotion_for(namespace: &str, stage: &Value, freight: &str) -> Result<Value, String> {
+    let name = stage
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let steps = stage
+        .pointer("/spec/promotionTemplate/spec/steps")
+        .and_then(Value::as_array)
+        .filter(|steps| !steps.is_empty())
+        .ok_or_else(|| {
+            format!("Stage {name:?} in namespace {namespace:?} defines no promotion steps")
+        })?;
+    // Stage-level vars first, then the template's, as the webhook appends them.
+    let vars: Vec<Value> = [
+        stage.pointer("/spec/vars"),
+        stage.pointer("/spec/promotionTemplate/spec/vars"),
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(Value::as_array)
+    .flatten()
+    .cloned()
+    .collect();
+    let mut spec = serde_json::json!({"stage": name, "freight": freight, "steps": steps});
+    if !vars.is_empty() {
+        spec["vars"] = Value::Array(vars);
+    }
+    Ok(serde_json::json!({
         "apiVersion": "kargo.akuity.io/v1alpha1",
         "kind": "Promotion",
         "metadata": {
-            "generateName": format!("{stage}-observer-"),
+            "generateName": format!("{name}-observer-"),
             "namespace": namespace,
             "labels": {
                 MANAGED_BY_LABEL: MANAGED_BY,
-                STAGE_LABEL: stage,
+                STAGE_LABEL: name,
                 FREIGHT_LABEL: freight,
             },
         },
-        "spec": {"stage": stage, "freight": freight},
-    })
+        "spec": spec,
+    }))
 }
 
 #[cfg(test)]

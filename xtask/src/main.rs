@@ -25,10 +25,6 @@ enum Command {
     Tools,
     /// Install tools if missing, then fmt check, clippy and every test of the workspace.
     Test {
-        /// Also run the tests that need Docker (tests/docker_k3s.rs: a real kube-apiserver in
-        /// k3s); sets GITOPS_LOOP_DOCKER=1.
-        #[arg(long)]
-        docker: bool,
         /// Insist on the real tier (the process cluster of real/, built from the pinned Go
         /// modules): fail when Go is missing. Without it the tier runs whenever Go is present.
         #[arg(long)]
@@ -130,7 +126,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Tools => tools::install().map(|_| ()),
-        Command::Test { docker, real, args } => test::run(docker, real, &args),
+        Command::Test { real, args } => test::run(real, &args),
         Command::Bench { which } => bench::run(which),
         Command::Kind { command } => kind::main(command),
         Command::Real { command } => real::main(command),

@@ -5,11 +5,8 @@ use xshell::{Shell, cmd};
 
 use crate::{project_root, real, tools};
 
-/// The tests that need Docker, named in the summary when they are skipped.
-const DOCKER_TESTS: &str = "tests/docker_k3s.rs (the observer against k3s: one Promotion on drift, leader election, an API server restart, the live inventory from real Secrets)";
-
 /// The tests that need the process cluster (real/), named in the summary when skipped.
-const REAL_TESTS: &str = "the real tier (tests/real_*.rs: the observer, the observer chart's RBAC and the Kubernetes double against upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built from real/go)";
+const REAL_TESTS: &str = "the real tier (tests/real_observer.rs and tests/kube_agreement.rs: the observer, the observer chart's RBAC and the Kubernetes double against upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built from real/go)";
 
 /// Whether the run includes the real tier: asked for, or the Go toolchain is present.
 fn real_tier(asked: bool) -> Result<bool> {
@@ -20,14 +17,12 @@ fn real_tier(asked: bool) -> Result<bool> {
     Ok(asked || go)
 }
 
-pub fn run(docker: bool, real_asked: bool, extra: &[String]) -> Result<()> {
+pub fn run(real_asked: bool, extra: &[String]) -> Result<()> {
     tools::install()?;
     let sh = Shell::new()?;
     sh.change_dir(project_root());
     // Snapshots are checked, never rewritten, here: a difference fails the run.
     let _insta = sh.push_env("INSTA_UPDATE", "no");
-    let docker = docker || std::env::var("GITOPS_LOOP_DOCKER").as_deref() == Ok("1");
-    let _docker = sh.push_env("GITOPS_LOOP_DOCKER", if docker { "1" } else { "0" });
     // Renders refuse to run where no network namespace can be made unless opted in. On a
     // machine without user namespaces the suite opts in, and says so: every render test then
     // runs with the scrubbed environment only (the reports' footers say it too), and the
@@ -69,13 +64,6 @@ pub fn run(docker: bool, real_asked: bool, extra: &[String]) -> Result<()> {
     } else {
         println!(
             "test: SKIPPED (no Go toolchain on PATH; install Go, or `cargo xtask test --real` to insist): {REAL_TESTS}"
-        );
-    }
-    if docker {
-        println!("test: ran the Docker tests: {DOCKER_TESTS}");
-    } else {
-        println!(
-            "test: SKIPPED (no Docker asked for; `cargo xtask test --docker` or GITOPS_LOOP_DOCKER=1 runs them): {DOCKER_TESTS}"
         );
     }
     Ok(())
