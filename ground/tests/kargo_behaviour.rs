@@ -653,7 +653,10 @@ async fn after_a_failure_only_steps_whose_if_allows_it_run_and_the_first_failure
     let done = promote_through(&mut world, steps).await;
     assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
-    assert!(message.starts_with("step 1 (http)"), "{message}");
+    assert!(
+        message.starts_with("step \"bosun\" met error threshold of 1: "),
+        "{message}"
+    );
     let said = &world.said;
     assert!(
         said.contains("step 2/4 compose-output: skipped (a step before it failed)"),
@@ -683,7 +686,7 @@ async fn retry_timeout_worst_phase_and_unmatched_argocd_sources() {
     assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("step 2 (http)") && message.contains("timed out after 1ns"),
+        message == "step \"step-2\" timed out after 1ns",
         "{message}"
     );
 
@@ -874,4 +877,54 @@ async fn the_next_promotion_waits_while_the_current_freight_is_verified() {
         json!("Succeeded"),
         "{said}"
     );
+}
+
+/// A forge double that answers every REST request with a 500 (Kargo's GitHub client does not
+/// retry): returns its URL.
+async fn failing_forge() -> String {
+    let app = axum::Router::new().fallback(|| async {
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"message": "Server Error (injected fault)"})),
+        )
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn a_forge_error_in_git_open_pr_or_git_wait_for_pr_errors_the_promotion() {
+    // [K pkg/promotion/runner/builtin/git_pr_opener.go, git_pr_waiter.go]: a forge error is a
+    // recoverable error (Errored), and [K pkg/promotion/local_orchestrator.go] the default
+    // `retry.errorThreshold` of 1 ends the Promotion Errored at the first one, its message the
+    // step's: `step "<alias>" met error threshold of 1: <what failed>`. (The ground used to
+    // wait through a 500 in git-wait-for-pr and Fail git-open-pr.)
+    const REPO: &str = "https://git.example.test/platform/gitops.git";
+    for (step, wanted) in [
+        (
+            json!({"uses": "git-open-pr", "as": "open", "config": {"repoURL": REPO, "sourceBranch": "kargo/x", "targetBranch": "main"}}),
+            "step \"open\" met error threshold of 1: error determining if pull request already exists: error listing pull requests: GET ",
+        ),
+        (
+            json!({"uses": "git-wait-for-pr", "as": "wait", "config": {"repoURL": REPO, "prNumber": 7}}),
+            "step \"wait\" met error threshold of 1: error getting pull request 7: GET ",
+        ),
+    ] {
+        let mut world = world(1, false).await;
+        world.kargo.forge_url = failing_forge().await;
+        world.kargo.git_repos.insert(
+            REPO.to_string(),
+            ("platform/gitops".to_string(), REPO.to_string()),
+        );
+        let done = promote_through(&mut world, json!([step])).await;
+        assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+        let message = done["status"]["message"].as_str().unwrap();
+        assert!(message.starts_with(wanted), "{message}");
+        assert!(
+            message.ends_with(": 500 Server Error (injected fault) []"),
+            "{message}"
+        );
+    }
 }
