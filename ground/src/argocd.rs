@@ -428,6 +428,9 @@ impl ArgoCd {
                     result[key] = v.clone();
                 }
             }
+            // Argo CD reconciles the Application when an operation ends (Kargo trusts its
+            // health only from a reconcile at or after `finishedAt`).
+            app["status"]["reconciledAt"] = json!(now);
             app["status"]["operationState"] = match &failure {
                 None => json!({
                     "operation": operation, "phase": "Succeeded",
@@ -516,6 +519,7 @@ impl ArgoCd {
             &app.name,
             crate::kube::store::PatchBody::Merge(json!({"status": {
                 "sync": {"status": "OutOfSync"},
+                "reconciledAt": now,
                 "operationState": {
                     "operation": {"sync": {}, "initiatedBy": {"automated": true}},
                     "phase": "Failed",
@@ -572,6 +576,7 @@ impl ArgoCd {
                 "sync": sync,
                 "health": {"status": health},
                 "summary": {"images": images},
+                "reconciledAt": kube.clock().rfc3339(),
                 "sourceType": if app.sources.iter().any(|s| s.get("chart").is_some()) { "Helm" } else { "Directory" },
             },
         });

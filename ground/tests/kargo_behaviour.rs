@@ -72,6 +72,9 @@ async fn world(count: usize, auto: bool) -> World {
             "origin": {"kind": "Warehouse", "name": "charts"}, "charts": [{"repoURL": "https://charts.example.test/stable", "name": "c", "version": format!("1.0.{i}")}]});
         let created = create(&kube, "freights", freight, &admin).unwrap();
         freights.push(created["metadata"]["name"].as_str().unwrap().to_string());
+        // Kargo orders Freight by discovery time (then name): one second apart, as a
+        // Warehouse's discoveries are.
+        kube.clock().advance(ground::clock::TICK);
     }
     World {
         said: String::new(),
@@ -653,7 +656,10 @@ async fn after_a_failure_only_steps_whose_if_allows_it_run_and_the_first_failure
     let done = promote_through(&mut world, steps).await;
     assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
-    assert!(message.starts_with("step 1 (http)"), "{message}");
+    assert!(
+        message.starts_with("step \"bosun\" met error threshold of 1: "),
+        "{message}"
+    );
     let said = &world.said;
     assert!(
         said.contains("step 2/4 compose-output: skipped (a step before it failed)"),
@@ -683,7 +689,7 @@ async fn retry_timeout_worst_phase_and_unmatched_argocd_sources() {
     assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
     let message = done["status"]["message"].as_str().unwrap();
     assert!(
-        message.starts_with("step 2 (http)") && message.contains("timed out after 1ns"),
+        message == "step \"step-2\" timed out after 1ns",
         "{message}"
     );
 
@@ -874,4 +880,174 @@ async fn the_next_promotion_waits_while_the_current_freight_is_verified() {
         json!("Succeeded"),
         "{said}"
     );
+}
+
+/// A forge double that answers every REST request with a 500 (Kargo's GitHub client does not
+/// retry): returns its URL.
+async fn failing_forge() -> String {
+    let app = axum::Router::new().fallback(|| async {
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            axum::Json(json!({"message": "Server Error (injected fault)"})),
+        )
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    url
+}
+
+#[tokio::test]
+async fn a_forge_error_in_git_open_pr_or_git_wait_for_pr_errors_the_promotion() {
+    // [K pkg/promotion/runner/builtin/git_pr_opener.go, git_pr_waiter.go]: a forge error is a
+    // recoverable error (Errored), and [K pkg/promotion/local_orchestrator.go] the default
+    // `retry.errorThreshold` of 1 ends the Promotion Errored at the first one, its message the
+    // step's: `step "<alias>" met error threshold of 1: <what failed>`. (The ground used to
+    // wait through a 500 in git-wait-for-pr and Fail git-open-pr.)
+    const REPO: &str = "https://git.example.test/platform/gitops.git";
+    for (step, wanted) in [
+        (
+            json!({"uses": "git-open-pr", "as": "open", "config": {"repoURL": REPO, "sourceBranch": "kargo/x", "targetBranch": "main"}}),
+            "step \"open\" met error threshold of 1: error determining if pull request already exists: error listing pull requests: GET ",
+        ),
+        (
+            json!({"uses": "git-wait-for-pr", "as": "wait", "config": {"repoURL": REPO, "prNumber": 7}}),
+            "step \"wait\" met error threshold of 1: error getting pull request 7: GET ",
+        ),
+    ] {
+        let mut world = world(1, false).await;
+        world.kargo.forge_url = failing_forge().await;
+        world.kargo.git_repos.insert(
+            REPO.to_string(),
+            ("platform/gitops".to_string(), REPO.to_string()),
+        );
+        let done = promote_through(&mut world, json!([step])).await;
+        assert_eq!(done["status"]["phase"], json!("Errored"), "{done}");
+        let message = done["status"]["message"].as_str().unwrap();
+        assert!(message.starts_with(wanted), "{message}");
+        assert!(
+            message.ends_with(": 500 Server Error (injected fault) []"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn auto_promotion_takes_the_newest_freight_available_to_the_stage() {
+    // [K pkg/controller/stages/regular_stages.go autoPromoteFreight; pkg/api/auto_promotion.go
+    // SelectAutoPromotionCandidates; pkg/api/stage.go ListFreightAvailableToStage]: the
+    // candidate is the newest Freight AVAILABLE to the Stage (here: verified upstream), not the
+    // newest overall. The ground used to take the newest overall, find it unavailable and
+    // promote nothing.
+    let mut world = world(3, false).await;
+    let admin = user("system:admin");
+    let stage = json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": "downstream",
+        "annotations": {kargo::AUTO_PROMOTION_ANNOTATION: "true"}},
+        "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": "charts"}, "sources": {"stages": ["prod"]}}],
+                 "promotionTemplate": {"spec": {"steps": [{"uses": "compose-output", "config": {"done": true}}]}}}});
+    create(&world.kube, "stages", stage, &admin).unwrap();
+    let freights = resource(&world.kube, "freights");
+    // The two older Freight are verified in prod; the newest is not.
+    for name in &world.freights[..2] {
+        world
+            .kube
+            .store()
+            .patch(
+                &freights,
+                NS,
+                name,
+                PatchBody::Merge(json!({"status": {"verifiedIn": {"prod": {}}}})),
+                &admin,
+                true,
+            )
+            .unwrap();
+    }
+    settle(&mut world).await;
+    let r = resource(&world.kube, "promotions");
+    let promoted: Vec<String> = world
+        .kube
+        .store()
+        .list(&r, NS, &Selector::default(), &Selector::default())
+        .iter()
+        .filter(|p| p["spec"]["stage"] == json!("downstream"))
+        .map(|p| p["spec"]["freight"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(promoted, vec![world.freights[1].clone()], "{}", world.said);
+    let stage = get(&world.kube, "stages", "downstream");
+    assert_eq!(
+        stage["status"]["freightHistory"][0]["items"]["Warehouse/charts"]["name"],
+        json!(world.freights[1])
+    );
+}
+
+#[tokio::test]
+async fn a_semver_constraint_that_does_not_parse_yields_no_freight_and_or_ranges_are_read() {
+    // [K pkg/subscription/chart.go, pkg/validation/validation.go]: the Warehouse webhook refuses
+    // a constraint Masterminds/semver cannot parse; [K pkg/helm/chart/base_selector.go,
+    // pkg/controller/warehouses/warehouses.go] discovery fails on one (the Warehouse is not
+    // Healthy, no Freight). `||` and hyphen ranges are Masterminds syntax Kargo reads. (The
+    // ground used to drop a bad constraint and take the newest version.)
+    let warehouse = |constraint: &str| {
+        json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Warehouse", "metadata": {"name": "w"},
+            "spec": {"subscriptions": [{"chart": {"repoURL": "https://charts.example.test/stable", "name": "c", "semverConstraint": constraint}}]}})
+    };
+    let admin = user("system:admin");
+    let world = world(0, false).await;
+    let err = create(&world.kube, "warehouses", warehouse("^1.2 ||"), &admin).unwrap_err();
+    assert_eq!(err.code, 422);
+    assert!(
+        err.message
+            .contains("spec.subscriptions[0].chart.semverConstraint: Invalid value: \"^1.2 ||\""),
+        "{}",
+        err.message
+    );
+
+    // Without the webhook (as for a Warehouse stored before it ran), discovery fails.
+    let discover = |constraint: &'static str| {
+        let object = warehouse(constraint);
+        discover_with(object)
+    };
+    async fn discover_with(object: Value) -> (Vec<Value>, Value, String) {
+        let admin = user("system:admin");
+        let kube = KubeDouble::start(FaultPlan::none()).await.unwrap();
+        kube.load_crds(&crds()).unwrap();
+        kube.create_namespace(NS, &[(kargo::PROJECT_LABEL, "true")])
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let mut kargo = Kargo::new(NS, dir.path(), "http://127.0.0.1:1", "token");
+        kargo.chart_versions = Box::new(|_, _| {
+            ["1.2.0", "1.6.0", "2.1.0"]
+                .iter()
+                .map(|v| v.to_string())
+                .collect()
+        });
+        create(&kube, "warehouses", object, &admin).unwrap();
+        let transcript = Transcript::default();
+        kargo.tick(&kube, &transcript).await;
+        let r = resource(&kube, "freights");
+        let charts: Vec<Value> = kube
+            .store()
+            .list(&r, NS, &Selector::default(), &Selector::default())
+            .iter()
+            .map(|f| f["charts"][0]["version"].clone())
+            .collect();
+        (charts, get(&kube, "warehouses", "w"), transcript.text())
+    }
+    let (charts, warehouse_object, said) = discover("not a constraint").await;
+    assert!(charts.is_empty(), "{charts:?}");
+    let conditions = &warehouse_object["status"]["conditions"];
+    assert_eq!(conditions[0]["type"], json!("Healthy"), "{conditions}");
+    assert_eq!(conditions[0]["status"], json!("False"));
+    assert_eq!(conditions[0]["reason"], json!("DiscoveryFailed"));
+    assert!(
+        conditions[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("improper constraint: not a constraint"),
+        "{conditions}"
+    );
+    assert!(said.contains("Warehouse w: no Freight"), "{said}");
+
+    let (charts, ..) = discover("1.0.0 - 1.5.0 || ^3").await;
+    assert_eq!(charts, vec![json!("1.2.0")]);
 }

@@ -129,7 +129,6 @@ pub fn freight_available(stage: &Value, freight: &Value) -> bool {
         })
 }
 
-/// The newest Freight of an origin (by creation order).
 /// For each Freight origin a Stage requests, the newest Freight of it (origins with none are
 /// left out): (origin, Freight name).
 pub(super) fn newest_requested(stage: &Value, freights: &[Value]) -> Vec<(String, String)> {
@@ -156,4 +155,60 @@ pub(super) fn newest_freight(freights: Vec<&Value>, origin: &str) -> Option<Stri
                 .unwrap_or(0)
         })
         .map(|f| text(f, "/metadata/name").to_string())
+}
+
+/// When Kargo takes a Freight to be discovered: `discoveredAt` (its webhook defaults it to the
+/// creation time), else `metadata.creationTimestamp`.
+fn discovered_at(freight: &Value) -> &str {
+    match text(freight, "/discoveredAt") {
+        "" => text(freight, "/metadata/creationTimestamp"),
+        at => at,
+    }
+}
+
+/// The Freight auto-promotion would pick for `origin` on `stage`
+/// ([K pkg/api/auto_promotion.go SelectAutoPromotionCandidates, pkg/api/stage.go
+/// ListFreightAvailableToStage]): the newest (by discovery time, then name, both descending)
+/// of the origin's Freight AVAILABLE to the Stage (direct, approved, or verified upstream);
+/// with `autoPromotionOptions.selectionPolicy: MatchUpstream` only Freight currently in the
+/// (one) upstream Stage counts, and two such (a Promotion half recorded) give none this pass.
+pub fn auto_promotion_candidate<'f>(
+    stage: &Value,
+    freights: impl IntoIterator<Item = &'f Value>,
+    origin: &str,
+) -> Option<&'f Value> {
+    let request = stage
+        .pointer("/spec/requestedFreight")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| text(r, "/origin/name") == origin)?;
+    let direct = request
+        .pointer("/sources/direct")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let match_upstream = !direct
+        && text(request, "/sources/autoPromotionOptions/selectionPolicy") == "MatchUpstream";
+    let upstream = request
+        .pointer("/sources/stages/0")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut available: Vec<&Value> = freights
+        .into_iter()
+        .filter(|f| text(f, "/origin/name") == origin && freight_available(stage, f))
+        .filter(|f| {
+            !match_upstream
+                || f.pointer(&format!("/status/currentlyIn/{upstream}"))
+                    .is_some_and(|v| !v.is_null())
+        })
+        .collect();
+    if match_upstream && available.len() > 1 {
+        return None;
+    }
+    available.sort_by(|a, b| {
+        discovered_at(b)
+            .cmp(discovered_at(a))
+            .then_with(|| text(b, "/metadata/name").cmp(text(a, "/metadata/name")))
+    });
+    available.into_iter().next()
 }

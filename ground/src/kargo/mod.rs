@@ -7,6 +7,7 @@
 //!
 //! The actor advances in explicit ticks driven by the ground, so a run is deterministic.
 
+pub mod constraint;
 pub mod expr;
 pub mod schemas;
 pub mod steps;
@@ -19,7 +20,9 @@ mod warehouse;
 mod webhooks;
 
 use freight::*;
-pub use freight::{alias_for, freight_available, freight_name, stage_label_value};
+pub use freight::{
+    alias_for, auto_promotion_candidate, freight_available, freight_name, stage_label_value,
+};
 pub use policy::auto_promotion_by_policy;
 use promotion::*;
 pub use warehouse::newest_version;
@@ -280,15 +283,18 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        assert_eq!(
-            newest_version(&versions, "^1.19.0").as_deref(),
-            Some("1.19.3")
-        );
-        assert_eq!(newest_version(&versions, "").as_deref(), Some("2.0.0"));
-        assert_eq!(
-            newest_version(&versions, ">=1.0.0 <2.0.0").as_deref(),
-            Some("1.19.3")
-        );
+        let newest = |c: &str| newest_version(&versions, c).expect("parses");
+        assert_eq!(newest("^1.19.0").as_deref(), Some("1.19.3"));
+        assert_eq!(newest("").as_deref(), Some("2.0.0"));
+        assert_eq!(newest(">=1.0.0 <2.0.0").as_deref(), Some("1.19.3"));
+        // Masterminds' `||` and hyphen ranges, which the semver crate does not read.
+        assert_eq!(newest("~1.19.2 || >=3").as_deref(), Some("1.19.3"));
+        assert_eq!(newest("1.0.0 - 1.19.2").as_deref(), Some("1.19.2"));
+        // A prerelease matches only an alternative that names one.
+        assert_eq!(newest(">=1.20.0-rc.0").as_deref(), Some("2.0.0"));
+        assert_eq!(newest(">=1.20.0-rc.0 <2").as_deref(), Some("v1.20.0-rc.1"));
+        assert!(newest_version(&versions, "^1.19 ||").is_err());
+        assert!(newest_version(&versions, "not a constraint").is_err());
     }
 
     #[test]

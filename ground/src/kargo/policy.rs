@@ -130,16 +130,55 @@ impl Kargo {
             if self.verifications.iter().any(|v| v.stage == stage_name) {
                 continue;
             }
-            for (origin, newest) in newest_requested(&stage, &freights) {
+            let origins: Vec<String> = stage
+                .pointer("/spec/requestedFreight")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|r| text(r, "/origin/name").to_string())
+                .collect();
+            for origin in origins {
+                // [K pkg/controller/stages/regular_stages.go autoPromoteFreight]: the candidate
+                // is the newest Freight AVAILABLE to the Stage, not the newest overall.
+                let Some(freight) = auto_promotion_candidate(&stage, &freights, &origin).cloned()
+                else {
+                    continue;
+                };
+                let newest = text(&freight, "/metadata/name").to_string();
                 let current = stage
                     .pointer(&format!(
                         "/status/freightHistory/0/items/Warehouse~1{origin}/name"
                     ))
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                let already = promotions.iter().any(|p| {
-                    text(p, "/spec/stage") == stage_name && text(p, "/spec/freight") == newest
+                // [K regular_stages.go unprocessedPromotionExistsForStageFreight,
+                // newestTerminalPromotionForStageFreight]: stand down while a Promotion of the
+                // candidate is in flight or succeeded unrecorded, and after its newest terminal
+                // one did not succeed (no retry loop); a recorded success does not block.
+                let last = text(&stage, "/status/lastPromotion/name");
+                let ours: Vec<&Value> = promotions
+                    .iter()
+                    .filter(|p| {
+                        text(p, "/spec/stage") == stage_name && text(p, "/spec/freight") == newest
+                    })
+                    .collect();
+                let terminal = |p: &&Value| {
+                    matches!(
+                        text(p, "/status/phase"),
+                        "Succeeded" | "Failed" | "Errored" | "Aborted"
+                    )
+                };
+                let unprocessed = ours.iter().any(|p| {
+                    !terminal(p)
+                        || (text(p, "/status/phase") == "Succeeded"
+                            && (last.is_empty() || text(p, "/metadata/name") > last))
                 });
+                let last_failed = ours
+                    .iter()
+                    .filter(|p| terminal(p))
+                    .max_by(|a, b| text(a, "/metadata/name").cmp(text(b, "/metadata/name")))
+                    .is_some_and(|p| text(p, "/status/phase") != "Succeeded");
+                let already = unprocessed || last_failed;
                 // [K pkg/controller/stages/regular_stages.go]: the newest non-Aborted
                 // Promotion carrying a hold or resume intent for the origin decides (names
                 // sort by creation): a later resume lifts an earlier hold and vice versa.
@@ -160,14 +199,6 @@ impl Kargo {
                     .max_by(|a, b| text(a, "/metadata/name").cmp(text(b, "/metadata/name")))
                     .is_some_and(|p| intent(p, HOLD_ANNOTATION));
                 if current == newest || already || held {
-                    continue;
-                }
-                let freight = freights
-                    .iter()
-                    .find(|f| text(f, "/metadata/name") == newest)
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                if !freight_available(&stage, &freight) {
                     continue;
                 }
                 let promotion = json!({"apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Promotion", "metadata": {"namespace": self.namespace, "generateName": format!("{stage_name}-")}, "spec": {"stage": stage_name, "freight": newest}});

@@ -411,9 +411,10 @@ impl Kargo {
                     if errored {
                         run.errors += 1;
                         if u64::from(run.errors) >= threshold {
+                            // [K local_orchestrator.go determineStepCompletion]: the step's
+                            // message is the Promotion's.
                             let message = format!(
-                                "step {} ({uses}): step {alias:?} met error threshold of {threshold}: {said}",
-                                index + 1
+                                "step {alias:?} met error threshold of {threshold}: {said}"
                             );
                             self.step_failed(
                                 transcript,
@@ -430,10 +431,7 @@ impl Kargo {
                     if let Some(timeout) =
                         timed_out(run, index, step, &uses, kube.clock().seconds())
                     {
-                        let message = format!(
-                            "step {} ({uses}): step {alias:?} timed out after {timeout}: {said}",
-                            index + 1
-                        );
+                        let message = format!("step {alias:?} timed out after {timeout}");
                         self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
                         progress = true;
                         continue;
@@ -454,7 +452,8 @@ impl Kargo {
                     return progress;
                 }
                 steps::Outcome::Failed { said } => {
-                    let message = format!("step {} ({uses}) failed: {said}", index + 1);
+                    // A terminal failure's message is the step's error, as Kargo words it.
+                    let message = said;
                     self.step_failed(transcript, &name, alias, "Failed", message, steps.len());
                     progress = true;
                     continue;

@@ -2,9 +2,110 @@
 
 use super::*;
 
+/// Whether Kargo's Argo CD health check finds an Application Healthy
+/// ([K pkg/health/checker/builtin/argocd.go getApplicationHealth]); the error is its issue.
+/// Kargo never asks for `Synced`: it asks that Argo CD reconciled after the last operation
+/// finished (`status.reconciledAt` not before `operationState.finishedAt`), that no
+/// `ComparisonError` or `InvalidSpecError` condition stands, that, when argocd-update named a
+/// desired revision, no sync runs and each source runs its desired revision (sources matched
+/// by repoURL and chart, as the step matched them), and that the health is `Healthy`.
+/// `desired`: (repoURL, chart, revision) per source update.
+pub fn argocd_app_health(app: &Value, desired: &[(String, String, String)]) -> Result<(), String> {
+    let name = text(app, "/metadata/name");
+    let namespace = text(app, "/metadata/namespace");
+    let finished = text(app, "/status/operationState/finishedAt");
+    let reconciled = text(app, "/status/reconciledAt");
+    if !finished.is_empty() && (reconciled.is_empty() || reconciled < finished) {
+        return Err(format!(
+            "Argo CD Application {name:?} in namespace {namespace:?} was not reconciled after its most recent operation completed; Application health status not trusted"
+        ));
+    }
+    for condition in app
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let kind = text(condition, "/type");
+        if matches!(kind, "ComparisonError" | "InvalidSpecError") {
+            return Err(format!(
+                "Argo CD Application {name:?} in namespace {namespace:?} has {kind:?} condition: {}",
+                text(condition, "/message")
+            ));
+        }
+    }
+    let sources: Vec<Value> = match app.pointer("/spec/sources").and_then(Value::as_array) {
+        Some(list) if !list.is_empty() => list.clone(),
+        _ => app.pointer("/spec/source").cloned().into_iter().collect(),
+    };
+    let revisions: Vec<&str> = sources
+        .iter()
+        .map(|s| {
+            desired
+                .iter()
+                .find(|(repo, chart, _)| text(s, "/repoURL") == repo && text(s, "/chart") == chart)
+                .map_or("", |(.., revision)| revision.as_str())
+        })
+        .collect();
+    if revisions.iter().any(|r| !r.is_empty()) {
+        let operation = app.pointer("/operation/sync").is_some_and(|o| !o.is_null());
+        if operation || finished.is_empty() {
+            return Err(format!(
+                "Argo CD Application {name:?} in namespace {namespace:?} is being synced"
+            ));
+        }
+        let observed: Vec<&str> = match app
+            .pointer("/status/sync/revisions")
+            .and_then(Value::as_array)
+        {
+            Some(list) if !list.is_empty() => {
+                list.iter().map(|r| r.as_str().unwrap_or("")).collect()
+            }
+            _ => vec![text(app, "/status/sync/revision")],
+        };
+        if observed.len() != revisions.len() {
+            return Err(format!(
+                "Argo CD Application {name:?} in namespace {namespace:?} has {} observed revisions but {} desired revisions",
+                observed.len(),
+                revisions.len()
+            ));
+        }
+        let issues: Vec<String> = revisions
+            .iter()
+            .zip(&observed)
+            .enumerate()
+            .filter(|(_, (want, got))| !want.is_empty() && want != got)
+            .map(|(i, (want, _))| {
+                format!(
+                    "Source {i} with RepoURL {} of Application {name:?} in namespace {namespace:?} does not match the desired revision {want:?}.",
+                    text(&sources[i], "/repoURL")
+                )
+            })
+            .collect();
+        if !issues.is_empty() {
+            return Err(format!(
+                "Not all sources of Application {name:?} in namespace {namespace:?} are synced to the desired revisions. Issues: {}",
+                issues.join("; ")
+            ));
+        }
+    }
+    match text(app, "/status/health/status") {
+        "Healthy" => Ok(()),
+        "Progressing" | "" => Err(format!(
+            "Argo CD Application {name:?} in namespace {namespace:?} is progressing"
+        )),
+        "Suspended" => Err(format!(
+            "Argo CD Application {name:?} in namespace {namespace:?} is suspended"
+        )),
+        other => Err(format!(
+            "Argo CD Application {name:?} in namespace {namespace:?} has health state {other:?}"
+        )),
+    }
+}
+
 impl Kargo {
     /// After a successful promotion: wait until the Applications an `argocd-update` step named
-    /// are Synced (at the merged revision, when known) and Healthy ([K docs 60-verification]:
+    /// pass Kargo's Argo CD health check (`argocd_app_health`) ([K docs 60-verification]:
     /// Kargo waits for them before verification, and without verification success is health).
     /// With `spec.verification.analysisTemplates`, an AnalysisRun is then created from them and
     /// the Stage's args, and its verdict decides: Successful verifies the Freight in the Stage
@@ -25,20 +126,15 @@ impl Kargo {
                 let Ok(object) = kube.store().get(resource, namespace, app) else {
                     return false;
                 };
-                // [K pkg/health/checker/builtin/argocd.go]: the revision each named source
-                // runs (status.sync.revision or revisions[i]) must be the desired one.
-                let runs_desired = verification
+                let desired: Vec<(String, String, String)> = verification
                     .desired
                     .iter()
                     .filter(|(ns, name, ..)| ns == namespace && name == app)
-                    .all(|(_, _, repo, chart, revision)| {
-                        let wanted = json!({"repoURL": repo, "chart": chart});
-                        steps::synced_revision(&object, &wanted).as_deref()
-                            == Some(revision.as_str())
-                    });
-                text(&object, "/status/sync/status") == "Synced"
-                    && text(&object, "/status/health/status") == "Healthy"
-                    && runs_desired
+                    .map(|(_, _, repo, chart, revision)| {
+                        (repo.clone(), chart.clone(), revision.clone())
+                    })
+                    .collect();
+                argocd_app_health(&object, &desired).is_ok()
             });
             if !ready && verification.analysis_run.is_none() {
                 remaining.push(verification);
@@ -233,5 +329,63 @@ impl Kargo {
             .create(&runs_resource, &self.namespace, run, &controller_user())
             .map_err(|e| format!("AnalysisRun not created: {e}"))?;
         Ok(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(status: Value) -> Value {
+        json!({"metadata": {"name": "web", "namespace": "argocd"},
+            "spec": {"source": {"repoURL": "https://charts.example.test/stable", "chart": "web", "targetRevision": "1.0.1"}},
+            "status": status})
+    }
+
+    #[test]
+    fn argo_cd_health_never_asks_for_synced() {
+        // [K pkg/health/checker/builtin/argocd.go]: an OutOfSync Application that Argo CD
+        // reconciled after its last operation, runs the desired revision and is Healthy is
+        // healthy to Kargo. (The ground used to wait for Synced.)
+        let desired = vec![(
+            "https://charts.example.test/stable".to_string(),
+            "web".to_string(),
+            "1.0.1".to_string(),
+        )];
+        let finished = json!({"phase": "Succeeded", "finishedAt": "2026-01-01T00:00:05Z"});
+        let healthy = app(json!({"sync": {"status": "OutOfSync", "revision": "1.0.1"},
+            "health": {"status": "Healthy"}, "operationState": finished,
+            "reconciledAt": "2026-01-01T00:00:05Z"}));
+        assert_eq!(argocd_app_health(&healthy, &desired), Ok(()));
+        assert_eq!(argocd_app_health(&healthy, &[]), Ok(()));
+
+        // A reconcile older than the operation's end is not trusted.
+        let mut stale = healthy.clone();
+        stale["status"]["reconciledAt"] = json!("2026-01-01T00:00:04Z");
+        let issue = argocd_app_health(&stale, &desired).unwrap_err();
+        assert!(issue.contains("not reconciled"), "{issue}");
+        // Another revision, a sync still running, a comparison error, or Degraded are not healthy.
+        let mut other = healthy.clone();
+        other["status"]["sync"]["revision"] = json!("1.0.0");
+        let issue = argocd_app_health(&other, &desired).unwrap_err();
+        assert!(
+            issue.contains("does not match the desired revision \"1.0.1\""),
+            "{issue}"
+        );
+        let mut syncing = healthy.clone();
+        syncing["operation"] = json!({"sync": {}});
+        let issue = argocd_app_health(&syncing, &desired).unwrap_err();
+        assert!(issue.contains("is being synced"), "{issue}");
+        let mut broken = healthy.clone();
+        broken["status"]["conditions"] = json!([{"type": "ComparisonError", "message": "boom"}]);
+        let issue = argocd_app_health(&broken, &[]).unwrap_err();
+        assert!(
+            issue.contains("\"ComparisonError\" condition: boom"),
+            "{issue}"
+        );
+        let mut degraded = healthy.clone();
+        degraded["status"]["health"]["status"] = json!("Degraded");
+        let issue = argocd_app_health(&degraded, &[]).unwrap_err();
+        assert!(issue.contains("has health state \"Degraded\""), "{issue}");
     }
 }

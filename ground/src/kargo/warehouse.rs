@@ -2,43 +2,7 @@
 
 use super::*;
 
-pub(super) fn normalize_constraint(constraint: &str) -> String {
-    // Masterminds constraints separate comparators with spaces; the semver crate wants commas.
-    let parts: Vec<&str> = constraint
-        .split([' ', ','])
-        .filter(|p| !p.is_empty())
-        .collect();
-    let mut joined = Vec::new();
-    let mut pending_operator = String::new();
-    for part in parts {
-        if matches!(part, ">" | ">=" | "<" | "<=" | "=" | "!=" | "~" | "^") {
-            pending_operator = part.to_string();
-        } else {
-            joined.push(format!("{pending_operator}{part}"));
-            pending_operator.clear();
-        }
-    }
-    joined.join(", ")
-}
-
-/// The newest version satisfying a constraint (all versions when it is empty).
-pub fn newest_version(versions: &[String], constraint: &str) -> Option<String> {
-    let requirement = if constraint.trim().is_empty() {
-        None
-    } else {
-        semver::VersionReq::parse(&normalize_constraint(constraint)).ok()
-    };
-    versions
-        .iter()
-        .filter_map(|v| {
-            semver::Version::parse(v.trim_start_matches('v'))
-                .ok()
-                .map(|parsed| (parsed, v.clone()))
-        })
-        .filter(|(parsed, _)| requirement.as_ref().is_none_or(|r| r.matches(parsed)))
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, original)| original)
-}
+pub use super::constraint::newest_version;
 
 impl Kargo {
     pub(super) fn discover(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
@@ -53,6 +17,10 @@ impl Kargo {
             self.refresh.retain(|r| *r != name);
             let mut freight = json!({"apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Freight", "metadata": {"namespace": self.namespace, "generateName": "freight-"}, "origin": {"kind": "Warehouse", "name": name}});
             let mut found = Vec::new();
+            // [K pkg/controller/warehouses/warehouses.go]: a subscription that cannot be read
+            // (a constraint that does not parse) fails discovery; one that finds nothing
+            // fails the Freight's build. Either way no Freight, and the Warehouse says why.
+            let mut failure: Option<(&str, String)> = None;
             for subscription in warehouse
                 .pointer("/spec/subscriptions")
                 .and_then(Value::as_array)
@@ -62,35 +30,60 @@ impl Kargo {
                 if let Some(chart) = subscription.get("chart") {
                     let (repo, chart_name) = (text(chart, "/repoURL"), text(chart, "/name"));
                     let versions = (self.chart_versions)(repo, chart_name);
-                    if let Some(version) =
-                        newest_version(&versions, text(chart, "/semverConstraint"))
-                    {
-                        found.push(format!("chart {chart_name} {version}"));
-                        push(
-                            &mut freight,
-                            "charts",
-                            json!({"repoURL": repo, "name": chart_name, "version": version}),
-                        );
+                    match newest_version(&versions, text(chart, "/semverConstraint")) {
+                        Ok(Some(version)) => {
+                            found.push(format!("chart {chart_name} {version}"));
+                            push(
+                                &mut freight,
+                                "charts",
+                                json!({"repoURL": repo, "name": chart_name, "version": version}),
+                            );
+                        }
+                        // (Kargo's message names the repository where the chart goes.)
+                        Ok(None) => failure = failure.or(Some(("FreightBuildFailure", format!(
+                            "failed to build Freight from latest artifacts: no versions discovered for chart {repo:?} from repository {chart_name:?}"
+                        )))),
+                        Err(e) => {
+                            failure = Some(("DiscoveryFailed", format!(
+                                "error discovering artifacts: error obtaining selector for chart versions from helm chart repo {repo:?}: {e}"
+                            )));
+                            break;
+                        }
                     }
                 } else if let Some(image) = subscription.get("image") {
                     let repo = text(image, "/repoURL");
                     let tags: Vec<(String, String)> =
                         self.registry.images.get(repo).cloned().unwrap_or_default();
                     let names: Vec<String> = tags.iter().map(|(t, _)| t.clone()).collect();
-                    if let Some(tag) = newest_version(&names, text(image, "/constraint")) {
-                        let digest = tags
-                            .iter()
-                            .find(|(t, _)| *t == tag)
-                            .map(|(_, d)| d.clone())
-                            .unwrap_or_default();
-                        found.push(format!("image {repo}:{tag}"));
-                        push(
-                            &mut freight,
-                            "images",
-                            json!({"repoURL": repo, "tag": tag, "digest": digest}),
-                        );
+                    match newest_version(&names, text(image, "/constraint")) {
+                        Ok(Some(tag)) => {
+                            let digest = tags
+                                .iter()
+                                .find(|(t, _)| *t == tag)
+                                .map(|(_, d)| d.clone())
+                                .unwrap_or_default();
+                            found.push(format!("image {repo}:{tag}"));
+                            push(
+                                &mut freight,
+                                "images",
+                                json!({"repoURL": repo, "tag": tag, "digest": digest}),
+                            );
+                        }
+                        Ok(None) => failure = failure.or(Some(("FreightBuildFailure", format!(
+                            "failed to build Freight from latest artifacts: no images discovered for repository {repo:?}"
+                        )))),
+                        Err(e) => {
+                            failure = Some(("DiscoveryFailed", format!(
+                                "error discovering artifacts: error obtaining selector for image {repo:?}: {e}"
+                            )));
+                            break;
+                        }
                     }
                 }
+            }
+            if let Some((reason, message)) = failure {
+                self.warehouse_failed(kube, transcript, &name, reason, &message);
+                continue;
             }
             if found.is_empty() {
                 continue;
@@ -127,6 +120,47 @@ impl Kargo {
             }
         }
         progress
+    }
+
+    /// [K pkg/controller/warehouses/warehouses.go]: discovery or the Freight's build failed:
+    /// the Warehouse is neither Healthy nor Ready, and says why.
+    fn warehouse_failed(
+        &self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        name: &str,
+        reason: &str,
+        message: &str,
+    ) {
+        let now = kube.clock().rfc3339();
+        let (healthy, ready) = if reason == "DiscoveryFailed" {
+            (
+                (
+                    "DiscoveryFailed",
+                    format!("Unable to discover artifacts: {message}"),
+                ),
+                (
+                    "DiscoveryFailure",
+                    format!("Artifact discovery failed: {message}"),
+                ),
+            )
+        } else {
+            (
+                ("FreightBuildFailure", message.to_string()),
+                ("FreightBuildFailure", message.to_string()),
+            )
+        };
+        let _ = Self::patch_status(
+            kube,
+            "warehouses",
+            &self.namespace,
+            name,
+            json!({"conditions": [
+                {"type": "Healthy", "status": "False", "reason": healthy.0, "message": healthy.1, "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": ready.0, "message": ready.1, "lastTransitionTime": now},
+            ]}),
+        );
+        transcript.say("kargo", format!("Warehouse {name}: no Freight: {message}"));
     }
 
     /// The state before the run: each Warehouse's first discovery, and every Stage already at

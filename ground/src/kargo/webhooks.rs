@@ -30,7 +30,8 @@ pub(super) fn next_ulid(counter: &std::sync::atomic::AtomicU64) -> String {
 
 /// [K pkg/webhook/kubernetes/warehouse/webhook.go, pkg/subscription/chart.go]: a chart
 /// subscription from an `oci://` repository names no chart (the URL does), one from an
-/// http(s) repository must name it; either mistake is Invalid.
+/// http(s) repository must name it; either mistake is Invalid, and so is a semver constraint
+/// that does not parse.
 pub(super) fn warehouse_webhook(admission: &mut Admission) -> Result<(), ApiError> {
     if matches!(admission.operation, Operation::Delete) {
         return Ok(());
@@ -45,9 +46,30 @@ pub(super) fn warehouse_webhook(admission: &mut Admission) -> Result<(), ApiErro
         .flatten()
         .enumerate()
     {
+        // [K pkg/subscription/image.go, pkg/validation/validation.go SemverConstraint]: an
+        // image constraint read as semver (the SemVer strategy, the default) must parse.
+        if let Some(image) = sub.get("image") {
+            let constraint = text(image, "/constraint");
+            if matches!(text(image, "/imageSelectionStrategy"), "" | "SemVer")
+                && !constraint.is_empty()
+                && constraint::Constraint::parse(constraint).is_err()
+            {
+                errors.push(format!(
+                    "spec.subscriptions[{i}].image.constraint: Invalid value: {constraint:?}"
+                ));
+            }
+        }
         let Some(chart) = sub.get("chart") else {
             continue;
         };
+        let semver_constraint = text(chart, "/semverConstraint");
+        if !semver_constraint.is_empty()
+            && constraint::Constraint::parse(semver_constraint).is_err()
+        {
+            errors.push(format!(
+                "spec.subscriptions[{i}].chart.semverConstraint: Invalid value: {semver_constraint:?}"
+            ));
+        }
         let (repo, chart_name) = (text(chart, "/repoURL"), text(chart, "/name"));
         let field = format!("spec.subscriptions[{i}].chart.name");
         if repo.starts_with("oci://") && !chart_name.is_empty() {
@@ -301,11 +323,15 @@ pub(super) fn promotion_webhook(
                     ) == "true"
                 {
                     let origin = format!("Warehouse/{}", text(&freight, "/origin/name"));
-                    let newest = newest_freight(
+                    // [K pkg/webhook/kubernetes/promotion/webhook.go syncHoldAnnotations]:
+                    // resume only when the Freight is the auto-promotion candidate.
+                    let candidate = auto_promotion_candidate(
+                        &stage,
                         admission.store.list(GROUP, "freights", &namespace),
                         text(&freight, "/origin/name"),
-                    );
-                    let key = if newest.as_deref() == Some(freight_name.as_str()) {
+                    )
+                    .map(|f| text(f, "/metadata/name").to_string());
+                    let key = if candidate.as_deref() == Some(freight_name.as_str()) {
                         RESUME_ANNOTATION
                     } else {
                         HOLD_ANNOTATION

@@ -1,8 +1,33 @@
 //! Pull request steps over the forge's REST API: git-open-pr, git-wait-for-pr, git-merge-pr.
+//!
+//! [K pkg/promotion/runner/builtin/git_pr_opener.go, git_pr_waiter.go]: every forge error is a
+//! recoverable error (step status Errored), which the orchestrator retries only below the
+//! step's `retry.errorThreshold` (default 1): with the default, the first forge 5xx or rate
+//! limit ends the Promotion Errored. Kargo's GitHub client does not retry on its own
+//! (pkg/github/github.go: a plain transport).
 
 use serde_json::json;
 
 use super::*;
+
+/// A forge request that failed, worded as Kargo's GitHub client (go-github's `ErrorResponse`)
+/// words it: `METHOD URL: STATUS MESSAGE []`, or the transport's error.
+async fn forge_error(
+    method: &str,
+    url: &str,
+    response: Result<reqwest::Response, reqwest::Error>,
+) -> Result<reqwest::Response, String> {
+    let response = response.map_err(|e| format!("{method} {url}: {e}"))?;
+    if response.status().is_success() {
+        return Ok(response);
+    }
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    Err(format!(
+        "{method} {url}: {status} {} []",
+        text(&body, "message")
+    ))
+}
 
 pub(super) async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     let repo_url = text(config, "repoURL");
@@ -18,20 +43,32 @@ pub(super) async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcom
         text(config, "title").to_string()
     };
     let client = http_client();
-    // Adopt an open pull request for the same branches (a retried step must not open two).
-    let existing = client
-        .get(format!(
-            "{}/repos/{slug}/pulls?state=open&head={source}",
-            ctx.kargo.forge_url
-        ))
+    // Adopt an open pull request for the same branches (a retried step must not open two);
+    // a forge error while looking Errors the step, as Kargo's does.
+    let list_url = format!(
+        "{}/repos/{slug}/pulls?state=open&head={source}",
+        ctx.kargo.forge_url
+    );
+    let listed = client
+        .get(&list_url)
         .bearer_auth(&ctx.kargo.forge_token)
         .send()
         .await;
-    if let Ok(response) = existing
-        && let Ok(Value::Array(pulls)) = response.json::<Value>().await
-        && let Some(pull) = pulls
-            .iter()
-            .find(|p| p.pointer("/base/ref").and_then(Value::as_str) == Some(target))
+    let existing = match forge_error("GET", &list_url, listed).await {
+        Ok(response) => response.json::<Value>().await.unwrap_or(Value::Null),
+        Err(e) => {
+            return Outcome::Errored {
+                said: format!(
+                    "error determining if pull request already exists: error listing pull requests: {e}"
+                ),
+            };
+        }
+    };
+    if let Some(pull) = existing
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p.pointer("/base/ref").and_then(Value::as_str) == Some(target))
     {
         let number = pull["number"].clone();
         return Outcome::Done {
@@ -39,36 +76,41 @@ pub(super) async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcom
             said: format!("adopted open pull request #{number}"),
         };
     }
+    let create_url = format!("{}/repos/{slug}/pulls", ctx.kargo.forge_url);
     let response = client
-        .post(format!("{}/repos/{slug}/pulls", ctx.kargo.forge_url))
+        .post(&create_url)
         .bearer_auth(&ctx.kargo.forge_token)
         .json(&json!({"title": title, "head": source, "base": target, "body": text(config, "description")}))
         .send()
         .await;
+    // Kargo compares the branches first and Skips when they do not differ; the forge's 422
+    // "No commits between" says the same here.
     let response = match response {
-        Ok(r) => r,
+        Ok(r) if r.status().as_u16() == 422 => {
+            let body: Value = r.json().await.unwrap_or(Value::Null);
+            if text(&body, "message").contains("No commits between") {
+                return Outcome::Skipped {
+                    output: json!({}),
+                    said: "no difference between the branches".to_string(),
+                };
+            }
+            return Outcome::Errored {
+                said: format!(
+                    "error creating pull request: POST {create_url}: 422 {} []",
+                    text(&body, "message")
+                ),
+            };
+        }
+        other => other,
+    };
+    let body: Value = match forge_error("POST", &create_url, response).await {
+        Ok(r) => r.json().await.unwrap_or(Value::Null),
         Err(e) => {
-            return Outcome::Failed {
-                said: e.to_string(),
+            return Outcome::Errored {
+                said: format!("error creating pull request: {e}"),
             };
         }
     };
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    if status.as_u16() == 422 && text(&body, "message").contains("No commits between") {
-        return Outcome::Skipped {
-            output: json!({}),
-            said: "no difference between the branches".to_string(),
-        };
-    }
-    if !status.is_success() {
-        return Outcome::Failed {
-            said: format!(
-                "the forge refused the pull request: HTTP {status}: {}",
-                text(&body, "message")
-            ),
-        };
-    }
     let number = body["number"].clone();
     let labels: Vec<Value> = config
         .get("labels")
@@ -76,15 +118,22 @@ pub(super) async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcom
         .cloned()
         .unwrap_or_default();
     if !labels.is_empty() {
-        let _ = client
-            .post(format!(
-                "{}/repos/{slug}/issues/{number}/labels",
-                ctx.kargo.forge_url
-            ))
+        let labels_url = format!(
+            "{}/repos/{slug}/issues/{number}/labels",
+            ctx.kargo.forge_url
+        );
+        let labelled = client
+            .post(&labels_url)
             .bearer_auth(&ctx.kargo.forge_token)
             .json(&json!({"labels": labels}))
             .send()
             .await;
+        // [K pkg/gitprovider/github/github.go CreatePullRequest]: a label error is the step's.
+        if let Err(e) = forge_error("POST", &labels_url, labelled).await {
+            return Outcome::Errored {
+                said: format!("error creating pull request: {e}"),
+            };
+        }
     }
     Outcome::Done {
         output: json!({"pr": {"id": number, "url": body["html_url"]}}),
@@ -101,22 +150,14 @@ fn pr_number(config: &Value) -> Option<u64> {
 }
 
 async fn get_pull(ctx: &StepContext<'_>, slug: &str, number: u64) -> Result<Value, String> {
+    let url = format!("{}/repos/{slug}/pulls/{number}", ctx.kargo.forge_url);
     let response = http_client()
-        .get(format!(
-            "{}/repos/{slug}/pulls/{number}",
-            ctx.kargo.forge_url
-        ))
+        .get(&url)
         .bearer_auth(&ctx.kargo.forge_token)
         .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !response.status().is_success() {
-        return Err(format!(
-            "HTTP {} reading pull request #{number}",
-            response.status()
-        ));
-    }
-    response.json().await.map_err(|e| e.to_string())
+        .await;
+    let response = forge_error("GET", &url, response).await?;
+    response.json().await.map_err(|e| format!("GET {url}: {e}"))
 }
 
 pub(super) async fn git_wait_for_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
@@ -140,13 +181,17 @@ pub(super) async fn git_wait_for_pr(ctx: &StepContext<'_>, config: &Value) -> Ou
                 ),
             }
         }
+        // [K git_pr_waiter.go]: a terminal failure.
         Ok(pull) if text(&pull, "state") == "closed" => Outcome::Failed {
-            said: format!("pull request #{number} was closed without merging"),
+            said: format!("pull request {number} was closed without being merged"),
         },
         Ok(_) => Outcome::Waiting {
             said: format!("pull request #{number} is open"),
         },
-        Err(said) => Outcome::Waiting { said },
+        // [K git_pr_waiter.go]: a forge error is Errored, not a wait.
+        Err(e) => Outcome::Errored {
+            said: format!("error getting pull request {number}: {e}"),
+        },
     }
 }
 
@@ -160,13 +205,30 @@ pub(super) async fn git_merge_pr(ctx: &StepContext<'_>, config: &Value) -> Outco
         Ok(found) => found.clone(),
         Err(said) => return Outcome::Failed { said },
     };
-    if let Ok(pull) = get_pull(ctx, &slug, number).await
-        && pull["merged"] == json!(true)
-    {
+    // [K git_pr_merger.go, pkg/gitprovider/github/github.go MergePullRequest]: any error
+    // reading or merging the pull request is a terminal failure of the step.
+    let pull = match get_pull(ctx, &slug, number).await {
+        Ok(pull) => pull,
+        Err(e) => {
+            return Outcome::Failed {
+                said: format!(
+                    "error merging pull request {number}: error getting pull request {number}: {e}"
+                ),
+            };
+        }
+    };
+    if pull["merged"] == json!(true) {
         let commit = text(&pull, "merge_commit_sha").to_string();
         return Outcome::Done {
             output: json!({"commit": commit}),
             said: format!("pull request #{number} was already merged"),
+        };
+    }
+    if text(&pull, "state") == "closed" {
+        return Outcome::Failed {
+            said: format!(
+                "error merging pull request {number}: pull request {number} is closed but not merged"
+            ),
         };
     }
     let response = http_client()
@@ -181,8 +243,8 @@ pub(super) async fn git_merge_pr(ctx: &StepContext<'_>, config: &Value) -> Outco
     let response = match response {
         Ok(r) => r,
         Err(e) => {
-            return Outcome::Waiting {
-                said: e.to_string(),
+            return Outcome::Failed {
+                said: format!("error merging pull request {number}: {e}"),
             };
         }
     };
@@ -207,9 +269,13 @@ pub(super) async fn git_merge_pr(ctx: &StepContext<'_>, config: &Value) -> Outco
                 ),
             }
         }
+        405 | 409 => Outcome::Failed {
+            said: format!("pull request {number} is not ready to merge and wait is disabled"),
+        },
         _ => Outcome::Failed {
             said: format!(
-                "the forge refused to merge #{number}: HTTP {status}: {}",
+                "error merging pull request {number}: PUT {}/repos/{slug}/pulls/{number}/merge: {status} {} []",
+                ctx.kargo.forge_url,
                 text(&body, "message")
             ),
         },
