@@ -73,10 +73,18 @@ struct Names {
 }
 
 impl Names {
+    /// Unique to this run too: the cluster outlives a `cargo test` run (a second run on the
+    /// same cluster must not find the first one's Promotions).
     fn new(tag: &str) -> Self {
+        let run = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+            % 1_000_000_000;
+        let run = format!("{}-{run}", std::process::id());
         Names {
-            project: format!("kargo-{tag}"),
-            argocd: format!("argocd-{tag}"),
+            project: format!("kargo-{tag}-{run}"),
+            argocd: format!("argocd-{tag}-{run}"),
         }
     }
 }
