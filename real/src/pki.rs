@@ -21,16 +21,33 @@ pub struct Pki {
     pub sa_public: PathBuf,
 }
 
+/// Writes a certificate or key readable by this user only (keys and certificates alike: one
+/// rule, no file to get wrong).
 fn save(dir: &Path, name: &str, text: &str) -> Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = dir.join(name);
-    fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("write {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("write {}", path.display()))?;
     Ok(path)
 }
 
 /// Writes a fresh CA, serving certificate and service-account key under `dir`.
 pub fn write(dir: &Path) -> Result<Pki> {
     let _ = fs::remove_dir_all(dir);
-    fs::create_dir_all(dir)?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     params
@@ -109,5 +126,25 @@ impl Pki {
             save(dir, &format!("{user}.crt"), &cert.pem())?,
             save(dir, &format!("{user}.key"), &key.serialize_pem())?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn keys_and_certificates_are_readable_by_their_owner_only() {
+        let dir = std::env::temp_dir().join(format!("real-pki-{}", std::process::id()));
+        let pki = write(&dir).expect("the PKI writes");
+        let (cert, key) = pki.client("admin").expect("a client certificate");
+        for path in [&pki.sa_key, &pki.serving_key, &key, &cert, &pki.ca_cert] {
+            let mode = fs::metadata(path).expect("written").permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{}", path.display());
+        }
+        let mode = fs::metadata(&dir).expect("made").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        let _ = fs::remove_dir_all(&dir);
     }
 }
