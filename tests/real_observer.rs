@@ -142,7 +142,23 @@ async fn drift(client: &Client, names: &Names, stage: &str, running: &str) {
         )
         .await;
     }
-    let stages = api(client, k, "Stage", "stages", project);
+    stage(client, names, stage).await;
+    // Argo CD's Application CRD has no status subresource: status is written with the object.
+    create(
+        &api(client, "argoproj.io", "Application", "applications", &names.argocd),
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": stage, "annotations": {"kargo.akuity.io/authorized-stage": format!("{project}:{stage}")}},
+            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc", "namespace": "web"},
+                     "source": {"repoURL": "https://git.example.test/platform/gitops.git", "path": "web"}},
+            "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"},
+                       "summary": {"images": [format!("{REPO}:{running}")]}}}),
+    )
+    .await;
+}
+
+/// A Stage of the Warehouse `web` whose current Freight is v1, with one promotion step.
+async fn stage(client: &Client, names: &Names, stage: &str) {
+    let stages = api(client, "kargo.akuity.io", "Stage", "stages", &names.project);
     create(
         &stages,
         json!({"apiVersion": "kargo.akuity.io/v1alpha1", "kind": "Stage", "metadata": {"name": stage},
@@ -159,17 +175,6 @@ async fn drift(client: &Client, names: &Names, stage: &str, running: &str) {
         )
         .await
         .unwrap();
-    // Argo CD's Application CRD has no status subresource: status is written with the object.
-    create(
-        &api(client, "argoproj.io", "Application", "applications", &names.argocd),
-        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "metadata": {"name": stage, "annotations": {"kargo.akuity.io/authorized-stage": format!("{project}:{stage}")}},
-            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc", "namespace": "web"},
-                     "source": {"repoURL": "https://git.example.test/platform/gitops.git", "path": "web"}},
-            "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"},
-                       "summary": {"images": [format!("{REPO}:{running}")]}}}),
-    )
-    .await;
 }
 
 struct Observer {
@@ -362,6 +367,18 @@ async fn two_replicas_elect_one_leader_and_promote_once() {
     .await;
     assert_eq!(created().await, 1.0, "one replica created one Promotion");
     assert_eq!(promotions(&client, &names, "web").await, 1);
+    // The replica that does not hold the Lease never reconciled at all (the live re-check
+    // before a create would hide a second actor from the Promotion count alone).
+    let holder = leases.get("kargo-argocd-observer").await.unwrap().data["spec"]["holderIdentity"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let standby = if holder == "observer-a" { &b } else { &a };
+    assert_eq!(
+        metric(standby, "kargo_observer_reconciles_total").await,
+        0.0,
+        "the replica standing by reconciled"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -514,14 +531,24 @@ async fn service_account_kubeconfig(
         .layout
         .root
         .join(format!("{namespace}-{name}.kubeconfig"));
-    std::fs::write(
-        &path,
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    // It holds a bearer token: readable by this user only.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap();
+    file.write_all(
         json!({"apiVersion": "v1", "kind": "Config",
             "clusters": [{"name": "real", "cluster": {"server": real.state.server, "certificate-authority": ca}}],
             "users": [{"name": name, "user": {"token": token}}],
             "contexts": [{"name": "real", "context": {"cluster": "real", "user": name}}],
             "current-context": "real"})
-        .to_string(),
+        .to_string()
+        .as_bytes(),
     )
     .unwrap();
     path
@@ -604,8 +631,29 @@ async fn the_observer_chart_grants_exactly_what_the_observer_uses() {
     )
     .await
     .unwrap();
+    // The same Application also authorizes a Stage that has steps: the Stage without them
+    // must not keep it from its Promotion.
+    stage(&client, &names, "second").await;
+    api(
+        &client,
+        "argoproj.io",
+        "Application",
+        "applications",
+        &names.argocd,
+    )
+    .patch(
+        "nosteps",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"kargo.akuity.io/authorized-stage":
+                format!("{0}:nosteps,{0}:second", names.project)}}}),
+        ),
+    )
+    .await
+    .unwrap();
     let observer = observer(&kubeconfig, &names, "observer-0", &["--leader-elect"]);
     wait_promotion(&real, &client, &names, "web", &[&observer]).await;
+    wait_promotion(&real, &client, &names, "second", &[&observer]).await;
     let events: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
         &names.argocd,
@@ -680,6 +728,19 @@ async fn the_observer_chart_grants_exactly_what_the_observer_uses() {
         )
         .await,
         "the real authorizer does not grant promote on stages to {user}"
+    );
+    // Without the chart's rule nobody may: the namespace's default account is refused.
+    assert!(
+        !allowed(
+            &client,
+            &format!("system:serviceaccount:{}:default", names.argocd),
+            "promote",
+            "kargo.akuity.io",
+            "stages",
+            &names.project
+        )
+        .await,
+        "promote is granted to an account the chart did not bind"
     );
     assert!(
         !allowed(&client, &user, "get", "", "secrets", &names.project).await,

@@ -33,6 +33,9 @@ mod pki;
 /// and the names the binaries get.
 struct Program {
     module: &'static str,
+    /// `-ldflags`: Kubernetes reads its version from variables `go build` leaves at
+    /// `v0.0.0-master` unless they are set (its own build sets them from git).
+    ldflags: &'static str,
     /// (package, binary name)
     packages: &'static [(&'static str, &'static str)],
     /// What the cluster loses without it.
@@ -42,11 +45,13 @@ struct Program {
 const PROGRAMS: &[Program] = &[
     Program {
         module: "etcd",
+        ldflags: "",
         packages: &[("go.etcd.io/etcd/server/v3", "etcd")],
         role: "the API server's storage",
     },
     Program {
         module: "kubernetes",
+        ldflags: "-X k8s.io/component-base/version.gitVersion=v1.34.4 -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34 -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=v1.34.4 -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=34",
         packages: &[
             ("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"),
             (
@@ -59,6 +64,7 @@ const PROGRAMS: &[Program] = &[
     },
     Program {
         module: "kwok",
+        ldflags: "",
         packages: &[("sigs.k8s.io/kwok/cmd/kwok", "kwok")],
         role: "fake nodes that run Pods without a container runtime",
     },
@@ -143,6 +149,7 @@ fn digest(module: &Path, program: &Program, go_version: &str) -> Result<String> 
         hash.update(fs::read(&path).with_context(|| format!("read {}", path.display()))?);
     }
     hash.update(go_version.as_bytes());
+    hash.update(program.ldflags.as_bytes());
     for (package, name) in program.packages {
         hash.update(package.as_bytes());
         hash.update(name.as_bytes());
@@ -155,6 +162,25 @@ fn go() -> Command {
     // The pins are the go.sum lines: never let a build rewrite them.
     command.env("GOFLAGS", "-mod=readonly");
     command
+}
+
+/// The Go version that builds in `dir` (a module's `go` line can make the go command switch
+/// toolchains, so ask there).
+fn go_version_in(dir: &Path) -> Result<String> {
+    let output = go()
+        .current_dir(dir)
+        .args(["env", "GOVERSION"])
+        .stdin(Stdio::null())
+        .output()
+        .context("run `go env GOVERSION`: the process cluster needs the Go toolchain on PATH")?;
+    if !output.status.success() {
+        bail!(
+            "`go env GOVERSION` in {} failed: {}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
 }
 
 fn go_version() -> Result<String> {
@@ -180,12 +206,13 @@ pub fn go_present() -> bool {
 /// `target/real/bin`, and downloads the modules the CRDs are read from. A program that fails
 /// is reported with its exact error and the rest are still built.
 pub fn build(layout: &Layout) -> Result<BuildReport> {
-    let go_version = go_version()?;
+    go_version()?;
     let bin = layout.bin();
     fs::create_dir_all(&bin)?;
     let mut report = BuildReport::default();
     for program in PROGRAMS {
         let module = layout.go_module(program.module);
+        let go_version = go_version_in(&module)?;
         let digest = digest(&module, program, &go_version)?;
         let stamp = bin.join(format!("{}.digest", program.module));
         let present = program
@@ -204,7 +231,7 @@ pub fn build(layout: &Layout) -> Result<BuildReport> {
         for (package, name) in program.packages {
             let output = go()
                 .current_dir(&module)
-                .args(["build", "-trimpath", "-o"])
+                .args(["build", "-trimpath", "-ldflags", program.ldflags, "-o"])
                 .arg(staging.join(name))
                 .arg(package)
                 .stdin(Stdio::null())
@@ -248,7 +275,23 @@ pub fn build(layout: &Layout) -> Result<BuildReport> {
 /// The folder of `path` in the Go module cache, downloading it (checked against go.sum) if
 /// needed.
 pub fn module_dir(layout: &Layout, module: &str, path: &str) -> Result<PathBuf> {
-    let output = go()
+    module_dir_with(layout, module, path, true)
+}
+
+/// The folder of `path` in the Go module cache, never downloading (`up` runs offline: `build`
+/// downloaded what it needs, and a start must not hang on a proxy).
+pub fn cached_module_dir(layout: &Layout, module: &str, path: &str) -> Result<PathBuf> {
+    module_dir_with(layout, module, path, false).with_context(|| {
+        format!("{path} is not in the Go module cache: run `cargo xtask real build`")
+    })
+}
+
+fn module_dir_with(layout: &Layout, module: &str, path: &str, download: bool) -> Result<PathBuf> {
+    let mut command = go();
+    if !download {
+        command.env("GOPROXY", "off");
+    }
+    let output = command
         .current_dir(layout.go_module(module))
         .args(["mod", "download", "-json", path])
         .stdin(Stdio::null())
@@ -274,6 +317,11 @@ pub fn module_dir(layout: &Layout, module: &str, path: &str) -> Result<PathBuf> 
 pub struct Component {
     pub name: String,
     pub pid: u32,
+    /// The process's start time (clock ticks since boot, /proc/<pid>/stat field 22) and the
+    /// boot it started in: a pid is only ours while both still match, so `down` never signals
+    /// a process that reused the number (after a reboot, or a target/ from elsewhere).
+    pub started: u64,
+    pub boot: String,
     pub argv: Vec<String>,
     pub log: PathBuf,
     /// The URL its readiness is read from (`GET` answers 200 when ready).
@@ -322,8 +370,17 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// `n` distinct free loopback ports: every listener is held until all are chosen, so two picks
+/// cannot return the same port.
+fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0u16; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// The last `lines` lines of a log, for an error that says why a program did not come up.
@@ -331,6 +388,60 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn boot_id() -> String {
+    fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    // After the command's closing parenthesis come fields 3 onwards.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// True while the component's process group still has a member and its leader is the process
+/// `up` started (same boot, same start time), not one that reused the pid.
+fn ours(component: &Component) -> bool {
+    if component.boot != boot_id() {
+        return false;
+    }
+    if let Some(started) = start_time(component.pid)
+        && started != component.started
+    {
+        return false;
+    }
+    let Some(pid) = rustix::process::Pid::from_raw(component.pid as i32) else {
+        return false;
+    };
+    // The leader may have exited while others of its group run on: ask for the group.
+    rustix::process::test_kill_process_group(pid).is_ok() && group_has_live_member(component.pid)
+}
+
+/// A group whose members are all zombies counts as gone (nothing left to stop).
+fn group_has_live_member(pgid: u32) -> bool {
+    let Ok(entries) = fs::read_dir("/proc") else {
+        return true;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()))
+        .any(|pid| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let (_, rest) = stat.rsplit_once(')')?;
+                    let mut fields = rest.split_whitespace();
+                    let state = fields.next()?;
+                    let group: u32 = fields.nth(1)?.parse().ok()?;
+                    Some(group == pgid && state != "Z" && state != "X")
+                })
+                .unwrap_or(false)
+        })
 }
 
 fn alive(pid: u32) -> bool {
@@ -351,8 +462,11 @@ fn alive(pid: u32) -> bool {
 /// reads, would stay open as long as the component runs. bash closes every other descriptor
 /// and then execs the program, so the pid is the program's.
 fn without_inherited_fds(argv: &[String]) -> Command {
-    let mut command = Command::new("bash");
+    let mut command = Command::new("/bin/bash");
     command
+        // A non-interactive bash would source these first.
+        .env_remove("BASH_ENV")
+        .env_remove("ENV")
         .arg("-c")
         .arg(r#"for fd in /proc/$$/fd/*; do fd=${fd##*/}; if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null; fi; done; exec "$@""#)
         .arg("real-cluster")
@@ -376,9 +490,12 @@ fn spawn(layout: &Layout, name: &str, argv: &[String], ready: &str) -> Result<Co
         .process_group(0)
         .spawn()
         .with_context(|| format!("start {name} ({})", argv[0]))?;
+    let pid = child.id();
     Ok(Component {
         name: name.to_string(),
-        pid: child.id(),
+        pid,
+        started: start_time(pid).unwrap_or_default(),
+        boot: boot_id(),
         argv: argv.to_vec(),
         log,
         ready: ready.to_string(),
@@ -441,16 +558,16 @@ fn stop(component: &Component, limit: Duration) -> Result<()> {
     let Some(pid) = rustix::process::Pid::from_raw(component.pid as i32) else {
         return Ok(());
     };
-    if !alive(component.pid) {
+    if !ours(component) {
         return Ok(());
     }
     let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::TERM);
     let start = Instant::now();
-    while alive(component.pid) {
+    while ours(component) {
         if start.elapsed() > limit {
             let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
             let kill = Instant::now();
-            while alive(component.pid) {
+            while ours(component) {
                 if kill.elapsed() > Duration::from_secs(10) {
                     bail!(
                         "{} (pid {}) survives SIGKILL",
@@ -498,8 +615,14 @@ pub fn down(layout: &Layout) -> Result<()> {
     let Some(state) = State::read(layout)? else {
         return Ok(());
     };
+    let mut errors = Vec::new();
     for component in state.components.iter().rev() {
-        stop(component, Duration::from_secs(15))?;
+        if let Err(error) = stop(component, Duration::from_secs(15)) {
+            errors.push(format!("{error:#}"));
+        }
+    }
+    if !errors.is_empty() {
+        bail!("could not stop every component: {}", errors.join("; "));
     }
     let start = Instant::now();
     for component in &state.components {
@@ -530,7 +653,7 @@ pub fn status(layout: &Layout) -> Result<Vec<String>> {
         state.kubeconfig.display()
     )];
     for component in &state.components {
-        let running = alive(component.pid);
+        let running = ours(component);
         let ready = running && is_ready(&agent, &component.ready);
         lines.push(format!(
             "{:<24} pid {:<8} {}",
@@ -622,11 +745,24 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
     let start = |state: &mut State, name: &str, argv: Vec<String>, ready: String| {
         let component = spawn(layout, name, &argv, &ready)?;
         state.components.push(component.clone());
-        state.write(layout)?;
+        if let Err(error) = state.write(layout) {
+            // Unrecorded, nothing could stop it later: stop it now.
+            let _ = stop(&component, Duration::from_secs(5));
+            return Err(error);
+        }
         wait_ready(layout, &component, Duration::from_secs(180))
     };
 
-    let (client, peer) = (free_port()?, free_port()?);
+    // Every port the cluster binds, chosen at once.
+    let [
+        client,
+        peer,
+        etcd_metrics,
+        api,
+        kcm_port,
+        scheduler_port,
+        kwok_port,
+    ] = free_ports()?;
     start(
         &mut state,
         "etcd",
@@ -634,8 +770,16 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
             b("etcd"),
             "--name=real".into(),
             format!("--data-dir={}", path(&layout.root.join("etcd"))),
-            format!("--listen-client-urls=http://127.0.0.1:{client}"),
-            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            // Clients present a certificate of the cluster's CA: any local process could read
+            // Secrets or write RBAC through an open etcd.
+            format!("--listen-client-urls=https://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+            "--client-cert-auth=true".into(),
+            format!("--trusted-ca-file={}", path(&pki.ca_cert)),
+            format!("--cert-file={}", path(&pki.serving_cert)),
+            format!("--key-file={}", path(&pki.serving_key)),
+            // Health only, on a port of its own: readiness is read there.
+            format!("--listen-metrics-urls=http://127.0.0.1:{etcd_metrics}"),
             format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
             format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
             format!("--initial-cluster=real=http://127.0.0.1:{peer}"),
@@ -643,10 +787,10 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
             "--unsafe-no-fsync".into(),
             "--log-level=warn".into(),
         ],
-        format!("http://127.0.0.1:{client}/health"),
+        format!("http://127.0.0.1:{etcd_metrics}/health"),
     )?;
+    let (etcd_cert, etcd_key) = pki.client("etcd-client")?;
 
-    let api = free_port()?;
     let server = format!("https://127.0.0.1:{api}");
     state.server = server.clone();
     let audit_policy = layout.root.join("audit-policy.json");
@@ -656,7 +800,10 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
         "kube-apiserver",
         vec![
             b("kube-apiserver"),
-            format!("--etcd-servers=http://127.0.0.1:{client}"),
+            format!("--etcd-servers=https://127.0.0.1:{client}"),
+            format!("--etcd-cafile={}", path(&pki.ca_cert)),
+            format!("--etcd-certfile={}", path(&etcd_cert)),
+            format!("--etcd-keyfile={}", path(&etcd_key)),
             "--bind-address=127.0.0.1".into(),
             "--advertise-address=127.0.0.1".into(),
             format!("--secure-port={api}"),
@@ -673,6 +820,9 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
             format!("--audit-policy-file={}", path(&audit_policy)),
             format!("--audit-log-path={}", path(&layout.audit_log())),
             "--audit-log-format=json".into(),
+            // One file for the cluster's life (lumberjack rotates at 100 MB by default, and
+            // the RBAC test reads one file).
+            "--audit-log-maxsize=100000".into(),
             "--profiling=false".into(),
         ],
         format!("{server}/readyz"),
@@ -687,7 +837,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
     let admin = config("admin")?;
 
     if bin.join("kube-controller-manager").is_file() {
-        let port = free_port()?;
+        let port = kcm_port;
         let own = path(&config("kube-controller-manager")?);
         start(
             &mut state,
@@ -711,7 +861,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
         )?;
     }
     if bin.join("kube-scheduler").is_file() {
-        let port = free_port()?;
+        let port = scheduler_port;
         let own = path(&config("kube-scheduler")?);
         start(
             &mut state,
@@ -734,6 +884,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
     let kubectl_run = |args: &[&str]| -> Result<String> {
         let output = Command::new(kubectl)
             .arg(format!("--kubeconfig={}", admin.display()))
+            .arg("--request-timeout=60s")
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -749,7 +900,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
     };
     if bin.join("kwok").is_file() {
         let node = "kwok-node-0";
-        let port = free_port()?;
+        let port = kwok_port;
         let own = path(&config("kwok")?);
         let manifest = layout.root.join("node.json");
         fs::write(
@@ -767,7 +918,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
         kubectl_run(&["apply", "-f", &path(&manifest)])?;
         // kwok's own "fast" stages, read from its module: Nodes become Ready (with a Lease
         // heartbeat), Pods Running and Ready.
-        let stages = module_dir(layout, "kwok", "sigs.k8s.io/kwok")?.join("kustomize/stage");
+        let stages = cached_module_dir(layout, "kwok", "sigs.k8s.io/kwok")?.join("kustomize/stage");
         let configs = [
             "node/fast/node-initialize.yaml",
             "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
@@ -798,7 +949,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
 
     // The upstream CRDs, read from the module cache, applied and waited for.
     for (module, module_path, folder, only) in CRD_SOURCES {
-        let dir = module_dir(layout, module, module_path)?.join(folder);
+        let dir = cached_module_dir(layout, module, module_path)?.join(folder);
         let mut files: Vec<PathBuf> = fs::read_dir(&dir)
             .with_context(|| format!("read {}", dir.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))

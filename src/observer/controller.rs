@@ -454,7 +454,8 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
                         ))
                         .await;
                         outcome(ctx, "refused");
-                        return Ok(Action::await_change());
+                        // The Application's other Stages are still owed their reconcile.
+                        continue;
                     }
                 };
                 let body: DynamicObject = serde_json::from_value(body)?;

@@ -383,7 +383,10 @@ pub fn decide(inputs: &Inputs) -> Decision {
 /// it). Kargo's mutating webhook replaces the name and (re)fills the steps and vars from the
 /// Stage (`pkg/webhook/kubernetes/promotion/webhook.go` at v1.11.2); the observer fills them the
 /// same way, because the Promotion CRD requires `spec.steps` and an API server without Kargo's
-/// webhook (or a request that reaches it first) refuses a Promotion without them. A Stage whose
+/// webhook refuses a Promotion without them (with the webhook, its copy replaces ours). Steps
+/// that name a PromotionTask (`task:`) are copied as written: Kargo's webhook inflates them, and
+/// an API server without it refuses them (the CRD allows `task` only where `uses` is absent, so
+/// the refusal names the step). A Stage whose
 /// promotion template has no steps gets no Promotion: Kargo's webhook refuses it too, saying the
 /// Stage "defines no promotion steps"; the error says the same.
 pub fn promotion_for(namespace: &str, stage: &Value, freight: &str) -> Result<Value, String> {

@@ -16,7 +16,8 @@ pub struct StageLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// A static outcome: no_drift, waiting, promoted, freight_missing, already_failed, skipped, not_observed.
+    /// A static outcome: no_drift, waiting, promoted, refused (the Stage has no promotion steps),
+    /// freight_missing, already_failed, skipped, not_observed.
     pub outcome: &'static str,
 }
 
