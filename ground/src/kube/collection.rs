@@ -133,13 +133,37 @@ pub(super) async fn watch(
         .and_then(|v| v.parse().ok())
         .filter(|v| *v > 0);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(1024);
+    // A resourceVersion the store has not reached: a watch that sends initial events fails
+    // with 504 Timeout (as the API server, after waiting for it); a plain watch waits for it,
+    // delivering nothing older.
+    let too_large = {
+        let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        since
+            .filter(|since| *since > store.resource_version())
+            .map(|since| too_large_error(since, store.resource_version()))
+    };
+    if let (true, Some(error)) = (send_initial, &too_large) {
+        let line = event_line("ERROR", &error.status());
+        let _ = sender.send(Ok(line)).await;
+        return stream_response(receiver);
+    }
+    let floor = since.unwrap_or(0);
     // Take the starting point and subscribe under one lock, so no event falls in between.
     let (initial, mut live, start_rv, gone) = {
         let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
         let live = store.subscribe();
         let rv = store.resource_version();
+        let served_since = store.served_since(&target.resource);
         match since {
-            Some(_) if !send_initial && inner.faults.gone(&path) => (Vec::new(), live, rv, true),
+            Some(_) if !send_initial && inner.faults.gone(&path) => (Vec::new(), live, rv, None),
+            Some(since) if !send_initial && since < served_since => (
+                Vec::new(),
+                live,
+                rv,
+                Some(format!(
+                    "too old resource version: {since} ({served_since})"
+                )),
+            ),
             Some(since) if !send_initial => match store.events_since(since) {
                 Some(events) => (
                     events
@@ -149,9 +173,14 @@ pub(super) async fn watch(
                         .collect::<Vec<_>>(),
                     live,
                     rv,
-                    false,
+                    None,
                 ),
-                None => (Vec::new(), live, rv, true),
+                None => (
+                    Vec::new(),
+                    live,
+                    rv,
+                    Some("too old resource version".to_string()),
+                ),
             },
             _ => {
                 let objects = store.list(&target.resource, &target.namespace, &labels, &fields);
@@ -159,15 +188,15 @@ pub(super) async fn watch(
                     objects.into_iter().map(|o| ("ADDED", o)).collect(),
                     live,
                     rv,
-                    false,
+                    None,
                 )
             }
         }
     };
     let faults_inner = inner.clone();
     tokio::spawn(async move {
-        if gone {
-            let error = ApiError::new(410, "Expired", "too old resource version");
+        if let Some(message) = gone {
+            let error = ApiError::new(410, "Expired", message);
             let _ = sender.send(Ok(event_line("ERROR", &error.status()))).await;
             return;
         }
@@ -202,7 +231,7 @@ pub(super) async fn watch(
                         Err(_) => return,
                     };
                     last_rv = event.rv;
-                    if !matches_target(&event, &target, &labels, &fields) {
+                    if event.rv <= floor || !matches_target(&event, &target, &labels, &fields) {
                         continue;
                     }
                     match faults_inner.faults.watch_event(
@@ -235,6 +264,10 @@ pub(super) async fn watch(
             }
         }
     });
+    stream_response(receiver)
+}
+
+fn stream_response(receiver: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -> Response {
     let stream = tokio_stream::wrappers::ReceiverStream::new(receiver);
     Response::builder()
         .status(StatusCode::OK)
@@ -242,4 +275,60 @@ pub(super) async fn watch(
         .header("transfer-encoding", "chunked")
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The API server's answer to a resourceVersion it has not reached.
+fn too_large_error(asked: u64, current: u64) -> ApiError {
+    ApiError::new(
+        504,
+        "Timeout",
+        format!("Timeout: Too large resource version: {asked}, current: {current}"),
+    )
+    .with_details(json!({
+        "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+        "retryAfterSeconds": 1,
+    }))
+}
+
+/// What the API server refuses in a list or watch's options before it serves it: initial
+/// events without `resourceVersionMatch=NotOlderThan` (422), a list from a resourceVersion
+/// the store has not reached (504).
+pub(super) fn check_list_options(
+    inner: &Inner,
+    query: &BTreeMap<String, String>,
+    is_watch: bool,
+) -> Result<(), ApiError> {
+    let rv_match = query.get("resourceVersionMatch").map(String::as_str);
+    if is_watch
+        && query.get("sendInitialEvents").map(String::as_str) == Some("true")
+        && rv_match != Some("NotOlderThan")
+    {
+        let message =
+            "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan";
+        return Err(ApiError::new(
+            422,
+            "Invalid",
+            format!("ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: {message}"),
+        )
+        .with_details(json!({
+            "group": "meta.k8s.io", "kind": "ListOptions",
+            "causes": [{"reason": "FieldValueForbidden", "message": message, "field": "resourceVersionMatch"}],
+        })));
+    }
+    if !is_watch
+        && rv_match != Some("Exact")
+        && let Some(asked) = query
+            .get("resourceVersion")
+            .and_then(|v| v.parse::<u64>().ok())
+    {
+        let current = inner
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .resource_version();
+        if asked > current {
+            return Err(too_large_error(asked, current));
+        }
+    }
+    Ok(())
 }

@@ -5,7 +5,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 
-use super::collection::{list, watch};
+use super::collection::{check_list_options, list, watch};
+use super::schema::FieldValidation;
 use super::store::{ApiError, PatchBody, Selector};
 use super::*;
 
@@ -290,15 +291,42 @@ pub(super) async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
-    let result = match (&method, &target.name) {
-        (&Method::GET, None) if is_watch => return watch(inner, target, labels, fields, query).await,
-        (&Method::GET, None) => list(&inner, &target, &labels, &fields, &query),
-        (&Method::GET, Some(name)) => inner.store.lock().unwrap_or_else(|p| p.into_inner()).get(&target.resource, &target.namespace, name),
-        (&Method::POST, None) => parse_json(&body).and_then(|object| {
-            let mut store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-            store.create(&target.resource, &target.namespace, object, &user)
-        }),
-        (&Method::PUT, Some(name)) => parse_json(&body).and_then(|object| {
+    let validation = match FieldValidation::parse(query.get("fieldValidation").map(String::as_str))
+    {
+        Ok(v) => v,
+        Err(e) => return status_response(&e),
+    };
+    if method == Method::GET && target.name.is_none() {
+        if let Err(e) = check_list_options(&inner, &query, is_watch) {
+            return status_response(&e);
+        }
+        if is_watch {
+            return watch(inner, target, labels, fields, query).await;
+        }
+    }
+    let store_lock = || inner.store.lock().unwrap_or_else(|p| p.into_inner());
+    // A write runs under one lock with its request's fieldValidation, and takes the warnings
+    // it earned.
+    let write = |op: &mut dyn FnMut(&mut Store) -> Result<Value, ApiError>| {
+        let mut store = store_lock();
+        store.field_validation = Some(validation);
+        store.warnings.clear();
+        let result = op(&mut store);
+        store.field_validation = None;
+        (result, std::mem::take(&mut store.warnings))
+    };
+    let mut created = method == Method::POST;
+    let (result, warnings) = match (&method, &target.name) {
+        (&Method::GET, None) => (list(&inner, &target, &labels, &fields, &query), Vec::new()),
+        (&Method::GET, Some(name)) => (store_lock().get(&target.resource, &target.namespace, name), Vec::new()),
+        (&Method::POST, None) => match parse_json(&body) {
+            Ok(object) => {
+                let mut object = Some(object);
+                write(&mut |store| store.create(&target.resource, &target.namespace, object.take().unwrap_or_default(), &user))
+            }
+            Err(e) => (Err(e), Vec::new()),
+        },
+        (&Method::PUT, Some(name)) => match parse_json(&body).and_then(|object| {
             let body_name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(name);
             if body_name != name {
                 return Err(ApiError::new(400, "BadRequest", "the name of the object does not match the name on the URL"));
@@ -306,36 +334,63 @@ pub(super) async fn handle(
             if let Some(error) = inner.faults.conflict(&path) {
                 return Err(error);
             }
-            inner.store.lock().unwrap_or_else(|p| p.into_inner()).update(&target.resource, &target.namespace, name, object, &user, target.status)
-        }),
-        (&Method::PATCH, Some(name)) => parse_json(&body).and_then(|patch| {
-            let patch = if content_type.starts_with("application/json-patch+json") {
-                PatchBody::Json(patch)
+            Ok(object)
+        }) {
+            Ok(object) => {
+                let mut object = Some(object);
+                write(&mut |store| store.update(&target.resource, &target.namespace, name, object.take().unwrap_or_default(), &user, target.status))
+            }
+            Err(e) => (Err(e), Vec::new()),
+        },
+        (&Method::PATCH, Some(name)) => match parse_json(&body).and_then(|patch| {
+            if content_type.starts_with("application/json-patch+json") {
+                Ok(PatchBody::Json(patch))
             } else if content_type.starts_with("application/apply-patch") {
                 let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) else {
                     return Err(ApiError::new(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
                 };
-                PatchBody::Apply {
+                Ok(PatchBody::Apply {
                     object: patch,
                     manager: manager.clone(),
                     force: query.get("force").is_some_and(|f| f == "true"),
-                }
-            } else if content_type.starts_with("application/merge-patch+json") || content_type.starts_with("application/strategic-merge-patch+json") {
-                // Strategic merge is served as a JSON merge patch: lists are replaced whole.
-                PatchBody::Merge(patch)
+                })
+            } else if content_type.starts_with("application/merge-patch+json") {
+                Ok(PatchBody::Merge(patch))
+            } else if content_type.starts_with("application/strategic-merge-patch+json") && !target.resource.custom {
+                // Strategic merge on a built-in is served as a JSON merge patch: lists are
+                // replaced whole. A custom resource has no strategy: the API server refuses it.
+                Ok(PatchBody::Merge(patch))
             } else {
-                return Err(ApiError::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})")));
-            };
-            inner.store.lock().unwrap_or_else(|p| p.into_inner()).patch(&target.resource, &target.namespace, name, patch, &user, target.status)
-        }),
-        (&Method::DELETE, Some(name)) => inner.store.lock().unwrap_or_else(|p| p.into_inner()).delete(&target.resource, &target.namespace, name, &user),
-        _ => Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported on {path}"))),
+                Err(ApiError::new(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"))
+            }
+        }) {
+            Ok(patch) => {
+                let mut patch = Some(patch);
+                write(&mut |store| match patch.take() {
+                    Some(patch) => {
+                        // An apply that creates the object answers 201, as a create does.
+                        created = store.get(&target.resource, &target.namespace, name).is_err();
+                        store.patch(&target.resource, &target.namespace, name, patch, &user, target.status)
+                    }
+                    None => Err(ApiError::new(500, "InternalError", "the patch was taken twice")),
+                })
+            }
+            Err(e) => (Err(e), Vec::new()),
+        },
+        (&Method::DELETE, Some(name)) => (store_lock().delete(&target.resource, &target.namespace, name, &user), Vec::new()),
+        _ => (Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported on {path}"))), Vec::new()),
     };
-    match result {
-        Ok(object) if method == Method::POST => {
-            (StatusCode::CREATED, axum::Json(object)).into_response()
-        }
+    let mut response = match result {
+        Ok(object) if created => (StatusCode::CREATED, axum::Json(object)).into_response(),
         Ok(object) => json_response(object),
         Err(e) => status_response(&e),
+    };
+    for warning in warnings {
+        // As the API server words them: `299 - "<text>"`.
+        let text = format!("299 - \"{}\"", warning.replace('"', "\\\""));
+        if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
+            response.headers_mut().append("warning", value);
+        }
     }
+    response
 }

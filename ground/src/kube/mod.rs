@@ -116,23 +116,26 @@ impl KubeDouble {
         Ok(path.to_path_buf())
     }
 
-    /// Loads CRDs (YAML files) as if applied by an administrator.
+    /// Loads CRDs (the YAML files of a folder) as if applied by an administrator.
     pub fn load_crds(&self, dir: &Path) -> Result<usize> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        entries.sort();
+        self.load_crd_files(&entries)
+    }
+
+    /// Loads the CRDs in these YAML files (other documents are skipped), as an administrator.
+    pub fn load_crd_files(&self, files: &[PathBuf]) -> Result<usize> {
         let admin = User {
             name: "system:admin".into(),
             groups: vec!["system:masters".into()],
         };
         let mut count = 0;
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for path in entries
-            .into_iter()
-            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        {
-            let text = std::fs::read_to_string(&path)?;
+        for path in files {
+            let text = std::fs::read_to_string(path)?;
             for document in gitops_loop::yaml::parse_documents(&text, &path.display().to_string())?
             {
                 if document.get("kind").and_then(Value::as_str) != Some("CustomResourceDefinition")

@@ -33,11 +33,20 @@ pub struct Store {
     counter: u64,
     /// Resuming from a resourceVersion below this answers 410 Gone (set by `compact`).
     compacted_below: u64,
-    /// Server-side apply's field ownership: object -> leaf path -> field manager. A write
-    /// that is not an apply gives up the ownership of the fields it changes.
-    owners: BTreeMap<ObjectKey, BTreeMap<String, String>>,
+    /// Server-side apply's field ownership: object -> leaf path -> the field managers that
+    /// applied it (several co-own a field they applied with the same value). A write that is
+    /// not an apply gives up the ownership of the fields it changes.
+    owners: BTreeMap<ObjectKey, BTreeMap<String, std::collections::BTreeSet<String>>>,
     /// The ground's one clock (creation timestamps).
     pub clock: Clock,
+    /// The `fieldValidation` of the HTTP request being served (None for the ground's own
+    /// writes, which prune silently), and the warnings it earned (`Warning` headers).
+    pub(crate) field_validation: Option<crate::kube::schema::FieldValidation>,
+    pub(crate) warnings: Vec<String>,
+    /// group/plural -> the resourceVersion a custom resource began to be served at: its
+    /// watch history starts there, so a watch from before it is 410 Gone (as the API
+    /// server's watch cache, which starts with the CRD).
+    served_since: BTreeMap<String, u64>,
 }
 
 impl Default for Store {
@@ -82,6 +91,9 @@ impl Store {
             compacted_below: 0,
             owners: BTreeMap::new(),
             clock: Clock::default(),
+            field_validation: None,
+            warnings: Vec::new(),
+            served_since: BTreeMap::new(),
         };
         for resource in [
             Resource::builtin("", "v1", "Namespace", "namespaces", false),

@@ -89,7 +89,11 @@ impl Store {
         Ok(())
     }
 
-    pub(super) fn prepare(&self, resource: &Resource, object: &mut Value) -> Result<(), ApiError> {
+    pub(super) fn prepare(
+        &mut self,
+        resource: &Resource,
+        object: &mut Value,
+    ) -> Result<(), ApiError> {
         if !object.is_object() {
             return Err(ApiError::new(
                 400,
@@ -100,7 +104,18 @@ impl Store {
         object["apiVersion"] = json!(resource.api_version());
         object["kind"] = json!(resource.kind);
         if let Some(schema) = &resource.schema {
-            schema::prune_and_validate(object, schema, &resource.kind)?;
+            let validation = self
+                .field_validation
+                .unwrap_or(schema::FieldValidation::Ignore);
+            let pruned = schema::prune_and_validate(object, schema, resource, validation)?;
+            if validation == schema::FieldValidation::Warn {
+                for field in pruned {
+                    let warning = format!("unknown field \"{field}\"");
+                    if !self.warnings.contains(&warning) {
+                        self.warnings.push(warning);
+                    }
+                }
+            }
         }
         Ok(())
     }

@@ -151,6 +151,9 @@ impl Store {
         } else if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("namespace");
         }
+        if resource.plural != "namespaces" {
+            crate::kube::schema::check_name(resource, &name)?;
+        }
         object["metadata"]["name"] = json!(name);
         let ns = object
             .pointer("/metadata/namespace")
@@ -182,6 +185,7 @@ impl Store {
         meta["creationTimestamp"] = json!(self.clock.rfc3339());
         meta["generation"] = json!(1);
         if resource.plural == "customresourcedefinitions" {
+            object["status"] = crd_status(&object, None, &self.clock.rfc3339());
             self.register_crd(&object);
         }
         self.objects.insert(key, object.clone());
@@ -230,10 +234,11 @@ impl Store {
                     409,
                     "Conflict",
                     format!(
-                        "Operation cannot be fulfilled on {}.{} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                        resource.plural, resource.group
+                        "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                        resource.qualified_plural()
                     ),
-                ));
+                )
+                .with_details(ApiError::object_details(resource, name, &resource.plural)));
             }
         }
         let mut merged = if status {
@@ -264,6 +269,12 @@ impl Store {
             .pointer("/metadata/generation")
             .and_then(Value::as_u64)
             .unwrap_or(1);
+        if resource.plural == "customresourcedefinitions" && !status {
+            // The CRD's status is the server's: a new storage version joins storedVersions,
+            // and a stored version may not leave spec.versions.
+            merged["status"] = crd_status(&merged, old.get("status"), &self.clock.rfc3339());
+            check_stored_versions(&merged, name)?;
+        }
         let spec_changed = old.get("spec") != merged.get("spec");
         merged["metadata"]["generation"] = json!(if spec_changed && !status {
             generation + 1
@@ -328,4 +339,85 @@ fn with_api_version(object: &Value, resource: &Resource) -> Value {
     let mut object = object.clone();
     object["apiVersion"] = json!(resource.api_version());
     object
+}
+
+/// A CustomResourceDefinition's status as the API server keeps it: its names accepted, it is
+/// Established, and `storedVersions` holds every version that was ever the storage version.
+fn crd_status(crd: &Value, old: Option<&Value>, now: &str) -> Value {
+    let mut stored: Vec<Value> = old
+        .and_then(|s| s.get("storedVersions"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for version in crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+    {
+        if let Some(name) = version.get("name")
+            && !stored.contains(name)
+        {
+            stored.push(name.clone());
+        }
+    }
+    let conditions = old
+        .and_then(|s| s.get("conditions"))
+        .cloned()
+        .unwrap_or_else(|| {
+            json!([
+                {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts", "message": "no conflicts found"},
+                {"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"},
+            ])
+        });
+    json!({
+        "conditions": conditions,
+        "acceptedNames": crd.pointer("/spec/names").cloned().unwrap_or(json!({})),
+        "storedVersions": stored,
+    })
+}
+
+/// A version still in `status.storedVersions` may not leave `spec.versions` (422, as the API
+/// server: data may still be persisted in it).
+fn check_stored_versions(crd: &Value, name: &str) -> Result<(), ApiError> {
+    let versions: Vec<&str> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.get("name").and_then(Value::as_str))
+        .collect();
+    let errors: Vec<String> = crd
+        .pointer("/status/storedVersions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, v)| Some((i, v.as_str()?)))
+        .filter(|(_, v)| !versions.contains(v))
+        .map(|(i, v)| {
+            format!(
+                "status.storedVersions[{i}]: Invalid value: \"{v}\": missing from spec.versions; {v} was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in {v} and removes {v} from status.storedVersions"
+            )
+        })
+        .collect();
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let causes: Vec<Value> = errors
+        .iter()
+        .map(|e| crate::kube::schema::cause(e))
+        .collect();
+    let message = if errors.len() == 1 {
+        errors[0].clone()
+    } else {
+        format!("[{}]", errors.join(", "))
+    };
+    Err(ApiError::new(
+        422,
+        "Invalid",
+        format!("CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: {message}"),
+    )
+    .with_details(json!({"name": name, "group": "apiextensions.k8s.io", "kind": "CustomResourceDefinition", "causes": causes})))
 }

@@ -34,7 +34,7 @@ impl Store {
                         object, manager, ..
                     } => {
                         let created = self.create(resource, namespace, object.clone(), user)?;
-                        self.claim(&key, &object, &manager);
+                        self.claim(&key, &object, &manager, true);
                         Ok(created)
                     }
                     _ => Err(ApiError::not_found(resource, name)),
@@ -51,26 +51,54 @@ impl Store {
         {
             // Fields another manager set to a different value conflict, unless forced.
             let owned = self.owners.get(&key);
-            let conflicts: Vec<String> = applied_leaves(object)
-                .into_iter()
-                .filter_map(|(path, value)| {
-                    let owner = owned?.get(&path)?;
-                    (owner != manager && old.pointer(&path) != Some(&value))
-                        .then(|| format!("conflict with \"{owner}\": {}", path.replace('/', ".")))
-                })
-                .collect();
+            let mut conflicts: Vec<(String, String)> = Vec::new();
+            for (path, value) in applied_leaves(object) {
+                if old.pointer(&path) == Some(&value) {
+                    continue;
+                }
+                for owner in owned.and_then(|o| o.get(&path)).into_iter().flatten() {
+                    if owner != manager {
+                        conflicts.push((owner.clone(), path.replace('/', ".")));
+                    }
+                }
+            }
+            conflicts.sort();
             if !conflicts.is_empty() && !force {
+                // As structured-merge-diff words it: one conflict inline, several grouped
+                // by manager.
+                let listed = if conflicts.len() == 1 {
+                    format!("conflict with \"{}\": {}", conflicts[0].0, conflicts[0].1)
+                } else {
+                    let mut groups: Vec<String> = Vec::new();
+                    let mut last: Option<&str> = None;
+                    for (owner, field) in &conflicts {
+                        if last != Some(owner.as_str()) {
+                            groups.push(format!("conflicts with \"{owner}\":"));
+                            last = Some(owner);
+                        }
+                        groups.push(format!("- {field}"));
+                    }
+                    groups.join("\n")
+                };
+                let causes: Vec<Value> = conflicts
+                    .iter()
+                    .map(|(owner, field)| {
+                        serde_json::json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{owner}\""), "field": field})
+                    })
+                    .collect();
+                let count = if conflicts.len() == 1 {
+                    "1 conflict".to_string()
+                } else {
+                    format!("{} conflicts", conflicts.len())
+                };
                 return Err(ApiError::new(
                     409,
                     "Conflict",
-                    format!(
-                        "Apply failed with {} conflict(s): {}",
-                        conflicts.len(),
-                        conflicts.join(", ")
-                    ),
-                ));
+                    format!("Apply failed with {count}: {listed}"),
+                )
+                .with_details(serde_json::json!({"causes": causes})));
             }
-            applied = Some((object.clone(), manager.clone()));
+            applied = Some((object.clone(), manager.clone(), *force));
         }
         match patch {
             PatchBody::Merge(p) | PatchBody::Apply { object: p, .. } => {
@@ -110,17 +138,22 @@ impl Store {
             m.remove("resourceVersion");
         }
         let updated = self.update(resource, namespace, name, next, user, status)?;
-        if let Some((object, manager)) = applied {
-            self.claim(&key, &object, &manager);
+        if let Some((object, manager, force)) = applied {
+            self.claim(&key, &object, &manager, force);
         }
         Ok(updated)
     }
 
-    /// `manager` now owns every field its apply set.
-    fn claim(&mut self, key: &ObjectKey, applied: &Value, manager: &str) {
+    /// `manager` now owns every field its apply set: alone when forced (the others lose
+    /// it), beside the managers that applied the same value otherwise.
+    fn claim(&mut self, key: &ObjectKey, applied: &Value, manager: &str, force: bool) {
         let owned = self.owners.entry(key.clone()).or_default();
         for (path, _) in applied_leaves(applied) {
-            owned.insert(path, manager.to_string());
+            let managers = owned.entry(path).or_default();
+            if force {
+                managers.clear();
+            }
+            managers.insert(manager.to_string());
         }
     }
 }

@@ -16,6 +16,8 @@ pub struct Resource {
     /// The CRD's openAPIV3Schema; None for built-ins (not validated).
     pub schema: Option<Value>,
     pub status_subresource: bool,
+    /// Served from a CustomResourceDefinition.
+    pub custom: bool,
 }
 
 impl Resource {
@@ -36,6 +38,7 @@ impl Resource {
             short_names: Vec::new(),
             schema: None,
             status_subresource: false,
+            custom: false,
         }
     }
 
@@ -44,6 +47,16 @@ impl Resource {
             self.version.clone()
         } else {
             format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `plural.group`, or the plural alone for the core group, as the API server's messages
+    /// name a resource.
+    pub fn qualified_plural(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
         }
     }
 
@@ -92,6 +105,7 @@ impl Resource {
                 short_names: short_names.clone(),
                 schema: v.pointer("/schema/openAPIV3Schema").cloned(),
                 status_subresource: v.pointer("/subresources/status").is_some(),
+                custom: true,
             })
             .collect()
     }
@@ -103,6 +117,8 @@ pub struct ApiError {
     pub code: u16,
     pub reason: String,
     pub message: String,
+    /// The Status's `details` (name, group, kind, causes), as the API server fills it.
+    pub details: Option<Value>,
 }
 
 impl ApiError {
@@ -111,25 +127,42 @@ impl ApiError {
             code,
             reason: reason.into(),
             message: message.into(),
+            details: None,
         }
     }
+
+    pub fn with_details(mut self, details: Value) -> ApiError {
+        self.details = Some(details);
+        self
+    }
+
+    /// The `details` the API server gives an error about one object: its name, its group
+    /// (omitted for the core group) and `kind` (the server puts the plural there for
+    /// NotFound and Conflict, the Kind for Invalid).
+    pub fn object_details(resource: &Resource, name: &str, kind: &str) -> Value {
+        let mut details = json!({"name": name, "kind": kind});
+        if !resource.group.is_empty() {
+            details["group"] = json!(resource.group);
+        }
+        details
+    }
     pub fn not_found(resource: &Resource, name: &str) -> ApiError {
-        let group = if resource.group.is_empty() {
-            String::new()
-        } else {
-            format!(".{}", resource.group)
-        };
         ApiError::new(
             404,
             "NotFound",
-            format!("{}{group} \"{name}\" not found", resource.plural),
+            format!("{} \"{name}\" not found", resource.qualified_plural()),
         )
+        .with_details(Self::object_details(resource, name, &resource.plural))
     }
     pub fn status(&self) -> Value {
-        json!({
+        let mut status = json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {},
             "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
-        })
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        status
     }
 }
 
@@ -163,9 +196,21 @@ impl Store {
             .find(|r| r.group == group && r.version == version && r.kind == kind)
     }
 
+    /// The resourceVersion a custom resource began to be served at (0 for a built-in).
+    pub fn served_since(&self, resource: &Resource) -> u64 {
+        self.served_since
+            .get(&format!("{}/{}", resource.group, resource.plural))
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Registers a CRD's served versions (done on CRD create/update too).
     pub fn register_crd(&mut self, crd: &Value) {
         for resource in Resource::from_crd(crd) {
+            let rv = self.rv;
+            self.served_since
+                .entry(format!("{}/{}", resource.group, resource.plural))
+                .or_insert(rv);
             self.resources.retain(|r| {
                 !(r.group == resource.group
                     && r.version == resource.version
