@@ -142,7 +142,7 @@ async fn drift(client: &Client, names: &Names, stage: &str, running: &str) {
         )
         .await;
     }
-    stage(client, names, stage).await;
+    create_stage(client, names, stage).await;
     // Argo CD's Application CRD has no status subresource: status is written with the object.
     create(
         &api(client, "argoproj.io", "Application", "applications", &names.argocd),
@@ -157,7 +157,7 @@ async fn drift(client: &Client, names: &Names, stage: &str, running: &str) {
 }
 
 /// A Stage of the Warehouse `web` whose current Freight is v1, with one promotion step.
-async fn stage(client: &Client, names: &Names, stage: &str) {
+async fn create_stage(client: &Client, names: &Names, stage: &str) {
     let stages = api(client, "kargo.akuity.io", "Stage", "stages", &names.project);
     create(
         &stages,
@@ -633,7 +633,7 @@ async fn the_observer_chart_grants_exactly_what_the_observer_uses() {
     .unwrap();
     // The same Application also authorizes a Stage that has steps: the Stage without them
     // must not keep it from its Promotion.
-    stage(&client, &names, "second").await;
+    create_stage(&client, &names, "second").await;
     api(
         &client,
         "argoproj.io",

@@ -117,8 +117,9 @@ pub struct ApiError {
     pub code: u16,
     pub reason: String,
     pub message: String,
-    /// The Status's `details` (name, group, kind, causes), as the API server fills it.
-    pub details: Option<Value>,
+    /// The Status's `details` (name, group, kind, causes), as the API server fills it (boxed:
+    /// every store call returns this error, and a bare `Value` makes it 128 bytes).
+    pub details: Option<Box<Value>>,
 }
 
 impl ApiError {
@@ -132,7 +133,7 @@ impl ApiError {
     }
 
     pub fn with_details(mut self, details: Value) -> ApiError {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -160,7 +161,7 @@ impl ApiError {
             "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code,
         });
         if let Some(details) = &self.details {
-            status["details"] = details.clone();
+            status["details"] = (**details).clone();
         }
         status
     }
