@@ -320,7 +320,10 @@ pub struct Component {
     /// The process's start time (clock ticks since boot, /proc/<pid>/stat field 22) and the
     /// boot it started in: a pid is only ours while both still match, so `down` never signals
     /// a process that reused the number (after a reboot, or a target/ from elsewhere).
+    #[serde(default)]
     pub started: u64,
+    /// Empty in a state written before identities were recorded: then only the pid is known.
+    #[serde(default)]
     pub boot: String,
     pub argv: Vec<String>,
     pub log: PathBuf,
@@ -407,10 +410,11 @@ fn start_time(pid: u32) -> Option<u64> {
 /// True while the component's process group still has a member and its leader is the process
 /// `up` started (same boot, same start time), not one that reused the pid.
 fn ours(component: &Component) -> bool {
-    if component.boot != boot_id() {
+    if !component.boot.is_empty() && component.boot != boot_id() {
         return false;
     }
     if let Some(started) = start_time(component.pid)
+        && component.started != 0
         && started != component.started
     {
         return false;
