@@ -235,7 +235,7 @@ async fn a_crd_that_leaves_out_a_stored_version_fails_the_sync_as_the_api_server
         let message = app["status"]["operationState"]["message"].as_str().unwrap();
         assert!(
             message.contains(
-                "status.storedVersions[0]: Invalid value: \"v1beta1\": must appear in spec.versions"
+                "status.storedVersions[0]: Invalid value: \"v1beta1\": missing from spec.versions; v1beta1 was previously a storage version"
             ),
             "{message}"
         );

@@ -49,8 +49,8 @@ pub struct ArgoCd {
 }
 
 /// The API server's refusal of a CRD update whose `spec.versions` leaves out a version in its
-/// `status.storedVersions` [apiextensions-apiserver pkg/apis/apiextensions/validation
-/// ValidateCustomResourceDefinitionStoredVersions: "must appear in spec.versions"], for the
+/// `status.storedVersions` (worded as kube-apiserver v1.34 words it, the Kubernetes double's
+/// [`crate::kube::schema::stored_version_missing`]), for the
 /// objects one sync of `app` applies to its destination; `None` when every CRD is accepted.
 pub fn stored_version_refusal(
     stored: &BTreeMap<(String, String), Vec<String>>,
@@ -70,7 +70,8 @@ pub fn stored_version_refusal(
             .find(|(_, v)| !info.versions.contains(*v))
         {
             return Some(format!(
-                "CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: status.storedVersions[{index}]: Invalid value: \"{missing}\": must appear in spec.versions"
+                "CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: {}",
+                crate::kube::schema::stored_version_missing(index, missing)
             ));
         }
     }
@@ -682,7 +683,7 @@ mod stored_versions {
         assert_eq!(
             stored_version_refusal(&stored, "https://a", &dropped).as_deref(),
             Some(
-                "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.test\" is invalid: status.storedVersions[0]: Invalid value: \"v1beta1\": must appear in spec.versions"
+                "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.test\" is invalid: status.storedVersions[0]: Invalid value: \"v1beta1\": missing from spec.versions; v1beta1 was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in v1beta1 and removes v1beta1 from status.storedVersions"
             )
         );
         assert_eq!(stored_version_refusal(&stored, "https://b", &dropped), None);

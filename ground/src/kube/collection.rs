@@ -155,7 +155,12 @@ pub(super) async fn watch(
         let rv = store.resource_version();
         let served_since = store.served_since(&target.resource);
         match since {
-            Some(_) if !send_initial && inner.faults.gone(&path) => (Vec::new(), live, rv, None),
+            Some(_) if !send_initial && inner.faults.gone(&path) => (
+                Vec::new(),
+                live,
+                rv,
+                Some("too old resource version".to_string()),
+            ),
             Some(since) if !send_initial && since < served_since => (
                 Vec::new(),
                 live,

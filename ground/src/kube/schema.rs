@@ -164,3 +164,11 @@ pub fn cause(error: &str) -> Value {
     .unwrap_or("FieldValueInvalid");
     json!({"reason": reason, "message": message, "field": field})
 }
+
+/// The API server's (v1.34) violation for a CRD whose `spec.versions` leaves out `version`,
+/// entry `index` of its `status.storedVersions`.
+pub fn stored_version_missing(index: usize, version: &str) -> String {
+    format!(
+        "status.storedVersions[{index}]: Invalid value: \"{version}\": missing from spec.versions; {version} was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in {version} and removes {version} from status.storedVersions"
+    )
+}

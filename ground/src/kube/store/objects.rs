@@ -396,11 +396,7 @@ fn check_stored_versions(crd: &Value, name: &str) -> Result<(), ApiError> {
         .enumerate()
         .filter_map(|(i, v)| Some((i, v.as_str()?)))
         .filter(|(_, v)| !versions.contains(v))
-        .map(|(i, v)| {
-            format!(
-                "status.storedVersions[{i}]: Invalid value: \"{v}\": missing from spec.versions; {v} was previously a storage version, and must remain in spec.versions until a storage migration ensures no data remains persisted in {v} and removes {v} from status.storedVersions"
-            )
-        })
+        .map(|(i, v)| crate::kube::schema::stored_version_missing(i, v))
         .collect();
     if errors.is_empty() {
         return Ok(());
