@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::real::{Real, real, wait_for};
+use common::real::{Real, real, wait_for, wait_for_explained};
 use gitops_loop::render::inventory::Inventory;
 use kube::Client;
 use kube::api::{
@@ -268,19 +268,22 @@ async fn promotions(client: &Client, names: &Names, stage: &str) -> usize {
 
 /// Waits for a Promotion, failing with the observer's and the API server's logs.
 async fn wait_promotion(real: &Real, client: &Client, names: &Names, stage: &str, o: &[&Observer]) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while promotions(client, names, stage).await < 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no Promotion for {stage} after 90s.\nobserver:\n{}\nkube-apiserver:\n{}",
-            o.iter()
-                .map(|o| o.log())
-                .collect::<Vec<_>>()
-                .join("\n---\n"),
-            real.log_tail("kube-apiserver")
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_explained(
+        &format!("a Promotion for {stage}"),
+        Duration::from_secs(90),
+        || async { promotions(client, names, stage).await >= 1 },
+        || {
+            format!(
+                "observer:\n{}\nkube-apiserver:\n{}",
+                o.iter()
+                    .map(|o| o.log())
+                    .collect::<Vec<_>>()
+                    .join("\n---\n"),
+                real.log_tail("kube-apiserver")
+            )
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -839,50 +839,44 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
         Ok(file)
     };
     let admin = config("admin")?;
+    // What the controller manager and the scheduler share: their own kubeconfig for the API
+    // server and for delegated authentication and authorization, loopback, the serving pair.
+    let control_plane = |name: &str, port: u16| -> Result<Vec<String>> {
+        let own = path(&config(name)?);
+        Ok(vec![
+            b(name),
+            format!("--kubeconfig={own}"),
+            format!("--authentication-kubeconfig={own}"),
+            format!("--authorization-kubeconfig={own}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", path(&pki.serving_cert)),
+            format!("--tls-private-key-file={}", path(&pki.serving_key)),
+            "--leader-elect=false".into(),
+            "--profiling=false".into(),
+        ])
+    };
 
     if bin.join("kube-controller-manager").is_file() {
-        let port = kcm_port;
-        let own = path(&config("kube-controller-manager")?);
+        let mut argv = control_plane("kube-controller-manager", kcm_port)?;
+        argv.extend([
+            format!("--service-account-private-key-file={}", path(&pki.sa_key)),
+            format!("--root-ca-file={}", path(&pki.ca_cert)),
+            "--use-service-account-credentials=true".into(),
+        ]);
         start(
             &mut state,
             "kube-controller-manager",
-            vec![
-                b("kube-controller-manager"),
-                format!("--kubeconfig={own}"),
-                format!("--authentication-kubeconfig={own}"),
-                format!("--authorization-kubeconfig={own}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--tls-cert-file={}", path(&pki.serving_cert)),
-                format!("--tls-private-key-file={}", path(&pki.serving_key)),
-                format!("--service-account-private-key-file={}", path(&pki.sa_key)),
-                format!("--root-ca-file={}", path(&pki.ca_cert)),
-                "--use-service-account-credentials=true".into(),
-                "--leader-elect=false".into(),
-                "--profiling=false".into(),
-            ],
-            format!("https://127.0.0.1:{port}/healthz"),
+            argv,
+            format!("https://127.0.0.1:{kcm_port}/healthz"),
         )?;
     }
     if bin.join("kube-scheduler").is_file() {
-        let port = scheduler_port;
-        let own = path(&config("kube-scheduler")?);
         start(
             &mut state,
             "kube-scheduler",
-            vec![
-                b("kube-scheduler"),
-                format!("--kubeconfig={own}"),
-                format!("--authentication-kubeconfig={own}"),
-                format!("--authorization-kubeconfig={own}"),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={port}"),
-                format!("--tls-cert-file={}", path(&pki.serving_cert)),
-                format!("--tls-private-key-file={}", path(&pki.serving_key)),
-                "--leader-elect=false".into(),
-                "--profiling=false".into(),
-            ],
-            format!("https://127.0.0.1:{port}/healthz"),
+            control_plane("kube-scheduler", scheduler_port)?,
+            format!("https://127.0.0.1:{scheduler_port}/healthz"),
         )?;
     }
     let kubectl_run = |args: &[&str]| -> Result<String> {

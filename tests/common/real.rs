@@ -73,8 +73,21 @@ impl Real {
 }
 
 /// Polls `condition` until it holds, failing the test at `limit` with what it waited for.
-pub async fn wait_for<F, Fut>(what: &str, limit: Duration, mut condition: F)
+pub async fn wait_for<F, Fut>(what: &str, limit: Duration, condition: F)
 where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    wait_for_explained(what, limit, condition, String::new).await
+}
+
+/// [`wait_for`], with `explain` (logs, say) added to the failure message.
+pub async fn wait_for_explained<F, Fut>(
+    what: &str,
+    limit: Duration,
+    mut condition: F,
+    explain: impl Fn() -> String,
+) where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
@@ -82,8 +95,10 @@ where
     while !condition().await {
         assert!(
             start.elapsed() < limit,
-            "still waiting after {limit:?}: {what}"
+            "still waiting after {limit:?}: {what}\n{}",
+            explain()
         );
+        // The poll interval of a deadline-bounded wait, not a wait for time to pass.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

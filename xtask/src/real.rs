@@ -57,7 +57,11 @@ pub fn build() -> Result<()> {
 }
 
 pub fn up() -> Result<real_cluster::State> {
-    let tools = tools::install()?;
+    up_with(&tools::install()?)
+}
+
+/// `up` with the tools already installed (`cargo xtask test` installed them first).
+pub fn up_with(tools: &std::path::Path) -> Result<real_cluster::State> {
     let started = Instant::now();
     let layout = layout();
     let state = match real_cluster::up(&layout, &tools.join("kubectl")) {

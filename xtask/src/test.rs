@@ -20,7 +20,7 @@ fn real_tier(asked: bool) -> Result<bool> {
 
 pub fn run(real_asked: bool, extra: &[String]) -> Result<()> {
     let real_asked = real_asked || std::env::var("GITOPS_LOOP_REAL_REQUIRED").as_deref() == Ok("1");
-    tools::install()?;
+    let tools = tools::install()?;
     let sh = Shell::new()?;
     sh.change_dir(project_root());
     // Snapshots are checked, never rewritten, here: a difference fails the run.
@@ -60,7 +60,7 @@ pub fn run(real_asked: bool, extra: &[String]) -> Result<()> {
         // process alive to stop the cluster (its components run in process groups of their
         // own, so the signal does not reach them).
         let _ = ctrlc::set_handler(|| eprintln!("test: interrupted; stopping the process cluster"));
-        real::up()?;
+        real::up_with(&tools)?;
         let _real = sh.push_env("GITOPS_LOOP_REAL", "1");
         let result = cmd!(sh, "cargo test --workspace {extra...}").run();
         // Stop the cluster whatever the tests did; a test failure is the error to report.
