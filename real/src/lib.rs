@@ -27,7 +27,9 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub mod argocd;
 mod pki;
+mod redis;
 
 /// A program `build` compiles: the Go module folder under `real/go` that pins it, the packages
 /// and the names the binaries get.
@@ -68,6 +70,27 @@ const PROGRAMS: &[Program] = &[
         packages: &[("sigs.k8s.io/kwok/cmd/kwok", "kwok")],
         role: "fake nodes that run Pods without a container runtime",
     },
+    Program {
+        module: "kustomize",
+        ldflags: "-X sigs.k8s.io/kustomize/api/provenance.version=v5.6.0",
+        packages: &[("sigs.k8s.io/kustomize/kustomize/v5", "kustomize")],
+        role: "kustomize for Argo CD's repo-server (the version the pinned kubectl embeds)",
+    },
+    Program {
+        module: "argocd-programs",
+        ldflags: "-X github.com/argoproj/argo-cd/v3/common.version=3.2.11",
+        packages: &[("github.com/argoproj/argo-cd/v3/cmd", "argocd")],
+        role: "Argo CD: the gate's oracle and the stories' deployer",
+    },
+];
+
+/// The names the Argo CD multicall binary answers to (it picks the program by the base name of
+/// argv[0]): `build` links each to `argocd`.
+pub const ARGOCD_PROGRAMS: &[&str] = &[
+    "argocd-server",
+    "argocd-repo-server",
+    "argocd-applicationset-controller",
+    "argocd-application-controller",
 ];
 
 /// Modules whose files (CRDs) the cluster reads from the Go module cache: (module folder under
@@ -256,11 +279,22 @@ pub fn build(layout: &Layout) -> Result<BuildReport> {
         for (_, name) in program.packages {
             fs::rename(staging.join(name), bin.join(name))?;
         }
+        if program.module == "argocd-programs" {
+            link_argocd_programs(&bin)?;
+        }
         let _ = fs::remove_dir_all(&staging);
         write_atomic(&stamp, digest.as_bytes())?;
         report
             .built
             .push((program.module.to_string(), started.elapsed()));
+    }
+    if bin.join("argocd").is_file() {
+        link_argocd_programs(&bin)?;
+    }
+    match redis::install(layout) {
+        Ok(true) => report.built.push(("redis".into(), Duration::ZERO)),
+        Ok(false) => report.cached.push("redis".into()),
+        Err(error) => report.failed.push(("redis".into(), format!("{error:#}"))),
     }
     for (module, path, _, _) in CRD_SOURCES {
         if let Err(error) = module_dir(layout, module, path) {
@@ -270,6 +304,20 @@ pub fn build(layout: &Layout) -> Result<BuildReport> {
         }
     }
     Ok(report)
+}
+
+/// `argocd-server`, `argocd-repo-server`, ... as symbolic links to the multicall `argocd`.
+fn link_argocd_programs(bin: &Path) -> Result<()> {
+    for name in ARGOCD_PROGRAMS {
+        let link = bin.join(name);
+        if fs::read_link(&link).is_ok_and(|target| target == Path::new("argocd")) {
+            continue;
+        }
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink("argocd", &link)
+            .with_context(|| format!("link {}", link.display()))?;
+    }
+    Ok(())
 }
 
 /// The folder of `path` in the Go module cache, downloading it (checked against go.sum) if
@@ -343,6 +391,9 @@ pub struct State {
     pub crds: Vec<(String, String)>,
     /// The fake node kwok runs Pods on, when kwok was built.
     pub node: Option<String>,
+    /// Argo CD, when it was built.
+    #[serde(default)]
+    pub argocd: Option<argocd::ArgoCd>,
 }
 
 impl State {
@@ -522,10 +573,30 @@ fn agent(layout: &Layout) -> Result<ureq::Agent> {
 }
 
 fn is_ready(agent: &ureq::Agent, url: &str) -> bool {
+    if let Some(address) = url.strip_prefix("redis://") {
+        return redis_pong(address);
+    }
     agent
         .get(url)
         .call()
         .is_ok_and(|response| response.status() == 200)
+}
+
+/// True when a Redis server at `address` answers PING (Redis has no HTTP endpoint).
+fn redis_pong(address: &str) -> bool {
+    use std::io::Read;
+    let Ok(address) = address.parse() else {
+        return false;
+    };
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
 }
 
 /// Waits until the component answers 200 on its readiness URL; fails with its log's tail if it
@@ -592,11 +663,19 @@ fn stop(component: &Component, limit: Duration) -> Result<()> {
 /// `--server-address=127.0.0.1:N`), so `down` can check each is free again.
 fn ports(argv: &[String]) -> Vec<u16> {
     let mut ports = Vec::new();
+    // Redis takes `--port N` as two words.
+    for pair in argv.windows(2) {
+        if pair[0] == "--port"
+            && let Ok(port) = pair[1].parse()
+        {
+            ports.push(port);
+        }
+    }
     for arg in argv {
         let Some((flag, value)) = arg.split_once('=') else {
             continue;
         };
-        if !(flag.contains("port") || flag.contains("listen") || flag.contains("address")) {
+        if !(flag.contains("port") || flag.contains("listen") || flag.contains("addr")) {
             continue;
         }
         for part in value.split(',') {
@@ -714,8 +793,56 @@ fn kubeconfig(server: &str, ca: &Path, cert: &Path, key: &Path) -> String {
     .to_string()
 }
 
-/// Starts the cluster. `kubectl` is the pinned client the CRDs are applied with.
-pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
+/// Starts one component and records it at once, so a failure part way leaves a state `down`
+/// can clean up; then waits for it to be ready.
+fn start_component(
+    layout: &Layout,
+    state: &mut State,
+    name: &str,
+    argv: Vec<String>,
+    ready: String,
+) -> Result<()> {
+    let component = spawn(layout, name, &argv, &ready)?;
+    state.components.push(component.clone());
+    if let Err(error) = state.write(layout) {
+        // Unrecorded, nothing could stop it later: stop it now.
+        let _ = stop(&component, Duration::from_secs(5));
+        return Err(error);
+    }
+    wait_ready(layout, &component, Duration::from_secs(180))
+}
+
+/// Runs the pinned kubectl as the cluster admin; its stdout.
+fn kubectl_run(kubectl: &Path, admin: &Path, args: &[&str]) -> Result<String> {
+    let output = Command::new(kubectl)
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .arg("--request-timeout=60s")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("run {}", kubectl.display()))?;
+    if !output.status.success() {
+        bail!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The pinned client tools the cluster uses: kubectl applies the CRDs, and Argo CD's
+/// repo-server renders with helm (the gate's own pins, so the oracle compares engines, not
+/// tool versions).
+#[derive(Clone, Debug)]
+pub struct Tools {
+    pub kubectl: PathBuf,
+    pub helm: PathBuf,
+}
+
+/// Starts the cluster.
+pub fn up(layout: &Layout, tools: &Tools) -> Result<State> {
+    let kubectl = tools.kubectl.as_path();
     if State::read(layout)?.is_some() {
         eprintln!("real: a previous cluster left state behind; stopping it first");
         down(layout)?;
@@ -743,18 +870,10 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
         components: Vec::new(),
         crds: Vec::new(),
         node: None,
+        argocd: None,
     };
-    // Every started component is recorded at once, so a failure part way leaves a state
-    // `down` can clean up.
     let start = |state: &mut State, name: &str, argv: Vec<String>, ready: String| {
-        let component = spawn(layout, name, &argv, &ready)?;
-        state.components.push(component.clone());
-        if let Err(error) = state.write(layout) {
-            // Unrecorded, nothing could stop it later: stop it now.
-            let _ = stop(&component, Duration::from_secs(5));
-            return Err(error);
-        }
-        wait_ready(layout, &component, Duration::from_secs(180))
+        start_component(layout, state, name, argv, ready)
     };
 
     // Every port the cluster binds, chosen at once.
@@ -879,23 +998,7 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
             format!("https://127.0.0.1:{scheduler_port}/healthz"),
         )?;
     }
-    let kubectl_run = |args: &[&str]| -> Result<String> {
-        let output = Command::new(kubectl)
-            .arg(format!("--kubeconfig={}", admin.display()))
-            .arg("--request-timeout=60s")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("run {}", kubectl.display()))?;
-        if !output.status.success() {
-            bail!(
-                "kubectl {}: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&output.stderr).trim()
-            );
-        }
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    };
+    let kubectl_run = |args: &[&str]| kubectl_run(kubectl, &admin, args);
     if bin.join("kwok").is_file() {
         let node = "kwok-node-0";
         let port = kwok_port;
@@ -992,6 +1095,10 @@ pub fn up(layout: &Layout, kubectl: &Path) -> Result<State> {
         ])?;
     }
     state.write(layout)?;
+    if bin.join("argocd").is_file() {
+        argocd::start(layout, &mut state, tools, &admin)?;
+        state.write(layout)?;
+    }
     Ok(state)
 }
 

@@ -64,7 +64,13 @@ pub fn up() -> Result<real_cluster::State> {
 pub fn up_with(tools: &std::path::Path) -> Result<real_cluster::State> {
     let started = Instant::now();
     let layout = layout();
-    let state = match real_cluster::up(&layout, &tools.join("kubectl")) {
+    let state = match real_cluster::up(
+        &layout,
+        &real_cluster::Tools {
+            kubectl: tools.join("kubectl"),
+            helm: tools.join("helm"),
+        },
+    ) {
         Ok(state) => state,
         Err(error) => {
             // Leave nothing running behind a failed start.
