@@ -54,9 +54,66 @@ struct Expander<'a> {
     git_files: std::cell::RefCell<std::collections::HashMap<(String, String), Value>>,
 }
 
+/// What the ApplicationSet CRD requires of every template, the ApplicationSet's own and each
+/// generator's (`ApplicationSetTemplate`: `metadata` and `spec`, and in the spec `destination`
+/// and `project`): the API server refuses an ApplicationSet that lacks one (`Required value`),
+/// even where the controller would merge the rest from the ApplicationSet's template or ignore
+/// the template (a matrix child's). Found by the oracle (tests/real_argocd.rs) on the process
+/// cluster's API server with the upstream CRD.
+fn check_required_template_fields(spec: &Value) -> Result<(), String> {
+    fn template(path: &str, value: &Value) -> Result<(), String> {
+        let refused = |field: &str| {
+            Err(format!(
+                "{path}.{field} is missing: the ApplicationSet CRD requires it, so the API server refuses the ApplicationSet (`spec.{path}.{field}: Required value`)"
+            ))
+        };
+        if !value.is_object() {
+            return Err(format!(
+                "{path} is not an object: the API server refuses the ApplicationSet"
+            ));
+        }
+        for field in ["metadata", "spec"] {
+            if value.get(field).is_none_or(Value::is_null) {
+                return refused(field);
+            }
+        }
+        for field in ["destination", "project"] {
+            if value["spec"].get(field).is_none_or(Value::is_null) {
+                return refused(&format!("spec.{field}"));
+            }
+        }
+        Ok(())
+    }
+    fn generators(path: &str, list: &Value, depth: usize) -> Result<(), String> {
+        let Some(list) = list.as_array() else {
+            return Ok(());
+        };
+        for (index, generator) in list.iter().enumerate() {
+            let Some(kinds) = generator.as_object() else {
+                continue;
+            };
+            for (kind, body) in kinds {
+                let at = format!("{path}[{index}].{kind}");
+                if let Some(t) = body.get("template") {
+                    template(&format!("{at}.template"), t)?;
+                }
+                if (kind == "matrix" || kind == "merge") && depth < 3 {
+                    generators(&format!("{at}.generators"), &body["generators"], depth + 1)?;
+                }
+            }
+        }
+        Ok(())
+    }
+    if let Some(t) = spec.get("template") {
+        template("template", t)?;
+    }
+    generators("generators", &spec["generators"], 0)
+}
+
 /// Expands one ApplicationSet into the Applications it generates, in generator order.
 pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String> {
     let spec = appset.get("spec").ok_or("has no spec")?;
+    check_required_template_fields(spec)?;
     let go = spec
         .get("goTemplate")
         .and_then(Value::as_bool)
@@ -92,6 +149,10 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
         .unwrap_or("argocd");
     let template = spec.get("template").cloned().unwrap_or(json!({}));
     let template_patch = spec.get("templatePatch").and_then(Value::as_str);
+    let preserve_resources = spec
+        .pointer("/syncPolicy/preserveResourcesOnDeletion")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let generators = spec
         .get("generators")
         .and_then(Value::as_array)
@@ -144,6 +205,7 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
                 "metadata": rendered.get("metadata").cloned().unwrap_or(json!({})),
                 "spec": rendered.get("spec").cloned().unwrap_or(json!({})),
             });
+            add_resources_finalizer(&mut application, preserve_resources);
             if let Some(Value::String(patch)) = patch {
                 let patch_value = yaml::parse_document(&patch, "templatePatch")
                     .map_err(|e| format!("templatePatch renders invalid YAML: {}", e.message))?;
@@ -173,6 +235,30 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
         }
     }
     Ok(applications)
+}
+
+/// Argo CD's `RenderTemplateParams` gives a generated Application the finalizer that deletes
+/// its resources with it (`resources-finalizer.argocd.argoproj.io`) when the template names no
+/// finalizer of its own and the ApplicationSet does not set
+/// `syncPolicy.preserveResourcesOnDeletion`; a templatePatch applies after it. Found by the
+/// oracle (tests/real_argocd.rs): every generated Application carries it on real Argo CD.
+fn add_resources_finalizer(application: &mut Value, preserve_resources: bool) {
+    let has_finalizers = application
+        .pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| !f.is_empty());
+    if preserve_resources || has_finalizers {
+        return;
+    }
+    if let Some(metadata) = application
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+    {
+        metadata.insert(
+            "finalizers".into(),
+            json!(["resources-finalizer.argocd.argoproj.io"]),
+        );
+    }
 }
 
 impl Expander<'_> {
@@ -306,4 +392,60 @@ fn filter(sets: Vec<ParamSet>, selector: &LabelSelector) -> Vec<ParamSet> {
     sets.into_iter()
         .filter(|s| selector.matches(&flatten_params(&s.params)))
         .collect()
+}
+
+#[cfg(test)]
+mod finalizer_and_schema_tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_application_gets_the_resources_finalizer_unless_told_otherwise() {
+        let mut plain = json!({"metadata": {"name": "a"}});
+        add_resources_finalizer(&mut plain, false);
+        assert_eq!(
+            plain["metadata"]["finalizers"],
+            json!(["resources-finalizer.argocd.argoproj.io"])
+        );
+        // preserveResourcesOnDeletion: none.
+        let mut preserved = json!({"metadata": {"name": "a"}});
+        add_resources_finalizer(&mut preserved, true);
+        assert!(preserved["metadata"].get("finalizers").is_none());
+        // The template's own finalizers are kept as they are.
+        let mut own = json!({"metadata": {"name": "a", "finalizers": ["example.test/keep"]}});
+        add_resources_finalizer(&mut own, false);
+        assert_eq!(own["metadata"]["finalizers"], json!(["example.test/keep"]));
+        // An empty list counts as none (Argo CD checks the length).
+        let mut empty = json!({"metadata": {"name": "a", "finalizers": []}});
+        add_resources_finalizer(&mut empty, false);
+        assert_eq!(
+            empty["metadata"]["finalizers"],
+            json!(["resources-finalizer.argocd.argoproj.io"])
+        );
+    }
+
+    #[test]
+    fn every_template_needs_what_the_crd_requires() {
+        let full = json!({"metadata": {}, "spec": {"project": "p", "destination": {}}});
+        let ok = json!({"template": full, "generators": [
+            {"list": {"elements": [], "template": full}},
+            {"matrix": {"generators": [{"list": {"elements": [], "template": full}}]}},
+        ]});
+        assert_eq!(check_required_template_fields(&ok), Ok(()));
+        let child_without_spec = json!({"template": full, "generators": [
+            {"merge": {"mergeKeys": [], "generators": [{"clusters": {"template": {"metadata": {}}}}]}},
+        ]});
+        let error = check_required_template_fields(&child_without_spec).unwrap_err();
+        assert!(
+            error
+                .starts_with("generators[0].merge.generators[0].clusters.template.spec is missing"),
+            "{error}"
+        );
+        let no_project =
+            json!({"template": {"metadata": {}, "spec": {"destination": {}}}, "generators": []});
+        assert!(
+            check_required_template_fields(&no_project)
+                .unwrap_err()
+                .starts_with("template.spec.project is missing")
+        );
+    }
 }

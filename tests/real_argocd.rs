@@ -1,0 +1,1105 @@
+//! The gate against Argo CD itself (the real tier): every render case is played on the process
+//! cluster's upstream Argo CD (applicationset-controller, repo-server and API server built from
+//! their Go module) and rendered by the gate, and the two must agree:
+//!
+//! - the Applications the real applicationset-controller generates (names, namespaces,
+//!   metadata, spec) against the ones the gate generates;
+//! - the manifests the real repo-server renders for each Application (read through the API
+//!   server's `GET /api/v1/applications/{name}/manifests`, as `argocd app manifests --source
+//!   git` reads them) against the gate's objects, normalised as Argo CD normalises them;
+//! - a case Argo CD refuses (an ApplicationSet in ErrorOccurred, a manifest generation error,
+//!   an object the API server rejects) is a case the gate refuses, and the other way round.
+//!
+//! Both sides get the same facts: the case's repository is served to Argo CD as a `file://`
+//! repository (the gate reads the same commit), its chart repository by the ground's chart
+//! double, and its clusters become Argo CD cluster Secrets pointing (through a loopback
+//! forwarder each, so every cluster has a URL of its own) at the real API server, while the
+//! gate gets the same clusters with the version and API groups that server really serves.
+//! The URLs are rewritten in the case's files before the commit, identically for both.
+//!
+//! A difference is a failure unless [`DOCUMENTED`] lists it (with the reason it is deliberate);
+//! the summary is written to `target/real/oracle.txt`.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+/// Cases the oracle cannot play yet, and why (each one is said in the summary).
+const NOT_PLAYED: &[(&str, &str)] = &[
+    (
+        "helm-oci",
+        "an OCI Helm repository needs a registry Argo CD can pull from with TLS or an `enableOCI` repository Secret; the ground's OCI double speaks plain HTTP",
+    ),
+    (
+        "error-unknown-revision",
+        "it asks the gate for a revision the repository lacks (`gate render --revision`); Argo CD has no such input",
+    ),
+    (
+        "kustomize-helm-charts",
+        "kustomize v5.6.0 (the one the pinned kubectl embeds, built for the repo-server) runs `helm version -c`, which the pinned helm v4 no longer has; Argo CD v3.2 ships helm v3",
+    ),
+];
+
+/// Differences that are deliberate, each with its reason: (case, a substring of the difference,
+/// why). Anything else the oracle finds fails the test.
+const DOCUMENTED: &[(&str, &str, &str)] = &[
+    (
+        "*",
+        ".data.kubeVersion: gate \"v1.34.4\" | Argo CD \"v1.34\"",
+        "Argo CD v3.2 hands helm the server's major.minor (gitops-engine's GetServerVersion before v3.5); v3.5, which the gate follows, hands it major.minor.patch",
+    ),
+    (
+        "error-cycle",
+        "the gate refuses (error: Application argocd/app-a: app-of-apps cycle",
+        "deliberate: Argo CD creates both Applications and each then manages the other; the gate fails closed on a cycle instead of rendering it without end",
+    ),
+    (
+        "error-unknown-destination",
+        "cluster \"https://staging.example.test\" not found",
+        "deliberate: Argo CD generates the Application and cannot render it; the gate lists it with no objects and `gate check`'s destination-unknown rule decides",
+    ),
+];
+
+fn git(dir: &Path, args: &[&str]) {
+    let status = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.email=oracle@example.test",
+            "-c",
+            "user.name=oracle",
+        ])
+        .args(args)
+        .status()
+        .expect("git runs");
+    assert!(status.success(), "git {args:?} in {}", dir.display());
+}
+
+/// Every file under `from` copied to `to` with each (old, new) replaced in its text.
+fn copy_rewritten(from: &Path, to: &Path, rewrites: &[(String, String)]) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_rewritten(&entry.path(), &target, rewrites);
+        } else {
+            let bytes = std::fs::read(entry.path()).unwrap();
+            match String::from_utf8(bytes) {
+                Ok(mut text) => {
+                    for (old, new) in rewrites {
+                        text = text.replace(old.as_str(), new);
+                    }
+                    std::fs::write(&target, text).unwrap();
+                }
+                Err(e) => std::fs::write(&target, e.into_bytes()).unwrap(),
+            }
+        }
+    }
+}
+
+/// A cluster of the case's inventory, in either of the forms the gate reads.
+#[derive(Clone, Debug)]
+struct Cluster {
+    name: String,
+    server: String,
+    project: String,
+    labels: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+}
+
+fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
+    value
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The gate's own annotations say what the oracle states from the real server instead.
+fn without_gate_annotations(mut map: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    map.retain(|k, _| !k.starts_with("gitops-gate.io/"));
+    map
+}
+
+fn read_inventory(path: &Path) -> Vec<Cluster> {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(path).unwrap();
+    let documents = gitops_loop::yaml::parse_documents(&text, "inventory").unwrap();
+    let mut clusters = Vec::new();
+    for document in documents {
+        if let Some(list) = document.get("clusters").and_then(Value::as_array) {
+            for c in list {
+                clusters.push(Cluster {
+                    name: c["name"].as_str().unwrap().to_string(),
+                    server: c["server"].as_str().unwrap().to_string(),
+                    project: c["project"].as_str().unwrap_or("").to_string(),
+                    labels: string_map(c.get("labels")),
+                    annotations: without_gate_annotations(string_map(c.get("annotations"))),
+                });
+            }
+            continue;
+        }
+        let items = if document["kind"] == "List" {
+            document["items"].as_array().cloned().unwrap_or_default()
+        } else {
+            vec![document]
+        };
+        for secret in items {
+            let mut labels = string_map(secret.pointer("/metadata/labels"));
+            if labels.remove("argocd.argoproj.io/secret-type").as_deref() != Some("cluster") {
+                continue;
+            }
+            let field = |key: &str| -> Option<String> {
+                if let Some(s) = secret.pointer(&format!("/stringData/{key}")) {
+                    return s.as_str().map(str::to_string);
+                }
+                let encoded = secret.pointer(&format!("/data/{key}"))?.as_str()?;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(encoded)
+                    .ok()?;
+                String::from_utf8(bytes).ok()
+            };
+            let server = field("server").unwrap();
+            clusters.push(Cluster {
+                name: field("name").unwrap_or_else(|| server.clone()),
+                server,
+                project: field("project").unwrap_or_default(),
+                labels,
+                annotations: without_gate_annotations(string_map(
+                    secret.pointer("/metadata/annotations"),
+                )),
+            });
+        }
+    }
+    clusters
+}
+
+/// A TCP forwarder on a loopback port of its own to `target` (TLS passes through untouched).
+async fn forwarder(target: std::net::SocketAddr) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// What the real API server serves, as Argo CD hands it to helm: `group/version` and
+/// `group/version/Kind` (`v1`, `v1/Pod` for the core group).
+async fn discovery(client: &kube::Client) -> Vec<String> {
+    let discovery = kube::Discovery::new(client.clone()).run().await.unwrap();
+    let mut out = BTreeSet::new();
+    for group in discovery.groups() {
+        for version in group.versions() {
+            let gv = if group.name().is_empty() {
+                version.to_string()
+            } else {
+                format!("{}/{version}", group.name())
+            };
+            out.insert(gv.clone());
+            for (resource, _) in group.versioned_resources(version) {
+                out.insert(format!("{gv}/{}", resource.kind));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn argo_resource(kind: &str, plural: &str) -> ApiResource {
+    ApiResource {
+        group: "argoproj.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "argoproj.io/v1alpha1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// The first place two JSON values differ, as a path and both sides.
+fn first_difference(path: &str, gate: &Value, argo: &Value) -> Option<String> {
+    match (gate, argo) {
+        (Value::Object(a), Value::Object(b)) => {
+            let keys: BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+            keys.into_iter().find_map(|k| {
+                first_difference(
+                    &format!("{path}.{k}"),
+                    a.get(k).unwrap_or(&Value::Null),
+                    b.get(k).unwrap_or(&Value::Null),
+                )
+            })
+        }
+        (Value::Array(a), Value::Array(b)) if a.len() == b.len() => a
+            .iter()
+            .zip(b)
+            .enumerate()
+            .find_map(|(i, (x, y))| first_difference(&format!("{path}[{i}]"), x, y)),
+        _ if gate == argo => None,
+        _ => Some(format!(
+            "{path}: gate {} | Argo CD {}",
+            clip(&gate.to_string()),
+            clip(&argo.to_string())
+        )),
+    }
+}
+
+fn clip(text: &str) -> String {
+    if text.chars().count() > 160 {
+        format!("{}…", text.chars().take(160).collect::<String>())
+    } else {
+        text.to_string()
+    }
+}
+
+/// An Application as both sides are compared: metadata that says what Argo CD generated
+/// (name, namespace, labels, annotations, finalizers) and the spec; empty maps and lists as
+/// absent.
+fn application_view(app: &Value) -> Value {
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace", "labels", "annotations", "finalizers"] {
+        if let Some(v) = app.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.into(), v.clone());
+        }
+    }
+    prune(json!({"metadata": metadata, "spec": app.get("spec").cloned().unwrap_or(Value::Null)}))
+}
+
+fn prune(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, prune(v)))
+                .filter(|(_, v)| {
+                    !(v.is_null()
+                        || v.as_object().is_some_and(|m| m.is_empty())
+                        || v.as_array().is_some_and(|a| a.is_empty()))
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(prune).collect()),
+        other => other,
+    }
+}
+
+/// An object as both sides are compared: Argo CD's tracking annotation removed (the
+/// repo-server adds it; the gate renders what the repository says), and a Secret's data left
+/// out (the API server masks it).
+fn object_view(object: &Value) -> Value {
+    let mut object = object.clone();
+    if let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove("argocd.argoproj.io/tracking-id");
+    }
+    if object["kind"] == "Secret"
+        && object["apiVersion"] == "v1"
+        && let Some(map) = object.as_object_mut()
+    {
+        map.remove("data");
+        map.remove("stringData");
+    }
+    prune(object)
+}
+
+fn object_key(object: &Value) -> String {
+    format!(
+        "{} {} {}/{}",
+        object["apiVersion"].as_str().unwrap_or(""),
+        object["kind"].as_str().unwrap_or(""),
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+        object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    )
+}
+
+/// Argo CD's view of one case: the Applications it made (by name) with their manifests, or
+/// why it refused.
+#[derive(Debug, Default)]
+struct ArgoSide {
+    applications: BTreeMap<String, Value>,
+    manifests: BTreeMap<String, Vec<Value>>,
+    errors: Vec<String>,
+}
+
+struct Oracle {
+    real: common::real::Real,
+    client: kube::Client,
+    http: reqwest::Client,
+    api: String,
+    namespace: String,
+    kubectl: PathBuf,
+    api_server: std::net::SocketAddr,
+    cert_data: String,
+    key_data: String,
+    ca_data: String,
+    kube_version: String,
+    api_versions: Vec<String>,
+}
+
+impl Oracle {
+    fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        use std::io::Write as _;
+        let mut child = Command::new(&self.kubectl)
+            .arg(format!("--kubeconfig={}", self.real.kubeconfig().display()))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        if let Some(input) = stdin {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+        } else {
+            drop(child.stdin.take());
+        }
+        let output = child.wait_with_output().unwrap();
+        if output.status.success() {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).trim().to_string())
+        }
+    }
+
+    /// Removes every Application, ApplicationSet and cluster Secret a case left.
+    async fn clean(&self) {
+        let apps: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &argo_resource("Application", "applications"),
+        );
+        let sets: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &argo_resource("ApplicationSet", "applicationsets"),
+        );
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &self.namespace);
+        let _ = sets
+            .delete_collection(&DeleteParams::default(), &ListParams::default())
+            .await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let list = apps.list(&ListParams::default()).await.unwrap();
+            for app in &list.items {
+                let name = app.metadata.name.clone().unwrap();
+                let _ = apps
+                    .patch(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+                let _ = apps.delete(&name, &DeleteParams::default()).await;
+            }
+            let remaining = apps.list(&ListParams::default()).await.unwrap().items.len()
+                + sets.list(&ListParams::default()).await.unwrap().items.len();
+            if remaining == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Applications or ApplicationSets of a case outlive 60s of deletion"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let _ = secrets
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels("argocd.argoproj.io/secret-type=cluster"),
+            )
+            .await;
+        let projects: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &argo_resource("AppProject", "appprojects"),
+        );
+        let _ = projects
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels("oracle.gitops-loop.dev/case=true"),
+            )
+            .await;
+    }
+
+    /// The cluster Secret Argo CD reads for `cluster`, reaching the real API server at `server`.
+    fn cluster_secret(&self, cluster: &Cluster, server: &str, index: usize) -> Value {
+        let mut labels = cluster.labels.clone();
+        labels.insert("argocd.argoproj.io/secret-type".into(), "cluster".into());
+        let config = json!({"tlsClientConfig": {
+            "certData": self.cert_data, "keyData": self.key_data, "caData": self.ca_data}});
+        let mut data =
+            json!({"name": cluster.name, "server": server, "config": config.to_string()});
+        if !cluster.project.is_empty() {
+            data["project"] = cluster.project.clone().into();
+        }
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": format!("oracle-cluster-{index}"), "namespace": self.namespace,
+                         "labels": labels, "annotations": cluster.annotations},
+            "stringData": data,
+        })
+    }
+
+    /// The same clusters for the gate: the project's inventory form, with the version and API
+    /// groups the real API server serves (what Argo CD discovers and hands to helm).
+    fn gate_inventory(&self, clusters: &[(Cluster, String)]) -> Value {
+        json!({
+            "defaults": {"kubeVersion": self.kube_version, "apiVersions": self.api_versions},
+            "clusters": clusters.iter().map(|(c, server)| json!({
+                "name": c.name, "server": server, "project": c.project,
+                "labels": c.labels, "annotations": c.annotations,
+                "kubeVersion": self.kube_version, "apiVersions": self.api_versions,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The AppProjects the case's Applications name (the clusters' projects, every literal
+    /// `spec.project` of a root, and the projects of the Applications the gate generated): a
+    /// project is cluster state, not something the repository declares, so the oracle gives
+    /// Argo CD what the gate assumes, that they exist. An Application the gate gives a wrong
+    /// project still differs in its spec. Each allows everything, like `default`.
+    fn projects(&self, clusters: &[(Cluster, String)], roots: &[Value], generated: &[String]) {
+        let mut names: BTreeSet<String> = clusters
+            .iter()
+            .map(|(c, _)| c.project.clone())
+            .filter(|p| !p.is_empty())
+            .collect();
+        for root in roots {
+            for pointer in ["/spec/project", "/spec/template/spec/project"] {
+                if let Some(project) = root.pointer(pointer).and_then(Value::as_str)
+                    && !project.contains("{{")
+                {
+                    names.insert(project.to_string());
+                }
+            }
+        }
+        names.extend(generated.iter().filter(|p| !p.is_empty()).cloned());
+        names.remove("default");
+        for name in names {
+            let project = json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "labels": {"oracle.gitops-loop.dev/case": "true"}},
+                "spec": {"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}],
+                         "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]},
+            });
+            self.kubectl(&["apply", "-f", "-"], Some(&project.to_string()))
+                .unwrap_or_else(|e| panic!("AppProject {name}: {e}"));
+        }
+    }
+
+    async fn wait_for_sets(&self, errors: &mut Vec<String>) {
+        let sets: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &argo_resource("ApplicationSet", "applicationsets"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let list = sets.list(&ListParams::default()).await.unwrap();
+            let mut pending = Vec::new();
+            let mut failed = Vec::new();
+            for set in &list.items {
+                let name = set.metadata.name.clone().unwrap_or_default();
+                let conditions = set.data["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let condition = |kind: &str| {
+                    conditions
+                        .iter()
+                        .find(|c| c["type"] == kind && c["status"] == "True")
+                        .cloned()
+                };
+                if let Some(error) = condition("ErrorOccurred") {
+                    failed.push(format!(
+                        "ApplicationSet {name}: {}: {}",
+                        error["reason"].as_str().unwrap_or(""),
+                        error["message"].as_str().unwrap_or("")
+                    ));
+                } else if condition("ResourcesUpToDate").is_none() {
+                    pending.push(name);
+                }
+            }
+            if pending.is_empty() {
+                errors.extend(failed);
+                return;
+            }
+            if Instant::now() > deadline {
+                errors.push(format!(
+                    "ApplicationSets {pending:?} had no condition after 60s; the controller's log:\n{}",
+                    self.real.log_tail("argocd-applicationset-controller")
+                ));
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Creates Argo CD objects as a client without field validation would (the API server
+    /// prunes fields its schema does not declare, which the gate models; kubectl's default
+    /// strict validation would refuse them instead), and without the last-applied annotation
+    /// `kubectl apply` adds. An object created before (an app-of-apps child that is also a
+    /// file of the repository) is left as it is.
+    fn apply(&self, objects: &[Value], errors: &mut Vec<String>) {
+        for object in objects {
+            let mut object = object.clone();
+            if object.pointer("/metadata/namespace").is_none() {
+                object["metadata"]["namespace"] = self.namespace.clone().into();
+            }
+            if let Err(e) = self.kubectl(
+                &["create", "--validate=false", "-f", "-"],
+                Some(&object.to_string()),
+            ) && !e.contains("AlreadyExists")
+            {
+                errors.push(format!(
+                    "the API server refuses {} {}: {e}",
+                    object["kind"].as_str().unwrap_or(""),
+                    object
+                        .pointer("/metadata/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                ));
+            }
+        }
+    }
+
+    async fn manifests(&self, name: &str) -> Result<Vec<Value>, String> {
+        let url = format!(
+            "{}/api/v1/applications/{name}/manifests?appNamespace={}&noCache=true",
+            self.api, self.namespace
+        );
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "Application {name}: {}",
+                body["message"].as_str().unwrap_or(&body.to_string())
+            ));
+        }
+        Ok(body["manifests"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|m| m.as_str().and_then(|s| serde_json::from_str(s).ok()))
+            .collect())
+    }
+
+    /// Plays the repository's root objects on Argo CD, follows app-of-apps as a sync would
+    /// (an Application's manifests that are Argo CD objects are applied too), and reads every
+    /// Application and its manifests.
+    async fn argo_side(&self, roots: Vec<Value>) -> ArgoSide {
+        let mut side = ArgoSide::default();
+        let apps: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &argo_resource("Application", "applications"),
+        );
+        self.apply(&roots, &mut side.errors);
+        for _depth in 0..8 {
+            self.wait_for_sets(&mut side.errors).await;
+            let list = apps.list(&ListParams::default()).await.unwrap();
+            let mut children = Vec::new();
+            for app in list.items {
+                let name = app.metadata.name.clone().unwrap();
+                if side.applications.contains_key(&name) {
+                    continue;
+                }
+                let value = serde_json::to_value(&app).unwrap();
+                side.applications.insert(name.clone(), value);
+                match self.manifests(&name).await {
+                    Ok(manifests) => {
+                        children.extend(
+                            manifests
+                                .iter()
+                                .filter(|m| {
+                                    m["apiVersion"]
+                                        .as_str()
+                                        .is_some_and(|v| v.starts_with("argoproj.io/"))
+                                        && (m["kind"] == "Application"
+                                            || m["kind"] == "ApplicationSet")
+                                })
+                                .map(|m| {
+                                    let mut m = m.clone();
+                                    if let Some(a) = m
+                                        .pointer_mut("/metadata/annotations")
+                                        .and_then(Value::as_object_mut)
+                                    {
+                                        a.remove("argocd.argoproj.io/tracking-id");
+                                    }
+                                    m
+                                }),
+                        );
+                        side.manifests.insert(name, manifests);
+                    }
+                    Err(e) => side.errors.push(e),
+                }
+            }
+            if children.is_empty() {
+                break;
+            }
+            self.apply(&children, &mut side.errors);
+        }
+        side
+    }
+}
+
+/// The repository's Argo CD objects, found as the gate finds its roots: every YAML file
+/// outside hidden folders and chart folders.
+fn roots(repo: &Path) -> (Vec<Value>, Vec<String>) {
+    fn walk(dir: &Path, out: &mut Vec<Value>, errors: &mut Vec<String>) {
+        if dir.join("Chart.yaml").exists() {
+            return;
+        }
+        let mut entries: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        entries.sort();
+        for path in entries {
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with('.') {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out, errors);
+            } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+                let Ok(text) = std::fs::read_to_string(&path) else {
+                    continue;
+                };
+                if !text.contains("argoproj.io") {
+                    continue;
+                }
+                let documents = match gitops_loop::yaml::parse_documents(&text, &name) {
+                    Ok(documents) => documents,
+                    Err(e) => {
+                        errors.push(format!(
+                            "kubectl refuses {}: malformed YAML at line {}",
+                            path.display(),
+                            e.line
+                        ));
+                        continue;
+                    }
+                };
+                out.extend(documents.into_iter().filter(|d| {
+                    d["apiVersion"]
+                        .as_str()
+                        .is_some_and(|v| v.starts_with("argoproj.io/"))
+                        && (d["kind"] == "Application" || d["kind"] == "ApplicationSet")
+                }));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut errors = Vec::new();
+    walk(repo, &mut out, &mut errors);
+    (out, errors)
+}
+
+/// One case: both sides played, compared; the differences (empty when they agree) and a line
+/// for the summary.
+async fn play(
+    oracle: &Oracle,
+    case_dir: &Path,
+    chart_repo: &str,
+    charts: &Path,
+) -> (Vec<String>, String) {
+    oracle.clean().await;
+    let name = case_dir.file_name().unwrap().to_string_lossy().to_string();
+    let case: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(case_dir.join("case.yaml")).unwrap())
+            .unwrap();
+    let work = tempfile::Builder::new()
+        .prefix("oracle-")
+        .tempdir()
+        .unwrap();
+    let repo = work.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let repo_url = format!("file://{}", repo.display());
+    let mut rewrites = vec![
+        (
+            "https://git.example.test/cases/repo.git".to_string(),
+            repo_url.clone(),
+        ),
+        (
+            "https://charts.example.test/cases".to_string(),
+            chart_repo.to_string(),
+        ),
+    ];
+    let clusters = if case_dir.join("inventory.yaml").exists() {
+        read_inventory(&case_dir.join("inventory.yaml"))
+    } else {
+        Vec::new()
+    };
+    let mut served = Vec::new();
+    for cluster in &clusters {
+        let server = if cluster.server == "https://kubernetes.default.svc" {
+            cluster.server.clone()
+        } else {
+            let port = forwarder(oracle.api_server).await;
+            let url = format!("https://127.0.0.1:{port}");
+            rewrites.push((cluster.server.clone(), url.clone()));
+            url
+        };
+        served.push((cluster.clone(), server));
+    }
+    // Longer URLs first, so that one URL that begins another is not rewritten inside it.
+    rewrites.sort_by_key(|(old, _)| std::cmp::Reverse(old.len()));
+    copy_rewritten(&case_dir.join("repo"), &repo, &rewrites);
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "case"]);
+
+    // The gate.
+    let inventory = work.path().join("inventory.json");
+    std::fs::write(&inventory, oracle.gate_inventory(&served).to_string()).unwrap();
+    let cache = work.path().join("cache");
+    let mut gate = common::gate(&cache);
+    gate.args(["--quiet", "render", "--format", "json", "--no-cache"])
+        .arg("--repo")
+        .arg(&repo)
+        .arg("--repo-url")
+        .arg(&repo_url)
+        .arg("--charts")
+        .arg(charts)
+        .arg("--inventory")
+        .arg(&inventory);
+    let args: Vec<String> = case["args"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let kustomize_helm = args.iter().any(|a| a == "--kustomize-enable-helm");
+    if kustomize_helm {
+        gate.arg("--kustomize-enable-helm");
+    }
+    if let Some(revision) = case["revision"].as_str() {
+        gate.arg("--revision").arg(revision);
+        // Argo CD reads the same revision: the roots name it in their targetRevision already.
+    }
+    let output = gate.output().unwrap();
+    let gate_refuses = !output.status.success();
+    let gate_out: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let gate_errors: Vec<String> = gate_out["diagnostics"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|d| d["severity"] == "error")
+        .map(|d| {
+            format!(
+                "{}: {}",
+                d["subject"].as_str().unwrap_or(""),
+                d["message"].as_str().unwrap_or("")
+            )
+        })
+        .chain(
+            gate_refuses
+                .then(|| String::from_utf8_lossy(&output.stderr).trim().to_string())
+                .filter(|s| !s.is_empty()),
+        )
+        .collect();
+
+    // Argo CD.
+    let cm = json!({"data": {"kustomize.buildOptions": if kustomize_helm { "--enable-helm" } else { "" }}});
+    oracle
+        .kubectl(
+            &[
+                "-n",
+                &oracle.namespace,
+                "patch",
+                "configmap",
+                "argocd-cm",
+                "--type=merge",
+                "-p",
+                &cm.to_string(),
+            ],
+            None,
+        )
+        .unwrap();
+    let secrets: Vec<Value> = served
+        .iter()
+        .enumerate()
+        .map(|(i, (c, server))| oracle.cluster_secret(c, server, i))
+        .collect();
+    let mut setup_errors = Vec::new();
+    oracle.apply(&secrets, &mut setup_errors);
+    assert!(
+        setup_errors.is_empty(),
+        "{name}: cluster Secrets: {setup_errors:?}"
+    );
+    let (objects, refused) = roots(&repo);
+    let generated_projects: Vec<String> = gate_out["applications"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["project"].as_str().map(str::to_string))
+        .collect();
+    oracle.projects(&served, &objects, &generated_projects);
+    let mut argo = oracle.argo_side(objects).await;
+    argo.errors.extend(refused);
+    let argo_refuses = !argo.errors.is_empty();
+
+    let mut differences = Vec::new();
+    let line = match (gate_refuses, argo_refuses) {
+        (true, true) => format!(
+            "{name}: both refuse (gate: {}; Argo CD: {})",
+            clip(&gate_errors.join("; ")),
+            clip(&argo.errors.join("; "))
+        ),
+        (true, false) => {
+            differences.push(format!(
+                "the gate refuses ({}) but Argo CD generates {} Applications",
+                gate_errors.join("; "),
+                argo.applications.len()
+            ));
+            format!("{name}: DIFFERENT")
+        }
+        (false, true) => {
+            differences.push(format!(
+                "Argo CD refuses ({}) but the gate renders",
+                argo.errors.join("; ")
+            ));
+            format!("{name}: DIFFERENT")
+        }
+        (false, false) => {
+            let gate_apps: BTreeMap<String, &Value> = gate_out["applications"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|app| (app["name"].as_str().unwrap_or("").to_string(), app))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let gate_names: BTreeSet<&String> = gate_apps.keys().collect();
+            let argo_names: BTreeSet<&String> = argo.applications.keys().collect();
+            if gate_names != argo_names {
+                differences.push(format!(
+                    "Applications: gate {gate_names:?} | Argo CD {argo_names:?}"
+                ));
+            }
+            let mut objects = 0;
+            for (app, gate_app) in &gate_apps {
+                let Some(argo_app) = argo.applications.get(app) else {
+                    continue;
+                };
+                if let Some(d) = first_difference(
+                    &format!("Application {app}"),
+                    &application_view(&gate_app["application"]),
+                    &application_view(argo_app),
+                ) {
+                    differences.push(d);
+                }
+                let gate_objects: BTreeMap<String, Value> = gate_app["objects"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|o| (object_key(o), object_view(o)))
+                    .collect();
+                let argo_objects: BTreeMap<String, Value> = argo
+                    .manifests
+                    .get(app)
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|o| (object_key(o), object_view(o)))
+                    .collect();
+                objects += argo_objects.len();
+                let gate_keys: BTreeSet<&String> = gate_objects.keys().collect();
+                let argo_keys: BTreeSet<&String> = argo_objects.keys().collect();
+                if gate_keys != argo_keys {
+                    differences.push(format!(
+                        "Application {app} objects: only the gate {:?} | only Argo CD {:?}",
+                        gate_keys.difference(&argo_keys).collect::<Vec<_>>(),
+                        argo_keys.difference(&gate_keys).collect::<Vec<_>>()
+                    ));
+                }
+                for (key, gate_object) in &gate_objects {
+                    if let Some(argo_object) = argo_objects.get(key)
+                        && let Some(d) = first_difference(
+                            &format!("Application {app} {key}"),
+                            gate_object,
+                            argo_object,
+                        )
+                    {
+                        differences.push(d);
+                    }
+                }
+            }
+            if differences.is_empty() {
+                format!(
+                    "{name}: agree ({} Applications, {objects} objects)",
+                    argo.applications.len()
+                )
+            } else {
+                format!("{name}: DIFFERENT")
+            }
+        }
+    };
+    (differences, line)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_renders_what_argo_cd_renders() {
+    let Some(real) = common::real::real("the_gate_renders_what_argo_cd_renders") else {
+        return;
+    };
+    let argocd = real
+        .state
+        .argocd
+        .clone()
+        .expect("the process cluster runs Argo CD (cargo xtask real build builds it)");
+    let client = real.client().await;
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(real.kubeconfig()).unwrap()).unwrap();
+    let read = |key: &str, p: &str| -> String {
+        use base64::Engine as _;
+        let path = config
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| panic!("{key}"));
+        base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap())
+    };
+    let cert_data = read("cert", "/users/0/user/client-certificate");
+    let key_data = read("key", "/users/0/user/client-key");
+    let ca_data = read("ca", "/clusters/0/cluster/certificate-authority");
+    let server_url = real.state.server.clone();
+    let api_server: std::net::SocketAddr =
+        server_url.trim_start_matches("https://").parse().unwrap();
+    let version = client.apiserver_version().await.unwrap();
+    let kube_version = version.git_version.trim_start_matches('v').to_string();
+    let api_versions = discovery(&client).await;
+    let root = common::project_root();
+    let oracle = Oracle {
+        http: reqwest::Client::new(),
+        api: argocd.api.clone(),
+        namespace: argocd.namespace.clone(),
+        kubectl: root.join("target/tools/kubectl"),
+        api_server,
+        cert_data,
+        key_data,
+        ca_data,
+        kube_version,
+        api_versions,
+        client,
+        real,
+    };
+
+    // The case's chart repository, served by the ground's double (the real helm packages
+    // and indexes it); the gate reads the same charts from a mirror keyed by its URL.
+    let cases = root.join("tests/render-cases");
+    let chart_source = cases.join("_charts/charts.example.test/cases");
+    let repository = ground::charts::ChartRepositoryDouble::start(
+        "https://charts.example.test/cases",
+        &chart_source,
+        &root.join("target/tools/helm"),
+        &[],
+    )
+    .await
+    .unwrap();
+    let chart_url = repository.url();
+    let mirror = tempfile::tempdir().unwrap();
+    let key = gitops_loop::render::charts::repo_key(&chart_url);
+    std::fs::create_dir_all(mirror.path().join(&key).parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&chart_source, mirror.path().join(&key)).unwrap();
+
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&cases)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("case.yaml").exists())
+        .collect();
+    dirs.sort();
+    if let Ok(only) = std::env::var("ORACLE_CASE") {
+        dirs.retain(|d| d.ends_with(&only));
+    }
+    let mut summary = vec![format!(
+        "The gate against Argo CD {} (process cluster, Kubernetes {}): {} render cases",
+        argocd.version,
+        oracle.kube_version,
+        dirs.len()
+    )];
+    let mut failures = Vec::new();
+    let started = Instant::now();
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        if let Some((_, why)) = NOT_PLAYED.iter().find(|(case, _)| *case == name) {
+            summary.push(format!("{name}: not played ({why})"));
+            continue;
+        }
+        let (differences, line) = play(&oracle, dir, &chart_url, mirror.path()).await;
+        let index = summary.len();
+        summary.push(line);
+        let mut undocumented = 0;
+        for difference in differences {
+            match DOCUMENTED.iter().find(|(case, what, _)| {
+                (*case == name || *case == "*") && difference.contains(what)
+            }) {
+                Some((_, _, why)) => summary.push(format!("  documented: {difference} ({why})")),
+                None => {
+                    summary.push(format!("  {difference}"));
+                    failures.push(format!("{name}: {difference}"));
+                    undocumented += 1;
+                }
+            }
+        }
+        if undocumented == 0 && summary[index].ends_with("DIFFERENT") {
+            summary[index] = format!("{name}: agree but for documented differences");
+        }
+    }
+    oracle.clean().await;
+    summary.push(format!(
+        "{} cases in {:.1}s",
+        dirs.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    let text = summary.join("\n");
+    eprintln!("{text}");
+    let _ = std::fs::write(root.join("target/real/oracle.txt"), format!("{text}\n"));
+    assert!(
+        failures.is_empty(),
+        "the gate and Argo CD disagree on {} points:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
