@@ -49,6 +49,14 @@ const NOT_PLAYED: &[(&str, &str)] = &[
     ),
 ];
 
+/// An AppProject sync window that is always open and denies every sync: the oracle compares
+/// renders, and an Application with automated sync would otherwise apply its children (an
+/// app-of-apps) on its own, racing the oracle and outliving its case.
+static NO_SYNC: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    json!([{"kind": "deny", "schedule": "* * * * *", "duration": "24h",
+            "applications": ["*"], "manualSync": true}])
+});
+
 /// Differences that are deliberate, each with its reason: (case, a substring of the difference,
 /// why). Anything else the oracle finds fails the test.
 const DOCUMENTED: &[(&str, &str, &str)] = &[
@@ -83,29 +91,6 @@ fn git(dir: &Path, args: &[&str]) {
         .status()
         .expect("git runs");
     assert!(status.success(), "git {args:?} in {}", dir.display());
-}
-
-/// Every file under `from` copied to `to` with each (old, new) replaced in its text.
-fn copy_rewritten(from: &Path, to: &Path, rewrites: &[(String, String)]) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_rewritten(&entry.path(), &target, rewrites);
-        } else {
-            let bytes = std::fs::read(entry.path()).unwrap();
-            match String::from_utf8(bytes) {
-                Ok(mut text) => {
-                    for (old, new) in rewrites {
-                        text = text.replace(old.as_str(), new);
-                    }
-                    std::fs::write(&target, text).unwrap();
-                }
-                Err(e) => std::fs::write(&target, e.into_bytes()).unwrap(),
-            }
-        }
-    }
 }
 
 /// A cluster of the case's inventory, in either of the forms the gate reads.
@@ -279,6 +264,15 @@ fn application_view(app: &Value) -> Value {
         if let Some(v) = app.pointer(&format!("/metadata/{key}")) {
             metadata.insert(key.into(), v.clone());
         }
+    }
+    // What a sync adds to the Applications it applies (an app-of-apps' children), not what
+    // the repository renders.
+    if let Some(annotations) = metadata
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove("argocd.argoproj.io/tracking-id");
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
     prune(json!({"metadata": metadata, "spec": app.get("spec").cloned().unwrap_or(Value::Null)}))
 }
@@ -511,7 +505,8 @@ impl Oracle {
                 "metadata": {"name": name, "namespace": self.namespace,
                              "labels": {"oracle.gitops-loop.dev/case": "true"}},
                 "spec": {"sourceRepos": ["*"], "destinations": [{"server": "*", "namespace": "*"}],
-                         "clusterResourceWhitelist": [{"group": "*", "kind": "*"}]},
+                         "clusterResourceWhitelist": [{"group": "*", "kind": "*"}],
+                         "syncWindows": NO_SYNC.clone()},
             });
             self.kubectl(&["apply", "-f", "-"], Some(&project.to_string()))
                 .unwrap_or_else(|e| panic!("AppProject {name}: {e}"));
@@ -733,19 +728,90 @@ fn roots(repo: &Path) -> (Vec<Value>, Vec<String>) {
     (out, errors)
 }
 
+/// One thing to play: a repository (its layers laid over each other: content, then an
+/// overlay with `*.delete` markers), the clusters, the gate's extra arguments and the URLs its
+/// files write that the oracle serves.
+struct OracleCase {
+    name: String,
+    layers: Vec<PathBuf>,
+    inventory: Option<PathBuf>,
+    args: Vec<String>,
+    revision: Option<String>,
+    /// The repository URL the files write (rewritten to the `file://` repository).
+    repo_url: String,
+    /// (URL the files write, the chart repository double serving it).
+    chart_repo: (String, String),
+    /// The gate's chart mirror (the double's charts under its URL's key, and any other
+    /// repository the files name under its own).
+    mirror: PathBuf,
+}
+
+impl OracleCase {
+    fn render_case(dir: &Path, chart_repo: &str, mirror: &Path) -> OracleCase {
+        let case: Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(dir.join("case.yaml")).unwrap())
+                .unwrap();
+        OracleCase {
+            name: dir.file_name().unwrap().to_string_lossy().to_string(),
+            layers: vec![dir.join("repo")],
+            inventory: Some(dir.join("inventory.yaml")).filter(|p| p.exists()),
+            args: case["args"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            revision: case["revision"].as_str().map(str::to_string),
+            repo_url: "https://git.example.test/cases/repo.git".into(),
+            chart_repo: (
+                "https://charts.example.test/cases".into(),
+                chart_repo.to_string(),
+            ),
+            mirror: mirror.to_path_buf(),
+        }
+    }
+}
+
+/// `from` laid over `to`: files copied with each rewrite applied to their text, `NAME.delete`
+/// removing NAME.
+fn overlay(from: &Path, to: &Path, rewrites: &[(String, String)]) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().to_string_lossy().to_string();
+        if let Some(original) = name.strip_suffix(".delete") {
+            let _ = std::fs::remove_file(to.join(original));
+            continue;
+        }
+        let target = to.join(&name);
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            overlay(&entry.path(), &target, rewrites);
+        } else {
+            copy_rewritten_file(&entry.path(), &target, rewrites);
+        }
+    }
+}
+
+fn copy_rewritten_file(from: &Path, to: &Path, rewrites: &[(String, String)]) {
+    let bytes = std::fs::read(from).unwrap();
+    match String::from_utf8(bytes) {
+        Ok(mut text) => {
+            for (old, new) in rewrites {
+                text = text.replace(old.as_str(), new);
+            }
+            std::fs::write(to, text).unwrap();
+        }
+        Err(e) => std::fs::write(to, e.into_bytes()).unwrap(),
+    }
+}
+
 /// One case: both sides played, compared; the differences (empty when they agree) and a line
 /// for the summary.
-async fn play(
-    oracle: &Oracle,
-    case_dir: &Path,
-    chart_repo: &str,
-    charts: &Path,
-) -> (Vec<String>, String) {
+async fn play(oracle: &Oracle, case: &OracleCase) -> (Vec<String>, String) {
     oracle.clean().await;
-    let name = case_dir.file_name().unwrap().to_string_lossy().to_string();
-    let case: Value =
-        serde_saphyr::from_str(&std::fs::read_to_string(case_dir.join("case.yaml")).unwrap())
-            .unwrap();
+    let name = case.name.clone();
     let work = tempfile::Builder::new()
         .prefix("oracle-")
         .tempdir()
@@ -754,20 +820,14 @@ async fn play(
     std::fs::create_dir_all(&repo).unwrap();
     let repo_url = format!("file://{}", repo.display());
     let mut rewrites = vec![
-        (
-            "https://git.example.test/cases/repo.git".to_string(),
-            repo_url.clone(),
-        ),
-        (
-            "https://charts.example.test/cases".to_string(),
-            chart_repo.to_string(),
-        ),
+        (case.repo_url.clone(), repo_url.clone()),
+        case.chart_repo.clone(),
     ];
-    let clusters = if case_dir.join("inventory.yaml").exists() {
-        read_inventory(&case_dir.join("inventory.yaml"))
-    } else {
-        Vec::new()
-    };
+    let clusters = case
+        .inventory
+        .as_deref()
+        .map(read_inventory)
+        .unwrap_or_default();
     let mut served = Vec::new();
     for cluster in &clusters {
         let server = if cluster.server == "https://kubernetes.default.svc" {
@@ -782,7 +842,9 @@ async fn play(
     }
     // Longer URLs first, so that one URL that begins another is not rewritten inside it.
     rewrites.sort_by_key(|(old, _)| std::cmp::Reverse(old.len()));
-    copy_rewritten(&case_dir.join("repo"), &repo, &rewrites);
+    for layer in &case.layers {
+        overlay(layer, &repo, &rewrites);
+    }
     git(&repo, &["init", "-q", "-b", "main"]);
     git(&repo, &["add", "-A"]);
     git(&repo, &["commit", "-q", "-m", "case"]);
@@ -798,28 +860,20 @@ async fn play(
         .arg("--repo-url")
         .arg(&repo_url)
         .arg("--charts")
-        .arg(charts)
+        .arg(&case.mirror)
         .arg("--inventory")
         .arg(&inventory);
-    let args: Vec<String> = case["args"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let kustomize_helm = args.iter().any(|a| a == "--kustomize-enable-helm");
+    let kustomize_helm = case.args.iter().any(|a| a == "--kustomize-enable-helm");
     if kustomize_helm {
         gate.arg("--kustomize-enable-helm");
     }
-    if let Some(revision) = case["revision"].as_str() {
+    if let Some(revision) = &case.revision {
         gate.arg("--revision").arg(revision);
         // Argo CD reads the same revision: the roots name it in their targetRevision already.
     }
     let output = gate.output().unwrap();
     let gate_refuses = !output.status.success();
-    let gate_out: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+    let mut gate_out: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
     let gate_errors: Vec<String> = gate_out["diagnostics"]
         .as_array()
         .cloned()
@@ -878,6 +932,33 @@ async fn play(
     oracle.projects(&served, &objects, &generated_projects);
     let mut argo = oracle.argo_side(objects).await;
     argo.errors.extend(refused);
+    // Applications whose chart comes from an OCI Helm repository are left out on both sides
+    // (see NOT_PLAYED's helm-oci), and said in the summary.
+    let oci: BTreeSet<String> = gate_out["applications"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|app| {
+            app["sources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|source| {
+                    let url = source["repoURL"].as_str().unwrap_or("");
+                    url.starts_with("oci://") || (!url.contains("://") && !url.starts_with('/'))
+                })
+        })
+        .filter_map(|app| app["name"].as_str().map(str::to_string))
+        .collect();
+    if let Some(apps) = gate_out["applications"].as_array_mut() {
+        apps.retain(|app| !oci.contains(app["name"].as_str().unwrap_or("")));
+    }
+    argo.applications.retain(|name, _| !oci.contains(name));
+    argo.manifests.retain(|name, _| !oci.contains(name));
+    argo.errors.retain(|e| {
+        !oci.iter()
+            .any(|name| e.starts_with(&format!("Application {name}:")))
+    });
     let argo_refuses = !argo.errors.is_empty();
 
     let mut differences = Vec::new();
@@ -969,8 +1050,16 @@ async fn play(
             }
             if differences.is_empty() {
                 format!(
-                    "{name}: agree ({} Applications, {objects} objects)",
-                    argo.applications.len()
+                    "{name}: agree ({} Applications, {objects} objects{})",
+                    argo.applications.len(),
+                    if oci.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; not compared, charts from an OCI repository: {}",
+                            oci.iter().cloned().collect::<Vec<_>>().join(", ")
+                        )
+                    }
                 )
             } else {
                 format!("{name}: DIFFERENT")
@@ -978,6 +1067,128 @@ async fn play(
         }
     };
     (differences, line)
+}
+
+/// A chart repository double at `alias` serving the charts of `sources` (later ones add
+/// versions), and the gate's mirror: those charts under the double's URL key, and each
+/// `(key, folder)` of `others`. Returns the double's URL and the mirror.
+async fn chart_double(
+    doubles: &mut Vec<ground::charts::ChartRepositoryDouble>,
+    alias: &str,
+    sources: &[PathBuf],
+    others: &[(String, PathBuf)],
+    helm: &Path,
+    work: &Path,
+) -> (String, PathBuf) {
+    let merged = work.join("charts");
+    std::fs::create_dir_all(&merged).unwrap();
+    for source in sources.iter().filter(|s| s.exists()) {
+        overlay(source, &merged, &[]);
+    }
+    let double = ground::charts::ChartRepositoryDouble::start(alias, &merged, helm, &[])
+        .await
+        .unwrap();
+    let url = double.url();
+    doubles.push(double);
+    let mirror = work.join("mirror");
+    let key = mirror.join(gitops_loop::render::charts::repo_key(&url));
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&merged, &key).unwrap();
+    for (other, folder) in others {
+        let at = mirror.join(other);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        if !at.exists() {
+            std::os::unix::fs::symlink(folder, &at).unwrap();
+        }
+    }
+    (url, mirror)
+}
+
+/// The distinct first commits of the scenarios (`repository.content` with its `overlay`, and
+/// the scenario's chart versions), each once, named by the scenarios that start there.
+async fn sample_cases(
+    root: &Path,
+    doubles: &mut Vec<ground::charts::ChartRepositoryDouble>,
+    helm: &Path,
+    work: &Path,
+) -> Vec<OracleCase> {
+    let scenarios = root.join("scenarios");
+    let mut starts: BTreeMap<(Vec<PathBuf>, Option<PathBuf>), Vec<String>> = BTreeMap::new();
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&scenarios)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("scenario.yaml").exists())
+        .collect();
+    names.sort();
+    for dir in names {
+        let scenario: Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(dir.join("scenario.yaml")).unwrap())
+                .unwrap();
+        let at = |p: &str| dir.join(p).canonicalize().unwrap();
+        let Some(content) = scenario
+            .pointer("/repository/content")
+            .and_then(Value::as_str)
+        else {
+            continue;
+        };
+        let mut layers = vec![at(content)];
+        if let Some(o) = scenario
+            .pointer("/repository/overlay")
+            .and_then(Value::as_str)
+        {
+            layers.push(at(o));
+        }
+        let charts = scenario
+            .pointer("/charts/overlay")
+            .and_then(Value::as_str)
+            .map(at);
+        starts
+            .entry((layers, charts))
+            .or_default()
+            .push(dir.file_name().unwrap().to_string_lossy().to_string());
+    }
+    let sample = scenarios.join("sample");
+    let mut cases = Vec::new();
+    for (index, ((layers, charts), scenarios)) in starts.into_iter().enumerate() {
+        let stable = "charts.example.test/stable";
+        let mut sources = vec![sample.join("charts").join(stable)];
+        let mut others = vec![(
+            "registry.example.test".to_string(),
+            sample.join("charts/registry.example.test"),
+        )];
+        if let Some(charts) = &charts {
+            sources.push(charts.join(stable));
+            if charts.join("registry.example.test").exists() {
+                others.insert(
+                    0,
+                    (
+                        "registry.example.test".to_string(),
+                        charts.join("registry.example.test"),
+                    ),
+                );
+            }
+        }
+        let (url, mirror) = chart_double(
+            doubles,
+            "https://charts.example.test/stable",
+            &sources,
+            &others,
+            helm,
+            &work.join(format!("sample-{index}")),
+        )
+        .await;
+        cases.push(OracleCase {
+            name: format!("sample as {} start it", scenarios.join(", ")),
+            layers,
+            inventory: Some(sample.join("inventory.yaml")),
+            args: Vec::new(),
+            revision: None,
+            repo_url: "https://git.example.test/platform/gitops.git".into(),
+            chart_repo: ("https://charts.example.test/stable".into(), url),
+            mirror,
+        });
+    }
+    cases
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1026,55 +1237,78 @@ async fn the_gate_renders_what_argo_cd_renders() {
         real,
     };
 
-    // The case's chart repository, served by the ground's double (the real helm packages
-    // and indexes it); the gate reads the same charts from a mirror keyed by its URL.
-    let cases = root.join("tests/render-cases");
-    let chart_source = cases.join("_charts/charts.example.test/cases");
-    let repository = ground::charts::ChartRepositoryDouble::start(
+    // The render cases' chart repository, served by the ground's double (the real helm
+    // packages and indexes it); the gate reads the same charts from a mirror keyed by its URL.
+    let helm = root.join("target/tools/helm");
+    let scratch = tempfile::tempdir().unwrap();
+    let mut doubles = Vec::new();
+    let mut cases: Vec<OracleCase> = Vec::new();
+    let render_cases = root.join("tests/render-cases");
+    let (chart_url, mirror) = chart_double(
+        &mut doubles,
         "https://charts.example.test/cases",
-        &chart_source,
-        &root.join("target/tools/helm"),
+        &[render_cases.join("_charts/charts.example.test/cases")],
         &[],
+        &helm,
+        &scratch.path().join("render-cases"),
     )
-    .await
-    .unwrap();
-    let chart_url = repository.url();
-    let mirror = tempfile::tempdir().unwrap();
-    let key = gitops_loop::render::charts::repo_key(&chart_url);
-    std::fs::create_dir_all(mirror.path().join(&key).parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(&chart_source, mirror.path().join(&key)).unwrap();
-
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&cases)
+    .await;
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&render_cases)
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.join("case.yaml").exists())
         .collect();
     dirs.sort();
+    cases.extend(
+        dirs.iter()
+            .map(|d| OracleCase::render_case(d, &chart_url, &mirror)),
+    );
+    // The sample repository as every scenario starts it: its content with the scenario's
+    // overlay, its inventory, and its chart repository with the scenario's own chart versions.
+    cases.extend(sample_cases(&root, &mut doubles, &helm, scratch.path()).await);
     if let Ok(only) = std::env::var("ORACLE_CASE") {
-        dirs.retain(|d| d.ends_with(&only));
+        cases.retain(|c| c.name == only);
     }
     let mut summary = vec![format!(
-        "The gate against Argo CD {} (process cluster, Kubernetes {}): {} render cases",
+        "The gate against Argo CD {} (process cluster, Kubernetes {}): {} cases",
         argocd.version,
         oracle.kube_version,
-        dirs.len()
+        cases.len()
     )];
+    let window = |windows: &Value| json!({"spec": {"syncWindows": windows}}).to_string();
+    let patch_default = |windows: &Value| {
+        oracle.kubectl(
+            &[
+                "-n",
+                &oracle.namespace,
+                "patch",
+                "appproject",
+                "default",
+                "--type=merge",
+                "-p",
+                &window(windows),
+            ],
+            None,
+        )
+    };
+    patch_default(&NO_SYNC).expect("the default AppProject takes a sync window");
     let mut failures = Vec::new();
     let started = Instant::now();
-    for dir in &dirs {
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        if let Some((_, why)) = NOT_PLAYED.iter().find(|(case, _)| *case == name) {
+    for case in &cases {
+        let name = case.name.clone();
+        if let Some((_, why)) = NOT_PLAYED.iter().find(|(c, _)| *c == name) {
             summary.push(format!("{name}: not played ({why})"));
             continue;
         }
-        let (differences, line) = play(&oracle, dir, &chart_url, mirror.path()).await;
+        let (differences, line) = play(&oracle, case).await;
         let index = summary.len();
         summary.push(line);
         let mut undocumented = 0;
         for difference in differences {
-            match DOCUMENTED.iter().find(|(case, what, _)| {
-                (*case == name || *case == "*") && difference.contains(what)
-            }) {
+            match DOCUMENTED
+                .iter()
+                .find(|(c, what, _)| (*c == name || *c == "*") && difference.contains(what))
+            {
                 Some((_, _, why)) => summary.push(format!("  documented: {difference} ({why})")),
                 None => {
                     summary.push(format!("  {difference}"));
@@ -1088,9 +1322,10 @@ async fn the_gate_renders_what_argo_cd_renders() {
         }
     }
     oracle.clean().await;
+    patch_default(&Value::Null).expect("the default AppProject's sync window is removed");
     summary.push(format!(
         "{} cases in {:.1}s",
-        dirs.len(),
+        cases.len(),
         started.elapsed().as_secs_f64()
     ));
     let text = summary.join("\n");
