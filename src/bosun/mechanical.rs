@@ -18,7 +18,7 @@ use super::applier::Rewrite;
 use super::classify::Handoff;
 use super::repair::Refusal;
 use crate::gate::rules::NotServed;
-use crate::model::{Refusal as ModelRefusal, Reply, Request};
+use crate::model::{Refusal as ModelRefusal, Reply};
 use crate::render::Rendering;
 use crate::render::charts::{self, ChartRef};
 use crate::yaml::edit::{self, Segment};
@@ -124,11 +124,8 @@ pub struct Prepared {
     pub edits: Vec<Edit>,
 }
 
-/// What the fix needs next (as `repair::Step`).
-pub enum Step {
-    Ask(Request),
-    Done(Result<Prepared, Refusal>),
-}
+/// What the fix needs next: one request, or decided.
+pub type Step = super::repair::Step<Prepared>;
 
 /// Decides the fix from the plan and the model's reply (if asked already).
 pub fn decide(
@@ -168,7 +165,7 @@ pub fn decide(
         );
     }
     let Some(reply) = reply else {
-        return Step::Ask(fix.request());
+        return Step::Ask(vec![fix.request()]);
     };
     let reply = match reply {
         Ok(reply) => reply,

@@ -1,6 +1,7 @@
 //! The triage entry and dispatch: round by round, each verdict classified and acted on.
 
 use super::*;
+use crate::bosun::repair::Work;
 
 impl Bosun {
     /// Triage one pull request until the gate has judged its latest head.
@@ -226,21 +227,43 @@ impl Bosun {
                     .await
                     .map(Some)
             }
-            TriagePath::Swap(dropped) => self.swap(slug, config, pr, &dropped, attempts, run).await,
+            TriagePath::Swap(dropped) => {
+                self.repair(
+                    slug,
+                    config,
+                    pr,
+                    Work::Swap(dropped),
+                    "",
+                    &body,
+                    attempts,
+                    run,
+                )
+                .await
+            }
             TriagePath::Fix(not_served) => {
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
                     .unwrap_or_default();
-                self.fix(slug, config, pr, &not_served, &base, &body, attempts, run)
-                    .await
+                self.repair(
+                    slug,
+                    config,
+                    pr,
+                    Work::Fix(not_served),
+                    &base,
+                    &body,
+                    attempts,
+                    run,
+                )
+                .await
             }
             TriagePath::Migrate(_) => {
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
                     .unwrap_or_default();
-                self.migrate(slug, config, pr, &base, attempts, run).await
+                self.repair(slug, config, pr, Work::Migrate, &base, &body, attempts, run)
+                    .await
             }
         }
     }
