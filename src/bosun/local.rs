@@ -61,10 +61,10 @@ fn handoff_lines(handoff: &Handoff, details: &[String]) -> Vec<String> {
 }
 
 impl Local<'_> {
-    /// The gate on `revision`, and its report as it would be published.
-    fn judge(&self, revision: &str) -> (report::GateResult, String) {
-        let result = tokio::task::block_in_place(|| {
-            check::check(
+    /// The gate on `revision`, its report as it would be published, and its renders.
+    fn judge(&self, revision: &str) -> (report::GateResult, String, Option<check::Kept>) {
+        let (result, kept) = tokio::task::block_in_place(|| {
+            check::check_keeping(
                 &(self.render_config)(self.repo),
                 &check::Revisions {
                     base: self.base.map(str::to_string),
@@ -75,13 +75,13 @@ impl Local<'_> {
         });
         // Bosun reads the verdict as it is published, never the in-memory result.
         let (markdown, _) = report::render(&result);
-        (result, markdown)
+        (result, markdown, kept)
     }
 
     /// Judges the head, and repairs it when the verdict says how. Returns the exit code: 0
     /// green, 1 a person is needed, 2 no decision.
     pub async fn run(&self, out: &mut (dyn FnMut(String) + Send)) -> Result<i32, String> {
-        let (result, markdown) = self.judge(self.head);
+        let (result, markdown, kept) = self.judge(self.head);
         out(format!(
             "gate on {}: {}",
             short(&result.verdict.head),
@@ -141,7 +141,8 @@ impl Local<'_> {
         } else {
             result.verdict.base.clone()
         };
-        let renders = Renders::new(&head_config, &head, &base);
+        // The head is rendered once: the gate's render of it is the repair's.
+        let renders = Renders::new(&head_config, &head, &base).kept(kept);
         let planned =
             tokio::task::block_in_place(|| repair::plan(&work, self.config, &renders, &markdown))?;
         let mut sink = LocalSink {
@@ -168,7 +169,7 @@ impl Local<'_> {
             Executed::Pushed(commit) => commit,
         };
         // Judged by commit id (a tag of the same name would win over the branch).
-        let (again, _) = self.judge(&commit);
+        let (again, _, _) = self.judge(&commit);
         out(format!(
             "gate on {}: {}",
             short(&commit),

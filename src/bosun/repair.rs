@@ -139,15 +139,17 @@ impl<'a> Renders<'a> {
         }
     }
 
-    /// With the head's render already made (by the gate, of the same commit).
-    pub fn with_head(self, render: Result<Rendering, RenderFailure>) -> Self {
-        let _ = self.head_render.set(render);
-        self
-    }
-
-    /// With the base's render already made.
-    pub fn with_base(self, render: Option<Rendering>) -> Self {
-        let _ = self.base_render.set(render);
+    /// With the renders the gate already made of these commits (one of another commit is
+    /// left out: a person may have pushed since).
+    pub fn kept(self, kept: Option<crate::gate::check::Kept>) -> Self {
+        if let Some(kept) = kept {
+            if kept.head == self.head {
+                let _ = self.head_render.set(kept.head_render);
+            }
+            if kept.base == self.base {
+                let _ = self.base_render.set(kept.base_render);
+            }
+        }
         self
     }
 

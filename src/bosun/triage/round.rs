@@ -107,8 +107,10 @@ impl Bosun {
         let checkout = &config.repo_dir;
         // The gate runner: exactly what `gate publish` does. When another identity runs the
         // gate (forge.gateAuthor, e.g. a CI job), Bosun only reads that gate's report.
+        // The renders the gate made: the repair acts on the same head's render.
+        let mut kept = None;
         let published = if self.config.gate_author(&self.me) == self.me {
-            let (fresh, result, published) = publish::check_and_publish(
+            let (fresh, result, published, renders) = publish::check_and_publish_keeping(
                 self.forge.as_ref(),
                 slug,
                 number,
@@ -119,6 +121,7 @@ impl Bosun {
             .await
             .map_err(|e| TriageError::Gate(e.to_string()))?;
             *pr = fresh;
+            kept = renders;
             run.say(format!(
                 "gate on {}: {}",
                 short(&pr.head_sha),
@@ -233,6 +236,7 @@ impl Bosun {
                     config,
                     pr,
                     Work::Swap(dropped),
+                    kept,
                     "",
                     &body,
                     attempts,
@@ -250,6 +254,7 @@ impl Bosun {
                     config,
                     pr,
                     Work::Fix(not_served),
+                    kept,
                     &base,
                     &body,
                     attempts,
@@ -262,8 +267,18 @@ impl Bosun {
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
                     .unwrap_or_default();
-                self.repair(slug, config, pr, Work::Migrate, &base, &body, attempts, run)
-                    .await
+                self.repair(
+                    slug,
+                    config,
+                    pr,
+                    Work::Migrate,
+                    kept,
+                    &base,
+                    &body,
+                    attempts,
+                    run,
+                )
+                .await
             }
         }
     }

@@ -6,8 +6,9 @@ use super::*;
 use crate::bosun::repair::{Executed, Planning, Prepared, Refusal, Renders, Sink, Work};
 
 impl Bosun {
-    /// Repairs what `work` names on the pull request's head: `Ok(None)` when a repair was
-    /// pushed (pr updated), else the status description.
+    /// Repairs what `work` names on the pull request's head, from the renders the round's
+    /// gate `kept` when they are of this head: `Ok(None)` when a repair was pushed (pr
+    /// updated), else the status description.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn repair(
         &self,
@@ -15,6 +16,7 @@ impl Bosun {
         config: &RenderConfig,
         pr: &mut crate::forge::PullRequest,
         work: Work,
+        kept: Option<crate::gate::check::Kept>,
         base: &str,
         report_body: &str,
         attempts: u32,
@@ -29,7 +31,8 @@ impl Bosun {
             Ok(head_config) => head_config,
             Err(handed_off) => return Ok(Some(handed_off)),
         };
-        let renders = Renders::new(&head_config, &head, base);
+        // The head is rendered once per round: the gate's render of this head is used.
+        let renders = Renders::new(&head_config, &head, base).kept(kept);
         let planned = tokio::task::block_in_place(|| {
             repair::plan(&work, &self.config, &renders, report_body)
         })
