@@ -139,10 +139,11 @@ impl<'a> Renders<'a> {
         }
     }
 
-    /// With the renders the gate already made of these commits (one of another commit is
-    /// left out: a person may have pushed since).
+    /// With the renders the gate already made of these commits in this checkout (one of
+    /// another commit is left out: a person may have pushed since; one of another checkout
+    /// too: a render names its values files by their checkout).
     pub fn kept(self, kept: Option<crate::gate::check::Kept>) -> Self {
-        if let Some(kept) = kept {
+        if let Some(kept) = kept.filter(|k| k.repo_dir == self.config.repo_dir) {
             if kept.head == self.head {
                 let _ = self.head_render.set(kept.head_render);
             }

@@ -94,6 +94,8 @@ pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
 /// The two renders a check made, kept for a caller that acts on the head (Bosun renders
 /// the head once per round): the head's render or its failure, and the merge base's.
 pub struct Kept {
+    /// The checkout rendered (a render names its values files by it).
+    pub repo_dir: std::path::PathBuf,
     pub head: String,
     pub head_render: Result<render::Rendering, RenderFailure>,
     pub base: String,
@@ -223,6 +225,7 @@ fn judge_commits(
             }
             if let Some(kept) = kept {
                 *kept = Some(Kept {
+                    repo_dir: repo.to_path_buf(),
                     head: head.clone(),
                     head_render: h,
                     base: base.clone(),
@@ -322,6 +325,7 @@ fn judge_commits(
     match kept {
         Some(kept) => {
             *kept = Some(Kept {
+                repo_dir: repo.to_path_buf(),
                 head: result.verdict.head.clone(),
                 head_render: Ok(head_rendering),
                 base: result.verdict.base.clone(),
