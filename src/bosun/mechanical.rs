@@ -5,7 +5,7 @@
 //! in any of those files, and each version-shaped line of the YAML files the pull request
 //! changed); a model classifies and selects edits from it; the harness enforces what the
 //! prompt only describes: the key is in the inventory, the value is a scalar, a version-shaped
-//! value appears verbatim in the gate's report, a string comes from the report or the chart's
+//! value is one the gate's report names in a machine block (never in its prose), a string comes from the report or the chart's
 //! defaults, the file still holds the value the inventory saw, and the edited file reads back
 //! with that one key changed. The gate re-runs and judges the result.
 
@@ -18,7 +18,7 @@ use super::applier::Rewrite;
 use super::classify::Handoff;
 use super::repair::Refusal;
 use crate::gate::rules::NotServed;
-use crate::model::{Refusal as ModelRefusal, Reply, Request};
+use crate::model::{Refusal as ModelRefusal, Reply};
 use crate::render::Rendering;
 use crate::render::charts::{self, ChartRef};
 use crate::yaml::edit::{self, Segment};
@@ -30,7 +30,9 @@ mod prompt;
 
 pub use self::apply::rewrite;
 pub use self::harness::{Edit, check_reply, check_reply_without};
-pub use self::inventory::{AppInputs, build, changed_defaults, plan, version_shaped};
+pub use self::inventory::{
+    AppInputs, build, changed_defaults, plan, version_shaped, versions_named,
+};
 pub use self::prompt::{SYSTEM, reply_schema};
 
 /// The harness's rules, by the name a refusal gives.
@@ -41,7 +43,7 @@ pub mod rule {
     pub const INVENTORY: &str = "inventory";
     /// The value is one the inventory entry allows (a scalar: a default pinned back, the kind
     /// turned off, a chart's new version), of the type the file holds there; a version also
-    /// stands in the gate's report as a whole word.
+    /// is one the gate's report names in a machine block.
     pub const SOURCED: &str = "sourced-value";
     /// The file still holds the value the inventory saw.
     pub const FROM_VALUE: &str = "from-value";
@@ -94,8 +96,10 @@ pub struct Fix {
     pub defaults: Vec<ChangedDefault>,
     /// The files the inventory names: path -> text at the head.
     pub files: BTreeMap<String, String>,
-    /// The gate's published report (its Markdown): version-shaped values must be in it.
-    pub report: String,
+    /// The versions the gate's report names in its machine blocks (the `summary` block's
+    /// chart moves, image tags and changed defaults): a version-shaped value must be one of
+    /// them. Never its prose, which quotes what charts and pull requests wrote.
+    pub versions: std::collections::BTreeSet<String>,
     /// What the prompt holds back (`model.redact` over the built-in rules).
     pub redaction: crate::model::Rules,
 }
@@ -124,11 +128,8 @@ pub struct Prepared {
     pub edits: Vec<Edit>,
 }
 
-/// What the fix needs next (as `repair::Step`).
-pub enum Step {
-    Ask(Request),
-    Done(Result<Prepared, Refusal>),
-}
+/// What the fix needs next: one request, or decided.
+pub type Step = super::repair::Step<Prepared>;
 
 /// Decides the fix from the plan and the model's reply (if asked already).
 pub fn decide(
@@ -168,7 +169,7 @@ pub fn decide(
         );
     }
     let Some(reply) = reply else {
-        return Step::Ask(fix.request());
+        return Step::Ask(vec![fix.request()]);
     };
     let reply = match reply {
         Ok(reply) => reply,

@@ -106,11 +106,8 @@ pub struct Prepared {
     pub lines: Vec<String>,
 }
 
-/// What the migration needs next (as `repair::Step`).
-pub enum Step {
-    Ask(Vec<Request>),
-    Done(Result<Prepared, Refusal>),
-}
+/// What the migration needs next: the requests, or decided.
+pub type Step = super::repair::Step<Prepared>;
 
 /// Decides the migration from the plan and the model's replies so far (one per migration, in
 /// order). `render` runs the real helm on a job with the proposed values files substituted.

@@ -8,6 +8,7 @@ pub mod classify;
 pub mod config;
 pub mod explain;
 pub mod journal;
+pub mod local;
 pub mod mechanical;
 pub mod migration;
 pub mod notes;

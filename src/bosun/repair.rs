@@ -1,387 +1,269 @@
-//! The repair of dropped served versions, from the gate's evidence to the rewrites ready to
-//! write: the swap plan, the head's render (scope and CRD schemas), the applier's checks, the
-//! loss check, and the reshape behind the harness. No forge and no push here: `triage` (on a
-//! pull request) and `bosun repair` (on a local checkout) both call it, so a repair is decided
-//! the same way wherever it runs.
+//! The repair, one shape for every kind: `plan` (from the head's render and the gate's
+//! report), then a pure `decide` (ask the model these requests, or done: a [`Prepared`] or a
+//! [`Refusal`]), then one executor ([`execute`]) that makes the model calls, has the applier
+//! admit the rewrites, writes them, commits, pushes and comments through a [`Sink`]. The
+//! apiVersion swap (with its reshape, `swap.rs`), the values migration (`migrate.rs`) and the
+//! scalar fix (`fix.rs`) are its three instances. The triage plugs in the forge
+//! (`triage/repair.rs`); `bosun repair` plugs in a local branch and worktree
+//! (`bosun::local`). No forge and no git here.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-
-use serde_json::Value;
+use std::path::Path;
 
 use super::applier::{self, Policy, Rewrite, Scope};
-use super::classify::Handoff;
+use super::classify::{self, Handoff};
 use super::config::{Config, PromotionScope};
-use super::reshape::{self, Loss, Lossy, reshape_losses};
-use super::swap::{self, Swap};
-use crate::gate::report;
-use crate::gate::rules::DroppedServedVersion;
-use crate::model::{Model, Request};
-use crate::render::{self, RenderConfig, Rendering};
+use crate::gate::rules::{DroppedServedVersion, NotServed};
+use crate::model::{Model, Reply, Request};
+use crate::render::{RenderConfig, RenderFailure, Rendering};
+
+mod execute;
+mod fix;
+mod migrate;
+mod swap;
+
+pub use self::execute::{Executed, Sink, execute};
+pub use self::fix::{FixRepair, fix_plan};
+pub use self::migrate::{MigrationRepair, migration_plan};
+pub use self::swap::{Planned, SwapRepair, Swapped, decide};
 
 /// A handoff and the detail lines that go under it.
 pub type Refusal = (Handoff, Vec<String>);
 
-/// The swap planned and prepared, with what the loss check found.
-pub struct Planned {
-    pub plan: BTreeMap<String, Vec<Swap>>,
-    pub rendering: Rendering,
-    pub rewrites: Vec<Rewrite>,
-    pub lossy: Vec<Lossy>,
-    /// What a prompt holds back (`model.redact` over the built-in rules).
-    pub redaction: crate::model::Rules,
-}
-
-/// Rewrites ready to write: every check passed.
-pub struct Prepared {
-    pub rewrites: Vec<Rewrite>,
-    /// Manifests whose apiVersion moves.
-    pub swapped: usize,
-    /// One comment line per reshaped document (what moved, what was dropped).
-    pub reshaped: Vec<String>,
-}
-
-/// Plans the swap for `dropped` on the checkout `head_config` renders: renders
-/// `head_revision`, applies the promotion scope and the deny/allow lists. A render failure is
-/// an error; a refused file is a handoff.
-pub fn plan(
-    config: &Config,
-    head_config: &RenderConfig,
-    head_revision: &str,
-    dropped: &[DroppedServedVersion],
-) -> Result<Result<Planned, Refusal>, String> {
-    let checkout = head_config.repo_dir.as_path();
-    let url = head_config.repo_url.as_deref().unwrap_or_default();
-    let plan = swap::plan(dropped);
-    let rendering = render::render(head_config, head_revision).map_err(|f| {
-        format!(
-            "the head does not render: {}",
-            f.diagnostics
-                .first()
-                .map(|d| d.message.as_str())
-                .unwrap_or("")
-        )
-    })?;
-    let scope = match config.promotion_scope {
-        PromotionScope::Deployed => Some(Scope::of(&rendering, |repo| {
-            repo.is_empty()
-                || crate::git::normalize_repo_url(repo) == crate::git::normalize_repo_url(url)
-        })),
-        PromotionScope::Repository => None,
-    };
-    let policy = Policy::new(&config.deny, &config.allow, scope)?;
-    let rewrites = match applier::prepare(checkout, &policy, &plan) {
-        Ok(rewrites) => rewrites,
-        Err(refusals) => {
-            let files: Vec<String> = refusals.iter().map(|r| r.path.clone()).collect();
-            return Ok(Err((
-                Handoff {
-                    open: files.join(", "),
-                    choice: "move each manifest's apiVersion to the version the gate names, or decide the file should not move".into(),
-                    fact: format!(
-                        "the applier refused {} (nothing was pushed, not even the files it accepted)",
-                        refusals
-                            .iter()
-                            .map(|r| format!("{}: {}", r.path, r.reason))
-                            .collect::<Vec<_>>()
-                            .join("; ")
-                    ),
-                },
-                vec![],
-            )));
-        }
-    };
-    let lossy = reshape::lossy_documents(&rewrites, &plan, dropped, &rendering);
-    Ok(Ok(Planned {
-        plan,
-        rendering,
-        rewrites,
-        lossy,
-        redaction: config.model.redaction(),
-    }))
-}
-
-impl Planned {
-    /// Every lossy document can go to a model: a plain manifest whose losses were checked
-    /// (a chart template is text with expressions; an unverifiable document is not sent).
-    pub fn reshapable(&self) -> bool {
-        !self.lossy.is_empty()
-            && self.lossy.iter().all(|l| {
-                !l.template && l.losses.iter().all(|x| !matches!(x, Loss::Unverifiable(_)))
-            })
-    }
-
-    /// Model calls `finish` will make with a model configured.
-    pub fn calls_needed(&self, model: bool) -> u32 {
-        if model && self.reshapable() {
-            self.lossy.len() as u32
-        } else {
-            0
-        }
-    }
-
-    /// The handoff when the reshape needs `needed` calls and the cap allows fewer (`made` of
-    /// `cap` already used for this head).
-    pub fn cap_refusal(&self, needed: u32, hit: &CapHit) -> Refusal {
-        (
-            Handoff {
-                open: self.files(),
-                choice: "how to carry each listed value into the new version's shape (or decide to drop it)".into(),
-                fact: format!(
-                    "a reshape needs {needed} model call{} and {hit}; nothing was pushed, not even the clean swaps",
-                    crate::plural(needed)
-                ),
-            },
-            self.loss_lines(),
-        )
-    }
-
-    /// The lossy documents' files, each once.
-    pub fn files(&self) -> String {
-        let mut files: Vec<&str> = self
-            .lossy
-            .iter()
-            .map(|l| l.document.file.as_str())
-            .collect();
-        files.dedup();
-        files.join(", ")
-    }
-
-    /// One line per value the swap alone would lose (a credential the prompt would hold
-    /// back is not shown: its placeholder stands in).
-    pub fn loss_lines(&self) -> Vec<String> {
-        self.lossy
-            .iter()
-            .flat_map(|l| {
-                let doc = report::text(&l.document.to_string());
-                let held = redaction(l, &self.redaction).1;
-                l.losses
-                    .iter()
-                    .map(move |x| format!("{doc}: {}", x.scrubbed(&held)))
-            })
-            .collect()
-    }
-}
-
-/// What the repair needs next: the model's answers to these requests (in order), or nothing
+/// What a repair needs next: the model's answers to these requests (in order), or nothing
 /// more. A function of data (the plan and the replies so far), so the evals and tests can
-/// drive it with scripted replies, and the runners (triage, `bosun repair`) only make calls.
-pub enum Step {
+/// drive it with scripted replies, and the executor only makes calls. `T` is what a repair
+/// decides (each kind's own; [`Prepared`] once it is ready to write).
+pub enum Step<T = Prepared> {
     /// Ask the model these, one at a time, then decide again with the replies appended.
     Ask(Vec<Request>),
-    /// Decided: the rewrites to write, or the handoff (and then nothing is written, the clean
-    /// swaps included).
-    Done(Result<Prepared, Refusal>),
+    /// Decided: the rewrites to write, or the handoff (and then nothing is written).
+    Done(Result<T, Refusal>),
 }
 
-/// The reshape's prompt for one lossy document and the values its placeholders stand for
-/// (deterministic: `decide` computes it again to restore a reply).
-fn redaction(item: &Lossy, rules: &crate::model::Rules) -> (Option<String>, crate::model::Held) {
-    let Some(schema) = crate::schema::version_schema(&item.crd, &item.version) else {
-        return (None, crate::model::Held::new());
-    };
-    let source = crate::schema::version_schema(&item.crd, &item.source);
-    let (prompt, held) = reshape::prompt(&item.object, schema, source, &item.losses, rules);
-    (Some(prompt), held)
+/// A repair ready to write: the rewrites, the commit message and the comment.
+pub struct Prepared {
+    pub rewrites: Vec<Rewrite>,
+    pub message: String,
+    pub comment: Comment,
+    /// What was done, for a triage's log: `swapped apiVersions in 2 files (3 manifests)`.
+    pub done: String,
+    /// What was done, counted, for `bosun repair`: `8 manifest(s)`.
+    pub summary: String,
+    /// One line per change, as `bosun repair` prints them.
+    pub changes: Vec<String>,
 }
 
-/// The reshape's request for one lossy document.
-fn request(item: &Lossy, rules: &crate::model::Rules) -> Result<Request, String> {
-    let (Some(prompt), _) = redaction(item, rules) else {
-        return Err(format!("the CRD declares no schema for {}", item.version));
-    };
-    Ok(Request {
-        purpose: "reshape".into(),
-        subject: item.document.to_string(),
-        system: reshape::SYSTEM.into(),
-        prompt,
-        schema: reshape::reply_schema(),
+/// Bosun's comment on a repair: the opening names the commit.
+pub struct Comment {
+    /// The opening paragraph, before and after the commit's short id.
+    pub opening: (String, String),
+    /// The lines after it (Markdown).
+    pub rest: String,
+    /// The closing line (not kept when the gate re-runs).
+    pub closing: String,
+}
+
+impl Comment {
+    /// The comment for `commit`: (the repair's paragraph, the whole comment).
+    pub fn body(&self, commit: &str) -> (String, String) {
+        let repaired = format!(
+            "{}`{}`{}{}",
+            self.opening.0,
+            &commit[..commit.len().min(7)],
+            self.opening.1,
+            self.rest
+        );
+        let full = format!("{repaired}{}", self.closing);
+        (repaired, full)
+    }
+}
+
+/// One repair of one head, planned: what the executor needs to run it.
+pub trait Repair: Send + Sync {
+    /// Model calls `decide` will ask for with a model configured (reserved before the first).
+    fn calls_needed(&self, model: bool) -> u32;
+    /// The handoff when the model-call cap does not allow `needed` calls.
+    fn cap_refusal(&self, needed: u32, hit: &CapHit) -> Refusal;
+    /// The replies so far -> the next requests, or the repair decided. Pure but for the
+    /// values migration's helm render.
+    fn decide(&self, model: bool, replies: &[Result<Reply, crate::model::Refusal>]) -> Step;
+    /// The applier's policy the rewrites are admitted under.
+    fn policy(&self) -> &Policy;
+    /// The choice a person is given when the applier refuses a file.
+    fn choice(&self) -> &str;
+}
+
+/// What the gate asked to repair (the classified path's evidence).
+pub enum Work {
+    Swap(Vec<DroppedServedVersion>),
+    Migrate,
+    Fix(Vec<NotServed>),
+}
+
+impl Work {
+    /// The handoff's open and choice when the head branch is protected.
+    pub fn protected(&self) -> (&'static str, &'static str) {
+        match self {
+            Work::Swap(_) => (
+                "the consumer files the gate's report lists",
+                "move each manifest's apiVersion to the version the gate names",
+            ),
+            _ => (
+                "the files the gate's report names",
+                "how to repair the change",
+            ),
+        }
+    }
+}
+
+/// The head's render (and the merge base's, when a repair needs it): made once per round and
+/// passed down; what was not given is rendered here on first use.
+pub struct Renders<'a> {
+    config: &'a RenderConfig,
+    head: String,
+    base: String,
+    head_render: std::sync::OnceLock<Result<Rendering, RenderFailure>>,
+    base_render: std::sync::OnceLock<Option<Rendering>>,
+}
+
+impl<'a> Renders<'a> {
+    /// Renders of `head` and `base` (the merge base the gate used; "" for none) of the
+    /// checkout `config` renders.
+    pub fn new(config: &'a RenderConfig, head: &str, base: &str) -> Self {
+        Renders {
+            config,
+            head: head.to_string(),
+            base: base.to_string(),
+            head_render: Default::default(),
+            base_render: Default::default(),
+        }
+    }
+
+    /// With the renders the gate already made of these commits in this checkout (one of
+    /// another commit is left out: a person may have pushed since; one of another checkout
+    /// too: a render names its values files by their checkout).
+    pub fn kept(self, kept: Option<crate::gate::check::Kept>) -> Self {
+        if let Some(kept) = kept.filter(|k| k.repo_dir == self.config.repo_dir) {
+            if kept.head == self.head {
+                let _ = self.head_render.set(kept.head_render);
+            }
+            if kept.base == self.base {
+                let _ = self.base_render.set(kept.base_render);
+            }
+        }
+        self
+    }
+
+    pub fn config(&self) -> &RenderConfig {
+        self.config
+    }
+
+    pub fn head_revision(&self) -> &str {
+        &self.head
+    }
+
+    pub fn base_revision(&self) -> &str {
+        &self.base
+    }
+
+    pub fn head(&self) -> &Result<Rendering, RenderFailure> {
+        self.head_render
+            .get_or_init(|| crate::render::render(self.config, &self.head))
+    }
+
+    /// The base's render, None without a base or when it does not render.
+    pub fn base(&self) -> Option<&Rendering> {
+        self.base_render
+            .get_or_init(|| {
+                (!self.base.is_empty())
+                    .then(|| crate::render::render(self.config, &self.base).ok())
+                    .flatten()
+            })
+            .as_ref()
+    }
+}
+
+/// What planning gave: a repair to run, a handoff, or (a values migration) a head that
+/// renders after all.
+pub enum Planning {
+    Ready(Box<dyn Repair>),
+    Refused(Refusal),
+    HeadRenders,
+}
+
+/// Plans the repair `work` asks for, on the head `renders` holds (its checkout `renders`'
+/// config renders). `report` is the gate's published report. An error is a head the swap
+/// cannot render (the gate's question, not a person's).
+pub fn plan(
+    work: &Work,
+    config: &Config,
+    renders: &Renders<'_>,
+    report: &str,
+) -> Result<Planning, String> {
+    let redaction = config.model.redaction();
+    Ok(match work {
+        Work::Swap(dropped) => match swap::plan_on(config, renders, dropped)? {
+            Ok(planned) => Planning::Ready(Box::new(SwapRepair::new(
+                config, renders, planned, dropped,
+            )?)),
+            Err(refusal) => Planning::Refused(refusal),
+        },
+        Work::Fix(not_served) => match fix::plan_on(renders, not_served, report) {
+            Ok(mut fix) => {
+                fix.redaction = redaction;
+                let policy = head_policy(config, renders)?;
+                Planning::Ready(Box::new(FixRepair::new(fix, not_served, policy)))
+            }
+            Err(refusal) => Planning::Refused(refusal),
+        },
+        Work::Migrate => match migrate::plan_on(renders) {
+            Ok(Some(mut migrations)) => {
+                for m in &mut migrations {
+                    m.redaction = redaction.clone();
+                }
+                let policy = Policy::new(&config.deny, &config.allow, None)?;
+                Planning::Ready(Box::new(MigrationRepair::new(
+                    migrations,
+                    renders.config().clone(),
+                    policy,
+                )))
+            }
+            Ok(None) => Planning::HeadRenders,
+            Err(refusal) => Planning::Refused(refusal),
+        },
     })
 }
 
-/// Decides the repair from the plan and the model's replies so far (one per lossy document,
-/// in order). Every reply is checked by the harness; any refusal hands off.
-pub fn decide(
-    planned: &Planned,
-    dropped: &[DroppedServedVersion],
-    model_configured: bool,
-    replies: &[Result<crate::model::Reply, crate::model::Refusal>],
-) -> Step {
-    let swapped: usize = planned.plan.values().map(Vec::len).sum();
-    let choice =
-        "how to carry each listed value into the new version's shape (or decide to drop it)";
-    let handoff = |fact: String| Handoff {
-        open: planned.files(),
-        choice: choice.into(),
-        fact,
+/// The applier's policy on the head: the deny/allow lists and, with `promotionScope:
+/// deployed`, the files the head's Applications of this repository deploy or render from.
+pub fn head_policy(config: &Config, renders: &Renders<'_>) -> Result<Policy, String> {
+    let scope = match config.promotion_scope {
+        PromotionScope::Deployed => {
+            let rendering = renders.head().as_ref().map_err(|f| f.to_string())?;
+            Some(scope_of(renders.config(), rendering))
+        }
+        PromotionScope::Repository => None,
     };
-    if planned.lossy.is_empty() {
-        return Step::Done(Ok(Prepared {
-            rewrites: planned.rewrites.clone(),
-            swapped,
-            reshaped: Vec::new(),
-        }));
-    }
-    let count = planned.lossy.iter().map(|l| l.losses.len()).sum::<usize>();
-    if !(model_configured && planned.reshapable()) {
-        let fact = if planned
-            .lossy
-            .iter()
-            .all(|l| l.losses.iter().all(|x| matches!(x, Loss::Unverifiable(_))))
-        {
-            format!(
-                "the schema check could not run on {count} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
-                crate::plural(count)
-            )
-        } else if model_configured {
-            format!(
-                "the destination schema would prune or reject {count} value{} the swap alone would lose, in a chart template or a document the check could not read, which Bosun does not reshape; nothing was pushed, not even the clean swaps",
-                crate::plural(count)
-            )
-        } else {
-            format!(
-                "the destination schema would prune or reject {count} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
-                crate::plural(count)
-            )
-        };
-        return Step::Done(Err((handoff(fact), planned.loss_lines())));
-    }
-    let mut rewrites = planned.rewrites.clone();
-    let mut lines = Vec::new();
-    for (index, item) in planned.lossy.iter().enumerate() {
-        let doc = report::text(&item.document.to_string());
-        let Some(reply) = replies.get(index) else {
-            // The rest need asking.
-            let requests: Result<Vec<Request>, String> = planned.lossy[index..]
-                .iter()
-                .map(|l| request(l, &planned.redaction))
-                .collect();
-            return match requests {
-                Ok(requests) => Step::Ask(requests),
-                Err(why) => Step::Done(Err((handoff(why), vec![]))),
-            };
-        };
-        let (_, held) = redaction(item, &planned.redaction);
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(refusal) => {
-                return Step::Done(Err((
-                    handoff(format!(
-                        "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
-                        item.document
-                    )),
-                    item.losses
-                        .iter()
-                        .map(|x| format!("{doc}: {}", x.scrubbed(&held)))
-                        .collect(),
-                )));
-            }
-        };
-        // Every placeholder the reply carries becomes the original's value it stands for: a
-        // held value is never taken from a reply, and the harness judges where it went.
-        let restored = held.restore(&reply.value);
-        let accepted = match reshape::check_proposal(
-            &item.object,
-            &restored,
-            &item.crd,
-            &item.source,
-            &item.version,
-        ) {
-            Ok(accepted) => accepted,
-            Err(mut refused) => {
-                refused.detail = held.scrub(&refused.detail);
-                let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
-                details.extend(
-                    item.losses
-                        .iter()
-                        .map(|x| format!("{doc}: {}", x.scrubbed(&held))),
-                );
-                return Step::Done(Err((
-                    handoff(format!(
-                        "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
-                        item.document, refused.rule
-                    )),
-                    details,
-                )));
-            }
-        };
-        let Some(rewrite) = rewrites.iter_mut().find(|r| r.path == item.document.file) else {
-            return Step::Done(Err((
-                handoff(format!(
-                    "{} is not among the rewritten files",
-                    item.document.file
-                )),
-                vec![],
-            )));
-        };
-        match reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml) {
-            Ok(after) => rewrite.after = after,
-            Err(why) => {
-                return Step::Done(Err((
-                    handoff(format!(
-                        "the reshaped {} cannot be written back: {why}; nothing was pushed, not even the clean swaps",
-                        item.document
-                    )),
-                    vec![],
-                )));
-            }
-        }
-        // A value the prompt held back is named, never shown.
-        let shown = |value: &Value| {
-            if held.shows_held(value) {
-                "(a sensitive value, not shown)".to_string()
-            } else {
-                report::text(&value.to_string())
-            }
-        };
-        let mut parts = Vec::new();
-        for (from, to, value) in &accepted.moved {
-            parts.push(format!(
-                "moved {} = {} to {}",
-                report::code(from),
-                shown(value),
-                report::code(to)
-            ));
-        }
-        for (path, value) in &accepted.dropped {
-            parts.push(format!(
-                "dropped {} = {} (the {} schema has no field for it)",
-                report::code(path),
-                shown(value),
-                report::text(&item.version)
-            ));
-        }
-        let mut line = String::new();
-        let _ = write!(line, "{doc}: {}", parts.join("; "));
-        lines.push(line);
-    }
-    // Belt and braces: the reshaped files lose nothing under the schema.
-    let left = reshape_losses(&rewrites, &planned.plan, dropped, &planned.rendering);
-    if !left.is_empty() {
-        return Step::Done(Err((
-            Handoff {
-                open: planned.files(),
-                choice: choice.into(),
-                fact: "the reshaped documents would still lose values; nothing was pushed, not even the clean swaps".into(),
-            },
-            left.iter()
-                .map(|(d, l)| {
-                    let held = planned
-                        .lossy
-                        .iter()
-                        .find(|x| &x.document == d)
-                        .map(|x| redaction(x, &planned.redaction).1)
-                        .unwrap_or_default();
-                    format!("{}: {}", report::text(&d.to_string()), l.scrubbed(&held))
-                })
-                .collect(),
-        )));
-    }
-    Step::Done(Ok(Prepared {
-        rewrites,
-        swapped,
-        reshaped: lines,
-    }))
+    Policy::new(&config.deny, &config.allow, scope)
+}
+
+/// The promotion scope of `rendering`: what Applications of this repository deploy.
+fn scope_of(head_config: &RenderConfig, rendering: &Rendering) -> Scope {
+    let url = head_config.repo_url.clone().unwrap_or_default();
+    Scope::of(rendering, |repo| {
+        repo.is_empty()
+            || crate::git::normalize_repo_url(repo) == crate::git::normalize_repo_url(&url)
+    })
+}
+
+/// The applier's admission of prepared rewrites on `tree`: a refusal hands off.
+pub fn admit(repair: &dyn Repair, tree: &Path, rewrites: &[Rewrite]) -> Result<(), Refusal> {
+    applier::admit_rewrites(tree, repair.policy(), rewrites).map_err(|refusals| {
+        (
+            classify::applier_handoff(&refusals, repair.choice()),
+            vec![],
+        )
+    })
 }
 
 /// Makes one model call and says how it went (`say` hears one line): the one place every
@@ -390,7 +272,7 @@ pub async fn call(
     model: &dyn Model,
     request: &Request,
     say: &mut (dyn FnMut(String) + Send),
-) -> Result<crate::model::Reply, crate::model::Refusal> {
+) -> Result<Reply, crate::model::Refusal> {
     let reply = model.call(request).await;
     match &reply {
         Ok(reply) => say(format!(
@@ -403,38 +285,6 @@ pub async fn call(
         )),
     }
     reply
-}
-
-/// Runs `decide` to the end: makes each call it asks for, one at a time, and decides again.
-/// `say` hears one line per call.
-pub async fn finish(
-    planned: Planned,
-    dropped: &[DroppedServedVersion],
-    model: Option<&dyn Model>,
-    say: &mut (dyn FnMut(String) + Send),
-) -> Result<Prepared, Refusal> {
-    let mut replies = Vec::new();
-    loop {
-        match decide(&planned, dropped, model.is_some(), &replies) {
-            Step::Done(result) => return result,
-            Step::Ask(requests) => {
-                let (Some(model), Some(request)) = (model, requests.into_iter().next()) else {
-                    // decide never asks without a model; refuse rather than loop.
-                    return Err((
-                        Handoff {
-                            open: planned.files(),
-                            choice: "how to carry each listed value into the new version's shape"
-                                .into(),
-                            fact: "a reshape needs a model, which is not configured".into(),
-                        },
-                        vec![],
-                    ));
-                };
-                let reply = call(model, &request, say).await;
-                replies.push(reply);
-            }
-        }
-    }
 }
 
 /// A model-call cap that does not allow the calls a repair needs: how many were made, the cap,
@@ -461,135 +311,5 @@ impl std::fmt::Display for CapHit {
             "{} of the {} allowed {scope} ({key}) are used",
             self.made, self.cap
         )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gate::rules::Consumer;
-    use crate::model::{Reply, Usage};
-    use crate::render::{ClusterRef, Origin, RenderedApplication};
-    use serde_json::json;
-
-    fn setup() -> (Planned, Vec<DroppedServedVersion>) {
-        let crd_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(
-            "scenarios/sample/charts/charts.example.test/stable/external-secrets/2.10.0/crds/externalsecrets.yaml",
-        );
-        let crd: Value =
-            serde_saphyr::from_str(&std::fs::read_to_string(crd_path).unwrap()).unwrap();
-        let doc = |api: &str| {
-            format!(
-                "apiVersion: {api}\nkind: ExternalSecret\nmetadata:\n  name: s\nspec:\n  refreshInterval: 1h\n  target:\n    name: s\n    immutable: true\n"
-            )
-        };
-        let rewrites = vec![Rewrite {
-            path: "s.yaml".into(),
-            before: doc("external-secrets.io/v1beta1"),
-            after: doc("external-secrets.io/v1"),
-        }];
-        let dropped = vec![DroppedServedVersion {
-            crd: "externalsecrets.external-secrets.io".into(),
-            group: "external-secrets.io".into(),
-            kind: "ExternalSecret".into(),
-            dropped: vec!["v1beta1".into()],
-            served: vec!["v1".into()],
-            storage: "v1".into(),
-            clusters: vec!["prod".into()],
-            consumers: vec![Consumer {
-                path: "s.yaml".into(),
-                document: 0,
-                api_version: "external-secrets.io/v1beta1".into(),
-                kind: "ExternalSecret".into(),
-                namespace: String::new(),
-                name: "s".into(),
-                template: false,
-            }],
-        }];
-        let plan = swap::plan(&dropped);
-        let rendering = Rendering {
-            revision: "r".into(),
-            applications: vec![RenderedApplication {
-                name: "es".into(),
-                namespace: "argocd".into(),
-                project: "default".into(),
-                origin: Origin::File {
-                    path: "a.yaml".into(),
-                    document: 0,
-                },
-                cluster: ClusterRef {
-                    name: "prod".into(),
-                    server: "https://prod".into(),
-                },
-                destination_namespace: "es".into(),
-                sources: vec![],
-                objects: vec![std::sync::Arc::new(crd)],
-                render_keys: vec![],
-                manifest: Value::Null,
-                stored: Value::Null,
-                destination_unknown: None,
-                values_files: Vec::new(),
-            }],
-            diagnostics: vec![],
-            stats: Default::default(),
-        };
-        let lossy = reshape::lossy_documents(&rewrites, &plan, &dropped, &rendering);
-        (
-            Planned {
-                plan,
-                rendering,
-                rewrites,
-                lossy,
-                redaction: Default::default(),
-            },
-            dropped,
-        )
-    }
-
-    fn reply(value: Value) -> Result<Reply, crate::model::Refusal> {
-        Ok(Reply {
-            value,
-            usage: Usage::default(),
-        })
-    }
-
-    #[test]
-    fn the_decision_asks_then_decides_from_the_replies_alone() {
-        let (planned, dropped) = setup();
-        assert_eq!(planned.calls_needed(true), 1);
-        let Step::Ask(requests) = decide(&planned, &dropped, true, &[]) else {
-            panic!("expected a request");
-        };
-        assert_eq!(requests.len(), 1);
-        assert!(requests[0].prompt.contains("\"immutable\""));
-        let good = json!({"document": {"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
-            "metadata": {"name": "s"}, "spec": {"refreshInterval": "1h", "target": {"name": "s"}}}});
-        let Step::Done(Ok(prepared)) = decide(&planned, &dropped, true, &[reply(good.clone())])
-        else {
-            panic!("expected a repair");
-        };
-        assert!(prepared.reshaped[0].contains("dropped `spec.target.immutable` = true"));
-        assert!(!prepared.rewrites[0].after.contains("immutable"));
-        // A refused call, a reply the harness refuses, or no model: a handoff.
-        let refused = [Err(crate::model::Refusal::Empty)];
-        assert!(matches!(
-            decide(&planned, &dropped, true, &refused),
-            Step::Done(Err(_))
-        ));
-        let mut invented = good;
-        invented["document"]["spec"]["target"]["creationPolicy"] = json!("Merge");
-        let Step::Done(Err((handoff, _))) = decide(&planned, &dropped, true, &[reply(invented)])
-        else {
-            panic!("expected a handoff");
-        };
-        assert!(
-            handoff.fact.contains("accounted-values"),
-            "{}",
-            handoff.fact
-        );
-        let Step::Done(Err((handoff, _))) = decide(&planned, &dropped, false, &[]) else {
-            panic!("expected a handoff");
-        };
-        assert!(handoff.fact.contains("not configured"));
     }
 }

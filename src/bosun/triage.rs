@@ -11,13 +11,10 @@ use super::applier;
 use super::classify::{self, Handoff, Path as TriagePath, Situation};
 use super::config::{Config, InventoryConfig};
 use super::explain;
-use super::mechanical;
-use super::migration;
 use super::repair;
 use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upsert_marked_comment};
 use crate::gate::publish::{self, CHECK_NAME};
 use crate::gate::report::{self, MARKER, ParsedReport};
-use crate::gate::rules::DroppedServedVersion;
 use crate::git::Snapshot;
 use crate::render::cache::RenderCache;
 use crate::render::charts::{self, ChartPulls};
@@ -26,20 +23,18 @@ use crate::render::tools::Tool;
 use crate::render::{self, RenderConfig};
 
 mod comments;
-mod fix;
 mod git_ops;
 mod green;
-mod migrate;
 mod model_calls;
 mod round;
 mod setup;
-mod swap;
+mod sink;
 mod verdict;
 
 pub use self::comments::attempts_of;
-pub use self::fix::{fix_finish, fix_plan, fix_policy};
-pub use self::migrate::{migration_finish, migration_plan};
 pub use self::setup::render_config;
+/// The planners the evals call by their triage names.
+pub use super::repair::{fix_plan, migration_plan};
 
 use self::comments::refused_value_places;
 use self::git_ops::git;

@@ -88,9 +88,29 @@ fn failure_lines(at: &str, failure: &RenderFailure) -> Vec<String> {
 /// Renders both commits and judges the change. Never fails: what cannot be decided is an
 /// `Undecided` verdict carrying the reason.
 pub fn check(config: &RenderConfig, revisions: &Revisions) -> GateResult {
+    check_keeping(config, revisions).0
+}
+
+/// The two renders a check made, kept for a caller that acts on the head (Bosun renders
+/// the head once per round): the head's render or its failure, and the merge base's.
+pub struct Kept {
+    /// The checkout rendered (a render names its values files by it).
+    pub repo_dir: std::path::PathBuf,
+    pub head: String,
+    pub head_render: Result<render::Rendering, RenderFailure>,
+    pub base: String,
+    pub base_render: Option<render::Rendering>,
+}
+
+/// [`check`], keeping the renders it made (None when it made none).
+pub fn check_keeping(config: &RenderConfig, revisions: &Revisions) -> (GateResult, Option<Kept>) {
     match resolve(&config.repo_dir, revisions) {
-        Ok((base, head)) => check_commits(config, base, head),
-        Err(undecided) => *undecided,
+        Ok((base, head)) => {
+            let mut kept = None;
+            let result = judge_commits(config, base, head, Some(&mut kept));
+            (result, kept)
+        }
+        Err(undecided) => (*undecided, None),
     }
 }
 
@@ -144,6 +164,16 @@ pub fn resolve(repo: &Path, revisions: &Revisions) -> Result<(String, String), B
 
 /// [`check`] of two resolved commits.
 pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateResult {
+    judge_commits(config, base, head, None)
+}
+
+/// [`check_commits`], the renders put in `kept` when asked.
+fn judge_commits(
+    config: &RenderConfig,
+    base: String,
+    head: String,
+    kept: Option<&mut Option<Kept>>,
+) -> GateResult {
     let repo = &config.repo_dir;
     // One parsed-output store per check: both commits share it, nothing outlives the check
     // (a transient render failure is not remembered by the next one).
@@ -192,6 +222,15 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
             }
             if let Err(f) = &b {
                 errors.extend(failure_lines("merge base", f));
+            }
+            if let Some(kept) = kept {
+                *kept = Some(Kept {
+                    repo_dir: repo.to_path_buf(),
+                    head: head.clone(),
+                    head_render: h,
+                    base: base.clone(),
+                    base_render: b.ok(),
+                });
             }
             return undecided(base, head, errors);
         }
@@ -283,8 +322,21 @@ pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateR
     // does. They hold nothing but memory; the snapshots (whose checked-out trees are
     // temporary folders) and the parsed-output store are freed here, before the verdict is
     // returned. (When no thread can be started, the failed spawn frees them at once.)
-    let renderings = (base_rendering, head_rendering);
-    let _ = std::thread::Builder::new().spawn(move || drop(renderings));
+    match kept {
+        Some(kept) => {
+            *kept = Some(Kept {
+                repo_dir: repo.to_path_buf(),
+                head: result.verdict.head.clone(),
+                head_render: Ok(head_rendering),
+                base: result.verdict.base.clone(),
+                base_render: Some(base_rendering),
+            });
+        }
+        None => {
+            let renderings = (base_rendering, head_rendering);
+            let _ = std::thread::Builder::new().spawn(move || drop(renderings));
+        }
+    }
     drop((head_snapshot, base_snapshot, owned));
     result
 }

@@ -81,6 +81,28 @@ pub async fn check_and_publish(
     config: &crate::render::RenderConfig,
     mode: CheckMode,
 ) -> Result<(crate::forge::PullRequest, GateResult, Published), CheckError> {
+    check_and_publish_keeping(forge, repo, number, author, config, mode)
+        .await
+        .map(|(pr, result, published, _)| (pr, result, published))
+}
+
+/// [`check_and_publish`], keeping the renders the check made (Bosun acts on the head's).
+pub async fn check_and_publish_keeping(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    config: &crate::render::RenderConfig,
+    mode: CheckMode,
+) -> Result<
+    (
+        crate::forge::PullRequest,
+        GateResult,
+        Published,
+        Option<super::check::Kept>,
+    ),
+    CheckError,
+> {
     let pr = forge.pull_request(repo, number).await?;
     crate::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
     crate::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
@@ -89,9 +111,10 @@ pub async fn check_and_publish(
         head: pr.head_sha.clone(),
         target: Some(pr.base_sha.clone()),
     };
-    let result = tokio::task::block_in_place(|| super::check::check(config, &revisions));
+    let (result, kept) =
+        tokio::task::block_in_place(|| super::check::check_keeping(config, &revisions));
     let published = publish(forge, repo, number, author, &result, mode).await?;
-    Ok((pr, result, published))
+    Ok((pr, result, published, kept))
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -104,7 +104,8 @@ pub fn check_reply_without(
         };
         // The value is one the inventory allows for this key (a default pinned back, the
         // kind turned off, a version line put back or to the chart's move), of the type the
-        // file holds there; a version also stands in the gate's report as a whole word.
+        // file holds there; a version is also one the report's machine blocks name (a whole
+        // word of one of them), never one only its prose quotes.
         if let Some(entry) = entry
             && on(rule::SOURCED)
         {
@@ -129,7 +130,10 @@ pub fn check_reply_without(
             }
             if version_shaped(&key, value)
                 && let Some(text) = value.as_str()
-                && !whole_word_in(&fix.report, text)
+                && !fix
+                    .versions
+                    .iter()
+                    .any(|named| named == text || whole_word_in(named, text))
             {
                 return refuse(
                     rule::SOURCED,

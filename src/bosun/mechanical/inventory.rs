@@ -382,7 +382,36 @@ pub fn build(
         inventory,
         defaults,
         files,
-        report: report.to_string(),
+        versions: versions_named(report),
         redaction: Default::default(),
     })
+}
+
+/// The versions a gate report names in its machine blocks: the `summary` block's chart moves
+/// (from and to), image tags (from and to) and changed defaults (old and new), as text. A
+/// report that does not parse names none. Its prose is never read: it quotes what charts
+/// (a NOTES text, a rendered field) and pull requests (a title) wrote.
+pub fn versions_named(report: &str) -> std::collections::BTreeSet<String> {
+    let mut versions = std::collections::BTreeSet::new();
+    let Some(summary) = crate::gate::report::parse(report)
+        .ok()
+        .and_then(|parsed| parsed.summary)
+    else {
+        return versions;
+    };
+    for chart in &summary.charts {
+        versions.extend([chart.from.clone(), chart.to.clone()]);
+    }
+    for image in &summary.images {
+        versions.extend([image.from.clone(), image.to.clone()]);
+    }
+    for default in &summary.defaults {
+        for value in [&default.old, &default.new] {
+            if let Some(text) = value.as_str() {
+                versions.insert(text.to_string());
+            }
+        }
+    }
+    versions.retain(|v| !v.is_empty());
+    versions
 }

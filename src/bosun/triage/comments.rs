@@ -49,28 +49,6 @@ impl Bosun {
         Ok(())
     }
 
-    /// After a model-backed step: what it said goes on the run, in order; a refusal is handed
-    /// to a person (`Err`, with what `hand_off` returned).
-    pub(super) async fn after_model<T>(
-        &self,
-        slug: &RepoSlug,
-        number: u64,
-        said: Vec<String>,
-        finished: Result<T, repair::Refusal>,
-        run: &mut Run,
-    ) -> Result<Result<T, String>, TriageError> {
-        for line in said {
-            run.say(line);
-        }
-        match finished {
-            Ok(prepared) => Ok(Ok(prepared)),
-            Err((handoff, details)) => self
-                .hand_off(slug, number, &handoff, &details, run)
-                .await
-                .map(Err),
-        }
-    }
-
     pub(super) async fn hand_off(
         &self,
         slug: &RepoSlug,
@@ -128,11 +106,13 @@ impl Bosun {
         Ok(())
     }
 
-    /// The handoff when the pull request's head branch is the default or the base branch.
+    /// The handoff when the pull request's head branch is the default or the base branch
+    /// (`open` and `choice` as the repair words them).
     pub(super) fn protected_branch(
         &self,
         slug: &RepoSlug,
         pr: &crate::forge::PullRequest,
+        (open, choice): (&str, &str),
     ) -> Option<Handoff> {
         let default_branch = self
             .config
@@ -140,8 +120,8 @@ impl Bosun {
             .map(|r| r.default_branch.clone())
             .unwrap_or_default();
         (pr.head_ref == default_branch || pr.head_ref == pr.base_ref).then(|| Handoff {
-            open: "the files the gate's report names".into(),
-            choice: "how to repair the change".into(),
+            open: open.into(),
+            choice: choice.into(),
             fact: format!(
                 "the pull request's head branch is {}, and Bosun never pushes to the default or the base branch",
                 pr.head_ref

@@ -121,24 +121,16 @@ impl Bosun {
         }
     }
 
-    /// Writes the rewrites, commits them as Bosun, counts the attempt (label) and pushes to the
-    /// pull request's branch without force. Returns the commit.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn commit_and_push(
+    /// Commits the written rewrites as Bosun. Returns the commit.
+    pub(super) fn commit(
         &self,
-        slug: &RepoSlug,
         checkout: &Path,
-        pr: &crate::forge::PullRequest,
-        head: &str,
         rewrites: &[applier::Rewrite],
         message: &str,
-        attempts: u32,
     ) -> Result<String, TriageError> {
-        applier::write(checkout, rewrites).map_err(|e| TriageError::Write(e.to_string()))?;
-        let files: Vec<&str> = rewrites.iter().map(|r| r.path.as_str()).collect();
         let identity = &self.config.commit;
         let mut add = vec!["add", "--"];
-        add.extend(files.iter().copied());
+        add.extend(rewrites.iter().map(|r| r.path.as_str()));
         git(checkout, &add)?;
         git(
             checkout,
@@ -154,11 +146,22 @@ impl Bosun {
                 message,
             ],
         )?;
-        let commit = git(checkout, &["rev-parse", "HEAD"])?;
+        git(checkout, &["rev-parse", "HEAD"])
+    }
+
+    /// Counts the attempt (label `attempt`) and pushes the checkout's HEAD to the pull
+    /// request's branch without force; a failed push puts the checkout back on `head`.
+    pub(super) async fn push(
+        &self,
+        slug: &RepoSlug,
+        checkout: &Path,
+        pr: &crate::forge::PullRequest,
+        head: &str,
+        attempt: &str,
+    ) -> Result<(), TriageError> {
         // The attempt is counted before the push: a repair that lands always counts, whatever
         // fails after it.
-        let attempt = format!("{}{}", self.config.labels.attempt_prefix, attempts + 1);
-        self.label(slug, pr.number, &attempt).await?;
+        self.label(slug, pr.number, attempt).await?;
         // No force: if the branch moved since the gate read it, the push fails and the
         // branch stays as it is.
         if let Err(e) = self.git_remote_command(
@@ -177,21 +180,22 @@ impl Bosun {
             )?;
             return Err(e);
         }
-        Ok(commit)
+        Ok(())
     }
 
     /// Where a repair starts: the pull request's head checked out detached and clean in the
     /// checkout `config` renders, and a copy of `config` with a fresh parsed store (the
     /// checkout changed). A protected branch is handed to a person instead (`Err`, with what
-    /// `hand_off` returned).
+    /// `hand_off` returned; `protected` is its open and choice).
     pub(super) async fn head_checkout(
         &self,
         slug: &RepoSlug,
         config: &RenderConfig,
         pr: &crate::forge::PullRequest,
+        protected: (&str, &str),
         run: &mut Run,
     ) -> Result<Result<RenderConfig, String>, TriageError> {
-        if let Some(handoff) = self.protected_branch(slug, pr) {
+        if let Some(handoff) = self.protected_branch(slug, pr, protected) {
             return self
                 .hand_off(slug, pr.number, &handoff, &[], run)
                 .await

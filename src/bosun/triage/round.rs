@@ -1,6 +1,7 @@
 //! The triage entry and dispatch: round by round, each verdict classified and acted on.
 
 use super::*;
+use crate::bosun::repair::Work;
 
 impl Bosun {
     /// Triage one pull request until the gate has judged its latest head.
@@ -106,8 +107,10 @@ impl Bosun {
         let checkout = &config.repo_dir;
         // The gate runner: exactly what `gate publish` does. When another identity runs the
         // gate (forge.gateAuthor, e.g. a CI job), Bosun only reads that gate's report.
+        // The renders the gate made: the repair acts on the same head's render.
+        let mut kept = None;
         let published = if self.config.gate_author(&self.me) == self.me {
-            let (fresh, result, published) = publish::check_and_publish(
+            let (fresh, result, published, renders) = publish::check_and_publish_keeping(
                 self.forge.as_ref(),
                 slug,
                 number,
@@ -118,6 +121,7 @@ impl Bosun {
             .await
             .map_err(|e| TriageError::Gate(e.to_string()))?;
             *pr = fresh;
+            kept = renders;
             run.say(format!(
                 "gate on {}: {}",
                 short(&pr.head_sha),
@@ -226,21 +230,55 @@ impl Bosun {
                     .await
                     .map(Some)
             }
-            TriagePath::Swap(dropped) => self.swap(slug, config, pr, &dropped, attempts, run).await,
+            TriagePath::Swap(dropped) => {
+                self.repair(
+                    slug,
+                    config,
+                    pr,
+                    Work::Swap(dropped),
+                    kept,
+                    "",
+                    &body,
+                    attempts,
+                    run,
+                )
+                .await
+            }
             TriagePath::Fix(not_served) => {
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
                     .unwrap_or_default();
-                self.fix(slug, config, pr, &not_served, &base, &body, attempts, run)
-                    .await
+                self.repair(
+                    slug,
+                    config,
+                    pr,
+                    Work::Fix(not_served),
+                    kept,
+                    &base,
+                    &body,
+                    attempts,
+                    run,
+                )
+                .await
             }
             TriagePath::Migrate(_) => {
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
                     .unwrap_or_default();
-                self.migrate(slug, config, pr, &base, attempts, run).await
+                self.repair(
+                    slug,
+                    config,
+                    pr,
+                    Work::Migrate,
+                    kept,
+                    &base,
+                    &body,
+                    attempts,
+                    run,
+                )
+                .await
             }
         }
     }
