@@ -1069,6 +1069,176 @@ async fn play(oracle: &Oracle, case: &OracleCase) -> (Vec<String>, String) {
     (differences, line)
 }
 
+/// A generated matrix of ApplicationSets, one case each: every generator the gate expands
+/// (list, clusters with selectors, git files, git directories, matrix, merge), in both
+/// template modes, with a generator-level template, a templatePatch,
+/// ignoreApplicationDifferences, preserveResourcesOnDeletion and goTemplateOptions.
+fn generated_cases(work: &Path, chart_repo: &str, mirror: &Path) -> Vec<OracleCase> {
+    let repo_url = "https://git.example.test/generated/repo.git";
+    let base = work.join("generated-base");
+    for (path, text) in [
+        (
+            "services/api/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: api\ndata:\n  role: api\n",
+        ),
+        (
+            "services/web/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  role: web\n",
+        ),
+        (
+            "config/envs/dev.json",
+            r#"{"env": "dev", "size": {"replicas": "1"}}"#,
+        ),
+        (
+            "config/envs/prod.json",
+            r#"{"env": "prod", "size": {"replicas": "3"}}"#,
+        ),
+    ] {
+        let at = base.join(path);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::fs::write(at, text).unwrap();
+    }
+    let inventory = work.join("generated-inventory.yaml");
+    std::fs::write(
+        &inventory,
+        "clusters:\n\
+         - {name: prod-a, server: https://prod-a.example.test, labels: {env: prod, region: eu}, annotations: {team: core}}\n\
+         - {name: prod-b, server: https://prod-b.example.test, labels: {env: prod, region: us}}\n\
+         - {name: dev-a, server: https://dev-a.example.test, labels: {env: dev, region: eu}}\n",
+    )
+    .unwrap();
+    // A parameter as each mode writes it.
+    let p = |go: bool, name: &str| {
+        if go {
+            format!("{{{{.{name}}}}}")
+        } else {
+            format!("{{{{{name}}}}}")
+        }
+    };
+    let source = |path: &str| json!({"repoURL": repo_url, "targetRevision": "HEAD", "path": path});
+    let mut sets: Vec<(String, Value)> = Vec::new();
+    for go in [false, true] {
+        let mode = if go { "go" } else { "fast" };
+        let spec = |generators: Value, name: String, path: String, server: String, extra: Value| {
+            let mut spec = json!({
+                "generators": generators,
+                "template": {
+                    "metadata": {"name": name},
+                    "spec": {"project": "default", "source": source(&path),
+                             "destination": {"server": server, "namespace": "generated"}},
+                },
+            });
+            if go {
+                spec["goTemplate"] = true.into();
+            }
+            if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra) {
+                spec.extend(extra);
+            }
+            spec
+        };
+        let in_cluster = "https://kubernetes.default.svc".to_string();
+        let list = json!([{"list": {"elements": [{"svc": "api", "env": "dev"}, {"svc": "web", "env": "prod"}]}}]);
+        sets.push((
+            format!("list-{mode}"),
+            spec(
+                list.clone(),
+                format!("{}-{}-list-{mode}", p(go, "svc"), p(go, "env")),
+                format!("services/{}", p(go, "svc")),
+                in_cluster.clone(),
+                json!({}),
+            ),
+        ));
+        sets.push((
+            format!("clusters-{mode}"),
+            spec(
+                json!([{"clusters": {"selector": {"matchLabels": {"env": "prod"}}}}]),
+                format!("c-{}-{mode}", p(go, "name")),
+                "services/api".into(),
+                p(go, "server"),
+                json!({}),
+            ),
+        ));
+        sets.push((format!("clusters-expressions-{mode}"), spec(
+            json!([{"clusters": {"selector": {"matchExpressions": [{"key": "region", "operator": "In", "values": ["eu"]}]},
+                                  "values": {"tier": "std"}}}]),
+            format!("ce-{}-{}-{mode}", p(go, "name"), if go { "{{.values.tier}}".to_string() } else { "{{values.tier}}".to_string() }),
+            "services/web".into(), p(go, "server"), json!({}))));
+        sets.push((format!("git-files-{mode}"), spec(
+            json!([{"git": {"repoURL": repo_url, "revision": "HEAD", "files": [{"path": "config/envs/*.json"}]}}]),
+            format!("gf-{}-{}-{mode}", p(go, "env"), if go { "{{.size.replicas}}".to_string() } else { "{{size.replicas}}".to_string() }),
+            "services/api".into(), in_cluster.clone(), json!({}))));
+        let basename = if go {
+            "{{.path.basename}}"
+        } else {
+            "{{path.basename}}"
+        };
+        let dir_path = if go { "{{.path.path}}" } else { "{{path}}" };
+        sets.push((format!("git-directories-{mode}"), spec(
+            json!([{"git": {"repoURL": repo_url, "revision": "HEAD", "directories": [{"path": "services/*"}]}}]),
+            format!("gd-{basename}-{mode}"), dir_path.into(), in_cluster.clone(), json!({}))));
+        sets.push((format!("matrix-{mode}"), spec(
+            json!([{"matrix": {"generators": [
+                {"git": {"repoURL": repo_url, "revision": "HEAD", "directories": [{"path": "services/*"}]}},
+                {"clusters": {"selector": {"matchLabels": {"region": "eu"}}}}]}}]),
+            format!("m-{basename}-{}-{mode}", p(go, "name")), dir_path.into(), p(go, "server"), json!({}))));
+        let mut merged = spec(
+            json!([{"merge": {"mergeKeys": ["name"], "generators": [
+                {"clusters": {"values": {"note": "base"}}},
+                {"list": {"elements": [{"name": "prod-a", "values.note": "override"}]}}]}}]),
+            format!("mg-{}-{mode}", p(go, "name")),
+            "services/web".into(),
+            p(go, "server"),
+            json!({}),
+        );
+        merged["template"]["metadata"]["annotations"] =
+            json!({"note": if go { "{{.values.note}}" } else { "{{values.note}}" }});
+        sets.push((format!("merge-{mode}"), merged));
+        let mut overridden = spec(
+            json!([{"list": {"elements": [{"svc": "api"}],
+                "template": {"metadata": {"name": format!("override-{}-{mode}", p(go, "svc"))},
+                             "spec": {"project": "default",
+                                      "destination": {"server": in_cluster, "namespace": "override"}}}}},
+                   {"list": {"elements": [{"svc": "web"}]}}]),
+            format!("plain-{}-{mode}", p(go, "svc")),
+            format!("services/{}", p(go, "svc")),
+            in_cluster.clone(),
+            json!({"ignoreApplicationDifferences": [{"jsonPointers": ["/spec/source/targetRevision"]}]}),
+        );
+        overridden["syncPolicy"] = json!({"preserveResourcesOnDeletion": true});
+        sets.push((format!("generator-template-{mode}"), overridden));
+        if go {
+            sets.push(("template-patch-go".into(), spec(list.clone(),
+                "tp-{{.svc}}-{{.env}}".into(), "services/{{.svc}}".into(), in_cluster.clone(),
+                json!({
+                    "goTemplateOptions": ["missingkey=error"],
+                    "templatePatch": "metadata:\n  labels:\n    env: '{{.env}}'\n{{- if eq .env \"prod\" }}\nspec:\n  syncPolicy:\n    automated: {}\n{{- end }}\n",
+                }))));
+        }
+    }
+    sets.into_iter()
+        .map(|(name, spec)| {
+            let dir = work.join(format!("generated-{name}"));
+            let appset = json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
+                                "metadata": {"name": name, "namespace": "argocd"}, "spec": spec});
+            std::fs::create_dir_all(dir.join("apps")).unwrap();
+            std::fs::write(dir.join("apps/appset.yaml"), appset.to_string()).unwrap();
+            OracleCase {
+                name: format!("generated {name}"),
+                layers: vec![base.clone(), dir],
+                inventory: Some(inventory.clone()),
+                args: Vec::new(),
+                revision: None,
+                repo_url: repo_url.into(),
+                chart_repo: (
+                    "https://charts.example.test/cases".into(),
+                    chart_repo.to_string(),
+                ),
+                mirror: mirror.to_path_buf(),
+            }
+        })
+        .collect()
+}
+
 /// A chart repository double at `alias` serving the charts of `sources` (later ones add
 /// versions), and the gate's mirror: those charts under the double's URL key, and each
 /// `(key, folder)` of `others`. Returns the double's URL and the mirror.
@@ -1263,11 +1433,12 @@ async fn the_gate_renders_what_argo_cd_renders() {
         dirs.iter()
             .map(|d| OracleCase::render_case(d, &chart_url, &mirror)),
     );
+    cases.extend(generated_cases(scratch.path(), &chart_url, &mirror));
     // The sample repository as every scenario starts it: its content with the scenario's
     // overlay, its inventory, and its chart repository with the scenario's own chart versions.
     cases.extend(sample_cases(&root, &mut doubles, &helm, scratch.path()).await);
     if let Ok(only) = std::env::var("ORACLE_CASE") {
-        cases.retain(|c| c.name == only);
+        cases.retain(|c| c.name.starts_with(&only));
     }
     let mut summary = vec![format!(
         "The gate against Argo CD {} (process cluster, Kubernetes {}): {} cases",
