@@ -6,7 +6,7 @@ use xshell::{Shell, cmd};
 use crate::{project_root, real, tools};
 
 /// The tests that need the process cluster (real/), named in the summary when skipped.
-const REAL_TESTS: &str = "the real tier (tests/real_observer.rs, tests/real_pipelines.rs and tests/kube_agreement.rs: the observer, the observer chart's RBAC, the pipelines chart against the real Kargo CRDs and the Kubernetes double against upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built from real/go)";
+const REAL_TESTS: &str = "the real tier (tests/real_observer.rs, tests/real_pipelines.rs, tests/kube_agreement.rs and tests/real_argocd.rs: the observer, the observer chart's RBAC, the pipelines chart against the real Kargo CRDs, the Kubernetes double and the gate against real Argo CD, on upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and Argo CD built from real/go)";
 
 /// Whether the run includes the real tier: asked for (`--real`, or GITOPS_LOOP_REAL_REQUIRED=1
 /// as CI sets it), or the Go toolchain is present.
