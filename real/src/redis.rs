@@ -48,13 +48,28 @@ pub fn install(layout: &Layout) -> Result<bool> {
     let scratch = layout.root.join(".redis.download");
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch)?;
-    let output = Command::new("apt-get")
-        .arg("download")
-        .args(PACKAGES)
-        .current_dir(&scratch)
-        .stdin(Stdio::null())
-        .output()
-        .context("run apt-get download (Redis comes from Debian's packages)")?;
+    let download = || {
+        Command::new("apt-get")
+            .arg("download")
+            .args(PACKAGES)
+            .current_dir(&scratch)
+            .stdin(Stdio::null())
+            .output()
+            .context("run apt-get download (Redis comes from Debian's packages)")
+    };
+    let mut output = download()?;
+    if !output.status.success() {
+        // A machine whose package lists were never fetched knows no candidate version: fetch
+        // them once and try again.
+        let update = Command::new("apt-get")
+            .args(["update", "-qq"])
+            .stdin(Stdio::null())
+            .output()
+            .context("run apt-get update")?;
+        if update.status.success() {
+            output = download()?;
+        }
+    }
     if !output.status.success() {
         bail!(
             "apt-get download {}: {}",
