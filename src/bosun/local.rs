@@ -31,19 +31,17 @@ pub struct Local<'a> {
 /// nothing the repository's configuration, hooks or attributes name runs, no transport, and
 /// pathspecs are literal.
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let output = crate::git::git(dir)
+    crate::git::Git::local(dir)
+        .literal_pathspecs()
         .args(args)
-        .env("GIT_LITERAL_PATHSPECS", "1")
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "git {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .run_text()
+        .map_err(|e| match e {
+            crate::git::GitError::Spawn { source, .. } => format!("cannot run git: {source}"),
+            crate::git::GitError::Command { stderr, .. } => {
+                format!("git {}: {stderr}", args.join(" "))
+            }
+            other => other.to_string(),
+        })
 }
 
 fn short(sha: &str) -> &str {

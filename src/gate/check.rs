@@ -29,14 +29,7 @@ pub struct Revisions {
 /// The branch a pull request merges into, as the repository knows it: origin's HEAD, else
 /// main, else master (local or origin's).
 pub fn default_branch(repo: &Path) -> Option<String> {
-    let run = |args: &[&str]| {
-        git::git(repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
+    let run = |args: &[&str]| git::Git::local(repo).args(args).run_text().ok();
     if let Some(reference) = run(&["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"]) {
         return Some(reference.trim_start_matches("refs/remotes/").to_string());
     }
