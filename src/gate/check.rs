@@ -101,9 +101,13 @@ pub fn check_keeping(config: &RenderConfig, revisions: &Revisions) -> (GateResul
         Ok((base, head)) => {
             let mut kept = None;
             let result = judge_commits(config, base, head, Some(&mut kept));
+            result.assert_consistent();
             (result, kept)
         }
-        Err(undecided) => (*undecided, None),
+        Err(undecided) => {
+            undecided.assert_consistent();
+            (*undecided, None)
+        }
     }
 }
 
@@ -157,7 +161,9 @@ pub fn resolve(repo: &Path, revisions: &Revisions) -> Result<(String, String), B
 
 /// [`check`] of two resolved commits.
 pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateResult {
-    judge_commits(config, base, head, None)
+    let result = judge_commits(config, base, head, None);
+    result.assert_consistent();
+    result
 }
 
 /// [`check_commits`], the renders put in `kept` when asked.

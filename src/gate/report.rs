@@ -124,6 +124,59 @@ pub struct ChartDefaults {
 }
 
 impl GateResult {
+    /// The verdict agrees with what it was built from; a disagreement is a bug that would
+    /// publish a wrong verdict without a word, so it stops the process instead (on in
+    /// production: a stopped gate publishes nothing and its check stays red):
+    /// - the per-rule counts add up to the findings of each severity, and name only rules that
+    ///   have such a finding;
+    /// - a blocked outcome has a blocking finding, a green one has no blocking finding and no
+    ///   error;
+    /// - the verdict's diff counts are the diff's.
+    pub fn assert_consistent(&self) {
+        let verdict = &self.verdict;
+        for (severity, counted) in [
+            (Severity::Blocking, &verdict.blocking),
+            (Severity::Note, &verdict.notes),
+        ] {
+            let findings = self.findings.iter().filter(|f| f.severity == severity);
+            assert_eq!(
+                counted.values().sum::<usize>(),
+                findings.clone().count(),
+                "verdict of {}: {severity:?} counts per rule disagree with the findings",
+                verdict.head
+            );
+            for rule in counted.keys() {
+                assert!(
+                    counted[rule] == 0 || findings.clone().any(|f| &f.rule == rule),
+                    "verdict of {}: {severity:?} count for {rule} without such a finding",
+                    verdict.head
+                );
+            }
+        }
+        let blocks = self
+            .findings
+            .iter()
+            .any(|f| f.severity == Severity::Blocking);
+        match verdict.outcome {
+            Outcome::Blocked => assert!(
+                blocks,
+                "verdict of {}: blocked without a blocking finding",
+                verdict.head
+            ),
+            Outcome::Green => assert!(
+                !blocks && verdict.errors.is_empty(),
+                "verdict of {}: green with a blocking finding or an error",
+                verdict.head
+            ),
+            Outcome::Undecided => {}
+        }
+        assert_eq!(
+            verdict.counts, self.diff.counts,
+            "verdict of {}: its diff counts are not the diff's",
+            verdict.head
+        );
+    }
+
     pub fn dropped(&self) -> Vec<DroppedServedVersion> {
         self.findings
             .iter()
