@@ -280,11 +280,6 @@ const PURE_ROOM_ALLOWED: &[(&str, &str)] = &[
     // `helm version` / `kubectl version` of the pinned tool the configuration names (no
     // repository input reaches it), for the render cache's key.
     ("src/render/tools.rs", "a process"),
-    // The inventory loaders (Argo CD's cluster Secrets through kube, its API through
-    // reqwest) until they move to a room above render.
-    ("src/render/inventory.rs", "a Kubernetes client"),
-    ("src/render/inventory.rs", "an HTTP client"),
-    ("src/render/inventory.rs", "the async runtime"),
 ];
 
 fn in_pure_room(path: &str) -> bool {
