@@ -9,7 +9,7 @@ use super::applier::Rewrite;
 use super::classify::{self, Handoff, Path as Decision, Situation};
 use super::config::Config;
 use super::repair::{self, CapHit, Executed, Planning, Prepared, Refusal, Renders, Sink, Work};
-use crate::gate::{check, report};
+use crate::gate::{check, report, verdict};
 use crate::model::Model;
 use crate::render::RenderConfig;
 
@@ -60,7 +60,7 @@ fn handoff_lines(handoff: &Handoff, details: &[String]) -> Vec<String> {
 
 impl Local<'_> {
     /// The gate on `revision`, its report as it would be published, and its renders.
-    fn judge(&self, revision: &str) -> (report::GateResult, String, Option<check::Kept>) {
+    fn judge(&self, revision: &str) -> (verdict::GateResult, String, Option<check::Kept>) {
         let (result, kept) = tokio::task::block_in_place(|| {
             check::check_keeping(
                 &(self.render_config)(self.repo),
@@ -120,7 +120,7 @@ impl Local<'_> {
             }
             Decision::Handoff(h) => {
                 handoff_lines(&h, &[]).into_iter().for_each(&mut *out);
-                let undecided = result.verdict.outcome == report::Outcome::Undecided;
+                let undecided = result.verdict.outcome == verdict::Outcome::Undecided;
                 return Ok(if undecided { 2 } else { 1 });
             }
             Decision::Swap(dropped) => Work::Swap(dropped),
@@ -174,9 +174,9 @@ impl Local<'_> {
             crate::gate::publish::title(&again)
         ));
         Ok(match again.verdict.outcome {
-            report::Outcome::Green => 0,
-            report::Outcome::Blocked => 1,
-            report::Outcome::Undecided => 2,
+            verdict::Outcome::Green => 0,
+            verdict::Outcome::Blocked => 1,
+            verdict::Outcome::Undecided => 2,
         })
     }
 }

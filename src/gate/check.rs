@@ -6,8 +6,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::diff::{self, AppKey, AppStatus, ChartMove, RenderDiff};
-use super::report::{GateResult, Outcome, Verdict};
 use super::rules::{self, Finding, Severity};
+use super::verdict::{ChartDefaults, GateResult, Outcome, Verdict};
 use crate::git;
 use crate::render::{self, RenderConfig, RenderFailure};
 
@@ -421,10 +421,7 @@ fn chart_moves_alone(
 
 /// Each distinct chart version move's default values that changed (values.yaml of both
 /// versions from the chart mirror).
-fn chart_defaults(
-    config: &RenderConfig,
-    diff: &RenderDiff,
-) -> Vec<crate::gate::report::ChartDefaults> {
+fn chart_defaults(config: &RenderConfig, diff: &RenderDiff) -> Vec<ChartDefaults> {
     use crate::render::charts::ChartRef;
     const KEPT: usize = 200;
     let mut moves: Vec<&ChartMove> = diff
@@ -449,7 +446,7 @@ fn chart_defaults(
     moves
         .into_iter()
         .map(|chart_move| {
-            let mut out = crate::gate::report::ChartDefaults {
+            let mut out = ChartDefaults {
                 chart: chart_move.chart.clone(),
                 repo_url: chart_move.repo_url.clone(),
                 from: chart_move.from.clone(),

@@ -1,6 +1,8 @@
 //! Tests of `report`.
 
 use super::*;
+use crate::gate::rules::Finding;
+use crate::gate::verdict::ChartDefaults;
 
 #[test]
 fn the_summary_block_stays_within_its_budget_and_reads_tags_under_digests() {
@@ -267,68 +269,4 @@ proptest::proptest! {
 fn a_bidi_override_is_shown_not_obeyed() {
     assert_eq!(text("invoice\u{202E}fdp.exe"), "invoice\\u{202E}fdp.exe");
     assert_eq!(text("a\u{E0041}\u{200B}b"), "a\\u{E0041}\\u{200B}b");
-}
-
-/// A consistent verdict, blocked by one finding, for the assertions' tests.
-fn blocked_by_one() -> GateResult {
-    GateResult {
-        verdict: Verdict {
-            outcome: Outcome::Blocked,
-            base: "a".repeat(40),
-            head: "b".repeat(40),
-            counts: Default::default(),
-            blocking: [(rules::KIND_NOT_SERVED.to_string(), 1)].into(),
-            notes: Default::default(),
-            repository_consumers: 0,
-            errors: vec![],
-        },
-        findings: vec![Finding {
-            rule: rules::KIND_NOT_SERVED.into(),
-            severity: Severity::Blocking,
-            summary: "X is rendered".into(),
-            evidence: Value::Null,
-        }],
-        diff: Default::default(),
-        chart_defaults: vec![],
-        confinement: None,
-    }
-}
-
-#[test]
-fn a_consistent_verdict_passes_its_assertions() {
-    blocked_by_one().assert_consistent();
-}
-
-#[test]
-#[should_panic(expected = "blocked without a blocking finding")]
-fn a_blocked_verdict_without_a_blocking_finding_stops() {
-    let mut result = blocked_by_one();
-    result.findings[0].severity = Severity::Note;
-    result.verdict.notes = result.verdict.blocking.clone();
-    result.verdict.blocking.clear();
-    result.assert_consistent();
-}
-
-#[test]
-#[should_panic(expected = "green with a blocking finding")]
-fn a_green_verdict_with_a_blocking_finding_stops() {
-    let mut result = blocked_by_one();
-    result.verdict.outcome = Outcome::Green;
-    result.assert_consistent();
-}
-
-#[test]
-#[should_panic(expected = "counts per rule disagree with the findings")]
-fn per_rule_counts_that_miss_a_finding_stop() {
-    let mut result = blocked_by_one();
-    result.findings.push(result.findings[0].clone());
-    result.assert_consistent();
-}
-
-#[test]
-#[should_panic(expected = "its diff counts are not the diff's")]
-fn verdict_counts_other_than_the_diffs_stop() {
-    let mut result = blocked_by_one();
-    result.verdict.counts.objects_added = 1;
-    result.assert_consistent();
 }
