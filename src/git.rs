@@ -75,7 +75,7 @@ pub struct Snapshot {
 /// credential helper or lazy fetch of a promisor). A repository's `.git/config` may come from
 /// anyone (`bosun repair --repo DIR` on a repository received as it is). The calls that must
 /// talk to a remote use [`git_remote`].
-pub fn git(repo: &Path) -> Command {
+fn git(repo: &Path) -> Command {
     let mut command = git_remote(repo);
     command.env("GIT_ALLOW_PROTOCOL", "");
     command
@@ -84,7 +84,7 @@ pub fn git(repo: &Path) -> Command {
 /// [`git`] for the calls that talk to a remote (`fetch`, `push`): the transports the
 /// configuration allows are allowed; everything else of [`git`] holds. Only for a repository
 /// whose configuration the product wrote or the CI checked out.
-pub fn git_remote(repo: &Path) -> Command {
+fn git_remote(repo: &Path) -> Command {
     let mut command = Command::new("git");
     command.arg("-C").arg(repo).env("GIT_TERMINAL_PROMPT", "0");
     // Configuration given through the environment wins over every file (command scope), and
@@ -117,6 +117,80 @@ pub fn git_remote(repo: &Path) -> Command {
     }
     command.env("GIT_CONFIG_COUNT", (inherited + pairs.len()).to_string());
     command
+}
+
+/// One git command as the rest of the product runs it: built and spawned here only, so every
+/// git process of the product has [`git`]'s guards. Callers say what they need on top: a
+/// transport ([`Git::remote`]), literal pathspecs, an environment variable for this one
+/// process (a credential helper's input), the arguments.
+pub struct Git {
+    repo: PathBuf,
+    command: Command,
+    args: Vec<String>,
+}
+
+impl Git {
+    /// git in `repo` with no transport at all (see [`git`]).
+    pub fn local(repo: &Path) -> Git {
+        Git {
+            repo: repo.to_path_buf(),
+            command: git(repo),
+            args: Vec::new(),
+        }
+    }
+
+    /// git in `repo` for a call that talks to a remote (`fetch`, `push`; see [`git_remote`]).
+    pub fn remote(repo: &Path) -> Git {
+        Git {
+            repo: repo.to_path_buf(),
+            command: git_remote(repo),
+            args: Vec::new(),
+        }
+    }
+
+    /// A file named like pathspec magic (`:(exclude)x`) is only ever that file.
+    pub fn literal_pathspecs(mut self) -> Git {
+        self.command.env("GIT_LITERAL_PATHSPECS", "1");
+        self
+    }
+
+    /// An environment variable of this one git process.
+    pub fn env(mut self, key: &str, value: &str) -> Git {
+        self.command.env(key, value);
+        self
+    }
+
+    /// Arguments, in order (options before the subcommand, then the subcommand's).
+    pub fn args<S: AsRef<str>>(mut self, args: &[S]) -> Git {
+        for arg in args {
+            self.command.arg(arg.as_ref());
+            self.args.push(arg.as_ref().to_string());
+        }
+        self
+    }
+
+    /// Runs it: its standard output when it succeeds; [`GitError::Spawn`] when git cannot
+    /// start, [`GitError::Command`] (its standard error, trimmed) when it fails.
+    pub fn run(mut self) -> Result<Vec<u8>, GitError> {
+        let output = self.command.output().map_err(|source| GitError::Spawn {
+            repo: self.repo.display().to_string(),
+            source,
+        })?;
+        if !output.status.success() {
+            return Err(GitError::Command {
+                repo: self.repo.display().to_string(),
+                args: self.args.join(" "),
+                stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+            });
+        }
+        Ok(output.stdout)
+    }
+
+    /// [`Git::run`], its output read as text and trimmed.
+    pub fn run_text(self) -> Result<String, GitError> {
+        self.run()
+            .map(|out| String::from_utf8_lossy(&out).trim().to_string())
+    }
 }
 
 /// Configuration that would make git run a program on its own, turned off for every git
@@ -191,21 +265,7 @@ fn driver_names(repo: &Path) -> Result<Vec<String>, ()> {
 }
 
 fn run_git(repo: &Path, args: &[&str]) -> Result<Vec<u8>, GitError> {
-    let output = git(repo)
-        .args(args)
-        .output()
-        .map_err(|source| GitError::Spawn {
-            repo: repo.display().to_string(),
-            source,
-        })?;
-    if !output.status.success() {
-        return Err(GitError::Command {
-            repo: repo.display().to_string(),
-            args: args.join(" "),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        });
-    }
-    Ok(output.stdout)
+    Git::local(repo).args(args).run()
 }
 
 /// Resolves a revision (branch, tag, sha, `HEAD~1`) to a full commit id.

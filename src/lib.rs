@@ -3,6 +3,7 @@ pub mod bosun;
 pub mod forge;
 pub mod gate;
 pub mod git;
+pub mod inventory;
 pub mod model;
 pub mod names;
 pub mod observer;

@@ -545,7 +545,7 @@ async fn with_the_gate_run_by_ci_bosun_reads_that_report_and_publishes_none() {
     assert_eq!(latest.verdict.head, head);
     assert_eq!(
         latest.verdict.outcome,
-        gitops_loop::gate::report::Outcome::Green
+        gitops_loop::gate::verdict::Outcome::Green
     );
 
     // The gate's identity is shared (any workflow can comment as the CI bot). A newer comment
@@ -571,7 +571,7 @@ async fn with_the_gate_run_by_ci_bosun_reads_that_report_and_publishes_none() {
             .unwrap()
             .verdict
             .outcome,
-        gitops_loop::gate::report::Outcome::Green,
+        gitops_loop::gate::verdict::Outcome::Green,
         "the forgery parses as a green report"
     );
     // The forgery is a second report comment by the gate's identity, on purpose.

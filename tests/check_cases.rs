@@ -81,7 +81,7 @@ fn check_cases() {
         let json_text = std::fs::read_to_string(out.path().join("verdict.json")).expect("json");
         let verdict: Value = serde_json::from_str(&json_text).expect("json");
         // The JSON reads back into the result it was written from.
-        let result: gitops_loop::gate::report::GateResult =
+        let result: gitops_loop::gate::verdict::GateResult =
             serde_json::from_str(&json_text).expect("the JSON is a GateResult");
         assert_eq!(serde_json::to_value(&result).unwrap(), verdict);
         // Quiet: stdout is the outcome line only.

@@ -827,7 +827,7 @@ async fn a_chart_failing_with_megabytes_of_text_still_gets_a_report_and_a_red_ch
     let parsed = gitops_loop::gate::report::parse(body).unwrap();
     assert_eq!(
         parsed.verdict.outcome,
-        gitops_loop::gate::report::Outcome::Undecided
+        gitops_loop::gate::verdict::Outcome::Undecided
     );
     assert!(
         parsed

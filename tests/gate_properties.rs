@@ -3,8 +3,9 @@
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
 use gitops_loop::gate::diff::{self, AppStatus};
-use gitops_loop::gate::report::{self, GateResult, Outcome, Verdict};
+use gitops_loop::gate::report;
 use gitops_loop::gate::rules::{self, Consumer, DroppedServedVersion, Finding, Severity};
+use gitops_loop::gate::verdict::{GateResult, Outcome, Verdict};
 use gitops_loop::render::{ClusterRef, Origin, RenderedApplication, Rendering};
 use proptest::prelude::*;
 use serde_json::{Value, json};

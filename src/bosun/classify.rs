@@ -2,8 +2,9 @@
 //! pull request's own facts). Pure: every branch has a unit test; docs/classification.md is
 //! the same table in prose, with worked examples.
 
-use crate::gate::report::{Outcome, ParsedReport};
+use crate::gate::report::ParsedReport;
 use crate::gate::rules::{self, DroppedServedVersion};
+use crate::gate::verdict::Outcome;
 
 /// What Bosun knows when it decides.
 #[derive(Debug, Clone)]
@@ -364,8 +365,8 @@ fn short(sha: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::report::Verdict;
     use crate::gate::rules::Consumer;
+    use crate::gate::verdict::Verdict;
     use std::collections::BTreeMap;
 
     const HEAD: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";

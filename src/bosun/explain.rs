@@ -2,7 +2,8 @@
 //! grounded only in the gate's published report (its `summary` and `verdict` blocks). Every
 //! name, version and value in it comes from a chart or the repository, so each is escaped.
 
-use crate::gate::report::{Summary, Verdict, code, text};
+use crate::gate::report::{Summary, code, text};
+use crate::gate::verdict::Verdict;
 
 /// How many chart defaults the comment lists (the report has the rest).
 const DEFAULTS_SHOWN: usize = 5;

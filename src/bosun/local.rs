@@ -9,7 +9,7 @@ use super::applier::Rewrite;
 use super::classify::{self, Handoff, Path as Decision, Situation};
 use super::config::Config;
 use super::repair::{self, CapHit, Executed, Planning, Prepared, Refusal, Renders, Sink, Work};
-use crate::gate::{check, report};
+use crate::gate::{check, report, verdict};
 use crate::model::Model;
 use crate::render::RenderConfig;
 
@@ -31,19 +31,17 @@ pub struct Local<'a> {
 /// nothing the repository's configuration, hooks or attributes name runs, no transport, and
 /// pathspecs are literal.
 fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
-    let output = crate::git::git(dir)
+    crate::git::Git::local(dir)
+        .literal_pathspecs()
         .args(args)
-        .env("GIT_LITERAL_PATHSPECS", "1")
-        .output()
-        .map_err(|e| format!("cannot run git: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "git {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .run_text()
+        .map_err(|e| match e {
+            crate::git::GitError::Spawn { source, .. } => format!("cannot run git: {source}"),
+            crate::git::GitError::Command { stderr, .. } => {
+                format!("git {}: {stderr}", args.join(" "))
+            }
+            other => other.to_string(),
+        })
 }
 
 fn short(sha: &str) -> &str {
@@ -62,7 +60,7 @@ fn handoff_lines(handoff: &Handoff, details: &[String]) -> Vec<String> {
 
 impl Local<'_> {
     /// The gate on `revision`, its report as it would be published, and its renders.
-    fn judge(&self, revision: &str) -> (report::GateResult, String, Option<check::Kept>) {
+    fn judge(&self, revision: &str) -> (verdict::GateResult, String, Option<check::Kept>) {
         let (result, kept) = tokio::task::block_in_place(|| {
             check::check_keeping(
                 &(self.render_config)(self.repo),
@@ -122,7 +120,7 @@ impl Local<'_> {
             }
             Decision::Handoff(h) => {
                 handoff_lines(&h, &[]).into_iter().for_each(&mut *out);
-                let undecided = result.verdict.outcome == report::Outcome::Undecided;
+                let undecided = result.verdict.outcome == verdict::Outcome::Undecided;
                 return Ok(if undecided { 2 } else { 1 });
             }
             Decision::Swap(dropped) => Work::Swap(dropped),
@@ -176,9 +174,9 @@ impl Local<'_> {
             crate::gate::publish::title(&again)
         ));
         Ok(match again.verdict.outcome {
-            report::Outcome::Green => 0,
-            report::Outcome::Blocked => 1,
-            report::Outcome::Undecided => 2,
+            verdict::Outcome::Green => 0,
+            verdict::Outcome::Blocked => 1,
+            verdict::Outcome::Undecided => 2,
         })
     }
 }

@@ -6,7 +6,8 @@
 
 use serde_json::{Value, json};
 
-use crate::gate::report::{Summary, Verdict};
+use crate::gate::report::Summary;
+use crate::gate::verdict::Verdict;
 use crate::model::Request;
 
 /// The harness's rules, by the name a refusal gives.

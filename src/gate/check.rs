@@ -6,8 +6,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::diff::{self, AppKey, AppStatus, ChartMove, RenderDiff};
-use super::report::{GateResult, Outcome, Verdict};
 use super::rules::{self, Finding, Severity};
+use super::verdict::{ChartDefaults, GateResult, Outcome, Verdict};
 use crate::git;
 use crate::render::{self, RenderConfig, RenderFailure};
 
@@ -29,14 +29,7 @@ pub struct Revisions {
 /// The branch a pull request merges into, as the repository knows it: origin's HEAD, else
 /// main, else master (local or origin's).
 pub fn default_branch(repo: &Path) -> Option<String> {
-    let run = |args: &[&str]| {
-        git::git(repo)
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-    };
+    let run = |args: &[&str]| git::Git::local(repo).args(args).run_text().ok();
     if let Some(reference) = run(&["symbolic-ref", "--quiet", "refs/remotes/origin/HEAD"]) {
         return Some(reference.trim_start_matches("refs/remotes/").to_string());
     }
@@ -108,9 +101,13 @@ pub fn check_keeping(config: &RenderConfig, revisions: &Revisions) -> (GateResul
         Ok((base, head)) => {
             let mut kept = None;
             let result = judge_commits(config, base, head, Some(&mut kept));
+            result.assert_consistent();
             (result, kept)
         }
-        Err(undecided) => (*undecided, None),
+        Err(undecided) => {
+            undecided.assert_consistent();
+            (*undecided, None)
+        }
     }
 }
 
@@ -164,7 +161,9 @@ pub fn resolve(repo: &Path, revisions: &Revisions) -> Result<(String, String), B
 
 /// [`check`] of two resolved commits.
 pub fn check_commits(config: &RenderConfig, base: String, head: String) -> GateResult {
-    judge_commits(config, base, head, None)
+    let result = judge_commits(config, base, head, None);
+    result.assert_consistent();
+    result
 }
 
 /// [`check_commits`], the renders put in `kept` when asked.
@@ -422,10 +421,7 @@ fn chart_moves_alone(
 
 /// Each distinct chart version move's default values that changed (values.yaml of both
 /// versions from the chart mirror).
-fn chart_defaults(
-    config: &RenderConfig,
-    diff: &RenderDiff,
-) -> Vec<crate::gate::report::ChartDefaults> {
+fn chart_defaults(config: &RenderConfig, diff: &RenderDiff) -> Vec<ChartDefaults> {
     use crate::render::charts::ChartRef;
     const KEPT: usize = 200;
     let mut moves: Vec<&ChartMove> = diff
@@ -450,7 +446,7 @@ fn chart_defaults(
     moves
         .into_iter()
         .map(|chart_move| {
-            let mut out = crate::gate::report::ChartDefaults {
+            let mut out = ChartDefaults {
                 chart: chart_move.chart.clone(),
                 repo_url: chart_move.repo_url.clone(),
                 from: chart_move.from.clone(),

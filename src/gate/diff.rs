@@ -108,6 +108,32 @@ pub struct RenderDiff {
 }
 
 impl RenderDiff {
+    /// The counts are the list's (each Application's status and objects summed) and the list
+    /// has one entry per Application, sorted: the report's numbers and its lists come from one
+    /// diff. A disagreement is a bug that would publish wrong numbers silently, so it stops
+    /// the process (on in production).
+    pub fn assert_consistent(&self) {
+        let mut counted = DiffCounts::default();
+        for app in &self.applications {
+            match app.status {
+                AppStatus::Added => counted.applications_added += 1,
+                AppStatus::Removed => counted.applications_removed += 1,
+                AppStatus::Changed => counted.applications_changed += 1,
+            }
+            counted.objects_added += app.objects.added.len();
+            counted.objects_removed += app.objects.removed.len();
+            counted.objects_changed += app.objects.changed.len();
+        }
+        assert_eq!(
+            counted, self.counts,
+            "the diff's counts disagree with its Applications"
+        );
+        assert!(
+            self.applications.windows(2).all(|w| w[0].app < w[1].app),
+            "the diff's Applications are not sorted or one is listed twice"
+        );
+    }
+
     /// How many distinct object changes the diff holds (as `--json` lists them).
     pub fn distinct_changes(&self) -> usize {
         wire::count(self)

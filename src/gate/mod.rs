@@ -6,6 +6,8 @@ pub mod diff;
 pub mod publish;
 pub mod report;
 pub mod rules;
+pub mod text;
+pub mod verdict;
 
 /// A scoped thread's result; its panic goes on in the caller.
 pub(crate) fn joined<T>(result: std::thread::Result<T>) -> T {

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{self, GateResult, MARKER, Outcome};
+use super::report::{self, MARKER};
+use super::verdict::{GateResult, Outcome};
 use crate::forge::{
     CheckRun, CommitStatus, Conclusion, Forge, ForgeError, RepoSlug, StatusState,
     upsert_marked_comment,

@@ -11,8 +11,10 @@ use std::fmt::Write;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::diff::{AppStatus, DiffCounts, RenderDiff};
-use super::rules::{self, DroppedServedVersion, Finding, Severity};
+use super::diff::{AppStatus, DiffCounts};
+use super::rules::{self, DroppedServedVersion, Severity};
+use super::text::clip;
+use super::verdict::{GateResult, Outcome, Verdict};
 
 mod blocks;
 mod details;
@@ -21,7 +23,7 @@ mod head;
 mod summary;
 
 pub use self::blocks::{BlockFinding, ReportError, machine_block, machine_blocks, parse};
-pub use self::escape::{clip, code, invisible, text, visible};
+pub use self::escape::{code, invisible, text, visible};
 pub use self::summary::{
     SUMMARY_ITEMS, Summary, SummaryChart, SummaryCrd, SummaryDefault, SummaryImage,
 };
@@ -38,99 +40,14 @@ const BLOCK_PREFIX: &str = "<!-- gitops-gate:";
 /// GitHub's limit for a comment body.
 pub const COMMENT_LIMIT: usize = 65_536;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Outcome {
-    /// Exit 0: nothing blocks.
-    Green,
-    /// Exit 1: at least one blocking finding.
-    Blocked,
-    /// Exit 2: the gate could not decide (a render failed, bad input): red, never green.
-    Undecided,
-}
-
-impl Outcome {
-    pub fn exit_code(self) -> u8 {
-        match self {
-            Outcome::Green => 0,
-            Outcome::Blocked => 1,
-            Outcome::Undecided => 2,
-        }
-    }
-
-    /// The report's heading: `<marker>` and `### addons-gate: <outcome>`.
-    fn heading(self) -> String {
-        let title = match self {
-            Outcome::Green => "passed",
-            Outcome::Blocked => "blocked",
-            Outcome::Undecided => "could not decide",
-        };
-        format!("{MARKER}\n### addons-gate: {title}\n\n")
-    }
-}
-
-/// The verdict as scripts (`--json`) and Bosun (the `verdict` block) read it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Verdict {
-    pub outcome: Outcome,
-    pub base: String,
-    pub head: String,
-    pub counts: DiffCounts,
-    /// Blocking findings per rule id.
-    pub blocking: std::collections::BTreeMap<String, usize>,
-    /// Notes (not blocking) per rule id: what a reviewer of a green change may want to see.
-    #[serde(default)]
-    pub notes: std::collections::BTreeMap<String, usize>,
-    /// Manifests in the repository that declare a dropped version (what a repair would touch).
-    pub repository_consumers: usize,
-    /// Why the gate could not decide, when it could not.
-    pub errors: Vec<String>,
-}
-
-/// Everything published: the verdict, the findings, and the diff behind them.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct GateResult {
-    pub verdict: Verdict,
-    pub findings: Vec<Finding>,
-    pub diff: RenderDiff,
-    /// Per chart version move: the chart's default values that changed (its values.yaml at
-    /// both versions), so the value that made an object appear is in front of the reader.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub chart_defaults: Vec<ChartDefaults>,
-    /// How helm and kubectl ran for this check (the report's footer says it); absent when
-    /// nothing was rendered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub confinement: Option<crate::render::confine::Confinement>,
-}
-
-/// A chart's default values that changed between two versions.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ChartDefaults {
-    pub chart: String,
-    pub repo_url: String,
-    pub from: String,
-    pub to: String,
-    /// The first changes, by path (`gate check --json` keeps at most 200).
-    pub changes: Vec<crate::gate::diff::FieldChange>,
-    /// Changes beyond those listed.
-    #[serde(default)]
-    pub more: usize,
-    /// Why the values could not be compared (a chart not in the mirror, YAML that does not
-    /// parse).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unreadable: Option<String>,
-}
-
-impl GateResult {
-    pub fn dropped(&self) -> Vec<DroppedServedVersion> {
-        self.findings
-            .iter()
-            .filter(|f| f.rule == rules::DROPPED_SERVED_VERSION)
-            .filter_map(|f| serde_json::from_value(f.evidence.clone()).ok())
-            .collect()
-    }
+/// The report's heading: `<marker>` and `### addons-gate: <outcome>`.
+fn heading(outcome: Outcome) -> String {
+    let title = match outcome {
+        Outcome::Green => "passed",
+        Outcome::Blocked => "blocked",
+        Outcome::Undecided => "could not decide",
+    };
+    format!("{MARKER}\n### addons-gate: {title}\n\n")
 }
 
 /// What a reader recovers from a published report.
@@ -207,7 +124,7 @@ fn counts_sentence(c: &DiffCounts) -> String {
 /// in it and hands the change to a person.
 fn minimal(result: &GateResult) -> String {
     let v = &result.verdict;
-    let mut out = v.outcome.heading();
+    let mut out = heading(v.outcome);
     let _ = writeln!(out, "{}.\n", counts_sentence(&v.counts));
     for (label, counts) in [("Blocking", &v.blocking), ("Notes", &v.notes)] {
         if !counts.is_empty() {
@@ -219,7 +136,7 @@ fn minimal(result: &GateResult) -> String {
         }
     }
     for error in blocks::kept_errors(&v.errors, MINIMAL_ERRORS) {
-        let _ = writeln!(out, "- {}", text(&escape::clip(error, MINIMAL_ERROR_CHARS)));
+        let _ = writeln!(out, "- {}", text(&clip(error, MINIMAL_ERROR_CHARS)));
     }
     let _ = writeln!(
         out,

@@ -6,8 +6,8 @@ use crate::gate::report::{self, Summary, SummaryChart, SummaryImage, machine_blo
 /// A gate report: `prose` (what charts and pull requests wrote, quoted), then the machine
 /// blocks, whose `summary` names the chart move and the image tags given.
 fn report_naming(prose: &str, images: &[(&str, &str)]) -> String {
-    let verdict = report::Verdict {
-        outcome: report::Outcome::Blocked,
+    let verdict = crate::gate::verdict::Verdict {
+        outcome: crate::gate::verdict::Outcome::Blocked,
         base: "b".into(),
         head: "h".into(),
         counts: Default::default(),

@@ -57,13 +57,11 @@ pub(super) fn plan_on(
     let changed: Vec<String> = if base.is_empty() {
         Vec::new()
     } else {
-        crate::git::git(&head_config.repo_dir)
-            .args(["diff", "--name-only", "--no-renames", base, &head.revision])
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
+        crate::git::Git::local(&head_config.repo_dir)
+            .args(&["diff", "--name-only", "--no-renames", base, &head.revision])
+            .run()
             .map(|out| {
-                String::from_utf8_lossy(&out.stdout)
+                String::from_utf8_lossy(&out)
                     .lines()
                     .map(str::to_string)
                     .collect()

@@ -1,9 +1,10 @@
 //! Git for a triage: credentials, the checkout, token scrubbing, commit and push.
 
 use super::*;
+use crate::git::{Git, GitError};
 
 /// git on the checkout: nothing of the repository's configuration, hooks or attributes runs
-/// and no transport is allowed ([`crate::git::git`]).
+/// and no transport is allowed ([`crate::git::Git::local`]).
 pub(super) fn git(dir: &Path, args: &[&str]) -> Result<String, TriageError> {
     git_as(dir, args, Access::Local)
 }
@@ -26,39 +27,36 @@ pub(super) const CREDENTIAL_HELPER: &str = "credential.helper=!f() { test \"$1\"
 /// credentials.
 fn git_as(dir: &Path, args: &[&str], access: Access<'_>) -> Result<String, TriageError> {
     let (mut command, credentials) = match access {
-        Access::Local => (crate::git::git(dir), None),
-        Access::Remote(credentials) => (crate::git::git_remote(dir), credentials),
+        Access::Local => (Git::local(dir), None),
+        Access::Remote(credentials) => (Git::remote(dir), credentials),
     };
     if let Some((url, username, token)) = credentials {
         let (protocol, rest) = url.split_once("://").unwrap_or(("", url));
         let host = rest.split('/').next().unwrap_or("");
-        command
-            .args(["-c", "credential.helper=", "-c", CREDENTIAL_HELPER])
+        command = command
+            .args(&["-c", "credential.helper=", "-c", CREDENTIAL_HELPER])
             .env("BOSUN_GIT_HOST", host)
             .env("BOSUN_GIT_PROTOCOL", protocol)
             .env("BOSUN_GIT_USERNAME", username)
             .env("BOSUN_GIT_TOKEN", token)
             .env("GIT_TERMINAL_PROMPT", "0");
     }
-    let output = command
+    command
         .args(args)
-        // A file named like pathspec magic (`:(exclude)x`) is only ever that file.
-        .env("GIT_LITERAL_PATHSPECS", "1")
-        .output()
-        .map_err(|e| TriageError::Git(format!("cannot run git: {e}")))?;
-    if !output.status.success() {
-        // Never echo a URL with a token in it.
-        let args: Vec<&str> = args
-            .iter()
-            .map(|a| if a.contains('@') { "<url>" } else { a })
-            .collect();
-        return Err(TriageError::Git(format!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+        .literal_pathspecs()
+        .run_text()
+        .map_err(|e| match e {
+            GitError::Spawn { source, .. } => TriageError::Git(format!("cannot run git: {source}")),
+            GitError::Command { stderr, .. } => {
+                // Never echo a URL with a token in it.
+                let args: Vec<&str> = args
+                    .iter()
+                    .map(|a| if a.contains('@') { "<url>" } else { a })
+                    .collect();
+                TriageError::Git(format!("git {} failed: {stderr}", args.join(" ")))
+            }
+            other => TriageError::Git(other.to_string()),
+        })
 }
 
 impl Bosun {

@@ -140,9 +140,9 @@ impl Bosun {
                 slug,
                 &pr.head_sha,
                 published_report.as_ref().map(|(_, d, _)| d.as_str()),
-                published_report
-                    .as_ref()
-                    .is_some_and(|(r, _, _)| r.verdict.outcome == report::Outcome::Green),
+                published_report.as_ref().is_some_and(|(r, _, _)| {
+                    r.verdict.outcome == crate::gate::verdict::Outcome::Green
+                }),
             )
             .await?;
         let (report, body) = match published_report {

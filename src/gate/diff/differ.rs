@@ -236,5 +236,6 @@ pub fn diff_with(differ: &mut Differ, base: &Rendering, head: &Rendering) -> Ren
             chart_only: None,
         });
     }
+    result.assert_consistent();
     result
 }

@@ -59,3 +59,42 @@ fn secret_values_are_hidden() {
     assert_eq!(changed[0].fields[0].new, Some(json!(REDACTED)));
     assert!(!serde_json::to_string(&changed).unwrap().contains("Yg=="));
 }
+
+#[test]
+#[should_panic(expected = "the diff's counts disagree with its Applications")]
+fn diff_counts_other_than_its_applications_stop() {
+    let diff = RenderDiff {
+        counts: DiffCounts {
+            applications_added: 1,
+            ..Default::default()
+        },
+        applications: Vec::new(),
+    };
+    diff.assert_consistent();
+}
+
+#[test]
+#[should_panic(expected = "not sorted or one is listed twice")]
+fn an_application_listed_twice_stops() {
+    let app = AppDiff {
+        app: AppKey {
+            cluster: "c".into(),
+            namespace: "argocd".into(),
+            name: "a".into(),
+        },
+        status: AppStatus::Added,
+        chart_moves: Vec::new(),
+        objects: Default::default(),
+        spec_changed: false,
+        application_fields: Vec::new(),
+        chart_only: None,
+    };
+    let diff = RenderDiff {
+        counts: DiffCounts {
+            applications_added: 2,
+            ..Default::default()
+        },
+        applications: vec![app.clone(), app],
+    };
+    diff.assert_consistent();
+}

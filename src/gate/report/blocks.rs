@@ -253,11 +253,11 @@ pub(super) fn verdict_block(verdict: &Verdict, errors: usize, chars: usize) -> S
     let mut bounded = verdict.clone();
     bounded.errors = kept_errors(&verdict.errors, errors)
         .into_iter()
-        .map(|error| super::escape::clip(error, chars))
+        .map(|error| clip(error, chars))
         .collect();
     // A revision the caller named that did not resolve is quoted here too.
-    bounded.base = super::escape::clip(&bounded.base, 200);
-    bounded.head = super::escape::clip(&bounded.head, 200);
+    bounded.base = clip(&bounded.base, 200);
+    bounded.head = clip(&bounded.head, 200);
     machine_block("verdict", &bounded)
 }
 
@@ -292,11 +292,11 @@ pub(super) fn kept_errors(errors: &[String], limit: usize) -> Vec<&String> {
 /// (quoted by a schema's refusal) cannot make one block outgrow a comment.
 fn clipped(value: &Value, chars: usize) -> Value {
     match value {
-        Value::String(s) => Value::String(super::escape::clip(s, chars)),
+        Value::String(s) => Value::String(clip(s, chars)),
         Value::Array(items) => Value::Array(items.iter().map(|v| clipped(v, chars)).collect()),
         Value::Object(map) => Value::Object(
             map.iter()
-                .map(|(k, v)| (super::escape::clip(k, chars), clipped(v, chars)))
+                .map(|(k, v)| (clip(k, chars), clipped(v, chars)))
                 .collect(),
         ),
         other => other.clone(),

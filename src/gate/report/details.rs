@@ -2,8 +2,9 @@
 
 use super::*;
 
-use super::escape::{clip, value_text};
+use super::escape::value_text;
 use crate::gate::diff::ObjectsDiff;
+use crate::gate::text::clip;
 
 /// The Markdown text of an `ObjectsDiff`, made once per shared diff: Applications whose pair
 /// of renders is the same share one `Arc` (see `Differ`), and a CRD-heavy chart's changes

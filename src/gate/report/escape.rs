@@ -142,11 +142,3 @@ pub(super) fn value_text(value: &Option<Value>) -> String {
         }
     }
 }
-
-pub fn clip(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(max).collect::<String>())
-    }
-}

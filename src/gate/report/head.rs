@@ -2,7 +2,9 @@
 
 use super::*;
 
-use super::escape::{clip, value_text};
+use super::escape::value_text;
+use crate::gate::rules::Finding;
+use crate::gate::text::clip;
 
 /// The characters of a finding's summary in the head: a summary quotes names and values a
 /// chart or a pull request chose.
@@ -36,7 +38,7 @@ fn more_line(
 
 pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String {
     let v = &result.verdict;
-    let mut out = v.outcome.heading();
+    let mut out = heading(v.outcome);
     let c = &v.counts;
     if v.outcome == Outcome::Undecided {
         let _ = writeln!(

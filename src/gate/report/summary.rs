@@ -2,7 +2,7 @@
 
 use super::*;
 
-use super::escape::clip;
+use crate::gate::text::clip;
 
 /// What a change did, compactly, for a reader who explains a green gate (the `summary` block):
 /// the chart moves, the images whose tags moved, CRDs whose served versions changed or that

@@ -1,6 +1,8 @@
 //! Tests of `report`.
 
 use super::*;
+use crate::gate::rules::Finding;
+use crate::gate::verdict::ChartDefaults;
 
 #[test]
 fn the_summary_block_stays_within_its_budget_and_reads_tags_under_digests() {

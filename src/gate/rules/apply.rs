@@ -13,7 +13,7 @@ use super::{
 };
 use crate::gate::crd::{crd_name_problem, serves_version};
 use crate::gate::diff::ObjectKey;
-use crate::gate::report::clip;
+use crate::gate::text::clip;
 use crate::render::parsed::Object;
 use crate::render::{RenderedApplication, Rendering};
 
