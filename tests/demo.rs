@@ -190,6 +190,8 @@ async fn regression_chaos_triage_seed_6_a_failed_triage_is_tried_again() {
             service: ground::scenario::Service::Api,
             user: ground::BOSUN_USER.into(),
             method: None,
+            path: None,
+            after: 0,
             requests: 1,
         }),
     );
@@ -203,6 +205,63 @@ async fn regression_chaos_triage_seed_6_a_failed_triage_is_tried_again() {
         .expect("a later triage repairs");
     assert!(failed < repaired, "{text}");
     assert!(text.contains("[forge] alice merged #1"), "{text}");
+}
+
+/// The structural story with Bosun's forge requests to a path ending in `/labels` failing
+/// (502) once, after `after` of them passed.
+async fn structural_with_a_label_outage(after: u32) -> Ground {
+    let root = common::project_root();
+    let mut scenario = Scenario::load(&root.join("scenarios/structural")).unwrap();
+    scenario.timeline.insert(
+        0,
+        ground::scenario::Action::Outage(ground::scenario::Outage {
+            service: ground::scenario::Service::Forge,
+            user: "bosun[bot]".into(),
+            method: Some("POST".into()),
+            path: Some("/labels".into()),
+            after,
+            requests: 1,
+        }),
+    );
+    // play fails when the model double meets a request it has no reply for, or when the
+    // story's expectations (merged, labelled bosun/attempt-1, blocked then green) do not hold.
+    play_scenario(scenario, FaultPlan::none()).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_chaos_structural_seed_501_a_triage_tried_again_does_not_ask_the_model_again() {
+    // Found by `cargo xtask ground chaos --from 500` (structural, seed 501): the model replied,
+    // then counting the attempt (the label) met a 502 and the triage failed; the triage tried
+    // again asked the model the same question again, had no answer (the double's one reply was
+    // spent; a real model costs a second call), and handed the pull request to a person.
+    // Bosun now keeps accepted replies in its work folder (`model::remembered`): the same
+    // question on the same head is answered from there, across a retry or a restart.
+    let ground = structural_with_a_label_outage(0).await;
+    let text = ground.transcript.text();
+    assert!(text.contains("triage failed"), "{text}");
+    let model = ground.model.as_ref().unwrap();
+    assert_eq!(model.requests().len(), 1, "{text}");
+    assert!(model.failures().is_empty(), "{:?}", model.failures());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn regression_chaos_structural_seeds_503_504_a_head_bosun_repaired_gets_no_model_summary() {
+    // Found by `cargo xtask ground chaos --from 500` (structural, seeds 503 and 504): the
+    // repair was pushed, then the triage failed (503: the worth-a-look label met a 502; 504:
+    // Bosun was killed). The triage of the repaired head started afresh, did not know it had
+    // pushed, and asked the model for a summary of the green change, which is never asked
+    // after a repair (the repair's comment is what a person reads). Whether the head is
+    // Bosun's repair is now read from the head's commit (Bosun's identity), not the run.
+    let ground = structural_with_a_label_outage(1).await;
+    let text = ground.transcript.text();
+    assert!(text.contains("triage failed"), "{text}");
+    let model = ground.model.as_ref().unwrap();
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "only the reshape is asked: {text}"
+    );
+    assert!(model.failures().is_empty(), "{:?}", model.failures());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -34,29 +34,70 @@ impl Draws {
     }
 }
 
-/// Scripted outages (the timeline's `outage`): per client, the method an outage hits (any
-/// when `None`) and how many more of its requests fail. The forge and the API double share it.
+/// Scripted outages (the timeline's `outage`): per client, what an outage hits and how many
+/// more of its requests fail. The forge and the API double share it.
 #[derive(Debug, Default)]
-pub struct Outages(std::collections::BTreeMap<String, (Option<String>, u32)>);
+pub struct Outages(std::collections::BTreeMap<String, Outage>);
+
+/// One client's outage: the method it hits (any when `None`), the path's ending it hits (any
+/// when `None`), how many matching requests pass first, and how many then fail.
+#[derive(Debug, Default)]
+struct Outage {
+    method: Option<String>,
+    path: Option<String>,
+    after: u32,
+    left: u32,
+}
 
 impl Outages {
     /// `user`'s next `requests` requests (of `method` only, when given) fail.
     pub fn set(&mut self, user: &str, method: Option<&str>, requests: u32) {
+        self.set_on(user, method, None, 0, requests);
+    }
+
+    /// `user`'s requests of `method` (any when `None`) to a path ending in `path` (any when
+    /// `None`): the next `after` pass, then `requests` fail.
+    pub fn set_on(
+        &mut self,
+        user: &str,
+        method: Option<&str>,
+        path: Option<&str>,
+        after: u32,
+        requests: u32,
+    ) {
         self.0.insert(
             user.to_string(),
-            (method.map(str::to_ascii_uppercase), requests),
+            Outage {
+                method: method.map(str::to_ascii_uppercase),
+                path: path.map(str::to_string),
+                after,
+                left: requests,
+            },
         );
     }
 
     /// Whether this request of `user` falls in its outage; it is counted when it does.
     pub fn take(&mut self, user: &str, method: &str) -> bool {
-        match self.0.get_mut(user) {
-            Some((only, left)) if *left > 0 && only.as_deref().is_none_or(|m| m == method) => {
-                *left -= 1;
-                true
-            }
-            _ => false,
+        self.take_at(user, method, "")
+    }
+
+    /// [`Outages::take`] for a request to `path`.
+    pub fn take_at(&mut self, user: &str, method: &str, path: &str) -> bool {
+        let Some(outage) = self.0.get_mut(user) else {
+            return false;
+        };
+        let hits = outage.left > 0
+            && outage.method.as_deref().is_none_or(|m| m == method)
+            && outage.path.as_deref().is_none_or(|p| path.ends_with(p));
+        if !hits {
+            return false;
         }
+        if outage.after > 0 {
+            outage.after -= 1;
+            return false;
+        }
+        outage.left -= 1;
+        true
     }
 }
 
@@ -89,6 +130,11 @@ mod tests {
         assert!(outages.take("bosun", "POST"));
         assert!(outages.take("bosun", "POST"));
         assert!(!outages.take("bosun", "POST"));
+        outages.set_on("forge", Some("post"), Some("/labels"), 1, 1);
+        assert!(!outages.take_at("forge", "POST", "/repos/o/r/issues/1/comments"));
+        assert!(!outages.take_at("forge", "POST", "/repos/o/r/issues/1/labels"));
+        assert!(outages.take_at("forge", "POST", "/repos/o/r/issues/1/labels"));
+        assert!(!outages.take_at("forge", "POST", "/repos/o/r/issues/1/labels"));
         outages.set("kargo", None, 1);
         assert!(outages.take("kargo", "PATCH"));
     }

@@ -216,6 +216,12 @@ pub struct Outage {
     /// Only requests of this method (`POST`, ...); every method when absent.
     #[serde(default)]
     pub method: Option<String>,
+    /// Only requests to a path ending in this (`/labels`, ...); the forge only.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// How many matching requests pass before the outage starts (the forge only).
+    #[serde(default)]
+    pub after: u32,
     /// How many of its requests fail.
     pub requests: u32,
 }

@@ -235,13 +235,28 @@ impl Ground {
                 self.transcript.say(
                     service,
                     format!(
-                        "the next {} {method}requests of {} are answered {answer} (an outage)",
-                        outage.requests, outage.user
+                        "the next {} {method}requests of {}{} are answered {answer} (an outage)",
+                        outage.requests,
+                        outage.user,
+                        match (&outage.path, outage.after) {
+                            (Some(path), after) => format!(" to *{path} after {after}"),
+                            (None, 0) => String::new(),
+                            (None, after) => format!(" after {after}"),
+                        }
                     ),
                 );
                 let method = outage.method.as_deref();
                 match outage.service {
-                    Service::Forge => self.forge.outage(&outage.user, method, outage.requests),
+                    Service::Forge => self.forge.outage_on(
+                        &outage.user,
+                        method,
+                        outage.path.as_deref(),
+                        outage.after,
+                        outage.requests,
+                    ),
+                    Service::Api if outage.path.is_some() || outage.after > 0 => {
+                        anyhow::bail!("outage: path and after are for the forge only")
+                    }
                     Service::Api => {
                         self.kube
                             .faults()

@@ -13,6 +13,7 @@
 //! and the operator's `model.redact` rules never reach a provider.
 
 pub mod redact;
+pub mod remembered;
 
 use std::time::Duration;
 

@@ -58,6 +58,28 @@ pub fn up(scenario: &str) -> Result<()> {
     ground("up", scenario, &[])
 }
 
+/// The first seed of today's window of `seeds` seeds: windows follow one another day by day
+/// from seed 1000 (past the ranges tuned by hand), wrapping after a million seeds. Printed
+/// with the command that replays it.
+pub fn daily_window(seeds: u64, scenarios: &[String]) -> u64 {
+    let day = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() / 86_400)
+        .unwrap_or(0);
+    let seeds = seeds.max(1);
+    let from = 1000 + (day * seeds) % 1_000_000;
+    let names: Vec<String> = scenarios
+        .iter()
+        .map(|s| format!("--scenario {s}"))
+        .collect();
+    println!(
+        "chaos: today's window (UTC day {day}): seeds {from}..={}; replay with `cargo xtask ground chaos --seeds {seeds} --from {from} {}`",
+        from + seeds - 1,
+        names.join(" ")
+    );
+    from
+}
+
 /// `cargo xtask ground chaos`: plays each scenario under the fault schedules of seeds
 /// `from..from+seeds` (409s, 410 relists, dropped, duplicated and closed watches, 5xx and
 /// throttling from the API double; the forge's 5xx and rate limits; model calls held past

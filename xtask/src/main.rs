@@ -110,6 +110,10 @@ enum GroundCommand {
         /// The first seed.
         #[arg(long, default_value_t = 1)]
         from: u64,
+        /// Play today's window instead of `--from`: the first seed derives from the UTC date
+        /// (a different window each day, printed so a failure can be replayed with `--from`).
+        #[arg(long, conflicts_with = "from")]
+        daily: bool,
         /// The scenarios (default: the observer's and Bosun's).
         #[arg(long = "scenario", default_values_t = ["observer-drift".to_string(), "observer-restart".to_string(), "triage".to_string(), "structural".to_string()])]
         scenarios: Vec<String>,
@@ -170,8 +174,16 @@ fn main() -> Result<()> {
                 GroundCommand::Chaos {
                     seeds,
                     from,
+                    daily,
                     scenarios,
                 },
-        } => demo::chaos(&scenarios, seeds, from),
+        } => {
+            let from = if daily {
+                demo::daily_window(seeds, &scenarios)
+            } else {
+                from
+            };
+            demo::chaos(&scenarios, seeds, from)
+        }
     }
 }

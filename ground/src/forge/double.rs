@@ -272,7 +272,22 @@ impl ForgeDouble {
     /// Answers `user`'s next `requests` REST requests (of `method` only, when given) with 502
     /// Bad Gateway.
     pub fn outage(&self, user: &str, method: Option<&str>, requests: u32) {
-        lock(&self.state).outages.set(user, method, requests);
+        self.outage_on(user, method, None, 0, requests);
+    }
+
+    /// `user`'s requests of `method` to a path ending in `path`: the next `after` pass, then
+    /// `requests` are answered 502.
+    pub fn outage_on(
+        &self,
+        user: &str,
+        method: Option<&str>,
+        path: Option<&str>,
+        after: u32,
+        requests: u32,
+    ) {
+        lock(&self.state)
+            .outages
+            .set_on(user, method, path, after, requests);
     }
 
     /// How many faults were injected.

@@ -320,9 +320,11 @@ async fn record(
         let mut guard = lock(&state);
         let faults = guard.faults;
         let key = format!("{} {}", parts.method, parts.uri.path());
-        let outage = user
-            .as_ref()
-            .is_some_and(|user| guard.outages.take(user, parts.method.as_str()));
+        let outage = user.as_ref().is_some_and(|user| {
+            guard
+                .outages
+                .take_at(user, parts.method.as_str(), parts.uri.path())
+        });
         // The seeded draws are taken whatever an outage says, so each key's stream stays the
         // same (as on the API double): the server-error draw, then the rate-limit draw unless
         // the first hit.

@@ -84,7 +84,15 @@ pub(super) async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
     }
     let model = gitops_loop::model::from_config(&config.model)
         .map_err(|e| anyhow::anyhow!("{}: model: {e}", "bosun.yaml"))?
-        .map(Arc::from);
+        .map(Arc::<dyn gitops_loop::model::Model>::from)
+        .map(|model| {
+            // A question asked once is not asked again by a retry or a restart.
+            let dir = workdir.join("model-replies");
+            gitops_loop::model::remembered::Remembered::new(model, dir.clone())
+                .map(|kept| Arc::new(kept) as Arc<dyn gitops_loop::model::Model>)
+                .with_context(|| format!("cannot create {}", dir.display()))
+        })
+        .transpose()?;
     let notes = if config.release_notes.enabled {
         Some(Arc::new(
             gitops_loop::bosun::notes::Notes::new(config.release_notes.clone())

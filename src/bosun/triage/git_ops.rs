@@ -147,6 +147,17 @@ impl Bosun {
         git(checkout, &["rev-parse", "HEAD"])
     }
 
+    /// Whether `head` is a commit Bosun made (committed with its identity): a repair it
+    /// pushed, whichever run or process pushed it. Unknown (git cannot read it) is `false`.
+    /// A person can forge the identity; that only keeps the model's summary off the head.
+    pub(super) fn own_repair(&self, checkout: &Path, head: &str) -> bool {
+        let identity = &self.config.commit;
+        git(checkout, &["log", "-1", "--format=%cn%x00%ce", head, "--"]).is_ok_and(|out| {
+            out.split_once('\0')
+                .is_some_and(|(name, email)| name == identity.name && email == identity.email)
+        })
+    }
+
     /// Counts the attempt (label `attempt`) and pushes the checkout's HEAD to the pull
     /// request's branch without force; a failed push puts the checkout back on `head`.
     pub(super) async fn push(

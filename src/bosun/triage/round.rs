@@ -174,8 +174,13 @@ impl Bosun {
                 // With a model: a short summary, checked against the report and the notes.
                 let short_summary = match report.as_ref() {
                     // Not after a repair: the repair's comment is what a person reads then.
+                    // Known from the head itself, not only from this run: a triage tried
+                    // again after a fault, or after a restart, finds Bosun's own commit.
                     Some(r)
-                        if self.model.is_some() && r.summary.is_some() && run.pushed.is_empty() =>
+                        if self.model.is_some()
+                            && r.summary.is_some()
+                            && run.pushed.is_empty()
+                            && !self.own_repair(checkout, &pr.head_sha) =>
                     {
                         self.model_summary(slug, number, &pr.head_sha, r, &quoted, run)
                             .await?
