@@ -53,6 +53,10 @@ const _: () = assert!(COMMENT_LIMIT <= NOTE_LIMIT);
 /// Items a page (GitLab's maximum `per_page`).
 const PAGE: usize = 100;
 
+/// Notes a page when walking them newest first (as GitHub's walk: a page of large notes stays
+/// well under the read budget).
+const NOTE_PAGE: usize = 50;
+
 /// Never more pages than this in one list (10,000 items at [`PAGE`]).
 const MAX_PAGES: u64 = 100;
 
@@ -328,6 +332,46 @@ fn state_text(state: StatusState) -> &'static str {
     }
 }
 
+/// A note body GitLab takes and runs nothing of: at most [`NOTE_LIMIT`] characters, and no
+/// line outside a fenced code block that opens with `/` and a letter, which GitLab would run
+/// as a quick action (`/merge`, `/approve`, `/label`, ...) as the token's user
+/// (`doc/user/project/quick_actions.md`). The gate's report puts hostile text on one line
+/// after its own words, so such a line means a bug: refused, never sent.
+fn check_note(body: &str) -> Result<(), ForgeError> {
+    let count = body.chars().count();
+    if count > NOTE_LIMIT {
+        return Err(ForgeError::Unsupported {
+            what: format!("a note of {count} characters: GitLab keeps at most {NOTE_LIMIT}"),
+        });
+    }
+    let mut fence: Option<&str> = None;
+    for line in body.lines() {
+        let trimmed = line.trim_start();
+        for marker in ["```", "~~~"] {
+            if trimmed.starts_with(marker) {
+                fence = match fence {
+                    Some(open) if open == marker => None,
+                    None => Some(marker),
+                    other => other,
+                };
+            }
+        }
+        let mut chars = trimmed.chars();
+        if fence.is_none()
+            && chars.next() == Some('/')
+            && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        {
+            return Err(ForgeError::Unsupported {
+                what: format!(
+                    "a note with the line {:?}: GitLab would run it as a quick action",
+                    trimmed.chars().take(80).collect::<String>()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// A label title GitLab can hold and `add_labels` can carry (a comma-separated list).
 fn check_label(name: &str) -> Result<(), ForgeError> {
     if name.is_empty() || name.contains(',') || name.chars().count() > 255 {
@@ -428,7 +472,7 @@ impl Forge for GitLab {
             .http
             .exchange(
                 Method::GET,
-                &format!("{path}?sort=desc&order_by=created_at&per_page={PAGE}&page={page}"),
+                &format!("{path}?sort=desc&order_by=created_at&per_page={NOTE_PAGE}&page={page}"),
                 None,
             )
             .await?;
@@ -456,6 +500,7 @@ impl Forge for GitLab {
         number: u64,
         body: &str,
     ) -> Result<Comment, ForgeError> {
+        check_note(body)?;
         let path = format!("/projects/{}/merge_requests/{number}/notes", project(repo));
         let note: NotePayload = self
             .http
@@ -471,6 +516,7 @@ impl Forge for GitLab {
         comment_id: u64,
         body: &str,
     ) -> Result<Comment, ForgeError> {
+        check_note(body)?;
         let iid = self
             .notes
             .lock()
@@ -652,6 +698,24 @@ mod tests {
         assert!(check_label("needs human").is_ok());
         assert!(check_label("a,b").is_err(), "a comma splits add_labels");
         assert!(check_label("").is_err());
+    }
+
+    #[test]
+    fn a_note_gitlab_would_run_or_refuse_is_never_sent() {
+        assert!(check_note("<!-- marker -->\nreport\n- `a` /merge").is_ok());
+        assert!(check_note("text\n/merge\n").is_err());
+        assert!(check_note("text\n   /approve").is_err());
+        assert!(
+            check_note("```\n/etc/passwd\n```\n").is_ok(),
+            "inside a fence"
+        );
+        assert!(
+            check_note("```\n~~~\n```\n/merge").is_err(),
+            "the fence closed"
+        );
+        assert!(check_note("// a comment, not an action").is_ok());
+        assert!(check_note(&"x".repeat(NOTE_LIMIT)).is_ok());
+        assert!(check_note(&"x".repeat(NOTE_LIMIT + 1)).is_err());
     }
 
     #[test]

@@ -336,3 +336,47 @@ const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUME
 pub(crate) fn segment(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, UNRESERVED).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_waits_as_the_server_says_and_never_long() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let headers = |pairs: &[(&'static str, String)]| {
+            let mut map = reqwest::header::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(
+                    *name,
+                    reqwest::header::HeaderValue::from_str(value).expect("a header value"),
+                );
+            }
+            map
+        };
+        let wait = |pairs: &[(&'static str, String)]| rate_limit_wait(&headers(pairs));
+        assert_eq!(
+            wait(&[("retry-after", "3".into())]),
+            Some(Duration::from_secs(3))
+        );
+        // GitLab's `ratelimit-reset`: the Unix time the window reopens.
+        let soon = wait(&[("ratelimit-reset", (now + 5).to_string())]).expect("a wait");
+        assert!(soon <= Duration::from_secs(5) && soon >= Duration::from_secs(4));
+        assert_eq!(
+            wait(&[("ratelimit-reset", (now + 100_000).to_string())]),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            wait(&[("ratelimit-reset", "1".into())]),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(wait(&[("ratelimit-reset", "soon".into())]), None);
+        assert_eq!(
+            wait(&[("retry-after", "99999".into())]),
+            Some(Duration::from_secs(10))
+        );
+    }
+}
