@@ -1,6 +1,7 @@
-//! The project's forge clients (GitHub and Gitea) and `gate publish` against the forge double
-//! (GitHub's REST subset and Gitea's `/api/v1` over the same real git): requests asserted by
-//! method, path and body, and the trait's behaviour played on both.
+//! The project's forge clients (GitHub, Gitea and GitLab) and `gate publish` against the forge
+//! double (GitHub's REST subset, Gitea's `/api/v1` and GitLab's `/api/v4` over the same real
+//! git): requests asserted by method, path and body, and the trait's behaviour played on all
+//! three.
 
 #![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
 
@@ -392,7 +393,7 @@ async fn the_client_rides_out_server_errors_and_rate_limits() {
     assert_eq!(client.comments(&slug, 1).await.unwrap().len(), 0);
 }
 
-/// The trait's clients on both faces of the double, for one token.
+/// The trait's clients on every face of the double (GitHub, Gitea, GitLab), for one token.
 fn both(forge: &ForgeDouble, token: &str) -> Vec<(ForgeKind, std::sync::Arc<dyn Forge>)> {
     vec![
         (
@@ -402,6 +403,12 @@ fn both(forge: &ForgeDouble, token: &str) -> Vec<(ForgeKind, std::sync::Arc<dyn 
         (
             ForgeKind::Gitea,
             ForgeKind::Gitea.connect(&forge.gitea_url(), token).unwrap(),
+        ),
+        (
+            ForgeKind::Gitlab,
+            ForgeKind::Gitlab
+                .connect(&forge.gitlab_url(), token)
+                .unwrap(),
         ),
     ]
 }
@@ -881,6 +888,11 @@ async fn comment_walks_find_the_marker_and_stop_at_the_byte_budget() {
             assert!(found.found[0].body.ends_with("first"), "{kind:?}");
             // One comment (which says where the last page is) and the last page.
             assert!(served < 10 * large.len(), "newest first: {served}");
+        } else if kind == ForgeKind::Gitlab {
+            // GitLab lists notes newest first itself: the first page holds the marker.
+            assert_eq!(found.found.len(), 1, "{kind:?}");
+            assert!(found.found[0].body.ends_with("first"), "{kind:?}");
+            assert!(served <= 50 * large.len() + 1000, "one page: {served}");
         } else {
             // Forward on Gitea: the budget ends the walk before the marker, and says so.
             assert!(found.found.is_empty() && !found.complete, "{found:?}");
@@ -897,7 +909,7 @@ async fn comment_walks_find_the_marker_and_stop_at_the_byte_budget() {
             served <= COMMENT_READ_BUDGET + 50 * large.len(),
             "{kind:?}: {served}"
         );
-        if kind == ForgeKind::Github {
+        if kind != ForgeKind::Gitea {
             assert!(!old.complete && old.found.is_empty(), "{kind:?}: {old:?}");
         } else {
             // Forward on Gitea: the oldest comes first.
@@ -913,4 +925,414 @@ async fn comment_walks_find_the_marker_and_stop_at_the_byte_budget() {
             all.found[0].body.len() == large.len() && all.found[155].body.ends_with("the oldest")
         );
     }
+}
+
+/// The GitLab client over the double's `/api/v4`.
+fn gitlab(forge: &ForgeDouble, token: &str) -> gitops_loop::forge::gitlab::GitLab {
+    gitops_loop::forge::gitlab::GitLab::new(&forge.gitlab_url(), token).unwrap()
+}
+
+/// The project's path, URL-encoded, as GitLab names a project in a path.
+const PROJECT: &str = "platform%2Fgitops";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_names_the_project_by_its_encoded_path_and_sends_the_token_as_gitlab_takes_it() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let client = gitlab(&forge, "gate-token");
+    forge.clear_requests();
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    assert_eq!(pull.head_sha, git(clone.path(), &["rev-parse", "HEAD"]));
+    assert_eq!(
+        pull.base_sha,
+        git(clone.path(), &["rev-parse", "origin/main"])
+    );
+    assert_eq!((pull.state.as_str(), pull.merged), ("open", false));
+    assert_eq!(pull.head_repo, SLUG, "a branch of the project itself");
+    let requests = forge.requests();
+    assert_eq!(
+        requests[0].path,
+        format!("/api/v4/projects/{PROJECT}/merge_requests/1")
+    );
+    // The access token went as PRIVATE-TOKEN (the double recorded who sent it).
+    assert_eq!(requests[0].user.as_deref(), Some("addons-gate[bot]"));
+    // An OAuth token goes as `Authorization: Bearer`.
+    let oauth = gitlab(&forge, "oauth2:gate-token");
+    assert_eq!(oauth.current_user().await.unwrap(), "addons-gate[bot]");
+    let raw = reqwest::Client::new()
+        .get(format!("{}/user", forge.gitlab_url()))
+        .header("Authorization", "Bearer gate-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 200);
+    // The merge request's changed files, from `/diffs`.
+    let diffs = client.diffs(&slug, 1, 1 << 20).await.unwrap();
+    assert!(diffs.complete);
+    assert_eq!(diffs.files.len(), 1, "{diffs:?}");
+    assert_eq!(diffs.files[0].new_path, "targets/addons.yaml");
+    assert!(
+        diffs.files[0].diff.contains("+    version: 2.10.0")
+            || diffs.files[0].diff.contains("version: 2.10.0"),
+        "{}",
+        diffs.files[0].diff
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_scopes_fail_with_their_cause() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    // read_api reads everything and writes nothing: GitLab's 403 insufficient_scope.
+    forge.add_scoped_user("reader", "bosun", &["read_api"]);
+    let reader = gitlab(&forge, "reader");
+    assert_eq!(reader.current_user().await.unwrap(), "bosun");
+    reader.pull_request(&slug, 1).await.unwrap();
+    reader.comments(&slug, 1).await.unwrap();
+    let err = reader.create_comment(&slug, 1, "hello").await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(err.to_string().contains("insufficient_scope"), "{err}");
+    // read_user says who it is and nothing more.
+    forge.add_scoped_user("who", "bosun", &["read_user"]);
+    let who = gitlab(&forge, "who");
+    assert_eq!(who.current_user().await.unwrap(), "bosun");
+    assert_eq!(
+        who.pull_request(&slug, 1).await.unwrap_err().status(),
+        Some(403)
+    );
+    // api does everything.
+    forge.add_scoped_user("full", "bosun", &["api"]);
+    gitlab(&forge, "full")
+        .create_comment(&slug, 1, "hello")
+        .await
+        .unwrap();
+    // A wrong token is GitLab's 401.
+    let err = gitlab(&forge, "wrong")
+        .pull_request(&slug, 1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(401), "{err}");
+    assert!(err.to_string().contains("401 Unauthorized"), "{err}");
+    // No check runs on GitLab: asking says so, reading finds none.
+    let run = CheckRun {
+        name: "addons-gate".into(),
+        head_sha: "0".repeat(40),
+        conclusion: Conclusion::Success,
+        title: String::new(),
+        summary: String::new(),
+        external_id: String::new(),
+        app: String::new(),
+    };
+    let full = gitlab(&forge, "full");
+    let err = full.upsert_check_run(&slug, &run).await.unwrap_err();
+    assert!(err.to_string().contains("commit status"), "{err}");
+    assert!(
+        full.check_runs(&slug, &run.head_sha)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_pages_follow_x_next_page() {
+    // GitLab pages with `page`/`per_page` (at most 100) and names the next page in
+    // `x-next-page`, empty on the last.
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let head = git(clone.path(), &["rev-parse", "HEAD"]);
+    let client = gitlab(&forge, "gate-token");
+    for i in 0..230 {
+        let status = CommitStatus {
+            context: format!("ci/{i:03}"),
+            state: StatusState::Success,
+            description: String::new(),
+            creator: String::new(),
+        };
+        client.set_status(&slug, &head, &status).await.unwrap();
+    }
+    forge.clear_requests();
+    let read = client.statuses(&slug, &head).await.unwrap();
+    assert_eq!(read.len(), 230);
+    let pages: Vec<String> = forge
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.path
+                .ends_with(&format!("/repository/commits/{head}/statuses"))
+        })
+        .map(|r| r.query)
+        .collect();
+    assert_eq!(
+        pages,
+        [
+            "per_page=100&page=1",
+            "per_page=100&page=2",
+            "per_page=100&page=3"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gitlab_that_names_the_same_next_page_cannot_keep_the_client_reading() {
+    // The attack: every answer says `x-next-page: 2`. The client follows a next page only
+    // when it is later than the one it read.
+    gitops_loop::forge::github::install_crypto_provider();
+    let page: Vec<serde_json::Value> = (0..100)
+        .map(|i| json!({"id": i, "name": format!("c{i}"), "status": "success"}))
+        .collect();
+    let (url, requests) = common::same_answer(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Next-Page: 2\r\nConnection: close\r\n\r\n",
+        std::sync::Arc::new(serde_json::to_vec(&page).unwrap()),
+    )
+    .await;
+    let client = ForgeKind::Gitlab.connect(&url, "token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let read = client.statuses(&slug, &"a".repeat(40)).await.unwrap();
+    assert_eq!(read.len(), 100);
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_labels_are_created_once_and_system_notes_are_no_comments() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let client = gitlab(&forge, "gate-token");
+    forge.clear_requests();
+    let held = ["bosun/held".to_string()];
+    client.add_labels(&slug, 1, &held).await.unwrap();
+    client.add_labels(&slug, 1, &held).await.unwrap();
+    let requests: Vec<(String, String, serde_json::Value)> = forge
+        .requests()
+        .into_iter()
+        .map(|r| (r.method, r.path, r.body))
+        .collect();
+    let created: Vec<_> = requests
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == &format!("/api/v4/projects/{PROJECT}/labels"))
+        .collect();
+    assert_eq!(created.len(), 1, "{requests:#?}");
+    assert_eq!(
+        created[0].2,
+        json!({"name": "bosun/held", "color": "#ededed"})
+    );
+    let updates: Vec<_> = requests
+        .iter()
+        .filter(|(m, p, _)| {
+            m == "PUT" && p == &format!("/api/v4/projects/{PROJECT}/merge_requests/1")
+        })
+        .collect();
+    assert_eq!(updates.len(), 2);
+    assert_eq!(updates[0].2, json!({"add_labels": "bosun/held"}));
+    assert_eq!(forge.labels(SLUG, 1), ["bosun/held"]);
+    // GitLab wrote a system note for the label; it is no comment of anyone's.
+    let raw: Vec<serde_json::Value> = reqwest::Client::new()
+        .get(format!(
+            "{}/projects/{PROJECT}/merge_requests/1/notes",
+            forge.gitlab_url()
+        ))
+        .header("PRIVATE-TOKEN", "gate-token")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(raw.iter().any(|n| n["system"] == true), "{raw:?}");
+    assert!(client.comments(&slug, 1).await.unwrap().is_empty());
+    // A title with a comma would split `add_labels`: refused before any request.
+    forge.clear_requests();
+    let err = client
+        .add_labels(&slug, 1, &["a,b".to_string()])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("without commas"), "{err}");
+    assert!(forge.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_statuses_move_in_place_and_a_repeated_pending_is_no_error() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let head = git(clone.path(), &["rev-parse", "HEAD"]);
+    let client = gitlab(&forge, "gate-token");
+    let status = |state| CommitStatus {
+        context: "addons-gate".into(),
+        state,
+        description: "x".repeat(300),
+        creator: String::new(),
+    };
+    forge.clear_requests();
+    client
+        .set_status(&slug, &head, &status(StatusState::Pending))
+        .await
+        .unwrap();
+    // GitLab refuses pending -> pending (400); the client takes it as done.
+    client
+        .set_status(&slug, &head, &status(StatusState::Pending))
+        .await
+        .unwrap();
+    let requests = forge.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[1].status, 400,
+        "the double refuses it as GitLab does"
+    );
+    assert_eq!(requests[0].body["name"], "addons-gate");
+    assert_eq!(requests[0].body["state"], "pending");
+    assert_eq!(requests[0].body["description"].as_str().unwrap().len(), 255);
+    client
+        .set_status(&slug, &head, &status(StatusState::Failure))
+        .await
+        .unwrap();
+    let read = client.statuses(&slug, &head).await.unwrap();
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0].state, StatusState::Failure);
+    assert_eq!(read[0].creator, "addons-gate[bot]");
+    assert_eq!(
+        forge.statuses(SLUG, &head),
+        [(
+            "addons-gate".to_string(),
+            "failed".to_string(),
+            "x".repeat(255)
+        )]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_notes_hold_a_million_characters_and_the_client_sends_no_quick_action() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let note = |body: String| {
+        reqwest::Client::new()
+            .post(format!(
+                "{}/projects/{PROJECT}/merge_requests/1/notes",
+                forge.gitlab_url()
+            ))
+            .header("PRIVATE-TOKEN", "gate-token")
+            .json(&json!({ "body": body }))
+            .send()
+    };
+    let limit = gitops_loop::forge::gitlab::NOTE_LIMIT;
+    assert_eq!(note("é".repeat(limit)).await.unwrap().status(), 201);
+    let refused = note("x".repeat(limit + 1)).await.unwrap();
+    assert_eq!(refused.status(), 400);
+    assert!(refused.text().await.unwrap().contains("is too long"));
+    // The report is clipped below GitLab's limit.
+    const { assert!(gitops_loop::gate::report::COMMENT_LIMIT <= gitops_loop::forge::gitlab::NOTE_LIMIT) };
+    // A line GitLab would run as a quick action is never sent.
+    let client = gitlab(&forge, "gate-token");
+    forge.clear_requests();
+    let err = client
+        .create_comment(&slug, 1, "<!-- marker -->\nreport\n/merge")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("quick action"), "{err}");
+    assert!(forge.requests().is_empty());
+    // Someone else's note with the marker is not the client's to edit: a new one is written.
+    let kargo = gitlab(&forge, "kargo-token");
+    kargo
+        .create_comment(&slug, 1, "<!-- gitops-gate:report v1 -->\nspoofed")
+        .await
+        .unwrap();
+    let ours = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- gitops-gate:report v1 -->",
+        "<!-- gitops-gate:report v1 -->\nours",
+    )
+    .await
+    .unwrap();
+    assert!(ours.body.ends_with("ours"));
+    let bodies = forge.comment_bodies(SLUG, 1, "<!-- gitops-gate:report v1 -->");
+    assert_eq!(bodies.len(), 2, "{bodies:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_rate_limits_and_server_errors_are_ridden_out() {
+    let (forge, _clone) = forge_with_pull("2.10.0").await;
+    forge.set_faults(ground::forge::ForgeFaults {
+        seed: 7,
+        server_error: 200,
+        rate_limit: 200,
+    });
+    let client = gitlab(&forge, "gate-token");
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    for _ in 0..10 {
+        assert_eq!(client.pull_request(&slug, 1).await.unwrap().number, 1);
+    }
+    assert!(forge.injected_faults() > 0);
+    let limited = forge
+        .requests()
+        .iter()
+        .filter(|r| r.path.starts_with("/api/v4/"))
+        .count();
+    assert!(limited >= 10);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_publish_on_gitlab_writes_the_note_and_the_status_and_the_merge_waits_for_it() {
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let cache = tempfile::tempdir().unwrap();
+    let url = forge.gitlab_url();
+    for _ in 0..2 {
+        let output = publish_to(
+            &["--forge", "gitlab", "--forge-url", &url],
+            clone.path(),
+            cache.path(),
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let client = gitlab(&forge, "gate-token");
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 1, "one report note, updated in place");
+    let parsed = gitops_loop::gate::report::parse(&comments[0].body).unwrap();
+    assert_eq!(parsed.dropped.len(), 4);
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    let statuses = client.statuses(&slug, &pull.head_sha).await.unwrap();
+    let gate: Vec<_> = statuses
+        .iter()
+        .filter(|s| s.context == "addons-gate")
+        .collect();
+    assert_eq!(gate.len(), 1, "{statuses:?}");
+    assert_eq!(gate[0].state, StatusState::Failure);
+    assert!(
+        gate[0].description.ends_with(&format!(
+            " · report {}",
+            gitops_loop::gate::report::digest(&comments[0].body)
+        )),
+        "{}",
+        gate[0].description
+    );
+    // "Pipelines must succeed" (administration, not the Forge trait): GitLab's 405.
+    let merge = reqwest::Client::new()
+        .put(format!("{url}/projects/{PROJECT}/merge_requests/1/merge"))
+        .header("PRIVATE-TOKEN", "kargo-token")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(merge.status(), 405);
+    // A check run is refused on GitLab before anything is published.
+    let refused = publish_to(
+        &[
+            "--forge",
+            "gitlab",
+            "--forge-url",
+            &url,
+            "--check-mode",
+            "check-run",
+        ],
+        clone.path(),
+        cache.path(),
+    );
+    assert_eq!(refused.status.code(), Some(2));
 }

@@ -195,10 +195,11 @@ struct PublishArgs {
     /// The pull request number.
     #[arg(long)]
     pr: u64,
-    /// Which API the forge speaks: github, or gitea (Gitea and Forgejo).
+    /// Which API the forge speaks: github, gitea (Gitea and Forgejo) or gitlab (REST v4; the
+    /// token as `PRIVATE-TOKEN`, or an OAuth token written `oauth2:<token>`).
     #[arg(long, value_enum, default_value_t = gate_forge::ForgeKind::Github)]
     forge: gate_forge::ForgeKind,
-    /// The forge's API root (Gitea: `https://HOST/api/v1`).
+    /// The forge's API root (Gitea: `https://HOST/api/v1`, GitLab: `https://HOST/api/v4`).
     #[arg(long, env = "GITHUB_API_URL", default_value = "https://api.github.com")]
     forge_url: String,
     /// The environment variable holding the token.
@@ -209,7 +210,7 @@ struct PublishArgs {
     #[arg(long)]
     author: Option<String>,
     /// Publish the verdict as a check run or as a commit status (default: a check run on
-    /// GitHub, a status on Gitea, which has no check runs).
+    /// GitHub, a status on Gitea and GitLab, which have no check runs).
     #[arg(long, value_enum)]
     check_mode: Option<gate::publish::CheckMode>,
     /// Also write the full report (Markdown) here.

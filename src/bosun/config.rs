@@ -608,6 +608,13 @@ impl Config {
                 "{origin}: forge.gitUrl: {{token}} may only stand as the password of the URL's user info (https://USER:{{token}}@host/...)"
             )));
         }
+        if config.forge.kind == crate::forge::ForgeKind::Gitlab {
+            // The client exists (`gate publish --forge gitlab`), but Bosun's intake (GitLab's
+            // merge request webhook) and its triage have not been played on GitLab yet.
+            return Err(ConfigError::Invalid(format!(
+                "{origin}: forge.kind: gitlab is not supported by Bosun yet (the gate publishes to GitLab: `gate publish --forge gitlab`)"
+            )));
+        }
         if config.forge.check_mode == Some(CheckMode::CheckRun)
             && !config.forge.kind.has_check_runs()
         {

@@ -22,6 +22,7 @@ use super::{
 };
 
 const DIALECT: Dialect = Dialect {
+    auth_header: "Authorization",
     auth_scheme: "token",
     headers: &[("Accept", "application/json")],
 };

@@ -20,6 +20,7 @@ use super::{
 const COMMENT_PAGE: u64 = 50;
 
 const DIALECT: Dialect = Dialect {
+    auth_header: "Authorization",
     auth_scheme: "Bearer",
     headers: &[
         ("Accept", "application/vnd.github+json"),

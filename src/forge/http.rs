@@ -18,7 +18,10 @@ pub fn install_crypto_provider() {
 /// How a forge wants its token and which media type it answers.
 #[derive(Clone, Copy)]
 pub(crate) struct Dialect {
-    /// `Authorization: <scheme> <token>`.
+    /// The header the token goes in: `Authorization` (GitHub, Gitea, GitLab's OAuth tokens)
+    /// or GitLab's `PRIVATE-TOKEN`.
+    pub auth_header: &'static str,
+    /// `<header>: <scheme> <token>`, or the bare token when empty.
     pub auth_scheme: &'static str,
     /// Extra request headers.
     pub headers: &'static [(&'static str, &'static str)],
@@ -43,6 +46,9 @@ pub(crate) struct Answer {
     pub link: Option<String>,
     /// The bytes of the body read.
     pub bytes: usize,
+    /// GitLab's `x-next-page`: the next page's number, `None` on the last page (empty header)
+    /// or when the server sends none.
+    pub next_page: Option<u64>,
 }
 
 impl Http {
@@ -93,10 +99,12 @@ impl Http {
                 request = request.header(*name, *value);
             }
             if !self.token.is_empty() {
-                request = request.header(
-                    "Authorization",
-                    format!("{} {}", self.dialect.auth_scheme, self.token),
-                );
+                let value = if self.dialect.auth_scheme.is_empty() {
+                    self.token.clone()
+                } else {
+                    format!("{} {}", self.dialect.auth_scheme, self.token)
+                };
+                request = request.header(self.dialect.auth_header, value);
             }
             if let Some(body) = body {
                 request = request.json(body);
@@ -129,13 +137,7 @@ impl Http {
                 && attempt < self.retries;
             if retry {
                 attempt += 1;
-                let wait = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.parse::<u64>().ok())
-                    .map(|s| Duration::from_secs(s.min(10)))
-                    .unwrap_or_else(|| backoff(attempt));
+                let wait = rate_limit_wait(response.headers()).unwrap_or_else(|| backoff(attempt));
                 tokio::time::sleep(wait).await;
                 continue;
             }
@@ -149,6 +151,11 @@ impl Http {
                 .get(reqwest::header::LINK)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
+            let next_page = response
+                .headers()
+                .get("x-next-page")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
             let text = response.text().await.map_err(|e| error(e.to_string()))?;
             let bytes = text.len();
             if !status.is_success() {
@@ -169,6 +176,7 @@ impl Http {
                     total,
                     link,
                     bytes,
+                    next_page,
                 });
             }
             let body = serde_json::from_str(&text).map_err(|e| ForgeError::Decode {
@@ -181,6 +189,7 @@ impl Http {
                 total,
                 link,
                 bytes,
+                next_page,
             });
         }
     }
@@ -280,6 +289,29 @@ pub(crate) fn decode<T: for<'de> Deserialize<'de>>(
     })
 }
 
+/// How long a rate-limited answer asks the client to wait, at most ten seconds: `retry-after`
+/// in seconds, else GitLab's `ratelimit-reset` (the Unix time the window reopens; see
+/// GitLab's doc/administration/settings/user_and_ip_rate_limits.md, "Response headers").
+/// A value that is no number is ignored (a hostile server cannot make the client wait long).
+fn rate_limit_wait(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    const MAX_WAIT: u64 = 10;
+    let number = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    if let Some(seconds) = number("retry-after") {
+        return Some(Duration::from_secs(seconds.min(MAX_WAIT)));
+    }
+    let reset = number("ratelimit-reset")?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    Some(Duration::from_secs(reset.saturating_sub(now).min(MAX_WAIT)))
+}
+
 fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(200 * 2u64.pow(attempt.min(5)))
 }
@@ -303,4 +335,48 @@ const UNRESERVED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUME
 /// A path segment or query value, percent-encoded (a label name may hold `/`, spaces or `?`).
 pub(crate) fn segment(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, UNRESERVED).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limit_waits_as_the_server_says_and_never_long() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let headers = |pairs: &[(&'static str, String)]| {
+            let mut map = reqwest::header::HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(
+                    *name,
+                    reqwest::header::HeaderValue::from_str(value).expect("a header value"),
+                );
+            }
+            map
+        };
+        let wait = |pairs: &[(&'static str, String)]| rate_limit_wait(&headers(pairs));
+        assert_eq!(
+            wait(&[("retry-after", "3".into())]),
+            Some(Duration::from_secs(3))
+        );
+        // GitLab's `ratelimit-reset`: the Unix time the window reopens.
+        let soon = wait(&[("ratelimit-reset", (now + 5).to_string())]).expect("a wait");
+        assert!(soon <= Duration::from_secs(5) && soon >= Duration::from_secs(4));
+        assert_eq!(
+            wait(&[("ratelimit-reset", (now + 100_000).to_string())]),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(
+            wait(&[("ratelimit-reset", "1".into())]),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(wait(&[("ratelimit-reset", "soon".into())]), None);
+        assert_eq!(
+            wait(&[("retry-after", "99999".into())]),
+            Some(Duration::from_secs(10))
+        );
+    }
 }

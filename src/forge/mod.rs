@@ -1,11 +1,13 @@
 //! The pull-request host, seen through one trait: what the gate and Bosun need from it.
-//! `github` implements it over GitHub's REST API, `gitea` over Gitea's (and Forgejo's); both
-//! share the HTTP plumbing in `http`. Merging and branch protection are not here: the trait
+//! `github` implements it over GitHub's REST API, `gitea` over Gitea's (and Forgejo's),
+//! `gitlab` over GitLab's v4 (a pull request is a merge request); all share the HTTP plumbing
+//! in `http`. Merging and branch protection are not here: the trait
 //! Bosun holds cannot merge (the safety model), and administration lives in the ground and
 //! xtask.
 
 pub mod gitea;
 pub mod github;
+pub mod gitlab;
 mod http;
 mod wire;
 
@@ -20,6 +22,8 @@ pub enum ForgeKind {
     Github,
     /// Gitea's REST API (`/api/v1`), which Forgejo serves too.
     Gitea,
+    /// GitLab's REST API v4 (`/api/v4`): merge requests, notes, commit statuses.
+    Gitlab,
 }
 
 impl ForgeKind {
@@ -32,10 +36,11 @@ impl ForgeKind {
         Ok(match self {
             ForgeKind::Github => std::sync::Arc::new(github::GitHub::new(api_url, token)?),
             ForgeKind::Gitea => std::sync::Arc::new(gitea::Gitea::new(api_url, token)?),
+            ForgeKind::Gitlab => std::sync::Arc::new(gitlab::GitLab::new(api_url, token)?),
         })
     }
 
-    /// Whether the forge has check runs (Gitea has commit statuses only).
+    /// Whether the forge has check runs (Gitea and GitLab have commit statuses only).
     pub fn has_check_runs(self) -> bool {
         self == ForgeKind::Github
     }

@@ -69,9 +69,9 @@ impl ForgeDouble {
             .insert(token.to_string(), login.to_string());
     }
 
-    /// A Gitea access token for `login` with these scopes (`read:user`, `write:issue`,
+    /// An access token for `login` with these scopes: Gitea's (`read:user`, `write:issue`,
     /// `write:repository`, `all`, ...), as `gitea admin user generate-access-token --scopes`
-    /// makes one.
+    /// makes one, or GitLab's (`api`, `read_api`, `read_user`), each face reading its own.
     pub fn add_scoped_user(&self, token: &str, login: &str, scopes: &[&str]) {
         let mut state = lock(&self.state);
         state.users.insert(token.to_string(), login.to_string());
@@ -79,6 +79,11 @@ impl ForgeDouble {
             token.to_string(),
             scopes.iter().map(|s| s.to_string()).collect(),
         );
+    }
+
+    /// The GitLab face's API root (`/api/v4`).
+    pub fn gitlab_url(&self) -> String {
+        format!("{}/api/v4", self.url())
     }
 
     /// The Gitea face's API root (`/api/v1`).

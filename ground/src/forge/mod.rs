@@ -20,6 +20,7 @@ use axum::routing::{get, patch, post, put};
 use serde_json::{Value, json};
 
 mod gitea;
+mod gitlab;
 
 macro_rules! repo_or_404 {
     ($state:expr, $owner:expr, $repo:expr) => {
@@ -180,8 +181,8 @@ struct ForgeState {
     outages: crate::draws::Outages,
     injected: u64,
     users: BTreeMap<String, String>,
-    /// token -> Gitea scopes (`read:user`, `write:issue`, `all`, ...); a token without an
-    /// entry has every scope.
+    /// token -> Gitea scopes (`read:user`, `write:issue`, `all`, ...) or GitLab scopes (`api`,
+    /// `read_api`, `read_user`); a token without an entry has every scope.
     scopes: BTreeMap<String, Vec<String>>,
     repos: BTreeMap<String, Repo>,
     /// Releases of source repositories (`owner/name` -> GitHub release objects, newest
@@ -280,6 +281,7 @@ fn router(state: Shared) -> Router {
             get(list_check_runs),
         )
         .nest("/api/v1", gitea::router())
+        .nest("/api/v4", gitlab::router())
         .route("/{owner}/{repo}/{*rest}", get(smart_http).post(smart_http))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), record))
@@ -346,11 +348,17 @@ async fn record(
         } else if rate_limited {
             // GitHub answers 403 with `x-ratelimit-remaining: 0`; Gitea has no rate limit of
             // its own, so on its face (`/api/v1`) it is what a proxy in front answers: 429.
-            Some(if parts.uri.path().starts_with("/api/v1/") {
-                StatusCode::TOO_MANY_REQUESTS
-            } else {
-                StatusCode::FORBIDDEN
-            })
+            // GitLab answers 429 with `retry-after` and `ratelimit-reset` (its
+            // doc/administration/settings/user_and_ip_rate_limits.md, "Response headers").
+            Some(
+                if parts.uri.path().starts_with("/api/v1/")
+                    || parts.uri.path().starts_with("/api/v4/")
+                {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::FORBIDDEN
+                },
+            )
         } else {
             None
         };
@@ -372,6 +380,18 @@ async fn record(
             response
                 .headers_mut()
                 .insert("retry-after", axum::http::HeaderValue::from_static("0"));
+            if parts.uri.path().starts_with("/api/v4/") {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let headers = response.headers_mut();
+                headers.insert("ratelimit-reset", axum::http::HeaderValue::from(now));
+                headers.insert(
+                    "ratelimit-remaining",
+                    axum::http::HeaderValue::from_static("0"),
+                );
+            }
         }
         if status == StatusCode::FORBIDDEN {
             response.headers_mut().insert(
@@ -438,6 +458,10 @@ pub struct Write {
 }
 
 fn user_of(state: &Shared, headers: &HeaderMap) -> Option<String> {
+    // GitLab's access tokens come as `PRIVATE-TOKEN`.
+    if let Some(token) = headers.get("private-token").and_then(|v| v.to_str().ok()) {
+        return lock(state).users.get(token.trim()).cloned();
+    }
     let value = headers.get("authorization")?.to_str().ok()?;
     let token = value
         .strip_prefix("Bearer ")
