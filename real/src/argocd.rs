@@ -14,9 +14,14 @@
 //! - `argocd-cm` must carry the label `app.kubernetes.io/part-of: argocd` to be seen at all,
 //!   and `argocd-secret` must exist; the API server writes its key there and creates the
 //!   `default` AppProject;
-//! - the API server runs with `--insecure --disable-auth` on loopback: the tests read it
-//!   without a login, as any local process could; nothing here is meant to be reachable from
-//!   elsewhere.
+//! - the API server runs with `--insecure` (no TLS) on loopback, with authentication on: it
+//!   makes a random admin password on first start, in the Secret `argocd-initial-admin-secret`,
+//!   and the tests log in with it; every listener (API, metrics, webhooks) is on 127.0.0.1;
+//! - Redis asks for a random password (written to a 0600 config file, handed to Argo CD's
+//!   programs as `REDIS_PASSWORD`), so another local user can neither read nor rewrite the cache;
+//! - the application-controller is not started: nothing here syncs yet (the oracle compares
+//!   renders), and it binds its metrics to every interface with no flag to change it
+//!   (`controller/appcontroller.go`, `0.0.0.0:%d`).
 
 use std::fs;
 use std::path::Path;
@@ -31,7 +36,8 @@ use crate::{Layout, State, Tools, free_ports, kubectl_run, redis, start_componen
 pub struct ArgoCd {
     /// The Argo CD version running (the multicall binary's).
     pub version: String,
-    /// The API server (`http://127.0.0.1:N`, no TLS, no authentication).
+    /// The API server (`http://127.0.0.1:N`, no TLS; log in as `admin` with the password in
+    /// the Secret `argocd-initial-admin-secret`).
     pub api: String,
     /// The namespace Argo CD's objects live in.
     pub namespace: String,
@@ -45,11 +51,15 @@ pub const NAMESPACE: &str = "argocd";
 
 pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &Path) -> Result<()> {
     let root = layout.root.join("argocd");
-    let _ = fs::remove_dir_all(&root);
+    remove_tree(&root)?;
     let tmp = root.join("tmp");
     let path_dir = root.join("path");
+    // What the API server serves as static assets: nothing (its default would be a folder of
+    // the machine's, and `root` holds the clones and the config).
+    let assets = root.join("static");
     fs::create_dir_all(&tmp)?;
     fs::create_dir_all(&path_dir)?;
+    fs::create_dir_all(&assets)?;
     let bin = layout.bin();
     let shown = |p: &Path| p.display().to_string();
     // What the repo-server runs: the gate's pinned helm, the kustomize built here, the
@@ -61,9 +71,10 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         std::os::unix::fs::symlink(&target, path_dir.join(name))
             .with_context(|| format!("link {name} for the repo-server"))?;
     }
+    // An empty global git config: git's own ownership check stays on (no `safe.directory`).
     let gitconfig = root.join("gitconfig");
-    // Repositories the tests make are owned by this user, but say so for any clone folder.
-    fs::write(&gitconfig, "[safe]\n\tdirectory = *\n")?;
+    fs::write(&gitconfig, "")?;
+    let redis_password = random_hex(16)?;
     let path_var = format!("PATH={}:/usr/local/bin:/usr/bin:/bin", shown(&path_dir));
 
     let kubectl = |args: &[&str]| kubectl_run(&tools.kubectl, admin, args);
@@ -100,7 +111,6 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         api_metrics,
         appset_metrics,
         appset_webhook,
-        controller_metrics,
     ] = free_ports()?;
     let redis_address = format!("127.0.0.1:{redis_port}");
     let env = |extra: &[String]| -> Vec<String> {
@@ -115,6 +125,7 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
             "ARGOCD_FAKE_IN_CLUSTER=true".into(),
             "ARGOCD_GPG_ENABLED=false".into(),
             format!("ARGOCD_ASK_PASS_SOCK={}", shown(&root.join("askpass.sock"))),
+            format!("REDIS_PASSWORD={redis_password}"),
         ];
         argv.extend_from_slice(extra);
         argv
@@ -128,21 +139,21 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         ]
     };
 
+    // The password in a file only this user reads, not on a command line `ps` shows.
+    let redis_conf = root.join("redis.conf");
+    write_private(
+        &redis_conf,
+        &format!(
+            "bind 127.0.0.1\nport {redis_port}\nrequirepass {redis_password}\n\
+             save \"\"\nappendonly no\ndir {}\n",
+            shown(&root)
+        ),
+    )?;
     let argv = vec![
         "/usr/bin/env".to_string(),
         format!("LD_LIBRARY_PATH={}", shown(&redis::libraries(layout))),
         shown(&redis::server(layout)),
-        "--bind".into(),
-        "127.0.0.1".into(),
-        "--port".into(),
-        redis_port.to_string(),
-        // A cache only: nothing to persist.
-        "--save".into(),
-        String::new(),
-        "--appendonly".into(),
-        "no".into(),
-        "--dir".into(),
-        shown(&root),
+        shown(&redis_conf),
     ];
     start_component(
         layout,
@@ -177,15 +188,15 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
     argv.extend([
         "--address=127.0.0.1".into(),
         format!("--port={api_port}"),
+        "--metrics-address=127.0.0.1".into(),
         format!("--metrics-port={api_metrics}"),
         "--insecure".into(),
-        "--disable-auth".into(),
         format!("--repo-server={repo_server}"),
         "--repo-server-plaintext".into(),
         format!("--redis={redis_address}"),
         // No SSO: nothing to proxy to.
         "--dex-server=http://127.0.0.1:1".into(),
-        format!("--staticassets={}", shown(&root)),
+        format!("--staticassets={}", shown(&assets)),
     ]);
     let api = format!("http://127.0.0.1:{api_port}");
     start_component(
@@ -213,22 +224,6 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         format!("http://127.0.0.1:{appset_metrics}/metrics"),
     )?;
 
-    let mut argv = env(&[]);
-    argv.extend(kube("argocd-application-controller"));
-    argv.extend([
-        format!("--metrics-port={controller_metrics}"),
-        format!("--repo-server={repo_server}"),
-        "--repo-server-plaintext".into(),
-        format!("--redis={redis_address}"),
-    ]);
-    start_component(
-        layout,
-        state,
-        "argocd-application-controller",
-        argv,
-        format!("http://127.0.0.1:{controller_metrics}/healthz"),
-    )?;
-
     state.argocd = Some(ArgoCd {
         version: VERSION.to_string(),
         api,
@@ -236,4 +231,55 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         repo_server,
     });
     Ok(())
+}
+
+/// Removes a folder and everything in it, first giving this user back the folders it made
+/// unreadable: the repo-server keeps its clones under a 0300 folder
+/// (`reposerver/repository/repository.go`), which `remove_dir_all` cannot list as non-root.
+pub(crate) fn remove_tree(root: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fn open_up(dir: &Path) -> std::io::Result<()> {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                open_up(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+    match fs::symlink_metadata(root) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(error).with_context(|| format!("read {}", root.display())),
+        Ok(meta) if meta.is_dir() => {
+            open_up(root).with_context(|| format!("open up {}", root.display()))?
+        }
+        Ok(_) => {}
+    }
+    fs::remove_dir_all(root).with_context(|| format!("remove {}", root.display()))
+}
+
+/// A file only this user can read, created so (never world-readable for a moment).
+fn write_private(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("create {}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("write {}", path.display()))
+}
+
+/// `bytes` random bytes from the kernel, as hex.
+fn random_hex(bytes: usize) -> Result<String> {
+    use std::io::Read;
+    let mut buffer = vec![0u8; bytes];
+    fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buffer))
+        .context("read /dev/urandom")?;
+    Ok(buffer.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -593,10 +593,11 @@ fn redis_pong(address: &str) -> bool {
         return false;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    // A server that asks for a password answers `-NOAUTH …`: it is up all the same.
     let mut reply = [0u8; 7];
     stream.write_all(b"PING\r\n").is_ok()
         && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
+        && (&reply == b"+PONG\r\n" || &reply == b"-NOAUTH")
 }
 
 /// Waits until the component answers 200 on its readiness URL; fails with its log's tail if it
@@ -719,6 +720,8 @@ pub fn down(layout: &Layout) -> Result<()> {
         }
     }
     fs::remove_file(layout.state_file())?;
+    // The repo-server's clones: gone with the cluster, not piling up across runs.
+    argocd::remove_tree(&layout.root.join("argocd").join("tmp"))?;
     Ok(())
 }
 

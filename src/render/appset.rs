@@ -54,37 +54,119 @@ struct Expander<'a> {
     git_files: std::cell::RefCell<std::collections::HashMap<(String, String), Value>>,
 }
 
-/// What the ApplicationSet CRD requires of every template, the ApplicationSet's own and each
-/// generator's (`ApplicationSetTemplate`: `metadata` and `spec`, and in the spec `destination`
-/// and `project`): the API server refuses an ApplicationSet that lacks one (`Required value`),
-/// even where the controller would merge the rest from the ApplicationSet's template or ignore
-/// the template (a matrix child's). Found by the oracle (tests/real_argocd.rs) on the process
-/// cluster's API server with the upstream CRD.
+/// What the ApplicationSet CRD (v3.5.1's `openAPIV3Schema`) requires inside every template it
+/// validates, the ApplicationSet's own and each generator's: (where, relative to the template,
+/// `[]` for every item of a list; the fields required there once that place exists). The API
+/// server refuses an ApplicationSet that lacks one (`Required value`), even where the controller
+/// would merge the rest from the ApplicationSet's template. Found by the oracle
+/// (tests/real_argocd.rs) on the process cluster's API server with the upstream CRD.
+const TEMPLATE_REQUIRED: &[(&str, &[&str])] = &[
+    ("", &["metadata", "spec"]),
+    ("spec", &["destination", "project"]),
+    ("spec.ignoreDifferences[]", &["kind"]),
+    ("spec.info[]", &["name", "value"]),
+    ("spec.source", &["repoURL"]),
+    (
+        "spec.source.directory.jsonnet.extVars[]",
+        &["name", "value"],
+    ),
+    ("spec.source.directory.jsonnet.tlas[]", &["name", "value"]),
+    ("spec.source.kustomize.replicas[]", &["count", "name"]),
+    ("spec.source.plugin.env[]", &["name", "value"]),
+    ("spec.sources[]", &["repoURL"]),
+    (
+        "spec.sources[].directory.jsonnet.extVars[]",
+        &["name", "value"],
+    ),
+    (
+        "spec.sources[].directory.jsonnet.tlas[]",
+        &["name", "value"],
+    ),
+    ("spec.sources[].kustomize.replicas[]", &["count", "name"]),
+    ("spec.sources[].plugin.env[]", &["name", "value"]),
+    ("spec.sourceHydrator", &["drySource", "syncSource"]),
+    (
+        "spec.sourceHydrator.drySource",
+        &["path", "repoURL", "targetRevision"],
+    ),
+    (
+        "spec.sourceHydrator.drySource.directory.jsonnet.extVars[]",
+        &["name", "value"],
+    ),
+    (
+        "spec.sourceHydrator.drySource.directory.jsonnet.tlas[]",
+        &["name", "value"],
+    ),
+    (
+        "spec.sourceHydrator.drySource.kustomize.replicas[]",
+        &["count", "name"],
+    ),
+    (
+        "spec.sourceHydrator.drySource.plugin.env[]",
+        &["name", "value"],
+    ),
+    ("spec.sourceHydrator.hydrateTo", &["targetBranch"]),
+    ("spec.sourceHydrator.syncSource", &["path", "targetBranch"]),
+];
+
+/// Refuses an ApplicationSet the API server would refuse for a missing required field: its
+/// `spec.template`, and [`TEMPLATE_REQUIRED`] in every template the CRD validates. A matrix or
+/// merge nested inside a matrix or merge child is `x-kubernetes-preserve-unknown-fields` in the
+/// CRD: the API server validates nothing in it, so neither does this.
 fn check_required_template_fields(spec: &Value) -> Result<(), String> {
-    fn template(path: &str, value: &Value) -> Result<(), String> {
-        let refused = |field: &str| {
-            Err(format!(
-                "{path}.{field} is missing: the ApplicationSet CRD requires it, so the API server refuses the ApplicationSet (`spec.{path}.{field}: Required value`)"
-            ))
+    /// The places `pattern` names under `value`, each with its path.
+    fn places<'a>(
+        path: String,
+        value: &'a Value,
+        pattern: &[&str],
+        out: &mut Vec<(String, &'a Value)>,
+    ) {
+        let Some((first, rest)) = pattern.split_first() else {
+            out.push((path, value));
+            return;
         };
+        let (key, each) = match first.strip_suffix("[]") {
+            Some(key) => (key, true),
+            None => (*first, false),
+        };
+        let Some(child) = value.get(key).filter(|v| !v.is_null()) else {
+            return;
+        };
+        let at = format!("{path}.{key}");
+        if each {
+            for (index, item) in child.as_array().into_iter().flatten().enumerate() {
+                places(format!("{at}[{index}]"), item, rest, out);
+            }
+        } else {
+            places(at, child, rest, out);
+        }
+    }
+    fn template(path: &str, value: &Value) -> Result<(), String> {
         if !value.is_object() {
             return Err(format!(
                 "{path} is not an object: the API server refuses the ApplicationSet"
             ));
         }
-        for field in ["metadata", "spec"] {
-            if value.get(field).is_none_or(Value::is_null) {
-                return refused(field);
-            }
-        }
-        for field in ["destination", "project"] {
-            if value["spec"].get(field).is_none_or(Value::is_null) {
-                return refused(&format!("spec.{field}"));
+        for (pattern, fields) in TEMPLATE_REQUIRED {
+            let segments: Vec<&str> = pattern.split('.').filter(|s| !s.is_empty()).collect();
+            let mut found = Vec::new();
+            places(path.to_string(), value, &segments, &mut found);
+            for (at, object) in found {
+                if !object.is_object() {
+                    continue;
+                }
+                for field in *fields {
+                    if object.get(*field).is_none_or(Value::is_null) {
+                        return Err(format!(
+                            "{at}.{field} is missing: the ApplicationSet CRD requires it, so the API server refuses the ApplicationSet (`spec.{at}.{field}: Required value`)"
+                        ));
+                    }
+                }
             }
         }
         Ok(())
     }
-    fn generators(path: &str, list: &Value, depth: usize) -> Result<(), String> {
+    fn generators(path: &str, list: &Value, nested: bool) -> Result<(), String> {
         let Some(list) = list.as_array() else {
             return Ok(());
         };
@@ -93,21 +175,32 @@ fn check_required_template_fields(spec: &Value) -> Result<(), String> {
                 continue;
             };
             for (kind, body) in kinds {
+                let combining = kind == "matrix" || kind == "merge";
+                if nested && combining {
+                    // Unvalidated by the CRD (preserve-unknown-fields).
+                    continue;
+                }
                 let at = format!("{path}[{index}].{kind}");
                 if let Some(t) = body.get("template") {
                     template(&format!("{at}.template"), t)?;
                 }
-                if (kind == "matrix" || kind == "merge") && depth < 3 {
-                    generators(&format!("{at}.generators"), &body["generators"], depth + 1)?;
+                if combining {
+                    generators(&format!("{at}.generators"), &body["generators"], true)?;
                 }
             }
         }
         Ok(())
     }
-    if let Some(t) = spec.get("template") {
-        template("template", t)?;
+    match spec.get("template") {
+        Some(t) if !t.is_null() => template("template", t)?,
+        _ => {
+            return Err(
+                "spec.template is missing: the ApplicationSet CRD requires it, so the API server refuses the ApplicationSet (`spec.template: Required value`)"
+                    .to_string(),
+            );
+        }
     }
-    generators("generators", &spec["generators"], 0)
+    generators("generators", &spec["generators"], false)
 }
 
 /// Expands one ApplicationSet into the Applications it generates, in generator order.
@@ -199,18 +292,30 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
             let patch = rendered
                 .as_object_mut()
                 .and_then(|m| m.remove("__templatePatch"));
+            // Argo CD's `RenderTemplateParams` returns the template untouched for an empty
+            // parameter set (a list element `{}`): nothing replaced, no finalizer added. The
+            // templatePatch is still rendered.
+            let (effective, param_sets) = &by_template[&key];
+            let unparameterised = param_sets[position].is_empty();
+            if unparameterised {
+                rendered = effective.clone();
+            }
             let mut application = json!({
                 "apiVersion": "argoproj.io/v1alpha1",
                 "kind": "Application",
                 "metadata": rendered.get("metadata").cloned().unwrap_or(json!({})),
                 "spec": rendered.get("spec").cloned().unwrap_or(json!({})),
             });
-            add_resources_finalizer(&mut application, preserve_resources);
+            if !unparameterised {
+                add_resources_finalizer(&mut application, preserve_resources);
+            }
             if let Some(Value::String(patch)) = patch {
                 let patch_value = yaml::parse_document(&patch, "templatePatch")
                     .map_err(|e| format!("templatePatch renders invalid YAML: {}", e.message))?;
                 let project = application.pointer("/spec/project").cloned();
+                let finalizers = application.pointer("/metadata/finalizers").cloned();
                 json_patch::merge(&mut application, &patch_value);
+                unite_finalizers(&mut application, finalizers, &patch_value);
                 // Argo CD discards templatePatch changes to spec.project.
                 if let Some(project) = project {
                     application["spec"]["project"] = project;
@@ -235,6 +340,44 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
         }
     }
     Ok(applications)
+}
+
+/// Argo CD applies a templatePatch as a strategic merge patch against its Application type
+/// (`controllers/template/patch.go`), where `metadata.finalizers` is a list with the `merge`
+/// strategy: a patch's finalizers join the Application's (before them, once each), an empty
+/// list removes none, and only `null` removes them all. The gate's merge patch replaced the
+/// list; this puts back what the strategic merge keeps. Other lists of an Application have no
+/// strategy and are replaced in both.
+fn unite_finalizers(application: &mut Value, before: Option<Value>, patch: &Value) {
+    let Some(patched) = patch.pointer("/metadata/finalizers") else {
+        return;
+    };
+    if patched.is_null() {
+        return;
+    }
+    // The patch's first, in its order, then the Application's own that the patch did not name
+    // (apimachinery's strategic merge orders a merged list of scalars so; the oracle saw it).
+    let mut united: Vec<Value> = Vec::new();
+    let ours = before
+        .as_ref()
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten();
+    for finalizer in patched.as_array().into_iter().flatten().chain(ours) {
+        if !united.contains(finalizer) {
+            united.push(finalizer.clone());
+        }
+    }
+    if let Some(metadata) = application
+        .get_mut("metadata")
+        .and_then(Value::as_object_mut)
+    {
+        if united.is_empty() {
+            metadata.remove("finalizers");
+        } else {
+            metadata.insert("finalizers".into(), Value::Array(united));
+        }
+    }
 }
 
 /// Argo CD's `RenderTemplateParams` gives a generated Application the finalizer that deletes
