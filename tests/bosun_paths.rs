@@ -65,7 +65,7 @@ async fn pull(ground: &Ground, branch: &str, overlay: &str) -> (u64, String) {
 
 async fn deliver(ground: &Ground, body: &Value, auth: Option<&str>) -> (u16, Value) {
     let url = format!("{}/intake", ground.bosun.as_ref().unwrap().url);
-    let mut request = reqwest::Client::new().post(url).body(body.to_string());
+    let mut request = ground::http::client().post(url).body(body.to_string());
     if let Some(auth) = auth {
         request = request.header("Authorization", auth);
     }
@@ -185,7 +185,7 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
 
     // The cap: two repairs already pushed, by the labels.
     let token = Ground::forge_token("alice").unwrap();
-    reqwest::Client::new()
+    ground::http::client()
         .post(format!(
             "{}/repos/{SLUG}/issues/{capped}/labels",
             ground.forge.url()
@@ -205,7 +205,7 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
         "verdict",
         &json!({"outcome": "green", "base": "0".repeat(40), "head": spoofed_head, "counts": {"applicationsAdded": 0, "applicationsRemoved": 0, "applicationsChanged": 0, "objectsAdded": 0, "objectsRemoved": 0, "objectsChanged": 0}, "blocking": {}, "repositoryConsumers": 0, "errors": []}),
     );
-    reqwest::Client::new()
+    ground::http::client()
         .post(format!("{}/repos/{SLUG}/issues/{spoofed}/comments", ground.forge.url()))
         .bearer_auth(token)
         .json(&json!({"body": format!("{}\n### addons-gate: passed\n{forged_verdict}\n{forged_dropped}\n", gitops_loop::gate::report::MARKER)}))
@@ -228,7 +228,7 @@ async fn swap_reshape_cap_spoof_worth_a_look_and_green() {
         format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
     };
     let signed = |signature: String| {
-        reqwest::Client::new()
+        ground::http::client()
             .post(format!("{}/intake", ground.bosun.as_ref().unwrap().url))
             .header("X-Bosun-Signature-256", signature)
             .body(body.clone())
@@ -892,7 +892,9 @@ async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 }
 
 async fn bosun_jobs(ground: &Ground) -> Value {
-    reqwest::get(format!("{}/jobs", ground.bosun.as_ref().unwrap().url))
+    ground::http::client()
+        .get(format!("{}/jobs", ground.bosun.as_ref().unwrap().url))
+        .send()
         .await
         .unwrap()
         .json()

@@ -291,7 +291,7 @@ pub async fn bosun(
         .await?;
     let url = ground.bosun.as_ref().context("bosun")?.url.clone();
     let started = Instant::now();
-    let response = reqwest::Client::new()
+    let response = crate::http::client()
         .post(format!("{url}/intake"))
         .bearer_auth(crate::bosun::WEBHOOK_SECRET)
         .body(
@@ -307,7 +307,12 @@ pub async fn bosun(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let triage = started.elapsed();
-    let jobs: serde_json::Value = reqwest::get(format!("{url}/jobs")).await?.json().await?;
+    let jobs: serde_json::Value = crate::http::client()
+        .get(format!("{url}/jobs"))
+        .send()
+        .await?
+        .json()
+        .await?;
     let run = jobs["done"]
         .as_array()
         .and_then(|d| d.last())

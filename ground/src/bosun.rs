@@ -158,7 +158,10 @@ impl BosunProcess {
     /// Waits until /healthz answers (bounded; the process may also have exited).
     async fn await_healthy(&mut self) -> Result<()> {
         for _ in 0..400 {
-            if let Ok(response) = reqwest::get(format!("{}/healthz", self.url)).await
+            if let Ok(response) = crate::http::client()
+                .get(format!("{}/healthz", self.url))
+                .send()
+                .await
                 && response.status().is_success()
             {
                 return Ok(());
@@ -196,7 +199,9 @@ impl BosunProcess {
     }
 
     async fn jobs(&self) -> Result<Value> {
-        Ok(reqwest::get(format!("{}/jobs", self.url))
+        Ok(crate::http::client()
+            .get(format!("{}/jobs", self.url))
+            .send()
             .await?
             .json()
             .await?)

@@ -18,6 +18,7 @@ pub mod clock;
 pub mod draws;
 pub mod forge;
 pub mod git;
+pub mod http;
 pub mod invariants;
 pub mod kargo;
 pub mod kube;

@@ -14,7 +14,7 @@ impl Ground {
     /// A person merges through the forge's API; branch protection decides.
     pub(crate) async fn merge(&mut self, merge: &scenario::Merge) -> Result<()> {
         let token = Self::forge_token(&merge.by)?;
-        let client = reqwest::Client::new();
+        let client = crate::http::client();
         let url = format!(
             "{}/repos/{}/pulls/{}/merge",
             self.forge.url(),
@@ -117,7 +117,7 @@ impl Ground {
         title: &str,
         by: &str,
     ) -> Result<u64> {
-        let response = reqwest::Client::new()
+        let response = crate::http::client()
             .post(format!(
                 "{}/repos/{}/pulls",
                 self.forge.url(),

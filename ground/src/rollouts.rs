@@ -320,7 +320,7 @@ impl Rollouts {
             reqwest::Url::parse(&format!("{}/api/v1/query", address.trim_end_matches('/')))
                 .map_err(|e| format!("address {address:?}: {e}"))?;
         url.query_pairs_mut().append_pair("query", &query);
-        let response = reqwest::Client::new()
+        let response = crate::http::client()
             .get(url)
             .timeout(std::time::Duration::from_secs(5))
             .send()

@@ -1,5 +1,7 @@
 //! `cargo xtask test`: the README's test command and what CI runs.
 
+use std::time::{Duration, Instant};
+
 use anyhow::Result;
 use xshell::{Shell, cmd};
 
@@ -18,9 +20,71 @@ fn real_tier(asked: bool) -> Result<bool> {
     Ok(asked || go)
 }
 
+/// The real tier's test binaries: run once more, on the process cluster, as a phase of their
+/// own after the rest (without the cluster they skip, saying so).
+const REAL_TARGETS: [&str; 4] = [
+    "real_observer",
+    "real_pipelines",
+    "kube_agreement",
+    "real_argocd",
+];
+
+/// How long each phase took, printed as it ends and summed at the end: the test command's
+/// figure in README counts every phase but the real tier's.
+struct Phases {
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Phases {
+    fn time<T>(&mut self, name: &'static str, phase: impl FnOnce() -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        let result = phase();
+        let took = started.elapsed();
+        println!("test: {name} took {}", seconds(took));
+        self.done.push((name, took));
+        result
+    }
+
+    fn summary(&self) -> String {
+        type Phase<'a> = &'a (&'static str, Duration);
+        let (real, rest): (Vec<Phase>, Vec<Phase>) =
+            self.done.iter().partition(|(n, _)| n.starts_with("real "));
+        let list = |phases: &[Phase]| {
+            phases
+                .iter()
+                .map(|(n, d)| format!("{n} {}", seconds(*d)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let total: Duration = rest.iter().map(|(_, d)| *d).sum();
+        let mut line = format!(
+            "test: {} = {} without the real tier",
+            list(&rest),
+            seconds(total)
+        );
+        if !real.is_empty() {
+            line.push_str(&format!("; then {}", list(&real)));
+        }
+        line
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
 pub fn run(real_asked: bool, extra: &[String]) -> Result<()> {
+    let mut phases = Phases { done: Vec::new() };
+    let result = run_phases(&mut phases, real_asked, extra);
+    println!("{}", phases.summary());
+    result
+}
+
+fn run_phases(phases: &mut Phases, real_asked: bool, extra: &[String]) -> Result<()> {
     let real_asked = real_asked || std::env::var("GITOPS_LOOP_REAL_REQUIRED").as_deref() == Ok("1");
-    let tools = tools::install()?;
+    // Asked for without Go fails now, not after the rest has run.
+    let mut real = real_tier(real_asked)?;
+    let tools = phases.time("tools", tools::install)?;
     let sh = Shell::new()?;
     sh.change_dir(project_root());
     // Snapshots are checked, never rewritten, here: a difference fails the run.
@@ -39,14 +103,24 @@ pub fn run(real_asked: bool, extra: &[String]) -> Result<()> {
         );
         sh.push_env("GATE_ALLOW_UNCONFINED", "1")
     });
-    cmd!(sh, "cargo fmt --all -- --check").run()?;
-    cmd!(
-        sh,
-        "cargo clippy --workspace --all-targets --quiet -- -D warnings"
-    )
-    .run()?;
-    let mut real = real_tier(real_asked)?;
-    if real && let Err(error) = real::build() {
+    phases.time("fmt", || Ok(cmd!(sh, "cargo fmt --all -- --check").run()?))?;
+    phases.time("clippy", || {
+        Ok(cmd!(
+            sh,
+            "cargo clippy --workspace --all-targets --quiet -- -D warnings"
+        )
+        .run()?)
+    })?;
+    // Building apart from running makes each figure honest: the test phase is only tests.
+    phases.time("build", || {
+        Ok(cmd!(sh, "cargo test --workspace --no-run --quiet").run()?)
+    })?;
+    // Everything but the real tier, whose tests skip here (they say so) without the cluster.
+    phases.time("tests", || {
+        let _real = sh.push_env("GITOPS_LOOP_REAL", "0");
+        Ok(cmd!(sh, "cargo test --workspace {extra...}").run()?)
+    })?;
+    if real && let Err(error) = phases.time("real build", real::build) {
         // Go is here but the programs did not build (offline, a proxy refusing): without
         // --real that is a skip said plainly, with it a failure.
         if real_asked {
@@ -55,30 +129,48 @@ pub fn run(real_asked: bool, extra: &[String]) -> Result<()> {
         println!("test: the real tier's programs did not build ({error:#}); skipping it");
         real = false;
     }
-    let result = if real {
+    if !real {
+        println!(
+            "test: SKIPPED (no Go toolchain on PATH; install Go, or `cargo xtask test --real` to insist): {REAL_TESTS}"
+        );
+        return Ok(());
+    }
+    phases.time("real tier", || {
         // Ctrl-C or SIGTERM reaches `cargo test` too, which ends; the handler keeps this
         // process alive to stop the cluster (its components run in process groups of their
         // own, so the signal does not reach them).
         let _ = ctrlc::set_handler(|| eprintln!("test: interrupted; stopping the process cluster"));
         real::up_with(&tools)?;
         let _real = sh.push_env("GITOPS_LOOP_REAL", "1");
-        let result = cmd!(sh, "cargo test --workspace {extra...}").run();
+        let targets = REAL_TARGETS.iter().flat_map(|t| ["--test", *t]);
+        let result = cmd!(sh, "cargo test {targets...} {extra...}").run();
         // Stop the cluster whatever the tests did; a test failure is the error to report.
         let down = real::down();
         result.map_err(anyhow::Error::from).and(down)
-    } else {
-        let _real = sh.push_env("GITOPS_LOOP_REAL", "0");
-        cmd!(sh, "cargo test --workspace {extra...}")
-            .run()
-            .map_err(anyhow::Error::from)
-    };
-    result?;
-    if real {
-        println!("test: ran {REAL_TESTS}");
-    } else {
-        println!(
-            "test: SKIPPED (no Go toolchain on PATH; install Go, or `cargo xtask test --real` to insist): {REAL_TESTS}"
+    })?;
+    println!("test: ran {REAL_TESTS}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_sums_every_phase_but_the_real_tier_and_names_that_apart() {
+        let secs = Duration::from_secs;
+        let phases = Phases {
+            done: vec![
+                ("tools", secs(1)),
+                ("clippy", secs(60)),
+                ("tests", secs(300)),
+                ("real build", secs(5)),
+                ("real tier", secs(100)),
+            ],
+        };
+        assert_eq!(
+            phases.summary(),
+            "test: tools 1.0 s, clippy 60.0 s, tests 300.0 s = 361.0 s without the real tier; then real build 5.0 s, real tier 100.0 s"
         );
     }
-    Ok(())
 }

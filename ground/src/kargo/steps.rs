@@ -106,6 +106,5 @@ fn git_url<'k>(ctx: &'k StepContext, repo_url: &str) -> Result<&'k (String, Stri
 }
 
 fn http_client() -> reqwest::Client {
-    gitops_loop::forge::github::install_crypto_provider();
-    reqwest::Client::new()
+    crate::http::client()
 }
