@@ -412,3 +412,29 @@ fn the_binary_merges_shards_into_the_check_report() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("shard 1/3 is given twice"), "{stderr}");
 }
+
+/// The work is split: with no cache, each of three shards runs fewer helm and kustomize
+/// processes than one unsharded render, and together they keep every Application once.
+#[test]
+fn each_shard_renders_only_part_of_the_fleet() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let mut config = config(repo.path(), cache());
+    config.cache = RenderCache::disabled();
+    let whole = render::render(&config, "HEAD").unwrap();
+    let runs = |r: &render::Rendering| r.stats.helm_runs + r.stats.kustomize_runs;
+    assert!(runs(&whole) >= 3, "the sample renders charts");
+    let mut apps = 0;
+    for index in 0..3 {
+        let mut fresh = config.clone();
+        fresh.parsed = Default::default();
+        let part = render::render_shard(&fresh, "HEAD", Shard { index, count: 3 }).unwrap();
+        assert!(
+            runs(&part) < runs(&whole),
+            "shard {index}: {} of {} processes",
+            runs(&part),
+            runs(&whole)
+        );
+        apps += part.applications.len();
+    }
+    assert_eq!(apps, whole.applications.len());
+}
