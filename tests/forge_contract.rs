@@ -320,6 +320,117 @@ async fn gate_publish_blocks_a_breaking_bump_and_branch_protection_holds() {
     );
 }
 
+/// A sharded check (two shards' partials merged) published with `publish --result`: the
+/// comment and check the unsharded publish gives; a verdict of another head is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_publish_publishes_a_merged_sharded_verdict() {
+    gitops_loop::forge::github::install_crypto_provider();
+    let (forge, clone) = forge_with_pull("2.10.0").await;
+    let cache = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let check = |extra: &[&str]| {
+        common::gate(cache.path())
+            .args(["--quiet", "check", "--head", "kargo/bump"])
+            .args(["--default-branch", "origin/main"])
+            .args(["--repo-url", common::SAMPLE_REPO_URL])
+            .arg("--repo")
+            .arg(clone.path())
+            .arg("--inventory")
+            .arg(common::sample_dir().join("inventory.yaml"))
+            .arg("--charts")
+            .arg(common::sample_dir().join("charts"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let mut parts = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        let part = out.path().join(format!("part-{}.json", &shard[..1]));
+        let part_arg = part.to_str().unwrap().to_string();
+        let output = check(&["--shard", shard, "--partial", &part_arg]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        parts.push(part);
+    }
+    let merged = out.path().join("merged.json");
+    let output = common::gate(cache.path())
+        .args(["--quiet", "merge"])
+        .args(&parts)
+        .arg("--repo")
+        .arg(clone.path())
+        .arg("--json")
+        .arg(&merged)
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let publish_result = |file: &std::path::Path| {
+        common::gate(cache.path())
+            .args(["--quiet", "publish", "--repo-slug", SLUG, "--pr", "1"])
+            .args(["--forge-url", &forge.url()])
+            .arg("--result")
+            .arg(file)
+            .env("GITHUB_TOKEN", "gate-token")
+            .output()
+            .unwrap()
+    };
+    let client = GitHub::new(&forge.url(), "gate-token").unwrap();
+    let slug: RepoSlug = SLUG.parse().unwrap();
+    // A verdict of another commit: exit 2, nothing published.
+    let mut stale: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    stale["verdict"]["head"] = json!(git(clone.path(), &["rev-parse", "origin/main"]));
+    let stale_file = out.path().join("stale.json");
+    std::fs::write(&stale_file, stale.to_string()).unwrap();
+    let refused = publish_result(&stale_file);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(client.comments(&slug, 1).await.unwrap().is_empty());
+    // The merged verdict: published as the unsharded one would be.
+    let published = publish_result(&merged);
+    assert_eq!(
+        published.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&published.stderr)
+    );
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 1);
+    let parsed = gitops_loop::gate::report::parse(&comments[0].body).unwrap();
+    assert_eq!(parsed.dropped.len(), 4);
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    let runs = client.check_runs(&slug, &pull.head_sha).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert!(
+        runs[0]
+            .title
+            .starts_with("blocked: 4 dropped-served-version"),
+        "{}",
+        runs[0].title
+    );
+    // The unsharded publish finds the same comment and leaves the same body.
+    let body = comments[0].body.clone();
+    let again = publish(&forge, clone.path(), cache.path());
+    assert_eq!(again.status.code(), Some(1));
+    let comments = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(comments.len(), 1);
+    assert_eq!(
+        comments[0].body, body,
+        "the merged verdict's comment is the unsharded one's"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn gate_publish_passes_a_patch_bump_and_the_merge_lands() {
     let forge = ForgeDouble::start(None).await.unwrap();

@@ -66,6 +66,23 @@ enum Command {
         #[command(flatten)]
         publish: PublishArgs,
     },
+    /// Combine the partial results of every shard of a sharded check (`check --shard I/N
+    /// --partial FILE`) into the verdict and report one unsharded check gives. Exit codes as
+    /// `check`; partials that are not every shard of one check, each once: exit 2.
+    Merge {
+        /// The partial results, one per shard, in any order.
+        #[arg(required = true)]
+        parts: Vec<PathBuf>,
+        /// The git repository holding both commits (the rules read its manifests).
+        #[arg(long, default_value = ".")]
+        repo: PathBuf,
+        /// Write the full report (Markdown) here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Write the verdict, findings and diff as JSON here (what `publish --result` reads).
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
     /// Show which helm and kubectl the gate would use.
     Tools {
         #[command(flatten)]
@@ -183,6 +200,14 @@ struct CheckArgs {
     /// Write the verdict, findings and diff as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Check only shard I of N of the fleet (1 <= I <= N; an Application's shard is its
+    /// namespace/name hashed) and write a partial result to --partial; `gate merge` makes the
+    /// verdict from every shard's partial. Exit 0 once the partial is written.
+    #[arg(long, value_name = "I/N", value_parser = gate::shard::parse_shard, requires = "partial", conflicts_with_all = ["report", "json"])]
+    shard: Option<gitops_loop::render::Shard>,
+    /// Where a sharded check writes its partial result.
+    #[arg(long, requires = "shard")]
+    partial: Option<PathBuf>,
 }
 
 /// The pull request's head and base come from the forge; the merge base is computed locally,
@@ -216,6 +241,11 @@ struct PublishArgs {
     /// Also write the full report (Markdown) here.
     #[arg(long)]
     report: Option<PathBuf>,
+    /// Publish this verdict (`gate merge --json`'s file, or `check --json`'s) instead of
+    /// checking again; its head must be the pull request's head (else exit 2, nothing
+    /// published).
+    #[arg(long, value_name = "FILE")]
+    result: Option<PathBuf>,
     /// Publish only if the pull request's head is still this commit (what a CI job prepared
     /// for); otherwise exit 2 and publish nothing.
     #[arg(long, value_name = "SHA", value_parser = parse_commit_id)]
@@ -261,6 +291,64 @@ fn write_json_atomically(path: &std::path::Path, value: &impl serde::Serialize) 
     file.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+/// Streams a value as compact JSON into a file, atomically (a partial can be large).
+fn write_json_compact(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let mut file = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    {
+        let mut writer = std::io::BufWriter::new(file.as_file_mut());
+        serde_json::to_writer(&mut writer, value)?;
+        std::io::Write::flush(&mut writer)?;
+    }
+    file.persist(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+/// Writes a verdict where asked and prints it as `check` does; the exit code is the outcome's.
+fn finish_check(
+    result: &gate::verdict::GateResult,
+    report: &Option<PathBuf>,
+    json: &Option<PathBuf>,
+    quiet: bool,
+    started: std::time::Instant,
+) -> Result<ExitCode> {
+    let (comment, full) = gate::report::render(result);
+    gitops_loop::render::trace("check", "report written");
+    gitops_loop::render::trace("check", &cpu_used());
+    let full = full.unwrap_or(comment);
+    if let Some(path) = report {
+        write_atomically(path, &full)?;
+    }
+    if let Some(path) = json {
+        write_json_atomically(path, result)?;
+    }
+    if quiet {
+        // The outcome line only (the report is in --report, the details in --json).
+        // Plain text for a terminal or a CI log: no Markdown escapes, no control
+        // characters (a render error can quote a chart).
+        let title: String = gate::publish::title(result)
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        println!("addons-gate: {title}");
+    } else {
+        print!("{full}");
+        eprintln!(
+            "gate: checked in {} ms ({} Applications differ, {} distinct changes; peak RSS {})",
+            started.elapsed().as_millis(),
+            result.diff.applications.len(),
+            result.diff.distinct_changes(),
+            peak_rss()
+        );
+    }
+    Ok(ExitCode::from(result.verdict.outcome.exit_code()))
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -428,41 +516,61 @@ fn run(cli: Cli) -> Result<ExitCode> {
             });
             let config = config?;
             gitops_loop::render::trace("check", "inventory read, commits resolved");
+            if let (Some(shard), Some(path)) = (check.shard, &check.partial) {
+                let partial = match commits {
+                    Ok((base, head)) => gate::shard::check_shard(&config, base, head, shard),
+                    Err(undecided) => {
+                        gate::shard::Partial::undecided(&undecided, shard, &config.inventory)
+                    }
+                };
+                write_json_compact(path, &partial)?;
+                if !cli.quiet {
+                    eprintln!(
+                        "gate: shard {} checked in {} ms ({} Applications at the head{}; peak RSS {})",
+                        gate::shard::label(shard),
+                        started.elapsed().as_millis(),
+                        partial.head_applications.len(),
+                        if partial.undecided.is_some() {
+                            ", could not decide"
+                        } else {
+                            ""
+                        },
+                        peak_rss()
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let result = match commits {
                 Ok((base, head)) => gate::check::check_commits(&config, base, head),
                 Err(undecided) => *undecided,
             };
             gitops_loop::render::trace("check", "check returned");
-            let (comment, full) = gate::report::render(&result);
-            gitops_loop::render::trace("check", "report written");
-            gitops_loop::render::trace("check", &cpu_used());
-            let full = full.unwrap_or(comment);
-            if let Some(path) = &check.report {
-                write_atomically(path, &full)?;
+            finish_check(&result, &check.report, &check.json, cli.quiet, started)
+        }
+        Command::Merge {
+            parts,
+            repo,
+            report,
+            json,
+        } => {
+            let started = std::time::Instant::now();
+            let mut partials = Vec::new();
+            for path in &parts {
+                let file = std::fs::File::open(path)
+                    .with_context(|| format!("cannot read partial {}", path.display()))?;
+                let partial: gate::shard::Partial =
+                    serde_json::from_reader(std::io::BufReader::new(file)).with_context(|| {
+                        format!("{} is not a partial check result", path.display())
+                    })?;
+                partials.push(partial);
             }
-            if let Some(path) = &check.json {
-                write_json_atomically(path, &result)?;
+            match gate::shard::merge(partials, &repo) {
+                Ok(result) => finish_check(&result, &report, &json, cli.quiet, started),
+                Err(refusal) => {
+                    eprintln!("gate: cannot merge: {refusal}");
+                    Ok(ExitCode::from(2))
+                }
             }
-            if cli.quiet {
-                // The outcome line only (the report is in --report, the details in --json).
-                // Plain text for a terminal or a CI log: no Markdown escapes, no control
-                // characters (a render error can quote a chart).
-                let title: String = gate::publish::title(&result)
-                    .chars()
-                    .map(|c| if c.is_control() { ' ' } else { c })
-                    .collect();
-                println!("addons-gate: {title}");
-            } else {
-                print!("{full}");
-                eprintln!(
-                    "gate: checked in {} ms ({} Applications differ, {} distinct changes; peak RSS {})",
-                    started.elapsed().as_millis(),
-                    result.diff.applications.len(),
-                    result.diff.distinct_changes(),
-                    peak_rss()
-                );
-            }
-            Ok(ExitCode::from(result.verdict.outcome.exit_code()))
         }
         Command::Publish {
             render: args,
@@ -507,22 +615,58 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         return Ok(ExitCode::from(2));
                     }
                 }
-                let config = config(&args, cli.quiet, false)?;
-                let (pr, result, published) = gate::publish::check_and_publish(
-                    forge.as_ref(),
-                    &publish.repo_slug,
-                    publish.pr,
-                    &author,
-                    &config,
-                    check_mode,
-                )
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot check and publish {}#{}",
-                        publish.repo_slug, publish.pr
+                let (pr, result, published) = if let Some(path) = &publish.result {
+                    // A verdict made elsewhere (a sharded check's merge): published as it is,
+                    // for the head it judged only.
+                    let file = std::fs::File::open(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    let result: gate::verdict::GateResult =
+                        serde_json::from_reader(std::io::BufReader::new(file)).with_context(
+                            || format!("{} is not a verdict (`gate merge --json`)", path.display()),
+                        )?;
+                    let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
+                    if pr.head_sha != result.verdict.head {
+                        eprintln!(
+                            "gate: {} judges {}, but {}#{}'s head is {}; nothing published",
+                            path.display(),
+                            result.verdict.head,
+                            publish.repo_slug,
+                            publish.pr,
+                            pr.head_sha
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
+                    let published = gate::publish::publish(
+                        forge.as_ref(),
+                        &publish.repo_slug,
+                        publish.pr,
+                        &author,
+                        &result,
+                        check_mode,
                     )
-                })?;
+                    .await
+                    .with_context(|| {
+                        format!("cannot publish {}#{}", publish.repo_slug, publish.pr)
+                    })?;
+                    (pr, result, published)
+                } else {
+                    let config = config(&args, cli.quiet, false)?;
+                    gate::publish::check_and_publish(
+                        forge.as_ref(),
+                        &publish.repo_slug,
+                        publish.pr,
+                        &author,
+                        &config,
+                        check_mode,
+                    )
+                    .await
+                    .with_context(|| {
+                        format!(
+                            "cannot check and publish {}#{}",
+                            publish.repo_slug, publish.pr
+                        )
+                    })?
+                };
                 if let Some(path) = &publish.report {
                     let (comment, full) = gate::report::render(&result);
                     write_atomically(path, &full.unwrap_or(comment))?;

@@ -39,7 +39,7 @@ pub fn default_branch(repo: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
-fn undecided(base: String, head: String, errors: Vec<String>) -> GateResult {
+pub(super) fn undecided(base: String, head: String, errors: Vec<String>) -> GateResult {
     let findings = errors
         .iter()
         .map(|e| Finding {
@@ -215,13 +215,7 @@ fn judge_commits(
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
         (b, h) => {
-            let mut errors = Vec::new();
-            if let Err(f) = &h {
-                errors.extend(failure_lines("head", f));
-            }
-            if let Err(f) = &b {
-                errors.extend(failure_lines("merge base", f));
-            }
+            let errors = error_lines(h.as_ref().err(), b.as_ref().err());
             if let Some(kept) = kept {
                 *kept = Some(Kept {
                     repo_dir: repo.to_path_buf(),
@@ -241,25 +235,118 @@ fn judge_commits(
     // Loaded by the merge base's render (the store keeps it): what its manifests held.
     let base_snapshot = config.parsed.snapshot(repo, &base).ok();
     render::trace("check", "both commits rendered");
+    let head_commit = head.clone();
+    let result = judge(
+        Judged {
+            base,
+            head,
+            base_rendering: &base_rendering,
+            head_rendering: &head_rendering,
+            head_snapshot: &head_snapshot,
+            base_snapshot: base_snapshot.as_deref(),
+            inventory: &config.inventory,
+            confinement,
+        },
+        |base_rendering, head_rendering| {
+            render_old_versions(config, &head_commit, base_rendering, head_rendering)
+        },
+        |render_diff| chart_defaults(config, render_diff),
+    );
+    // The renderings are freed on a thread of its own, off the verdict's path: 600
+    // Applications' objects take 15 ms to free, and a process may end before that thread
+    // does. They hold nothing but memory; the snapshots (whose checked-out trees are
+    // temporary folders) and the parsed-output store are freed here, before the verdict is
+    // returned. (When no thread can be started, the failed spawn frees them at once.)
+    match kept {
+        Some(kept) => {
+            *kept = Some(Kept {
+                repo_dir: repo.to_path_buf(),
+                head: result.verdict.head.clone(),
+                head_render: Ok(head_rendering),
+                base: result.verdict.base.clone(),
+                base_render: Some(base_rendering),
+            });
+        }
+        None => {
+            let renderings = (base_rendering, head_rendering);
+            let _ = std::thread::Builder::new().spawn(move || drop(renderings));
+        }
+    }
+    drop((head_snapshot, base_snapshot, owned));
+    result
+}
+
+/// The error lines of a check whose render failed at one commit or both: the head's, then the
+/// merge base's, each sorted and without repeats (a sharded check's merge gives the same
+/// lines whichever shard met them).
+pub(super) fn error_lines(
+    head: Option<&RenderFailure>,
+    base: Option<&RenderFailure>,
+) -> Vec<String> {
+    let lines = |at: &str, failure: Option<&RenderFailure>| -> Vec<String> {
+        let mut lines = failure.map(|f| failure_lines(at, f)).unwrap_or_default();
+        lines.sort();
+        lines.dedup();
+        lines
+    };
+    let mut errors = lines("head", head);
+    errors.extend(lines("merge base", base));
+    errors
+}
+
+/// What [`judge`] reads: both commits rendered, the repository at both, the inventory.
+pub(super) struct Judged<'a> {
+    pub base: String,
+    pub head: String,
+    pub base_rendering: &'a render::Rendering,
+    pub head_rendering: &'a render::Rendering,
+    pub head_snapshot: &'a git::Snapshot,
+    pub base_snapshot: Option<&'a git::Snapshot>,
+    pub inventory: &'a render::inventory::Inventory,
+    pub confinement: render::confine::Confinement,
+}
+
+/// The verdict of two renderings: the diff, the rules, each moved chart's own change (the
+/// head's Applications rendered at the base's chart versions, from `old_versions`) and its
+/// default values (`chart_defaults`). One code path for a check and a sharded check's merge.
+pub(super) fn judge(
+    judged: Judged<'_>,
+    old_versions: impl FnOnce(
+        &render::Rendering,
+        &render::Rendering,
+    ) -> BTreeMap<AppKey, render::RenderedApplication>
+    + Send,
+    chart_defaults: impl FnOnce(&RenderDiff) -> Vec<ChartDefaults> + Send,
+) -> GateResult {
+    let Judged {
+        base,
+        head,
+        base_rendering,
+        head_rendering,
+        head_snapshot,
+        base_snapshot,
+        inventory,
+        confinement,
+    } = judged;
     // The chart moves' own render and diff need only the two renderings: they run while the
     // renderings are diffed and judged, on the core the renders have just left (their helm
     // runs, when values moved too, overlap the diff).
     let (mut render_diff, chart_only, findings, chart_defaults) = std::thread::scope(|scope| {
         let moves = scope.spawn(|| {
-            let old_versions = render_old_versions(config, &head, &base_rendering, &head_rendering);
-            chart_moves_alone(&base_rendering, &head_rendering, &old_versions)
+            let old_versions = old_versions(base_rendering, head_rendering);
+            chart_moves_alone(base_rendering, head_rendering, &old_versions)
         });
-        let render_diff = diff::diff(&base_rendering, &head_rendering);
+        let render_diff = diff::diff(base_rendering, head_rendering);
         render::trace("check", "diffed");
         let (findings, chart_defaults) = std::thread::scope(|judging| {
-            let defaults = judging.spawn(|| chart_defaults(config, &render_diff));
+            let defaults = judging.spawn(|| chart_defaults(&render_diff));
             let findings = rules::evaluate(
-                &base_rendering,
-                &head_rendering,
+                base_rendering,
+                head_rendering,
                 &render_diff,
-                &head_snapshot,
-                base_snapshot.as_deref(),
-                &config.inventory,
+                head_snapshot,
+                base_snapshot,
+                inventory,
             );
             (findings, super::joined(defaults.join()))
         });
@@ -316,27 +403,6 @@ fn judge_commits(
         confinement: Some(confinement),
     };
     result.verdict.repository_consumers = result.dropped().iter().map(|d| d.consumers.len()).sum();
-    // The renderings are freed on a thread of its own, off the verdict's path: 600
-    // Applications' objects take 15 ms to free, and a process may end before that thread
-    // does. They hold nothing but memory; the snapshots (whose checked-out trees are
-    // temporary folders) and the parsed-output store are freed here, before the verdict is
-    // returned. (When no thread can be started, the failed spawn frees them at once.)
-    match kept {
-        Some(kept) => {
-            *kept = Some(Kept {
-                repo_dir: repo.to_path_buf(),
-                head: result.verdict.head.clone(),
-                head_render: Ok(head_rendering),
-                base: result.verdict.base.clone(),
-                base_render: Some(base_rendering),
-            });
-        }
-        None => {
-            let renderings = (base_rendering, head_rendering);
-            let _ = std::thread::Builder::new().spawn(move || drop(renderings));
-        }
-    }
-    drop((head_snapshot, base_snapshot, owned));
     result
 }
 
@@ -345,7 +411,7 @@ fn judge_commits(
 /// with the head's values at both versions ([`chart_moves_alone`]). All pinned Applications
 /// render together (one snapshot of the head); if that fails, each is tried alone so one
 /// that cannot render at its old version does not hide the others.
-fn render_old_versions(
+pub(super) fn render_old_versions(
     config: &RenderConfig,
     head: &str,
     base_rendering: &render::Rendering,
@@ -422,8 +488,12 @@ fn chart_moves_alone(
 /// Each distinct chart version move's default values that changed (values.yaml of both
 /// versions from the chart mirror).
 fn chart_defaults(config: &RenderConfig, diff: &RenderDiff) -> Vec<ChartDefaults> {
-    use crate::render::charts::ChartRef;
-    const KEPT: usize = 200;
+    chart_defaults_of(config, moves_of(diff))
+}
+
+/// Every chart version move of a diff, in the order the report lists their default values:
+/// by repository, chart and versions, each once.
+pub(super) fn moves_of(diff: &RenderDiff) -> Vec<&ChartMove> {
     let mut moves: Vec<&ChartMove> = diff
         .applications
         .iter()
@@ -433,6 +503,16 @@ fn chart_defaults(config: &RenderConfig, diff: &RenderDiff) -> Vec<ChartDefaults
         (&a.repo_url, &a.chart, &a.from, &a.to).cmp(&(&b.repo_url, &b.chart, &b.from, &b.to))
     });
     moves.dedup();
+    moves
+}
+
+/// The default values that changed, per chart version move (in the order given).
+pub(super) fn chart_defaults_of(
+    config: &RenderConfig,
+    moves: Vec<&ChartMove>,
+) -> Vec<ChartDefaults> {
+    use crate::render::charts::ChartRef;
+    const KEPT: usize = 200;
     let values = |version: &str, chart_move: &ChartMove| -> Result<Value, String> {
         crate::render::charts::default_values(
             config.charts.as_deref(),

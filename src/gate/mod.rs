@@ -6,6 +6,7 @@ pub mod diff;
 pub mod publish;
 pub mod report;
 pub mod rules;
+pub mod shard;
 pub mod text;
 pub mod verdict;
 

@@ -1,6 +1,7 @@
 //! The render engine's room for the Engine: the entry points, the wave-by-wave expansion of
 //! Applications and ApplicationSets, admission of repeats, and the finish (cycles, stats).
 
+use super::planning::PendingApp;
 use super::*;
 
 /// An Application or ApplicationSet waiting to be expanded.
@@ -10,6 +11,9 @@ pub(super) struct Item {
     /// The identity of the object that produced this one (None for repository files).
     parent: Option<String>,
     pub(super) depth: usize,
+    /// The shard that renders it, when only one does: the shard of the Application whose
+    /// helm or kustomize render produced it (no other shard sees that render's output).
+    pub(super) owner: Option<usize>,
 }
 
 fn identity(kind: &str, object: &Value) -> String {
@@ -35,7 +39,21 @@ fn is_argo_kind(object: &Value, kind: &str) -> bool {
 /// Renders everything the repository deploys at `revision` (a branch, tag or commit of
 /// `config.repo_dir`).
 pub fn render(config: &RenderConfig, revision: &str) -> Result<Rendering, RenderFailure> {
-    render_roots(config, revision, None)
+    render_roots(config, revision, None, None)
+}
+
+/// [`render`] of one shard of the fleet ([`Shard`]): the Applications the shard owns, with
+/// every ApplicationSet expanded and every Application without a helm or kustomize source
+/// rendered (cheap, and how the shard finds the Applications it owns); Applications of other
+/// shards are planned, not rendered, and left out. What a shard learns that belongs to
+/// another's Application (its origin credited to a parent) is in
+/// [`RenderStats::shard_credits`].
+pub fn render_shard(
+    config: &RenderConfig,
+    revision: &str,
+    shard: Shard,
+) -> Result<Rendering, RenderFailure> {
+    render_roots(config, revision, None, Some(shard))
 }
 
 /// Renders the given Applications (not the repository's own roots) at `revision`: the gate
@@ -45,13 +63,14 @@ pub fn render_applications(
     revision: &str,
     applications: Vec<Value>,
 ) -> Result<Rendering, RenderFailure> {
-    render_roots(config, revision, Some(applications))
+    render_roots(config, revision, Some(applications), None)
 }
 
 fn render_roots(
     config: &RenderConfig,
     revision: &str,
     given: Option<Vec<Value>>,
+    shard: Option<Shard>,
 ) -> Result<Rendering, RenderFailure> {
     let failure = |revision: &str, subject: &str, message: String| RenderFailure {
         revision: revision.to_string(),
@@ -94,6 +113,7 @@ fn render_roots(
                 },
                 parent: None,
                 depth: 0,
+                owner: None,
             })
             .collect(),
         None => scan_roots(&snapshot).map_err(|d| RenderFailure {
@@ -122,6 +142,9 @@ fn render_roots(
         helm_jobs: HashMap::new(),
         helm_failures: Vec::new(),
         values_users: Vec::new(),
+        shard,
+        owned: std::collections::HashSet::new(),
+        credits: BTreeMap::new(),
     };
     trace(revision, "tools asked");
     engine.run(roots);
@@ -152,6 +175,12 @@ pub(super) struct Engine<'a> {
     pub(super) helm_jobs: HashMap<String, source::HelmJob>,
     helm_failures: Vec<HelmFailure>,
     pub(super) values_users: Vec<(String, String, Vec<String>)>,
+    /// Set for a sharded render: only this shard's Applications are rendered and kept.
+    shard: Option<Shard>,
+    /// The Applications (by identity) this shard owns.
+    owned: std::collections::HashSet<String>,
+    /// Origins credited to a parent for Applications this shard did not render.
+    credits: BTreeMap<String, Origin>,
 }
 
 impl Engine<'_> {
@@ -217,6 +246,7 @@ impl Engine<'_> {
                                     },
                                     parent: Some(id.clone()),
                                     depth: item.depth,
+                                    owner: item.owner,
                                 });
                             }
                         }
@@ -251,6 +281,7 @@ impl Engine<'_> {
                 }
             }
             trace(self.revision, "wave planned");
+            let pending = self.keep_shard(pending);
             self.execute_pending_jobs();
             trace(self.revision, "wave rendered and parsed");
             let mut next = Vec::new();
@@ -307,6 +338,7 @@ impl Engine<'_> {
                             },
                             parent: Some(p.id.clone()),
                             depth: p.depth + 1,
+                            owner: p.renders_alone.then_some(p.owner),
                         });
                     }
                 }
@@ -344,6 +376,8 @@ impl Engine<'_> {
                 if previous.from_file && !from_file {
                     if let Some(app) = self.applications.get_mut(id) {
                         app.origin = item.origin.clone();
+                    } else if self.shard.is_some() {
+                        self.credits.insert(id.to_string(), item.origin.clone());
                     }
                     self.seen.insert(id.to_string(), Seen { spec, from_file });
                 }
@@ -382,7 +416,14 @@ impl Engine<'_> {
                 values_users: self.values_users,
             });
         }
-        let mut applications: Vec<RenderedApplication> = self.applications.into_values().collect();
+        let owned = &self.owned;
+        let sharded = self.shard.is_some();
+        let mut applications: Vec<RenderedApplication> = self
+            .applications
+            .into_iter()
+            .filter(|(id, _)| !sharded || owned.contains(id))
+            .map(|(_, app)| app)
+            .collect();
         applications.sort_by(|a, b| {
             (&a.cluster.name, &a.name, &a.namespace).cmp(&(&b.cluster.name, &b.name, &b.namespace))
         });
@@ -390,8 +431,40 @@ impl Engine<'_> {
             revision: commit,
             applications,
             diagnostics: self.diagnostics,
-            stats: self.stats,
+            stats: RenderStats {
+                shard_credits: self.credits,
+                ..self.stats
+            },
         })
+    }
+
+    /// For a sharded render, the wave's planned Applications this shard renders: those it
+    /// owns, and those whose render runs no process (plain manifests, or nothing: every shard
+    /// renders them, to find the Applications they hold). The queued jobs of the others are
+    /// dropped. Without a shard, all of them.
+    fn keep_shard(&mut self, pending: Vec<PendingApp>) -> Vec<PendingApp> {
+        let Some(shard) = self.shard else {
+            return pending;
+        };
+        let mut kept = Vec::new();
+        for mut p in pending {
+            p.renders_alone = p.job_keys.iter().any(|k| !k.starts_with("objects-"));
+            p.owner = p
+                .owner_hint
+                .unwrap_or_else(|| Shard::of(&p.app.namespace, &p.app.name, shard.count));
+            if p.owner == shard.index {
+                self.owned.insert(p.id.clone());
+            } else {
+                self.owned.remove(&p.id);
+            }
+            if p.owner == shard.index || !p.renders_alone {
+                kept.push(p);
+            }
+        }
+        let needed: std::collections::HashSet<&String> =
+            kept.iter().flat_map(|p| p.job_keys.iter()).collect();
+        self.queued.retain(|(key, _)| needed.contains(key));
+        kept
     }
 }
 
@@ -470,6 +543,7 @@ fn scan_roots(snapshot: &Snapshot) -> Result<Vec<Item>, Diagnostic> {
                     },
                     parent: None,
                     depth: 0,
+                    owner: None,
                 });
             }
         }

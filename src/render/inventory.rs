@@ -30,7 +30,7 @@ pub enum InventoryError {
 }
 
 /// One destination cluster, as the clusters generator and helm see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct Cluster {
     pub name: String,
     pub server: String,
@@ -45,7 +45,7 @@ pub struct Cluster {
     pub has_secret: bool,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct Inventory {
     /// Clusters with a Secret (or listed in the project's inventory), in file order.
     pub clusters: Vec<Cluster>,

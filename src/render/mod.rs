@@ -27,7 +27,7 @@ mod jobs;
 mod planning;
 mod util;
 
-pub use self::engine::{render, render_applications};
+pub use self::engine::{render, render_applications, render_shard};
 pub use self::jobs::run_helm;
 pub use self::planning::stored_application;
 pub use self::util::{object_sort_key, parallel_map, trace};
@@ -107,7 +107,7 @@ impl std::fmt::Display for Diagnostic {
 }
 
 /// Where a generated Application came from.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 #[serde(tag = "kind")]
 pub enum Origin {
     /// Declared in a file of the repository.
@@ -130,7 +130,7 @@ impl std::fmt::Display for Origin {
     }
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ClusterRef {
     pub name: String,
     pub server: String,
@@ -192,6 +192,30 @@ pub struct RenderStats {
     pub helm_runs: usize,
     pub kustomize_runs: usize,
     pub cache_hits: usize,
+    /// A sharded render ([`render_shard`]): Applications of other shards whose origin this
+    /// shard saw credited to a parent (the same Application reached from a file and from a
+    /// parent), by identity (`Application namespace/name`).
+    pub shard_credits: BTreeMap<String, Origin>,
+}
+
+/// One of `count` shards of a fleet (`index` counts from 0): `gate check --shard I/N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// The shard of an Application: its identity as Argo CD knows it (namespace and name,
+    /// not its destination, which a change may move) hashed, so an Application lands in the
+    /// same shard at both commits. SHA-256, not a process-seeded hash: every runner agrees.
+    pub fn of(namespace: &str, name: &str, count: usize) -> usize {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(format!("{namespace}/{name}").as_bytes());
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        (u64::from_be_bytes(first) % count.max(1) as u64) as usize
+    }
 }
 
 /// A render that could not complete: the errors (and warnings) found, nothing else.

@@ -11,6 +11,13 @@ pub(super) struct PendingApp {
     pub(super) app: RenderedApplication,
     pub(super) job_keys: Vec<String>,
     pub(super) depth: usize,
+    /// The shard its parent's render fixed for it (see `Item::owner`).
+    pub(super) owner_hint: Option<usize>,
+    /// The shard that owns it (a sharded render sets it; 0 otherwise).
+    pub(super) owner: usize,
+    /// Whether its render runs a process (helm or kustomize), so that only its owner renders
+    /// it (a sharded render sets it).
+    pub(super) renders_alone: bool,
 }
 
 impl Engine<'_> {
@@ -157,6 +164,9 @@ impl Engine<'_> {
         PendingApp {
             id: id.to_string(),
             depth: item.depth,
+            owner_hint: item.owner,
+            owner: 0,
+            renders_alone: false,
             job_keys,
             app: RenderedApplication {
                 name: text("/metadata/name", ""),

@@ -1,0 +1,649 @@
+//! Sharded checks: `gate check --shard I/N` renders one shard of the fleet at both commits and
+//! writes a partial result; `gate merge` combines the partials of every shard into the verdict
+//! one unsharded check gives.
+//!
+//! A shard ([`render::render_shard`]) renders the Applications whose identity hashes to it
+//! (`namespace/name`, [`Shard::of`]: the same at both commits), and the children a helm or
+//! kustomize render of its own produces; every shard expands every ApplicationSet and renders
+//! every Application of plain manifests (no process: how each shard finds its own).
+//!
+//! The merge puts both commits' renderings back together and judges them with the check's
+//! own code ([`check::judge`]): every rule that looks across Applications (CRD versions
+//! served against those declared anywhere in the repository, kinds a cluster does not serve,
+//! CRDs added or removed, Applications removed, the repository scan) sees the whole fleet,
+//! so the verdict is the unsharded one by construction, not by a second implementation. A
+//! partial carries what needs helm or the chart mirror: the renders, each moved chart's
+//! own render, its default values. The merge reads the repository (both commits) for the
+//! rules' scan of the manifests, as the check does.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sha2::Digest as _;
+
+use super::check::{self, Judged};
+use super::diff::{self, AppKey, ChartMove};
+use super::verdict::{ChartDefaults, GateResult};
+use crate::render::confine::Confinement;
+use crate::render::inventory::Inventory;
+use crate::render::parsed::Object;
+use crate::render::{
+    self, ClusterRef, Origin, RenderConfig, RenderFailure, RenderedApplication, Rendering, Shard,
+};
+
+/// The partial result's format, written in every partial and checked by the merge.
+pub const FORMAT: &str = "gitops-gate/check-partial/v1";
+
+/// One shard's part of a check.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Partial {
+    pub format: String,
+    /// Which shard (`index` from 0) of how many.
+    pub shard: Shard,
+    pub base: String,
+    pub head: String,
+    /// SHA-256 of the inventory as this shard read it: every shard must judge against one.
+    pub inventory_digest: String,
+    pub inventory: Inventory,
+    #[serde(default)]
+    pub confinement: Option<Confinement>,
+    /// Set when this shard could not decide: why, per commit.
+    #[serde(default)]
+    pub undecided: Option<Undecided>,
+    /// Every object the Applications below render, once (they name them by index).
+    #[serde(default)]
+    pub objects: Vec<Object>,
+    #[serde(default)]
+    pub base_applications: Vec<WireApp>,
+    #[serde(default)]
+    pub head_applications: Vec<WireApp>,
+    /// Origins this shard saw credited to a parent for Applications of other shards.
+    #[serde(default)]
+    pub base_credits: BTreeMap<String, Origin>,
+    #[serde(default)]
+    pub head_credits: BTreeMap<String, Origin>,
+    /// This shard's head Applications whose chart moved, rendered at the base's versions.
+    #[serde(default)]
+    pub old_versions: Vec<WireApp>,
+    /// The default values of the chart moves of this shard's Applications.
+    #[serde(default)]
+    pub chart_defaults: Vec<ChartDefaults>,
+}
+
+/// Why a shard could not decide: the error lines at the head and at the merge base.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Undecided {
+    pub head: Vec<String>,
+    pub base: Vec<String>,
+}
+
+/// A rendered Application as a partial holds it: every field, its objects by index.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WireApp {
+    pub name: String,
+    pub namespace: String,
+    pub project: String,
+    pub origin: Origin,
+    pub cluster: ClusterRef,
+    pub destination_namespace: String,
+    pub sources: Vec<Value>,
+    pub objects: Vec<usize>,
+    pub render_keys: Vec<String>,
+    pub manifest: Value,
+    pub stored: Value,
+    #[serde(default)]
+    pub destination_unknown: Option<String>,
+    #[serde(default)]
+    pub values_files: Vec<String>,
+}
+
+/// The object table a partial is written with: each shared object once.
+#[derive(Default)]
+struct Table {
+    index: HashMap<usize, usize>,
+    objects: Vec<Object>,
+}
+
+impl Table {
+    fn wire(&mut self, app: &RenderedApplication) -> WireApp {
+        let objects = app
+            .objects
+            .iter()
+            .map(|object| {
+                *self
+                    .index
+                    .entry(Arc::as_ptr(object) as usize)
+                    .or_insert_with(|| {
+                        self.objects.push(object.clone());
+                        self.objects.len() - 1
+                    })
+            })
+            .collect();
+        WireApp {
+            name: app.name.clone(),
+            namespace: app.namespace.clone(),
+            project: app.project.clone(),
+            origin: app.origin.clone(),
+            cluster: app.cluster.clone(),
+            destination_namespace: app.destination_namespace.clone(),
+            sources: app.sources.clone(),
+            objects,
+            render_keys: app.render_keys.clone(),
+            manifest: app.manifest.clone(),
+            stored: app.stored.clone(),
+            destination_unknown: app.destination_unknown.clone(),
+            values_files: app.values_files.clone(),
+        }
+    }
+}
+
+fn unwire(app: WireApp, objects: &[Object], shard: Shard) -> Result<RenderedApplication, String> {
+    let resolved = app
+        .objects
+        .iter()
+        .map(|&at| {
+            objects.get(at).cloned().ok_or_else(|| {
+                format!(
+                    "the partial of shard {} names object {at}, which it does not hold",
+                    label(shard)
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RenderedApplication {
+        name: app.name,
+        namespace: app.namespace,
+        project: app.project,
+        origin: app.origin,
+        cluster: app.cluster,
+        destination_namespace: app.destination_namespace,
+        sources: app.sources,
+        objects: resolved,
+        render_keys: app.render_keys,
+        manifest: app.manifest,
+        stored: app.stored,
+        destination_unknown: app.destination_unknown,
+        values_files: app.values_files,
+    })
+}
+
+/// `I/N` as a person writes it (I from 1).
+pub fn label(shard: Shard) -> String {
+    format!("{}/{}", shard.index + 1, shard.count)
+}
+
+/// Reads `I/N` (1 <= I <= N, N at most 1024) into a [`Shard`].
+pub fn parse_shard(text: &str) -> Result<Shard, String> {
+    let (index, count) = text
+        .split_once('/')
+        .ok_or("expected I/N, e.g. 2/8 (shard 2 of 8)")?;
+    let index: usize = index.trim().parse().map_err(|_| "I is not a number")?;
+    let count: usize = count.trim().parse().map_err(|_| "N is not a number")?;
+    if count == 0 || count > 1024 {
+        return Err("N must be between 1 and 1024".into());
+    }
+    if index == 0 || index > count {
+        return Err(format!("I must be between 1 and {count}"));
+    }
+    Ok(Shard {
+        index: index - 1,
+        count,
+    })
+}
+
+/// SHA-256 of the inventory's JSON form.
+pub fn inventory_digest(inventory: &Inventory) -> String {
+    let bytes = serde_json::to_vec(inventory).unwrap_or_default();
+    crate::git::hex(&sha2::Sha256::digest(&bytes))
+}
+
+impl Partial {
+    fn new(shard: Shard, base: &str, head: &str, inventory: &Inventory) -> Partial {
+        Partial {
+            format: FORMAT.to_string(),
+            shard,
+            base: base.to_string(),
+            head: head.to_string(),
+            inventory_digest: inventory_digest(inventory),
+            inventory: inventory.clone(),
+            confinement: None,
+            undecided: None,
+            objects: Vec::new(),
+            base_applications: Vec::new(),
+            head_applications: Vec::new(),
+            base_credits: BTreeMap::new(),
+            head_credits: BTreeMap::new(),
+            old_versions: Vec::new(),
+            chart_defaults: Vec::new(),
+        }
+    }
+
+    /// The partial of a shard whose check was undecided before it rendered (the commits could
+    /// not be resolved): the verdict's errors, as the head's.
+    pub fn undecided(result: &GateResult, shard: Shard, inventory: &Inventory) -> Partial {
+        let mut partial =
+            Partial::new(shard, &result.verdict.base, &result.verdict.head, inventory);
+        partial.confinement = result.confinement;
+        partial.undecided = Some(Undecided {
+            head: result.verdict.errors.clone(),
+            base: Vec::new(),
+        });
+        partial
+    }
+}
+
+/// One shard of [`check::check_commits`]: this shard's Applications rendered at both commits,
+/// the chart-only renders and chart defaults of their moves. Never fails: what stops it is
+/// in [`Partial::undecided`].
+pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Shard) -> Partial {
+    let mut owned = config.clone();
+    owned.parsed = Default::default();
+    let config = &owned;
+    let mut partial = Partial::new(shard, &base, &head, &config.inventory);
+    let confinement = match render::confine::confinement(&config.helm.limits) {
+        Ok(confinement) => confinement,
+        Err(refusal) => {
+            partial.undecided = Some(Undecided {
+                head: vec![refusal],
+                base: Vec::new(),
+            });
+            return partial;
+        }
+    };
+    partial.confinement = Some(confinement);
+    let at = |revision: &str| render::render_shard(config, revision, shard);
+    let stopped = |revision: &str| {
+        Err(RenderFailure {
+            revision: revision.to_string(),
+            diagnostics: vec![render::Diagnostic {
+                severity: render::Severity::Error,
+                subject: "render".into(),
+                message: "the render stopped unexpectedly".into(),
+            }],
+            helm_failures: Vec::new(),
+            values_users: Vec::new(),
+        })
+    };
+    let (head_rendering, base_rendering) = std::thread::scope(|scope| {
+        let head_thread = scope.spawn(|| at(&head));
+        let base_thread = scope.spawn(|| at(&base));
+        (
+            head_thread.join().unwrap_or_else(|_| stopped(&head)),
+            base_thread.join().unwrap_or_else(|_| stopped(&base)),
+        )
+    });
+    let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
+        (Ok(b), Ok(h)) => (b, h),
+        (b, h) => {
+            partial.undecided = Some(Undecided {
+                head: check::error_lines(h.as_ref().err(), None),
+                base: check::error_lines(None, b.as_ref().err()),
+            });
+            return partial;
+        }
+    };
+    let old_versions = check::render_old_versions(config, &head, &base_rendering, &head_rendering);
+    let base_apps: BTreeMap<AppKey, &RenderedApplication> = base_rendering
+        .applications
+        .iter()
+        .map(|a| (diff::key_of(a), a))
+        .collect();
+    let mut moves: Vec<ChartMove> = head_rendering
+        .applications
+        .iter()
+        .filter_map(|after| {
+            Some(diff::chart_moves(
+                base_apps.get(&diff::key_of(after))?,
+                after,
+            ))
+        })
+        .flatten()
+        .collect();
+    moves.sort_by(|a, b| {
+        (&a.repo_url, &a.chart, &a.from, &a.to).cmp(&(&b.repo_url, &b.chart, &b.from, &b.to))
+    });
+    moves.dedup();
+    partial.chart_defaults = check::chart_defaults_of(config, moves.iter().collect());
+    let mut table = Table::default();
+    partial.base_applications = base_rendering
+        .applications
+        .iter()
+        .map(|a| table.wire(a))
+        .collect();
+    partial.head_applications = head_rendering
+        .applications
+        .iter()
+        .map(|a| table.wire(a))
+        .collect();
+    partial.old_versions = old_versions.values().map(|a| table.wire(a)).collect();
+    partial.objects = table.objects;
+    partial.base_credits = base_rendering.stats.shard_credits.clone();
+    partial.head_credits = head_rendering.stats.shard_credits.clone();
+    partial
+}
+
+/// Why partials cannot be merged: one line.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct MergeError(pub String);
+
+/// Checks that the partials are every shard of one check, each once.
+fn validate(parts: &[Partial]) -> Result<(), MergeError> {
+    let first = parts
+        .first()
+        .ok_or_else(|| MergeError("no partial results given".into()))?;
+    for part in parts {
+        if part.format != FORMAT {
+            return Err(MergeError(format!(
+                "a partial is in format {:?}, not {FORMAT}",
+                part.format
+            )));
+        }
+        if part.shard.count != first.shard.count {
+            return Err(MergeError(format!(
+                "shard {} and shard {} split the fleet differently: one run's partials only",
+                label(first.shard),
+                label(part.shard)
+            )));
+        }
+        if part.shard.index >= part.shard.count {
+            return Err(MergeError(format!(
+                "a partial names shard {}, which does not exist",
+                label(part.shard)
+            )));
+        }
+        if (&part.base, &part.head) != (&first.base, &first.head) {
+            return Err(MergeError(format!(
+                "shard {} checked {}..{} but shard {} checked {}..{}: one pull request's partials only",
+                label(first.shard),
+                first.base,
+                first.head,
+                label(part.shard),
+                part.base,
+                part.head
+            )));
+        }
+        if part.inventory_digest != first.inventory_digest
+            || inventory_digest(&part.inventory) != part.inventory_digest
+        {
+            return Err(MergeError(format!(
+                "shard {} and shard {} read different inventories: every shard must judge against one",
+                label(first.shard),
+                label(part.shard)
+            )));
+        }
+    }
+    let mut seen = vec![false; first.shard.count];
+    for part in parts {
+        if std::mem::replace(&mut seen[part.shard.index], true) {
+            return Err(MergeError(format!(
+                "shard {} is given twice",
+                label(part.shard)
+            )));
+        }
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        return Err(MergeError(format!(
+            "shard {} is missing: every shard's partial is needed",
+            label(Shard {
+                index: missing,
+                count: first.shard.count
+            })
+        )));
+    }
+    Ok(())
+}
+
+/// The weakest confinement any shard rendered under (none when one rendered nothing).
+fn confinement_of(parts: &[Partial]) -> Option<Confinement> {
+    let mut out = Some(Confinement::NetworkNamespace);
+    for part in parts {
+        match part.confinement {
+            None => return None,
+            Some(Confinement::ScrubbedEnvironmentOnly) => {
+                out = Some(Confinement::ScrubbedEnvironmentOnly)
+            }
+            Some(Confinement::NetworkNamespace) => {}
+        }
+    }
+    out
+}
+
+/// One shard's Applications at one commit: the shard, its object table, the Applications,
+/// the origins it credited to parents.
+type ShardSide<'a> = (
+    Shard,
+    &'a [Object],
+    Vec<WireApp>,
+    &'a BTreeMap<String, Origin>,
+);
+
+/// One commit's rendering put back together, with the shard each Application came from.
+fn reassemble(
+    revision: &str,
+    parts: Vec<ShardSide<'_>>,
+    commit: &str,
+) -> Result<(Rendering, BTreeMap<AppKey, usize>), MergeError> {
+    let identity = |a: &RenderedApplication| format!("Application {}/{}", a.namespace, a.name);
+    let mut by_identity: BTreeMap<String, (RenderedApplication, Shard)> = BTreeMap::new();
+    let mut credits: BTreeMap<&String, &Origin> = BTreeMap::new();
+    for (shard, objects, apps, shard_credits) in parts {
+        credits.extend(shard_credits.iter());
+        for app in apps {
+            let app = unwire(app, objects, shard).map_err(MergeError)?;
+            let id = identity(&app);
+            match by_identity.remove(&id) {
+                None => {
+                    by_identity.insert(id, (app, shard));
+                }
+                // The same Application reached from a file (by its own shard) and from a
+                // parent's render (by the parent's): the parent's wins, as in one render.
+                Some((other, other_shard)) => {
+                    let from_file =
+                        |a: &RenderedApplication| matches!(a.origin, Origin::File { .. });
+                    let kept = match (from_file(&other), from_file(&app)) {
+                        (true, false) => (app, shard),
+                        (false, true) => (other, other_shard),
+                        _ => {
+                            return Err(MergeError(format!(
+                                "{id} at {commit} is rendered by shard {} and shard {}: the partials are not one run's",
+                                label(other_shard),
+                                label(shard)
+                            )));
+                        }
+                    };
+                    by_identity.insert(id, kept);
+                }
+            }
+        }
+    }
+    let mut applications = Vec::with_capacity(by_identity.len());
+    let mut shards = BTreeMap::new();
+    for (id, (mut app, shard)) in by_identity {
+        if let Some(origin) = credits.get(&id) {
+            app.origin = (*origin).clone();
+        }
+        shards.insert(diff::key_of(&app), shard.index);
+        applications.push(app);
+    }
+    applications.sort_by(|a, b| {
+        (&a.cluster.name, &a.name, &a.namespace).cmp(&(&b.cluster.name, &b.name, &b.namespace))
+    });
+    Ok((
+        Rendering {
+            revision: revision.to_string(),
+            applications,
+            diagnostics: Vec::new(),
+            stats: Default::default(),
+        },
+        shards,
+    ))
+}
+
+/// Every shard's partial -> the verdict one unsharded check of the same commits gives.
+/// `repo` holds both commits (the rules read the repository's manifests). Refuses (one
+/// line) partials of different runs, commits or inventories, a shard missing or given
+/// twice.
+pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError> {
+    validate(&parts)?;
+    let base = parts[0].base.clone();
+    let head = parts[0].head.clone();
+    let confinement = confinement_of(&parts);
+    if parts.iter().any(|p| p.undecided.is_some()) {
+        let lines = |pick: fn(&Undecided) -> &Vec<String>| {
+            let mut lines: Vec<String> = parts
+                .iter()
+                .filter_map(|p| p.undecided.as_ref())
+                .flat_map(|u| pick(u).iter().cloned())
+                .collect();
+            lines.sort();
+            lines.dedup();
+            lines
+        };
+        let mut errors = lines(|u| &u.head);
+        errors.extend(lines(|u| &u.base));
+        let result = GateResult {
+            confinement,
+            ..check::undecided(base, head, errors)
+        };
+        result.assert_consistent();
+        return Ok(result);
+    }
+    let confinement = confinement
+        .ok_or_else(|| MergeError("a shard rendered nothing and said not why".into()))?;
+    let mut parts = parts;
+    let side = |parts: &mut [Partial], head_side: bool| {
+        parts
+            .iter_mut()
+            .map(|p| {
+                let apps = std::mem::take(if head_side {
+                    &mut p.head_applications
+                } else {
+                    &mut p.base_applications
+                });
+                (p.shard, apps)
+            })
+            .collect::<Vec<_>>()
+    };
+    let base_apps = side(&mut parts, false);
+    let head_apps = side(&mut parts, true);
+    let with_tables = |apps: Vec<(Shard, Vec<WireApp>)>, head_side: bool| {
+        apps.into_iter()
+            .zip(parts.iter())
+            .map(|((shard, apps), p)| {
+                (
+                    shard,
+                    p.objects.as_slice(),
+                    apps,
+                    if head_side {
+                        &p.head_credits
+                    } else {
+                        &p.base_credits
+                    },
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let (base_rendering, base_shards) =
+        reassemble(&base, with_tables(base_apps, false), "the merge base")?;
+    let (head_rendering, head_shards) =
+        reassemble(&head, with_tables(head_apps, true), "the head")?;
+    // A moved chart's own change is rendered by the shard holding the Application at both
+    // commits; one whose shard changed between them (its parent moved) has none.
+    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
+        .applications
+        .iter()
+        .map(|a| (diff::key_of(a), a))
+        .collect();
+    for after in &head_rendering.applications {
+        let key = diff::key_of(after);
+        if let Some(before) = base_by_key.get(&key)
+            && base_shards.get(&key) != head_shards.get(&key)
+            && !diff::chart_moves(before, after).is_empty()
+        {
+            return Err(MergeError(format!(
+                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
+            )));
+        }
+    }
+    let mut old_versions = BTreeMap::new();
+    let mut defaults: HashMap<(String, String, String, String), ChartDefaults> = HashMap::new();
+    for part in &mut parts {
+        for app in std::mem::take(&mut part.old_versions) {
+            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
+            old_versions.insert(diff::key_of(&app), app);
+        }
+        for d in std::mem::take(&mut part.chart_defaults) {
+            defaults.insert(
+                (
+                    d.repo_url.clone(),
+                    d.chart.clone(),
+                    d.from.clone(),
+                    d.to.clone(),
+                ),
+                d,
+            );
+        }
+    }
+    let store = render::parsed::ParsedStore::default();
+    let head_snapshot = store.snapshot(repo, &head).map_err(|e| {
+        MergeError(format!(
+            "cannot read the head {head} in {}: {e}",
+            repo.display()
+        ))
+    })?;
+    let base_snapshot = store.snapshot(repo, &base).ok();
+    let missing: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let result = check::judge(
+        Judged {
+            base,
+            head,
+            base_rendering: &base_rendering,
+            head_rendering: &head_rendering,
+            head_snapshot: &head_snapshot,
+            base_snapshot: base_snapshot.as_deref(),
+            inventory: &parts[0].inventory,
+            confinement,
+        },
+        |_, _| old_versions,
+        |render_diff| {
+            check::moves_of(render_diff)
+                .into_iter()
+                .filter_map(|m| {
+                    let found = defaults
+                        .get(&(
+                            m.repo_url.clone(),
+                            m.chart.clone(),
+                            m.from.clone(),
+                            m.to.clone(),
+                        ))
+                        .cloned();
+                    if found.is_none() {
+                        missing
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(format!("{} {} -> {}", m.chart, m.from, m.to));
+                    }
+                    found
+                })
+                .collect()
+        },
+    );
+    if let Some(first) = missing
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .first()
+    {
+        return Err(MergeError(format!(
+            "no shard holds the default values of the chart move {first}: the partials are not one run's"
+        )));
+    }
+    result.assert_consistent();
+    Ok(result)
+}

@@ -1,0 +1,440 @@
+//! Sharded checks: every shard's partial (through its JSON form) merged is exactly the
+//! verdict and report of one unsharded check, for the check cases and for generated fleets
+//! (helm-rendered parents, Applications that move between parents, CRD versions served on one
+//! Application and used by others), for any number of shards; the merge refuses partials that
+//! are not every shard of one check; the binary's `check --shard` + `merge` equals `check`.
+
+#![allow(clippy::unwrap_used)] // tests unwrap what they set up themselves
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use gitops_loop::gate::shard::{self, Partial};
+use gitops_loop::gate::verdict::GateResult;
+use gitops_loop::gate::{check, report};
+use gitops_loop::render::{
+    self, RenderConfig, Shard, cache::RenderCache, inventory::Inventory, tools,
+};
+use proptest::prelude::*;
+
+fn config(repo: &Path, cache: &Path) -> RenderConfig {
+    let root = common::project_root();
+    let tool = |name: &'static str| tools::Tool {
+        name,
+        path: root.join("target/tools").join(name),
+        source: tools::ToolSource::Flag,
+        limits: Default::default(),
+    };
+    let inventory_path = common::sample_dir().join("inventory.yaml");
+    RenderConfig {
+        repo_dir: repo.to_path_buf(),
+        repo_url: Some(common::SAMPLE_REPO_URL.into()),
+        inventory: Inventory::parse(
+            &std::fs::read_to_string(&inventory_path).unwrap(),
+            "inventory.yaml",
+        )
+        .unwrap(),
+        charts: Some(common::sample_dir().join("charts")),
+        git_mirrors: Vec::new(),
+        helm: tool("helm"),
+        kubectl: Some(tool("kubectl")),
+        cache: RenderCache::at(cache.to_path_buf()),
+        max_depth: render::DEFAULT_MAX_DEPTH,
+        jobs: 2,
+        chart_pulls: Default::default(),
+        chart_repo_mirrors: Vec::new(),
+        kustomize_enable_helm: false,
+        parsed: Default::default(),
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A shared render cache for the whole test binary: the cases render the same charts.
+fn cache() -> &'static Path {
+    static CACHE: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
+/// Every shard's partial, each through its JSON form, merged.
+fn sharded(
+    config: &RenderConfig,
+    base: &str,
+    head: &str,
+    count: usize,
+) -> Result<GateResult, shard::MergeError> {
+    let parts: Vec<Partial> = (0..count)
+        .map(|index| {
+            let partial = shard::check_shard(
+                config,
+                base.to_string(),
+                head.to_string(),
+                Shard { index, count },
+            );
+            serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+        })
+        .collect();
+    shard::merge(parts, &config.repo_dir)
+}
+
+fn assert_same(unsharded: &GateResult, merged: &GateResult) {
+    assert_eq!(
+        serde_json::to_value(unsharded).unwrap(),
+        serde_json::to_value(merged).unwrap(),
+        "the merged verdict differs from the unsharded one"
+    );
+    assert_eq!(report::render(unsharded), report::render(merged));
+}
+
+/// The sample repository with a check case's `base/` on main and `head/` on `pr`.
+fn case_repo(case: &str) -> (common::TestRepo, String, String) {
+    let dir = common::project_root().join("tests/check-cases").join(case);
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    if dir.join("base").is_dir() {
+        repo.commit_overlay(&dir.join("base"), "main", "base change");
+    }
+    let base = repo.head();
+    let head = repo.commit_overlay(&dir.join("head"), "pr", "the pull request");
+    (repo, base, head)
+}
+
+const CLUSTERS: [&str; 3] = ["prod-eu", "prod-us", "staging"];
+const VERSIONS: [&str; 3] = ["v1alpha1", "v1beta1", "v1"];
+
+/// One Application of a generated fleet at one commit.
+#[derive(Debug, Clone)]
+struct FleetApp {
+    cluster: usize,
+    /// The Widget version its manifests use.
+    version: usize,
+    /// Rendered by the helm parent (else declared in a file).
+    under_parent: bool,
+    /// Rendered by the repository's helm chart (else plain manifests).
+    helm: Option<u8>,
+}
+
+/// A generated fleet at one commit: Applications by index, the Widget CRD's served versions.
+#[derive(Debug, Clone)]
+struct Fleet {
+    apps: Vec<Option<FleetApp>>,
+    served: Vec<bool>,
+}
+
+fn fleet_strategy() -> impl Strategy<Value = Fleet> {
+    let app = (
+        0..3usize,
+        0..3usize,
+        any::<bool>(),
+        prop::option::weighted(0.3, 1u8..3),
+    )
+        .prop_map(|(cluster, version, under_parent, helm)| FleetApp {
+            cluster,
+            version,
+            under_parent,
+            helm,
+        });
+    (
+        prop::collection::vec(prop::option::weighted(0.8, app), 10),
+        prop::collection::vec(any::<bool>(), 3),
+    )
+        .prop_map(|(apps, mut served)| {
+            if !served.iter().any(|s| *s) {
+                served[2] = true;
+            }
+            Fleet { apps, served }
+        })
+}
+
+fn source(app: &FleetApp, name: &str) -> String {
+    match app.helm {
+        Some(replicas) => format!(
+            "repoURL: {}\n    targetRevision: HEAD\n    path: local-charts/ingress-lite\n    helm:\n      valuesObject:\n        replicaCount: {replicas}",
+            common::SAMPLE_REPO_URL
+        ),
+        None => format!(
+            "repoURL: {}\n    targetRevision: HEAD\n    path: fleet/apps/{name}",
+            common::SAMPLE_REPO_URL
+        ),
+    }
+}
+
+/// Writes a fleet's files (replacing the last commit's) and commits them on the current branch.
+fn commit_fleet(repo: &Path, fleet: &Fleet, message: &str) -> String {
+    let root = repo.join("fleet");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("roots")).unwrap();
+    std::fs::create_dir_all(root.join("parent/templates")).unwrap();
+    std::fs::create_dir_all(root.join("crds")).unwrap();
+    let served: Vec<&str> = VERSIONS
+        .iter()
+        .zip(&fleet.served)
+        .filter(|(_, s)| **s)
+        .map(|(v, _)| *v)
+        .collect();
+    let versions: String = VERSIONS
+        .iter()
+        .zip(&fleet.served)
+        .map(|(v, s)| {
+            format!(
+                "    - name: {v}\n      served: {s}\n      storage: {}\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n",
+                *v == served[0]
+            )
+        })
+        .collect();
+    std::fs::write(
+        root.join("crds/widgets.yaml"),
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.test\nspec:\n  group: example.test\n  scope: Namespaced\n  names:\n    plural: widgets\n    singular: widget\n    kind: Widget\n    listKind: WidgetList\n  versions:\n{versions}"
+        ),
+    )
+    .unwrap();
+    let mut children = String::new();
+    for (cluster, name) in CLUSTERS.iter().enumerate() {
+        std::fs::write(
+            root.join(format!("roots/crds-{name}.yaml")),
+            format!(
+                "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: widget-crds-{cluster}\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: {}\n    targetRevision: HEAD\n    path: fleet/crds\n  destination:\n    name: {name}\n    namespace: widgets\n",
+                common::SAMPLE_REPO_URL
+            ),
+        )
+        .unwrap();
+    }
+    for (index, app) in fleet.apps.iter().enumerate() {
+        let Some(app) = app else { continue };
+        let name = format!("fleet-{index}");
+        let dir = root.join("apps").join(&name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("widget.yaml"),
+            format!(
+                "apiVersion: example.test/{}\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n  size: {index}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\ndata:\n  version: \"{}\"\n",
+                VERSIONS[app.version], app.version
+            ),
+        )
+        .unwrap();
+        let manifest = format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: {name}\n  namespace: argocd\nspec:\n  project: default\n  source:\n    {}\n  destination:\n    name: {}\n    namespace: widgets\n",
+            source(app, &name),
+            CLUSTERS[app.cluster]
+        );
+        if app.under_parent {
+            children.push_str("---\n");
+            children.push_str(&manifest);
+        } else {
+            std::fs::write(root.join(format!("roots/{name}.yaml")), manifest).unwrap();
+        }
+    }
+    // The helm parent: a chart of this repository whose render is Applications.
+    std::fs::write(
+        root.join("parent/Chart.yaml"),
+        "apiVersion: v2\nname: fleet-parent\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("parent/values.yaml"), "enabled: true\n").unwrap();
+    std::fs::write(
+        root.join("parent/templates/children.yaml"),
+        format!("{{{{- if .Values.enabled }}}}\n{children}{{{{- end }}}}\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("roots/parent.yaml"),
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: fleet-parent\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: {}\n    targetRevision: HEAD\n    path: fleet/parent\n  destination:\n    name: in-cluster\n    namespace: argocd\n",
+            common::SAMPLE_REPO_URL
+        ),
+    )
+    .unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "--allow-empty", "-m", message]);
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+fn case_names() -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(common::project_root().join("tests/check-cases"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+    names.sort();
+    names
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("GATE_SHARD_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(6),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    /// A generated fleet at both commits, split into 1 to 6 shards.
+    #[test]
+    fn a_generated_fleet_merges_into_the_unsharded_verdict(
+        base in fleet_strategy(),
+        head in fleet_strategy(),
+        count in 1usize..=6,
+    ) {
+        let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+        let base_commit = commit_fleet(repo.path(), &base, "fleet at the base");
+        git(repo.path(), &["checkout", "-q", "-b", "pr"]);
+        let head_commit = commit_fleet(repo.path(), &head, "fleet at the head");
+        let config = config(repo.path(), cache());
+        let unsharded = check::check_commits(&config, base_commit.clone(), head_commit.clone());
+        prop_assert_ne!(unsharded.verdict.outcome, gitops_loop::gate::verdict::Outcome::Undecided, "{:?}", unsharded.verdict.errors);
+        let merged = sharded(&config, &base_commit, &head_commit, count).unwrap();
+        assert_same(&unsharded, &merged);
+    }
+
+    /// A check case (the sample repository and one pull request), split into 1 to 6 shards.
+    #[test]
+    fn a_check_case_merges_into_the_unsharded_verdict(
+        case in prop::sample::select(case_names()),
+        count in 1usize..=6,
+    ) {
+        let (repo, base, head) = case_repo(&case);
+        let config = config(repo.path(), cache());
+        let unsharded = check::check_commits(&config, base.clone(), head.clone());
+        let merged = sharded(&config, &base, &head, count).unwrap();
+        assert_same(&unsharded, &merged);
+    }
+}
+
+#[test]
+fn the_merge_refuses_partials_that_are_not_every_shard_of_one_check() {
+    let (repo, base, head) = case_repo("kind-not-served");
+    let config = config(repo.path(), cache());
+    let part = |index: usize, count: usize| -> Partial {
+        let partial =
+            shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+        serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+    };
+    let refusal = |parts: Vec<Partial>| shard::merge(parts, repo.path()).unwrap_err().to_string();
+    assert!(refusal(vec![part(0, 3), part(2, 3)]).contains("shard 2/3 is missing"));
+    assert!(refusal(vec![part(0, 2), part(1, 2), part(1, 2)]).contains("shard 2/2 is given twice"));
+    assert!(refusal(vec![part(0, 2), part(1, 3)]).contains("split the fleet differently"));
+    let mut other_commit = part(1, 2);
+    other_commit.base = head.clone();
+    assert!(refusal(vec![part(0, 2), other_commit]).contains("one pull request's partials only"));
+    let mut other_inventory = part(1, 2);
+    other_inventory.inventory.clusters.pop();
+    other_inventory.inventory_digest = shard::inventory_digest(&other_inventory.inventory);
+    assert!(refusal(vec![part(0, 2), other_inventory]).contains("read different inventories"));
+    let mut tampered = part(1, 2);
+    tampered.inventory.clusters.pop();
+    assert!(refusal(vec![part(0, 2), tampered]).contains("read different inventories"));
+    assert!(refusal(Vec::new()).contains("no partial results given"));
+    for message in [
+        refusal(vec![part(0, 3)]),
+        refusal(vec![part(0, 2), part(0, 2)]),
+    ] {
+        assert!(!message.contains('\n'), "one line: {message}");
+    }
+}
+
+/// The binary: `check --shard I/N --partial` per shard, then `merge`, writes the report and
+/// the JSON `check` writes, with its exit code; `publish --result` is exercised in
+/// tests/github_action.rs' style elsewhere.
+#[test]
+fn the_binary_merges_shards_into_the_check_report() {
+    let (repo, _, _) = case_repo("crd-stored-version-removed");
+    let out = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let unsharded = common::gate_check_sample(cache.path(), repo.path())
+        .arg("--quiet")
+        .arg("--report")
+        .arg(out.path().join("report.md"))
+        .arg("--json")
+        .arg(out.path().join("verdict.json"))
+        .output()
+        .unwrap();
+    let mut parts = Vec::new();
+    for index in 1..=3 {
+        let part = out.path().join(format!("part-{index}.json"));
+        let output = common::gate_check_sample(cache.path(), repo.path())
+            .arg("--quiet")
+            .args(["--shard", &format!("{index}/3"), "--partial"])
+            .arg(&part)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        parts.push(part);
+    }
+    let merged = common::gate(cache.path())
+        .args(["--quiet", "merge"])
+        .args(&parts)
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--report")
+        .arg(out.path().join("merged.md"))
+        .arg("--json")
+        .arg(out.path().join("merged.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        merged.status.code(),
+        unsharded.status.code(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    assert_eq!(merged.stdout, unsharded.stdout);
+    let read = |name: &str| std::fs::read_to_string(out.path().join(name)).unwrap();
+    assert_eq!(read("merged.md"), read("report.md"));
+    assert_eq!(read("merged.json"), read("verdict.json"));
+    // Two partials of one shard: one line, exit 2.
+    let refused = common::gate(cache.path())
+        .args(["merge"])
+        .args([&parts[0], &parts[0], &parts[1]])
+        .arg("--repo")
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("shard 1/3 is given twice"), "{stderr}");
+}
+
+/// The work is split: with no cache, each of three shards runs fewer helm and kustomize
+/// processes than one unsharded render, and together they keep every Application once.
+#[test]
+fn each_shard_renders_only_part_of_the_fleet() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let mut config = config(repo.path(), cache());
+    config.cache = RenderCache::disabled();
+    let whole = render::render(&config, "HEAD").unwrap();
+    let runs = |r: &render::Rendering| r.stats.helm_runs + r.stats.kustomize_runs;
+    assert!(runs(&whole) >= 3, "the sample renders charts");
+    let mut apps = 0;
+    for index in 0..3 {
+        let mut fresh = config.clone();
+        fresh.parsed = Default::default();
+        let part = render::render_shard(&fresh, "HEAD", Shard { index, count: 3 }).unwrap();
+        assert!(
+            runs(&part) < runs(&whole),
+            "shard {index}: {} of {} processes",
+            runs(&part),
+            runs(&whole)
+        );
+        apps += part.applications.len();
+    }
+    assert_eq!(apps, whole.applications.len());
+}
