@@ -1,8 +1,18 @@
 //! The scenario interpreter: ticking the actors, settling, playing a timeline's actions
 //! and waiting on conditions, with the invariants checked after every tick.
 
-use super::*;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::argocd::Hold;
+use crate::kube::store::Selector;
+use crate::observers::http_get;
+use crate::scenario::Action;
 use crate::scenario::Service;
+use crate::wiring::admin;
+use crate::{Ground, argocd, invariants, kube};
 
 impl Ground {
     /// Every invariant the ground's state breaks now (see `invariants`).

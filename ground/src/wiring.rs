@@ -1,6 +1,29 @@
 //! Wiring: `Ground::start` builds every double and actor from a scenario.
 
-use super::*;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use gitops_loop::render::RenderConfig;
+use gitops_loop::render::cache::RenderCache;
+use gitops_loop::render::inventory::Inventory;
+use gitops_loop::render::tools::{Tool, ToolSource};
+use serde_json::{Value, json};
+
+use crate::argocd::ArgoCd;
+use crate::charts::ChartRepositoryDouble;
+use crate::ci::Ci;
+use crate::forge::ForgeDouble;
+use crate::kargo::Kargo;
+use crate::kube::KubeDouble;
+use crate::kube::store::User;
+use crate::scenario::Scenario;
+use crate::transcript::Transcript;
+use crate::{
+    BOSUN_USER, FORGE_BOSUN_TOKEN, FORGE_GATE_TOKEN, FORGE_KARGO_TOKEN, FORGE_USERS, Ground,
+    KUBE_ADMIN_TOKEN, KUBE_BOSUN_TOKEN, KUBE_OBSERVER_TOKEN, OBSERVER_USER, Options,
+    PROMETHEUS_URL, bosun, forge, git, kargo, model, oci, prometheus, rollouts,
+};
 
 pub(crate) fn admin() -> User {
     User {

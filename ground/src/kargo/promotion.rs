@@ -1,6 +1,13 @@
 //! Promotions running their steps: start, advance, step failures, finish.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::kargo::{Kargo, Run, Verification, controller_user, expr, hex, schemas, steps, text};
+use crate::kube::KubeDouble;
+use crate::transcript::Transcript;
 
 /// `vars` entries (`[{name, value}]`) as (name, value) pairs, in order.
 pub(super) fn named_values(list: Option<&Value>) -> Vec<(String, Value)> {
