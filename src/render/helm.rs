@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 use crate::git::{Snapshot, hex};
 use crate::paths::{escapes_root, normalize};
 use crate::render::inventory::Cluster;
-use crate::render::source::*;
+use crate::render::source::{
+    ChartLocation, HelmJob, ValuesFile, ValuesInput, build_env, join, str_at, substitute_env,
+};
 
 /// Escapes commas in `--set` values unless the value is a helm list (`{a,b}`), as Argo CD does.
 fn clean_set_value(value: &str) -> String {
