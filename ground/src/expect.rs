@@ -1,6 +1,9 @@
 //! The scenario's expectations, checked against the end state.
 
-use super::*;
+use serde_json::{Value, json};
+
+use crate::kube::store::Selector;
+use crate::{Ground, git, kargo, scenario};
 
 impl Ground {
     pub(crate) fn kargo_objects(&self, plural: &str) -> Vec<Value> {

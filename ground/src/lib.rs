@@ -36,29 +36,19 @@ mod person;
 mod script;
 mod wiring;
 
-use wiring::admin;
-
 pub(crate) use observers::http_get;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use serde_json::{Value, json};
-
-use self::argocd::{ArgoCd, Hold};
+use self::argocd::ArgoCd;
 use self::charts::ChartRepositoryDouble;
 use self::ci::Ci;
 use self::forge::ForgeDouble;
 use self::kargo::Kargo;
-use self::kube::store::{Selector, User};
 use self::kube::{FaultPlan, KubeDouble};
-use self::scenario::{Action, Scenario};
+use self::scenario::Scenario;
 use self::transcript::Transcript;
-use gitops_loop::render::{
-    RenderConfig, cache::RenderCache, inventory::Inventory, tools::Tool, tools::ToolSource,
-};
 
 /// Tokens the ground issues (printed by `ground up`).
 pub const KUBE_ADMIN_TOKEN: &str = "ground-admin-token";

@@ -1,6 +1,10 @@
 //! The observer processes a scenario starts, stops and reads (logs, metrics).
 
-use super::*;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::Ground;
 
 impl Ground {
     /// The sum of a metric's samples (lines starting with `name`) over running observers.

@@ -1,6 +1,11 @@
 //! A person's actions: pushes, comments, pull requests and merges through the forge.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::{FORGE_PERSON_TOKEN, FORGE_USERS, Ground, git, scenario};
 
 impl Ground {
     pub fn forge_token(login: &str) -> Result<&'static str> {

@@ -1,8 +1,18 @@
 //! The scenario interpreter: ticking the actors, settling, playing a timeline's actions
 //! and waiting on conditions, with the invariants checked after every tick.
 
-use super::*;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::argocd::Hold;
+use crate::kube::store::Selector;
+use crate::observers::http_get;
+use crate::scenario::Action;
 use crate::scenario::Service;
+use crate::wiring::admin;
+use crate::{Ground, argocd, invariants, kube};
 
 impl Ground {
     /// Every invariant the ground's state breaks now (see `invariants`).
@@ -222,48 +232,7 @@ impl Ground {
             Action::Settle => self.settle().await?,
             Action::Merge(merge) => self.merge(merge).await?,
             Action::Comment(comment) => self.comment(comment).await?,
-            Action::Outage(outage) => {
-                let method = outage
-                    .method
-                    .as_deref()
-                    .map(|m| format!("{m} "))
-                    .unwrap_or_default();
-                let (service, answer) = match outage.service {
-                    Service::Forge => ("forge", 502),
-                    Service::Api => ("kube", 500),
-                };
-                self.transcript.say(
-                    service,
-                    format!(
-                        "the next {} {method}requests of {}{} are answered {answer} (an outage)",
-                        outage.requests,
-                        outage.user,
-                        match (&outage.path, outage.after) {
-                            (Some(path), after) => format!(" to *{path} after {after}"),
-                            (None, 0) => String::new(),
-                            (None, after) => format!(" after {after}"),
-                        }
-                    ),
-                );
-                let method = outage.method.as_deref();
-                match outage.service {
-                    Service::Forge => self.forge.outage_on(
-                        &outage.user,
-                        method,
-                        outage.path.as_deref(),
-                        outage.after,
-                        outage.requests,
-                    ),
-                    Service::Api if outage.path.is_some() || outage.after > 0 => {
-                        anyhow::bail!("outage: path and after are for the forge only")
-                    }
-                    Service::Api => {
-                        self.kube
-                            .faults()
-                            .outage(&outage.user, method, outage.requests)
-                    }
-                }
-            }
+            Action::Outage(outage) => self.outage(outage)?,
             Action::PushImage(reference) => {
                 let (name, digest) = reference
                     .split_once('@')
@@ -283,75 +252,8 @@ impl Ground {
             }
             Action::StartObserver(args) => self.start_observer(args)?,
             Action::StopObserver => self.stop_observer()?,
-            Action::AwaitObserversReady => {
-                // Readiness needs no tick (the API double answers on its own), and the line is
-                // said the moment it holds: before the actors run what a ready observer set
-                // off, so the transcript's order does not depend on timing.
-                let count = self.observers.len();
-                let deadline = std::time::Instant::now() + Duration::from_secs(90);
-                loop {
-                    let ready = self.observers.iter().all(|(_, _, health)| {
-                        http_get(health, "/readyz")
-                            .lines()
-                            .next()
-                            .is_some_and(|status| status.contains(" 200 "))
-                    });
-                    if ready {
-                        break;
-                    }
-                    if std::time::Instant::now() > deadline {
-                        bail!(
-                            "timed out waiting for every observer's /readyz to answer 200; observer log:\n{}",
-                            self.observer_log()
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(25)).await;
-                }
-                self.transcript
-                    .say("observer", format!("{count} of {count} ready (/readyz)"));
-            }
-            Action::AwaitPromotion(wanted) => {
-                self.await_condition(
-                    &format!(
-                        "Stage {} to reach a {} Promotion",
-                        wanted.stage, wanted.phase
-                    ),
-                    |ground| match wanted.count {
-                        Some(count) => {
-                            ground
-                                .kargo_objects("promotions")
-                                .iter()
-                                .filter(|p| {
-                                    p.pointer("/spec/stage").and_then(Value::as_str)
-                                        == Some(wanted.stage.as_str())
-                                })
-                                .filter(|p| {
-                                    p.pointer("/status/phase").and_then(Value::as_str)
-                                        == Some(wanted.phase.as_str())
-                                })
-                                .count()
-                                >= count
-                        }
-                        None => {
-                            ground
-                                .kargo_objects("stages")
-                                .iter()
-                                .find(|s| {
-                                    s.pointer("/metadata/name").and_then(Value::as_str)
-                                        == Some(wanted.stage.as_str())
-                                })
-                                .and_then(|s| {
-                                    s.pointer("/status/lastPromotion/status/phase")
-                                        .and_then(Value::as_str)
-                                        .map(str::to_string)
-                                })
-                                .as_deref()
-                                == Some(wanted.phase.as_str())
-                        }
-                    },
-                )
-                .await?;
-            }
+            Action::AwaitObserversReady => self.await_observers_ready().await?,
+            Action::AwaitPromotion(wanted) => self.await_promotion(wanted).await?,
             Action::AwaitObserverMetric(wanted) => {
                 let target = match (wanted.at_least, wanted.increase) {
                     (Some(at_least), _) => at_least,
@@ -385,42 +287,165 @@ impl Ground {
                     format!("Stage {} has {count} Promotions, as expected", wanted.stage),
                 );
             }
-            Action::AwaitEvents(wanted) => {
-                self.await_condition(
-                    &format!("{} {} Events", wanted.count, wanted.reason),
-                    |ground| {
-                        ground
-                            .events(&wanted.reason)
-                            .iter()
-                            .map(|(_, count)| count)
-                            .sum::<usize>()
-                            >= wanted.count
-                    },
-                )
-                .await?;
-                // Which Application an Event lands on, and whether the recorder folds a repeat
-                // into one Event, depend on reconcile order: the transcript says how many.
-                let kinds: std::collections::BTreeSet<String> = self
-                    .events(&wanted.reason)
-                    .iter()
-                    .filter_map(|(line, _)| {
-                        line.split(" on ")
-                            .nth(1)
-                            .and_then(|rest| rest.split(' ').next())
-                            .map(str::to_string)
-                    })
-                    .collect();
-                self.transcript.say(
-                    "events",
-                    format!(
-                        "{} {} recorded on {}",
-                        wanted.count,
-                        wanted.reason,
-                        kinds.into_iter().collect::<Vec<_>>().join(", ")
-                    ),
+            Action::AwaitEvents(wanted) => self.await_events(wanted).await?,
+        }
+        Ok(())
+    }
+
+    /// A scripted outage: the next requests of one user answered with a server error.
+    fn outage(&mut self, outage: &crate::scenario::Outage) -> Result<()> {
+        let method = outage
+            .method
+            .as_deref()
+            .map(|m| format!("{m} "))
+            .unwrap_or_default();
+        let (service, answer) = match outage.service {
+            Service::Forge => ("forge", 502),
+            Service::Api => ("kube", 500),
+        };
+        self.transcript.say(
+            service,
+            format!(
+                "the next {} {method}requests of {}{} are answered {answer} (an outage)",
+                outage.requests,
+                outage.user,
+                match (&outage.path, outage.after) {
+                    (Some(path), after) => format!(" to *{path} after {after}"),
+                    (None, 0) => String::new(),
+                    (None, after) => format!(" after {after}"),
+                }
+            ),
+        );
+        let method = outage.method.as_deref();
+        match outage.service {
+            Service::Forge => self.forge.outage_on(
+                &outage.user,
+                method,
+                outage.path.as_deref(),
+                outage.after,
+                outage.requests,
+            ),
+            Service::Api if outage.path.is_some() || outage.after > 0 => {
+                anyhow::bail!("outage: path and after are for the forge only")
+            }
+            Service::Api => self
+                .kube
+                .faults()
+                .outage(&outage.user, method, outage.requests),
+        }
+        Ok(())
+    }
+
+    /// Waits until every running observer answers /readyz with 200, and says so.
+    async fn await_observers_ready(&mut self) -> Result<()> {
+        // Readiness needs no tick (the API double answers on its own), and the line is
+        // said the moment it holds: before the actors run what a ready observer set
+        // off, so the transcript's order does not depend on timing.
+        let count = self.observers.len();
+        let deadline = std::time::Instant::now() + Duration::from_secs(90);
+        loop {
+            let ready = self.observers.iter().all(|(_, _, health)| {
+                http_get(health, "/readyz")
+                    .lines()
+                    .next()
+                    .is_some_and(|status| status.contains(" 200 "))
+            });
+            if ready {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "timed out waiting for every observer's /readyz to answer 200; observer log:\n{}",
+                    self.observer_log()
                 );
             }
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
+        self.transcript
+            .say("observer", format!("{count} of {count} ready (/readyz)"));
+        Ok(())
+    }
+
+    /// Ticks until the Stage reaches a Promotion of the phase wanted (or `count` of them).
+    async fn await_promotion(&mut self, wanted: &crate::scenario::AwaitPromotion) -> Result<()> {
+        self.await_condition(
+            &format!(
+                "Stage {} to reach a {} Promotion",
+                wanted.stage, wanted.phase
+            ),
+            |ground| match wanted.count {
+                Some(count) => {
+                    ground
+                        .kargo_objects("promotions")
+                        .iter()
+                        .filter(|p| {
+                            p.pointer("/spec/stage").and_then(Value::as_str)
+                                == Some(wanted.stage.as_str())
+                        })
+                        .filter(|p| {
+                            p.pointer("/status/phase").and_then(Value::as_str)
+                                == Some(wanted.phase.as_str())
+                        })
+                        .count()
+                        >= count
+                }
+                None => {
+                    ground
+                        .kargo_objects("stages")
+                        .iter()
+                        .find(|s| {
+                            s.pointer("/metadata/name").and_then(Value::as_str)
+                                == Some(wanted.stage.as_str())
+                        })
+                        .and_then(|s| {
+                            s.pointer("/status/lastPromotion/status/phase")
+                                .and_then(Value::as_str)
+                                .map(str::to_string)
+                        })
+                        .as_deref()
+                        == Some(wanted.phase.as_str())
+                }
+            },
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Ticks until the observer recorded the Events wanted; says which kinds they landed on.
+    async fn await_events(&mut self, wanted: &crate::scenario::AwaitEvents) -> Result<()> {
+        self.await_condition(
+            &format!("{} {} Events", wanted.count, wanted.reason),
+            |ground| {
+                ground
+                    .events(&wanted.reason)
+                    .iter()
+                    .map(|(_, count)| count)
+                    .sum::<usize>()
+                    >= wanted.count
+            },
+        )
+        .await?;
+        // Which Application an Event lands on, and whether the recorder folds a repeat
+        // into one Event, depend on reconcile order: the transcript says how many.
+        let kinds: std::collections::BTreeSet<String> = self
+            .events(&wanted.reason)
+            .iter()
+            .filter_map(|(line, _)| {
+                line.split(" on ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(' ').next())
+                    .map(str::to_string)
+            })
+            .collect();
+        self.transcript.say(
+            "events",
+            format!(
+                "{} {} recorded on {}",
+                wanted.count,
+                wanted.reason,
+                kinds.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        );
         Ok(())
     }
 

@@ -271,20 +271,49 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
         }
     };
     for (namespace, stage_name) in stages {
-        let labels = StageLabels {
-            namespace: namespace.clone(),
-            stage: stage_name.clone(),
+        let at = StageAt {
+            app,
+            app_value: &app_value,
+            app_name: &app_name,
+            labels: StageLabels {
+                namespace: namespace.clone(),
+                stage: stage_name.clone(),
+            },
+            namespace,
+            stage_name,
         };
-        let key = ObjectRef::new_with(&stage_name, store_key(&ctx.kinds.stage)).within(&namespace);
-        let Some(stage) = ctx.stages.get(&key) else {
-            debug!(application = %app_name, stage = %format!("{namespace}/{stage_name}"), "Stage not found");
-            outcome(ctx, "skipped");
-            continue;
-        };
-        let stage_ref = stage.object_ref(&ctx.kinds.stage);
-        let stage = STAGE.expand(&stage);
-        // Read only what this Stage needs from the caches (serialising every cached object
-        // for every reconcile made a first pass over 10,000 Applications take a minute).
+        if let Some(action) = reconcile_stage(ctx, &at).await? {
+            return Ok(action);
+        }
+    }
+    // The periodic resync (`reconcile_all_on`) is the backstop: a per-Application requeue
+    // would hold 10,000 scheduler entries for the whole resync period.
+    Ok(Action::await_change())
+}
+
+/// One Stage an Application is observed for.
+struct StageAt<'a> {
+    app: &'a DynamicObject,
+    app_value: &'a Value,
+    app_name: &'a str,
+    labels: StageLabels,
+    namespace: String,
+    stage_name: String,
+}
+
+/// What the caches hold for one Stage's decision.
+struct StageInputs {
+    /// The Warehouses its `requestedFreight` names.
+    origins: Vec<String>,
+    warehouses: Vec<Value>,
+    freights: Vec<Value>,
+    promotions: Vec<Value>,
+}
+
+impl StageInputs {
+    /// Reads only what this Stage needs from the caches (serialising every cached object for
+    /// every reconcile made a first pass over 10,000 Applications take a minute).
+    fn read(ctx: &Context, namespace: &str, stage_name: &str, stage: &Value) -> StageInputs {
         let origins: Vec<String> = stage
             .pointer("/spec/requestedFreight")
             .and_then(Value::as_array)
@@ -299,17 +328,16 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
         let warehouses: Vec<Value> = origins
             .iter()
             .filter_map(|o| {
-                ctx.warehouses.get(
-                    &ObjectRef::new_with(o, store_key(&ctx.kinds.warehouse)).within(&namespace),
-                )
+                ctx.warehouses
+                    .get(&ObjectRef::new_with(o, store_key(&ctx.kinds.warehouse)).within(namespace))
             })
             .map(|w| WAREHOUSE.expand(&w))
             .collect();
-        let mut freights: Vec<Value> = ctx
+        let freights: Vec<Value> = ctx
             .freights
             .state()
             .iter()
-            .filter(|f| f.namespace().as_deref() == Some(namespace.as_str()))
+            .filter(|f| f.namespace().as_deref() == Some(namespace))
             .filter(|f| {
                 let origin = FREIGHT.text(f, &["origin", "name"]);
                 origins.iter().any(|x| x == origin)
@@ -320,164 +348,211 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
             .promotions
             .state()
             .iter()
-            .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
+            .filter(|p| p.namespace().as_deref() == Some(namespace))
             .filter(|p| PROMOTION.text(p, &["spec", "stage"]) == stage_name)
             .map(|p| PROMOTION.expand(p))
             .collect();
-        let mut decided = decision::decide(&decision::Inputs {
-            app: &app_value,
-            stage: &stage,
-            warehouses: &warehouses,
-            freights: &freights,
-            promotions: &promotions,
-        });
-        // A Freight event lost on the way leaves the cache without the Freight that ends a
-        // FreightMissing until the watch lists again: ask the API server before saying so.
-        if matches!(decided, Decision::FreightMissing { .. }) {
-            let freights_api: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.freight);
-            let live: Vec<Value> = freights_api
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .filter(|f| {
-                    let origin = f
-                        .data
-                        .pointer("/origin/name")
-                        .and_then(Value::as_str)
-                        .unwrap_or("");
-                    origins.iter().any(|x| x == origin)
-                })
-                .filter_map(|f| value_of(f).ok())
-                .collect();
-            if live.len() != freights.len() {
-                freights = live;
-                decided = decision::decide(&decision::Inputs {
-                    app: &app_value,
-                    stage: &stage,
-                    warehouses: &warehouses,
-                    freights: &freights,
-                    promotions: &promotions,
-                });
-            }
-        }
-        match decided {
-            Decision::NoDrift => {
-                ctx.metrics.freight_missing.get_or_create(&labels).set(0);
-                outcome(ctx, "no_drift");
-            }
-            Decision::Wait(reason) => {
-                debug!(application = %app_name, stage = %stage_name, %reason, "not drift yet");
-                outcome(ctx, "waiting");
-            }
-            Decision::Skip(reason) => {
-                debug!(application = %app_name, stage = %stage_name, %reason, "skipped");
-                outcome(ctx, "skipped");
-            }
-            Decision::FreightMissing { drifted } => {
-                let images: Vec<String> = drifted.iter().map(image_text).collect();
-                let first_time = ctx.metrics.freight_missing.get_or_create(&labels).set(1) == 0;
-                if first_time {
-                    publish(ctx, app, stage_ref, EventType::Warning, "FreightMissing", format!(
-                        "no Freight in {namespace} holds {} for Stage {stage_name}; waiting for a Warehouse to discover it",
-                        images.join(", ")
-                    ))
-                    .await;
-                }
-                info!(application = %app_name, stage = %stage_name, images = ?images, "FreightMissing");
-                outcome(ctx, "freight_missing");
-            }
-            Decision::AlreadyFailed { freight, promotion } => {
-                debug!(application = %app_name, stage = %stage_name, %freight, %promotion, "a Promotion of this Freight failed; delete it to retry");
-                outcome(ctx, "already_failed");
-            }
-            Decision::Promote { freight, drifted } => {
-                ctx.metrics.freight_missing.get_or_create(&labels).set(0);
-                let lock = ctx
-                    .stage_locks
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry((namespace.clone(), stage_name.clone()))
-                    .or_default()
-                    .clone();
-                let _guard = lock.lock().await;
-                // The caches can lag (a Promotion that just succeeded, a Stage whose history
-                // moved): decide again from the API server's view before acting.
-                let promotions_api: Api<DynamicObject> =
-                    Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.promotion);
-                let stages_api: Api<DynamicObject> =
-                    Api::namespaced_with(ctx.client.clone(), &namespace, &ctx.kinds.stage);
-                let live_stage = value_of(&stages_api.get(&stage_name).await?)?;
-                // The Application too: a watch event lost on the way leaves the cache stale.
-                let apps_api: Api<DynamicObject> = Api::namespaced_with(
-                    ctx.client.clone(),
-                    &app.namespace().unwrap_or_default(),
-                    &ctx.kinds.application,
-                );
-                let live_app = value_of(&apps_api.get(&app.name_any()).await?)?;
-                let live_promotions: Vec<Value> = promotions_api
-                    .list(&ListParams::default())
-                    .await?
-                    .items
-                    .iter()
-                    .filter(|p| {
-                        p.data.pointer("/spec/stage").and_then(Value::as_str)
-                            == Some(stage_name.as_str())
-                    })
-                    .filter_map(|p| value_of(p).ok())
-                    .collect();
-                let confirmed = decision::decide(&decision::Inputs {
-                    app: &live_app,
-                    stage: &live_stage,
-                    warehouses: &warehouses,
-                    freights: &freights,
-                    promotions: &live_promotions,
-                });
-                if confirmed
-                    != (Decision::Promote {
-                        freight: freight.clone(),
-                        drifted: drifted.clone(),
-                    })
-                {
-                    debug!(stage = %stage_name, ?confirmed, "the live view disagrees with the cache; not acting");
-                    outcome(ctx, "waiting");
-                    return Ok(Action::requeue(Duration::from_secs(5)));
-                }
-                let api = promotions_api;
-                let body = match decision::promotion_for(&namespace, &live_stage, &freight) {
-                    Ok(body) => body,
-                    Err(why) => {
-                        warn!(application = %app_name, stage = %stage_name, %why, "no Promotion: the Stage cannot be promoted");
-                        publish(ctx, app, stage_ref, EventType::Warning, "StageHasNoSteps", format!(
-                            "Argo CD runs a tag Kargo never promoted, but no Promotion can be created: {why}"
-                        ))
-                        .await;
-                        outcome(ctx, "refused");
-                        // The Application's other Stages are still owed their reconcile.
-                        continue;
-                    }
-                };
-                let body: DynamicObject = serde_json::from_value(body)?;
-                let created = api.create(&PostParams::default(), &body).await?;
-                let images: Vec<String> = drifted.iter().map(image_text).collect();
-                ctx.metrics.promotions_created.get_or_create(&labels).inc();
-                info!(application = %app_name, stage = %stage_name, %freight, promotion = %created.name_any(), "created a Promotion");
-                publish(ctx, app, created.object_ref(&ctx.kinds.promotion), EventType::Normal, "PromotionCreated", format!(
-                    "Argo CD runs {} which Kargo never promoted to Stage {stage_name}: created Promotion {} of Freight {freight}",
-                    images.join(", "),
-                    created.name_any()
-                ))
-                .await;
-                outcome(ctx, "promoted");
-                // One Promotion per reconcile; Kargo's change to the Stage brings the next.
-                return Ok(Action::await_change());
-            }
+        StageInputs {
+            origins,
+            warehouses,
+            freights,
+            promotions,
         }
     }
-    // The periodic resync (`reconcile_all_on`) is the backstop: a per-Application requeue
-    // would hold 10,000 scheduler entries for the whole resync period.
-    Ok(Action::await_change())
+
+    fn decide(&self, app: &Value, stage: &Value) -> Decision {
+        decision::decide(&decision::Inputs {
+            app,
+            stage,
+            warehouses: &self.warehouses,
+            freights: &self.freights,
+            promotions: &self.promotions,
+        })
+    }
+}
+
+/// Decides for one Stage and acts: an Event, a metric, or a Promotion. `Some` ends the
+/// Application's reconcile with that action.
+async fn reconcile_stage(
+    ctx: &Context,
+    at: &StageAt<'_>,
+) -> Result<Option<Action>, ReconcileError> {
+    let (app_name, namespace, stage_name) = (at.app_name, &at.namespace, &at.stage_name);
+    let key = ObjectRef::new_with(stage_name, store_key(&ctx.kinds.stage)).within(namespace);
+    let Some(stage) = ctx.stages.get(&key) else {
+        debug!(application = %app_name, stage = %format!("{namespace}/{stage_name}"), "Stage not found");
+        outcome(ctx, "skipped");
+        return Ok(None);
+    };
+    let stage_ref = stage.object_ref(&ctx.kinds.stage);
+    let stage = STAGE.expand(&stage);
+    let mut inputs = StageInputs::read(ctx, namespace, stage_name, &stage);
+    let mut decided = inputs.decide(at.app_value, &stage);
+    // A Freight event lost on the way leaves the cache without the Freight that ends a
+    // FreightMissing until the watch lists again: ask the API server before saying so.
+    if matches!(decided, Decision::FreightMissing { .. }) {
+        let live = live_freights(ctx, namespace, &inputs.origins).await?;
+        if live.len() != inputs.freights.len() {
+            inputs.freights = live;
+            decided = inputs.decide(at.app_value, &stage);
+        }
+    }
+    match decided {
+        Decision::NoDrift => {
+            ctx.metrics.freight_missing.get_or_create(&at.labels).set(0);
+            outcome(ctx, "no_drift");
+        }
+        Decision::Wait(reason) => {
+            debug!(application = %app_name, stage = %stage_name, %reason, "not drift yet");
+            outcome(ctx, "waiting");
+        }
+        Decision::Skip(reason) => {
+            debug!(application = %app_name, stage = %stage_name, %reason, "skipped");
+            outcome(ctx, "skipped");
+        }
+        Decision::FreightMissing { drifted } => {
+            let images: Vec<String> = drifted.iter().map(image_text).collect();
+            let first_time = ctx.metrics.freight_missing.get_or_create(&at.labels).set(1) == 0;
+            if first_time {
+                publish(ctx, at.app, stage_ref, EventType::Warning, "FreightMissing", format!(
+                    "no Freight in {namespace} holds {} for Stage {stage_name}; waiting for a Warehouse to discover it",
+                    images.join(", ")
+                ))
+                .await;
+            }
+            info!(application = %app_name, stage = %stage_name, images = ?images, "FreightMissing");
+            outcome(ctx, "freight_missing");
+        }
+        Decision::AlreadyFailed { freight, promotion } => {
+            debug!(application = %app_name, stage = %stage_name, %freight, %promotion, "a Promotion of this Freight failed; delete it to retry");
+            outcome(ctx, "already_failed");
+        }
+        Decision::Promote { freight, drifted } => {
+            ctx.metrics.freight_missing.get_or_create(&at.labels).set(0);
+            return promote(ctx, at, stage_ref, &inputs, freight, drifted).await;
+        }
+    }
+    Ok(None)
+}
+
+/// The Freight of these origins in the namespace, listed from the API server.
+async fn live_freights(
+    ctx: &Context,
+    namespace: &str,
+    origins: &[String],
+) -> Result<Vec<Value>, ReconcileError> {
+    let freights_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.kinds.freight);
+    Ok(freights_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|f| {
+            let origin = f
+                .data
+                .pointer("/origin/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            origins.iter().any(|x| x == origin)
+        })
+        .filter_map(|f| value_of(f).ok())
+        .collect())
+}
+
+/// Creates the Promotion the caches decided on, under the Stage's lock, once the API
+/// server's view confirms the decision. `None`: the Application's other Stages are still
+/// owed their reconcile.
+async fn promote(
+    ctx: &Context,
+    at: &StageAt<'_>,
+    stage_ref: ObjectReference,
+    inputs: &StageInputs,
+    freight: String,
+    drifted: Vec<decision::ImageRef>,
+) -> Result<Option<Action>, ReconcileError> {
+    let (app, app_name, namespace, stage_name) =
+        (at.app, at.app_name, &at.namespace, &at.stage_name);
+    let lock = ctx
+        .stage_locks
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry((namespace.clone(), stage_name.clone()))
+        .or_default()
+        .clone();
+    let _guard = lock.lock().await;
+    // The caches can lag (a Promotion that just succeeded, a Stage whose history
+    // moved): decide again from the API server's view before acting.
+    let promotions_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.kinds.promotion);
+    let stages_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &ctx.kinds.stage);
+    let live_stage = value_of(&stages_api.get(stage_name).await?)?;
+    // The Application too: a watch event lost on the way leaves the cache stale.
+    let apps_api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &app.namespace().unwrap_or_default(),
+        &ctx.kinds.application,
+    );
+    let live_app = value_of(&apps_api.get(&app.name_any()).await?)?;
+    let live_promotions: Vec<Value> = promotions_api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|p| {
+            p.data.pointer("/spec/stage").and_then(Value::as_str) == Some(stage_name.as_str())
+        })
+        .filter_map(|p| value_of(p).ok())
+        .collect();
+    let confirmed = decision::decide(&decision::Inputs {
+        app: &live_app,
+        stage: &live_stage,
+        warehouses: &inputs.warehouses,
+        freights: &inputs.freights,
+        promotions: &live_promotions,
+    });
+    if confirmed
+        != (Decision::Promote {
+            freight: freight.clone(),
+            drifted: drifted.clone(),
+        })
+    {
+        debug!(stage = %stage_name, ?confirmed, "the live view disagrees with the cache; not acting");
+        outcome(ctx, "waiting");
+        return Ok(Some(Action::requeue(Duration::from_secs(5))));
+    }
+    let api = promotions_api;
+    let body = match decision::promotion_for(namespace, &live_stage, &freight) {
+        Ok(body) => body,
+        Err(why) => {
+            warn!(application = %app_name, stage = %stage_name, %why, "no Promotion: the Stage cannot be promoted");
+            publish(ctx, app, stage_ref, EventType::Warning, "StageHasNoSteps", format!(
+                "Argo CD runs a tag Kargo never promoted, but no Promotion can be created: {why}"
+            ))
+            .await;
+            outcome(ctx, "refused");
+            // The Application's other Stages are still owed their reconcile.
+            return Ok(None);
+        }
+    };
+    let body: DynamicObject = serde_json::from_value(body)?;
+    let created = api.create(&PostParams::default(), &body).await?;
+    let images: Vec<String> = drifted.iter().map(image_text).collect();
+    ctx.metrics
+        .promotions_created
+        .get_or_create(&at.labels)
+        .inc();
+    info!(application = %app_name, stage = %stage_name, %freight, promotion = %created.name_any(), "created a Promotion");
+    publish(ctx, app, created.object_ref(&ctx.kinds.promotion), EventType::Normal, "PromotionCreated", format!(
+        "Argo CD runs {} which Kargo never promoted to Stage {stage_name}: created Promotion {} of Freight {freight}",
+        images.join(", "),
+        created.name_any()
+    ))
+    .await;
+    outcome(ctx, "promoted");
+    // One Promotion per reconcile; Kargo's change to the Stage brings the next.
+    Ok(Some(Action::await_change()))
 }
 
 fn image_text(image: &decision::ImageRef) -> String {

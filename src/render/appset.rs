@@ -4,13 +4,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::inventory::{Cluster, Inventory};
-use super::matching::{LabelSelector, git_pathspec_match, go_path_match};
-use super::params::{
-    deep_merge, flatten_into, flatten_params, go_sprint, merge_generator_template, normalize_name,
-};
+use super::inventory::Inventory;
+use super::matching::LabelSelector;
+use super::params::{flatten_params, merge_generator_template};
 use super::repos::RepoResolver;
 use super::template::{
     Params, TemplateMode, collect_templates, fasttemplate, field_of, go_render_batch, map_strings,

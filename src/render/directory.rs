@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::git::Snapshot;
 use crate::render::matching::loose_glob_match;
-use crate::render::source::*;
+use crate::render::source::non_empty;
 use crate::yaml;
 
 /// Reads a plain-directory source (recurse, include, exclude as Argo CD applies them).

@@ -1,8 +1,24 @@
 //! The render engine's room for the Engine: the entry points, the wave-by-wave expansion of
 //! Applications and ApplicationSets, admission of repeats, and the finish (cycles, stats).
 
-use super::planning::PendingApp;
-use super::*;
+use crate::render::Shard;
+use crate::render::planning::PendingApp;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::git::Snapshot;
+use crate::render::parsed::Object;
+use crate::render::repos::RepoResolver;
+use crate::render::source::RenderJob;
+use crate::render::util::{object_sort_key, trace};
+use crate::render::{
+    Diagnostic, HelmFailure, Origin, RenderConfig, RenderFailure, RenderStats, RenderedApplication,
+    Rendering, Severity, appset, parsed, source,
+};
+use crate::yaml;
 
 /// An Application or ApplicationSet waiting to be expanded.
 pub(super) struct Item {

@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 use crate::git::{Snapshot, hex};
 use crate::paths::{escapes_root, normalize};
 use crate::render::inventory::Cluster;
-use crate::render::source::*;
+use crate::render::source::{
+    ChartLocation, HelmJob, ValuesFile, ValuesInput, build_env, join, str_at, substitute_env,
+};
 
 /// Escapes commas in `--set` values unless the value is a helm list (`{a,b}`), as Argo CD does.
 fn clean_set_value(value: &str) -> String {
@@ -68,20 +70,7 @@ pub(crate) fn helm_job(
         ),
         None => cluster.kube_version.clone(),
     };
-    let api_versions = match helm.get("apiVersions").and_then(Value::as_array) {
-        Some(list) if !list.is_empty() => {
-            let entries: Vec<String> = list
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect();
-            let mut sorted = entries;
-            sorted.sort();
-            sorted.dedup();
-            sorted
-        }
-        _ => cluster.api_versions.clone(),
-    };
+    let api_versions = api_versions(&helm, cluster);
     let commit = match &chart {
         ChartLocation::Git { snapshot, .. } => snapshot.commit.clone(),
         ChartLocation::Mirror(_) => String::new(),
@@ -94,107 +83,15 @@ pub(crate) fn helm_job(
         kube_version.as_deref(),
         &commit,
     );
-    let ignore_missing = flag("ignoreMissingValueFiles");
-
-    let mut values = Vec::new();
-    for entry in helm
-        .get("valueFiles")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(raw) = entry.as_str() else { continue };
-        for input in resolve_value_file(raw, &env, refs, &chart, git_chart)? {
-            match input {
-                Ok(v) => values.push(v),
-                Err(missing) if ignore_missing => {
-                    let _ = missing;
-                }
-                Err(missing) => {
-                    return Err(format!(
-                        "value file {missing} does not exist (set helm.ignoreMissingValueFiles to allow that)"
-                    ));
-                }
-            }
-        }
-    }
-    // Inline values go last, as one more values file: valuesObject wins over values.
-    if let Some(object) = helm.get("valuesObject").filter(|v| !v.is_null()) {
-        values.push(ValuesInput {
-            name: "helm.valuesObject".into(),
-            content: object.to_string().into_bytes(),
-            file: None,
-        });
-    } else if let Some(text) = helm
-        .get("values")
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty())
-    {
-        values.push(ValuesInput {
-            name: "helm.values".into(),
-            content: text.as_bytes().to_vec(),
-            file: None,
-        });
-    }
-    let mut set = Vec::new();
-    let mut set_string = Vec::new();
-    for parameter in helm
-        .get("parameters")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = parameter.get("name").and_then(Value::as_str).unwrap_or("");
-        let value = match parameter.get("value") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
-        };
-        let value = clean_set_value(&substitute_env(&value, &env));
-        if parameter
-            .get("forceString")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-        {
-            set_string.push(format!("{name}={value}"));
-        } else {
-            set.push(format!("{name}={value}"));
-        }
-    }
-    let mut set_file = Vec::new();
-    for parameter in helm
-        .get("fileParameters")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let name = parameter
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        // helm reads `--set-file a=x,b=y` as two files: a name with `,` or `=` would make it
-        // read any file on the machine into the values.
-        if name.is_empty()
-            || name.contains([',', '=', '\\'])
-            || name.chars().any(char::is_whitespace)
-        {
-            return Err(format!(
-                "helm.fileParameters name {:?}: not a values key (no `,`, `=`, `\\` or spaces)",
-                name.chars().take(120).collect::<String>()
-            ));
-        }
-        let raw = parameter.get("path").and_then(Value::as_str).unwrap_or("");
-        let mut found = resolve_value_file(raw, &env, refs, &chart, git_chart)?;
-        match found.pop() {
-            Some(Ok(input)) => set_file.push((name, input)),
-            _ => {
-                return Err(format!(
-                    "helm.fileParameters {name}: file {raw} does not exist"
-                ));
-            }
-        }
-    }
+    let files = ValueFiles {
+        env: &env,
+        refs,
+        chart: &chart,
+        git_chart,
+    };
+    let values = files.values(&helm, flag("ignoreMissingValueFiles"))?;
+    let (set, set_string) = set_flags(&helm, &env);
+    let set_file = files.set_files(&helm)?;
     Ok(HelmJob {
         chart,
         chart_label,
@@ -211,6 +108,152 @@ pub(crate) fn helm_job(
         skip_tests: flag("skipTests"),
         skip_schema_validation: flag("skipSchemaValidation"),
     })
+}
+
+/// `helm.apiVersions` sorted and without repeats, or the cluster's when the list is empty.
+fn api_versions(helm: &Value, cluster: &Cluster) -> Vec<String> {
+    match helm.get("apiVersions").and_then(Value::as_array) {
+        Some(list) if !list.is_empty() => {
+            let mut sorted: Vec<String> = list
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            sorted.sort();
+            sorted.dedup();
+            sorted
+        }
+        _ => cluster.api_versions.clone(),
+    }
+}
+
+/// `helm.parameters` as `--set` and `--set-string` flags (`forceString`), `$ARGOCD_APP_*`
+/// substituted and commas escaped as Argo CD does.
+fn set_flags(helm: &Value, env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+    let mut set = Vec::new();
+    let mut set_string = Vec::new();
+    for parameter in helm
+        .get("parameters")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = parameter.get("name").and_then(Value::as_str).unwrap_or("");
+        let value = match parameter.get("value") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        };
+        let value = clean_set_value(&substitute_env(&value, env));
+        if parameter
+            .get("forceString")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+        {
+            set_string.push(format!("{name}={value}"));
+        } else {
+            set.push(format!("{name}={value}"));
+        }
+    }
+    (set, set_string)
+}
+
+/// Where a Helm source's value files are read from: the chart, `$ref` sources, the build
+/// environment their names are substituted with.
+struct ValueFiles<'a> {
+    env: &'a [(String, String)],
+    refs: &'a BTreeMap<String, Arc<Snapshot>>,
+    chart: &'a ChartLocation,
+    git_chart: Option<(&'a Arc<Snapshot>, &'a str)>,
+}
+
+impl ValueFiles<'_> {
+    /// `helm.valueFiles` in order (a missing one refused unless `ignore_missing`), then the
+    /// inline values as one more file: `valuesObject` wins over `values`.
+    fn values(&self, helm: &Value, ignore_missing: bool) -> Result<Vec<ValuesInput>, String> {
+        let mut values = Vec::new();
+        for entry in helm
+            .get("valueFiles")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(raw) = entry.as_str() else { continue };
+            for input in resolve_value_file(raw, self.env, self.refs, self.chart, self.git_chart)? {
+                match input {
+                    Ok(v) => values.push(v),
+                    Err(missing) if ignore_missing => {
+                        let _ = missing;
+                    }
+                    Err(missing) => {
+                        return Err(format!(
+                            "value file {missing} does not exist (set helm.ignoreMissingValueFiles to allow that)"
+                        ));
+                    }
+                }
+            }
+        }
+        // Inline values go last, as one more values file: valuesObject wins over values.
+        if let Some(object) = helm.get("valuesObject").filter(|v| !v.is_null()) {
+            values.push(ValuesInput {
+                name: "helm.valuesObject".into(),
+                content: object.to_string().into_bytes(),
+                file: None,
+            });
+        } else if let Some(text) = helm
+            .get("values")
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+        {
+            values.push(ValuesInput {
+                name: "helm.values".into(),
+                content: text.as_bytes().to_vec(),
+                file: None,
+            });
+        }
+        Ok(values)
+    }
+
+    /// `helm.fileParameters` as `--set-file` pairs; a name helm would split, or a missing
+    /// file, is refused.
+    fn set_files(&self, helm: &Value) -> Result<Vec<(String, ValuesInput)>, String> {
+        let mut set_file = Vec::new();
+        for parameter in helm
+            .get("fileParameters")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = parameter
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            // helm reads `--set-file a=x,b=y` as two files: a name with `,` or `=` would make
+            // it read any file on the machine into the values.
+            if name.is_empty()
+                || name.contains([',', '=', '\\'])
+                || name.chars().any(char::is_whitespace)
+            {
+                return Err(format!(
+                    "helm.fileParameters name {:?}: not a values key (no `,`, `=`, `\\` or spaces)",
+                    name.chars().take(120).collect::<String>()
+                ));
+            }
+            let raw = parameter.get("path").and_then(Value::as_str).unwrap_or("");
+            let mut found =
+                resolve_value_file(raw, self.env, self.refs, self.chart, self.git_chart)?;
+            match found.pop() {
+                Some(Ok(input)) => set_file.push((name, input)),
+                _ => {
+                    return Err(format!(
+                        "helm.fileParameters {name}: file {raw} does not exist"
+                    ));
+                }
+            }
+        }
+        Ok(set_file)
+    }
 }
 
 /// Resolves one `valueFiles` entry to zero or more files (globs expand); a missing file is an

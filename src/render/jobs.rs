@@ -1,8 +1,15 @@
 //! The render engine's room for executing queued jobs: de-duplication, the cache, helm and
 //! kustomize runs.
 
+use std::path::Path;
+
 use super::engine::Engine;
-use super::*;
+use crate::render::cache::RenderCache;
+use crate::render::source::RenderJob;
+use crate::render::tools::Tool;
+use crate::render::util::{parallel_map, trace};
+use crate::render::{RenderConfig, charts, confine, kustomize, parsed, source};
+use crate::yaml;
 
 impl Engine<'_> {
     /// The tools a job's output depends on, with their versions: the part of its persistent

@@ -32,9 +32,8 @@ pub use self::jobs::run_helm;
 pub use self::planning::stored_application;
 pub use self::util::{object_sort_key, parallel_map, trace};
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -42,11 +41,7 @@ use serde_json::Value;
 use self::cache::RenderCache;
 use self::inventory::Inventory;
 use self::parsed::{Object, ParsedStore};
-use self::repos::RepoResolver;
-use self::source::{PlanContext, RenderJob};
 use self::tools::Tool;
-use crate::git::Snapshot;
-use crate::yaml;
 
 /// How deep app-of-apps may nest before the render refuses (Argo CD has no limit; a preview
 /// needs one to stop a runaway chain).

@@ -1,9 +1,14 @@
 //! The render engine's room for planning: an Application's sources become render jobs.
 
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
 use sha2::Digest as _;
 
 use super::engine::{Engine, Item};
-use super::*;
+use crate::render::source::{PlanContext, RenderJob};
+use crate::render::{ClusterRef, RenderedApplication, UNKNOWN_CLUSTER, cache, charts, source};
 
 /// A planned Application: its place in the output and the keys of its render jobs.
 pub(super) struct PendingApp {

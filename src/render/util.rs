@@ -1,6 +1,8 @@
 //! The render engine's room for helpers: phase traces, a parallel map, the object sort key.
 
-use super::*;
+use std::sync::Mutex;
+
+use serde_json::Value;
 
 /// With `GATE_TRACE` set, a line on stderr per phase: milliseconds since the process began.
 pub fn trace(subject: &str, phase: &str) {

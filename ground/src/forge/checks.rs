@@ -1,6 +1,13 @@
 //! The GitHub face's commit statuses and check runs.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::forge::{Authed, CheckRun, JsonBody, Repo, Shared, Status, error, lock, user_json};
 use crate::git;
 
 fn check_run_json(run: &CheckRun) -> Value {

@@ -1,10 +1,16 @@
 //! The forge double's own API: start it, seed users and repositories, set faults, read back.
 
+use std::collections::BTreeMap;
 use std::path::Path;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
+use anyhow::Result;
 
-use super::*;
+use crate::forge::{
+    ForgeDouble, ForgeFaults, ForgeState, RecordedRequest, Repo, Shared, Write, lock, router,
+};
 use crate::git;
 
 impl ForgeDouble {

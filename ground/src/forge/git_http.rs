@@ -1,6 +1,11 @@
 //! Git over HTTP: `git http-backend` behind Basic auth, and the refs a push asks for.
 
-use super::*;
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::forge::{Shared, error, lock, not_found};
 
 /// For a push (`git-receive-pack`), the ref updates it asks for as
 /// `{"refs": [{"old": OID, "new": OID, "ref": NAME}]}` (read from the command pkt-lines before

@@ -1,6 +1,13 @@
 //! The GitHub face's issue comments and labels on pull requests.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::forge::{Authed, Comment, JsonBody, Repo, Shared, error, lock, user_json};
 
 pub(super) fn label_json(name: &str) -> Value {
     json!({"name": name, "color": "ededed", "default": false})

@@ -1,7 +1,15 @@
 //! The GitHub face's pull requests: list, open, read, and merge under branch protection.
 
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
 use super::issues::label_json;
-use super::*;
+use crate::forge::{Authed, JsonBody, Pull, Repo, Shared, error, lock, repo_json, user_json};
 use crate::git;
 
 fn pull_json(repo: &Repo, pull: &Pull) -> Value {

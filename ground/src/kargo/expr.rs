@@ -14,8 +14,6 @@
 //! `status(alias)`. Anything else is an error naming the expression, never a silent empty
 //! string.
 
-#[cfg(test)]
-use serde_json::json;
 use serde_json::{Map, Value};
 
 mod eval;

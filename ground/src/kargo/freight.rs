@@ -1,6 +1,9 @@
 //! Freight names, aliases, label values and availability to a Stage.
 
-use super::*;
+use serde_json::Value;
+use sha1::{Digest, Sha1};
+
+use crate::kargo::{hex, text};
 
 /// Kargo's Freight name: SHA-1 of `<origin>:<sorted artifact parts joined by |>`.
 /// [K pkg/api/freight.go]

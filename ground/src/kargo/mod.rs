@@ -19,25 +19,21 @@ mod verification;
 mod warehouse;
 mod webhooks;
 
-use freight::*;
 pub use freight::{
     alias_for, auto_promotion_candidate, freight_available, freight_name, stage_label_value,
 };
 pub use policy::auto_promotion_by_policy;
-use promotion::*;
 pub use warehouse::newest_version;
 pub use webhooks::install_webhooks;
-use webhooks::*;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
-use sha1::{Digest, Sha1};
 
 use crate::kube::KubeDouble;
-use crate::kube::store::{Admission, ApiError, Operation, Resource, Selector, User};
+use crate::kube::store::{ApiError, Resource, Selector, User};
 use crate::transcript::Transcript;
 
 pub const GROUP: &str = "kargo.akuity.io";

@@ -1,6 +1,16 @@
 //! Auto-promotion: the ProjectConfig's promotion policies and the hold/resume annotations.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use crate::kargo::freight::auto_promotion_candidate;
+use crate::kargo::{
+    AUTO_PROMOTION_ANNOTATION, GROUP, HOLD_ANNOTATION, Kargo, RESUME_ANNOTATION, VERSION,
+    controller_user, text,
+};
+use crate::kube::KubeDouble;
+use crate::transcript::Transcript;
 
 /// Whether a ProjectConfig's `promotionPolicies` turn auto-promotion on for `stage`
 /// ([K pkg/api/auto_promotion.go findMatchingPromotionPolicy]): the first policy whose

@@ -1,6 +1,13 @@
 //! Promotions running their steps: start, advance, step failures, finish.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::kargo::{Kargo, Run, Verification, controller_user, expr, hex, schemas, steps, text};
+use crate::kube::KubeDouble;
+use crate::transcript::Transcript;
 
 /// `vars` entries (`[{name, value}]`) as (name, value) pairs, in order.
 pub(super) fn named_values(list: Option<&Value>) -> Vec<(String, Value)> {
@@ -202,264 +209,258 @@ impl Kargo {
         stage: &str,
         promotion: &Value,
     ) -> bool {
-        let name = text(promotion, "/metadata/name").to_string();
-        let steps = promotion
-            .pointer("/spec/steps")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let freight = Self::get(
-            kube,
-            "freights",
-            &self.namespace,
-            text(promotion, "/spec/freight"),
-        )
-        .unwrap_or(Value::Null);
-        let vars: Map<String, Value> = named_values(promotion.pointer("/spec/vars"))
-            .into_iter()
-            .collect();
+        let promotion = PromotionSteps::read(self, kube, stage, promotion);
         let mut progress = false;
         loop {
-            let run = self.runs.entry(name.clone()).or_default();
-            if run.workdir.is_none() {
-                let dir = self.workdir.join(name.replace('.', "-"));
-                let _ = std::fs::remove_dir_all(&dir);
-                let _ = std::fs::create_dir_all(&dir);
-                run.workdir = Some(dir);
-            }
-            let index = run.step;
-            if index >= steps.len() {
-                let (phase, message) = run
-                    .failure
-                    .clone()
-                    .unwrap_or_else(|| ("Succeeded".into(), "All steps completed".into()));
-                self.finish(kube, transcript, stage, &name, &phase, &message);
-                return true;
-            }
-            if self.failing_stages.iter().any(|s| s == stage) {
-                self.finish(
-                    kube,
-                    transcript,
-                    stage,
-                    &name,
-                    "Failed",
-                    "step 1 failed: the scenario makes this Stage's promotions fail",
-                );
-                return true;
-            }
-            let step = &steps[index];
-            let uses = text(step, "/uses").to_string();
-            // [K api/v1alpha1/promotion_types.go GetAlias]: `step-<i+1>` when `as` is unset.
-            let alias = step
-                .get("as")
-                .and_then(Value::as_str)
-                .filter(|a| !a.is_empty())
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("step-{}", index + 1));
-            let run = self
-                .runs
-                .get(&name)
-                .map(|r| {
-                    (
-                        r.outputs.clone(),
-                        r.workdir.clone().unwrap_or_default(),
-                        r.statuses.clone(),
-                    )
-                })
-                .unwrap_or_default();
-            let prepared = self.prepare_step(step, &vars, &run.0, &run.2, &freight, stage, &name);
-            let config = match prepared {
-                Ok(Some(c)) => c,
-                Ok(None) => {
-                    let why = if step
-                        .get("if")
-                        .and_then(Value::as_str)
-                        .is_some_and(|c| !c.is_empty())
-                    {
-                        "its if: condition is false"
-                    } else {
-                        "a step before it failed"
-                    };
-                    transcript.say(
-                        "kargo",
-                        format!(
-                            "{name} step {}/{} {uses}: skipped ({why})",
-                            index + 1,
-                            steps.len()
-                        ),
-                    );
-                    let run = self.runs.entry(name.clone()).or_default();
-                    run.statuses.push((alias, "Skipped".into()));
-                    run.step += 1;
-                    progress = true;
-                    continue;
-                }
-                Err(e) => {
-                    let message = format!("step {} ({uses}): {e}", index + 1);
-                    self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
-                    progress = true;
-                    continue;
-                }
-            };
-            // [K http_requester.go and every builtin: a config that fails its schema is a
-            // terminal failure].
-            if let Err(e) = schemas::validate(&uses, &config) {
-                let message = format!("step {} ({uses}): {e}", index + 1);
-                self.step_failed(transcript, &name, alias, "Failed", message, steps.len());
-                progress = true;
-                continue;
-            }
-            let context = steps::StepContext {
-                kargo: self,
-                kube,
-                workdir: &run.1,
-                promotion: &name,
-                stage,
-            };
-            let outcome = steps::run(&context, &uses, &config).await;
-            let errored = matches!(outcome, steps::Outcome::Errored { .. });
-            let run = self.runs.entry(name.clone()).or_default();
-            match outcome {
-                steps::Outcome::Done { output, said } => {
-                    transcript.say(
-                        "kargo",
-                        format!("{name} step {}/{} {uses}: {said}", index + 1, steps.len()),
-                    );
-                    if uses == "argocd-update" {
-                        run.desired = config
-                            .get("apps")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .flat_map(|a| {
-                                let namespace = a
-                                    .get("namespace")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("argocd")
-                                    .to_string();
-                                let app = text(a, "/name").to_string();
-                                a.get("sources")
-                                    .and_then(Value::as_array)
-                                    .cloned()
-                                    .unwrap_or_default()
-                                    .into_iter()
-                                    .filter(|s| !text(s, "/desiredRevision").is_empty())
-                                    .map(move |s| {
-                                        (
-                                            namespace.clone(),
-                                            app.clone(),
-                                            text(&s, "/repoURL").to_string(),
-                                            text(&s, "/chart").to_string(),
-                                            text(&s, "/desiredRevision").to_string(),
-                                        )
-                                    })
-                            })
-                            .collect();
-                        run.apps = config
-                            .get("apps")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .map(|a| {
-                                (
-                                    a.get("namespace")
-                                        .and_then(Value::as_str)
-                                        .unwrap_or("argocd")
-                                        .to_string(),
-                                    text(a, "/name").to_string(),
-                                )
-                            })
-                            .collect();
-                    }
-                    run.outputs.insert(alias.clone(), output);
-                    run.statuses.push((alias, "Succeeded".into()));
-                    run.errors = 0;
-                    run.step += 1;
-                    run.waiting_said = false;
-                    let _ = Self::patch_status(
-                        kube,
-                        "promotions",
-                        &self.namespace,
-                        &name,
-                        json!({"currentStep": run.step}),
-                    );
-                    progress = true;
-                }
-                steps::Outcome::Skipped { output, said } => {
-                    transcript.say(
-                        "kargo",
-                        format!(
-                            "{name} step {}/{} {uses}: skipped ({said})",
-                            index + 1,
-                            steps.len()
-                        ),
-                    );
-                    run.outputs.insert(alias.clone(), output);
-                    run.statuses.push((alias, "Skipped".into()));
-                    run.step += 1;
-                    progress = true;
-                }
-                // [K pkg/promotion/local_orchestrator.go determineStepCompletion]: a step still
-                // running, or erroring below `retry.errorThreshold` (default 1: the first error
-                // ends the Promotion as Errored), is retried until `retry.timeout`.
-                steps::Outcome::Waiting { said } | steps::Outcome::Errored { said } => {
-                    let threshold = step
-                        .pointer("/retry/errorThreshold")
-                        .and_then(Value::as_u64)
-                        .filter(|t| *t > 0)
-                        .unwrap_or(1);
-                    if errored {
-                        run.errors += 1;
-                        if u64::from(run.errors) >= threshold {
-                            // [K local_orchestrator.go determineStepCompletion]: the step's
-                            // message is the Promotion's.
-                            let message = format!(
-                                "step {alias:?} met error threshold of {threshold}: {said}"
-                            );
-                            self.step_failed(
-                                transcript,
-                                &name,
-                                alias,
-                                "Errored",
-                                message,
-                                steps.len(),
-                            );
-                            progress = true;
-                            continue;
-                        }
-                    }
-                    if let Some(timeout) =
-                        timed_out(run, index, step, &uses, kube.clock().seconds())
-                    {
-                        let message = format!("step {alias:?} timed out after {timeout}");
-                        self.step_failed(transcript, &name, alias, "Errored", message, steps.len());
-                        progress = true;
-                        continue;
-                    }
-                    if !run.waiting_said {
-                        let line = if errored {
-                            format!("{said}; step will be retried (error threshold {threshold})")
-                        } else {
-                            format!("waiting: {said}")
-                        };
-                        transcript.say(
-                            "kargo",
-                            format!("{name} step {}/{} {uses}: {line}", index + 1, steps.len()),
-                        );
-                        run.waiting_said = true;
-                        progress = true;
-                    }
-                    return progress;
-                }
-                steps::Outcome::Failed { said } => {
-                    // A terminal failure's message is the step's error, as Kargo words it.
-                    let message = said;
-                    self.step_failed(transcript, &name, alias, "Failed", message, steps.len());
-                    progress = true;
-                    continue;
-                }
+            match self.advance_step(kube, transcript, &promotion).await {
+                Advanced::Stepped => progress = true,
+                Advanced::Finished => return true,
+                Advanced::Waiting { said } => return progress || said,
             }
         }
+    }
+
+    /// Runs the promotion's current step once: prepared, checked against its schema, run, and
+    /// its outcome recorded.
+    async fn advance_step(
+        &mut self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        promotion: &PromotionSteps<'_>,
+    ) -> Advanced {
+        let name = &promotion.name;
+        let stage = promotion.stage;
+        let run = self.runs.entry(name.clone()).or_default();
+        if run.workdir.is_none() {
+            let dir = self.workdir.join(name.replace('.', "-"));
+            let _ = std::fs::remove_dir_all(&dir);
+            let _ = std::fs::create_dir_all(&dir);
+            run.workdir = Some(dir);
+        }
+        let index = run.step;
+        if index >= promotion.steps.len() {
+            let (phase, message) = run
+                .failure
+                .clone()
+                .unwrap_or_else(|| ("Succeeded".into(), "All steps completed".into()));
+            self.finish(kube, transcript, stage, name, &phase, &message);
+            return Advanced::Finished;
+        }
+        if self.failing_stages.iter().any(|s| s == stage) {
+            self.finish(
+                kube,
+                transcript,
+                stage,
+                name,
+                "Failed",
+                "step 1 failed: the scenario makes this Stage's promotions fail",
+            );
+            return Advanced::Finished;
+        }
+        let at = promotion.step(index);
+        let (outputs, workdir, statuses) = self
+            .runs
+            .get(name)
+            .map(|r| {
+                (
+                    r.outputs.clone(),
+                    r.workdir.clone().unwrap_or_default(),
+                    r.statuses.clone(),
+                )
+            })
+            .unwrap_or_default();
+        let prepared = self.prepare_step(
+            at.step,
+            &promotion.vars,
+            &outputs,
+            &statuses,
+            &promotion.freight,
+            stage,
+            name,
+        );
+        let config = match prepared {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                let why = if at
+                    .step
+                    .get("if")
+                    .and_then(Value::as_str)
+                    .is_some_and(|c| !c.is_empty())
+                {
+                    "its if: condition is false"
+                } else {
+                    "a step before it failed"
+                };
+                promotion.say(transcript, &at, format!("skipped ({why})"));
+                let run = self.runs.entry(name.clone()).or_default();
+                run.statuses.push((at.alias, "Skipped".into()));
+                run.step += 1;
+                return Advanced::Stepped;
+            }
+            Err(e) => {
+                let message = format!("step {} ({}): {e}", index + 1, at.uses);
+                self.step_failed(
+                    transcript,
+                    name,
+                    at.alias,
+                    "Errored",
+                    message,
+                    promotion.total(),
+                );
+                return Advanced::Stepped;
+            }
+        };
+        // [K http_requester.go and every builtin: a config that fails its schema is a
+        // terminal failure].
+        if let Err(e) = schemas::validate(&at.uses, &config) {
+            let message = format!("step {} ({}): {e}", index + 1, at.uses);
+            self.step_failed(
+                transcript,
+                name,
+                at.alias,
+                "Failed",
+                message,
+                promotion.total(),
+            );
+            return Advanced::Stepped;
+        }
+        let context = steps::StepContext {
+            kargo: self,
+            kube,
+            workdir: &workdir,
+            promotion: name,
+            stage,
+        };
+        let outcome = steps::run(&context, &at.uses, &config).await;
+        self.record_outcome(kube, transcript, promotion, at, &config, outcome)
+    }
+
+    /// Records what a step's run came to: its outputs and status, the Applications an
+    /// `argocd-update` named, a wait or retry, or a failure.
+    fn record_outcome(
+        &mut self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        promotion: &PromotionSteps<'_>,
+        at: StepAt<'_>,
+        config: &Value,
+        outcome: steps::Outcome,
+    ) -> Advanced {
+        let name = &promotion.name;
+        let run = self.runs.entry(name.clone()).or_default();
+        match outcome {
+            steps::Outcome::Done { output, said } => {
+                promotion.say(transcript, &at, said);
+                if at.uses == "argocd-update" {
+                    run.desired = desired_sources(config);
+                    run.apps = updated_apps(config);
+                }
+                run.outputs.insert(at.alias.clone(), output);
+                run.statuses.push((at.alias, "Succeeded".into()));
+                run.errors = 0;
+                run.step += 1;
+                run.waiting_said = false;
+                let _ = Self::patch_status(
+                    kube,
+                    "promotions",
+                    &self.namespace,
+                    name,
+                    json!({"currentStep": run.step}),
+                );
+                Advanced::Stepped
+            }
+            steps::Outcome::Skipped { output, said } => {
+                promotion.say(transcript, &at, format!("skipped ({said})"));
+                run.outputs.insert(at.alias.clone(), output);
+                run.statuses.push((at.alias, "Skipped".into()));
+                run.step += 1;
+                Advanced::Stepped
+            }
+            steps::Outcome::Waiting { said } => {
+                self.wait_or_fail(kube, transcript, promotion, at, said, false)
+            }
+            steps::Outcome::Errored { said } => {
+                self.wait_or_fail(kube, transcript, promotion, at, said, true)
+            }
+            steps::Outcome::Failed { said } => {
+                // A terminal failure's message is the step's error, as Kargo words it.
+                let message = said;
+                self.step_failed(
+                    transcript,
+                    name,
+                    at.alias,
+                    "Failed",
+                    message,
+                    promotion.total(),
+                );
+                Advanced::Stepped
+            }
+        }
+    }
+
+    /// [K pkg/promotion/local_orchestrator.go determineStepCompletion]: a step still
+    /// running, or erroring below `retry.errorThreshold` (default 1: the first error
+    /// ends the Promotion as Errored), is retried until `retry.timeout`.
+    fn wait_or_fail(
+        &mut self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        promotion: &PromotionSteps<'_>,
+        at: StepAt<'_>,
+        said: String,
+        errored: bool,
+    ) -> Advanced {
+        let name = &promotion.name;
+        let run = self.runs.entry(name.clone()).or_default();
+        let threshold = at
+            .step
+            .pointer("/retry/errorThreshold")
+            .and_then(Value::as_u64)
+            .filter(|t| *t > 0)
+            .unwrap_or(1);
+        if errored {
+            run.errors += 1;
+            if u64::from(run.errors) >= threshold {
+                // [K local_orchestrator.go determineStepCompletion]: the step's
+                // message is the Promotion's.
+                let message = format!(
+                    "step {:?} met error threshold of {threshold}: {said}",
+                    at.alias
+                );
+                self.step_failed(
+                    transcript,
+                    name,
+                    at.alias,
+                    "Errored",
+                    message,
+                    promotion.total(),
+                );
+                return Advanced::Stepped;
+            }
+        }
+        if let Some(timeout) = timed_out(run, at.index, at.step, &at.uses, kube.clock().seconds()) {
+            let message = format!("step {:?} timed out after {timeout}", at.alias);
+            self.step_failed(
+                transcript,
+                name,
+                at.alias,
+                "Errored",
+                message,
+                promotion.total(),
+            );
+            return Advanced::Stepped;
+        }
+        if run.waiting_said {
+            return Advanced::Waiting { said: false };
+        }
+        let line = if errored {
+            format!("{said}; step will be retried (error threshold {threshold})")
+        } else {
+            format!("waiting: {said}")
+        };
+        promotion.say(transcript, &at, line);
+        run.waiting_said = true;
+        Advanced::Waiting { said: true }
     }
 
     /// A step Errored or Failed: it is recorded, the first failure decides the Promotion's
@@ -681,4 +682,147 @@ impl Kargo {
             ),
         );
     }
+}
+
+/// A Promotion whose steps run: what its spec asks, read once per advance.
+struct PromotionSteps<'a> {
+    name: String,
+    stage: &'a str,
+    steps: Vec<Value>,
+    /// The Freight it promotes (null when it is gone).
+    freight: Value,
+    /// The Promotion's own `vars`, in order.
+    vars: Map<String, Value>,
+}
+
+/// One step of a Promotion, where it stands.
+struct StepAt<'a> {
+    index: usize,
+    step: &'a Value,
+    uses: String,
+    /// The step's alias, for outputs and `status()`.
+    alias: String,
+}
+
+/// What one pass over the current step came to.
+enum Advanced {
+    /// The step ended (done, skipped or failed): the next one may run.
+    Stepped,
+    /// The Promotion ended.
+    Finished,
+    /// The step waits (or is retried); `said` when this pass wrote its line.
+    Waiting { said: bool },
+}
+
+impl<'a> PromotionSteps<'a> {
+    fn read(kargo: &Kargo, kube: &KubeDouble, stage: &'a str, promotion: &Value) -> Self {
+        let steps = promotion
+            .pointer("/spec/steps")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let freight = Kargo::get(
+            kube,
+            "freights",
+            &kargo.namespace,
+            text(promotion, "/spec/freight"),
+        )
+        .unwrap_or(Value::Null);
+        PromotionSteps {
+            name: text(promotion, "/metadata/name").to_string(),
+            stage,
+            steps,
+            freight,
+            vars: named_values(promotion.pointer("/spec/vars"))
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.steps.len()
+    }
+
+    fn step(&self, index: usize) -> StepAt<'_> {
+        let step = &self.steps[index];
+        StepAt {
+            index,
+            step,
+            uses: text(step, "/uses").to_string(),
+            // [K api/v1alpha1/promotion_types.go GetAlias]: `step-<i+1>` when `as` is unset.
+            alias: step
+                .get("as")
+                .and_then(Value::as_str)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("step-{}", index + 1)),
+        }
+    }
+
+    /// `<promotion> step <i>/<n> <uses>: <what>` in the transcript.
+    fn say(&self, transcript: &Transcript, at: &StepAt<'_>, what: String) {
+        transcript.say(
+            "kargo",
+            format!(
+                "{} step {}/{} {}: {what}",
+                self.name,
+                at.index + 1,
+                self.total(),
+                at.uses
+            ),
+        );
+    }
+}
+
+/// What an `argocd-update` step's `sources[].desiredRevision` asks each Application to run:
+/// (namespace, application, repoURL, chart, revision).
+fn desired_sources(config: &Value) -> Vec<(String, String, String, String, String)> {
+    config
+        .get("apps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|a| {
+            let namespace = a
+                .get("namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("argocd")
+                .to_string();
+            let app = text(a, "/name").to_string();
+            a.get("sources")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|s| !text(s, "/desiredRevision").is_empty())
+                .map(move |s| {
+                    (
+                        namespace.clone(),
+                        app.clone(),
+                        text(&s, "/repoURL").to_string(),
+                        text(&s, "/chart").to_string(),
+                        text(&s, "/desiredRevision").to_string(),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// The Applications an `argocd-update` step names: (namespace, name).
+fn updated_apps(config: &Value) -> Vec<(String, String)> {
+    config
+        .get("apps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            (
+                a.get("namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("argocd")
+                    .to_string(),
+                text(a, "/name").to_string(),
+            )
+        })
+        .collect()
 }

@@ -1,6 +1,12 @@
 //! Verification after a promotion: health first, then an AnalysisRun's verdict.
 
-use super::*;
+use serde_json::{Value, json};
+
+use crate::kargo::freight::stage_label_value;
+use crate::kargo::webhooks::next_ulid;
+use crate::kargo::{Kargo, Verification, controller_user, text};
+use crate::kube::KubeDouble;
+use crate::transcript::Transcript;
 
 /// Whether Kargo's Argo CD health check finds an Application Healthy
 /// ([K pkg/health/checker/builtin/argocd.go getApplicationHealth]); the error is its issue.

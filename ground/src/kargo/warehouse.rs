@@ -1,6 +1,13 @@
 //! Warehouses discovering chart versions and images, newest first under a constraint.
 
-use super::*;
+use serde_json::{Map, Value, json};
+use sha1::{Digest, Sha1};
+
+use crate::kargo::freight::{freight_name, newest_requested};
+use crate::kargo::promotion::push;
+use crate::kargo::{GROUP, Kargo, VERSION, controller_user, hex, text};
+use crate::kube::KubeDouble;
+use crate::transcript::Transcript;
 
 pub use super::constraint::newest_version;
 

@@ -1,6 +1,19 @@
 //! The admission webhooks: Warehouse, Freight and Promotion, as Kargo's do.
 
-use super::*;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::kargo::freight::{
+    alias_for, auto_promotion_candidate, freight_available, freight_name, stage_label_value,
+};
+use crate::kargo::policy::auto_promotion_by_policy;
+use crate::kargo::{
+    ALIAS_LABEL, AUTO_PROMOTION_ANNOTATION, CONTROLLER, CREATE_ACTOR_ANNOTATION, GROUP, Grants,
+    HOLD_ANNOTATION, PROJECT_LABEL, RESUME_ANNOTATION, STAGE_LABEL, VERSION, constraint, text,
+};
+use crate::kube::KubeDouble;
+use crate::kube::store::{Admission, ApiError, Operation};
 
 /// Registers Kargo's admission webhooks on the API double.
 pub fn install_webhooks(kube: &KubeDouble, grants: Grants) {

@@ -1,14 +1,18 @@
 //! Collection reads: list pages with continue tokens, and watch streams with their faults.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Result;
 use axum::body::{Body, Bytes};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
 
 use super::store::{ApiError, Event, Selector};
-use super::*;
+use crate::kube::{Inner, Target, faults, store};
 
 pub(super) fn list(
     inner: &Inner,

@@ -1,14 +1,20 @@
 //! The double's HTTP face: authentication, faults, discovery, and routing a request to a verb.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Result;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
 
 use super::collection::{check_list_options, list, watch};
 use super::schema::FieldValidation;
 use super::store::{ApiError, PatchBody, Selector};
-use super::*;
+use crate::kube::store::{Store, User};
+use crate::kube::{Inner, Target};
 
 fn status_response(error: &ApiError) -> Response {
     let code = StatusCode::from_u16(error.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);

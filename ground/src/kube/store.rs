@@ -5,8 +5,6 @@ use crate::clock::Clock;
 use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::Value;
-#[cfg(test)]
-use serde_json::json;
 use tokio::sync::broadcast;
 
 mod admission;

@@ -1,6 +1,12 @@
 //! ApplicationSet expansion's room for the generators that combine others: matrix and merge.
 
-use super::*;
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::render::appset::{Expander, ParamSet};
+use crate::render::params::{deep_merge, go_sprint};
+use crate::render::template::Params;
 
 /// Argo CD lets matrix and merge nest one level.
 const MAX_GENERATOR_NESTING: usize = 2;

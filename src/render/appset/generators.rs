@@ -1,7 +1,14 @@
 //! ApplicationSet expansion's room for the generators that read parameters from a source:
 //! list, clusters and git (with their templated `values` and path parameters).
 
-use super::*;
+use serde_json::{Map, Value, json};
+
+use crate::render::appset::Expander;
+use crate::render::inventory::Cluster;
+use crate::render::matching::{LabelSelector, git_pathspec_match, go_path_match};
+use crate::render::params::{deep_merge, flatten_into, go_sprint, normalize_name};
+use crate::render::template::Params;
+use crate::yaml;
 
 impl Expander<'_> {
     pub(super) fn list(&self, body: &Value) -> Result<Vec<Params>, String> {

@@ -1,6 +1,8 @@
 //! Tests of `inventory`.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use crate::render::inventory::{Inventory, expand_api_versions, parse_kube_version};
 
 #[test]
 fn an_empty_file_is_no_fleet() {

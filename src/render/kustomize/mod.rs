@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::git::hex;
 use crate::paths::normalize;
-use crate::render::source::*;
+use crate::render::source::{KustomizeJob, non_empty};
 use crate::yaml;
 
 impl KustomizeJob {

@@ -1,7 +1,13 @@
 //! Tests of `template`.
 
-use super::*;
+use serde_json::Value;
 use serde_json::json;
+
+use crate::render::template::{
+    Params, fasttemplate, first_missing_key, go_render_batch, hoist_defines, map_strings,
+    mentions_function, rewrite_function,
+};
+use crate::render::tools::Tool;
 
 fn params(v: Value) -> Params {
     v.as_object().cloned().unwrap()

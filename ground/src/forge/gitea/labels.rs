@@ -2,7 +2,17 @@
 //! id or name and removed by id ([G routers/api/v1/repo/issue_label.go], [G
 //! routers/api/v1/repo/label.go]).
 
-use super::*;
+use std::collections::BTreeMap;
+
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+use crate::forge::gitea::{
+    ISSUE, RepoLabel, Scoped, error, issue_label, label_json, not_found, paged,
+};
+use crate::forge::{JsonBody, Shared, lock};
 
 pub(super) async fn list_repo_labels(
     State(state): State<Shared>,

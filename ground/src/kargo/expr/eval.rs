@@ -1,10 +1,11 @@
 //! Evaluation: the entry points, the environment, and evaluating nodes and operators.
 
 use serde_json::json;
+use serde_json::{Map, Value};
 
 use super::functions::call;
 use super::parser::{Node, parse};
-use super::*;
+use crate::kargo::expr::Scope;
 
 /// Evaluates one expression (the text between delimiters).
 pub fn evaluate(expression: &str, scope: &Scope) -> Result<Value, String> {

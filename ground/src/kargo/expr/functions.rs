@@ -1,10 +1,11 @@
 //! Functions: Kargo's template functions and the expr-lang built-ins a template needs.
 
 use serde_json::json;
+use serde_json::{Map, Value};
 
 use super::eval::kind;
 use super::templates::{go_json, to_text};
-use super::*;
+use crate::kargo::expr::Scope;
 
 fn failed(status: &str) -> bool {
     matches!(status, "Failed" | "Errored")

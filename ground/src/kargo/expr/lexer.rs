@@ -1,8 +1,7 @@
 //! Lexing: an expression's text as tokens.
 
+use serde_json::Value;
 use serde_json::json;
-
-use super::*;
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Token {

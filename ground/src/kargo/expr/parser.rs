@@ -1,9 +1,9 @@
 //! Parsing: tokens as an expression tree, by precedence climbing.
 
+use serde_json::Value;
 use serde_json::json;
 
 use super::lexer::{Token, tokens};
-use super::*;
 
 // ---- The expression language: the part of expr-lang ([expr-lang/expr docs: Language
 // Definition]) Kargo's promotion templates use. Written here because the Rust port on

@@ -1,8 +1,10 @@
 //! Templates: `${{ }}` / `${% %}` interpolation in config values and the typing of results.
 
 use serde_json::json;
+use serde_json::{Map, Value};
 
-use super::*;
+use crate::kargo::expr::Scope;
+use crate::kargo::expr::eval::evaluate;
 
 const DELIMITERS: [(&str, &str); 2] = [("${{", "}}"), ("${%", "%}")];
 

@@ -1,6 +1,11 @@
 //! Tests of `expr`.
 
-use super::*;
+use serde_json::{Map, Value, json};
+
+use crate::kargo::expr::Scope;
+use crate::kargo::expr::eval::{evaluate, evaluate_in};
+use crate::kargo::expr::functions::semver_diff;
+use crate::kargo::expr::templates::evaluate_template;
 
 fn with_scope<T>(f: impl FnOnce(&Scope) -> T) -> T {
     let vars: Map<String, Value> = [("repo".to_string(), json!("https://git/x"))]

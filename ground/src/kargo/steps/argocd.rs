@@ -1,8 +1,9 @@
 //! The argocd-update step, and the revision an Application runs for a source.
 
+use serde_json::Value;
 use serde_json::json;
 
-use super::*;
+use crate::kargo::steps::{Outcome, StepContext, text};
 
 /// The revision an Application runs for the source a `sources[]` update names (matched by
 /// repoURL and chart): `status.sync.revisions[i]` for a multi-source Application, else

@@ -1,8 +1,9 @@
 //! The http step: a request to a service the scenario names.
 
+use serde_json::Value;
 use serde_json::json;
 
-use super::*;
+use crate::kargo::steps::{Outcome, StepContext, http_client, text};
 
 pub(super) async fn http(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     let method = if text(config, "method").is_empty() {

@@ -6,9 +6,10 @@
 //! limit ends the Promotion Errored. Kargo's GitHub client does not retry on its own
 //! (pkg/github/github.go: a plain transport).
 
+use serde_json::Value;
 use serde_json::json;
 
-use super::*;
+use crate::kargo::steps::{Outcome, StepContext, git_url, http_client, text};
 
 /// A forge request that failed, worded as Kargo's GitHub client (go-github's `ErrorResponse`)
 /// words it: `METHOD URL: STATUS MESSAGE []`, or the transport's error.

@@ -1,9 +1,10 @@
 //! Steps on the promotion's working tree: git-clone, yaml-update, yaml-parse, git-commit, git-push.
 
+use serde_json::Value;
 use serde_json::json;
 
-use super::*;
 use crate::git::git;
+use crate::kargo::steps::{Outcome, StepContext, git_url, inside, text};
 
 /// [K yaml_parser.go]: reads the file's first YAML document and evaluates each output's
 /// `fromExpression` against it; any error Errors the step.

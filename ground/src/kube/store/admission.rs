@@ -1,11 +1,15 @@
 //! The store's admission: users, operations, admission hooks and schema validation.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde_json::Value;
 use serde_json::json;
 
-use super::*;
 use crate::kube::schema;
+use crate::kube::store::Store;
+use crate::kube::store::objects::ObjectKey;
+use crate::kube::store::resources::{ApiError, Resource};
 
 /// Who is asking.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,10 @@
 //! The store's history: resourceVersions, the bounded event history and watch subscriptions.
 
-use super::*;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::kube::store::Store;
+use crate::kube::store::resources::Resource;
 
 /// How many events a watch can resume from; older resourceVersions answer 410 Gone.
 pub const HISTORY: usize = 20_000;

@@ -1,9 +1,14 @@
 //! The store's objects: keys, get/list, create, update and delete.
 
+use serde_json::Value;
 use serde_json::json;
 
 use super::selectors::fields_of;
-use super::*;
+use crate::kube::store::Store;
+use crate::kube::store::admission::{Operation, User};
+use crate::kube::store::history::EventType;
+use crate::kube::store::resources::{ApiError, Resource};
+use crate::kube::store::selectors::{Selector, labels_of};
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ObjectKey {

@@ -1,6 +1,11 @@
 //! The store's patches: merge, JSON and server-side apply patches with field ownership.
 
-use super::*;
+use serde_json::Value;
+
+use crate::kube::store::Store;
+use crate::kube::store::admission::User;
+use crate::kube::store::objects::ObjectKey;
+use crate::kube::store::resources::{ApiError, Resource};
 
 pub enum PatchBody {
     Merge(Value),

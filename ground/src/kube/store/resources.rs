@@ -1,8 +1,9 @@
 //! The store's resources: served types and discovery, CRD registration, and API errors.
 
+use serde_json::Value;
 use serde_json::json;
 
-use super::*;
+use crate::kube::store::Store;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resource {

@@ -1,6 +1,10 @@
 //! The store's selectors: label and field selectors and the maps they match.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::kube::store::resources::ApiError;
 
 pub fn labels_of(object: &Value) -> BTreeMap<String, String> {
     object

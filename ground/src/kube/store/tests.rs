@@ -1,6 +1,13 @@
 //! Tests of `store`.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::kube::store::admission::User;
+use crate::kube::store::patch::PatchBody;
+use crate::kube::store::selectors::Selector;
+use crate::kube::store::{Store, rfc3339};
 
 #[test]
 fn an_applied_field_another_manager_owns_conflicts_until_released() {

@@ -1,6 +1,6 @@
 //! Tests of `tree`.
 
-use super::*;
+use crate::render::kustomize::tree::{check_confined, helm_charts};
 
 fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
