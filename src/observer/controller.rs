@@ -101,6 +101,70 @@ pub fn store_key(ar: &ApiResource) -> ApiResource {
     }
 }
 
+/// A cache's objects grouped by (namespace, one field), rebuilt from the cache only when its
+/// watch has delivered an event since the last build. A reconcile reads the Freight of its
+/// Stage's Warehouses and the Promotions of its Stage: scanning every cached object for each of
+/// 50,000 Applications made the first pass quadratic.
+pub struct Grouped {
+    /// Bumped after every event the cache's reflector has applied.
+    pub generation: Arc<std::sync::atomic::AtomicU64>,
+    field: &'static [&'static str],
+    built: std::sync::Mutex<(u64, Arc<Groups>)>,
+}
+
+/// Objects by (namespace, field value), each with its position in the cache's listing (so a
+/// union of groups keeps the cache's order).
+type Groups = std::collections::HashMap<(String, String), Vec<(usize, Arc<DynamicObject>)>>;
+
+impl Grouped {
+    pub fn new(field: &'static [&'static str]) -> Grouped {
+        Grouped {
+            generation: Default::default(),
+            field,
+            built: std::sync::Mutex::new((u64::MAX, Default::default())),
+        }
+    }
+
+    /// The objects of `namespace` whose field is one of `values`, in the cache's order.
+    fn select(
+        &self,
+        store: &Store<DynamicObject>,
+        projection: &projection::Projection,
+        namespace: &str,
+        values: &[&str],
+    ) -> Vec<Arc<DynamicObject>> {
+        let groups = {
+            let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+            // Read before the cache: an event landing in between only makes the next build
+            // come sooner.
+            let generation = self.generation.load(std::sync::atomic::Ordering::Acquire);
+            if built.0 != generation {
+                let mut groups = Groups::new();
+                for (position, object) in store.state().into_iter().enumerate() {
+                    let Some(namespace) = object.namespace() else {
+                        continue;
+                    };
+                    let key = (namespace, projection.text(&object, self.field).to_string());
+                    groups.entry(key).or_default().push((position, object));
+                }
+                *built = (generation, Arc::new(groups));
+            }
+            built.1.clone()
+        };
+        let mut selected: Vec<&(usize, Arc<DynamicObject>)> = Vec::new();
+        for (i, value) in values.iter().enumerate() {
+            if values[..i].contains(value) {
+                continue;
+            }
+            if let Some(group) = groups.get(&(namespace.to_string(), value.to_string())) {
+                selected.extend(group);
+            }
+        }
+        selected.sort_by_key(|(position, _)| *position);
+        selected.into_iter().map(|(_, o)| o.clone()).collect()
+    }
+}
+
 /// One async lock per (namespace, Stage).
 pub type StageLocks =
     std::sync::Mutex<std::collections::HashMap<(String, String), Arc<tokio::sync::Mutex<()>>>>;
@@ -113,6 +177,10 @@ pub struct Context {
     pub freights: Store<DynamicObject>,
     pub warehouses: Store<DynamicObject>,
     pub promotions: Store<DynamicObject>,
+    /// Freight by (namespace, origin Warehouse).
+    pub freights_by_origin: Grouped,
+    /// Promotions by (namespace, Stage).
+    pub promotions_by_stage: Grouped,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     /// One lock per Stage around "check in flight, then create": reconciles of several
@@ -333,23 +401,17 @@ impl StageInputs {
             })
             .map(|w| WAREHOUSE.expand(&w))
             .collect();
+        let origin_names: Vec<&str> = origins.iter().map(String::as_str).collect();
         let freights: Vec<Value> = ctx
-            .freights
-            .state()
+            .freights_by_origin
+            .select(&ctx.freights, &FREIGHT, namespace, &origin_names)
             .iter()
-            .filter(|f| f.namespace().as_deref() == Some(namespace))
-            .filter(|f| {
-                let origin = FREIGHT.text(f, &["origin", "name"]);
-                origins.iter().any(|x| x == origin)
-            })
             .map(|f| FREIGHT.expand(f))
             .collect();
         let promotions: Vec<Value> = ctx
-            .promotions
-            .state()
+            .promotions_by_stage
+            .select(&ctx.promotions, &PROMOTION, namespace, &[stage_name])
             .iter()
-            .filter(|p| p.namespace().as_deref() == Some(namespace))
-            .filter(|p| PROMOTION.text(p, &["spec", "stage"]) == stage_name)
             .map(|p| PROMOTION.expand(p))
             .collect();
         StageInputs {
@@ -686,7 +748,10 @@ pub async fn run(
         None => Api::all_with(client.clone(), &kinds.application),
     };
     let loading = Loading::new(5, ready);
-    let cache = |ar: &ApiResource| {
+    let freights_by_origin = Grouped::new(&["origin", "name"]);
+    let promotions_by_stage = Grouped::new(&["spec", "stage"]);
+    let cache = |ar: &ApiResource, generation: Option<&Arc<std::sync::atomic::AtomicU64>>| {
+        let generation = generation.cloned();
         let writer = reflector::store::Writer::new(store_key(ar));
         let reader = writer.as_reader();
         let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
@@ -696,13 +761,19 @@ pub async fn run(
             .modify(move |o: &mut DynamicObject| projection.project(o))
             .reflect(writer)
             .inspect_ok(loading.tracker())
+            .inspect_ok(move |_| {
+                if let Some(generation) = &generation {
+                    generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                }
+            })
             .touched_objects();
         (reader, stream)
     };
-    let (stages, stage_events) = cache(&kinds.stage);
-    let (freights, freight_events) = cache(&kinds.freight);
-    let (warehouses, warehouse_events) = cache(&kinds.warehouse);
-    let (promotions, promotion_events) = cache(&kinds.promotion);
+    let (stages, stage_events) = cache(&kinds.stage, None);
+    let (freights, freight_events) = cache(&kinds.freight, Some(&freights_by_origin.generation));
+    let (warehouses, warehouse_events) = cache(&kinds.warehouse, None);
+    let (promotions, promotion_events) =
+        cache(&kinds.promotion, Some(&promotions_by_stage.generation));
 
     let app_writer = reflector::store::Writer::new(store_key(&kinds.application));
     let app_reader = app_writer.as_reader();
@@ -728,6 +799,8 @@ pub async fn run(
         freights: freights.clone(),
         warehouses: warehouses.clone(),
         promotions: promotions.clone(),
+        freights_by_origin,
+        promotions_by_stage,
         metrics,
         recorder,
         stage_locks: Default::default(),
@@ -759,11 +832,24 @@ pub async fn run(
         app_reader.clone(),
     );
     let (stages_for_freights, stages_for_warehouses) = (stages.clone(), stages.clone());
+    // While the caches load, a watched object's event maps to no Application: every
+    // Application is reconciled once they have loaded (its own first event, or the first tick
+    // when that came too early), and mapping each of 10,000 Freight to the Applications of its
+    // Stages would scan every Stage and Application 10,000 times.
+    let loaded = |ctx: &Context| {
+        let ready = ctx.caches_ready.clone();
+        move || *ready.borrow()
+    };
+    let (stages_loaded, freights_loaded, warehouses_loaded, promotions_loaded) =
+        (loaded(&ctx), loaded(&ctx), loaded(&ctx), loaded(&ctx));
     Controller::for_stream_with(app_stream, app_reader, store_key(&ctx.kinds.application))
         // A Stage change re-enqueues the Applications that point at it.
         .watches_stream_with(
             stage_events,
             move |stage: DynamicObject| {
+                if !stages_loaded() {
+                    return Vec::new();
+                }
                 applications_for(
                     &for_stages,
                     &stage.namespace().unwrap_or_default(),
@@ -776,6 +862,9 @@ pub async fn run(
         .watches_stream_with(
             freight_events,
             move |f: DynamicObject| {
+                if !freights_loaded() {
+                    return Vec::new();
+                }
                 applications_for_warehouse(
                     &for_freights,
                     &stages_for_freights,
@@ -788,6 +877,9 @@ pub async fn run(
         .watches_stream_with(
             warehouse_events,
             move |w: DynamicObject| {
+                if !warehouses_loaded() {
+                    return Vec::new();
+                }
                 applications_for_warehouse(
                     &for_warehouses,
                     &stages_for_warehouses,
@@ -800,6 +892,9 @@ pub async fn run(
         .watches_stream_with(
             promotion_events,
             move |p: DynamicObject| {
+                if !promotions_loaded() {
+                    return Vec::new();
+                }
                 let stage = PROMOTION
                     .field(&p, &["spec", "stage"])
                     .and_then(Value::as_str);

@@ -21,37 +21,40 @@ pub(super) fn list(
     fields: &Selector,
     query: &BTreeMap<String, String>,
 ) -> Result<Value, ApiError> {
-    let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-    let all = store.list(&target.resource, &target.namespace, labels, fields);
-    let rv = store.resource_version();
-    drop(store);
-    let start = match query.get("continue").filter(|c| !c.is_empty()) {
-        Some(token) => {
-            let position = all.iter().position(|o| continue_key(o) == *token);
-            match position {
-                Some(p) => p + 1,
-                None => {
-                    return Err(ApiError::new(
-                        410,
-                        "Expired",
-                        "the provided continue parameter is too old or invalid",
-                    ));
-                }
-            }
-        }
-        None => 0,
-    };
     let limit: usize = query
         .get("limit")
         .and_then(|l| l.parse().ok())
         .filter(|l| *l > 0)
         .unwrap_or(usize::MAX);
-    let page: Vec<Value> = all.iter().skip(start).take(limit).cloned().collect();
-    let more = start + page.len() < all.len();
+    let expired = || {
+        ApiError::new(
+            410,
+            "Expired",
+            "the provided continue parameter is too old or invalid",
+        )
+    };
+    // The token is the last object's `namespace/name` (neither holds a slash).
+    let after = match query.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => Some(token.split_once('/').ok_or_else(expired)?),
+        None => None,
+    };
+    let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+    let page = store.list_page(
+        &target.resource,
+        &target.namespace,
+        labels,
+        fields,
+        after,
+        limit,
+    );
+    let rv = store.resource_version();
+    drop(store);
+    let (page, remaining) = page.ok_or_else(expired)?;
+    let more = remaining > 0;
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if more && let Some(last) = page.last() {
         metadata["continue"] = json!(continue_key(last));
-        metadata["remainingItemCount"] = json!(all.len() - start - page.len());
+        metadata["remainingItemCount"] = json!(remaining);
     }
     Ok(json!({
         "kind": format!("{}List", target.resource.kind),

@@ -117,3 +117,60 @@ async fn deleted_and_unlisted_applications_are_forgotten() {
         ["a x:1", "b y:1", "a x:1", "c z:1", "a x:1"]
     );
 }
+
+#[test]
+fn grouped_freight_follows_the_cache_and_keeps_its_order() {
+    let kinds = Kinds::default();
+    let mut writer = reflector::store::Writer::new(store_key(&kinds.freight));
+    let reader = writer.as_reader();
+    let grouped = Grouped::new(&["origin", "name"]);
+    let freight = |namespace: &str, name: &str, origin: &str| {
+        let mut object = DynamicObject::new(name, &kinds.freight)
+            .within(namespace)
+            .data(serde_json::json!({"origin": {"kind": "Warehouse", "name": origin}}));
+        FREIGHT.project(&mut object);
+        object
+    };
+    let mut apply = |object: DynamicObject| {
+        writer.apply_watcher_event(&watcher::Event::Apply(object));
+        grouped
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    };
+    for (ns, name, origin) in [
+        ("demo", "f1", "w1"),
+        ("demo", "f2", "w2"),
+        ("other", "f3", "w1"),
+        ("demo", "f4", "w1"),
+    ] {
+        apply(freight(ns, name, origin));
+    }
+    let names = |values: &[&str]| -> Vec<String> {
+        let mut names: Vec<String> = grouped
+            .select(&reader, &FREIGHT, "demo", values)
+            .iter()
+            .map(|f| f.name_any())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(names(&["w1"]), ["f1", "f4"]);
+    assert_eq!(names(&["w1", "w2", "w1"]), ["f1", "f2", "f4"]);
+    assert!(names(&["w3"]).is_empty());
+    // The union of groups is in the cache's order, as a scan of the cache would give it.
+    let scanned: Vec<String> = reader
+        .state()
+        .iter()
+        .filter(|f| f.namespace().as_deref() == Some("demo"))
+        .map(|f| f.name_any())
+        .collect();
+    let selected: Vec<String> = grouped
+        .select(&reader, &FREIGHT, "demo", &["w2", "w1"])
+        .iter()
+        .map(|f| f.name_any())
+        .collect();
+    assert_eq!(selected, scanned);
+    // An event after a build is seen by the next select.
+    apply(freight("demo", "f5", "w3"));
+    assert_eq!(names(&["w3"]), ["f5"]);
+}

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::kube::store::admission::User;
 use crate::kube::store::patch::PatchBody;
@@ -78,4 +78,88 @@ fn selectors_parse_and_match() {
 fn timestamps() {
     assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
     assert_eq!(rfc3339(1_767_225_600), "2026-01-01T00:00:00Z");
+}
+
+#[test]
+fn list_pages_walk_one_resource_from_the_token_and_count_what_follows() {
+    let mut store = Store::new();
+    let admin = User {
+        name: "admin".into(),
+        groups: vec!["system:masters".into()],
+    };
+    let resource = |store: &Store, group: &str, plural: &str| {
+        store.resource(group, "v1", plural).cloned().unwrap()
+    };
+    let (namespaces, configmaps, secrets) = (
+        resource(&store, "", "namespaces"),
+        resource(&store, "", "configmaps"),
+        resource(&store, "", "secrets"),
+    );
+    for ns in ["a", "b"] {
+        store
+            .create(&namespaces, "", json!({"metadata": {"name": ns}}), &admin)
+            .unwrap();
+        for i in 0..7 {
+            let labels = json!({"odd": (i % 2).to_string()});
+            for r in [&configmaps, &secrets] {
+                store
+                    .create(
+                        r,
+                        ns,
+                        json!({"metadata": {"name": format!("o{i}"), "labels": labels}}),
+                        &admin,
+                    )
+                    .unwrap();
+            }
+        }
+    }
+    let none = Selector::default();
+    let odd = Selector::parse("odd=1").unwrap();
+    let name = |o: &Value| {
+        format!(
+            "{}/{}",
+            o["metadata"]["namespace"].as_str().unwrap(),
+            o["metadata"]["name"].as_str().unwrap()
+        )
+    };
+    for (namespace, labels) in [("", &none), ("b", &none), ("", &odd), ("a", &odd)] {
+        let whole: Vec<String> = store
+            .list(&configmaps, namespace, labels, &none)
+            .iter()
+            .map(name)
+            .collect();
+        let mut walked = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let after = token.as_deref().map(|t| t.split_once('/').unwrap());
+            let (page, remaining) = store
+                .list_page(&configmaps, namespace, labels, &none, after, 3)
+                .unwrap();
+            assert!(page.len() <= 3);
+            assert!(page.iter().all(|o| o["kind"] != "Secret"));
+            walked.extend(page.iter().map(name));
+            assert_eq!(
+                remaining,
+                whole.len() - walked.len(),
+                "{namespace} {walked:?}"
+            );
+            if remaining == 0 {
+                break;
+            }
+            token = walked.last().cloned();
+        }
+        assert_eq!(walked, whole);
+    }
+    // A token naming no object the list holds has expired.
+    for (namespace, labels, token) in [
+        ("", &none, ("a", "gone")),
+        ("b", &none, ("a", "o1")),
+        ("", &odd, ("a", "o2")),
+    ] {
+        assert!(
+            store
+                .list_page(&configmaps, namespace, labels, &none, Some(token), 3)
+                .is_none()
+        );
+    }
 }
