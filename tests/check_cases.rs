@@ -359,3 +359,33 @@ fn progress_shows_on_a_terminal_and_nowhere_else() {
         }
     }
 }
+
+/// docs/gate.md shows the report of a pull request adding an addon: its expansion table is
+/// the addon-added case's snapshot, line for line (so the doc and the code cannot drift).
+#[test]
+fn the_addon_table_in_the_docs_is_the_check_cases() {
+    let root = common::project_root();
+    let snapshot = std::fs::read_to_string(
+        root.join("tests/snapshots/check_cases__check_cases@addon-added__case.yaml.snap"),
+    )
+    .expect("the addon-added snapshot");
+    let doc = std::fs::read_to_string(root.join("docs/gate.md")).expect("docs/gate.md");
+    let table: Vec<&str> = snapshot
+        .lines()
+        .filter(|l| l.trim_start().starts_with('|'))
+        .collect();
+    assert!(
+        table.len() >= 5,
+        "the snapshot has the header, the rule and one row per Application: {table:?}"
+    );
+    for line in
+        table.iter().copied().chain(snapshot.lines().filter(|l| {
+            l.starts_with("- `addon-added`:") || l.starts_with("`[SHA0]` (merge base)")
+        }))
+    {
+        assert!(
+            doc.lines().any(|d| d == line),
+            "docs/gate.md lacks the snapshot's line:\n{line}"
+        );
+    }
+}

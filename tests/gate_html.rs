@@ -46,7 +46,7 @@ fn html_of(case: &str, out: &Path, extra: &[&str]) -> (String, i32) {
         .arg(common::sample_dir().join("charts"))
         .arg("--html")
         .arg(&page);
-    if !extra.iter().any(|a| *a == "--repo-url") {
+    if !extra.contains(&"--repo-url") {
         command.args(["--repo-url", common::SAMPLE_REPO_URL]);
     }
     for arg in extra {

@@ -39,13 +39,12 @@ pub(super) fn cache_hit() {
 /// A helm or kustomize run finished after `took`.
 pub(super) fn rendered(label: &str, took: Duration) {
     let ms = u64::try_from(took.as_millis()).unwrap_or(u64::MAX);
-    if SLOWEST_MS.fetch_max(ms, Ordering::Relaxed) < ms {
-        if let Ok(mut slowest) = SLOWEST.lock() {
-            // Another run may have beaten this one between the two steps: keep the slower.
-            if SLOWEST_MS.load(Ordering::Relaxed) == ms {
-                *slowest = label.to_string();
-            }
-        }
+    // Another run may beat this one between the two steps: the label is the slower's.
+    if SLOWEST_MS.fetch_max(ms, Ordering::Relaxed) < ms
+        && let Ok(mut slowest) = SLOWEST.lock()
+        && SLOWEST_MS.load(Ordering::Relaxed) == ms
+    {
+        *slowest = label.to_string();
     }
     done();
 }
