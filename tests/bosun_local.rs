@@ -129,6 +129,30 @@ async fn a_local_repair_is_a_commit_on_a_branch_of_its_own_and_the_gate_goes_gre
         "{stdout}"
     );
     assert!(stdout.contains("repaired: 8 manifest(s)"), "{stdout}");
+    // Which phase it is in, one stderr line each, in order.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let phases: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("bosun: phase: "))
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .map(|l| match l.as_str() {
+            "reading the" => "reading",
+            "judging pr" => "judging the head",
+            "classifying the" => "classifying",
+            "judging the" => "judging the repair",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "reading",
+            "judging the head",
+            "classifying",
+            "judging the repair"
+        ],
+        "{stderr}"
+    );
     assert!(
         stdout.contains("dropped `spec.target.immutable` = true"),
         "{stdout}"
@@ -408,4 +432,28 @@ async fn a_local_repair_runs_nothing_a_received_repository_names() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("repaired: 8 manifest(s)"), "{stdout}");
+    // Which phase it is in, one stderr line each, in order.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let phases: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("bosun: phase: "))
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .map(|l| match l.as_str() {
+            "reading the" => "reading",
+            "judging pr" => "judging the head",
+            "classifying the" => "classifying",
+            "judging the" => "judging the repair",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "reading",
+            "judging the head",
+            "classifying",
+            "judging the repair"
+        ],
+        "{stderr}"
+    );
 }

@@ -70,6 +70,8 @@ fn check_cases() {
             .arg(out.path().join("report.md"))
             .arg("--json")
             .arg(out.path().join("verdict.json"))
+            .arg("--html")
+            .arg(out.path().join("report.html"))
             .output()
             .expect("gate runs");
         let left: Vec<_> = std::fs::read_dir(scratch.path())
@@ -78,12 +80,31 @@ fn check_cases() {
             .collect();
         assert!(left.is_empty(), "the check left {left:?} in its TMPDIR");
         let report = std::fs::read_to_string(out.path().join("report.md")).expect("report written");
+        // The HTML page: the same outcome, one script (its own), every <details> closed.
+        let page = std::fs::read_to_string(out.path().join("report.html")).expect("html written");
+        assert!(page.starts_with("<!DOCTYPE html>"), "{page}");
+        assert_eq!(page.matches("<script").count(), 1, "one script");
+        assert_eq!(
+            page.matches("<details").count(),
+            page.matches("</details>").count()
+        );
         let json_text = std::fs::read_to_string(out.path().join("verdict.json")).expect("json");
         let verdict: Value = serde_json::from_str(&json_text).expect("json");
         // The JSON reads back into the result it was written from.
         let result: gitops_loop::gate::verdict::GateResult =
             serde_json::from_str(&json_text).expect("the JSON is a GateResult");
         assert_eq!(serde_json::to_value(&result).unwrap(), verdict);
+        assert!(
+            page.contains(&format!(
+                "addons-gate: {}</h1>",
+                match result.verdict.outcome {
+                    gitops_loop::gate::verdict::Outcome::Green => "passed",
+                    gitops_loop::gate::verdict::Outcome::Blocked => "blocked",
+                    gitops_loop::gate::verdict::Outcome::Undecided => "could not decide",
+                }
+            )),
+            "the page's outcome"
+        );
         // Quiet: stdout is the outcome line only.
         assert_eq!(
             String::from_utf8_lossy(&output.stdout),
@@ -269,4 +290,102 @@ fn check_prints_the_report_unless_quiet() {
         stderr.contains("gate: checked in ") && stderr.contains(" distinct changes"),
         "{stderr}"
     );
+}
+
+/// The progress line (renders done out of planned, cache hits, the slowest render) is on
+/// stderr when it is a terminal; `GATE_PROGRESS=always` stands for one here. Without it (a
+/// pipe, as here) and with `-q`, stderr has no progress line.
+#[test]
+fn progress_shows_on_a_terminal_and_nowhere_else() {
+    let case_dir = common::project_root().join("tests/check-cases/es-major-bump");
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
+    let run = |progress: Option<&str>, quiet: bool, render: bool| -> String {
+        let cache = tempfile::tempdir().expect("cache");
+        let mut command = if render {
+            let mut command = common::gate(cache.path());
+            command
+                .args(["render", "--revision", "pr"])
+                .args(["--repo-url", common::SAMPLE_REPO_URL])
+                .arg("--repo")
+                .arg(repo.path())
+                .arg("--inventory")
+                .arg(common::sample_dir().join("inventory.yaml"))
+                .arg("--charts")
+                .arg(common::sample_dir().join("charts"));
+            command
+        } else {
+            common::gate_check_sample(cache.path(), repo.path())
+        };
+        if quiet {
+            command.arg("--quiet");
+        }
+        match progress {
+            Some(value) => command.env("GATE_PROGRESS", value),
+            None => command.env_remove("GATE_PROGRESS"),
+        };
+        let output = command.output().expect("gate runs");
+        String::from_utf8_lossy(&output.stderr).to_string()
+    };
+    for render in [false, true] {
+        let what = if render { "render" } else { "check" };
+        let shown = run(Some("always"), false, render);
+        let line =
+            regex::Regex::new(&format!(r"gate: {what}: \d+/\d+ renders, \d+ from cache")).unwrap();
+        assert!(line.is_match(&shown), "{what}: {shown}");
+        // The last state: every planned render done, the slowest named.
+        let last = line.find_iter(&shown).last().unwrap().as_str();
+        let (done, planned) = last
+            .rsplit_once(": ")
+            .unwrap()
+            .1
+            .split_once(" renders")
+            .unwrap()
+            .0
+            .split_once('/')
+            .unwrap();
+        assert_eq!(done, planned, "{shown}");
+        assert!(planned != "0" && shown.contains(", slowest: "), "{shown}");
+        for (progress, quiet) in [
+            (None, false),
+            (Some("always"), true),
+            (Some("never"), false),
+        ] {
+            let stderr = run(progress, quiet, render);
+            assert!(
+                !stderr.contains(" renders, ") && !stderr.contains("\x1b["),
+                "{what} {progress:?} quiet {quiet}: {stderr}"
+            );
+        }
+    }
+}
+
+/// docs/gate.md shows the report of a pull request adding an addon: its expansion table is
+/// the addon-added case's snapshot, line for line (so the doc and the code cannot drift).
+#[test]
+fn the_addon_table_in_the_docs_is_the_check_cases() {
+    let root = common::project_root();
+    let snapshot = std::fs::read_to_string(
+        root.join("tests/snapshots/check_cases__check_cases@addon-added__case.yaml.snap"),
+    )
+    .expect("the addon-added snapshot");
+    let doc = std::fs::read_to_string(root.join("docs/gate.md")).expect("docs/gate.md");
+    let table: Vec<&str> = snapshot
+        .lines()
+        .filter(|l| l.trim_start().starts_with('|'))
+        .collect();
+    assert!(
+        table.len() >= 5,
+        "the snapshot has the header, the rule and one row per Application: {table:?}"
+    );
+    for line in
+        table.iter().copied().chain(snapshot.lines().filter(|l| {
+            l.starts_with("- `addon-added`:") || l.starts_with("`[SHA0]` (merge base)")
+        }))
+    {
+        assert!(
+            doc.lines().any(|d| d == line),
+            "docs/gate.md lacks the snapshot's line:\n{line}"
+        );
+    }
 }

@@ -299,7 +299,35 @@ fn an_oversized_report_keeps_blockers_and_blocks_whole() {
     assert!(full.len() > comment.len());
     assert!(comment.contains("Details are cut"));
     assert!(comment.contains("blocking until they move"));
-    assert_eq!(report::parse(&comment).unwrap().dropped, vec![dropped]);
+    assert_eq!(
+        report::parse(&comment).unwrap().dropped,
+        vec![dropped.clone()]
+    );
+    // With the full report's address (the CI run's artifact), the cut comment links to it,
+    // still within the limit; a hostile address is left out.
+    let url = "https://github.com/org/gitops/actions/runs/42";
+    let (linked, _) = report::render_linked(&result, Some(url));
+    assert!(linked.chars().count() <= report::COMMENT_LIMIT);
+    assert!(
+        linked.contains(&format!("[HTML report]({url})")),
+        "{}",
+        &linked[linked.len().saturating_sub(2000)..]
+    );
+    assert_eq!(
+        report::parse(&linked).unwrap().dropped,
+        vec![dropped.clone()]
+    );
+    for hostile in [
+        "javascript:alert(1)",
+        "https://x.test/a)<!--",
+        "https://x.test/a b",
+    ] {
+        let (comment, _) = report::render_linked(&result, Some(hostile));
+        assert!(!comment.contains("HTML report"), "{hostile}");
+    }
+    // A comment that fits is whole: no link.
+    let (whole, full) = report::render_linked(&result_with(vec![dropped]), Some(url));
+    assert!(full.is_none() && !whole.contains("HTML report"));
 }
 
 #[test]

@@ -106,6 +106,47 @@ fn the_action_never_pastes_an_expression_into_its_script() {
     }
 }
 
+/// The HTML report is uploaded as a workflow artifact from where `gate publish` wrote it,
+/// also when the gate is red, and the comment links to the run that holds it.
+#[test]
+fn the_action_uploads_the_html_report_and_links_the_run() {
+    let action: serde_json::Value = serde_saphyr::from_str(&read("action.yml")).unwrap();
+    let steps = action["runs"]["steps"].as_array().unwrap();
+    let publish = steps
+        .iter()
+        .position(|s| s["name"] == "gate publish")
+        .unwrap();
+    let upload = steps
+        .iter()
+        .position(|s| {
+            s["uses"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("actions/upload-artifact@"))
+        })
+        .expect("an upload-artifact step");
+    assert!(upload > publish, "the upload runs after the gate");
+    let upload = &steps[upload];
+    assert!(
+        upload["if"].as_str().unwrap().starts_with("always()"),
+        "uploaded when the gate is red too"
+    );
+    assert_eq!(
+        upload["with"]["path"],
+        "${{ runner.temp }}/addons-gate/html/addons-gate.html"
+    );
+    let script = steps[publish]["run"].as_str().unwrap();
+    assert!(
+        script.contains(
+            r#"publish_html=(--html /trusted/html/addons-gate.html --html-url "$GATE_RUN_URL")"#
+        ),
+        "{script}"
+    );
+    assert_eq!(
+        steps[publish]["env"]["GATE_RUN_URL"],
+        "${{ github.server_url }}/${{ github.repository }}/actions/runs/${{ github.run_id }}"
+    );
+}
+
 #[test]
 fn the_action_judges_by_the_merge_bases_inventory_and_mirror() {
     // A pull request must not choose what it is judged by: the inventory and the chart mirror
@@ -179,14 +220,15 @@ fn the_action_refuses_pull_request_target_in_its_first_step() {
 
 /// Runs action.yml's script as GitHub would on pull request #1 of `forge`, with `docker`
 /// standing for a shim that runs this build's gate with the container paths mapped to the
-/// host's. Returns the script's exit code and its output.
+/// host's. Returns the script's exit code, its output, and the HTML page it left where the
+/// upload step takes it (when it wrote one).
 fn run_action_script(
     forge: &ground::forge::ForgeDouble,
     workspace: &std::path::Path,
     base: &str,
     head: &str,
     inputs: &[(&str, &str)],
-) -> (Option<i32>, String) {
+) -> (Option<i32>, String, Option<String>) {
     let action: serde_json::Value = serde_saphyr::from_str(&read("action.yml")).unwrap();
     let step = action["runs"]["steps"]
         .as_array()
@@ -248,11 +290,19 @@ exec "$GATE_BIN" "${args[@]}"
         .env("GATE_INVENTORY", "")
         .env("GATE_INVENTORY_ARGOCD", "")
         .env("GITHUB_TOKEN", "gate-token")
-        .env("GATE_CACHE_DIR", runner_temp.path().join("cache"));
+        .env("GATE_CACHE_DIR", runner_temp.path().join("cache"))
+        .env("GATE_HTML_REPORT", "true")
+        .env(
+            "GATE_RUN_URL",
+            "https://github.com/platform/gitops/actions/runs/7",
+        );
     for (key, value) in inputs {
         command.env(key, value);
     }
     let output = command.output().unwrap();
+    // The path the upload step's `with: path` names.
+    let page =
+        std::fs::read_to_string(runner_temp.path().join("addons-gate/html/addons-gate.html")).ok();
     (
         output.status.code(),
         format!(
@@ -260,6 +310,7 @@ exec "$GATE_BIN" "${args[@]}"
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         ),
+        page,
     )
 }
 
@@ -332,8 +383,11 @@ async fn a_pull_request_that_edits_the_inventory_and_the_mirror_is_judged_by_the
         ("GATE_INVENTORY", "clusters/inventory.yaml"),
         ("GATE_CHARTS", ".gate/charts"),
     ];
-    let (code, said) = run_action_script(&forge, ws, &base, &head, &inputs);
+    let (code, said, page) = run_action_script(&forge, ws, &base, &head, &inputs);
     assert_eq!(code, Some(1), "blocked, not green: {said}");
+    // The HTML report is where the upload step takes it from, blocked too.
+    let page = page.expect("the action wrote the HTML report");
+    assert!(page.contains("addons-gate: blocked</h1>"), "{page}");
     let slug: gitops_loop::forge::RepoSlug = "platform/gitops".parse().unwrap();
     let client = gitops_loop::forge::github::GitHub::new(&forge.url(), "gate-token").unwrap();
     use gitops_loop::forge::Forge as _;
@@ -342,13 +396,13 @@ async fn a_pull_request_that_edits_the_inventory_and_the_mirror_is_judged_by_the
     assert_eq!(runs[0].conclusion, gitops_loop::forge::Conclusion::Failure);
 
     // A re-run for a head the pull request has moved past publishes nothing.
-    let (code, said) = run_action_script(&forge, ws, &base, &base, &inputs);
+    let (code, said, _) = run_action_script(&forge, ws, &base, &base, &inputs);
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("nothing published"), "{said}");
     assert_eq!(client.check_runs(&slug, &base).await.unwrap().len(), 0);
 
     // Neither inventory input, or both: refused before anything runs.
-    let (code, said) =
+    let (code, said, _) =
         run_action_script(&forge, ws, &base, &head, &[("GATE_CHARTS", ".gate/charts")]);
     assert_eq!(code, Some(2), "{said}");
     assert!(said.contains("exactly one"), "{said}");

@@ -81,6 +81,35 @@ fn problems(text: &str) -> Vec<String> {
             out.push(format!("gate publish: missing `{wanted}`"));
         }
     }
+    // The HTML report: written by `gate publish`, kept as an artifact also when the gate is
+    // red, exposed on the merge request, and linked from a clipped note.
+    let html = publish
+        .first()
+        .and_then(|l| l.split("--html ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_string);
+    match html {
+        None => out.push("gate publish: no --html FILE".into()),
+        Some(file) => {
+            let paths: Vec<&str> = job["artifacts"]["paths"]
+                .as_array()
+                .map(|p| p.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            if !paths.contains(&file.as_str()) {
+                out.push(format!("gate: artifacts: paths must hold {file}"));
+            }
+            if job["artifacts"]["when"] != "always" {
+                out.push("gate: artifacts: when must be always (a red gate's report)".into());
+            }
+            if job["artifacts"]["expose_as"].as_str().is_none() {
+                out.push("gate: artifacts: expose_as links the report on the merge request".into());
+            }
+            let url = format!("--html-url \"$CI_JOB_URL/artifacts/file/{file}\"");
+            if !publish.iter().any(|l| l.contains(&url)) {
+                out.push(format!("gate publish: missing `{url}`"));
+            }
+        }
+    }
     if text.contains("$ADDONS_GATE_TOKEN") || text.contains("${ADDONS_GATE_TOKEN") {
         out.push("the token is pasted into the script: name it with --token-env".into());
     }
@@ -129,6 +158,16 @@ fn the_structural_check_catches_what_would_make_the_gate_optional_or_broken() {
             "--token-env ADDONS_GATE_TOKEN",
             "--token-env ADDONS_GATE_TOKEN --author \"$ADDONS_GATE_TOKEN\"",
             "pasted",
+        ),
+        (
+            "    when: always\n",
+            "    when: on_success\n",
+            "when must be always",
+        ),
+        (
+            "paths: [addons-gate.html]",
+            "paths: [report.html]",
+            "paths must hold",
         ),
         (
             "    - if: $CI_PIPELINE_SOURCE == \"merge_request_event\"\n\nstages",

@@ -82,6 +82,8 @@ enum Command {
         /// Write the verdict, findings and diff as JSON here (what `publish --result` reads).
         #[arg(long)]
         json: Option<PathBuf>,
+        #[command(flatten)]
+        html: HtmlArgs,
     },
     /// Show which helm and kubectl the gate would use.
     Tools {
@@ -203,11 +205,42 @@ struct CheckArgs {
     /// Check only shard I of N of the fleet (1 <= I <= N; an Application's shard is its
     /// namespace/name hashed) and write a partial result to --partial; `gate merge` makes the
     /// verdict from every shard's partial. Exit 0 once the partial is written.
-    #[arg(long, value_name = "I/N", value_parser = gate::shard::parse_shard, requires = "partial", conflicts_with_all = ["report", "json"])]
+    #[arg(long, value_name = "I/N", value_parser = gate::shard::parse_shard, requires = "partial", conflicts_with_all = ["report", "json", "html"])]
     shard: Option<gitops_loop::render::Shard>,
     /// Where a sharded check writes its partial result.
     #[arg(long, requires = "shard")]
     partial: Option<PathBuf>,
+    #[command(flatten)]
+    html: HtmlArgs,
+}
+
+/// The HTML report beside the comment.
+#[derive(Args, Clone)]
+struct HtmlArgs {
+    /// Write the full report as one self-contained HTML page here (findings, every diff,
+    /// a filter; nothing loaded from elsewhere).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+    /// Where readers find the full report (the CI run's artifact page): a comment clipped
+    /// to fit links to it. https:// or http:// only.
+    #[arg(long, env = "GATE_HTML_URL", value_name = "URL", value_parser = parse_report_url)]
+    html_url: Option<String>,
+}
+
+fn parse_report_url(text: &str) -> Result<String, String> {
+    gate::report::full_report_url(text)
+}
+
+/// Writes the HTML report when `--html` asks for it.
+fn write_html(
+    args: &HtmlArgs,
+    result: &gate::verdict::GateResult,
+    links: &gate::html::Links,
+) -> Result<()> {
+    if let Some(path) = &args.html {
+        write_atomically(path, &gate::html::render(result, links))?;
+    }
+    Ok(())
 }
 
 /// The pull request's head and base come from the forge; the merge base is computed locally,
@@ -250,6 +283,8 @@ struct PublishArgs {
     /// for); otherwise exit 2 and publish nothing.
     #[arg(long, value_name = "SHA", value_parser = parse_commit_id)]
     expect_head: Option<String>,
+    #[command(flatten)]
+    html: HtmlArgs,
 }
 
 /// A full commit id (40 or 64 lowercase hex digits), as `--expect-head` must be.
@@ -316,10 +351,12 @@ fn finish_check(
     result: &gate::verdict::GateResult,
     report: &Option<PathBuf>,
     json: &Option<PathBuf>,
+    (html, links): (&HtmlArgs, &gate::html::Links),
     quiet: bool,
     started: std::time::Instant,
 ) -> Result<ExitCode> {
-    let (comment, full) = gate::report::render(result);
+    let (comment, full) = gate::report::render_linked(result, html.html_url.as_deref());
+    write_html(html, result, links)?;
     gitops_loop::render::trace("check", "report written");
     gitops_loop::render::trace("check", &cpu_used());
     let full = full.unwrap_or(comment);
@@ -349,6 +386,109 @@ fn finish_check(
         );
     }
     Ok(ExitCode::from(result.verdict.outcome.exit_code()))
+}
+
+/// The progress line on stderr while renders run: renders done out of planned, cache hits,
+/// the slowest render so far. Shown when stderr is a terminal, or always with
+/// `GATE_PROGRESS=always` (tests, CI logs); never with `-q` or `GATE_PROGRESS=never`.
+struct ProgressLine {
+    bar: indicatif::ProgressBar,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ticker: Option<std::thread::JoinHandle<()>>,
+    forced: bool,
+}
+
+impl ProgressLine {
+    fn start(quiet: bool, what: &str) -> Option<ProgressLine> {
+        let mode = std::env::var("GATE_PROGRESS").unwrap_or_default();
+        let forced = mode == "always";
+        if quiet || mode == "never" {
+            return None;
+        }
+        let target = if forced {
+            indicatif::ProgressDrawTarget::term_like_with_hz(Box::new(PlainStderr), 10)
+        } else if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            indicatif::ProgressDrawTarget::stderr_with_hz(10)
+        } else {
+            return None;
+        };
+        let bar = indicatif::ProgressBar::with_draw_target(None, target);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} gate: {prefix}: {msg} ({elapsed})")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar.set_prefix(what.to_string());
+        bar.set_message(render::progress::snapshot().line());
+        bar.tick();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ticker = {
+            let (bar, stop) = (bar.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::park_timeout(std::time::Duration::from_millis(100));
+                    bar.set_message(render::progress::snapshot().line());
+                    bar.tick();
+                }
+            })
+        };
+        Some(ProgressLine {
+            bar,
+            stop,
+            ticker: Some(ticker),
+            forced,
+        })
+    }
+}
+
+impl Drop for ProgressLine {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(ticker) = self.ticker.take() {
+            ticker.thread().unpark();
+            let _ = ticker.join();
+        }
+        self.bar.set_message(render::progress::snapshot().line());
+        if self.forced {
+            // A log keeps the last state; a terminal gets its line back.
+            self.bar.finish();
+        } else {
+            self.bar.finish_and_clear();
+        }
+    }
+}
+
+/// stderr as a terminal for `GATE_PROGRESS=always`, whatever it is.
+#[derive(Debug)]
+struct PlainStderr;
+
+impl indicatif::TermLike for PlainStderr {
+    fn width(&self) -> u16 {
+        120
+    }
+    fn move_cursor_up(&self, n: usize) -> std::io::Result<()> {
+        self.write_str(&format!("\x1b[{n}A"))
+    }
+    fn move_cursor_down(&self, n: usize) -> std::io::Result<()> {
+        self.write_str(&format!("\x1b[{n}B"))
+    }
+    fn move_cursor_right(&self, n: usize) -> std::io::Result<()> {
+        self.write_str(&format!("\x1b[{n}C"))
+    }
+    fn move_cursor_left(&self, n: usize) -> std::io::Result<()> {
+        self.write_str(&format!("\x1b[{n}D"))
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.write_str(&format!("{s}\n"))
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        std::io::Write::write_all(&mut std::io::stderr(), s.as_bytes())
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        self.write_str("\r\x1b[2K")
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        std::io::Write::flush(&mut std::io::stderr())
+    }
 }
 
 fn parse_pair(text: &str) -> Result<(String, String), String> {
@@ -458,7 +598,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => {
             let config = config(&args, cli.quiet, false)?;
             let started = std::time::Instant::now();
-            match render::render(&config, &revision) {
+            let progress = ProgressLine::start(cli.quiet, "render");
+            let rendered = render::render(&config, &revision);
+            drop(progress);
+            match rendered {
                 Ok(rendering) => {
                     let stdout = std::io::stdout();
                     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -516,6 +659,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             });
             let config = config?;
             gitops_loop::render::trace("check", "inventory read, commits resolved");
+            let progress = ProgressLine::start(cli.quiet, "check");
             if let (Some(shard), Some(path)) = (check.shard, &check.partial) {
                 let partial = match commits {
                     Ok((base, head)) => gate::shard::check_shard(&config, base, head, shard),
@@ -523,6 +667,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         gate::shard::Partial::undecided(&undecided, shard, &config.inventory)
                     }
                 };
+                drop(progress);
                 write_json_compact(path, &partial)?;
                 if !cli.quiet {
                     eprintln!(
@@ -544,14 +689,27 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 Ok((base, head)) => gate::check::check_commits(&config, base, head),
                 Err(undecided) => *undecided,
             };
+            drop(progress);
             gitops_loop::render::trace("check", "check returned");
-            finish_check(&result, &check.report, &check.json, cli.quiet, started)
+            let links = gate::html::Links {
+                repo_url: config.repo_url.clone(),
+                forge: None,
+            };
+            finish_check(
+                &result,
+                &check.report,
+                &check.json,
+                (&check.html, &links),
+                cli.quiet,
+                started,
+            )
         }
         Command::Merge {
             parts,
             repo,
             report,
             json,
+            html,
         } => {
             let started = std::time::Instant::now();
             let mut partials = Vec::new();
@@ -565,7 +723,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 partials.push(partial);
             }
             match gate::shard::merge(partials, &repo) {
-                Ok(result) => finish_check(&result, &report, &json, cli.quiet, started),
+                Ok(result) => {
+                    let links = gate::html::Links {
+                        repo_url: None,
+                        forge: None,
+                    };
+                    finish_check(&result, &report, &json, (&html, &links), cli.quiet, started)
+                }
                 Err(refusal) => {
                     eprintln!("gate: cannot merge: {refusal}");
                     Ok(ExitCode::from(2))
@@ -615,6 +779,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         return Ok(ExitCode::from(2));
                     }
                 }
+                let mut repo_url = None;
                 let (pr, result, published) = if let Some(path) = &publish.result {
                     // A verdict made elsewhere (a sharded check's merge): published as it is,
                     // for the head it judged only.
@@ -636,13 +801,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         );
                         return Ok(ExitCode::from(2));
                     }
-                    let published = gate::publish::publish(
+                    let published = gate::publish::publish_linked(
                         forge.as_ref(),
                         &publish.repo_slug,
                         publish.pr,
                         &author,
                         &result,
                         check_mode,
+                        publish.html.html_url.as_deref(),
                     )
                     .await
                     .with_context(|| {
@@ -651,6 +817,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     (pr, result, published)
                 } else {
                     let config = config(&args, cli.quiet, false)?;
+                    repo_url = config.repo_url.clone();
                     gate::publish::check_and_publish(
                         forge.as_ref(),
                         &publish.repo_slug,
@@ -658,6 +825,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         &author,
                         &config,
                         check_mode,
+                        publish.html.html_url.as_deref(),
                     )
                     .await
                     .with_context(|| {
@@ -671,6 +839,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let (comment, full) = gate::report::render(&result);
                     write_atomically(path, &full.unwrap_or(comment))?;
                 }
+                write_html(
+                    &publish.html,
+                    &result,
+                    &gate::html::Links {
+                        repo_url,
+                        forge: Some(publish.forge),
+                    },
+                )?;
                 if !cli.quiet {
                     eprintln!(
                         "gate: {} on {}#{} ({}), comment {}",

@@ -3,6 +3,7 @@
 pub mod check;
 pub mod crd;
 pub mod diff;
+pub mod html;
 pub mod publish;
 pub mod report;
 pub mod rules;

@@ -81,8 +81,9 @@ pub async fn check_and_publish(
     author: &str,
     config: &crate::render::RenderConfig,
     mode: CheckMode,
+    full_report_url: Option<&str>,
 ) -> Result<(crate::forge::PullRequest, GateResult, Published), CheckError> {
-    check_and_publish_keeping(forge, repo, number, author, config, mode)
+    check_and_publish_inner(forge, repo, number, author, config, mode, full_report_url)
         .await
         .map(|(pr, result, published, _)| (pr, result, published))
 }
@@ -95,15 +96,27 @@ pub async fn check_and_publish_keeping(
     author: &str,
     config: &crate::render::RenderConfig,
     mode: CheckMode,
-) -> Result<
-    (
-        crate::forge::PullRequest,
-        GateResult,
-        Published,
-        Option<super::check::Kept>,
-    ),
-    CheckError,
-> {
+) -> Result<CheckedAndPublished, CheckError> {
+    check_and_publish_inner(forge, repo, number, author, config, mode, None).await
+}
+
+/// The pull request, the verdict, what was published, and the renders the check kept.
+pub type CheckedAndPublished = (
+    crate::forge::PullRequest,
+    GateResult,
+    Published,
+    Option<super::check::Kept>,
+);
+
+async fn check_and_publish_inner(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    config: &crate::render::RenderConfig,
+    mode: CheckMode,
+    full_report_url: Option<&str>,
+) -> Result<CheckedAndPublished, CheckError> {
     let pr = forge.pull_request(repo, number).await?;
     crate::git::ensure_commit(&config.repo_dir, &pr.head_sha)?;
     crate::git::ensure_commit(&config.repo_dir, &pr.base_sha)?;
@@ -114,7 +127,8 @@ pub async fn check_and_publish_keeping(
     };
     let (result, kept) =
         tokio::task::block_in_place(|| super::check::check_keeping(config, &revisions));
-    let published = publish(forge, repo, number, author, &result, mode).await?;
+    let published =
+        publish_linked(forge, repo, number, author, &result, mode, full_report_url).await?;
     Ok((pr, result, published, kept))
 }
 
@@ -134,7 +148,20 @@ pub async fn publish(
     result: &GateResult,
     mode: CheckMode,
 ) -> Result<Published, ForgeError> {
-    let (comment_body, full) = report::render(result);
+    publish_linked(forge, repo, number, author, result, mode, None).await
+}
+
+/// [`publish`]; a comment clipped to fit links to the full report at `full_report_url`.
+pub async fn publish_linked(
+    forge: &dyn Forge,
+    repo: &RepoSlug,
+    number: u64,
+    author: &str,
+    result: &GateResult,
+    mode: CheckMode,
+    full_report_url: Option<&str>,
+) -> Result<Published, ForgeError> {
+    let (comment_body, full) = report::render_linked(result, full_report_url);
     let comment = upsert_marked_comment(forge, repo, number, author, MARKER, &comment_body).await?;
     // The check carries the digest of the comment it stands for: a reader that trusts a shared
     // identity (a CI bot) takes a report only with the check that names it.

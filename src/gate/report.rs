@@ -77,6 +77,39 @@ pub fn digest(body: &str) -> String {
 /// Renders the report; the second value is the full report when the first had to be cut to
 /// fit a comment.
 pub fn render(result: &GateResult) -> (String, Option<String>) {
+    render_linked(result, None)
+}
+
+/// Checks the address of the full report (the HTML page a CI job keeps, or its run's page)
+/// before it is written into a comment: `https://` or `http://`, then only characters that
+/// cannot end a Markdown link or start markup (no spaces, quotes, brackets, parentheses, `<`,
+/// `>`, backslashes or backticks), at most 2,000 characters.
+pub fn full_report_url(text: &str) -> Result<String, String> {
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"))
+        .ok_or("the full report's URL must start with https:// or http://")?;
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~:/?#@!$&*+,;=%".contains(c);
+    if rest.is_empty() || text.len() > 2_000 || !rest.chars().all(allowed) {
+        return Err(
+            "the full report's URL may hold only letters, digits and -._~:/?#@!$&*+,;=% (at most 2000 characters)"
+                .to_string(),
+        );
+    }
+    Ok(text.to_string())
+}
+
+/// The line a clipped comment ends its note with when the full report has an address.
+fn full_report_line(url: Option<&str>) -> String {
+    match url.and_then(|u| full_report_url(u).ok()) {
+        Some(url) => format!("\n**The full report, with every diff:** [HTML report]({url})\n"),
+        None => String::new(),
+    }
+}
+
+/// [`render`], and when the comment had to be clipped, a link to the full report at `url`
+/// (checked with [`full_report_url`]; an address that fails the check is left out).
+pub fn render_linked(result: &GateResult, url: Option<&str>) -> (String, Option<String>) {
     let full_head = head_section(result, None);
     let blocks = blocks_section(result);
     let details = details_section(result);
@@ -88,13 +121,13 @@ pub fn render(result: &GateResult) -> (String, Option<String>) {
     // Too long for a comment: at most a few findings per rule in the head (the counts and
     // machine blocks stay whole), the details cut to what is left.
     let head = head_section(result, Some(LISTED_PER_RULE));
-    let comment = fit(&head, &details, &format!("{footer}{blocks}"));
+    let comment = fit(&head, &details, &format!("{footer}{blocks}"), url);
     if comment.chars().count() <= COMMENT_LIMIT {
         return (comment, Some(full));
     }
     // Still too long (thousands of blocking objects, each with its machine block; megabytes a
     // chart printed): the outcome, the counts and the verdict, which always fit.
-    (minimal(result), Some(full))
+    (minimal(result, url), Some(full))
 }
 
 /// The line that says how the renders ran (`--allow-unconfined` shows here), before the
@@ -122,7 +155,7 @@ fn counts_sentence(c: &DiffCounts) -> String {
 /// The comment when even the cut report does not fit: the outcome, the counts per rule, the
 /// first error lines clipped, and the verdict block. A reader (Bosun) finds no evidence block
 /// in it and hands the change to a person.
-fn minimal(result: &GateResult) -> String {
+fn minimal(result: &GateResult, url: Option<&str>) -> String {
     let v = &result.verdict;
     let mut out = heading(v.outcome);
     let _ = writeln!(out, "{}.\n", counts_sentence(&v.counts));
@@ -142,6 +175,7 @@ fn minimal(result: &GateResult) -> String {
         out,
         "\n_The report is too long for a comment even cut, so only its outcome is here: every finding is in the check run's output file (`gate check --report`) and in `gate check --json`._\n"
     );
+    out.push_str(&full_report_line(url));
     out.push_str(&footer(result));
     out.push_str(&blocks::verdict_block(
         v,
@@ -157,8 +191,11 @@ fn minimal(result: &GateResult) -> String {
 const MINIMAL_ERRORS: usize = 10;
 const MINIMAL_ERROR_CHARS: usize = 500;
 
-fn fit(head: &str, details: &str, blocks: &str) -> String {
-    let note = "\n_Details are cut to fit a comment; the full report is in the check run's output file (`gate check --report`)._\n";
+fn fit(head: &str, details: &str, blocks: &str, url: Option<&str>) -> String {
+    let note = format!(
+        "\n_Details are cut to fit a comment; the full report is in the check run's output file (`gate check --report`)._\n{}",
+        full_report_line(url)
+    );
     let budget = COMMENT_LIMIT
         .saturating_sub(head.chars().count() + blocks.chars().count() + note.chars().count() + 64);
     let cut: String = details.chars().take(budget).collect();

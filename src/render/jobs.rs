@@ -5,6 +5,7 @@ use std::path::Path;
 
 use super::engine::Engine;
 use crate::render::cache::RenderCache;
+use crate::render::progress;
 use crate::render::source::RenderJob;
 use crate::render::tools::Tool;
 use crate::render::util::{parallel_map, trace};
@@ -48,6 +49,7 @@ impl Engine<'_> {
             unique.push((key, job));
         }
         self.stats.unique_renders += unique.len();
+        progress::planned(unique.len());
         let mut to_run = Vec::new();
         let mut to_parse = Vec::new();
         let mut theirs = Vec::new();
@@ -56,6 +58,7 @@ impl Engine<'_> {
             match self.config.parsed.claim(&key) {
                 parsed::Claim::Done(parsed) => {
                     self.memo.insert(key, parsed);
+                    progress::done();
                     continue;
                 }
                 parsed::Claim::Theirs => {
@@ -67,6 +70,7 @@ impl Engine<'_> {
             let entry = RenderCache::entry(&key, &self.tools_of(&job));
             if let Some(text) = self.config.cache.get(&entry) {
                 self.stats.cache_hits += 1;
+                progress::cache_hit();
                 to_parse.push(parsed::Output {
                     key,
                     label: "cached render".into(),
@@ -91,7 +95,16 @@ impl Engine<'_> {
         let results = parallel_map(to_run, jobs, |(key, entry, job)| {
             let output = {
                 let _slot = config.parsed.slot(jobs);
-                run_job(config, &work, &key, &job)
+                let started = std::time::Instant::now();
+                let output = run_job(config, &work, &key, &job);
+                let label = match (&output, &job) {
+                    (Ok((label, _)), _) => label.clone(),
+                    (Err(_), RenderJob::Helm(h)) => format!("helm template {}", h.chart_label),
+                    (Err(_), RenderJob::Kustomize(k)) => format!("kustomize build {}", k.path),
+                    (Err(_), RenderJob::Objects(_)) => "objects".to_string(),
+                };
+                progress::rendered(&label, started.elapsed());
+                output
             };
             trace(&key[..8], "job rendered");
             match output {
@@ -125,6 +138,7 @@ impl Engine<'_> {
         for key in theirs {
             let parsed = self.config.parsed.wait(&key);
             self.memo.insert(key, parsed);
+            progress::done();
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod matching;
 pub mod output;
 pub mod params;
 pub mod parsed;
+pub mod progress;
 pub mod repos;
 pub mod source;
 pub mod template;

@@ -129,7 +129,7 @@ pub fn project_root() -> PathBuf {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Tools => tools::install().map(|_| ()),
+        Command::Tools => tools::install().and_then(|_| tools::install_browser()),
         Command::Test { real, args } => test::run(real, &args),
         Command::Bench { which } => bench::run(which),
         Command::Kind { command } => kind::main(command),

