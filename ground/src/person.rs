@@ -15,12 +15,24 @@ impl Ground {
     pub(crate) async fn merge(&mut self, merge: &scenario::Merge) -> Result<()> {
         let token = Self::forge_token(&merge.by)?;
         let client = reqwest::Client::new();
-        let url = format!(
-            "{}/repos/{}/pulls/{}/merge",
-            self.forge.url(),
-            self.scenario.repository.slug,
-            merge.pr
-        );
+        let gitlab = self.scenario.forge == scenario::Face::Gitlab;
+        let url = if gitlab {
+            // GitLab: `PUT /projects/:id/merge_requests/:iid/merge`, 405 until the pipeline
+            // (the statuses `protect` names) succeeded.
+            format!(
+                "{}/api/v4/projects/{}/merge_requests/{}/merge",
+                self.forge.url(),
+                self.scenario.repository.slug.replace('/', "%2F"),
+                merge.pr
+            )
+        } else {
+            format!(
+                "{}/repos/{}/pulls/{}/merge",
+                self.forge.url(),
+                self.scenario.repository.slug,
+                merge.pr
+            )
+        };
         // A person clicks again when the forge answers a 5xx or a rate limit (a seeded fault
         // is not the person's story): up to five tries.
         let mut tries = 0;
@@ -29,7 +41,11 @@ impl Ground {
             let response = client
                 .put(&url)
                 .bearer_auth(token)
-                .json(&json!({"merge_method": "merge"}))
+                .json(&if gitlab {
+                    json!({})
+                } else {
+                    json!({"merge_method": "merge"})
+                })
                 .send()
                 .await?;
             let status = response.status();

@@ -220,6 +220,11 @@ impl Ground {
                     .arg(&chart)
                     .args(["--namespace", &scenario.kargo.project, "--values"])
                     .arg(&values)
+                    // On GitLab's face the pull request steps use Kargo's GitLab provider.
+                    .args(match scenario.forge {
+                        crate::scenario::Face::Gitlab => &["--set", "gitops.provider=gitlab"][..],
+                        crate::scenario::Face::Github => &[],
+                    })
                     .env("HELM_CACHE_HOME", dir.path().join("helm-cache"))
                     .env("HELM_CONFIG_HOME", dir.path().join("helm-config"))
                     .env("HELM_DATA_HOME", dir.path().join("helm-data"))
@@ -271,6 +276,12 @@ impl Ground {
                 .map_err(|e| anyhow::anyhow!("{}: {e}", objects_path.display()))?;
         }
 
+        if scenario.forge == crate::scenario::Face::Gitlab {
+            transcript.say(
+                "forge",
+                "GitLab's face: Kargo's provider, Bosun and people speak /api/v4 (merge requests, notes, commit statuses)",
+            );
+        }
         kargo.bootstrap(&kube, &transcript);
 
         let mut ci = Ci::new(
@@ -411,6 +422,7 @@ impl Ground {
                     chart_mirrors: ci.chart_repo_mirrors.clone(),
                     charts: &charts_mirror,
                     overrides: &overrides,
+                    gitlab: scenario.forge == crate::scenario::Face::Gitlab,
                     poll: spec.poll,
                     env,
                 })
