@@ -133,22 +133,31 @@ impl Ground {
         title: &str,
         by: &str,
     ) -> Result<u64> {
-        let response = reqwest::Client::new()
-            .post(format!(
-                "{}/repos/{}/pulls",
-                self.forge.url(),
-                self.scenario.repository.slug
-            ))
-            .bearer_auth(Self::forge_token(by)?)
-            .json(&json!({"head": head, "base": base, "title": title}))
-            .send()
-            .await?;
+        let slug = &self.scenario.repository.slug;
+        let gitlab = self.scenario.forge == scenario::Face::Gitlab;
+        let request = if gitlab {
+            // A merge request opened by hand on GitLab: its number is the iid.
+            reqwest::Client::new()
+                .post(format!(
+                    "{}/api/v4/projects/{}/merge_requests",
+                    self.forge.url(),
+                    slug.replace('/', "%2F")
+                ))
+                .json(&json!({"source_branch": head, "target_branch": base, "title": title}))
+        } else {
+            reqwest::Client::new()
+                .post(format!("{}/repos/{slug}/pulls", self.forge.url()))
+                .json(&json!({"head": head, "base": base, "title": title}))
+        };
+        let response = request.bearer_auth(Self::forge_token(by)?).send().await?;
         let status = response.status();
         let body: Value = response.json().await?;
         if !status.is_success() {
             bail!("cannot open a pull request from {head}: {status} {body}");
         }
-        body["number"].as_u64().context("pull request number")
+        body[if gitlab { "iid" } else { "number" }]
+            .as_u64()
+            .context("pull request number")
     }
 
     /// A fresh clone of the scenario's repository at `branch`, as a person makes it, in the
