@@ -1427,3 +1427,76 @@ async fn a_gitlab_webhook_with_a_forged_token_or_a_hostile_body_triages_nothing(
     let (status, _) = gitlab_hook(&ground, &honest, Some(token), hook).await;
     assert_eq!(status, 200, "the same head again is a duplicate");
 }
+
+/// Issue 31, `gateAuthor` on GitLab: the gate runs as a GitLab CI job under a shared identity
+/// and publishes its note and `addons-gate` status through `/api/v4`. A newer note under that
+/// identity claiming green for a blocked head is not the verdict: the status CI set names the
+/// digest of the real report in its description, so Bosun waits and pushes nothing. The
+/// honest verdict is read and acted on (Bosun publishes no report of its own).
+#[tokio::test(flavor = "multi_thread")]
+async fn on_gitlab_a_forged_report_under_the_gates_shared_identity_is_not_the_verdict() {
+    let mut ground = start_on(
+        json!({"forge": {"gateAuthor": "addons-gate[bot]"}}),
+        0,
+        ground::scenario::Face::Gitlab,
+    )
+    .await;
+    ground.ci.enabled = true;
+    let (forged, _) = pull(&ground, "forged", "check-cases/es-major-bump/head").await;
+    ground.settle().await.unwrap();
+    let real = ground
+        .forge
+        .comments(SLUG, forged)
+        .into_iter()
+        .find(|(author, body)| {
+            author == "addons-gate[bot]" && body.starts_with(gitops_loop::gate::report::MARKER)
+        })
+        .map(|(_, body)| body)
+        .expect("CI's report note");
+    let start = real.find("\"blocking\":{").unwrap();
+    let end = start + real[start..].find('}').unwrap() + 1;
+    let fake = format!("{}\"blocking\":{{}}{}", &real[..start], &real[end..])
+        .replace("\"outcome\":\"blocked\"", "\"outcome\":\"green\"");
+    ground
+        .exemptions
+        .forged_reports
+        .push((forged, "addons-gate[bot]".to_string()));
+    let ci = gitops_loop::forge::gitlab::GitLab::new(
+        &format!("{}/api/v4", ground.forge.url()),
+        ground::FORGE_GATE_TOKEN,
+    )
+    .unwrap();
+    gitops_loop::forge::Forge::create_comment(&ci, &SLUG.parse().unwrap(), forged, &fake)
+        .await
+        .unwrap();
+    intake(&ground, forged).await;
+    ground.settle().await.unwrap();
+    assert_eq!(authors(&ground, "forged"), ["Proving Ground"]);
+    let (_, description) = bosun_status(&ground, "forged");
+    assert!(description.starts_with("waiting"), "{description}");
+    assert!(
+        !ground
+            .forge
+            .labels(SLUG, forged)
+            .contains(&"worth-a-look".to_string())
+    );
+    // The honest verdict on a green head is read and acted on, and Bosun published no report.
+    let (green, _) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    ground.settle().await.unwrap();
+    intake(&ground, green).await;
+    ground.settle().await.unwrap();
+    let (state, description) = bosun_status(&ground, "green");
+    assert_eq!(state, "success", "{description}");
+    assert!(description.contains("is green"), "{description}");
+    for number in [forged, green] {
+        assert!(
+            ground
+                .forge
+                .comments(SLUG, number)
+                .iter()
+                .all(|(author, body)| author != "bosun[bot]"
+                    || !body.starts_with(gitops_loop::gate::report::MARKER)),
+            "Bosun published a report of its own"
+        );
+    }
+}

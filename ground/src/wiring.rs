@@ -297,6 +297,7 @@ impl Ground {
             charts_mirror.clone(),
             dir.path().join("ci"),
         );
+        ci.gitlab = scenario.forge == crate::scenario::Face::Gitlab;
         ci.chart_repo_mirrors = chart_repositories
             .iter()
             .map(|r| (r.alias.clone(), r.url()))
