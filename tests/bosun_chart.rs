@@ -208,6 +208,11 @@ fn the_config_is_one_bosun_reads() {
         secret_of("BOSUN_WEBHOOK_SECRET"),
         json!({"name": "bosun-webhook", "key": "secret"})
     );
+    assert!(
+        !env.iter()
+            .any(|e| e["name"] == "BOSUN_GITLAB_WEBHOOK_TOKEN"),
+        "no GitLab webhook token unless one is named"
+    );
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     // With a read-only root, everything Bosun writes has a volume: its work folder and /tmp.
     let mounts: Vec<&str> = container["volumeMounts"]
@@ -308,4 +313,40 @@ fn the_pod_can_confine_renders_and_rendering_unconfined_is_an_explicit_opt_in() 
         json!({"type": "RuntimeDefault"})
     );
     assert!(config(&rendered).render.allow_unconfined);
+}
+
+/// Issue 31: Bosun on GitLab from the chart: the config it renders is one Bosun reads as a
+/// GitLab forge, and the merge request webhook's token comes from the Secret named.
+#[test]
+fn on_gitlab_the_config_names_gitlab_and_the_webhook_token_comes_from_its_secret() {
+    let rendered = objects(&[
+        "--set",
+        "config.forge.kind=gitlab",
+        "--set",
+        "config.forge.apiUrl=https://gitlab.example.com/api/v4",
+        "--set",
+        "config.forge.gitUrl=https://oauth2:{token}@gitlab.example.com/{slug}.git",
+        "--set",
+        "gitlabWebhook.secretName=bosun-gitlab-webhook",
+    ]);
+    let config_map = rendered.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
+    let text = config_map["data"]["bosun.yaml"].as_str().unwrap();
+    let config = gitops_loop::bosun::config::Config::parse(text, "bosun.yaml").unwrap();
+    assert_eq!(config.forge.kind, gitops_loop::forge::ForgeKind::Gitlab);
+    assert_eq!(
+        config.webhook.gitlab_token_env,
+        "BOSUN_GITLAB_WEBHOOK_TOKEN"
+    );
+    let deployment = rendered.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap();
+    let token = env
+        .iter()
+        .find(|e| e["name"] == "BOSUN_GITLAB_WEBHOOK_TOKEN")
+        .expect("the GitLab webhook token");
+    assert_eq!(
+        token["valueFrom"]["secretKeyRef"],
+        json!({"name": "bosun-gitlab-webhook", "key": "token"})
+    );
 }

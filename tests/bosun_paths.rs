@@ -20,9 +20,15 @@ async fn start(config: Value) -> Ground {
 }
 
 async fn start_polling(config: Value, poll: u64) -> Ground {
+    start_on(config, poll, ground::scenario::Face::Github).await
+}
+
+/// The ground with Bosun on one face of the forge double.
+async fn start_on(config: Value, poll: u64, face: ground::scenario::Face) -> Ground {
     let root = common::project_root();
     let mut scenario = Scenario::load(&root.join("scenarios/triage")).unwrap();
     scenario.timeline.clear();
+    scenario.forge = face;
     scenario.bosun = Some(BosunSpec {
         config,
         poll,
@@ -867,6 +873,16 @@ async fn a_delivery_whose_head_is_not_a_commit_id_is_refused() {
         })
         .unwrap_or(0);
     assert_eq!(pending, 0, "a refused delivery was journaled");
+    // On GitHub there is no GitLab webhook to reach, whatever the token.
+    let body = merge_request_hook(SLUG.into(), number.into(), "open", &head);
+    let (status, _) = gitlab_hook(
+        &ground,
+        &body,
+        Some(ground::bosun::GITLAB_WEBHOOK_TOKEN),
+        "Merge Request Hook",
+    )
+    .await;
+    assert_eq!(status, 404);
     let (status, body) = deliver(
         &ground,
         &json!({"repository": SLUG, "pullRequest": number, "headSha": head}),
@@ -1253,4 +1269,236 @@ async fn a_push_refused_because_the_branch_moved_leaves_the_branch_as_the_person
         "{:?}",
         authors(&ground, "moved")
     );
+}
+
+/// GitLab's merge request webhook as GitLab sends it (doc/user/project/integrations/
+/// webhook_events.md, "Merge request events"), trimmed to what Bosun reads and a little more.
+fn merge_request_hook(project: Value, iid: Value, action: &str, head: &str) -> Value {
+    json!({
+        "object_kind": "merge_request",
+        "event_type": "merge_request",
+        "user": {"id": 2, "username": "alice"},
+        "project": {"id": 1, "path_with_namespace": project},
+        "object_attributes": {
+            "iid": iid, "action": action, "state": "opened",
+            "source_branch": "green", "target_branch": "main",
+            "last_commit": {"id": head},
+        },
+        "labels": [],
+    })
+}
+
+async fn gitlab_hook(
+    ground: &Ground,
+    body: &Value,
+    token: Option<&str>,
+    event: &str,
+) -> (u16, Value) {
+    let url = format!("{}/webhooks/gitlab", ground.bosun.as_ref().unwrap().url);
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("X-Gitlab-Event", event)
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.header("X-Gitlab-Token", token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+/// Issue 31, the attack: GitLab's webhook with a missing or forged `X-Gitlab-Token` (the
+/// intake's own secret included), or with the right token and a hostile project path, iid,
+/// head or shape, against the real `bosun serve` on GitLab's face: refused, and nothing is
+/// triaged (no forge call by Bosun, nothing journaled, no comment, no label, no push). Then a
+/// merge request opened by hand is taken by the honest webhook and triaged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gitlab_webhook_with_a_forged_token_or_a_hostile_body_triages_nothing() {
+    let ground = start_on(json!({}), 0, ground::scenario::Face::Gitlab).await;
+    let (number, head) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    let token = ground::bosun::GITLAB_WEBHOOK_TOKEN;
+    let hook = "Merge Request Hook";
+    let by_bosun = || {
+        ground
+            .forge
+            .requests()
+            .iter()
+            .filter(|r| r.user.as_deref() == Some("bosun[bot]"))
+            .count()
+    };
+    let before = by_bosun();
+    let honest = merge_request_hook(SLUG.into(), number.into(), "open", &head);
+
+    let forged = [
+        None,
+        Some(String::new()),
+        Some(format!("{token}x")),
+        Some(token[..token.len() - 1].to_string()),
+        Some(token.to_uppercase()),
+        Some(ground::bosun::WEBHOOK_SECRET.to_string()),
+        Some(format!("Bearer {token}")),
+    ];
+    for forged in &forged {
+        let (status, body) = gitlab_hook(&ground, &honest, forged.as_deref(), hook).await;
+        assert_eq!(status, 401, "{forged:?}: {body}");
+    }
+    // The intake's bearer secret does not open GitLab's route.
+    let url = format!("{}/webhooks/gitlab", ground.bosun.as_ref().unwrap().url);
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("X-Gitlab-Event", hook)
+        .header(
+            "Authorization",
+            format!("Bearer {}", ground::bosun::WEBHOOK_SECRET),
+        )
+        .body(honest.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+
+    // The right token, a hostile body.
+    for project in [
+        json!("../gitops"),
+        json!("platform/gitops/../../etc"),
+        json!("platform%2Fgitops"),
+        json!("platform/gitops?private_token=x"),
+        json!("platform/gitops\nX"),
+        json!("platform/-gitops"),
+        json!("platform/gitops.git"),
+        json!(["platform/gitops"]),
+        json!(1),
+    ] {
+        let body = merge_request_hook(project.clone(), number.into(), "open", &head);
+        let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+        assert_eq!(status, 400, "{project}: {answer}");
+    }
+    for iid in [
+        json!(number.to_string()),
+        json!(-1),
+        json!(0),
+        json!(1.5),
+        json!(1e300),
+        json!(format!("{number}; rm -rf /")),
+    ] {
+        let body = merge_request_hook(SLUG.into(), iid.clone(), "open", &head);
+        let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+        assert_eq!(status, 400, "{iid}: {answer}");
+    }
+    for bad_head in ["--upload-pack=touch /tmp/bosun-canary", "main", &head[..12]] {
+        let body = merge_request_hook(SLUG.into(), number.into(), "open", bad_head);
+        let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+        assert_eq!(status, 400, "{bad_head}: {answer}");
+    }
+    // Not Bosun's: another project (422), another event or action (200, ignored).
+    let other = merge_request_hook("elsewhere/gitops".into(), number.into(), "open", &head);
+    assert_eq!(gitlab_hook(&ground, &other, Some(token), hook).await.0, 422);
+    let (status, answer) = gitlab_hook(&ground, &honest, Some(token), "Push Hook").await;
+    assert_eq!((status, answer["status"].clone()), (200, json!("ignored")));
+    for action in ["close", "merge", "approved"] {
+        let body = merge_request_hook(SLUG.into(), number.into(), action, &head);
+        let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+        assert_eq!(
+            (status, answer["status"].clone()),
+            (200, json!("ignored")),
+            "{action}"
+        );
+    }
+
+    // Nothing was triaged.
+    assert_eq!(
+        by_bosun(),
+        before,
+        "a refused delivery made Bosun call the forge"
+    );
+    assert_eq!(journaled(&ground, "pending-"), 0);
+    let jobs = bosun_jobs(&ground).await;
+    assert_eq!(jobs["tracked"], json!(0), "{jobs}");
+    assert!(bosun_comment(&ground, number).is_none());
+    assert!(ground.forge.labels(SLUG, number).is_empty());
+    assert_eq!(authors(&ground, "green"), ["Proving Ground"]);
+
+    // The honest webhook of the merge request opened by hand: taken, and triaged.
+    let (status, answer) = gitlab_hook(&ground, &honest, Some(token), hook).await;
+    assert_eq!(status, 202, "{answer}");
+    assert_eq!(answer["headSha"], json!(head));
+    wait_for("Bosun's comment on the merge request", || {
+        bosun_comment(&ground, number).is_some()
+    })
+    .await;
+    let (status, _) = gitlab_hook(&ground, &honest, Some(token), hook).await;
+    assert_eq!(status, 200, "the same head again is a duplicate");
+}
+
+/// Issue 31, `gateAuthor` on GitLab: the gate runs as a GitLab CI job under a shared identity
+/// and publishes its note and `addons-gate` status through `/api/v4`. A newer note under that
+/// identity claiming green for a blocked head is not the verdict: the status CI set names the
+/// digest of the real report in its description, so Bosun waits and pushes nothing. The
+/// honest verdict is read and acted on (Bosun publishes no report of its own).
+#[tokio::test(flavor = "multi_thread")]
+async fn on_gitlab_a_forged_report_under_the_gates_shared_identity_is_not_the_verdict() {
+    let mut ground = start_on(
+        json!({"forge": {"gateAuthor": "addons-gate[bot]"}}),
+        0,
+        ground::scenario::Face::Gitlab,
+    )
+    .await;
+    ground.ci.enabled = true;
+    let (forged, _) = pull(&ground, "forged", "check-cases/es-major-bump/head").await;
+    ground.settle().await.unwrap();
+    let real = ground
+        .forge
+        .comments(SLUG, forged)
+        .into_iter()
+        .find(|(author, body)| {
+            author == "addons-gate[bot]" && body.starts_with(gitops_loop::gate::report::MARKER)
+        })
+        .map(|(_, body)| body)
+        .expect("CI's report note");
+    let start = real.find("\"blocking\":{").unwrap();
+    let end = start + real[start..].find('}').unwrap() + 1;
+    let fake = format!("{}\"blocking\":{{}}{}", &real[..start], &real[end..])
+        .replace("\"outcome\":\"blocked\"", "\"outcome\":\"green\"");
+    ground
+        .exemptions
+        .forged_reports
+        .push((forged, "addons-gate[bot]".to_string()));
+    let ci = gitops_loop::forge::gitlab::GitLab::new(
+        &format!("{}/api/v4", ground.forge.url()),
+        ground::FORGE_GATE_TOKEN,
+    )
+    .unwrap();
+    gitops_loop::forge::Forge::create_comment(&ci, &SLUG.parse().unwrap(), forged, &fake)
+        .await
+        .unwrap();
+    intake(&ground, forged).await;
+    ground.settle().await.unwrap();
+    assert_eq!(authors(&ground, "forged"), ["Proving Ground"]);
+    let (_, description) = bosun_status(&ground, "forged");
+    assert!(description.starts_with("waiting"), "{description}");
+    assert!(
+        !ground
+            .forge
+            .labels(SLUG, forged)
+            .contains(&"worth-a-look".to_string())
+    );
+    // The honest verdict on a green head is read and acted on, and Bosun published no report.
+    let (green, _) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    ground.settle().await.unwrap();
+    intake(&ground, green).await;
+    ground.settle().await.unwrap();
+    let (state, description) = bosun_status(&ground, "green");
+    assert_eq!(state, "success", "{description}");
+    assert!(description.contains("is green"), "{description}");
+    for number in [forged, green] {
+        assert!(
+            ground
+                .forge
+                .comments(SLUG, number)
+                .iter()
+                .all(|(author, body)| author != "bosun[bot]"
+                    || !body.starts_with(gitops_loop::gate::report::MARKER)),
+            "Bosun published a report of its own"
+        );
+    }
 }

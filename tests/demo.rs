@@ -1296,3 +1296,92 @@ async fn two_runs_of_one_seed_see_the_same_events_at_the_same_ticks() {
     assert!(first.len() > 10, "observer-drift: {first:?}");
     same_events("observer-drift seed 2", &first, &second, 8);
 }
+
+/// Issue 31: the triage stories on the forge double's GitLab face (Kargo's GitLab provider,
+/// Bosun on `forge.kind: gitlab`, merges through `/api/v4`), with the expectations they have
+/// on GitHub: each scenario's own (reports, merges, promotions, verification), and Bosun's
+/// comment byte for byte the GitHub story's snapshot (swap, reshape, values migration,
+/// mechanical fix, green explanation, then a hand-off). Bosun speaks only GitLab's API and git,
+/// and the gate's verdict is an `addons-gate` status by Bosun naming its report note's digest.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_triage_stories_play_the_same_on_gitlab() {
+    use ground::scenario::Face;
+    let root = common::project_root();
+    let slug = "platform/gitops";
+    let bosun_comment = |ground: &Ground| {
+        ground
+            .forge
+            .comments(slug, 1)
+            .into_iter()
+            .find(|(author, body)| {
+                author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+            })
+            .map(|(_, body)| body)
+            .expect("Bosun's comment")
+    };
+    let spoke_gitlab_only = |ground: &Ground, story: &str| {
+        let requests = ground.forge.requests();
+        let bosun: Vec<_> = requests
+            .iter()
+            .filter(|r| r.user.as_deref() == Some("bosun[bot]"))
+            .collect();
+        assert!(
+            bosun.iter().any(|r| r.path == "/api/v4/user"),
+            "{story}: Bosun's login comes from GitLab's /user"
+        );
+        let elsewhere: Vec<_> = bosun
+            .iter()
+            .filter(|r| {
+                !r.path.starts_with("/api/v4/") && !r.path.starts_with("/platform/gitops.git/")
+            })
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect();
+        assert!(elsewhere.is_empty(), "{story}: {elsewhere:?}");
+    };
+    for (story, snapshot) in [
+        ("triage", "triage_bosun_comment"),
+        ("structural", "structural_bosun_comment"),
+        ("values-migration", "values_migration_bosun_comment"),
+        ("mechanical-fix", "mechanical_fix_bosun_comment"),
+        ("green-explained", "green_explained_bosun_comment"),
+    ] {
+        let mut scenario = Scenario::load(&root.join("scenarios").join(story)).unwrap();
+        scenario.forge = Face::Gitlab;
+        let ground = play_scenario(scenario, FaultPlan::none()).await;
+        insta::assert_snapshot!(snapshot, bosun_comment(&ground));
+        spoke_gitlab_only(&ground, story);
+        // The merged head's verdict: Bosun's `addons-gate` status, success, naming the digest
+        // of the report note it stands for.
+        let bare = ground.forge.bare_path(slug).unwrap();
+        let head = ground::git::git(&bare, &["rev-parse", "main^2"]).unwrap();
+        let report = ground
+            .forge
+            .comments(slug, 1)
+            .into_iter()
+            .find(|(author, body)| {
+                author == "bosun[bot]" && body.starts_with(gitops_loop::gate::report::MARKER)
+            })
+            .map(|(_, body)| body)
+            .expect("the gate's report note, by Bosun");
+        let digest = gitops_loop::gate::report::digest(&report);
+        let statuses = ground.forge.statuses(slug, &head);
+        assert!(
+            statuses
+                .iter()
+                .any(|(name, state, description)| name == "addons-gate"
+                    && state == "success"
+                    && description.ends_with(&format!(
+                        "{}{digest}",
+                        gitops_loop::gate::publish::STATUS_REPORT_MARK
+                    ))),
+            "{story}: {statuses:?}"
+        );
+    }
+    // A hand-off: without a model the mechanical fix goes to a person, nothing pushed.
+    let (ground, body) = story_handoff("mechanical-fix", None, |scenario| {
+        scenario.forge = Face::Gitlab
+    })
+    .await;
+    insta::assert_snapshot!("mechanical_fix_no_model_comment", body);
+    spoke_gitlab_only(&ground, "mechanical-fix without a model");
+}

@@ -389,3 +389,66 @@ fn an_oci_target_names_no_chart_in_its_warehouse_and_every_name_renders_as_a_str
     );
     assert!(ran.contains(&"merge".to_string()), "{ran:?}");
 }
+
+/// Issue 31: a repository on GitLab. Every pull request step renders with Kargo's GitLab
+/// provider, the configs still evaluate to what Kargo's step schemas accept, and the triage
+/// hook carries the project's whole path and the merge request's iid (Kargo's GitLab provider
+/// gives the iid as `pr.id`), subgroups included.
+#[test]
+fn a_gitlab_repository_renders_the_pull_request_steps_with_kargos_gitlab_provider() {
+    let gitlab = |url: &str| {
+        objects(&[
+            "--set",
+            "gitops.provider=gitlab",
+            "--set",
+            &format!("gitops.repoURL={url}"),
+        ])
+    };
+    let rendered = gitlab("https://gitlab.example.com/platform/gitops.git");
+    let prod = stage(&rendered, "external-secrets-prod");
+    let steps = prod["spec"]["promotionTemplate"]["spec"]["steps"]
+        .as_array()
+        .unwrap();
+    for uses in ["git-push", "git-open-pr", "git-wait-for-pr", "git-merge-pr"] {
+        let step = steps.iter().find(|s| s["uses"] == uses).unwrap();
+        assert_eq!(step["config"]["provider"], "gitlab", "{uses}");
+    }
+    insta::assert_yaml_snapshot!(
+        "gitlab_pull_request_steps",
+        steps
+            .iter()
+            .filter(|s| {
+                let uses = s["uses"].as_str().unwrap_or("");
+                uses.starts_with("git-") && uses.ends_with("-pr") || uses == "http"
+            })
+            .collect::<Vec<_>>()
+    );
+    let ran = play_steps(prod, "0.10.0", "0.10.1");
+    assert!(
+        ran.contains(&"bosun".to_string()) && ran.contains(&"wait".to_string()),
+        "{ran:?}"
+    );
+    let hook = |rendered: &[Value]| {
+        let steps =
+            stage(rendered, "external-secrets-prod")["spec"]["promotionTemplate"]["spec"]["steps"]
+                .as_array()
+                .unwrap()
+                .clone();
+        let http = steps.iter().find(|s| s["as"] == "bosun").unwrap().clone();
+        http["config"]["body"].as_str().unwrap().to_string()
+    };
+    let body = hook(&rendered);
+    assert!(
+        body.contains(r#""repository": "platform/gitops""#)
+            && body.contains(r#""pullRequest": outputs['open-pr'].pr.id"#),
+        "{body}"
+    );
+    // A project in a subgroup is named by its whole path, as GitLab and Kargo name it.
+    let body = hook(&gitlab(
+        "https://gitlab.example.com/platform/addons/gitops.git",
+    ));
+    assert!(
+        body.contains(r#""repository": "platform/addons/gitops""#),
+        "{body}"
+    );
+}

@@ -15,6 +15,8 @@ use crate::transcript::Transcript;
 pub const BOSUN_ALIAS: &str = "https://bosun.example.test";
 /// The shared secret the ground gives Bosun and Kargo's `bosun` Secret.
 pub const WEBHOOK_SECRET: &str = "ground-bosun-webhook-secret";
+/// The secret token of GitLab's merge request webhook (`X-Gitlab-Token`), on GitLab's face.
+pub const GITLAB_WEBHOOK_TOKEN: &str = "ground-gitlab-webhook-token";
 
 pub struct BosunProcess {
     child: Child,
@@ -51,6 +53,8 @@ pub struct Launch<'a> {
     pub charts: &'a Path,
     /// Keys merged over the generated bosun.yaml (a scenario's `bosun.config`).
     pub overrides: &'a Value,
+    /// Bosun speaks the forge's GitLab face (`forge.kind: gitlab`, statuses, `/api/v4`).
+    pub gitlab: bool,
     /// `--poll` seconds (0: off).
     pub poll: u64,
     /// Environment variables for the process (the model double's key).
@@ -93,6 +97,21 @@ impl BosunProcess {
             },
             "workdir": workdir,
         });
+        if launch.gitlab {
+            // GitLab: the v4 API, commit statuses, git over HTTPS with `oauth2` as the user.
+            merge(
+                &mut config,
+                &json!({"forge": {
+                    "kind": "gitlab",
+                    "apiUrl": format!("{}/api/v4", launch.forge_url),
+                    "gitUrl": format!(
+                        "{}/{{slug}}.git",
+                        launch.forge_url.replacen("http://", "http://oauth2:{token}@", 1)
+                    ),
+                    "checkMode": "status",
+                }}),
+            );
+        }
         merge(&mut config, launch.overrides);
         let config_path = workdir.join("bosun.yaml");
         std::fs::write(&config_path, gitops_loop::yaml::to_string(&config))?;
@@ -120,6 +139,7 @@ impl BosunProcess {
                 .env("GIT_AUTHOR_DATE", "2026-01-01T00:00:00Z")
                 .env("GIT_COMMITTER_DATE", "2026-01-01T00:00:00Z")
                 .env("BOSUN_WEBHOOK_SECRET", WEBHOOK_SECRET)
+                .env("BOSUN_GITLAB_WEBHOOK_TOKEN", GITLAB_WEBHOOK_TOKEN)
                 .env("KUBECONFIG", &kubeconfig)
                 .env("GATE_HELM", tools.join("helm"))
                 .env("GATE_KUBECTL", tools.join("kubectl"))

@@ -23,6 +23,8 @@ pub struct Ci {
     pub cache: PathBuf,
     /// Off when Bosun is the gate runner.
     pub enabled: bool,
+    /// The job is a GitLab CI job: it publishes through GitLab's API (`--forge gitlab`).
+    pub gitlab: bool,
     checked: BTreeSet<(u64, String)>,
 }
 
@@ -53,6 +55,7 @@ impl Ci {
             workdir,
             cache,
             enabled: true,
+            gitlab: false,
             checked: BTreeSet::new(),
         }
     }
@@ -137,6 +140,11 @@ impl Ci {
                 _ => {}
             }
             let mut publish = self.gate();
+            let api = if self.gitlab {
+                format!("{}/api/v4", self.forge_url)
+            } else {
+                self.forge_url.clone()
+            };
             publish.args([
                 "publish",
                 "--repo-slug",
@@ -144,8 +152,11 @@ impl Ci {
                 "--pr",
                 &number.to_string(),
                 "--forge-url",
-                &self.forge_url,
+                &api,
             ]);
+            if self.gitlab {
+                publish.args(["--forge", "gitlab"]);
+            }
             self.common(&mut publish, &checkout);
             let output = tokio::task::spawn_blocking(move || publish.output()).await;
             match output {

@@ -165,7 +165,8 @@ pub fn violations_with(
 /// that move the head branch of one of the repository's pull requests (never its base, a
 /// tag, a deletion or another branch). Every attempt counts, applied or refused. It pushes
 /// nothing to a pull request's branch after it handed that pull request to a person (the
-/// `needs-human` label, by name on GitHub's face or by id on Gitea's) until someone else's
+/// `needs-human` label, by name on GitHub's face, by id on Gitea's, in `add_labels` on
+/// GitLab's) until someone else's
 /// push there lands (a new head is a new triage).
 fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
     const BOSUN: &str = "bosun[bot]";
@@ -174,6 +175,7 @@ fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
     let branches: BTreeMap<u64, String> = forge.pull_branches(slug).into_iter().collect();
     let repo = format!("/repos/{slug}/");
     let gitea = format!("/api/v1/repos/{slug}/");
+    let gitlab = format!("/api/v4/projects/{}/", slug.replace('/', "%2F"));
     let git = format!("/{slug}.git/");
     let gate_check = gitops_loop::gate::publish::CHECK_NAME;
     // Branches Bosun handed to a person, until someone else's push lands there.
@@ -200,7 +202,31 @@ fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
             .strip_prefix(&repo)
             .or_else(|| path.strip_prefix(&gitea))
             .map(|rest| rest.split('/').collect::<Vec<_>>());
+        // GitLab's face: notes, labels (only `add_labels`/`remove_labels` on a merge request,
+        // never its title, state or branches) and statuses.
+        let on_gitlab = path
+            .strip_prefix(&gitlab)
+            .map(|rest| rest.split('/').collect::<Vec<_>>());
+        let label_update_only = || {
+            body.as_object().is_some_and(|b| {
+                b.keys()
+                    .all(|k| matches!(k.as_str(), "add_labels" | "remove_labels"))
+            })
+        };
+        let allowed_on_gitlab = match (method.as_str(), on_gitlab.as_deref()) {
+            ("POST", Some(["merge_requests", _, "notes"]))
+            | ("PUT", Some(["merge_requests", _, "notes", _]))
+            | ("POST", Some(["labels"])) => Some(true),
+            ("PUT", Some(["merge_requests", _])) => Some(label_update_only()),
+            ("POST", Some(["statuses", _])) => {
+                let name = body.get("name").or_else(|| body.get("context"));
+                Some(name.is_some_and(|n| n == "bosun" || n == gate_check))
+            }
+            (_, Some(_)) => Some(false),
+            _ => None,
+        };
         let allowed = match (method.as_str(), api.as_deref()) {
+            _ if allowed_on_gitlab.is_some() => allowed_on_gitlab == Some(true),
             ("POST", Some(["issues", _, "comments"]))
             | ("PATCH", Some(["issues", "comments", _]))
             | ("POST", Some(["issues", _, "labels"]))
@@ -250,6 +276,17 @@ fn bosun_scope(forge: &ForgeDouble, slug: &str) -> Vec<String> {
             if hands_off && write.applied {
                 handed.push(branch.clone());
             }
+        }
+        // GitLab takes `add_labels` as comma-separated titles.
+        if method == "PUT"
+            && let Some(["merge_requests", iid]) = on_gitlab.as_deref()
+            && let Some(branch) = iid.parse::<u64>().ok().and_then(|n| branches.get(&n))
+            && body["add_labels"]
+                .as_str()
+                .is_some_and(|l| l.split(',').any(|t| t.trim() == HAND_OFF))
+            && write.applied
+        {
+            handed.push(branch.clone());
         }
         for (reference, _) in &updates {
             if let Some(branch) = reference.strip_prefix("refs/heads/")

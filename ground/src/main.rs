@@ -41,6 +41,18 @@ struct Common {
     /// Inject faults from this seed (409s, 410s, 429s, 500s, dropped and duplicated watch events).
     #[arg(long)]
     chaos_seed: Option<u64>,
+    /// Play the scenario on this face of the forge double (default: the scenario's `forge`).
+    #[arg(long, value_enum)]
+    forge: Option<ground::scenario::Face>,
+}
+
+/// The scenario of `common`, on the face `--forge` names.
+fn load(common: &Common) -> Result<Scenario> {
+    let mut scenario = Scenario::load(&common.scenario)?;
+    if let Some(face) = common.forge {
+        scenario.forge = face;
+    }
+    Ok(scenario)
 }
 
 #[derive(Subcommand)]
@@ -99,7 +111,7 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Play(common) => {
-            let scenario = Scenario::load(&common.scenario)?;
+            let scenario = load(&common)?;
             if let Some(seed) = common.chaos_seed {
                 println!("[ground] fault seed {seed}");
             }
@@ -194,7 +206,7 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Command::Up(common) => {
-            let scenario = Scenario::load(&common.scenario)?;
+            let scenario = load(&common)?;
             let mut ground = Ground::start(scenario, options(&common)).await?;
             ground.settle().await?;
             println!("\nThe ground is up.");

@@ -20,12 +20,24 @@ impl Ground {
     pub(crate) async fn merge(&mut self, merge: &scenario::Merge) -> Result<()> {
         let token = Self::forge_token(&merge.by)?;
         let client = crate::http::client();
-        let url = format!(
-            "{}/repos/{}/pulls/{}/merge",
-            self.forge.url(),
-            self.scenario.repository.slug,
-            merge.pr
-        );
+        let gitlab = self.scenario.forge == scenario::Face::Gitlab;
+        let url = if gitlab {
+            // GitLab: `PUT /projects/:id/merge_requests/:iid/merge`, 405 until the pipeline
+            // (the statuses `protect` names) succeeded.
+            format!(
+                "{}/api/v4/projects/{}/merge_requests/{}/merge",
+                self.forge.url(),
+                self.scenario.repository.slug.replace('/', "%2F"),
+                merge.pr
+            )
+        } else {
+            format!(
+                "{}/repos/{}/pulls/{}/merge",
+                self.forge.url(),
+                self.scenario.repository.slug,
+                merge.pr
+            )
+        };
         // A person clicks again when the forge answers a 5xx or a rate limit (a seeded fault
         // is not the person's story): up to five tries.
         let mut tries = 0;
@@ -34,7 +46,11 @@ impl Ground {
             let response = client
                 .put(&url)
                 .bearer_auth(token)
-                .json(&json!({"merge_method": "merge"}))
+                .json(&if gitlab {
+                    json!({})
+                } else {
+                    json!({"merge_method": "merge"})
+                })
                 .send()
                 .await?;
             let status = response.status();
@@ -122,22 +138,31 @@ impl Ground {
         title: &str,
         by: &str,
     ) -> Result<u64> {
-        let response = crate::http::client()
-            .post(format!(
-                "{}/repos/{}/pulls",
-                self.forge.url(),
-                self.scenario.repository.slug
-            ))
-            .bearer_auth(Self::forge_token(by)?)
-            .json(&json!({"head": head, "base": base, "title": title}))
-            .send()
-            .await?;
+        let slug = &self.scenario.repository.slug;
+        let gitlab = self.scenario.forge == scenario::Face::Gitlab;
+        let request = if gitlab {
+            // A merge request opened by hand on GitLab: its number is the iid.
+            crate::http::client()
+                .post(format!(
+                    "{}/api/v4/projects/{}/merge_requests",
+                    self.forge.url(),
+                    slug.replace('/', "%2F")
+                ))
+                .json(&json!({"source_branch": head, "target_branch": base, "title": title}))
+        } else {
+            crate::http::client()
+                .post(format!("{}/repos/{slug}/pulls", self.forge.url()))
+                .json(&json!({"head": head, "base": base, "title": title}))
+        };
+        let response = request.bearer_auth(Self::forge_token(by)?).send().await?;
         let status = response.status();
         let body: Value = response.json().await?;
         if !status.is_success() {
             bail!("cannot open a pull request from {head}: {status} {body}");
         }
-        body["number"].as_u64().context("pull request number")
+        body[if gitlab { "iid" } else { "number" }]
+            .as_u64()
+            .context("pull request number")
     }
 
     /// A fresh clone of the scenario's repository at `branch`, as a person makes it, in the

@@ -12,6 +12,11 @@ use serde::Deserialize;
 pub struct Scenario {
     pub description: String,
     pub repository: Repository,
+    /// The forge face Bosun, Kargo's pull request steps and people's merges speak: `github`
+    /// (default) or `gitlab` (the same repository and pull requests as merge requests through
+    /// `/api/v4`; the pipelines chart rendered with `gitops.provider: gitlab`).
+    #[serde(default)]
+    pub forge: Face,
     pub inventory: String,
     pub charts: Charts,
     pub kargo: KargoSpec,
@@ -31,6 +36,15 @@ pub struct Scenario {
     pub expect: Expect,
     #[serde(skip)]
     pub dir: PathBuf,
+}
+
+/// Which API of the forge double a scenario's actors speak.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Face {
+    #[default]
+    Github,
+    Gitlab,
 }
 
 #[derive(Debug, Clone, Deserialize)]

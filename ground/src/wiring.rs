@@ -93,6 +93,12 @@ impl Ground {
 
         let mut kargo = start_kargo(&scenario, &kube, &forge, &chart_repositories, dir.path());
         create_kargo_objects(&scenario, &options, &kube, dir.path())?;
+        if scenario.forge == crate::scenario::Face::Gitlab {
+            transcript.say(
+                "forge",
+                "GitLab's face: Kargo's provider, Bosun and people speak /api/v4 (merge requests, notes, commit statuses)",
+            );
+        }
         kargo.bootstrap(&kube, &transcript);
 
         let mut ci = start_ci(
@@ -104,6 +110,7 @@ impl Ground {
             &charts_mirror,
             dir.path(),
         );
+        ci.gitlab = scenario.forge == crate::scenario::Face::Gitlab;
 
         // Source repositories' releases, on the forge double's GitHub API.
         for release in &scenario.releases {
@@ -389,6 +396,11 @@ fn kargo_objects(scenario: &Scenario, options: &Options, dir: &Path) -> Result<(
                 .arg(&chart)
                 .args(["--namespace", &scenario.kargo.project, "--values"])
                 .arg(&values)
+                // On GitLab's face the pull request steps use Kargo's GitLab provider.
+                .args(match scenario.forge {
+                    crate::scenario::Face::Gitlab => &["--set", "gitops.provider=gitlab"][..],
+                    crate::scenario::Face::Github => &[],
+                })
                 .env("HELM_CACHE_HOME", dir.join("helm-cache"))
                 .env("HELM_CONFIG_HOME", dir.join("helm-config"))
                 .env("HELM_DATA_HOME", dir.join("helm-data"))
@@ -561,6 +573,7 @@ async fn start_bosun(
         chart_mirrors: ci.chart_repo_mirrors.clone(),
         charts: charts_mirror,
         overrides: &overrides,
+        gitlab: scenario.forge == crate::scenario::Face::Gitlab,
         poll: spec.poll,
         env,
     })

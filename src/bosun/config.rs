@@ -54,7 +54,8 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForgeConfig {
-    /// Which API the forge speaks: `github` (default) or `gitea` (Gitea and Forgejo).
+    /// Which API the forge speaks: `github` (default), `gitea` (Gitea and Forgejo) or
+    /// `gitlab` (GitLab's v4: a pull request is a merge request, the slug its project path).
     #[serde(default)]
     pub kind: crate::forge::ForgeKind,
     /// The forge's REST API root (GitHub: `https://api.github.com`; Gitea:
@@ -474,12 +475,18 @@ pub struct WebhookConfig {
     /// The environment variable holding the shared secret the intake checks.
     #[serde(default = "default_secret_env")]
     pub secret_env: String,
+    /// With `forge.kind: gitlab`: the environment variable holding the secret token GitLab's
+    /// merge request webhook sends as `X-Gitlab-Token` (`/webhooks/gitlab`). Unset or empty:
+    /// that route refuses every delivery.
+    #[serde(default = "default_gitlab_token_env")]
+    pub gitlab_token_env: String,
 }
 
 impl Default for WebhookConfig {
     fn default() -> Self {
         WebhookConfig {
             secret_env: default_secret_env(),
+            gitlab_token_env: default_gitlab_token_env(),
         }
     }
 }
@@ -560,6 +567,9 @@ fn attempt_prefix() -> String {
 fn default_secret_env() -> String {
     "BOSUN_WEBHOOK_SECRET".into()
 }
+fn default_gitlab_token_env() -> String {
+    "BOSUN_GITLAB_WEBHOOK_TOKEN".into()
+}
 fn commit_name() -> String {
     "bosun".into()
 }
@@ -606,13 +616,6 @@ impl Config {
         if url.contains("{token}") && split_token_userinfo(url).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "{origin}: forge.gitUrl: {{token}} may only stand as the password of the URL's user info (https://USER:{{token}}@host/...)"
-            )));
-        }
-        if config.forge.kind == crate::forge::ForgeKind::Gitlab {
-            // The client exists (`gate publish --forge gitlab`), but Bosun's intake (GitLab's
-            // merge request webhook) and its triage have not been played on GitLab yet.
-            return Err(ConfigError::Invalid(format!(
-                "{origin}: forge.kind: gitlab is not supported by Bosun yet (the gate publishes to GitLab: `gate publish --forge gitlab`)"
             )));
         }
         if config.forge.check_mode == Some(CheckMode::CheckRun)

@@ -3,7 +3,9 @@
 //!
 //! The intake authenticates before it does anything: `Authorization: Bearer <secret>` or
 //! `X-Bosun-Signature-256: sha256=<hex HMAC-SHA256 of the body>`. Anything else is a 401 and
-//! no other effect. A delivery is idempotent per repository + pull request + head SHA.
+//! no other effect. A delivery is idempotent per repository + pull request + head SHA. With
+//! `forge.kind: gitlab`, GitLab's merge request webhook is taken too (`/webhooks/gitlab`,
+//! authenticated by `X-Gitlab-Token`: [`gitlab`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,6 +31,8 @@ use super::journal::{self, Journal};
 use super::triage::{Bosun, Run};
 use crate::forge::RepoSlug;
 
+pub mod gitlab;
+
 /// The body Kargo's `http` step sends (docs/bosun.md has a ready-to-paste step).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -43,7 +47,7 @@ pub struct IntakeRequest {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
-    /// accepted, duplicate, queue_full, not_recorded, unauthorized, invalid,
+    /// accepted, duplicate, queue_full, not_recorded, unauthorized, invalid, ignored,
     /// unknown_repository, not_found, quarantined, forge_error
     result: &'static str,
 }
@@ -243,6 +247,8 @@ pub const MAX_CONNECTIONS: usize = 256;
 pub struct Server {
     bosun: Arc<Bosun>,
     secret: Vec<u8>,
+    /// GitLab's webhook token (`X-Gitlab-Token`); None: no `/webhooks/gitlab` route.
+    gitlab_token: Option<Vec<u8>>,
     jobs: Mutex<Jobs>,
     metrics: Metrics,
     journal: Journal,
@@ -282,11 +288,19 @@ impl Server {
     /// An `attempt-` entry left by an earlier process is a triage it died in: after
     /// [`journal::CRASHES_BEFORE_QUARANTINE`] of them the delivery is quarantined (handed to a
     /// person, never replayed); fewer, and it is replayed after every other delivery.
-    pub fn start(bosun: Arc<Bosun>, secret: Vec<u8>) -> std::io::Result<(Shared, Router)> {
+    ///
+    /// `gitlab_token`: with `forge.kind: gitlab`, the token GitLab's merge request webhook
+    /// sends (`/webhooks/gitlab`, [`gitlab`]); None: that route does not exist.
+    pub fn start(
+        bosun: Arc<Bosun>,
+        secret: Vec<u8>,
+        gitlab_token: Option<Vec<u8>>,
+    ) -> std::io::Result<(Shared, Router)> {
         let journal = Journal::open(&bosun.workdir.join("journal"))?;
         let server = Arc::new(Server {
             bosun,
             secret,
+            gitlab_token,
             jobs: Mutex::new(Jobs::default()),
             metrics: Metrics::new(),
             journal,
@@ -411,12 +425,15 @@ impl Server {
                 Server::work(&worker, &slug, number, delivered_head).await;
             }
         });
-        let router = Router::new()
+        let mut router = Router::new()
             .route("/intake", post(intake))
             .route("/healthz", get(|| async { "ok" }))
             .route("/metrics", get(metrics))
-            .route("/jobs", get(jobs))
-            .with_state(server.clone());
+            .route("/jobs", get(jobs));
+        if server.gitlab_token.is_some() {
+            router = router.route(gitlab::ROUTE, post(gitlab::webhook));
+        }
+        let router = router.with_state(server.clone());
         Ok((server, router))
     }
 
@@ -874,29 +891,41 @@ fn answer(status: StatusCode, body: serde_json::Value) -> Response {
         .into_response()
 }
 
-async fn intake(State(server): State<Shared>, request: axum::extract::Request) -> Response {
+/// A request's headers and body, read within [`BODY_READ_TIMEOUT`] and [`MAX_BODY_BYTES`], or
+/// the answer that refuses it.
+async fn read_body(
+    server: &Server,
+    request: axum::extract::Request,
+) -> Result<(HeaderMap, axum::body::Bytes), Response> {
     let headers = request.headers().clone();
-    let body = match tokio::time::timeout(
+    match tokio::time::timeout(
         BODY_READ_TIMEOUT,
         axum::body::to_bytes(request.into_body(), MAX_BODY_BYTES),
     )
     .await
     {
-        Ok(Ok(body)) => body,
+        Ok(Ok(body)) => Ok((headers, body)),
         Ok(Err(_)) => {
             server.count("invalid");
-            return answer(
+            Err(answer(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 json!({"error": format!("the body is larger than {MAX_BODY_BYTES} bytes or broken")}),
-            );
+            ))
         }
         Err(_) => {
             server.count("invalid");
-            return answer(
+            Err(answer(
                 StatusCode::REQUEST_TIMEOUT,
                 json!({"error": "the body did not arrive in time"}),
-            );
+            ))
         }
+    }
+}
+
+async fn intake(State(server): State<Shared>, request: axum::extract::Request) -> Response {
+    let (headers, body) = match read_body(&server, request).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
     };
     if !server.authenticated(&headers, &body) {
         server.count("unauthorized");
@@ -922,12 +951,8 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
             return answer(StatusCode::BAD_REQUEST, json!({"error": e}));
         }
     };
-    if server.bosun.config.repository(&slug).is_none() {
-        server.count("unknown_repository");
-        return answer(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            json!({"error": format!("{slug} is not a repository in bosun.yaml")}),
-        );
+    if let Some(refused) = server.unknown_repository(&slug) {
+        return refused;
     }
     let head = match request.head_sha {
         // A head from outside must be a commit id before anything uses it (git reads it).
@@ -966,50 +991,66 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
             }
         },
     };
-    let said = json!({"repository": slug.to_string(), "pullRequest": request.pull_request, "headSha": head});
-    let with = |status: &str| {
-        let mut body = said.clone();
-        body["status"] = status.into();
-        body
-    };
-    match server.enqueue(&slug, request.pull_request, &head) {
-        Enqueued::Accepted => {
-            server.count("accepted");
-            answer(StatusCode::ACCEPTED, with("accepted"))
+    server.accept(&slug, request.pull_request, &head)
+}
+
+impl Server {
+    /// The 422 for a repository bosun.yaml does not list (counted), or None.
+    fn unknown_repository(&self, slug: &RepoSlug) -> Option<Response> {
+        if self.bosun.config.repository(slug).is_some() {
+            return None;
         }
-        Enqueued::Duplicate => {
-            server.count("duplicate");
-            answer(StatusCode::OK, with("duplicate"))
-        }
-        Enqueued::Full => {
-            server.count("queue_full");
-            let mut body = with("queue-full");
-            body["error"] = format!(
-                "{MAX_QUEUED_PER_REPOSITORY} pull requests of {slug} are waiting; deliver again later"
-            )
-            .into();
-            (
-                [(header::RETRY_AFTER, "30")],
-                answer(StatusCode::TOO_MANY_REQUESTS, body),
-            )
-                .into_response()
-        }
-        Enqueued::Quarantined => {
-            server.count("quarantined");
-            let mut body = with("quarantined");
-            body["error"] = "this head's triage stopped Bosun before; it waits for a person (docs/bosun.md, quarantine)".into();
-            answer(StatusCode::CONFLICT, body)
-        }
-        Enqueued::NotRecorded(e) => {
-            server.count("not_recorded");
-            tracing::error!(
-                "cannot journal a delivery of {slug}#{}: {e}",
-                request.pull_request
-            );
-            answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"error": "the delivery could not be recorded; deliver again"}),
-            )
+        self.count("unknown_repository");
+        Some(answer(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            json!({"error": format!("{slug} is not a repository in bosun.yaml")}),
+        ))
+    }
+
+    /// Queues an authenticated, validated delivery and answers what became of it.
+    fn accept(&self, slug: &RepoSlug, number: u64, head: &str) -> Response {
+        let said = json!({"repository": slug.to_string(), "pullRequest": number, "headSha": head});
+        let with = |status: &str| {
+            let mut body = said.clone();
+            body["status"] = status.into();
+            body
+        };
+        match self.enqueue(slug, number, head) {
+            Enqueued::Accepted => {
+                self.count("accepted");
+                answer(StatusCode::ACCEPTED, with("accepted"))
+            }
+            Enqueued::Duplicate => {
+                self.count("duplicate");
+                answer(StatusCode::OK, with("duplicate"))
+            }
+            Enqueued::Full => {
+                self.count("queue_full");
+                let mut body = with("queue-full");
+                body["error"] = format!(
+                    "{MAX_QUEUED_PER_REPOSITORY} pull requests of {slug} are waiting; deliver again later"
+                )
+                .into();
+                (
+                    [(header::RETRY_AFTER, "30")],
+                    answer(StatusCode::TOO_MANY_REQUESTS, body),
+                )
+                    .into_response()
+            }
+            Enqueued::Quarantined => {
+                self.count("quarantined");
+                let mut body = with("quarantined");
+                body["error"] = "this head's triage stopped Bosun before; it waits for a person (docs/bosun.md, quarantine)".into();
+                answer(StatusCode::CONFLICT, body)
+            }
+            Enqueued::NotRecorded(e) => {
+                self.count("not_recorded");
+                tracing::error!("cannot journal a delivery of {slug}#{number}: {e}");
+                answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    json!({"error": "the delivery could not be recorded; deliver again"}),
+                )
+            }
         }
     }
 }

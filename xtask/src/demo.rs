@@ -53,6 +53,15 @@ pub fn play(scenario: &str, chaos_seed: Option<u64>) -> Result<()> {
     ground("play", scenario, &seed)
 }
 
+/// Plays `scenarios/<name>` on one face of the forge double (`github`, `gitlab`).
+pub fn play_on(scenario: &str, forge: &str) -> Result<()> {
+    ground(
+        "play",
+        scenario,
+        &["--forge".to_string(), forge.to_string()],
+    )
+}
+
 /// Starts the ground with a scenario loaded and keeps it up.
 pub fn up(scenario: &str) -> Result<()> {
     ground("up", scenario, &[])

@@ -44,7 +44,12 @@ enum Command {
     },
     /// A pull request the gate refuses and Bosun repairs: the external-secrets major bump,
     /// held by policy, blocked on dropped served versions, swapped, green, merged, synced.
-    DemoTriage,
+    DemoTriage {
+        /// The forge double's face Kargo, Bosun and people speak (`gitlab`: merge requests
+        /// through `/api/v4`, Kargo's GitLab provider, Bosun on `forge.kind: gitlab`).
+        #[arg(long, value_parser = ["github", "gitlab"])]
+        forge: Option<String>,
+    },
     /// A pull request the swap alone cannot fix: the destination schema would prune a field;
     /// Bosun asks the (scripted) model for that document, its harness checks the proposal,
     /// and the reshape lands with the swaps, listing the value dropped.
@@ -143,7 +148,10 @@ fn main() -> Result<()> {
                 .and_then(|_| demo::play("observer-drift", chaos_seed))
                 .and_then(|_| demo::play("triage", chaos_seed)),
         },
-        Command::DemoTriage => demo::play("triage", None),
+        Command::DemoTriage { forge } => match forge {
+            Some(forge) => demo::play_on("triage", &forge),
+            None => demo::play("triage", None),
+        },
         Command::DemoStructural => demo::play("structural", None),
         Command::DemoMigration => demo::play("values-migration", None),
         Command::DemoFix => demo::play("mechanical-fix", None),

@@ -34,7 +34,8 @@
 //! - a merge (`PUT .../merge`) of a merge request whose pipeline has not succeeded, where the
 //!   project says "Pipelines must succeed", is 405 "405 Method Not Allowed" ([D
 //!   api/merge_requests.md "Merge a merge request"]): the double's `protect` names the statuses
-//!   that stand for the pipeline;
+//!   that stand for the pipeline, and a merge request reads `detailed_merge_status:
+//!   ci_must_pass` until they succeed, `mergeable` after (what Kargo's provider waits on);
 //! - a merge request's changed files come from `GET .../diffs`, paged ([D
 //!   api/merge_requests.md "List merge request diffs"]).
 
@@ -227,6 +228,22 @@ fn merge_request_json(repo: &Repo, pull: &super::Pull) -> Value {
     } else {
         "closed"
     };
+    // [D api/merge_requests.md "Merge status"]: `detailed_merge_status` is `not_open` for a
+    // closed or merged one, `ci_must_pass` while a status the project requires ("Pipelines
+    // must succeed", the double's `protect`) has not succeeded on the head, else `mergeable`.
+    let detailed = if state != "opened" {
+        "not_open"
+    } else if head.as_deref().is_some_and(|head| {
+        repo.protection
+            .get(&pull.base_ref)
+            .into_iter()
+            .flatten()
+            .all(|name| check_passed(repo, head, name))
+    }) {
+        "mergeable"
+    } else {
+        "ci_must_pass"
+    };
     let path = format!("{}/{}", repo.owner, repo.name);
     // A fork's merge request names its source project by id; the double's forks are other
     // repositories it holds.
@@ -250,6 +267,8 @@ fn merge_request_json(repo: &Repo, pull: &super::Pull) -> Value {
         "labels": pull.labels,
         "sha": head,
         "merge_commit_sha": pull.merge_commit_sha,
+        "draft": false,
+        "detailed_merge_status": detailed,
         "diff_refs": {"base_sha": base, "head_sha": head, "start_sha": base},
         "created_at": pull.created_at,
         "web_url": format!("http://gitlab.example.test/{path}/-/merge_requests/{}", pull.number),

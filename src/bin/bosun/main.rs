@@ -103,8 +103,21 @@ async fn run(cli: Cli) -> Result<()> {
                     config.webhook.secret_env
                 );
             }
+            // GitLab's merge request webhook, beside Kargo's intake: only on GitLab.
+            let gitlab_token =
+                (config.forge.kind == gitops_loop::forge::ForgeKind::Gitlab).then(|| {
+                    let token = std::env::var(&config.webhook.gitlab_token_env).unwrap_or_default();
+                    if token.is_empty() {
+                        tracing::warn!(
+                            "no GitLab webhook token: ${} is unset, so {} refuses every delivery",
+                            config.webhook.gitlab_token_env,
+                            gitops_loop::bosun::server::gitlab::ROUTE
+                        );
+                    }
+                    token.into_bytes()
+                });
             let bosun = Arc::new(bosun(&cli, config).await?);
-            let (server, router) = Server::start(bosun, secret.into_bytes())
+            let (server, router) = Server::start(bosun, secret.into_bytes(), gitlab_token)
                 .context("cannot open Bosun's journal in its work folder")?;
             if *poll > 0 {
                 let poller = server.clone();

@@ -101,12 +101,21 @@ pub(super) async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
     } else {
         None
     };
+    // GitLab's OAuth tokens are marked `oauth2:` for the API client; git takes the token itself
+    // as the password (GitLab's user name for it is `oauth2`, written in gitUrl).
+    let git_token = match config.forge.kind {
+        gitops_loop::forge::ForgeKind::Gitlab => token
+            .strip_prefix(gitops_loop::forge::gitlab::OAUTH_PREFIX)
+            .unwrap_or(&token)
+            .to_string(),
+        _ => token,
+    };
     Ok(Bosun {
         model,
         notes,
         config,
         forge,
-        token,
+        token: git_token,
         me,
         helm,
         kubectl,

@@ -67,11 +67,25 @@ fn a_gitea_forge_publishes_a_status_and_refuses_check_runs() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("has no check runs"), "{err}");
-    let err = Config::parse(&gitea.replace("gitea,", "gitlab,"), "bosun.yaml").unwrap_err();
-    assert!(
-        err.to_string().contains("not supported by Bosun yet"),
-        "{err}"
+    let gitlab = Config::parse(
+        &gitea
+            .replace("gitea,", "gitlab,")
+            .replace("/api/v1", "/api/v4"),
+        "bosun.yaml",
+    )
+    .unwrap();
+    assert_eq!(gitlab.forge.kind, crate::forge::ForgeKind::Gitlab);
+    assert_eq!(gitlab.forge.check_mode(), CheckMode::Status);
+    assert_eq!(
+        gitlab.webhook.gitlab_token_env,
+        "BOSUN_GITLAB_WEBHOOK_TOKEN"
     );
+    let err = Config::parse(
+        &gitea.replace("kind: gitea,", "kind: gitlab, checkMode: check-run,"),
+        "bosun.yaml",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("has no check runs"), "{err}");
 }
 
 #[test]

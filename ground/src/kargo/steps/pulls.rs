@@ -11,6 +11,13 @@ use serde_json::json;
 
 use crate::kargo::steps::{Outcome, StepContext, git_url, http_client, text};
 
+mod gitlab;
+
+/// Whether a step's config names Kargo's GitLab provider.
+fn on_gitlab(config: &Value) -> bool {
+    text(config, "provider") == "gitlab"
+}
+
 /// A forge request that failed, worded as Kargo's GitHub client (go-github's `ErrorResponse`)
 /// words it: `METHOD URL: STATUS MESSAGE []`, or the transport's error.
 async fn forge_error(
@@ -31,6 +38,9 @@ async fn forge_error(
 }
 
 pub(super) async fn git_open_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
+    if on_gitlab(config) {
+        return gitlab::open(ctx, config).await;
+    }
     let repo_url = text(config, "repoURL");
     let (slug, _) = match git_url(ctx, repo_url) {
         Ok(found) => found.clone(),
@@ -162,6 +172,9 @@ async fn get_pull(ctx: &StepContext<'_>, slug: &str, number: u64) -> Result<Valu
 }
 
 pub(super) async fn git_wait_for_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
+    if on_gitlab(config) {
+        return gitlab::wait(ctx, config).await;
+    }
     let Some(number) = pr_number(config) else {
         return Outcome::Failed {
             said: "prNumber is required".into(),
@@ -197,6 +210,9 @@ pub(super) async fn git_wait_for_pr(ctx: &StepContext<'_>, config: &Value) -> Ou
 }
 
 pub(super) async fn git_merge_pr(ctx: &StepContext<'_>, config: &Value) -> Outcome {
+    if on_gitlab(config) {
+        return gitlab::merge(ctx, config).await;
+    }
     let Some(number) = pr_number(config) else {
         return Outcome::Failed {
             said: "prNumber is required".into(),
