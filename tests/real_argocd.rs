@@ -972,6 +972,53 @@ async fn play(oracle: &Oracle, case: &OracleCase) -> (Vec<String>, String) {
         )
         .collect();
 
+    // The ground's Argo CD double renders with the gate's engine under its own configuration
+    // (ground::argocd::render_config, what the ground wires from a scenario): on the sample,
+    // its render must be the gate's, which the comparison below holds to real Argo CD's.
+    let mut double_differences = Vec::new();
+    if case.name.starts_with("sample as") {
+        let head = String::from_utf8(
+            Command::new("git")
+                .arg("-C")
+                .arg(&repo)
+                .args(["rev-parse", "HEAD"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let inventory_text = std::fs::read_to_string(&inventory).unwrap();
+        let config = ground::argocd::render_config(
+            repo.clone(),
+            repo_url.clone(),
+            gitops_loop::render::inventory::Inventory::parse(
+                &inventory_text,
+                &inventory.display().to_string(),
+            )
+            .unwrap(),
+            case.mirror.clone(),
+            &common::project_root().join("target/tools"),
+            work.path().join("double-cache"),
+        );
+        match gitops_loop::render::render(&config, head.trim()) {
+            Ok(rendering) => {
+                let mut out = Vec::new();
+                gitops_loop::render::output::write_json(&rendering, &mut out).unwrap();
+                let double: Value = serde_json::from_slice(&out).unwrap();
+                differences(
+                    "the ground's Argo CD double vs the gate:",
+                    &double["applications"],
+                    &gate_out["applications"],
+                    &mut double_differences,
+                );
+            }
+            Err(failure) => double_differences.push(format!(
+                "the ground's Argo CD double refuses what the gate renders: {failure}"
+            )),
+        }
+    }
+
+    // Argo CD.
     // Argo CD.
     let cm = json!({"data": {"kustomize.buildOptions": if kustomize_helm { "--enable-helm" } else { "" }}});
     oracle
@@ -1048,7 +1095,7 @@ async fn play(oracle: &Oracle, case: &OracleCase) -> (Vec<String>, String) {
     });
     let argo_refuses = !argo.errors.is_empty();
 
-    let mut differences = Vec::new();
+    let mut differences = double_differences;
     let line = match (gate_refuses, argo_refuses) {
         (true, true) => {
             let argo_errors = argo.errors.join("; ");

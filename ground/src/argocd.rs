@@ -691,3 +691,40 @@ mod stored_versions {
         assert_eq!(stored_version_refusal(&stored, "https://a", &kept), None);
     }
 }
+
+/// What the double renders with: the repository at `repo_dir`, the inventory, the chart
+/// mirror, the pinned tools, a cache of its own, and nothing else (no chart pulls, no git
+/// mirrors, no kustomize helm inflation). The ground wires it from a scenario; the oracle
+/// (tests/real_argocd.rs) builds the same from each sample case and checks the double's
+/// render against the one real Argo CD agreed with.
+pub fn render_config(
+    repo_dir: PathBuf,
+    repo_url: String,
+    inventory: gitops_loop::render::inventory::Inventory,
+    charts_mirror: PathBuf,
+    tools: &std::path::Path,
+    cache: PathBuf,
+) -> RenderConfig {
+    let tool = |name: &'static str| gitops_loop::render::tools::Tool {
+        name,
+        path: tools.join(name),
+        source: gitops_loop::render::tools::ToolSource::Flag,
+        limits: Default::default(),
+    };
+    RenderConfig {
+        repo_dir,
+        repo_url: Some(repo_url),
+        inventory,
+        charts: Some(charts_mirror),
+        git_mirrors: Vec::new(),
+        helm: tool("helm"),
+        kubectl: Some(tool("kubectl")),
+        cache: gitops_loop::render::cache::RenderCache::at(cache),
+        max_depth: gitops_loop::render::DEFAULT_MAX_DEPTH,
+        jobs: 2,
+        chart_pulls: Default::default(),
+        chart_repo_mirrors: Vec::new(),
+        kustomize_enable_helm: false,
+        parsed: Default::default(),
+    }
+}

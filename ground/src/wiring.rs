@@ -5,9 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use gitops_loop::render::RenderConfig;
-use gitops_loop::render::cache::RenderCache;
 use gitops_loop::render::inventory::Inventory;
-use gitops_loop::render::tools::{Tool, ToolSource};
 use serde_json::{Value, json};
 
 use crate::argocd::ArgoCd;
@@ -185,16 +183,6 @@ impl Ground {
     }
 }
 
-/// One of the pinned tools in `options.tools`, named by flag.
-fn tool(options: &Options, name: &'static str) -> Tool {
-    Tool {
-        name,
-        path: options.tools.join(name),
-        source: ToolSource::Flag,
-        limits: Default::default(),
-    }
-}
-
 /// The cluster: API double, CRDs, namespaces, identities, Kargo's webhooks; returns the
 /// double with the observer's and the administrator's kubeconfigs.
 async fn start_cluster(
@@ -311,22 +299,14 @@ fn argocd_render_config(
         &std::fs::read_to_string(inventory_path)?,
         &inventory_path.display().to_string(),
     )?;
-    Ok(RenderConfig {
-        repo_dir: bare.to_path_buf(),
-        repo_url: Some(scenario.repository.url.clone()),
+    Ok(crate::argocd::render_config(
+        bare.to_path_buf(),
+        scenario.repository.url.clone(),
         inventory,
-        charts: Some(charts_mirror.to_path_buf()),
-        git_mirrors: Vec::new(),
-        helm: tool(options, "helm"),
-        kubectl: Some(tool(options, "kubectl")),
-        cache: RenderCache::at(dir.join("argocd-cache")),
-        max_depth: gitops_loop::render::DEFAULT_MAX_DEPTH,
-        jobs: 2,
-        chart_pulls: Default::default(),
-        chart_repo_mirrors: Vec::new(),
-        kustomize_enable_helm: false,
-        parsed: Default::default(),
-    })
+        charts_mirror.to_path_buf(),
+        &options.tools,
+        dir.join("argocd-cache"),
+    ))
 }
 
 /// Kargo: webhooks, grants, chart discovery through the chart repository doubles, git over
