@@ -14,40 +14,11 @@ use std::process::Command;
 use gitops_loop::gate::shard::{self, Partial};
 use gitops_loop::gate::verdict::GateResult;
 use gitops_loop::gate::{check, report};
-use gitops_loop::render::{
-    self, RenderConfig, Shard, cache::RenderCache, inventory::Inventory, tools,
-};
+use gitops_loop::render::{self, RenderConfig, Shard, cache::RenderCache};
 use proptest::prelude::*;
 
-fn config(repo: &Path, cache: &Path) -> RenderConfig {
-    let root = common::project_root();
-    let tool = |name: &'static str| tools::Tool {
-        name,
-        path: root.join("target/tools").join(name),
-        source: tools::ToolSource::Flag,
-        limits: Default::default(),
-    };
-    let inventory_path = common::sample_dir().join("inventory.yaml");
-    RenderConfig {
-        repo_dir: repo.to_path_buf(),
-        repo_url: Some(common::SAMPLE_REPO_URL.into()),
-        inventory: Inventory::parse(
-            &std::fs::read_to_string(&inventory_path).unwrap(),
-            "inventory.yaml",
-        )
-        .unwrap(),
-        charts: Some(common::sample_dir().join("charts")),
-        git_mirrors: Vec::new(),
-        helm: tool("helm"),
-        kubectl: Some(tool("kubectl")),
-        cache: RenderCache::at(cache.to_path_buf()),
-        max_depth: render::DEFAULT_MAX_DEPTH,
-        jobs: 2,
-        chart_pulls: Default::default(),
-        chart_repo_mirrors: Vec::new(),
-        kustomize_enable_helm: false,
-        parsed: Default::default(),
-    }
+fn config(repo: &std::path::Path, cache: &std::path::Path) -> RenderConfig {
+    common::sample_render_config(repo, cache)
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {

@@ -246,3 +246,39 @@ pub async fn same_answer(
     });
     (url, count)
 }
+
+/// A render of the sample repository at `repo` as the gate's library runs it: the sample's
+/// inventory and chart mirror, the pinned tools, a cache at `cache`.
+pub fn sample_render_config(repo: &Path, cache: &Path) -> gitops_loop::render::RenderConfig {
+    use gitops_loop::render::{
+        self, RenderConfig, cache::RenderCache, inventory::Inventory, tools,
+    };
+    let root = project_root();
+    let tool = |name: &'static str| tools::Tool {
+        name,
+        path: root.join("target/tools").join(name),
+        source: tools::ToolSource::Flag,
+        limits: Default::default(),
+    };
+    let inventory_path = sample_dir().join("inventory.yaml");
+    RenderConfig {
+        repo_dir: repo.to_path_buf(),
+        repo_url: Some(SAMPLE_REPO_URL.into()),
+        inventory: Inventory::parse(
+            &std::fs::read_to_string(&inventory_path).unwrap(),
+            "inventory.yaml",
+        )
+        .unwrap(),
+        charts: Some(sample_dir().join("charts")),
+        git_mirrors: Vec::new(),
+        helm: tool("helm"),
+        kubectl: Some(tool("kubectl")),
+        cache: RenderCache::at(cache.to_path_buf()),
+        max_depth: render::DEFAULT_MAX_DEPTH,
+        jobs: 2,
+        chart_pulls: Default::default(),
+        chart_repo_mirrors: Vec::new(),
+        kustomize_enable_helm: false,
+        parsed: Default::default(),
+    }
+}
