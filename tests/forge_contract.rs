@@ -83,6 +83,7 @@ async fn client_reads_pull_requests_with_live_shas() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn marked_comment_is_created_once_then_updated() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     let client = GitHub::new(&forge.url(), "gate-token").unwrap();
     let slug: RepoSlug = SLUG.parse().unwrap();
@@ -162,6 +163,7 @@ async fn marked_comment_is_created_once_then_updated() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn check_runs_statuses_and_labels() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let client = GitHub::new(&forge.url(), "gate-token").unwrap();
     let slug: RepoSlug = SLUG.parse().unwrap();
@@ -273,6 +275,7 @@ fn publish_to(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gate_publish_blocks_a_breaking_bump_and_branch_protection_holds() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let cache = tempfile::tempdir().unwrap();
     let output = publish(&forge, clone.path(), cache.path());
@@ -397,6 +400,25 @@ async fn gate_publish_publishes_a_merged_sharded_verdict() {
         String::from_utf8_lossy(&refused.stderr)
     );
     assert!(client.comments(&slug, 1).await.unwrap().is_empty());
+    // A forged green over the merged verdict's blocking findings: exit 2, nothing published.
+    let mut forged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&merged).unwrap()).unwrap();
+    forged["verdict"]["outcome"] = json!("green");
+    let forged_file = out.path().join("forged.json");
+    std::fs::write(&forged_file, forged.to_string()).unwrap();
+    let refused = publish_result(&forged_file);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not a consistent verdict"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(client.comments(&slug, 1).await.unwrap().is_empty());
     // The merged verdict: published as the unsharded one would be.
     let published = publish_result(&merged);
     assert_eq!(
@@ -433,6 +455,7 @@ async fn gate_publish_publishes_a_merged_sharded_verdict() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gate_publish_passes_a_patch_bump_and_the_merge_lands() {
+    gitops_loop::forge::github::install_crypto_provider();
     let forge = ForgeDouble::start(None).await.unwrap();
     forge.add_user("gate-token", "addons-gate[bot]");
     forge.add_user("kargo-token", "kargo");
@@ -483,6 +506,7 @@ async fn gate_publish_passes_a_patch_bump_and_the_merge_lands() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_client_rides_out_server_errors_and_rate_limits() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     // 500s/502s on a fifth of the requests, rate limits on a tenth of the rest: idempotent
     // requests are retried on both, a POST only on a rate limit (it was not processed). The
@@ -526,6 +550,7 @@ fn both(forge: &ForgeDouble, token: &str) -> Vec<(ForgeKind, std::sync::Arc<dyn 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_trait_reads_and_writes_the_same_on_github_and_gitea() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     let head = git(clone.path(), &["rev-parse", "HEAD"]);
@@ -606,6 +631,7 @@ async fn the_trait_reads_and_writes_the_same_on_github_and_gitea() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitea_labels_are_created_once_then_added_by_id() {
+    gitops_loop::forge::github::install_crypto_provider();
     // [G routers/api/v1/repo/issue_label.go]: a name the repository lacks is dropped without a
     // word, so the client creates it first and adds by id.
     let (forge, _clone) = forge_with_pull("2.10.0").await;
@@ -674,6 +700,7 @@ async fn gitea_labels_are_created_once_then_added_by_id() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitea_pages_are_followed_past_the_servers_cap() {
+    gitops_loop::forge::github::install_crypto_provider();
     // [G services/convert/utils.go ToCorrectPageSize]: at most 50 a page whatever is asked;
     // a client that stops at the first page shorter than it asked would lose statuses.
     let (forge, clone) = forge_with_pull("2.10.0").await;
@@ -704,6 +731,7 @@ async fn gitea_pages_are_followed_past_the_servers_cap() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitea_scopes_and_check_runs_fail_with_their_cause() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     // A token made without read:user cannot say who it is (the kind path's first Bosun bug).
@@ -754,6 +782,7 @@ async fn gitea_scopes_and_check_runs_fail_with_their_cause() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gate_publish_on_gitea_sets_the_addons_gate_status_and_the_merge_waits_for_it() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let cache = tempfile::tempdir().unwrap();
     let url = forge.gitea_url();
@@ -819,6 +848,7 @@ async fn gate_publish_on_gitea_sets_the_addons_gate_status_and_the_merge_waits_f
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_forge_that_ignores_paging_cannot_keep_the_client_reading() {
+    gitops_loop::forge::github::install_crypto_provider();
     // The attack: a server that answers every page with the same full page and announces a
     // total it never reaches. The client stops at its page cap with an error, never loops.
     gitops_loop::forge::github::install_crypto_provider();
@@ -839,6 +869,7 @@ async fn a_forge_that_ignores_paging_cannot_keep_the_client_reading() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_outage_hits_one_client_and_method_for_so_many_requests() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     forge.outage("addons-gate[bot]", Some("post"), 1);
     let http = reqwest::Client::new();
@@ -862,6 +893,7 @@ async fn an_outage_hits_one_client_and_method_for_so_many_requests() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_marked_comment_survives_a_failed_write_and_stays_one() {
+    gitops_loop::forge::github::install_crypto_provider();
     // Found by `ground chaos` (structural, seed 3): Bosun's repair comment met an injected 500
     // after the push, and the person never read what the repair dropped. The upsert lists the
     // comments again and writes again.
@@ -965,6 +997,7 @@ async fn a_chart_failing_with_megabytes_of_text_still_gets_a_report_and_a_red_ch
 /// (its `Link` header's `last` and `prev`), forward through the timeline on Gitea.
 #[tokio::test(flavor = "multi_thread")]
 async fn comment_walks_find_the_marker_and_stop_at_the_byte_budget() {
+    gitops_loop::forge::github::install_crypto_provider();
     use gitops_loop::forge::{COMMENT_READ_BUDGET, find_comments};
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
@@ -1048,6 +1081,7 @@ const PROJECT: &str = "platform%2Fgitops";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_names_the_project_by_its_encoded_path_and_sends_the_token_as_gitlab_takes_it() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     let client = gitlab(&forge, "gate-token");
@@ -1092,6 +1126,7 @@ async fn gitlab_names_the_project_by_its_encoded_path_and_sends_the_token_as_git
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_scopes_fail_with_their_cause() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     // read_api reads everything and writes nothing: GitLab's 403 insufficient_scope.
@@ -1147,6 +1182,7 @@ async fn gitlab_scopes_fail_with_their_cause() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_pages_follow_x_next_page() {
+    gitops_loop::forge::github::install_crypto_provider();
     // GitLab pages with `page`/`per_page` (at most 100) and names the next page in
     // `x-next-page`, empty on the last.
     let (forge, clone) = forge_with_pull("2.10.0").await;
@@ -1186,6 +1222,7 @@ async fn gitlab_pages_follow_x_next_page() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_gitlab_that_names_the_same_next_page_cannot_keep_the_client_reading() {
+    gitops_loop::forge::github::install_crypto_provider();
     // The attack: every answer says `x-next-page: 2`. The client follows a next page only
     // when it is later than the one it read.
     gitops_loop::forge::github::install_crypto_provider();
@@ -1206,6 +1243,7 @@ async fn a_gitlab_that_names_the_same_next_page_cannot_keep_the_client_reading()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_labels_are_created_once_and_system_notes_are_no_comments() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     let client = gitlab(&forge, "gate-token");
@@ -1263,6 +1301,7 @@ async fn gitlab_labels_are_created_once_and_system_notes_are_no_comments() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_statuses_move_in_place_and_a_repeated_pending_is_no_error() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     let head = git(clone.path(), &["rev-parse", "HEAD"]);
@@ -1312,6 +1351,7 @@ async fn gitlab_statuses_move_in_place_and_a_repeated_pending_is_no_error() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_notes_hold_a_million_characters_and_the_client_sends_no_quick_action() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     let slug: RepoSlug = SLUG.parse().unwrap();
     let note = |body: String| {
@@ -1363,6 +1403,7 @@ async fn gitlab_notes_hold_a_million_characters_and_the_client_sends_no_quick_ac
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_rate_limits_and_server_errors_are_ridden_out() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, _clone) = forge_with_pull("2.10.0").await;
     forge.set_faults(ground::forge::ForgeFaults {
         seed: 7,
@@ -1385,6 +1426,7 @@ async fn gitlab_rate_limits_and_server_errors_are_ridden_out() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gate_publish_on_gitlab_writes_the_note_and_the_status_and_the_merge_waits_for_it() {
+    gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = forge_with_pull("2.10.0").await;
     let cache = tempfile::tempdir().unwrap();
     let url = forge.gitlab_url();

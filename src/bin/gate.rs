@@ -789,6 +789,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         serde_json::from_reader(std::io::BufReader::new(file)).with_context(
                             || format!("{} is not a verdict (`gate merge --json`)", path.display()),
                         )?;
+                    // A file is another job's word: its outcome must agree with its own
+                    // findings (a forged "green" over a blocking finding is refused).
+                    if let Err(disagreement) = result.consistency() {
+                        eprintln!(
+                            "gate: {} is not a consistent verdict ({disagreement}); nothing published",
+                            path.display()
+                        );
+                        return Ok(ExitCode::from(2));
+                    }
                     let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
                     if pr.head_sha != result.verdict.head {
                         eprintln!(

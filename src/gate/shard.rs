@@ -328,6 +328,9 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     partial
 }
 
+/// The most shards a check is split into (a CI matrix is far smaller).
+pub const MAX_SHARDS: usize = 1024;
+
 /// Why partials cannot be merged: one line.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
@@ -378,6 +381,15 @@ fn validate(parts: &[Partial]) -> Result<(), MergeError> {
                 label(part.shard)
             )));
         }
+    }
+    // A partial is another job's file: a shard count no check writes is refused before it
+    // sizes anything.
+    if !(1..=MAX_SHARDS).contains(&first.shard.count) {
+        return Err(MergeError(format!(
+            "shard {} names {} shards; at most {MAX_SHARDS} are checked",
+            label(first.shard),
+            first.shard.count
+        )));
     }
     let mut seen = vec![false; first.shard.count];
     for part in parts {

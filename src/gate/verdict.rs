@@ -92,24 +92,34 @@ impl GateResult {
     ///   error;
     /// - the verdict's diff counts are the diff's.
     pub fn assert_consistent(&self) {
+        if let Err(disagreement) = self.consistency() {
+            panic!("{disagreement}");
+        }
+    }
+
+    /// What [`GateResult::assert_consistent`] asserts, as an answer: a verdict read from a file
+    /// (`gate publish --result`) is checked with it and refused, not believed, when it
+    /// disagrees with its own findings.
+    pub fn consistency(&self) -> Result<(), String> {
         let verdict = &self.verdict;
         for (severity, counted) in [
             (Severity::Blocking, &verdict.blocking),
             (Severity::Note, &verdict.notes),
         ] {
             let findings = self.findings.iter().filter(|f| f.severity == severity);
-            assert_eq!(
-                counted.values().sum::<usize>(),
-                findings.clone().count(),
-                "verdict of {}: {severity:?} counts per rule disagree with the findings",
-                verdict.head
-            );
-            for rule in counted.keys() {
-                assert!(
-                    counted[rule] == 0 || findings.clone().any(|f| &f.rule == rule),
-                    "verdict of {}: {severity:?} count for {rule} without such a finding",
+            if counted.values().sum::<usize>() != findings.clone().count() {
+                return Err(format!(
+                    "verdict of {}: {severity:?} counts per rule disagree with the findings",
                     verdict.head
-                );
+                ));
+            }
+            for rule in counted.keys() {
+                if !(counted[rule] == 0 || findings.clone().any(|f| &f.rule == rule)) {
+                    return Err(format!(
+                        "verdict of {}: {severity:?} count for {rule} without such a finding",
+                        verdict.head
+                    ));
+                }
             }
         }
         let blocks = self
@@ -117,23 +127,27 @@ impl GateResult {
             .iter()
             .any(|f| f.severity == Severity::Blocking);
         match verdict.outcome {
-            Outcome::Blocked => assert!(
-                blocks,
-                "verdict of {}: blocked without a blocking finding",
-                verdict.head
-            ),
-            Outcome::Green => assert!(
-                !blocks && verdict.errors.is_empty(),
-                "verdict of {}: green with a blocking finding or an error",
-                verdict.head
-            ),
-            Outcome::Undecided => {}
+            Outcome::Blocked if !blocks => {
+                return Err(format!(
+                    "verdict of {}: blocked without a blocking finding",
+                    verdict.head
+                ));
+            }
+            Outcome::Green if blocks || !verdict.errors.is_empty() => {
+                return Err(format!(
+                    "verdict of {}: green with a blocking finding or an error",
+                    verdict.head
+                ));
+            }
+            _ => {}
         }
-        assert_eq!(
-            verdict.counts, self.diff.counts,
-            "verdict of {}: its diff counts are not the diff's",
-            verdict.head
-        );
+        if verdict.counts != self.diff.counts {
+            return Err(format!(
+                "verdict of {}: its diff counts are not the diff's",
+                verdict.head
+            ));
+        }
+        Ok(())
     }
 
     pub fn dropped(&self) -> Vec<DroppedServedVersion> {
