@@ -298,38 +298,28 @@ fn parse_commit_id(text: &str) -> Result<String, String> {
 
 /// Writes a file whole or not at all (temporary file in the same folder, then rename).
 fn write_atomically(path: &std::path::Path, content: &str) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    std::io::Write::write_all(&mut file, content.as_bytes())?;
-    file.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    write_with(path, |out| {
+        Ok(std::io::Write::write_all(out, content.as_bytes())?)
+    })
 }
 
 /// Streams a value as pretty JSON into a file, atomically (no whole-document string).
 fn write_json_atomically(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let mut file = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
-    {
-        let mut writer = std::io::BufWriter::new(file.as_file_mut());
-        serde_json::to_writer_pretty(&mut writer, value)?;
-        std::io::Write::flush(&mut writer)?;
-    }
-    file.persist(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    write_with(path, |out| Ok(serde_json::to_writer_pretty(out, value)?))
 }
 
 /// Streams a value as compact JSON into a file, atomically (a partial can be large).
 fn write_json_compact(path: &std::path::Path, value: &impl serde::Serialize) -> Result<()> {
+    write_with(path, |out| Ok(serde_json::to_writer(out, value)?))
+}
+
+/// Writes a file through `write` into a temporary file beside it, then renames it into
+/// place: a reader never sees half of it, and a failure leaves the old file.
+fn write_with(
+    path: &std::path::Path,
+    write: impl FnOnce(&mut std::io::BufWriter<&mut std::fs::File>) -> Result<()>,
+) -> Result<()> {
+    use std::io::Write as _;
     let dir = path
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -338,8 +328,8 @@ fn write_json_compact(path: &std::path::Path, value: &impl serde::Serialize) -> 
         .with_context(|| format!("cannot write in {}", dir.display()))?;
     {
         let mut writer = std::io::BufWriter::new(file.as_file_mut());
-        serde_json::to_writer(&mut writer, value)?;
-        std::io::Write::flush(&mut writer)?;
+        write(&mut writer)?;
+        writer.flush()?;
     }
     file.persist(path)
         .with_context(|| format!("cannot write {}", path.display()))?;

@@ -189,29 +189,8 @@ fn judge_commits(
         confinement: Some(confinement),
         ..undecided(base, head, errors)
     };
-    let at = |revision: &str| render::render(config, revision);
-    let stopped = |revision: &str| {
-        Err(RenderFailure {
-            revision: revision.to_string(),
-            diagnostics: vec![render::Diagnostic {
-                severity: render::Severity::Error,
-                subject: "render".into(),
-                message: "the render stopped unexpectedly".into(),
-            }],
-            helm_failures: Vec::new(),
-            values_users: Vec::new(),
-        })
-    };
-    // Both commits render at once: their helm processes share the cores (the `--jobs`
-    // slots are shared too), and one commit's planning overlaps the other's helm runs.
-    let (head_rendering, base_rendering) = std::thread::scope(|scope| {
-        let head_thread = scope.spawn(|| at(&head));
-        let base_thread = scope.spawn(|| at(&base));
-        (
-            head_thread.join().unwrap_or_else(|_| stopped(&head)),
-            base_thread.join().unwrap_or_else(|_| stopped(&base)),
-        )
-    });
+    let (head_rendering, base_rendering) =
+        render_both(&head, &base, |revision| render::render(config, revision));
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
         (b, h) => {
@@ -572,4 +551,37 @@ fn pin_base_versions(manifest: &Value, moves: &[ChartMove]) -> Value {
         }
     }
     pinned
+}
+
+/// Renders both commits at once with `at`: their helm processes share the cores (the
+/// `--jobs` slots are shared too), and one commit's planning overlaps the other's helm runs.
+/// A render that panics is a render failure (the check fails closed). (head, base).
+pub(crate) fn render_both(
+    head: &str,
+    base: &str,
+    at: impl Fn(&str) -> Result<render::Rendering, RenderFailure> + Sync,
+) -> (
+    Result<render::Rendering, RenderFailure>,
+    Result<render::Rendering, RenderFailure>,
+) {
+    let stopped = |revision: &str| {
+        Err(RenderFailure {
+            revision: revision.to_string(),
+            diagnostics: vec![render::Diagnostic {
+                severity: render::Severity::Error,
+                subject: "render".into(),
+                message: "the render stopped unexpectedly".into(),
+            }],
+            helm_failures: Vec::new(),
+            values_users: Vec::new(),
+        })
+    };
+    std::thread::scope(|scope| {
+        let head_thread = scope.spawn(|| at(head));
+        let base_thread = scope.spawn(|| at(base));
+        (
+            head_thread.join().unwrap_or_else(|_| stopped(head)),
+            base_thread.join().unwrap_or_else(|_| stopped(base)),
+        )
+    })
 }

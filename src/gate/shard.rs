@@ -31,7 +31,7 @@ use crate::render::confine::Confinement;
 use crate::render::inventory::Inventory;
 use crate::render::parsed::Object;
 use crate::render::{
-    self, ClusterRef, Origin, RenderConfig, RenderFailure, RenderedApplication, Rendering, Shard,
+    self, ClusterRef, Origin, RenderConfig, RenderedApplication, Rendering, Shard,
 };
 
 /// The partial result's format, written in every partial and checked by the merge.
@@ -257,26 +257,8 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
         }
     };
     partial.confinement = Some(confinement);
-    let at = |revision: &str| render::render_shard(config, revision, shard);
-    let stopped = |revision: &str| {
-        Err(RenderFailure {
-            revision: revision.to_string(),
-            diagnostics: vec![render::Diagnostic {
-                severity: render::Severity::Error,
-                subject: "render".into(),
-                message: "the render stopped unexpectedly".into(),
-            }],
-            helm_failures: Vec::new(),
-            values_users: Vec::new(),
-        })
-    };
-    let (head_rendering, base_rendering) = std::thread::scope(|scope| {
-        let head_thread = scope.spawn(|| at(&head));
-        let base_thread = scope.spawn(|| at(&base));
-        (
-            head_thread.join().unwrap_or_else(|_| stopped(&head)),
-            base_thread.join().unwrap_or_else(|_| stopped(&base)),
-        )
+    let (head_rendering, base_rendering) = check::render_both(&head, &base, |revision| {
+        render::render_shard(config, revision, shard)
     });
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
