@@ -182,7 +182,7 @@ fn check_cases() {
         );
         // What Bosun makes of this report (the path and, for a handoff, what a person reads).
         let bosun = {
-            use gitops_loop::bosun::classify::{self, Path, Situation};
+            use gitops_loop::bosun::classify::{self, Route, Situation};
             let head_sha = parsed.verdict.head.clone();
             match classify::classify(&Situation {
                 report: Some(&parsed),
@@ -191,10 +191,10 @@ fn check_cases() {
                 attempts: 0,
                 attempt_cap: 2,
             }) {
-                Path::Wait(why) => format!("wait: {why}"),
-                Path::Green => "green".to_string(),
-                Path::WorthALook(reasons) => format!("worth a look: {}", reasons.join("; ")),
-                Path::Swap(dropped) => format!(
+                Route::Wait(why) => format!("wait: {why}"),
+                Route::Green => "green".to_string(),
+                Route::WorthALook(reasons) => format!("worth a look: {}", reasons.join("; ")),
+                Route::Swap(dropped) => format!(
                     "swap: {}",
                     dropped
                         .iter()
@@ -202,9 +202,9 @@ fn check_cases() {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
-                Path::Escalate(line) => format!("escalate: {line}"),
-                Path::Migrate(error) => format!("migrate values: {error}"),
-                Path::Fix(objects) => format!(
+                Route::Escalate(line) => format!("escalate: {line}"),
+                Route::Migrate(error) => format!("migrate values: {error}"),
+                Route::Fix(objects) => format!(
                     "mechanical fix: {}",
                     objects
                         .iter()
@@ -219,7 +219,7 @@ fn check_cases() {
                         .join("; ")
                 ),
                 // The comment a person reads, exactly as Bosun writes it.
-                Path::Handoff(h) => format!("handoff:\n{}", classify::handoff_comment(&h, &[])),
+                Route::Handoff(h) => format!("handoff:\n{}", classify::handoff_comment(&h, &[])),
             }
         };
         assert!(

@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use gitops_loop::bosun::applier::{self, Policy};
-use gitops_loop::bosun::classify::{self, Path, Situation};
+use gitops_loop::bosun::classify::{self, Route, Situation};
 use gitops_loop::bosun::swap;
 use gitops_loop::gate::{check, report};
 use gitops_loop::render::{self, RenderConfig};
@@ -70,24 +70,24 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
         attempt_cap: 2,
     };
     let (path, files, text) = match classify::classify(&situation) {
-        Path::Wait(why) => ("wait", vec![], why),
-        Path::Green => ("green", vec![], String::new()),
-        Path::WorthALook(reasons) => ("worth-a-look", vec![], reasons.join(", and ")),
-        Path::Escalate(line) => ("escalate", vec![], line),
-        Path::Handoff(h) => (
+        Route::Wait(why) => ("wait", vec![], why),
+        Route::Green => ("green", vec![], String::new()),
+        Route::WorthALook(reasons) => ("worth-a-look", vec![], reasons.join(", and ")),
+        Route::Escalate(line) => ("escalate", vec![], line),
+        Route::Handoff(h) => (
             "handoff",
             vec![],
             format!("{} {} {}", h.open, h.choice, h.fact),
         ),
         // Without a model: the mechanical fix's plan and the handoff it gives.
-        Path::Fix(not_served) => {
-            use gitops_loop::bosun::triage;
+        Route::Fix(not_served) => {
+            use gitops_loop::bosun::repair;
             let text = |h: &gitops_loop::bosun::classify::Handoff| {
                 format!("{} {} {}", h.open, h.choice, h.fact)
             };
-            match triage::fix_plan(&config, "pr", &parsed.verdict.base, &not_served, &markdown) {
-                Ok((fix, _)) => match gitops_loop::bosun::mechanical::decide(&fix, false, None) {
-                    gitops_loop::bosun::mechanical::Step::Done(Err((h, _))) => {
+            match repair::fix_plan(&config, "pr", &parsed.verdict.base, &not_served, &markdown) {
+                Ok((fix, _)) => match gitops_loop::bosun::scalar_fix::decide(&fix, false, None) {
+                    gitops_loop::bosun::scalar_fix::Step::Done(Err((h, _))) => {
                         ("handoff", vec![], text(&h))
                     }
                     _ => ("fix", vec![], String::new()),
@@ -97,12 +97,12 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
         }
         // Without a model, as the evals run: the migration's precheck and plan, then the
         // handoff `migration::decide` gives (a model's replies are scored by migration_evals).
-        Path::Migrate(_) => {
-            use gitops_loop::bosun::{migration, triage};
+        Route::Migrate(_) => {
+            use gitops_loop::bosun::{migration, repair};
             let text = |h: &gitops_loop::bosun::classify::Handoff| {
                 format!("{} {} {}", h.open, h.choice, h.fact)
             };
-            match triage::migration_plan(&config, "pr", &parsed.verdict.base) {
+            match repair::migration_plan(&config, "pr", &parsed.verdict.base) {
                 Ok(Some(migrations)) => {
                     match migration::decide(&migrations, false, &[], &|_| Ok(())) {
                         migration::Step::Done(Err((h, _))) => ("handoff", vec![], text(&h)),
@@ -113,7 +113,7 @@ fn score(dir: &std::path::Path, cache: &std::path::Path) -> Expect {
                 Err((h, _)) => ("handoff", vec![], text(&h)),
             }
         }
-        Path::Swap(dropped) => {
+        Route::Swap(dropped) => {
             let plan = swap::plan(&dropped);
             let policy = Policy::new(
                 &[".github/**".into()],
@@ -977,12 +977,12 @@ fn migration_evals() {
 }
 
 /// The mechanical fix's harness on recorded replies (evals/mechanical-fix/*/case.yaml),
-/// judged by `mechanical::decide` (what triage and `bosun repair` run). Same threshold: every
+/// judged by `scalar_fix::decide` (what triage and `bosun repair` run). Same threshold: every
 /// reply as expected, no unsafe acceptance, every rule needed by some reply, and no credential
 /// of the files in the request.
 #[test]
 fn mechanical_evals() {
-    use gitops_loop::bosun::mechanical::{self, AppInputs, ChangedDefault, rule};
+    use gitops_loop::bosun::scalar_fix::{self, AppInputs, ChangedDefault, rule};
     use gitops_loop::model;
     use serde_json::Value;
 
@@ -1073,10 +1073,10 @@ fn mechanical_evals() {
                 })
                 .collect(),
         };
-        let changed: Vec<mechanical::ChangedFile> = case
+        let changed: Vec<scalar_fix::ChangedFile> = case
             .changed
             .iter()
-            .map(|f| mechanical::ChangedFile {
+            .map(|f| scalar_fix::ChangedFile {
                 path: f.path.clone(),
                 text: read(&f.from),
                 base: Some(read(&f.base)),
@@ -1084,7 +1084,7 @@ fn mechanical_evals() {
             .collect();
         let shared = case.shared.iter().cloned().collect();
         let fix =
-            mechanical::build(&case.not_served, &[app], &changed, &shared, &case.report).unwrap();
+            scalar_fix::build(&case.not_served, &[app], &changed, &shared, &case.report).unwrap();
         let request = fix.request();
         for canary in &case.never {
             assert!(
@@ -1129,9 +1129,9 @@ fn mechanical_evals() {
                 usage: Default::default(),
             });
             let client_refused = reply_result.is_err();
-            let got = match mechanical::decide(&fix, true, Some(&reply_result)) {
-                mechanical::Step::Done(Ok(_)) => Ok(()),
-                mechanical::Step::Done(Err((handoff, _))) => Err(if client_refused {
+            let got = match scalar_fix::decide(&fix, true, Some(&reply_result)) {
+                scalar_fix::Step::Done(Ok(_)) => Ok(()),
+                scalar_fix::Step::Done(Err((handoff, _))) => Err(if client_refused {
                     "reply-limits".to_string()
                 } else {
                     handoff
@@ -1142,19 +1142,19 @@ fn mechanical_evals() {
                         .unwrap_or("?")
                         .to_string()
                 }),
-                mechanical::Step::Ask(_) => Err("asked again".to_string()),
+                scalar_fix::Step::Ask(_) => Err("asked again".to_string()),
             };
             if let Ok(value) = serde_json::from_slice::<Value>(&bytes) {
                 for rule in rules {
                     if got.as_ref().err().map(String::as_str) == Some(rule)
-                        && mechanical::check_reply_without(&fix, &value, &[rule])
-                            .is_ok_and(|edits| mechanical::rewrite(&fix, &edits).is_ok())
+                        && scalar_fix::check_reply_without(&fix, &value, &[rule])
+                            .is_ok_and(|edits| scalar_fix::rewrite(&fix, &edits).is_ok())
                     {
                         board.need(rule, &reply.name);
                     }
                 }
                 if got == Err("reply-limits".to_string())
-                    && mechanical::check_reply(&fix, &value).is_ok()
+                    && scalar_fix::check_reply(&fix, &value).is_ok()
                 {
                     board.need("reply-limits", &reply.name);
                 }
@@ -1170,7 +1170,7 @@ fn mechanical_evals() {
 /// reply as expected, 0 unsafe acceptances, and each rule needed by some reply.
 #[test]
 fn green_summary_evals() {
-    use gitops_loop::bosun::summary::{self, rule};
+    use gitops_loop::bosun::green_summary::{self, rule};
     use serde_json::Value;
 
     #[derive(Deserialize)]
@@ -1212,7 +1212,7 @@ fn green_summary_evals() {
                 Some(other) => panic!("unknown generator {other}"),
                 None => reply.reply.clone().unwrap(),
             };
-            let got = summary::check(&value, &case.material)
+            let got = green_summary::check(&value, &case.material)
                 .map(|_| ())
                 .map_err(|r| r.rule.to_string());
             let expected = match (reply.expect.as_str(), &reply.rule) {

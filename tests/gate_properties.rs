@@ -212,7 +212,7 @@ fn a_chart_rendered_name_cannot_forge_a_block() {
         attempts: 0,
         attempt_cap: 2,
     };
-    let gitops_loop::bosun::classify::Path::Swap(evidence) =
+    let gitops_loop::bosun::classify::Route::Swap(evidence) =
         gitops_loop::bosun::classify::classify(&situation)
     else {
         panic!("not a swap");

@@ -421,9 +421,9 @@ const WRITES_ALLOWED: &[(&str, &str)] = &[
     ("src/bosun/journal.rs", "fs::remove_file"),
     ("src/bosun/journal.rs", "fs::rename"),
     // The work folder's lock file (`<workdir>/.lock`), one triage at a time.
-    ("src/bosun/triage/round.rs", "OpenOptions"),
+    ("src/bosun/runner/round.rs", "OpenOptions"),
     // The checkout's own folder, made empty before `git init` (git writes the checkout).
-    ("src/bosun/triage/git_ops.rs", "fs::create_dir"),
+    ("src/bosun/runner/git_ops.rs", "fs::create_dir"),
     // `bosun repair`'s scratch folder for its worktree (git writes the worktree).
     ("src/bosun/local.rs", "tempfile::Builder"),
     // The work folder, its checkouts/ and tmp/ folders and its lock, made at start.

@@ -31,8 +31,9 @@ pub struct Handoff {
     pub fact: String,
 }
 
+/// The route a pull request takes, one per row of docs/classification.md.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Path {
+pub enum Route {
     /// No verdict for this head yet (none published, or one for another commit).
     Wait(String),
     /// Green, and nothing a reviewer needs pointed at.
@@ -67,13 +68,13 @@ const WORTH_A_LOOK: [(&str, &str); 5] = [
     ),
 ];
 
-pub fn classify(situation: &Situation) -> Path {
+pub fn classify(situation: &Situation) -> Route {
     let Some(report) = situation.report else {
-        return Path::Wait("no report from the gate yet".into());
+        return Route::Wait("no report from the gate yet".into());
     };
     let verdict = &report.verdict;
     if verdict.head != situation.head_sha {
-        return Path::Wait(format!(
+        return Route::Wait(format!(
             "the report is for {}, the branch is at {}",
             short(&verdict.head),
             short(situation.head_sha)
@@ -87,9 +88,9 @@ pub fn classify(situation: &Situation) -> Path {
                 .map(|(_, reason)| reason.to_string())
                 .collect();
             if reasons.is_empty() {
-                Path::Green
+                Route::Green
             } else {
-                Path::WorthALook(reasons)
+                Route::WorthALook(reasons)
             }
         }
         Outcome::Undecided => {
@@ -104,14 +105,14 @@ pub fn classify(situation: &Situation) -> Path {
             if values_schema && at_head {
                 let open = "the values the failing Application layers (named in the error)";
                 if situation.fork {
-                    return Path::Handoff(Handoff {
+                    return Route::Handoff(Handoff {
                         open: open.into(),
                         choice: "which settings to remove, rename or add so the new chart's values schema accepts them".into(),
                         fact: format!("the branch lives in a fork, and Bosun pushes only to branches of the repository itself: {error}"),
                     });
                 }
                 if situation.attempts >= situation.attempt_cap {
-                    return Path::Handoff(Handoff {
+                    return Route::Handoff(Handoff {
                         open: open.into(),
                         choice: "why the new chart still refuses the values after the repair"
                             .into(),
@@ -123,9 +124,9 @@ pub fn classify(situation: &Situation) -> Path {
                         ),
                     });
                 }
-                return Path::Migrate(error);
+                return Route::Migrate(error);
             }
-            Path::Handoff(Handoff {
+            Route::Handoff(Handoff {
                 open: if values_schema {
                     "the values the failing Application layers (named in the error)".into()
                 } else {
@@ -156,14 +157,14 @@ pub fn classify(situation: &Situation) -> Path {
                     .flat_map(|d| d.consumers.iter().map(|c| c.path.as_str()))
                     .collect();
                 if situation.fork {
-                    return Path::Handoff(Handoff {
+                    return Route::Handoff(Handoff {
                         open: files.join(", "),
                         choice: "move each manifest's apiVersion to the version the gate names".into(),
                         fact: "the branch lives in a fork, and Bosun pushes only to branches of the repository itself".into(),
                     });
                 }
                 if situation.attempts >= situation.attempt_cap {
-                    return Path::Handoff(Handoff {
+                    return Route::Handoff(Handoff {
                         open: files.join(", "),
                         choice: "why the gate still blocks after the repair".into(),
                         fact: format!(
@@ -175,16 +176,16 @@ pub fn classify(situation: &Situation) -> Path {
                     });
                 }
                 if report.dropped.is_empty() {
-                    return Path::Handoff(Handoff {
+                    return Route::Handoff(Handoff {
                         open: "the gate's report".into(),
                         choice: "which manifests to move".into(),
                         fact: "the report counts consumers but carries no repair evidence".into(),
                     });
                 }
-                return Path::Swap(report.dropped.clone());
+                return Route::Swap(report.dropped.clone());
             }
             if only(rules::CHART_RENDERS_UNSERVED_VERSION) && verdict.repository_consumers == 0 {
-                return Path::Escalate(
+                return Route::Escalate(
                     "The chart itself renders an apiVersion the cluster no longer serves, and no manifest in this repository declares it: there are no values to change in this repository.".into(),
                 );
             }
@@ -192,16 +193,16 @@ pub fn classify(situation: &Situation) -> Path {
                 // A scalar the render proves may fix it: the mechanical fix, unless Bosun may
                 // not push here.
                 if situation.fork || situation.attempts >= situation.attempt_cap {
-                    return Path::Handoff(not_served_handoff(&report.not_served));
+                    return Route::Handoff(not_served_handoff(&report.not_served));
                 }
-                return Path::Fix(report.not_served.clone());
+                return Route::Fix(report.not_served.clone());
             }
             let block = |rule: &str| report.findings.iter().find(|f| f.rule == rule);
             if only(rules::DESTINATION_UNKNOWN)
                 && let Some(finding) = block(rules::DESTINATION_UNKNOWN)
             {
                 let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
-                return Path::Handoff(Handoff {
+                return Route::Handoff(Handoff {
                     open: format!(
                         "{} (it generates the Application {}/{})",
                         field("origin"),
@@ -221,7 +222,7 @@ pub fn classify(situation: &Situation) -> Path {
                 && let Some(finding) = block(rules::CRD_NAME_INVALID)
             {
                 let field = |k: &str| finding.evidence[k].as_str().unwrap_or("?").to_string();
-                return Path::Handoff(Handoff {
+                return Route::Handoff(Handoff {
                     open: format!(
                         "the chart the Application {} on {} renders, at the version this change moves it to",
                         field("application"),
@@ -251,7 +252,7 @@ pub fn classify(situation: &Situation) -> Path {
                     .filter(|f| f.rule == rules::FIELD_PRUNED_ON_APPLY)
                     .count()
                     - 1;
-                return Path::Handoff(Handoff {
+                return Route::Handoff(Handoff {
                     open: format!(
                         "the manifest or values that render {} (in {})",
                         field("object"),
@@ -271,7 +272,7 @@ pub fn classify(situation: &Situation) -> Path {
                 });
             }
             let rules: Vec<&str> = verdict.blocking.keys().map(String::as_str).collect();
-            Path::Handoff(Handoff {
+            Route::Handoff(Handoff {
                 open: "the files the gate's blocking findings name".into(),
                 choice: "how to resolve each blocking finding".into(),
                 fact: format!(
@@ -425,10 +426,10 @@ mod tests {
 
     #[test]
     fn no_report_or_a_stale_one_waits() {
-        assert!(matches!(classify(&situation(None)), Path::Wait(_)));
+        assert!(matches!(classify(&situation(None)), Route::Wait(_)));
         let mut stale = report(Outcome::Green, &[], 0);
         stale.verdict.head = "c".repeat(40);
-        let Path::Wait(why) = classify(&situation(Some(&stale))) else {
+        let Route::Wait(why) = classify(&situation(Some(&stale))) else {
             panic!("stale report acted on");
         };
         assert_eq!(why, "the report is for ccccccc, the branch is at bbbbbbb");
@@ -437,13 +438,13 @@ mod tests {
     #[test]
     fn green_is_quiet_unless_a_note_is_worth_a_look() {
         let green = report(Outcome::Green, &[], 0);
-        assert_eq!(classify(&situation(Some(&green))), Path::Green);
+        assert_eq!(classify(&situation(Some(&green))), Route::Green);
         let mut major = green.clone();
         major.verdict.notes.insert(rules::MAJOR_VERSION.into(), 1);
         major.verdict.notes.insert(rules::ADDON_ADDED.into(), 1);
         assert_eq!(
             classify(&situation(Some(&major))),
-            Path::WorthALook(vec!["a major version boundary is crossed".into()])
+            Route::WorthALook(vec!["a major version boundary is crossed".into()])
         );
         let mut removed = green.clone();
         removed
@@ -452,7 +453,7 @@ mod tests {
             .insert(rules::APPLICATIONS_REMOVED.into(), 1);
         assert_eq!(
             classify(&situation(Some(&removed))),
-            Path::WorthALook(vec![
+            Route::WorthALook(vec![
                 "Applications are no longer generated and Argo CD deletes them".into()
             ])
         );
@@ -462,7 +463,7 @@ mod tests {
     fn only_dropped_versions_with_consumers_swap() {
         let blocked = report(Outcome::Blocked, &[(rules::DROPPED_SERVED_VERSION, 1)], 3);
         assert!(
-            matches!(classify(&situation(Some(&blocked))), Path::Swap(d) if d[0].consumers.len() == 3)
+            matches!(classify(&situation(Some(&blocked))), Route::Swap(d) if d[0].consumers.len() == 3)
         );
     }
 
@@ -471,11 +472,11 @@ mod tests {
         let blocked = report(Outcome::Blocked, &[(rules::DROPPED_SERVED_VERSION, 1)], 1);
         let mut fork = situation(Some(&blocked));
         fork.fork = true;
-        assert!(matches!(classify(&fork), Path::Handoff(h) if h.fact.contains("fork")));
+        assert!(matches!(classify(&fork), Route::Handoff(h) if h.fact.contains("fork")));
         let mut capped = situation(Some(&blocked));
         capped.attempts = 2;
         assert!(
-            matches!(classify(&capped), Path::Handoff(h) if h.fact.contains("already pushed 2 repairs"))
+            matches!(classify(&capped), Route::Handoff(h) if h.fact.contains("already pushed 2 repairs"))
         );
     }
 
@@ -490,7 +491,7 @@ mod tests {
             1,
         );
         assert!(
-            matches!(classify(&situation(Some(&mixed))), Path::Handoff(h)
+            matches!(classify(&situation(Some(&mixed))), Route::Handoff(h)
             if h.fact.contains("chart-renders-unserved-version, dropped-served-version"))
         );
     }
@@ -502,7 +503,7 @@ mod tests {
             &[(rules::CHART_RENDERS_UNSERVED_VERSION, 2)],
             0,
         );
-        let Path::Escalate(line) = classify(&situation(Some(&unserved))) else {
+        let Route::Escalate(line) = classify(&situation(Some(&unserved))) else {
             panic!("not escalated");
         };
         assert!(!line.contains('\n'));
@@ -515,7 +516,7 @@ mod tests {
         );
         assert!(matches!(
             classify(&situation(Some(&local))),
-            Path::Handoff(_)
+            Route::Handoff(_)
         ));
     }
 
@@ -523,16 +524,18 @@ mod tests {
     fn a_values_schema_refusal_at_head_is_a_migration_unless_a_fork_or_the_cap() {
         let mut failed = report(Outcome::Undecided, &[(rules::RENDER_FAILED, 1)], 0);
         failed.verdict.errors = vec!["at head: argocd/x: helm template: values don't meet the specifications of the schema(s) in the following chart(s):\n- at '/webhook': additional properties 'create' not allowed".into()];
-        let Path::Migrate(error) = classify(&situation(Some(&failed))) else {
+        let Route::Migrate(error) = classify(&situation(Some(&failed))) else {
             panic!("not a migration");
         };
         assert!(error.contains("/webhook"));
         let mut fork = situation(Some(&failed));
         fork.fork = true;
-        assert!(matches!(classify(&fork), Path::Handoff(h) if h.fact.contains("fork")));
+        assert!(matches!(classify(&fork), Route::Handoff(h) if h.fact.contains("fork")));
         let mut capped = situation(Some(&failed));
         capped.attempts = capped.attempt_cap;
-        assert!(matches!(classify(&capped), Path::Handoff(h) if h.fact.contains("already pushed")));
+        assert!(
+            matches!(classify(&capped), Route::Handoff(h) if h.fact.contains("already pushed"))
+        );
         // At the base too: not this pull request's values to migrate.
         let mut both = failed.clone();
         both.verdict
@@ -540,12 +543,12 @@ mod tests {
             .push("at base: argocd/x: helm template: values don't meet the specifications".into());
         assert!(matches!(
             classify(&situation(Some(&both))),
-            Path::Handoff(_)
+            Route::Handoff(_)
         ));
         let mut other = failed.clone();
         other.verdict.errors = vec!["at head: chart not found".into()];
         assert!(
-            matches!(classify(&situation(Some(&other))), Path::Handoff(h) if h.fact.starts_with("the gate could not render"))
+            matches!(classify(&situation(Some(&other))), Route::Handoff(h) if h.fact.starts_with("the gate could not render"))
         );
     }
 
@@ -561,14 +564,14 @@ mod tests {
             applications: vec!["argocd/metrics-agent-prod-us on prod-us".into()],
             more_applications: 0,
         }];
-        let Path::Fix(objects) = classify(&situation(Some(&r))) else {
+        let Route::Fix(objects) = classify(&situation(Some(&r))) else {
             panic!("expected the mechanical fix");
         };
         assert_eq!(objects, r.not_served);
         // In a fork (or at the attempt cap): the handoff.
         let mut fork = situation(Some(&r));
         fork.fork = true;
-        let Path::Handoff(handoff) = classify(&fork) else {
+        let Route::Handoff(handoff) = classify(&fork) else {
             panic!("expected a handoff");
         };
         assert!(
@@ -596,7 +599,7 @@ mod tests {
             evidence: serde_json::json!({"application": "web-lab", "namespace": "argocd",
                 "origin": "ApplicationSet argocd/web", "destination": "server https://lab.example.test"}),
         }];
-        let Path::Handoff(h) = classify(&situation(Some(&r))) else {
+        let Route::Handoff(h) = classify(&situation(Some(&r))) else {
             panic!("expected a handoff");
         };
         assert!(
@@ -616,7 +619,7 @@ mod tests {
                 "loss": "spec.size = 3 would be pruned (the v1 schema has no such field)",
                 "applications": ["argocd/web-prod on prod"]}),
         }];
-        let Path::Handoff(h) = classify(&situation(Some(&r))) else {
+        let Route::Handoff(h) = classify(&situation(Some(&r))) else {
             panic!("expected a handoff");
         };
         assert!(

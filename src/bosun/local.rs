@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::applier::Rewrite;
-use super::classify::{self, Handoff, Path as Decision, Situation};
+use super::classify::{self, Handoff, Route, Situation};
 use super::config::Config;
 use super::repair::{self, CapHit, Executed, Planning, Prepared, Refusal, Renders, Sink, Work};
 use crate::gate::{check, report, verdict};
@@ -95,9 +95,9 @@ impl Local<'_> {
             attempt_cap: self.config.attempt_cap,
         });
         let work = match decision {
-            Decision::Green | Decision::WorthALook(_) => {
+            Route::Green | Route::WorthALook(_) => {
                 match &decision {
-                    Decision::WorthALook(reasons) => {
+                    Route::WorthALook(reasons) => {
                         out(format!("green, worth a look: {}", reasons.join("; ")))
                     }
                     _ => out("green: nothing to repair".into()),
@@ -110,22 +110,22 @@ impl Local<'_> {
                 }
                 return Ok(0);
             }
-            Decision::Wait(why) => {
+            Route::Wait(why) => {
                 out(format!("no decision: {why}"));
                 return Ok(2);
             }
-            Decision::Escalate(why) => {
+            Route::Escalate(why) => {
                 out(format!("nothing in this repository to change: {why}"));
                 return Ok(1);
             }
-            Decision::Handoff(h) => {
+            Route::Handoff(h) => {
                 handoff_lines(&h, &[]).into_iter().for_each(&mut *out);
                 let undecided = result.verdict.outcome == verdict::Outcome::Undecided;
                 return Ok(if undecided { 2 } else { 1 });
             }
-            Decision::Swap(dropped) => Work::Swap(dropped),
-            Decision::Migrate(_) => Work::Migrate,
-            Decision::Fix(not_served) => Work::Fix(not_served),
+            Route::Swap(dropped) => Work::Swap(dropped),
+            Route::Migrate(_) => Work::Migrate,
+            Route::Fix(not_served) => Work::Fix(not_served),
         };
         // The repair is made in a worktree of its own: the user's working tree stays as it is.
         let scratch = tempfile::Builder::new()

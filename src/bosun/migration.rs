@@ -6,37 +6,30 @@
 //! What lands is a plan of remove / rename / set operations applied on each key's own lines,
 //! read back and compared with the accepted proposal.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::applier::Rewrite;
 use super::classify::Handoff;
-use super::repair::Refusal;
 use crate::gate::report;
-use crate::model::{Refusal as ModelRefusal, Reply, Request};
-use crate::render::source::{ChartLocation, HelmJob};
-use crate::render::{HelmFailure, RenderFailure, Severity};
-use crate::yaml;
+use crate::model::{Refusal as ModelRefusal, Reply};
+use crate::render::HelmFailure;
+use crate::render::source::HelmJob;
 
-mod apply;
 mod harness;
+mod key_edits;
 mod planning;
 mod prompt;
 mod values;
 
-pub use self::apply::rewrite;
 pub use self::harness::{AcceptedFile, check_reply};
+pub use self::key_edits::rewrite;
 pub use self::planning::{old_schema_in, plan, unsuppliable};
 pub use self::prompt::{SYSTEM, reply_schema};
 pub use self::values::{coalesce, leaves};
 
-use self::planning::values_of;
-use self::values::{
-    Node, declared, dictated, layered, layered_over, path_text, schema_at, short, value_at,
-};
+use self::values::short;
 
 /// The harness's rules, by the name a refusal gives.
 pub mod rule {

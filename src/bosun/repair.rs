@@ -4,7 +4,7 @@
 //! admit the rewrites, writes them, commits, pushes and comments through a [`Sink`]. The
 //! apiVersion swap (with its reshape, `swap.rs`), the values migration (`migrate.rs`) and the
 //! scalar fix (`fix.rs`) are its three instances. The triage plugs in the forge
-//! (`triage/repair.rs`); `bosun repair` plugs in a local branch and worktree
+//! (`runner/sink.rs`); `bosun repair` plugs in a local branch and worktree
 //! (`bosun::local`). No forge and no git here.
 
 use std::path::Path;

@@ -4,16 +4,6 @@
 //! apiserver would accept the document and quietly drop the value, while the render, the gate
 //! and the repository all look fine.
 
-use std::collections::BTreeMap;
-
-use serde_json::{Map, Value, json};
-
-use super::applier::Rewrite;
-use super::swap::Swap;
-use crate::gate::rules::DroppedServedVersion;
-use crate::render::Rendering;
-use crate::schema;
-
 mod harness;
 mod loss;
 mod paths;
@@ -22,7 +12,7 @@ mod request;
 
 pub use self::harness::{Accepted, check_proposal, check_proposal_without, order_like};
 pub use self::loss::{DocumentRef, Loss, Lossy, crd_for, losses, lossy_documents, reshape_losses};
-pub use self::paths::{Path, Seg, leaf_paths, leaves, path_text};
+pub use self::paths::{DocPath, Seg, leaf_paths, leaves, path_text};
 pub use self::replace::replace_document;
 pub use self::request::{SYSTEM, prompt, reply_schema};
 

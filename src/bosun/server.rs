@@ -28,7 +28,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::Notify;
 
 use super::journal::{self, Journal};
-use super::triage::{Bosun, Run};
+use super::runner::{Bosun, Run};
 use crate::forge::RepoSlug;
 
 pub mod gitlab;
@@ -569,8 +569,8 @@ impl Server {
                 // A definite answer: nothing to triage, now or later.
                 let dropped = matches!(
                     e,
-                    super::triage::TriageError::UnknownRepository(_)
-                        | super::triage::TriageError::NoSuchPullRequest { .. }
+                    super::runner::TriageError::UnknownRepository(_)
+                        | super::runner::TriageError::NoSuchPullRequest { .. }
                 );
                 if dropped {
                     tracing::warn!(repository = %slug, pr = number, "delivery dropped: {e}");

@@ -63,7 +63,7 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
         .map_err(|e| anyhow::anyhow!("bosun.yaml: model: {e}"))?;
     // Offline: charts come from the mirror (`gate charts pull` fills it).
     let render_config = |dir: &Path| {
-        gitops_loop::bosun::triage::render_config(
+        gitops_loop::bosun::runner::render_config(
             config,
             &workdir,
             (&helm, kubectl.as_ref()),

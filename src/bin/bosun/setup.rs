@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 
 use gitops_loop::bosun::config::{Config, InventoryConfig};
-use gitops_loop::bosun::triage::Bosun;
+use gitops_loop::bosun::runner::Bosun;
 use gitops_loop::render::tools;
 
 use super::Cli;

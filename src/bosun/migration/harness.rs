@@ -1,6 +1,11 @@
 //! The harness: the rules a values migration reply must pass, each refusing with a reason.
 
-use super::*;
+use serde_json::{Map, Value, json};
+
+use super::values::{
+    Node, declared, dictated, layered, layered_over, leaves, path_text, schema_at, short, value_at,
+};
+use super::{Migration, Refused, rule};
 
 /// Whether the value at `path` of a values document is a credential (its key, or the
 /// `value` of a `{name, value}` pair named like one, on the way).

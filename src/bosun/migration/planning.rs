@@ -1,6 +1,16 @@
 //! The plan: the values files a failed render asks to migrate, and what nothing can supply.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use serde_json::{Map, Value, json};
+
+use super::values::{layered, leaves, path_text};
+use super::{Migration, ValuesFile, handoff, is_schema_refusal};
+use crate::bosun::repair::Refusal;
+use crate::render::source::ChartLocation;
+use crate::render::{HelmFailure, RenderFailure, Severity};
+use crate::yaml;
 
 /// Reads a chart file at the location a helm job renders from.
 fn chart_file(chart: &ChartLocation, name: &str) -> Option<Vec<u8>> {

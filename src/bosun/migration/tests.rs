@@ -1,8 +1,13 @@
 //! Tests of `migration`.
 
-use super::*;
-use crate::render::source::{ValuesFile as Place, ValuesInput};
 use proptest::prelude::*;
+use serde_json::json;
+
+use super::planning::values_of;
+use super::values::{dictated, path_text, value_at};
+use super::*;
+use crate::render::source::{ChartLocation, ValuesFile as Place, ValuesInput};
+use crate::yaml;
 
 const ORIGINAL: &str = "# shared\ncrds:\n  # ship the CRD\n  enabled: true\n  # keep it\n  keep: true\nlogLevel: 2\nauth:\n  apiToken: hunter2\n";
 

@@ -1,6 +1,10 @@
 //! Reading values: helm's layering, what the new schema declares or dictates, leaves, paths.
 
-use super::*;
+use serde_json::Value;
+
+use super::Migration;
+use super::planning::values_of;
+use crate::render::HelmFailure;
 
 /// Helm's coalescing of values layers: maps merge key by key, a later scalar or list wins, a
 /// `null` removes the key.

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use super::{CapHit, Comment, Prepared, Refusal, Renders, Repair, Step};
 use crate::bosun::applier::Policy;
 use crate::bosun::classify;
-use crate::bosun::mechanical;
+use crate::bosun::scalar_fix;
 use crate::gate::rules::NotServed;
 use crate::git::Snapshot;
 use crate::model::Reply;
@@ -21,7 +21,7 @@ pub fn fix_plan(
     base: &str,
     not_served: &[NotServed],
     report_body: &str,
-) -> Result<(mechanical::Fix, crate::render::Rendering), Refusal> {
+) -> Result<(scalar_fix::Fix, crate::render::Rendering), Refusal> {
     let renders = Renders::new(head_config, head_revision, base);
     let fix = plan_on(&renders, not_served, report_body)?;
     let head = renders
@@ -37,7 +37,7 @@ pub(super) fn plan_on(
     renders: &Renders<'_>,
     not_served: &[NotServed],
     report_body: &str,
-) -> Result<mechanical::Fix, Refusal> {
+) -> Result<scalar_fix::Fix, Refusal> {
     let head_config = renders.config();
     let base = renders.base_revision();
     let stopped = |e: String| {
@@ -90,7 +90,7 @@ pub(super) fn plan_on(
             .read(path)
             .and_then(|b| String::from_utf8(b.to_vec()).ok())
     };
-    mechanical::plan(
+    scalar_fix::plan(
         not_served,
         head,
         renders.base(),
@@ -104,14 +104,14 @@ pub(super) fn plan_on(
 
 /// The scalar fix as a [`Repair`]: the inventory and the head's policy.
 pub struct FixRepair {
-    fix: mechanical::Fix,
+    fix: scalar_fix::Fix,
     not_served: Vec<NotServed>,
     policy: Policy,
     choice: String,
 }
 
 impl FixRepair {
-    pub fn new(fix: mechanical::Fix, not_served: &[NotServed], policy: Policy) -> Self {
+    pub fn new(fix: scalar_fix::Fix, not_served: &[NotServed], policy: Policy) -> Self {
         FixRepair {
             fix,
             not_served: not_served.to_vec(),
@@ -121,8 +121,8 @@ impl FixRepair {
     }
 
     /// The commit message, the comment and the lines of decided edits.
-    fn prepared(&self, fixed: mechanical::Prepared) -> Prepared {
-        let mechanical::Prepared { rewrites, edits } = fixed;
+    fn prepared(&self, fixed: scalar_fix::Prepared) -> Prepared {
+        let scalar_fix::Prepared { rewrites, edits } = fixed;
         let mut message = format!(
             "Stop rendering {} where the cluster does not serve it\n\nA model selected these edits from Bosun's inventory of editable keys; Bosun's harness and applier checked them:\n",
             self.not_served
@@ -194,11 +194,11 @@ impl Repair for FixRepair {
         )
     }
 
-    /// `mechanical::decide`, every handoff prefixed with the object the cluster does not
+    /// `scalar_fix::decide`, every handoff prefixed with the object the cluster does not
     /// serve: at most one call.
     fn decide(&self, model: bool, replies: &[Result<Reply, crate::model::Refusal>]) -> Step {
         let object = classify::not_served_handoff(&self.not_served);
-        match mechanical::decide(&self.fix, model, replies.first()) {
+        match scalar_fix::decide(&self.fix, model, replies.first()) {
             Step::Ask(requests) if replies.is_empty() => Step::Ask(requests),
             // Asked again after the one call: refuse rather than loop.
             Step::Ask(_) => Step::Done(Err((object, vec![]))),

@@ -1,6 +1,10 @@
 //! The harness: the rules a reshape proposal must pass, each refusing with a reason.
 
-use super::*;
+use serde_json::{Map, Value};
+
+use super::paths::{DocPath, Seg, leaf_paths, path_text};
+use super::{Refused, rule};
+use crate::schema;
 
 /// A proposal the harness accepted.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,8 +105,8 @@ pub fn check_proposal_without(
     let mut pruned_original = original.clone();
     let _ = schema::prune_and_validate(&mut pruned_original, schema);
     let original_leaves = leaf_paths(original);
-    let kept: std::collections::HashSet<&Path> = {
-        let survivors: std::collections::HashSet<Path> = leaf_paths(&pruned_original)
+    let kept: std::collections::HashSet<&DocPath> = {
+        let survivors: std::collections::HashSet<DocPath> = leaf_paths(&pruned_original)
             .into_iter()
             .map(|(p, _)| p)
             .collect();
@@ -113,9 +117,9 @@ pub fn check_proposal_without(
             .collect()
     };
     let proposal_leaves = leaf_paths(proposal);
-    let proposal_at: std::collections::HashMap<&Path, &Value> =
+    let proposal_at: std::collections::HashMap<&DocPath, &Value> =
         proposal_leaves.iter().map(|(p, v)| (p, v)).collect();
-    let original_at: std::collections::HashMap<&Path, &Value> =
+    let original_at: std::collections::HashMap<&DocPath, &Value> =
         original_leaves.iter().map(|(p, v)| (p, v)).collect();
     for (path, value) in &original_leaves {
         if !kept.contains(path) || !on(rule::KEPT) {
@@ -148,7 +152,7 @@ pub fn check_proposal_without(
     }
     // Values the schema change displaced, each usable once. An empty object or list, or a
     // null, carries nothing to move (an empty selector placed elsewhere means "everything").
-    let mut displaced: Vec<(&Path, &Value)> = original_leaves
+    let mut displaced: Vec<(&DocPath, &Value)> = original_leaves
         .iter()
         .filter(|(p, _)| !kept.contains(p))
         .map(|(p, v)| (p, v))
@@ -163,7 +167,7 @@ pub fn check_proposal_without(
     // schema does not have (a new field, not another existing setting such as another
     // Secret's name), of a type that takes it. Without the source schema nothing is new.
     let source_schema = schema::version_schema(crd, source);
-    let new_field = |path: &Path, value: &Value| {
+    let new_field = |path: &DocPath, value: &Value| {
         source_schema.is_some_and(|old| matches!(schema_node(old, path), Node::Undeclared))
             && matches!(schema_node(schema, path), Node::At(node) if takes(node, value))
     };

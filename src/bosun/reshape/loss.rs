@@ -1,6 +1,14 @@
 //! What the swap alone would lose: each rewritten document under the destination's schema.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::bosun::applier::Rewrite;
+use crate::bosun::swap::Swap;
+use crate::gate::rules::DroppedServedVersion;
+use crate::render::Rendering;
+use crate::schema;
 
 /// What moving one document to the destination version would lose.
 #[derive(Debug, Clone, PartialEq, Eq)]

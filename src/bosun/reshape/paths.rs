@@ -1,6 +1,6 @@
 //! Paths inside a document: keys and indexes, their text, and a document's leaves.
 
-use super::*;
+use serde_json::Value;
 
 /// One step of a path inside a document.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -10,7 +10,7 @@ pub enum Seg {
 }
 
 /// A path inside a document, as keys and indexes (never joined text: a key may hold a `.`).
-pub type Path = Vec<Seg>;
+pub type DocPath = Vec<Seg>;
 
 /// A path for messages: `spec.target.name`, `spec.data[0]`, and `["a.b"]` for a key that is
 /// not a plain word.
@@ -43,8 +43,8 @@ pub fn path_text(path: &[Seg]) -> String {
 
 /// Every leaf (scalar, empty object, empty list) of a document with its path, `apiVersion`,
 /// `kind` and `metadata` excluded (the identity rule covers them).
-pub fn leaf_paths(document: &Value) -> Vec<(Path, Value)> {
-    fn walk(value: &Value, path: &mut Path, out: &mut Vec<(Path, Value)>) {
+pub fn leaf_paths(document: &Value) -> Vec<(DocPath, Value)> {
+    fn walk(value: &Value, path: &mut DocPath, out: &mut Vec<(DocPath, Value)>) {
         match value {
             Value::Object(map) if !map.is_empty() => {
                 for (key, child) in map {

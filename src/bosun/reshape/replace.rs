@@ -1,6 +1,6 @@
 //! Writing an accepted document back into its file, unless YAML 1.1 could read it otherwise.
 
-use super::*;
+use serde_json::Value;
 
 /// `text` with the document that parses as `object` (same apiVersion, kind, name and
 /// namespace) replaced by `yaml`. The document's `---` line and the comment lines before and

@@ -1,6 +1,8 @@
 //! The request of a reshape call: its instructions, prompt and reply schema.
 
-use super::*;
+use serde_json::{Value, json};
+
+use super::loss::Loss;
 
 /// The JSON Schema of a reshape reply.
 pub fn reply_schema() -> Value {

@@ -1,7 +1,13 @@
 //! Tests of `reshape`.
 
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
 use super::*;
-use serde_json::json;
+use crate::bosun::applier::Rewrite;
+use crate::gate::rules::DroppedServedVersion;
+use crate::render::Rendering;
 
 #[test]
 fn a_swap_whose_destination_schema_cannot_be_found_is_a_loss_not_a_pass() {

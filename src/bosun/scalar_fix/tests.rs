@@ -1,4 +1,6 @@
-//! Tests of `mechanical`.
+//! Tests of `scalar_fix`.
+
+use serde_json::json;
 
 use super::*;
 use crate::gate::report::{self, Summary, SummaryChart, SummaryImage, machine_block};

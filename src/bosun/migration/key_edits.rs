@@ -1,6 +1,10 @@
 //! Applying an accepted proposal: key-level edits on each key's own lines, read back and compared.
 
-use super::*;
+use serde_json::{Map, Value};
+
+use super::planning::values_of;
+use super::{Refused, rule};
+use crate::yaml;
 
 /// The key-level edits that turn `text` (whose values are `original`) into `proposal`:
 /// renames, then sets, then additions, then removals; then the file is read back and compared

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::applier;
-use super::classify::{self, Handoff, Path as TriagePath, Situation};
+use super::classify::{self, Handoff, Route, Situation};
 use super::config::{Config, InventoryConfig};
 use super::explain;
 use super::repair;
@@ -33,8 +33,6 @@ mod verdict;
 
 pub use self::comments::attempts_of;
 pub use self::setup::render_config;
-/// The planners the evals call by their triage names.
-pub use super::repair::{fix_plan, migration_plan};
 
 use self::comments::refused_value_places;
 use self::git_ops::git;

@@ -1,39 +1,36 @@
-//! The mechanical fix: a red the render proves, that a scalar fixes. Today that is
-//! `kind-not-served-on-cluster` (a chart renders a kind its cluster does not serve, typically
-//! because a new chart default turned it on). Bosun builds an inventory of editable keys (each
-//! leaf of the values files the Applications layer, each chart default that changed, settable
-//! in any of those files, and each version-shaped line of the YAML files the pull request
-//! changed); a model classifies and selects edits from it; the harness enforces what the
-//! prompt only describes: the key is in the inventory, the value is a scalar, a version-shaped
-//! value is one the gate's report names in a machine block (never in its prose), a string comes from the report or the chart's
-//! defaults, the file still holds the value the inventory saw, and the edited file reads back
-//! with that one key changed. The gate re-runs and judges the result.
+//! The scalar fix (the "mechanical fix" of Bosun's comments and docs): a red the render proves,
+//! that a scalar fixes. Today that is `kind-not-served-on-cluster` (a chart renders a kind its
+//! cluster does not serve, typically because a new chart default turned it on). Bosun builds an
+//! inventory of editable keys (each leaf of the values files the Applications layer, each chart
+//! default that changed, settable in any of those files, and each version-shaped line of the YAML
+//! files the pull request changed); a model classifies and selects edits from it; the harness
+//! enforces what the prompt only describes: the key is in the inventory, the value is a scalar, a
+//! version-shaped value is one the gate's report names in a machine block (never in its prose), a
+//! string comes from the report or the chart's defaults, the file still holds the value the
+//! inventory saw, and the edited file reads back with that one key changed. The gate re-runs and
+//! judges the result.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::applier::Rewrite;
 use super::classify::Handoff;
-use super::repair::Refusal;
 use crate::gate::rules::NotServed;
 use crate::model::{Refusal as ModelRefusal, Reply};
-use crate::render::Rendering;
-use crate::render::charts::{self, ChartRef};
 use crate::yaml::edit::{self, Segment};
 
-mod apply;
 mod harness;
 mod inventory;
 mod prompt;
+mod rewrite;
 
-pub use self::apply::rewrite;
 pub use self::harness::{Edit, check_reply, check_reply_without};
 pub use self::inventory::{
     AppInputs, build, changed_defaults, plan, version_shaped, versions_named,
 };
 pub use self::prompt::{SYSTEM, reply_schema};
+pub use self::rewrite::rewrite;
 
 /// The harness's rules, by the name a refusal gives.
 pub mod rule {
@@ -122,7 +119,7 @@ fn value_at<'a>(value: &'a Value, key: &[Segment]) -> Option<&'a Value> {
     Some(node)
 }
 
-/// What the mechanical fix decided.
+/// What the scalar fix decided.
 pub struct Prepared {
     pub rewrites: Vec<Rewrite>,
     pub edits: Vec<Edit>,

@@ -1,6 +1,13 @@
 //! Applying the accepted edits on each key's own line, read back; and each edit's comment line.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value};
+
+use super::harness::Edit;
+use super::{Fix, Refused, key_text, rule};
+use crate::bosun::applier::Rewrite;
+use crate::yaml::edit::{self, Segment};
 
 fn set_in(value: &mut Value, key: &[Segment], to: Value) -> bool {
     let Some((last, parents)) = key.split_last() else {

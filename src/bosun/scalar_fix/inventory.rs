@@ -1,6 +1,17 @@
 //! The inventory of editable keys, and the values each key may take.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::{ChangedDefault, ChangedFile, Editable, Fix, MAX_INVENTORY, key_text, value_at};
+use crate::bosun::classify::Handoff;
+use crate::bosun::repair::Refusal;
+use crate::gate::rules::NotServed;
+use crate::render::Rendering;
+use crate::render::charts::{self, ChartRef};
+use crate::yaml::edit::Segment;
 
 fn strings(key: &[String]) -> Vec<Segment> {
     key.iter().map(|k| Segment::Key(k.clone())).collect()

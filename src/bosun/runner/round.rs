@@ -158,12 +158,12 @@ impl Bosun {
             attempt_cap: self.config.attempt_cap,
         };
         match classify::classify(&situation) {
-            TriagePath::Wait(why) => {
+            Route::Wait(why) => {
                 run.say(format!("waiting: {why}"));
                 run.path = "wait".into();
                 Ok(Some(format!("waiting: {why}")))
             }
-            path @ (TriagePath::Green | TriagePath::WorthALook(_)) => {
+            path @ (Route::Green | Route::WorthALook(_)) => {
                 // The maintainers' release notes for the images the change moves; notes that
                 // describe a manual step make a green gate worth a look.
                 let (notes, mut manual, quoted) =
@@ -202,17 +202,17 @@ impl Bosun {
                     None => notes,
                 };
                 let path = match path {
-                    TriagePath::WorthALook(mut reasons) => {
+                    Route::WorthALook(mut reasons) => {
                         reasons.extend(manual);
-                        TriagePath::WorthALook(reasons)
+                        Route::WorthALook(reasons)
                     }
-                    TriagePath::Green if !manual.is_empty() => TriagePath::WorthALook(manual),
+                    Route::Green if !manual.is_empty() => Route::WorthALook(manual),
                     other => other,
                 };
                 self.green(slug, number, pr, report.as_ref(), path, &notes, run)
                     .await
             }
-            TriagePath::Escalate(line) => {
+            Route::Escalate(line) => {
                 self.comment(slug, number, &format!("{line}\n")).await?;
                 self.label(slug, number, &self.config.labels.needs_human)
                     .await?;
@@ -225,7 +225,7 @@ impl Bosun {
                     "escalated: no values to change in this repository".into(),
                 ))
             }
-            TriagePath::Handoff(mut handoff) => {
+            Route::Handoff(mut handoff) => {
                 // A values schema refusal names keys: point at the files that set them.
                 let places = refused_value_places(checkout, &pr.head_sha, &handoff.fact);
                 if !places.is_empty() {
@@ -235,7 +235,7 @@ impl Bosun {
                     .await
                     .map(Some)
             }
-            TriagePath::Swap(dropped) => {
+            Route::Swap(dropped) => {
                 self.repair(
                     slug,
                     config,
@@ -249,7 +249,7 @@ impl Bosun {
                 )
                 .await
             }
-            TriagePath::Fix(not_served) => {
+            Route::Fix(not_served) => {
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
@@ -267,7 +267,7 @@ impl Bosun {
                 )
                 .await
             }
-            TriagePath::Migrate(_) => {
+            Route::Migrate(_) => {
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())

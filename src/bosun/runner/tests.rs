@@ -1,4 +1,4 @@
-//! Tests of `triage`.
+//! Tests of `runner`.
 
 use super::*;
 

@@ -151,9 +151,9 @@ impl Bosun {
     }
 
     /// One model call for a short summary of a green change, counted with the other calls of
-    /// this head; the harness (`summary::check`) lets it through only when every version,
-    /// image, key and kind it names is in the report or the notes. None otherwise (the
-    /// deterministic explanation stands alone).
+    /// this head; the harness (`green_summary::check`) lets it through only when every
+    /// version, image, key and kind it names is in the report or the notes. None otherwise
+    /// (the deterministic explanation stands alone).
     pub(super) async fn model_summary(
         &self,
         slug: &RepoSlug,
@@ -170,15 +170,17 @@ impl Bosun {
             run.say("no model summary: the model-call cap is used");
             return Ok(None);
         }
-        let material = crate::bosun::summary::material(
+        let material = crate::bosun::green_summary::material(
             summary,
             &report.verdict,
             quoted,
             &self.config.model.redaction(),
         );
-        let reply = model.call(&crate::bosun::summary::request(&material)).await;
+        let reply = model
+            .call(&crate::bosun::green_summary::request(&material))
+            .await;
         match reply.map_err(|r| r.to_string()).and_then(|reply| {
-            crate::bosun::summary::check(&reply.value, &material)
+            crate::bosun::green_summary::check(&reply.value, &material)
                 .map_err(|r| format!("rule {}: {}", r.rule, r.detail))
         }) {
             Ok((text, step)) => {
@@ -187,7 +189,7 @@ impl Bosun {
                 // never under the "checked" line (the grounding rule reads no note).
                 let quiet = |t: &str| report::text(t).replace('@', "@\u{200b}");
                 let (own, taken): (Vec<_>, Vec<_>) =
-                    crate::bosun::summary::sentences(&text, &material)
+                    crate::bosun::green_summary::sentences(&text, &material)
                         .into_iter()
                         .partition(|(_, quoted)| !quoted);
                 let own: Vec<String> = own.into_iter().map(|(s, _)| quiet(&s)).collect();
@@ -230,7 +232,7 @@ impl Bosun {
         number: u64,
         pr: &crate::forge::PullRequest,
         report: Option<&ParsedReport>,
-        path: TriagePath,
+        path: Route,
         notes: &str,
         run: &mut Run,
     ) -> Result<Option<String>, TriageError> {
@@ -238,7 +240,7 @@ impl Bosun {
             .and_then(|r| r.summary.as_ref().map(|s| explain::section(s, &r.verdict)))
             .map(|e| format!("{e}{notes}"));
         match path {
-            TriagePath::Green => {
+            Route::Green => {
                 run.path = if run.pushed.is_empty() {
                     "green".into()
                 } else {
@@ -275,7 +277,7 @@ impl Bosun {
                     )))
                 }
             }
-            TriagePath::WorthALook(reasons) => {
+            Route::WorthALook(reasons) => {
                 let mut body = String::new();
                 if let Some(repaired) = &run.repaired {
                     let _ = writeln!(

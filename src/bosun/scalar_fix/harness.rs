@@ -1,6 +1,10 @@
 //! The harness: the rules a mechanical-fix reply must pass, each refusing with a reason.
 
-use super::*;
+use serde_json::Value;
+
+use super::inventory::version_shaped;
+use super::{Fix, MAX_EDITS, Refused, key_text, rule, value_at};
+use crate::yaml::edit::Segment;
 
 fn clip(text: &str, max: usize) -> String {
     if text.chars().count() > max {
