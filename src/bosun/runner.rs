@@ -1,26 +1,21 @@
-//! One triage of one pull request: run the gate (the same code path as `gate publish`), read
-//! the verdict back from the published report only, classify, act, and repeat on the commit a
-//! repair pushed until the gate has judged it.
+//! Bosun's runner of a triage: one pull request, round by round. Each round runs the gate (the
+//! same code path as `gate publish`), reads the verdict back from the published report only,
+//! classifies, acts, and repeats on the commit a repair pushed until the gate has judged it.
+//!
+//! Its rooms: round.rs the entry and dispatch; setup.rs the render setup (free functions);
+//! verdict.rs the gate's published verdict read back (free functions); comments.rs Bosun's
+//! words on the pull request (comment, labels, status, hand-offs); model_calls.rs the model-call
+//! caps (free functions); green.rs the green paths; sink.rs the forge as a repair's sink;
+//! git_ops.rs the checkouts and the git run on them (`Checkouts`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::applier;
-use super::classify::{self, Handoff, Route, Situation};
-use super::config::{Config, InventoryConfig};
-use super::explain;
-use super::repair;
-use crate::forge::{CommitStatus, Forge, ForgeError, RepoSlug, StatusState, upsert_marked_comment};
-use crate::gate::publish::{self, CHECK_NAME};
-use crate::gate::report::{self, MARKER, ParsedReport};
-use crate::git::Snapshot;
-use crate::render::cache::RenderCache;
-use crate::render::charts::{self, ChartPulls};
-use crate::render::inventory::Inventory;
+use super::config::Config;
+use crate::forge::{Forge, ForgeError, RepoSlug};
 use crate::render::tools::Tool;
-use crate::render::{self, RenderConfig};
 
 mod comments;
 mod git_ops;
@@ -34,15 +29,7 @@ mod verdict;
 pub use self::comments::attempts_of;
 pub use self::setup::render_config;
 
-use self::comments::refused_value_places;
-use self::git_ops::git;
-
-#[cfg(test)]
-use self::git_ops::CREDENTIAL_HELPER;
-#[cfg(test)]
-use self::model_calls::{
-    MODEL_CALLS_COMMENT, MODEL_CALLS_MARK, calls_allowed, model_calls_body, model_calls_made,
-};
+use self::git_ops::Checkouts;
 
 /// The marker of Bosun's own comment (one per pull request, updated in place).
 pub const COMMENT_MARKER: &str = "<!-- bosun:triage v1 -->";
@@ -102,6 +89,8 @@ impl Run {
     }
 }
 
+/// Bosun as a triage runs it: bosun.yaml, the forge and the login its token acts as, the tools,
+/// the work folder, the model and the release-notes reader.
 pub struct Bosun {
     pub config: Config,
     pub forge: Arc<dyn Forge>,
@@ -118,6 +107,27 @@ pub struct Bosun {
     pub model: Option<Arc<dyn crate::model::Model>>,
     /// The release-notes reader (`releaseNotes.enabled: false`: None), with its caches.
     pub notes: Option<Arc<super::notes::Notes>>,
+}
+
+impl Bosun {
+    /// Bosun's checkouts in its work folder, and the git it runs on them with its token.
+    fn checkouts(&self) -> Checkouts<'_> {
+        Checkouts {
+            config: &self.config,
+            workdir: &self.workdir,
+            token: &self.token,
+        }
+    }
+}
+
+/// `error` with Bosun's forge token taken out (git echoes URLs, forges echo requests).
+fn scrubbed(error: TriageError, token: &str) -> TriageError {
+    let text = error.to_string();
+    if !token.is_empty() && text.contains(token) {
+        TriageError::Git(text.replace(token, "***"))
+    } else {
+        error
+    }
 }
 
 fn short(sha: &str) -> &str {

@@ -1,8 +1,36 @@
-//! Bosun's comment, labels and hand-offs to a person; attempts and refused values.
+//! Bosun's words on a pull request: its comment, labels, status and hand-offs to a person;
+//! attempts and refused values.
 
-use super::*;
+use std::path::Path;
+
+use super::git_ops::git;
+use super::{Bosun, COMMENT_MARKER, Run, STATUS_CONTEXT, TriageError, short};
+use crate::bosun::classify::{self, Handoff};
+use crate::bosun::config::Config;
+use crate::forge::{CommitStatus, PullRequest, RepoSlug, StatusState, upsert_marked_comment};
 
 impl Bosun {
+    /// Bosun's own status on a commit (never a failure). A forge that refuses it is logged,
+    /// never an error.
+    pub(super) async fn status(
+        &self,
+        slug: &RepoSlug,
+        sha: &str,
+        state: StatusState,
+        description: &str,
+    ) {
+        let status = CommitStatus {
+            context: STATUS_CONTEXT.into(),
+            state,
+            // GitHub caps a status description at 140 characters.
+            description: description.chars().take(140).collect(),
+            creator: String::new(),
+        };
+        if let Err(e) = self.forge.set_status(slug, sha, &status).await {
+            tracing::warn!("cannot set the bosun status on {sha}: {e}");
+        }
+    }
+
     pub(super) async fn comment(
         &self,
         slug: &RepoSlug,
@@ -105,29 +133,28 @@ impl Bosun {
         .await;
         Ok(())
     }
+}
 
-    /// The handoff when the pull request's head branch is the default or the base branch
-    /// (`open` and `choice` as the repair words them).
-    pub(super) fn protected_branch(
-        &self,
-        slug: &RepoSlug,
-        pr: &crate::forge::PullRequest,
-        (open, choice): (&str, &str),
-    ) -> Option<Handoff> {
-        let default_branch = self
-            .config
-            .repository(slug)
-            .map(|r| r.default_branch.clone())
-            .unwrap_or_default();
-        (pr.head_ref == default_branch || pr.head_ref == pr.base_ref).then(|| Handoff {
-            open: open.into(),
-            choice: choice.into(),
-            fact: format!(
-                "the pull request's head branch is {}, and Bosun never pushes to the default or the base branch",
-                pr.head_ref
-            ),
-        })
-    }
+/// The handoff when the pull request's head branch is the default branch `config` names for
+/// the repository or the base branch (`open` and `choice` as the repair words them).
+pub(super) fn protected_branch(
+    config: &Config,
+    slug: &RepoSlug,
+    pr: &PullRequest,
+    (open, choice): (&str, &str),
+) -> Option<Handoff> {
+    let default_branch = config
+        .repository(slug)
+        .map(|r| r.default_branch.clone())
+        .unwrap_or_default();
+    (pr.head_ref == default_branch || pr.head_ref == pr.base_ref).then(|| Handoff {
+        open: open.into(),
+        choice: choice.into(),
+        fact: format!(
+            "the pull request's head branch is {}, and Bosun never pushes to the default or the base branch",
+            pr.head_ref
+        ),
+    })
 }
 
 /// Repairs already pushed, from the attempt labels: the highest N of `<prefix>N`, or how many

@@ -1,6 +1,12 @@
-//! Git for a triage: credentials, the checkout, token scrubbing, commit and push.
+//! Git for a triage: Bosun's checkouts (`Checkouts`), credentials given to one git process at a
+//! time, commit as Bosun and push without force.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{TriageError, scrubbed};
+use crate::bosun::applier::Rewrite;
+use crate::bosun::config::Config;
+use crate::forge::RepoSlug;
 use crate::git::{Git, GitError};
 
 /// git on the checkout: nothing of the repository's configuration, hooks or attributes runs
@@ -59,8 +65,27 @@ fn git_as(dir: &Path, args: &[&str], access: Access<'_>) -> Result<String, Triag
         })
 }
 
-impl Bosun {
-    fn checkout_dir(&self, slug: &RepoSlug) -> PathBuf {
+/// `sha` checked out detached and clean in `checkout` (nothing of an earlier repair left).
+pub(super) fn detach_clean(checkout: &Path, sha: &str) -> Result<(), TriageError> {
+    git(
+        checkout,
+        &["checkout", "--quiet", "--force", "--detach", sha],
+    )?;
+    git(checkout, &["clean", "--quiet", "-fdx"])?;
+    Ok(())
+}
+
+/// Bosun's clones of its repositories, `<workdir>/checkouts/<owner>/<name>`, and the git it runs
+/// on them: the forge's token goes to a git process that talks to the forge, and to no other.
+pub(super) struct Checkouts<'a> {
+    pub(super) config: &'a Config,
+    pub(super) workdir: &'a Path,
+    /// Bosun's forge token (for git over HTTPS; empty when there is none).
+    pub(super) token: &'a str,
+}
+
+impl Checkouts<'_> {
+    fn dir(&self, slug: &RepoSlug) -> PathBuf {
         self.workdir
             .join("checkouts")
             .join(&slug.owner)
@@ -68,8 +93,8 @@ impl Bosun {
     }
 
     /// A clone of the repository, fetched up to date.
-    pub(super) fn checkout(&self, slug: &RepoSlug) -> Result<PathBuf, TriageError> {
-        let dir = self.checkout_dir(slug);
+    pub(super) fn fetch(&self, slug: &RepoSlug) -> Result<PathBuf, TriageError> {
+        let dir = self.dir(slug);
         let remote = self.config.git_remote(slug);
         if !dir.join(".git").exists() {
             std::fs::create_dir_all(&dir).map_err(|e| TriageError::Git(e.to_string()))?;
@@ -79,7 +104,7 @@ impl Bosun {
             // Also rewrites a URL an older Bosun stored with the token in it.
             git(&dir, &["remote", "set-url", "origin", &remote.url])?;
         }
-        self.git_remote_command(
+        self.remote(
             &dir,
             &[
                 "fetch",
@@ -94,36 +119,21 @@ impl Bosun {
     }
 
     /// A git command that talks to the forge: the token goes to that process only.
-    fn git_remote_command(
-        &self,
-        dir: &Path,
-        args: &[&str],
-        slug: &RepoSlug,
-    ) -> Result<String, TriageError> {
+    fn remote(&self, dir: &Path, args: &[&str], slug: &RepoSlug) -> Result<String, TriageError> {
         let remote = self.config.git_remote(slug);
         let credentials = remote
             .username
             .as_deref()
             .filter(|_| !self.token.is_empty())
-            .map(|user| (remote.url.as_str(), user, self.token.as_str()));
-        git_as(dir, args, Access::Remote(credentials)).map_err(|e| self.scrub(e))
-    }
-
-    /// An error with Bosun's token taken out (git echoes URLs, forges echo requests).
-    pub(super) fn scrub(&self, error: TriageError) -> TriageError {
-        let text = error.to_string();
-        if !self.token.is_empty() && text.contains(&self.token) {
-            TriageError::Git(text.replace(&self.token, "***"))
-        } else {
-            error
-        }
+            .map(|user| (remote.url.as_str(), user, self.token));
+        git_as(dir, args, Access::Remote(credentials)).map_err(|e| scrubbed(e, self.token))
     }
 
     /// Commits the written rewrites as Bosun. Returns the commit.
     pub(super) fn commit(
         &self,
         checkout: &Path,
-        rewrites: &[applier::Rewrite],
+        rewrites: &[Rewrite],
         message: &str,
     ) -> Result<String, TriageError> {
         let identity = &self.config.commit;
@@ -158,28 +168,24 @@ impl Bosun {
         })
     }
 
-    /// Counts the attempt (label `attempt`) and pushes the checkout's HEAD to the pull
-    /// request's branch without force; a failed push puts the checkout back on `head`.
-    pub(super) async fn push(
+    /// Pushes the checkout's HEAD to `branch` without force; a failed push puts the checkout
+    /// back on `head`.
+    pub(super) fn push(
         &self,
         slug: &RepoSlug,
         checkout: &Path,
-        pr: &crate::forge::PullRequest,
+        branch: &str,
         head: &str,
-        attempt: &str,
     ) -> Result<(), TriageError> {
-        // The attempt is counted before the push: a repair that lands always counts, whatever
-        // fails after it.
-        self.label(slug, pr.number, attempt).await?;
         // No force: if the branch moved since the gate read it, the push fails and the
         // branch stays as it is.
-        if let Err(e) = self.git_remote_command(
+        if let Err(e) = self.remote(
             checkout,
             &[
                 "push",
                 "--quiet",
                 "origin",
-                &format!("HEAD:refs/heads/{}", pr.head_ref),
+                &format!("HEAD:refs/heads/{branch}"),
             ],
             slug,
         ) {
@@ -190,55 +196,5 @@ impl Bosun {
             return Err(e);
         }
         Ok(())
-    }
-
-    /// Where a repair starts: the pull request's head checked out detached and clean in the
-    /// checkout `config` renders, and a copy of `config` with a fresh parsed store (the
-    /// checkout changed). A protected branch is handed to a person instead (`Err`, with what
-    /// `hand_off` returned; `protected` is its open and choice).
-    pub(super) async fn head_checkout(
-        &self,
-        slug: &RepoSlug,
-        config: &RenderConfig,
-        pr: &crate::forge::PullRequest,
-        protected: (&str, &str),
-        run: &mut Run,
-    ) -> Result<Result<RenderConfig, String>, TriageError> {
-        if let Some(handoff) = self.protected_branch(slug, pr, protected) {
-            return self
-                .hand_off(slug, pr.number, &handoff, &[], run)
-                .await
-                .map(Err);
-        }
-        let checkout = config.repo_dir.as_path();
-        git(
-            checkout,
-            &["checkout", "--quiet", "--force", "--detach", &pr.head_sha],
-        )?;
-        git(checkout, &["clean", "--quiet", "-fdx"])?;
-        let mut head_config = config.clone();
-        head_config.parsed = Default::default();
-        Ok(Ok(head_config))
-    }
-
-    /// After a push: the commit is recorded on the run and must be the pull request's head
-    /// as the forge now reports it (`pr` is read again).
-    pub(super) async fn confirm_push(
-        &self,
-        slug: &RepoSlug,
-        pr: &mut crate::forge::PullRequest,
-        commit: String,
-        run: &mut Run,
-    ) -> Result<Option<String>, TriageError> {
-        run.pushed.push(commit.clone());
-        *pr = self.forge.pull_request(slug, pr.number).await?;
-        if pr.head_sha != commit {
-            return Err(TriageError::Git(format!(
-                "pushed {} but the pull request's head is {}",
-                short(&commit),
-                short(&pr.head_sha)
-            )));
-        }
-        Ok(None)
     }
 }

@@ -1,7 +1,16 @@
 //! The triage entry and dispatch: round by round, each verdict classified and acted on.
 
-use super::*;
+use super::comments::{attempts_of, refused_value_places};
+use super::green::release_notes;
+use super::setup::{chart_pulls, inventory, render_config};
+use super::verdict::{check_published, published_report};
+use super::{Bosun, Run, TriageError, scrubbed, short};
+use crate::bosun::classify::{self, Route, Situation};
 use crate::bosun::repair::Work;
+use crate::forge::{PullRequest, RepoSlug, StatusState};
+use crate::gate::publish;
+use crate::gate::verdict::Outcome;
+use crate::render::RenderConfig;
 
 impl Bosun {
     /// Triage one pull request until the gate has judged its latest head.
@@ -73,7 +82,7 @@ impl Bosun {
                 Ok(Some(description)) => description,
                 Ok(None) => continue, // a repair was pushed: judge the new head
                 Err(e) => {
-                    let e = self.scrub(e);
+                    let e = scrubbed(e, &self.token);
                     // Never a failure: say what went wrong and leave the verdict to the gate.
                     self.status(slug, &head, StatusState::Success, &format!("stopped: {e}"))
                         .await;
@@ -95,12 +104,28 @@ impl Bosun {
         Ok(run)
     }
 
+    /// The repository fetched and the render configuration with the live inventory.
+    async fn prepare(&self, slug: &RepoSlug, url: &str) -> Result<RenderConfig, TriageError> {
+        let checkout = self.checkouts().fetch(slug)?;
+        let inventory = inventory(&self.config.inventory, self.kube.as_ref()).await?;
+        let pulls = chart_pulls(&self.config, slug, &checkout)?;
+        Ok(render_config(
+            &self.config,
+            &self.workdir,
+            (&self.helm, self.kubectl.as_ref()),
+            &checkout,
+            url,
+            inventory,
+            pulls,
+        ))
+    }
+
     /// One round: gate, read, classify, act. `Ok(None)`: a repair was pushed (pr updated).
     async fn round(
         &self,
         slug: &RepoSlug,
         config: &RenderConfig,
-        pr: &mut crate::forge::PullRequest,
+        pr: &mut PullRequest,
         run: &mut Run,
     ) -> Result<Option<String>, TriageError> {
         let number = pr.number;
@@ -133,19 +158,22 @@ impl Bosun {
         };
         // Triage reads the verdict only from what was published, and judges it against the
         // pull request as it is now (a person may have pushed meanwhile).
-        let published_report = self.published_report(slug, number, published).await?;
+        let author = self.config.gate_author(&self.me);
+        let found = published_report(self.forge.as_ref(), author, slug, number, published).await?;
         *pr = self.forge.pull_request(slug, number).await?;
-        let checked = self
-            .check_published(
-                slug,
-                &pr.head_sha,
-                published_report.as_ref().map(|(_, d, _)| d.as_str()),
-                published_report.as_ref().is_some_and(|(r, _, _)| {
-                    r.verdict.outcome == crate::gate::verdict::Outcome::Green
-                }),
-            )
-            .await?;
-        let (report, body) = match published_report {
+        let checked = check_published(
+            self.forge.as_ref(),
+            author,
+            &self.me,
+            slug,
+            &pr.head_sha,
+            found.as_ref().map(|(_, d, _)| d.as_str()),
+            found
+                .as_ref()
+                .is_some_and(|(r, _, _)| r.verdict.outcome == Outcome::Green),
+        )
+        .await?;
+        let (report, body) = match found {
             Some((report, _, body)) => (Some(report), body),
             None => (None, String::new()),
         };
@@ -168,7 +196,7 @@ impl Bosun {
                 // describe a manual step make a green gate worth a look.
                 let (notes, mut manual, quoted) =
                     match report.as_ref().and_then(|r| r.summary.as_ref()) {
-                        Some(summary) => self.release_notes(summary, run).await,
+                        Some(summary) => release_notes(self.notes.as_deref(), summary, run).await,
                         None => (String::new(), Vec::new(), Vec::new()),
                     };
                 // With a model: a short summary, checked against the report and the notes.
@@ -180,7 +208,7 @@ impl Bosun {
                         if self.model.is_some()
                             && r.summary.is_some()
                             && run.pushed.is_empty()
-                            && !self.own_repair(checkout, &pr.head_sha) =>
+                            && !self.checkouts().own_repair(checkout, &pr.head_sha) =>
                     {
                         self.model_summary(slug, number, &pr.head_sha, r, &quoted, run)
                             .await?

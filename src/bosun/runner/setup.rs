@@ -1,6 +1,16 @@
 //! The render setup of a triage: render configuration, live inventory, chart pulls.
 
-use super::*;
+use std::path::Path;
+
+use super::TriageError;
+use crate::bosun::config::{Config, InventoryConfig};
+use crate::forge::RepoSlug;
+use crate::git::Snapshot;
+use crate::render::cache::RenderCache;
+use crate::render::charts::{self, ChartPulls};
+use crate::render::inventory::Inventory;
+use crate::render::tools::Tool;
+use crate::render::{self, RenderConfig};
 
 /// How Bosun renders a checkout (a triage's or `bosun repair`'s): its chart mirror, render
 /// cache and limits from bosun.yaml, the tools it found.
@@ -44,83 +54,59 @@ pub fn render_config(
     }
 }
 
-impl Bosun {
-    async fn inventory(&self) -> Result<Inventory, TriageError> {
-        match &self.config.inventory {
-            InventoryConfig::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    TriageError::Inventory(format!("cannot read {}: {e}", path.display()))
-                })?;
-                Inventory::parse(&text, &path.display().to_string())
-                    .map_err(|e| TriageError::Inventory(e.to_string()))
+/// The cluster inventory `config` names: a file, Argo CD's API (its token from the environment
+/// variable named), or Argo CD's cluster Secrets read through `kube`.
+pub(super) async fn inventory(
+    config: &InventoryConfig,
+    kube: Option<&kube::Client>,
+) -> Result<Inventory, TriageError> {
+    match config {
+        InventoryConfig::File(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                TriageError::Inventory(format!("cannot read {}: {e}", path.display()))
+            })?;
+            Inventory::parse(&text, &path.display().to_string())
+                .map_err(|e| TriageError::Inventory(e.to_string()))
+        }
+        InventoryConfig::Argocd { server, token_env } => {
+            let token = std::env::var(token_env).unwrap_or_default();
+            if token.is_empty() {
+                return Err(TriageError::Inventory(format!(
+                    "inventory.argocd: no token: set ${token_env}"
+                )));
             }
-            InventoryConfig::Argocd { server, token_env } => {
-                let token = std::env::var(token_env).unwrap_or_default();
-                if token.is_empty() {
-                    return Err(TriageError::Inventory(format!(
-                        "inventory.argocd: no token: set ${token_env}"
-                    )));
-                }
-                Inventory::fetch_argocd(server, &token)
-                    .await
-                    .map_err(|e| TriageError::Inventory(e.to_string()))
-            }
-            InventoryConfig::Kubernetes { namespace } => {
-                let client = self.kube.clone().ok_or_else(|| {
-                    TriageError::Inventory("no Kubernetes client configured".into())
-                })?;
-                Inventory::read_cluster_secrets(client, namespace)
-                    .await
-                    .map_err(|e| TriageError::Inventory(e.to_string()))
-            }
+            Inventory::fetch_argocd(server, &token)
+                .await
+                .map_err(|e| TriageError::Inventory(e.to_string()))
+        }
+        InventoryConfig::Kubernetes { namespace } => {
+            let client = kube
+                .cloned()
+                .ok_or_else(|| TriageError::Inventory("no Kubernetes client configured".into()))?;
+            Inventory::read_cluster_secrets(client, namespace)
+                .await
+                .map_err(|e| TriageError::Inventory(e.to_string()))
         }
     }
+}
 
-    fn render_config(
-        &self,
-        checkout: &Path,
-        url: &str,
-        inventory: Inventory,
-        chart_pulls: ChartPulls,
-    ) -> RenderConfig {
-        render_config(
-            &self.config,
-            &self.workdir,
-            (&self.helm, self.kubectl.as_ref()),
-            checkout,
-            url,
-            inventory,
-            chart_pulls,
-        )
+/// The repositories a missing chart may be pulled from: `charts.pullFrom`, or every repository
+/// the default branch names (read in `checkout`).
+pub(super) fn chart_pulls(
+    config: &Config,
+    slug: &RepoSlug,
+    checkout: &Path,
+) -> Result<ChartPulls, TriageError> {
+    if let Some(list) = &config.charts.pull_from {
+        return Ok(ChartPulls::Only(
+            list.iter().map(|u| charts::allowlist_key(u)).collect(),
+        ));
     }
-
-    /// The repository fetched and the render configuration with the live inventory.
-    pub(super) async fn prepare(
-        &self,
-        slug: &RepoSlug,
-        url: &str,
-    ) -> Result<RenderConfig, TriageError> {
-        let checkout = self.checkout(slug)?;
-        let inventory = self.inventory().await?;
-        let pulls = self.chart_pulls(slug, &checkout)?;
-        Ok(self.render_config(&checkout, url, inventory, pulls))
-    }
-
-    /// The repositories a missing chart may be pulled from: `charts.pullFrom`, or every
-    /// repository the default branch names.
-    fn chart_pulls(&self, slug: &RepoSlug, checkout: &Path) -> Result<ChartPulls, TriageError> {
-        if let Some(list) = &self.config.charts.pull_from {
-            return Ok(ChartPulls::Only(
-                list.iter().map(|u| charts::allowlist_key(u)).collect(),
-            ));
-        }
-        let branch = self
-            .config
-            .repository(slug)
-            .map(|r| r.default_branch.clone())
-            .unwrap_or_else(|| "main".into());
-        let snapshot = Snapshot::load(checkout, &format!("refs/remotes/origin/{branch}"))
-            .map_err(|e| TriageError::Git(format!("the default branch {branch}: {e}")))?;
-        Ok(ChartPulls::Only(charts::repositories_named(&snapshot)))
-    }
+    let branch = config
+        .repository(slug)
+        .map(|r| r.default_branch.clone())
+        .unwrap_or_else(|| "main".into());
+    let snapshot = Snapshot::load(checkout, &format!("refs/remotes/origin/{branch}"))
+        .map_err(|e| TriageError::Git(format!("the default branch {branch}: {e}")))?;
+    Ok(ChartPulls::Only(charts::repositories_named(&snapshot)))
 }

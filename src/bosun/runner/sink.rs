@@ -2,8 +2,18 @@
 //! renders, then run by the one executor (`repair::execute`) with the forge as its sink:
 //! commit as Bosun, count the attempt, push without force, comment.
 
-use super::*;
-use crate::bosun::repair::{Executed, Planning, Prepared, Refusal, Renders, Sink, Work};
+use std::path::Path;
+
+use super::comments::protected_branch;
+use super::git_ops::detach_clean;
+use super::{Bosun, Run, TriageError, model_calls, short};
+use crate::bosun::applier::Rewrite;
+use crate::bosun::repair::{
+    self, CapHit, Executed, Planning, Prepared, Refusal, Renders, Sink, Work,
+};
+use crate::forge::{PullRequest, RepoSlug};
+use crate::gate::check::Kept;
+use crate::render::RenderConfig;
 
 impl Bosun {
     /// Repairs what `work` names on the pull request's head, from the renders the round's
@@ -14,9 +24,9 @@ impl Bosun {
         &self,
         slug: &RepoSlug,
         config: &RenderConfig,
-        pr: &mut crate::forge::PullRequest,
+        pr: &mut PullRequest,
         work: Work,
-        kept: Option<crate::gate::check::Kept>,
+        kept: Option<Kept>,
         base: &str,
         report_body: &str,
         attempts: u32,
@@ -67,13 +77,58 @@ impl Bosun {
             Executed::Pushed(commit) => self.confirm_push(slug, pr, commit, run).await,
         }
     }
+
+    /// Where a repair starts: the pull request's head checked out detached and clean in the
+    /// checkout `config` renders, and a copy of `config` with a fresh parsed store (the
+    /// checkout changed). A protected branch is handed to a person instead (`Err`, with what
+    /// `hand_off` returned; `protected` is its open and choice).
+    async fn head_checkout(
+        &self,
+        slug: &RepoSlug,
+        config: &RenderConfig,
+        pr: &PullRequest,
+        protected: (&str, &str),
+        run: &mut Run,
+    ) -> Result<Result<RenderConfig, String>, TriageError> {
+        if let Some(handoff) = protected_branch(&self.config, slug, pr, protected) {
+            return self
+                .hand_off(slug, pr.number, &handoff, &[], run)
+                .await
+                .map(Err);
+        }
+        detach_clean(&config.repo_dir, &pr.head_sha)?;
+        let mut head_config = config.clone();
+        head_config.parsed = Default::default();
+        Ok(Ok(head_config))
+    }
+
+    /// After a push: the commit is recorded on the run and must be the pull request's head
+    /// as the forge now reports it (`pr` is read again).
+    async fn confirm_push(
+        &self,
+        slug: &RepoSlug,
+        pr: &mut PullRequest,
+        commit: String,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        run.pushed.push(commit.clone());
+        *pr = self.forge.pull_request(slug, pr.number).await?;
+        if pr.head_sha != commit {
+            return Err(TriageError::Git(format!(
+                "pushed {} but the pull request's head is {}",
+                short(&commit),
+                short(&pr.head_sha)
+            )));
+        }
+        Ok(None)
+    }
 }
 
 /// The forge as a repair's sink: the pull request's checkout, its branch, Bosun's comment.
 struct ForgeSink<'a> {
     bosun: &'a Bosun,
     slug: &'a RepoSlug,
-    pr: &'a crate::forge::PullRequest,
+    pr: &'a PullRequest,
     head: &'a str,
     checkout: &'a Path,
     attempts: u32,
@@ -99,13 +154,17 @@ impl Sink for ForgeSink<'_> {
         self.checkout
     }
 
-    async fn reserve(
-        &mut self,
-        needed: u32,
-    ) -> Result<Result<(), crate::bosun::repair::CapHit>, TriageError> {
-        self.bosun
-            .reserve_calls(self.slug, self.pr.number, self.head, needed)
-            .await
+    async fn reserve(&mut self, needed: u32) -> Result<Result<(), CapHit>, TriageError> {
+        model_calls::reserve(
+            self.bosun.forge.as_ref(),
+            &self.bosun.me,
+            &self.bosun.config.model,
+            self.slug,
+            self.pr.number,
+            self.head,
+            needed,
+        )
+        .await
     }
 
     fn say(&mut self, line: String) {
@@ -122,19 +181,23 @@ impl Sink for ForgeSink<'_> {
         TriageError::Write(error.to_string())
     }
 
-    async fn commit(
-        &mut self,
-        rewrites: &[applier::Rewrite],
-        message: &str,
-    ) -> Result<String, TriageError> {
-        self.bosun.commit(self.tree(), rewrites, message)
+    async fn commit(&mut self, rewrites: &[Rewrite], message: &str) -> Result<String, TriageError> {
+        self.bosun
+            .checkouts()
+            .commit(self.tree(), rewrites, message)
     }
 
+    /// Counts the attempt (its label), then pushes to the pull request's branch without force.
     async fn push(&mut self, _commit: &str) -> Result<(), TriageError> {
         let attempt = self.attempt();
+        // The attempt is counted before the push: a repair that lands always counts, whatever
+        // fails after it.
         self.bosun
-            .push(self.slug, self.tree(), self.pr, self.head, &attempt)
+            .label(self.slug, self.pr.number, &attempt)
             .await?;
+        self.bosun
+            .checkouts()
+            .push(self.slug, self.tree(), &self.pr.head_ref, self.head)?;
         self.run.repair_seconds = Some(self.started.elapsed().as_secs_f64());
         Ok(())
     }

@@ -1,6 +1,11 @@
 //! Tests of `runner`.
 
-use super::*;
+use super::COMMENT_MARKER;
+use super::comments::{attempts_of, refused_value_places};
+use super::git_ops::{CREDENTIAL_HELPER, git};
+use super::model_calls::{
+    MODEL_CALLS_COMMENT, MODEL_CALLS_MARK, calls_allowed, model_calls_body, model_calls_made,
+};
 
 /// `git credential fill` through Bosun's helper, for a protocol and host.
 fn fill(protocol: &str, host: &str) -> String {
