@@ -1,8 +1,16 @@
 //! The report's room for the `summary` block: what a change did, bounded and clipped.
 
-use super::*;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::blocks::machine_block;
+use crate::gate::diff::{CrdVersion, ObjectKey};
 use crate::gate::text::clip;
+use crate::gate::verdict::GateResult;
+use crate::names::{is_dns1035_label, is_dns1123_subdomain};
 
 /// What a change did, compactly, for a reader who explains a green gate (the `summary` block):
 /// the chart moves, the images whose tags moved, CRDs whose served versions changed or that
@@ -117,14 +125,14 @@ impl Summary {
         let mut images: Vec<SummaryImage> = Vec::new();
         let mut crds: Vec<SummaryCrd> = Vec::new();
         const RBAC: [&str; 4] = ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"];
-        let is_rbac = |k: &crate::gate::diff::ObjectKey| {
+        let is_rbac = |k: &ObjectKey| {
             k.group == "rbac.authorization.k8s.io" && RBAC.contains(&k.kind.as_str())
         };
-        let is_crd = |k: &crate::gate::diff::ObjectKey| {
+        let is_crd = |k: &ObjectKey| {
             k.group == "apiextensions.k8s.io" && k.kind == "CustomResourceDefinition"
         };
-        let mut seen_objects = std::collections::BTreeSet::new();
-        let mut diffs_read = std::collections::HashSet::new();
+        let mut seen_objects = BTreeSet::new();
+        let mut diffs_read = HashSet::new();
         for app in &result.diff.applications {
             for m in &app.chart_moves {
                 match charts
@@ -150,7 +158,7 @@ impl Summary {
             // Each object once across clusters (the same RBAC on three clusters is one change
             // to explain). Applications sharing one diff (one chart on many clusters) add
             // nothing after the first: it is read once.
-            if !diffs_read.insert(std::sync::Arc::as_ptr(&app.objects)) {
+            if !diffs_read.insert(Arc::as_ptr(&app.objects)) {
                 continue;
             }
             for key in &app.objects.added {
@@ -158,7 +166,7 @@ impl Summary {
                     summary.rbac_added += 1;
                 }
                 if is_crd(key)
-                    && crate::names::is_dns1123_subdomain(&key.name)
+                    && is_dns1123_subdomain(&key.name)
                     && seen_objects.insert(("+", key.clone()))
                 {
                     crds.push(SummaryCrd {
@@ -173,7 +181,7 @@ impl Summary {
                     summary.rbac_removed += 1;
                 }
                 if is_crd(key)
-                    && crate::names::is_dns1123_subdomain(&key.name)
+                    && is_dns1123_subdomain(&key.name)
                     && seen_objects.insert(("-", key.clone()))
                 {
                     crds.push(SummaryCrd {
@@ -209,7 +217,7 @@ impl Summary {
                     }
                 }
                 if let Some(crd) = &change.crd {
-                    let served = |v: &[crate::gate::diff::CrdVersion]| -> Vec<String> {
+                    let served = |v: &[CrdVersion]| -> Vec<String> {
                         v.iter()
                             .filter(|x| x.served)
                             .map(|x| clip_text(&x.name))
@@ -218,12 +226,12 @@ impl Summary {
                     let (before, after) = (served(&crd.before), served(&crd.after));
                     // A name Kubernetes would reject never reaches a machine block (the
                     // `crd-name-invalid` finding names it, quoted and cut, for people).
-                    let valid = crate::names::is_dns1123_subdomain(&change.object.name)
+                    let valid = is_dns1123_subdomain(&change.object.name)
                         && crd
                             .before
                             .iter()
                             .chain(&crd.after)
-                            .all(|v| crate::names::is_dns1035_label(&v.name));
+                            .all(|v| is_dns1035_label(&v.name));
                     if valid && before != after && seen_objects.insert(("~", change.object.clone()))
                     {
                         crds.push(SummaryCrd {
