@@ -129,6 +129,18 @@ pub fn images_of<V: std::borrow::Borrow<Value>>(objects: &[V]) -> Vec<String> {
     images.into_iter().collect()
 }
 
+/// What one round did to one Application.
+enum AppSync {
+    /// Its desired state moved, and it does not sync by itself.
+    OutOfSync,
+    /// Synced, but the API server refused one of its CRDs.
+    Failed,
+    /// Synced to a new render: the images it now runs and its health.
+    Moved(Vec<String>, &'static str),
+    /// Synced to what it ran already (or the first round).
+    Unchanged,
+}
+
 impl ArgoCd {
     pub fn new(config: RenderConfig, bare: PathBuf, branch: &str) -> ArgoCd {
         ArgoCd {
@@ -162,24 +174,7 @@ impl ArgoCd {
         if !self.degrading.is_empty()
             && let Some(resource) = Self::resource(kube)
         {
-            for (namespace, name) in std::mem::take(&mut self.degrading) {
-                let patched = kube.store().patch(
-                    &resource,
-                    &namespace,
-                    &name,
-                    crate::kube::store::PatchBody::Merge(
-                        json!({"status": {"health": {"status": "Degraded", "message": "back-off restarting failed container"}}}),
-                    ),
-                    &identity(),
-                    false,
-                );
-                if patched.is_ok() {
-                    transcript.say(
-                        "argocd",
-                        format!("{name}: Healthy -> Degraded (CrashLoopBackOff)"),
-                    );
-                }
-            }
+            self.degrade(kube, transcript, &resource);
             return true;
         }
         if self.synced.as_deref() == Some(revision.as_str()) {
@@ -187,29 +182,8 @@ impl ArgoCd {
         }
         let first = self.synced.is_none();
         self.synced = Some(revision.clone());
-        let mut config = self.config.clone();
-        // A fresh parsed-output store per sync: nothing accumulates over a scenario.
-        config.parsed = Default::default();
-        let at = revision.clone();
-        let job = move || render::render(&config, &at);
-        let rendering = match tokio::task::spawn_blocking(job).await {
-            Ok(Ok(rendering)) => rendering,
-            Ok(Err(failure)) => {
-                transcript.say(
-                    "argocd",
-                    format!(
-                        "{}@{}: ComparisonError: {}",
-                        self.branch,
-                        &revision[..7],
-                        failure.to_string().lines().next().unwrap_or("")
-                    ),
-                );
-                return true;
-            }
-            Err(e) => {
-                transcript.say("argocd", format!("render task failed: {e}"));
-                return true;
-            }
+        let Some(rendering) = self.render_at(&revision, transcript).await else {
+            return true;
         };
         let Some(resource) = Self::resource(kube) else {
             return true;
@@ -219,92 +193,13 @@ impl ArgoCd {
         let mut live = BTreeSet::new();
         for app in &rendering.applications {
             live.insert((app.namespace.clone(), app.name.clone()));
-            let digest = serde_json::to_string(&app.objects).unwrap_or_default();
-            // [A controller/appcontroller.go autoSync]: only an Application with
-            // syncPolicy.automated (not `enabled: false`) syncs by itself; any other goes
-            // OutOfSync and keeps running what it ran until a sync operation is requested.
-            let automated = app
-                .manifest
-                .pointer("/spec/syncPolicy/automated")
-                .is_some_and(|a| a.is_object() && a.get("enabled") != Some(&Value::Bool(false)));
-            let requested = kube
-                .store()
-                .get(&resource, &app.namespace, &app.name)
-                .ok()
-                .is_some_and(|o| o.get("operation").is_some_and(|op| !op.is_null()));
-            if !first
-                && !automated
-                && !requested
-                && self.digests.get(&app.name).map(String::as_str) != Some(digest.as_str())
-            {
-                self.pending
-                    .insert(app.name.clone(), (app.clone(), revision.clone()));
-                self.mark_out_of_sync(kube, transcript, &resource, app);
-                continue;
-            }
-            self.pending.remove(&app.name);
-            // A refused CRD fails its task; the wave's other tasks are still applied
-            // [gitops-engine pkg/sync/sync_context.go: a wave's tasks run together], so the
-            // workloads move on while the CRD stays old.
-            let refusal = self.apply_crds(app).err();
-            let new_images = images_of(&app.objects);
-            let before = self.digests.insert(app.name.clone(), digest.clone());
-            let old_images = self
-                .images
-                .insert(app.name.clone(), new_images.clone())
-                .unwrap_or_default();
-            let (images, health) = match self.holds.get(&app.name) {
-                Some(Hold::RolloutStalled) => {
-                    let mut both: BTreeSet<String> = old_images.iter().cloned().collect();
-                    both.extend(new_images.iter().cloned());
-                    (both.into_iter().collect::<Vec<_>>(), "Progressing")
-                }
-                Some(Hold::ScaledToZero) => (Vec::new(), "Healthy"),
-                Some(Hold::DegradesAfterSync) | None => (new_images.clone(), "Healthy"),
-            };
-            if self.holds.get(&app.name) == Some(&Hold::DegradesAfterSync)
-                && !first
-                && before.as_deref() != Some(digest.as_str())
-            {
-                self.degrading
-                    .push((app.namespace.clone(), app.name.clone()));
-            }
-            if let Some(Hold::RolloutStalled) = self.holds.get(&app.name) {
-                // Keep the old images for the next comparison: the rollout has not finished.
-                self.images.insert(app.name.clone(), old_images.clone());
-            }
-            self.write(kube, transcript, &resource, app, &revision, &images, health);
-            if let Some(message) = refusal {
-                self.mark_sync_failed(kube, transcript, &resource, app, &message);
-                failed += 1;
-                continue;
-            }
-            if !first && before.as_deref() != Some(digest.as_str()) {
-                changed.push((app.name.clone(), images, health));
+            match self.sync_application(kube, transcript, &resource, app, &revision, first) {
+                AppSync::OutOfSync | AppSync::Unchanged => {}
+                AppSync::Failed => failed += 1,
+                AppSync::Moved(images, health) => changed.push((app.name.clone(), images, health)),
             }
         }
-        // Applications no longer generated are deleted (pruned).
-        let existing = kube
-            .store()
-            .list(&resource, "", &Selector::default(), &Selector::default());
-        for object in existing {
-            let namespace = object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            let name = object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string();
-            if !live.contains(&(namespace.clone(), name.clone())) {
-                let _ = kube
-                    .store()
-                    .delete(&resource, &namespace, &name, &identity());
-                transcript.say("argocd", format!("{name}: deleted (no longer generated)"));
-            }
-        }
+        Self::prune(kube, transcript, &resource, &live);
         if first {
             transcript.say(
                 "argocd",
@@ -333,6 +228,168 @@ impl ArgoCd {
         }
         self.run_operations(kube, transcript);
         true
+    }
+
+    /// The Applications synced Healthy last round that crash-loop now: Degraded.
+    fn degrade(&mut self, kube: &KubeDouble, transcript: &Transcript, resource: &Resource) {
+        for (namespace, name) in std::mem::take(&mut self.degrading) {
+            let patched = kube.store().patch(
+                resource,
+                &namespace,
+                &name,
+                crate::kube::store::PatchBody::Merge(
+                    json!({"status": {"health": {"status": "Degraded", "message": "back-off restarting failed container"}}}),
+                ),
+                &identity(),
+                false,
+            );
+            if patched.is_ok() {
+                transcript.say(
+                    "argocd",
+                    format!("{name}: Healthy -> Degraded (CrashLoopBackOff)"),
+                );
+            }
+        }
+    }
+
+    /// The render of the tracked branch at `revision` (off the async runtime); `None`, said on
+    /// the transcript, when it fails.
+    async fn render_at(
+        &self,
+        revision: &str,
+        transcript: &Transcript,
+    ) -> Option<render::Rendering> {
+        let mut config = self.config.clone();
+        // A fresh parsed-output store per sync: nothing accumulates over a scenario.
+        config.parsed = Default::default();
+        let at = revision.to_string();
+        let job = move || render::render(&config, &at);
+        match tokio::task::spawn_blocking(job).await {
+            Ok(Ok(rendering)) => Some(rendering),
+            Ok(Err(failure)) => {
+                transcript.say(
+                    "argocd",
+                    format!(
+                        "{}@{}: ComparisonError: {}",
+                        self.branch,
+                        &revision[..7],
+                        failure.to_string().lines().next().unwrap_or("")
+                    ),
+                );
+                None
+            }
+            Err(e) => {
+                transcript.say("argocd", format!("render task failed: {e}"));
+                None
+            }
+        }
+    }
+
+    /// One Application of a new render: left OutOfSync when it does not sync by itself and
+    /// its desired state moved, else synced (its CRDs applied, its images and health as its
+    /// hold says) and written.
+    fn sync_application(
+        &mut self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        resource: &Resource,
+        app: &RenderedApplication,
+        revision: &str,
+        first: bool,
+    ) -> AppSync {
+        let digest = serde_json::to_string(&app.objects).unwrap_or_default();
+        // [A controller/appcontroller.go autoSync]: only an Application with
+        // syncPolicy.automated (not `enabled: false`) syncs by itself; any other goes
+        // OutOfSync and keeps running what it ran until a sync operation is requested.
+        let automated = app
+            .manifest
+            .pointer("/spec/syncPolicy/automated")
+            .is_some_and(|a| a.is_object() && a.get("enabled") != Some(&Value::Bool(false)));
+        let requested = kube
+            .store()
+            .get(resource, &app.namespace, &app.name)
+            .ok()
+            .is_some_and(|o| o.get("operation").is_some_and(|op| !op.is_null()));
+        if !first
+            && !automated
+            && !requested
+            && self.digests.get(&app.name).map(String::as_str) != Some(digest.as_str())
+        {
+            self.pending
+                .insert(app.name.clone(), (app.clone(), revision.to_string()));
+            self.mark_out_of_sync(kube, transcript, resource, app);
+            return AppSync::OutOfSync;
+        }
+        self.pending.remove(&app.name);
+        // A refused CRD fails its task; the wave's other tasks are still applied
+        // [gitops-engine pkg/sync/sync_context.go: a wave's tasks run together], so the
+        // workloads move on while the CRD stays old.
+        let refusal = self.apply_crds(app).err();
+        let new_images = images_of(&app.objects);
+        let before = self.digests.insert(app.name.clone(), digest.clone());
+        let old_images = self
+            .images
+            .insert(app.name.clone(), new_images.clone())
+            .unwrap_or_default();
+        let (images, health) = match self.holds.get(&app.name) {
+            Some(Hold::RolloutStalled) => {
+                let mut both: BTreeSet<String> = old_images.iter().cloned().collect();
+                both.extend(new_images.iter().cloned());
+                (both.into_iter().collect::<Vec<_>>(), "Progressing")
+            }
+            Some(Hold::ScaledToZero) => (Vec::new(), "Healthy"),
+            Some(Hold::DegradesAfterSync) | None => (new_images.clone(), "Healthy"),
+        };
+        if self.holds.get(&app.name) == Some(&Hold::DegradesAfterSync)
+            && !first
+            && before.as_deref() != Some(digest.as_str())
+        {
+            self.degrading
+                .push((app.namespace.clone(), app.name.clone()));
+        }
+        if let Some(Hold::RolloutStalled) = self.holds.get(&app.name) {
+            // Keep the old images for the next comparison: the rollout has not finished.
+            self.images.insert(app.name.clone(), old_images.clone());
+        }
+        self.write(kube, transcript, resource, app, revision, &images, health);
+        if let Some(message) = refusal {
+            self.mark_sync_failed(kube, transcript, resource, app, &message);
+            return AppSync::Failed;
+        }
+        if !first && before.as_deref() != Some(digest.as_str()) {
+            return AppSync::Moved(images, health);
+        }
+        AppSync::Unchanged
+    }
+
+    /// Applications no longer generated are deleted (pruned).
+    fn prune(
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        resource: &Resource,
+        live: &BTreeSet<(String, String)>,
+    ) {
+        let existing = kube
+            .store()
+            .list(resource, "", &Selector::default(), &Selector::default());
+        for object in existing {
+            let namespace = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let name = object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if !live.contains(&(namespace.clone(), name.clone())) {
+                let _ = kube
+                    .store()
+                    .delete(resource, &namespace, &name, &identity());
+                transcript.say("argocd", format!("{name}: deleted (no longer generated)"));
+            }
+        }
     }
 
     /// An Application whose desired state moved but that does not sync by itself: OutOfSync,

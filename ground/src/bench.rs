@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::kargo;
-use crate::kube::store::{PatchBody, Selector, User};
+use crate::kube::store::{PatchBody, Resource, Selector, User};
 use crate::kube::{FaultPlan, KubeDouble};
 
 pub struct Figures {
@@ -57,25 +57,8 @@ pub async fn observer(
 ) -> Result<Figures> {
     let started = Instant::now();
     let kube = KubeDouble::start(FaultPlan::none()).await?;
-    kube.load_crds(crds)?;
-    kube.create_namespace("argocd", &[])?;
-    kube.create_namespace("kargo-demo", &[(kargo::PROJECT_LABEL, "true")])?;
-    kube.create_namespace("kargo-observer", &[])?;
-    let grants = kargo::Grants::default();
-    grants.allow(crate::OBSERVER_USER, "kargo-demo", "*");
-    kargo::install_webhooks(&kube, grants);
-    kube.add_user(
-        crate::KUBE_OBSERVER_TOKEN,
-        crate::OBSERVER_USER,
-        &["system:serviceaccounts"],
-    );
     let dir = tempfile::tempdir()?;
-    let kubeconfig = kube.write_kubeconfig(
-        &dir.path().join("kubeconfig"),
-        crate::OBSERVER_USER,
-        crate::KUBE_OBSERVER_TOKEN,
-        "kargo-demo",
-    )?;
+    let kubeconfig = prepare_api(&kube, crds, dir.path())?;
     let resource = |group: &str, version: &str, plural: &str| {
         kube.store()
             .resource(group, version, plural)
@@ -88,80 +71,11 @@ pub async fn observer(
         resource(kargo::GROUP, kargo::VERSION, "stages")?,
         resource("argoproj.io", "v1alpha1", "applications")?,
     );
-    let mut v2_freight = Vec::new();
-    for s in 0..stages {
-        let name = format!("stage-{s:04}");
-        let repo = format!("ghcr.io/bench/app-{s:04}");
-        let mut store = kube.store();
-        store
-            .create(&warehouses, "kargo-demo", json!({"metadata": {"name": name}, "spec": {"subscriptions": [{"image": {"repoURL": repo}}]}}), &admin())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut names = Vec::new();
-        for tag in ["v1", "v2"] {
-            let freight = json!({"metadata": {"name": "x"}, "origin": {"kind": "Warehouse", "name": name}, "images": [{"repoURL": repo, "tag": tag, "digest": format!("sha256:{s}{tag}")}]});
-            let created = store
-                .create(&freights, "kargo-demo", freight, &admin())
-                .map_err(|e| anyhow::anyhow!("{e}"))?;
-            names.push(
-                created["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or("")
-                    .to_string(),
-            );
-        }
-        let stage = json!({"metadata": {"name": name}, "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": name}, "sources": {"direct": true}}], "promotionTemplate": {"spec": {"steps": [{"uses": "argocd-update"}]}}}});
-        store
-            .create(&stage_resource, "kargo-demo", stage, &admin())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let history = json!({"status": {"freightHistory": [{"id": "bench", "items": {format!("Warehouse/{name}"): {"name": names[0], "origin": {"kind": "Warehouse", "name": name}, "images": [{"repoURL": repo, "tag": "v1"}]}}}]}});
-        store
-            .patch(
-                &stage_resource,
-                "kargo-demo",
-                &name,
-                PatchBody::Merge(history),
-                &admin(),
-                true,
-            )
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        v2_freight.push(names[1].clone());
-    }
-    for a in 0..applications {
-        let stage = a % stages.max(1);
-        let app = json!({"metadata": {"name": format!("app-{a:05}"), "annotations": {"kargo.akuity.io/authorized-stage": format!("kargo-demo:stage-{stage:04}")}},
-            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc", "namespace": "default"}},
-            "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}, "summary": {"images": [format!("ghcr.io/bench/app-{stage:04}:v1")]}}});
-        kube.store()
-            .create(&apps, "argocd", app, &admin())
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
+    let v2_freight = seed_stages(&kube, stages, &warehouses, &freights, &stage_resource)?;
+    seed_applications(&kube, &apps, applications, stages)?;
     let setup = started.elapsed();
 
-    let port = || -> Result<String> {
-        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .to_string())
-    };
-    let (metrics_addr, health_addr) = (port()?, port()?);
-    let mut child = std::process::Command::new(observer)
-        .env("KUBECONFIG", &kubeconfig)
-        .env("RUST_LOG", "warn")
-        // As the chart deploys it.
-        .env("MIMALLOC_PURGE_DELAY", "0")
-        .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
-        .args([
-            "--metrics-addr",
-            &metrics_addr,
-            "--health-addr",
-            &health_addr,
-            "--resync",
-            "10m",
-            "--log-format",
-            "text",
-        ])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .context("cannot start the observer")?;
+    let (mut child, metrics_addr) = launch_observer(observer, &kubeconfig)?;
     let pid = child.id();
     let launched = Instant::now();
     let deadline = launched + Duration::from_secs(300);
@@ -218,6 +132,137 @@ pub async fn observer(
         change_to_promotion,
         peak_rss_kib,
     })
+}
+
+/// The API double as the observer meets it: the CRDs, the namespaces, Kargo's webhooks, the
+/// observer's user with its grant; returns the observer's kubeconfig, written in `dir`.
+fn prepare_api(
+    kube: &KubeDouble,
+    crds: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<std::path::PathBuf> {
+    kube.load_crds(crds)?;
+    kube.create_namespace("argocd", &[])?;
+    kube.create_namespace("kargo-demo", &[(kargo::PROJECT_LABEL, "true")])?;
+    kube.create_namespace("kargo-observer", &[])?;
+    let grants = kargo::Grants::default();
+    grants.allow(crate::OBSERVER_USER, "kargo-demo", "*");
+    kargo::install_webhooks(kube, grants);
+    kube.add_user(
+        crate::KUBE_OBSERVER_TOKEN,
+        crate::OBSERVER_USER,
+        &["system:serviceaccounts"],
+    );
+    kube.write_kubeconfig(
+        &dir.join("kubeconfig"),
+        crate::OBSERVER_USER,
+        crate::KUBE_OBSERVER_TOKEN,
+        "kargo-demo",
+    )
+}
+
+/// `stages` Stages, each with its Warehouse, two Freight (v1 and v2) and v1 in its history;
+/// returns the v2 Freight's names.
+fn seed_stages(
+    kube: &KubeDouble,
+    stages: usize,
+    warehouses: &Resource,
+    freights: &Resource,
+    stage_resource: &Resource,
+) -> Result<Vec<String>> {
+    let mut v2_freight = Vec::new();
+    for s in 0..stages {
+        let name = format!("stage-{s:04}");
+        let repo = format!("ghcr.io/bench/app-{s:04}");
+        let mut store = kube.store();
+        store
+            .create(warehouses, "kargo-demo", json!({"metadata": {"name": name}, "spec": {"subscriptions": [{"image": {"repoURL": repo}}]}}), &admin())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut names = Vec::new();
+        for tag in ["v1", "v2"] {
+            let freight = json!({"metadata": {"name": "x"}, "origin": {"kind": "Warehouse", "name": name}, "images": [{"repoURL": repo, "tag": tag, "digest": format!("sha256:{s}{tag}")}]});
+            let created = store
+                .create(freights, "kargo-demo", freight, &admin())
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            names.push(
+                created["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+        let stage = json!({"metadata": {"name": name}, "spec": {"requestedFreight": [{"origin": {"kind": "Warehouse", "name": name}, "sources": {"direct": true}}], "promotionTemplate": {"spec": {"steps": [{"uses": "argocd-update"}]}}}});
+        store
+            .create(stage_resource, "kargo-demo", stage, &admin())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let history = json!({"status": {"freightHistory": [{"id": "bench", "items": {format!("Warehouse/{name}"): {"name": names[0], "origin": {"kind": "Warehouse", "name": name}, "images": [{"repoURL": repo, "tag": "v1"}]}}}]}});
+        store
+            .patch(
+                stage_resource,
+                "kargo-demo",
+                &name,
+                PatchBody::Merge(history),
+                &admin(),
+                true,
+            )
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        v2_freight.push(names[1].clone());
+    }
+    Ok(v2_freight)
+}
+
+/// `applications` Applications, spread over the Stages, each Synced, Healthy and running its
+/// Stage's v1.
+fn seed_applications(
+    kube: &KubeDouble,
+    apps: &Resource,
+    applications: usize,
+    stages: usize,
+) -> Result<()> {
+    for a in 0..applications {
+        let stage = a % stages.max(1);
+        let app = json!({"metadata": {"name": format!("app-{a:05}"), "annotations": {"kargo.akuity.io/authorized-stage": format!("kargo-demo:stage-{stage:04}")}},
+            "spec": {"project": "default", "destination": {"server": "https://kubernetes.default.svc", "namespace": "default"}},
+            "status": {"sync": {"status": "Synced"}, "health": {"status": "Healthy"}, "summary": {"images": [format!("ghcr.io/bench/app-{stage:04}:v1")]}}});
+        kube.store()
+            .create(apps, "argocd", app, &admin())
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
+/// The observer binary started as the chart deploys it, against the double; returns the
+/// process and its metrics address.
+fn launch_observer(
+    observer: &std::path::Path,
+    kubeconfig: &std::path::Path,
+) -> Result<(std::process::Child, String)> {
+    let port = || -> Result<String> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .to_string())
+    };
+    let (metrics_addr, health_addr) = (port()?, port()?);
+    let child = std::process::Command::new(observer)
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", "warn")
+        // As the chart deploys it.
+        .env("MIMALLOC_PURGE_DELAY", "0")
+        .env("MIMALLOC_ARENA_EAGER_COMMIT", "0")
+        .args([
+            "--metrics-addr",
+            &metrics_addr,
+            "--health-addr",
+            &health_addr,
+            "--resync",
+            "10m",
+            "--log-format",
+            "text",
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("cannot start the observer")?;
+    Ok((child, metrics_addr))
 }
 
 /// What `ground bench-bosun` measured.

@@ -77,31 +77,7 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
     let redis_password = random_hex(16)?;
     let path_var = format!("PATH={}:/usr/local/bin:/usr/bin:/bin", shown(&path_dir));
 
-    let kubectl = |args: &[&str]| kubectl_run(&tools.kubectl, admin, args);
-    let objects = root.join("objects.json");
-    fs::write(
-        &objects,
-        serde_json::json!({
-            "apiVersion": "v1", "kind": "List", "items": [
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-                {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": "argocd-cm", "namespace": NAMESPACE,
-                              "labels": {"app.kubernetes.io/part-of": "argocd"}},
-                 "data": {}},
-                {"apiVersion": "v1", "kind": "Secret",
-                 "metadata": {"name": "argocd-secret", "namespace": NAMESPACE,
-                              "labels": {"app.kubernetes.io/part-of": "argocd"}}}
-            ]
-        })
-        .to_string(),
-    )?;
-    kubectl(&[
-        "apply",
-        "--server-side",
-        "--field-manager=real-cluster",
-        "-f",
-        &shown(&objects),
-    ])?;
+    apply_objects(&root, &tools.kubectl, admin)?;
 
     let [
         redis_port,
@@ -139,29 +115,7 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         ]
     };
 
-    // The password in a file only this user reads, not on a command line `ps` shows.
-    let redis_conf = root.join("redis.conf");
-    write_private(
-        &redis_conf,
-        &format!(
-            "bind 127.0.0.1\nport {redis_port}\nrequirepass {redis_password}\n\
-             save \"\"\nappendonly no\ndir {}\n",
-            shown(&root)
-        ),
-    )?;
-    let argv = vec![
-        "/usr/bin/env".to_string(),
-        format!("LD_LIBRARY_PATH={}", shown(&redis::libraries(layout))),
-        shown(&redis::server(layout)),
-        shown(&redis_conf),
-    ];
-    start_component(
-        layout,
-        state,
-        "redis",
-        argv,
-        format!("redis://{redis_address}"),
-    )?;
+    start_redis(layout, state, &root, redis_port, &redis_password)?;
 
     let repo_server = format!("127.0.0.1:{repo_port}");
     let mut argv = env(&[]);
@@ -231,6 +185,74 @@ pub(crate) fn start(layout: &Layout, state: &mut State, tools: &Tools, admin: &P
         repo_server,
     });
     Ok(())
+}
+
+/// Argo CD's namespace, with the ConfigMap and Secret its programs read, applied
+/// server-side.
+fn apply_objects(root: &Path, kubectl: &Path, admin: &Path) -> Result<()> {
+    let objects = root.join("objects.json");
+    fs::write(
+        &objects,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "List", "items": [
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+                {"apiVersion": "v1", "kind": "ConfigMap",
+                 "metadata": {"name": "argocd-cm", "namespace": NAMESPACE,
+                              "labels": {"app.kubernetes.io/part-of": "argocd"}},
+                 "data": {}},
+                {"apiVersion": "v1", "kind": "Secret",
+                 "metadata": {"name": "argocd-secret", "namespace": NAMESPACE,
+                              "labels": {"app.kubernetes.io/part-of": "argocd"}}}
+            ]
+        })
+        .to_string(),
+    )?;
+    kubectl_run(
+        kubectl,
+        admin,
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=real-cluster",
+            "-f",
+            &objects.display().to_string(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Redis on loopback with a password, no persistence; the password in a file only this user
+/// reads, not on a command line `ps` shows.
+fn start_redis(
+    layout: &Layout,
+    state: &mut State,
+    root: &Path,
+    port: u16,
+    password: &str,
+) -> Result<()> {
+    let shown = |p: &Path| p.display().to_string();
+    let redis_conf = root.join("redis.conf");
+    write_private(
+        &redis_conf,
+        &format!(
+            "bind 127.0.0.1\nport {port}\nrequirepass {password}\n\
+             save \"\"\nappendonly no\ndir {}\n",
+            shown(root)
+        ),
+    )?;
+    let argv = vec![
+        "/usr/bin/env".to_string(),
+        format!("LD_LIBRARY_PATH={}", shown(&redis::libraries(layout))),
+        shown(&redis::server(layout)),
+        shown(&redis_conf),
+    ];
+    start_component(
+        layout,
+        state,
+        "redis",
+        argv,
+        format!("redis://127.0.0.1:{port}"),
+    )
 }
 
 /// Removes a folder and everything in it, first giving this user back the folders it made

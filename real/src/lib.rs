@@ -889,32 +889,7 @@ pub fn up(layout: &Layout, tools: &Tools) -> Result<State> {
         scheduler_port,
         kwok_port,
     ] = free_ports()?;
-    start(
-        &mut state,
-        "etcd",
-        vec![
-            b("etcd"),
-            "--name=real".into(),
-            format!("--data-dir={}", path(&layout.root.join("etcd"))),
-            // Clients present a certificate of the cluster's CA: any local process could read
-            // Secrets or write RBAC through an open etcd.
-            format!("--listen-client-urls=https://127.0.0.1:{client}"),
-            format!("--advertise-client-urls=https://127.0.0.1:{client}"),
-            "--client-cert-auth=true".into(),
-            format!("--trusted-ca-file={}", path(&pki.ca_cert)),
-            format!("--cert-file={}", path(&pki.serving_cert)),
-            format!("--key-file={}", path(&pki.serving_key)),
-            // Health only, on a port of its own: readiness is read there.
-            format!("--listen-metrics-urls=http://127.0.0.1:{etcd_metrics}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-            format!("--initial-cluster=real=http://127.0.0.1:{peer}"),
-            // A disposable cluster: durability buys nothing and costs every write a sync.
-            "--unsafe-no-fsync".into(),
-            "--log-level=warn".into(),
-        ],
-        format!("http://127.0.0.1:{etcd_metrics}/health"),
-    )?;
+    start_etcd(layout, &mut state, &pki, client, peer, etcd_metrics)?;
     let (etcd_cert, etcd_key) = pki.client("etcd-client")?;
 
     let server = format!("https://127.0.0.1:{api}");
@@ -961,129 +936,15 @@ pub fn up(layout: &Layout, tools: &Tools) -> Result<State> {
         Ok(file)
     };
     let admin = config("admin")?;
-    // What the controller manager and the scheduler share: their own kubeconfig for the API
-    // server and for delegated authentication and authorization, loopback, the serving pair.
-    let control_plane = |name: &str, port: u16| -> Result<Vec<String>> {
-        let own = path(&config(name)?);
-        Ok(vec![
-            b(name),
-            format!("--kubeconfig={own}"),
-            format!("--authentication-kubeconfig={own}"),
-            format!("--authorization-kubeconfig={own}"),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={port}"),
-            format!("--tls-cert-file={}", path(&pki.serving_cert)),
-            format!("--tls-private-key-file={}", path(&pki.serving_key)),
-            "--leader-elect=false".into(),
-            "--profiling=false".into(),
-        ])
-    };
-
-    if bin.join("kube-controller-manager").is_file() {
-        let mut argv = control_plane("kube-controller-manager", kcm_port)?;
-        argv.extend([
-            format!("--service-account-private-key-file={}", path(&pki.sa_key)),
-            format!("--root-ca-file={}", path(&pki.ca_cert)),
-            "--use-service-account-credentials=true".into(),
-        ]);
-        start(
-            &mut state,
-            "kube-controller-manager",
-            argv,
-            format!("https://127.0.0.1:{kcm_port}/healthz"),
-        )?;
-    }
-    if bin.join("kube-scheduler").is_file() {
-        start(
-            &mut state,
-            "kube-scheduler",
-            control_plane("kube-scheduler", scheduler_port)?,
-            format!("https://127.0.0.1:{scheduler_port}/healthz"),
-        )?;
-    }
+    start_control_plane(layout, &mut state, &pki, &config, kcm_port, scheduler_port)?;
     let kubectl_run = |args: &[&str]| kubectl_run(kubectl, &admin, args);
     if bin.join("kwok").is_file() {
-        let node = "kwok-node-0";
-        let port = kwok_port;
-        let own = path(&config("kwok")?);
-        let manifest = layout.root.join("node.json");
-        fs::write(
-            &manifest,
-            serde_json::json!({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": node,
-                    "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    "labels": {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}},
-                "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
-                           "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}}
-            })
-            .to_string(),
-        )?;
-        kubectl_run(&["apply", "-f", &path(&manifest)])?;
-        // kwok's own "fast" stages, read from its module: Nodes become Ready (with a Lease
-        // heartbeat), Pods Running and Ready.
-        let stages = cached_module_dir(layout, "kwok", "sigs.k8s.io/kwok")?.join("kustomize/stage");
-        let configs = [
-            "node/fast/node-initialize.yaml",
-            "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-            "pod/fast/pod-ready.yaml",
-            "pod/fast/pod-complete.yaml",
-            "pod/fast/pod-delete.yaml",
-        ]
-        .iter()
-        .map(|f| path(&stages.join(f)))
-        .collect::<Vec<_>>()
-        .join(",");
-        start(
-            &mut state,
-            "kwok",
-            vec![
-                b("kwok"),
-                format!("--config={configs}"),
-                format!("--kubeconfig={own}"),
-                "--manage-all-nodes=false".into(),
-                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
-                "--node-ip=127.0.0.1".into(),
-                format!("--server-address=127.0.0.1:{port}"),
-            ],
-            format!("http://127.0.0.1:{port}/healthz"),
-        )?;
-        state.node = Some(node.to_string());
+        let own = config("kwok")?;
+        start_kwok(layout, &mut state, &own, &kubectl_run, kwok_port)?;
     }
 
     // The upstream CRDs, read from the module cache, applied and waited for.
-    for (module, module_path, folder, only) in CRD_SOURCES {
-        let dir = cached_module_dir(layout, module, module_path)?.join(folder);
-        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
-            .with_context(|| format!("read {}", dir.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.extension().is_some_and(|e| e == "yaml")
-                    && (only.is_empty()
-                        || p.file_name()
-                            .and_then(|n| n.to_str())
-                            .is_some_and(|n| only.contains(&n)))
-            })
-            .collect();
-        files.sort();
-        for file in files {
-            let names = kubectl_run(&[
-                "apply",
-                "--server-side",
-                "--field-manager=real-cluster",
-                "-o",
-                "name",
-                "-f",
-                &path(&file),
-            ])?;
-            for name in names.lines().filter(|l| !l.trim().is_empty()) {
-                let name = name
-                    .trim()
-                    .trim_start_matches("customresourcedefinition.apiextensions.k8s.io/");
-                state.crds.push((module_path.to_string(), name.to_string()));
-            }
-        }
-    }
+    apply_upstream_crds(layout, &mut state, &kubectl_run)?;
     state.write(layout)?;
     let names: Vec<String> = state.crds.iter().map(|(_, n)| format!("crd/{n}")).collect();
     let mut args = vec!["wait", "--for=condition=Established", "--timeout=120s"];
@@ -1103,6 +964,200 @@ pub fn up(layout: &Layout, tools: &Tools) -> Result<State> {
         state.write(layout)?;
     }
     Ok(state)
+}
+
+/// etcd on loopback: clients with a certificate of the cluster's CA, health on a port of its
+/// own, no fsync.
+fn start_etcd(
+    layout: &Layout,
+    state: &mut State,
+    pki: &pki::Pki,
+    client: u16,
+    peer: u16,
+    metrics: u16,
+) -> Result<()> {
+    let path = |p: &Path| p.display().to_string();
+    start_component(
+        layout,
+        state,
+        "etcd",
+        vec![
+            path(&layout.bin().join("etcd")),
+            "--name=real".into(),
+            format!("--data-dir={}", path(&layout.root.join("etcd"))),
+            // Clients present a certificate of the cluster's CA: any local process could read
+            // Secrets or write RBAC through an open etcd.
+            format!("--listen-client-urls=https://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=https://127.0.0.1:{client}"),
+            "--client-cert-auth=true".into(),
+            format!("--trusted-ca-file={}", path(&pki.ca_cert)),
+            format!("--cert-file={}", path(&pki.serving_cert)),
+            format!("--key-file={}", path(&pki.serving_key)),
+            // Health only, on a port of its own: readiness is read there.
+            format!("--listen-metrics-urls=http://127.0.0.1:{metrics}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=real=http://127.0.0.1:{peer}"),
+            // A disposable cluster: durability buys nothing and costs every write a sync.
+            "--unsafe-no-fsync".into(),
+            "--log-level=warn".into(),
+        ],
+        format!("http://127.0.0.1:{metrics}/health"),
+    )
+}
+
+/// The controller manager and the scheduler, each when it was built. What they share: their
+/// own kubeconfig (`config` writes one per user) for the API server and for delegated
+/// authentication and authorization, loopback, the serving pair.
+fn start_control_plane(
+    layout: &Layout,
+    state: &mut State,
+    pki: &pki::Pki,
+    config: &dyn Fn(&str) -> Result<PathBuf>,
+    kcm_port: u16,
+    scheduler_port: u16,
+) -> Result<()> {
+    let bin = layout.bin();
+    let path = |p: &Path| p.display().to_string();
+    let control_plane = |name: &str, port: u16| -> Result<Vec<String>> {
+        let own = path(&config(name)?);
+        Ok(vec![
+            path(&bin.join(name)),
+            format!("--kubeconfig={own}"),
+            format!("--authentication-kubeconfig={own}"),
+            format!("--authorization-kubeconfig={own}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", path(&pki.serving_cert)),
+            format!("--tls-private-key-file={}", path(&pki.serving_key)),
+            "--leader-elect=false".into(),
+            "--profiling=false".into(),
+        ])
+    };
+    if bin.join("kube-controller-manager").is_file() {
+        let mut argv = control_plane("kube-controller-manager", kcm_port)?;
+        argv.extend([
+            format!("--service-account-private-key-file={}", path(&pki.sa_key)),
+            format!("--root-ca-file={}", path(&pki.ca_cert)),
+            "--use-service-account-credentials=true".into(),
+        ]);
+        start_component(
+            layout,
+            state,
+            "kube-controller-manager",
+            argv,
+            format!("https://127.0.0.1:{kcm_port}/healthz"),
+        )?;
+    }
+    if bin.join("kube-scheduler").is_file() {
+        start_component(
+            layout,
+            state,
+            "kube-scheduler",
+            control_plane("kube-scheduler", scheduler_port)?,
+            format!("https://127.0.0.1:{scheduler_port}/healthz"),
+        )?;
+    }
+    Ok(())
+}
+
+/// The kwok node: its Node object applied, then kwok (with its own kubeconfig) managing it
+/// with kwok's own "fast" stages, read from its module: Nodes become Ready (with a Lease
+/// heartbeat), Pods Running and Ready.
+fn start_kwok(
+    layout: &Layout,
+    state: &mut State,
+    kubeconfig: &Path,
+    kubectl: &dyn Fn(&[&str]) -> Result<String>,
+    port: u16,
+) -> Result<()> {
+    let path = |p: &Path| p.display().to_string();
+    let node = "kwok-node-0";
+    let manifest = layout.root.join("node.json");
+    fs::write(
+        &manifest,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": node,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}},
+            "status": {"allocatable": {"cpu": "32", "memory": "256Gi", "pods": "110"},
+                       "capacity": {"cpu": "32", "memory": "256Gi", "pods": "110"}}
+        })
+        .to_string(),
+    )?;
+    kubectl(&["apply", "-f", &path(&manifest)])?;
+    let stages = cached_module_dir(layout, "kwok", "sigs.k8s.io/kwok")?.join("kustomize/stage");
+    let configs = [
+        "node/fast/node-initialize.yaml",
+        "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+        "pod/fast/pod-ready.yaml",
+        "pod/fast/pod-complete.yaml",
+        "pod/fast/pod-delete.yaml",
+    ]
+    .iter()
+    .map(|f| path(&stages.join(f)))
+    .collect::<Vec<_>>()
+    .join(",");
+    start_component(
+        layout,
+        state,
+        "kwok",
+        vec![
+            path(&layout.bin().join("kwok")),
+            format!("--config={configs}"),
+            format!("--kubeconfig={}", path(kubeconfig)),
+            "--manage-all-nodes=false".into(),
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
+            "--node-ip=127.0.0.1".into(),
+            format!("--server-address=127.0.0.1:{port}"),
+        ],
+        format!("http://127.0.0.1:{port}/healthz"),
+    )?;
+    state.node = Some(node.to_string());
+    Ok(())
+}
+
+/// The upstream CRDs ([`CRD_SOURCES`]), read from the module cache and applied server-side;
+/// each applied CRD is recorded in the state.
+fn apply_upstream_crds(
+    layout: &Layout,
+    state: &mut State,
+    kubectl: &dyn Fn(&[&str]) -> Result<String>,
+) -> Result<()> {
+    for (module, module_path, folder, only) in CRD_SOURCES {
+        let dir = cached_module_dir(layout, module, module_path)?.join(folder);
+        let mut files: Vec<PathBuf> = fs::read_dir(&dir)
+            .with_context(|| format!("read {}", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.extension().is_some_and(|e| e == "yaml")
+                    && (only.is_empty()
+                        || p.file_name()
+                            .and_then(|n| n.to_str())
+                            .is_some_and(|n| only.contains(&n)))
+            })
+            .collect();
+        files.sort();
+        for file in files {
+            let names = kubectl(&[
+                "apply",
+                "--server-side",
+                "--field-manager=real-cluster",
+                "-o",
+                "name",
+                "-f",
+                &file.display().to_string(),
+            ])?;
+            for name in names.lines().filter(|l| !l.trim().is_empty()) {
+                let name = name
+                    .trim()
+                    .trim_start_matches("customresourcedefinition.apiextensions.k8s.io/");
+                state.crds.push((module_path.to_string(), name.to_string()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Resident memory of every component, in KiB (from /proc), for the README's budget.

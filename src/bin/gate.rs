@@ -580,152 +580,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if !matches!(cli.command, Command::Tools { .. }) {
         gitops_loop::scratch::sweep_temp_dir();
     }
+    let quiet = cli.quiet;
     match cli.command {
         Command::Render {
             render: args,
             revision,
             format,
-        } => {
-            let config = config(&args, cli.quiet, false)?;
-            let started = std::time::Instant::now();
-            let progress = ProgressLine::start(cli.quiet, "render");
-            let rendered = render::render(&config, &revision);
-            drop(progress);
-            match rendered {
-                Ok(rendering) => {
-                    let stdout = std::io::stdout();
-                    let mut out = std::io::BufWriter::new(stdout.lock());
-                    match format {
-                        Format::Summary => {
-                            let text = output::summary(&rendering);
-                            std::io::Write::write_all(&mut out, text.as_bytes())?;
-                            if !text.ends_with('\n') {
-                                std::io::Write::write_all(&mut out, b"\n")?;
-                            }
-                        }
-                        Format::Yaml => output::write_yaml_stream(&rendering, &mut out)?,
-                        Format::Json => output::write_json(&rendering, &mut out)?,
-                    }
-                    std::io::Write::flush(&mut out)?;
-                    if !cli.quiet {
-                        let s = &rendering.stats;
-                        eprintln!(
-                            "gate: rendered {} applications in {} ms ({} unique renders: {} helm, {} kustomize, {} from cache; peak RSS {})",
-                            rendering.applications.len(),
-                            started.elapsed().as_millis(),
-                            s.unique_renders,
-                            s.helm_runs,
-                            s.kustomize_runs,
-                            s.cache_hits,
-                            peak_rss()
-                        );
-                    }
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(failure) => {
-                    eprintln!("{failure}");
-                    Ok(ExitCode::from(1))
-                }
-            }
-        }
+        } => render_command(&args, &revision, format, quiet),
         Command::Check {
             render: args,
             check,
-        } => {
-            let revisions = gate::check::Revisions {
-                base: check.base.clone(),
-                head: check.head.clone(),
-                target: check.default_branch.clone(),
-            };
-            let started = std::time::Instant::now();
-            // The commits are resolved (git processes) while the inventory is read.
-            let (config, commits) = std::thread::scope(|scope| {
-                let commits = scope.spawn(|| gate::check::resolve(&args.repo, &revisions));
-                let config = config(&args, cli.quiet, false);
-                let commits = commits
-                    .join()
-                    .unwrap_or_else(|p| std::panic::resume_unwind(p));
-                (config, commits)
-            });
-            let config = config?;
-            gitops_loop::render::trace("check", "inventory read, commits resolved");
-            let progress = ProgressLine::start(cli.quiet, "check");
-            if let (Some(shard), Some(path)) = (check.shard, &check.partial) {
-                let partial = match commits {
-                    Ok((base, head)) => gate::shard::check_shard(&config, base, head, shard),
-                    Err(undecided) => {
-                        gate::shard::Partial::undecided(&undecided, shard, &config.inventory)
-                    }
-                };
-                drop(progress);
-                write_json_compact(path, &partial)?;
-                if !cli.quiet {
-                    eprintln!(
-                        "gate: shard {} checked in {} ms ({} Applications at the head{}; peak RSS {})",
-                        gate::shard::label(shard),
-                        started.elapsed().as_millis(),
-                        partial.head_applications.len(),
-                        if partial.undecided.is_some() {
-                            ", could not decide"
-                        } else {
-                            ""
-                        },
-                        peak_rss()
-                    );
-                }
-                return Ok(ExitCode::SUCCESS);
-            }
-            let result = match commits {
-                Ok((base, head)) => gate::check::check_commits(&config, base, head),
-                Err(undecided) => *undecided,
-            };
-            drop(progress);
-            gitops_loop::render::trace("check", "check returned");
-            let links = gate::html::Links {
-                repo_url: config.repo_url.clone(),
-                forge: None,
-            };
-            finish_check(
-                &result,
-                &check.report,
-                &check.json,
-                (&check.html, &links),
-                cli.quiet,
-                started,
-            )
-        }
+        } => check_command(&args, &check, quiet),
         Command::Merge {
             parts,
             repo,
             report,
             json,
             html,
-        } => {
-            let started = std::time::Instant::now();
-            let mut partials = Vec::new();
-            for path in &parts {
-                let file = std::fs::File::open(path)
-                    .with_context(|| format!("cannot read partial {}", path.display()))?;
-                let partial: gate::shard::Partial =
-                    serde_json::from_reader(std::io::BufReader::new(file)).with_context(|| {
-                        format!("{} is not a partial check result", path.display())
-                    })?;
-                partials.push(partial);
-            }
-            match gate::shard::merge(partials, &repo) {
-                Ok(result) => {
-                    let links = gate::html::Links {
-                        repo_url: None,
-                        forge: None,
-                    };
-                    finish_check(&result, &report, &json, (&html, &links), cli.quiet, started)
-                }
-                Err(refusal) => {
-                    eprintln!("gate: cannot merge: {refusal}");
-                    Ok(ExitCode::from(2))
-                }
-            }
-        }
+        } => merge_command(&parts, &repo, &report, &json, &html, quiet),
         Command::Publish {
             render: args,
             publish,
@@ -740,124 +612,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(async {
-                let check_mode = match publish.check_mode {
-                    Some(gate::publish::CheckMode::CheckRun) if !publish.forge.has_check_runs() => {
-                        // A wrong command line: exit 2, nothing published.
-                        eprintln!(
-                            "gate: --check-mode check-run: a {:?} forge has no check runs (use --check-mode status)",
-                            publish.forge
-                        );
-                        return Ok(ExitCode::from(2));
-                    }
-                    Some(mode) => mode,
-                    None if publish.forge.has_check_runs() => gate::publish::CheckMode::CheckRun,
-                    None => gate::publish::CheckMode::Status,
-                };
-                let forge = publish.forge.connect(&publish.forge_url, &token)?;
-                let author = match &publish.author {
-                    Some(author) => author.clone(),
-                    None => forge.current_user().await?,
-                };
-                if let Some(expected) = &publish.expect_head {
-                    let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
-                    if &pr.head_sha != expected {
-                        eprintln!(
-                            "gate: {}#{}'s head is {}, not {expected}: a newer run judges it; nothing published",
-                            publish.repo_slug, publish.pr, pr.head_sha
-                        );
-                        return Ok(ExitCode::from(2));
-                    }
-                }
-                let mut repo_url = None;
-                let (pr, result, published) = if let Some(path) = &publish.result {
-                    // A verdict made elsewhere (a sharded check's merge): published as it is,
-                    // for the head it judged only.
-                    let file = std::fs::File::open(path)
-                        .with_context(|| format!("cannot read {}", path.display()))?;
-                    let result: gate::verdict::GateResult =
-                        serde_json::from_reader(std::io::BufReader::new(file)).with_context(
-                            || format!("{} is not a verdict (`gate merge --json`)", path.display()),
-                        )?;
-                    // A file is another job's word: its outcome must agree with its own
-                    // findings (a forged "green" over a blocking finding is refused).
-                    if let Err(disagreement) = result.consistency() {
-                        eprintln!(
-                            "gate: {} is not a consistent verdict ({disagreement}); nothing published",
-                            path.display()
-                        );
-                        return Ok(ExitCode::from(2));
-                    }
-                    let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
-                    if pr.head_sha != result.verdict.head {
-                        eprintln!(
-                            "gate: {} judges {}, but {}#{}'s head is {}; nothing published",
-                            path.display(),
-                            result.verdict.head,
-                            publish.repo_slug,
-                            publish.pr,
-                            pr.head_sha
-                        );
-                        return Ok(ExitCode::from(2));
-                    }
-                    let published = gate::publish::publish_linked(
-                        forge.as_ref(),
-                        &publish.repo_slug,
-                        publish.pr,
-                        &author,
-                        &result,
-                        check_mode,
-                        publish.html.html_url.as_deref(),
-                    )
-                    .await
-                    .with_context(|| {
-                        format!("cannot publish {}#{}", publish.repo_slug, publish.pr)
-                    })?;
-                    (pr, result, published)
-                } else {
-                    let config = config(&args, cli.quiet, false)?;
-                    repo_url = config.repo_url.clone();
-                    gate::publish::check_and_publish(
-                        forge.as_ref(),
-                        &publish.repo_slug,
-                        publish.pr,
-                        &author,
-                        &config,
-                        check_mode,
-                        publish.html.html_url.as_deref(),
-                    )
-                    .await
-                    .with_context(|| {
-                        format!(
-                            "cannot check and publish {}#{}",
-                            publish.repo_slug, publish.pr
-                        )
-                    })?
-                };
-                if let Some(path) = &publish.report {
-                    let (comment, full) = gate::report::render(&result);
-                    write_atomically(path, &full.unwrap_or(comment))?;
-                }
-                write_html(
-                    &publish.html,
-                    &result,
-                    &gate::html::Links {
-                        repo_url,
-                        forge: Some(publish.forge),
-                    },
-                )?;
-                if !cli.quiet {
-                    eprintln!(
-                        "gate: {} on {}#{} ({}), comment {}",
-                        gate::publish::title(&result),
-                        publish.repo_slug,
-                        publish.pr,
-                        &pr.head_sha[..pr.head_sha.len().min(7)],
-                        published.comment_id
-                    );
-                }
-                Ok(ExitCode::from(result.verdict.outcome.exit_code()))
-            })
+            runtime.block_on(publish_command(&args, &publish, &token, quiet))
         }
         Command::Charts {
             command:
@@ -865,49 +620,343 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     render: args,
                     revision,
                 },
-        } => {
-            if args.charts.is_none() {
-                anyhow::bail!("gate charts pull needs --charts DIR (the mirror to fill)");
-            }
-            let config = config(&args, cli.quiet, true)?;
-            match render::render(&config, &revision) {
-                Ok(rendering) => {
-                    if !cli.quiet {
-                        eprintln!(
-                            "gate: every chart of {} applications is in the mirror",
-                            rendering.applications.len()
-                        );
+        } => charts_pull(&args, &revision, quiet),
+        Command::Tools { tools: args } => tools_command(&args),
+    }
+}
+
+/// `gate render`: one commit's rendering, as a summary, YAML or JSON on stdout.
+fn render_command(
+    args: &RenderArgs,
+    revision: &str,
+    format: Format,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let config = config(args, quiet, false)?;
+    let started = std::time::Instant::now();
+    let progress = ProgressLine::start(quiet, "render");
+    let rendered = render::render(&config, revision);
+    drop(progress);
+    match rendered {
+        Ok(rendering) => {
+            let stdout = std::io::stdout();
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            match format {
+                Format::Summary => {
+                    let text = output::summary(&rendering);
+                    std::io::Write::write_all(&mut out, text.as_bytes())?;
+                    if !text.ends_with('\n') {
+                        std::io::Write::write_all(&mut out, b"\n")?;
                     }
-                    Ok(ExitCode::SUCCESS)
                 }
-                Err(failure) => {
-                    eprintln!("{failure}");
-                    Ok(ExitCode::from(1))
-                }
+                Format::Yaml => output::write_yaml_stream(&rendering, &mut out)?,
+                Format::Json => output::write_json(&rendering, &mut out)?,
             }
-        }
-        Command::Tools { tools: args } => {
-            let (helm, kubectl) = find_tools(&args, true)?;
-            println!(
-                "helm {} at {} ({})",
-                helm.version(),
-                helm.path.display(),
-                helm.source
-            );
-            match kubectl {
-                Some(k) => println!(
-                    "kubectl {} at {} ({})",
-                    k.version(),
-                    k.path.display(),
-                    k.source
-                ),
-                None => println!(
-                    "kubectl: not found (Kustomize sources cannot render); run `cargo xtask tools`"
-                ),
+            std::io::Write::flush(&mut out)?;
+            if !quiet {
+                let s = &rendering.stats;
+                eprintln!(
+                    "gate: rendered {} applications in {} ms ({} unique renders: {} helm, {} kustomize, {} from cache; peak RSS {})",
+                    rendering.applications.len(),
+                    started.elapsed().as_millis(),
+                    s.unique_renders,
+                    s.helm_runs,
+                    s.kustomize_runs,
+                    s.cache_hits,
+                    peak_rss()
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
+        Err(failure) => {
+            eprintln!("{failure}");
+            Ok(ExitCode::from(1))
+        }
     }
+}
+
+/// `gate check`: the verdict on a change (or, with `--shard I/N --partial FILE`, one shard's
+/// partial).
+fn check_command(args: &RenderArgs, check: &CheckArgs, quiet: bool) -> Result<ExitCode> {
+    let revisions = gate::check::Revisions {
+        base: check.base.clone(),
+        head: check.head.clone(),
+        target: check.default_branch.clone(),
+    };
+    let started = std::time::Instant::now();
+    // The commits are resolved (git processes) while the inventory is read.
+    let (config, commits) = std::thread::scope(|scope| {
+        let commits = scope.spawn(|| gate::check::resolve(&args.repo, &revisions));
+        let config = config(args, quiet, false);
+        let commits = commits
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (config, commits)
+    });
+    let config = config?;
+    gitops_loop::render::trace("check", "inventory read, commits resolved");
+    let progress = ProgressLine::start(quiet, "check");
+    if let (Some(shard), Some(path)) = (check.shard, &check.partial) {
+        let partial = match commits {
+            Ok((base, head)) => gate::shard::check_shard(&config, base, head, shard),
+            Err(undecided) => gate::shard::Partial::undecided(&undecided, shard, &config.inventory),
+        };
+        drop(progress);
+        write_json_compact(path, &partial)?;
+        if !quiet {
+            eprintln!(
+                "gate: shard {} checked in {} ms ({} Applications at the head{}; peak RSS {})",
+                gate::shard::label(shard),
+                started.elapsed().as_millis(),
+                partial.head_applications.len(),
+                if partial.undecided.is_some() {
+                    ", could not decide"
+                } else {
+                    ""
+                },
+                peak_rss()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let result = match commits {
+        Ok((base, head)) => gate::check::check_commits(&config, base, head),
+        Err(undecided) => *undecided,
+    };
+    drop(progress);
+    gitops_loop::render::trace("check", "check returned");
+    let links = gate::html::Links {
+        repo_url: config.repo_url.clone(),
+        forge: None,
+    };
+    finish_check(
+        &result,
+        &check.report,
+        &check.json,
+        (&check.html, &links),
+        quiet,
+        started,
+    )
+}
+
+/// `gate merge`: every shard's partial -> the verdict of the whole check.
+fn merge_command(
+    parts: &[PathBuf],
+    repo: &std::path::Path,
+    report: &Option<PathBuf>,
+    json: &Option<PathBuf>,
+    html: &HtmlArgs,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let mut partials = Vec::new();
+    for path in parts {
+        let file = std::fs::File::open(path)
+            .with_context(|| format!("cannot read partial {}", path.display()))?;
+        let partial: gate::shard::Partial = serde_json::from_reader(std::io::BufReader::new(file))
+            .with_context(|| format!("{} is not a partial check result", path.display()))?;
+        partials.push(partial);
+    }
+    match gate::shard::merge(partials, repo) {
+        Ok(result) => {
+            let links = gate::html::Links {
+                repo_url: None,
+                forge: None,
+            };
+            finish_check(&result, report, json, (html, &links), quiet, started)
+        }
+        Err(refusal) => {
+            eprintln!("gate: cannot merge: {refusal}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+/// `gate publish`: the report comment and the `addons-gate` check on a pull request, from a
+/// check run here or from a verdict file (`--result`).
+async fn publish_command(
+    args: &RenderArgs,
+    publish: &PublishArgs,
+    token: &str,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let check_mode = match publish.check_mode {
+        Some(gate::publish::CheckMode::CheckRun) if !publish.forge.has_check_runs() => {
+            // A wrong command line: exit 2, nothing published.
+            eprintln!(
+                "gate: --check-mode check-run: a {:?} forge has no check runs (use --check-mode status)",
+                publish.forge
+            );
+            return Ok(ExitCode::from(2));
+        }
+        Some(mode) => mode,
+        None if publish.forge.has_check_runs() => gate::publish::CheckMode::CheckRun,
+        None => gate::publish::CheckMode::Status,
+    };
+    let forge = publish.forge.connect(&publish.forge_url, token)?;
+    let author = match &publish.author {
+        Some(author) => author.clone(),
+        None => forge.current_user().await?,
+    };
+    if let Some(expected) = &publish.expect_head {
+        let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
+        if &pr.head_sha != expected {
+            eprintln!(
+                "gate: {}#{}'s head is {}, not {expected}: a newer run judges it; nothing published",
+                publish.repo_slug, publish.pr, pr.head_sha
+            );
+            return Ok(ExitCode::from(2));
+        }
+    }
+    let mut repo_url = None;
+    let (pr, result, published) = if let Some(path) = &publish.result {
+        match publish_verdict_file(forge.as_ref(), publish, &author, check_mode, path).await? {
+            Some(published) => published,
+            None => return Ok(ExitCode::from(2)),
+        }
+    } else {
+        let config = config(args, quiet, false)?;
+        repo_url = config.repo_url.clone();
+        gate::publish::check_and_publish(
+            forge.as_ref(),
+            &publish.repo_slug,
+            publish.pr,
+            &author,
+            &config,
+            check_mode,
+            publish.html.html_url.as_deref(),
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "cannot check and publish {}#{}",
+                publish.repo_slug, publish.pr
+            )
+        })?
+    };
+    if let Some(path) = &publish.report {
+        let (comment, full) = gate::report::render(&result);
+        write_atomically(path, &full.unwrap_or(comment))?;
+    }
+    write_html(
+        &publish.html,
+        &result,
+        &gate::html::Links {
+            repo_url,
+            forge: Some(publish.forge),
+        },
+    )?;
+    if !quiet {
+        eprintln!(
+            "gate: {} on {}#{} ({}), comment {}",
+            gate::publish::title(&result),
+            publish.repo_slug,
+            publish.pr,
+            &pr.head_sha[..pr.head_sha.len().min(7)],
+            published.comment_id
+        );
+    }
+    Ok(ExitCode::from(result.verdict.outcome.exit_code()))
+}
+
+/// A verdict made elsewhere (a sharded check's merge), published as it is, for the head it
+/// judged only. `None`: refused, said on stderr (exit 2, nothing published).
+async fn publish_verdict_file(
+    forge: &dyn gate_forge::Forge,
+    publish: &PublishArgs,
+    author: &str,
+    check_mode: gate::publish::CheckMode,
+    path: &std::path::Path,
+) -> Result<
+    Option<(
+        gate_forge::PullRequest,
+        gate::verdict::GateResult,
+        gate::publish::Published,
+    )>,
+> {
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let result: gate::verdict::GateResult = serde_json::from_reader(std::io::BufReader::new(file))
+        .with_context(|| format!("{} is not a verdict (`gate merge --json`)", path.display()))?;
+    // A file is another job's word: its outcome must agree with its own findings (a forged
+    // "green" over a blocking finding is refused).
+    if let Err(disagreement) = result.consistency() {
+        eprintln!(
+            "gate: {} is not a consistent verdict ({disagreement}); nothing published",
+            path.display()
+        );
+        return Ok(None);
+    }
+    let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
+    if pr.head_sha != result.verdict.head {
+        eprintln!(
+            "gate: {} judges {}, but {}#{}'s head is {}; nothing published",
+            path.display(),
+            result.verdict.head,
+            publish.repo_slug,
+            publish.pr,
+            pr.head_sha
+        );
+        return Ok(None);
+    }
+    let published = gate::publish::publish_linked(
+        forge,
+        &publish.repo_slug,
+        publish.pr,
+        author,
+        &result,
+        check_mode,
+        publish.html.html_url.as_deref(),
+    )
+    .await
+    .with_context(|| format!("cannot publish {}#{}", publish.repo_slug, publish.pr))?;
+    Ok(Some((pr, result, published)))
+}
+
+/// `gate charts pull`: every chart a commit names, fetched into the mirror.
+fn charts_pull(args: &RenderArgs, revision: &str, quiet: bool) -> Result<ExitCode> {
+    if args.charts.is_none() {
+        anyhow::bail!("gate charts pull needs --charts DIR (the mirror to fill)");
+    }
+    let config = config(args, quiet, true)?;
+    match render::render(&config, revision) {
+        Ok(rendering) => {
+            if !quiet {
+                eprintln!(
+                    "gate: every chart of {} applications is in the mirror",
+                    rendering.applications.len()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(failure) => {
+            eprintln!("{failure}");
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// `gate tools`: the helm and kubectl the gate would run, and where they come from.
+fn tools_command(args: &ToolArgs) -> Result<ExitCode> {
+    let (helm, kubectl) = find_tools(args, true)?;
+    println!(
+        "helm {} at {} ({})",
+        helm.version(),
+        helm.path.display(),
+        helm.source
+    );
+    match kubectl {
+        Some(k) => println!(
+            "kubectl {} at {} ({})",
+            k.version(),
+            k.path.display(),
+            k.source
+        ),
+        None => println!(
+            "kubectl: not found (Kustomize sources cannot render); run `cargo xtask tools`"
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The process's peak resident set (VmHWM), for the stats line and benchmarks.

@@ -121,52 +121,8 @@ async fn main() -> Result<()> {
     let (ready_tx, ready_rx) = tokio::sync::watch::channel(false);
 
     // Health and metrics, outside the controller.
-    let health = Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = *ready_rx.borrow();
-                async move {
-                    if ready {
-                        (axum::http::StatusCode::OK, "ready")
-                    } else {
-                        (
-                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                            "caches not synced",
-                        )
-                    }
-                }
-            }),
-        );
-    let health_listener = tokio::net::TcpListener::bind(cli.health_addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", cli.health_addr))?;
-    tokio::spawn(async move {
-        let _ = axum::serve(health_listener, health).await;
-    });
-    let metrics_for_server = metrics.clone();
-    let metrics_router = Router::new().route(
-        "/metrics",
-        get(move || {
-            let metrics = metrics_for_server.clone();
-            async move {
-                (
-                    [(
-                        "content-type",
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.render(),
-                )
-            }
-        }),
-    );
-    let metrics_listener = tokio::net::TcpListener::bind(cli.metrics_addr)
-        .await
-        .with_context(|| format!("cannot listen on {}", cli.metrics_addr))?;
-    tokio::spawn(async move {
-        let _ = axum::serve(metrics_listener, metrics_router).await;
-    });
+    serve_health(cli.health_addr, ready_rx).await?;
+    serve_metrics(cli.metrics_addr, metrics.clone()).await?;
 
     let instance =
         std::env::var("POD_NAME").unwrap_or_else(|_| format!("observer-{}", std::process::id()));
@@ -197,30 +153,7 @@ async fn main() -> Result<()> {
         .clone()
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .unwrap_or_else(|| "default".into());
-    // An API server's passing 5xx or throttling at start (found by the ground's chaos seeds)
-    // is waited out, up to six tries over about six seconds; anything else stops the start.
-    let mut attempt = 0u32;
-    let manager = loop {
-        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &cli.lease_name)
-            .with_namespace(&lease_namespace)
-            .with_identity(&instance)
-            .with_create_mode(kube_lease_manager::LeaseCreateMode::AutoCreate)
-            .build()
-            .await;
-        match built {
-            Err(kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(status)))
-                if attempt < 5 && matches!(status.code, 429 | 500 | 502 | 503 | 504) =>
-            {
-                attempt += 1;
-                warn!(
-                    code = status.code,
-                    attempt, "leader election not set up yet; retrying"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
-            }
-            built => break built.context("cannot set up leader election")?,
-        }
-    };
+    let manager = lease_manager(&client, &cli.lease_name, &lease_namespace, &instance).await?;
     // A replica standing by is ready: it is healthy and can take over. Were it not, a
     // Deployment of two would never be fully available, and a rolling update would wait
     // forever for its new pod while the old one holds the Lease. The leader is ready once its
@@ -280,6 +213,95 @@ async fn main() -> Result<()> {
     }
     info!("observer stopped, Lease released");
     Ok(())
+}
+
+/// `/healthz` (always ok) and `/readyz` (what `ready` says), served on `addr` in the
+/// background.
+async fn serve_health(addr: SocketAddr, ready: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+    let health = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = *ready.borrow();
+                async move {
+                    if ready {
+                        (axum::http::StatusCode::OK, "ready")
+                    } else {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "caches not synced",
+                        )
+                    }
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, health).await;
+    });
+    Ok(())
+}
+
+/// `/metrics` in OpenMetrics text, served on `addr` in the background.
+async fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> Result<()> {
+    let router = Router::new().route(
+        "/metrics",
+        get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(
+                        "content-type",
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.render(),
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    Ok(())
+}
+
+/// The Lease's manager. An API server's passing 5xx or throttling at start (found by the
+/// ground's chaos seeds) is waited out, up to six tries over about six seconds; anything else
+/// stops the start.
+async fn lease_manager(
+    client: &kube::Client,
+    lease_name: &str,
+    namespace: &str,
+    instance: &str,
+) -> Result<kube_lease_manager::LeaseManager> {
+    let mut attempt = 0u32;
+    loop {
+        let built = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), lease_name)
+            .with_namespace(namespace)
+            .with_identity(instance)
+            .with_create_mode(kube_lease_manager::LeaseCreateMode::AutoCreate)
+            .build()
+            .await;
+        match built {
+            Err(kube_lease_manager::LeaseManagerError::KubeError(kube::Error::Api(status)))
+                if attempt < 5 && matches!(status.code, 429 | 500 | 502 | 503 | 504) =>
+            {
+                attempt += 1;
+                warn!(
+                    code = status.code,
+                    attempt, "leader election not set up yet; retrying"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100 << attempt)).await;
+            }
+            built => return built.context("cannot set up leader election"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,9 @@
 //! The diff of two renderings: Applications added, removed and changed per cluster; per
 //! Application, objects added, removed and changed; per changed object, the fields.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::render::parsed::Object;
-use crate::render::{RenderedApplication, Rendering, object_sort_key};
 
 mod crds;
 mod differ;

@@ -21,7 +21,7 @@ use serde_json::Value;
 use super::diff::{AppDiff, AppStatus, FieldChange, ObjectsDiff};
 use super::report::visible;
 use super::rules::{Finding, Severity};
-use super::verdict::{GateResult, Outcome};
+use super::verdict::{GateResult, Outcome, Verdict};
 use crate::forge::ForgeKind;
 
 /// Where the page links a repository file: the repository's URL as Applications write it,
@@ -480,9 +480,43 @@ pub fn render(result: &GateResult, links: &Links) -> String {
     let (outcome, class) = outcome_words(v.outcome);
     let groups = groups(result);
     let finding_facets: Vec<Facets> = result.findings.iter().map(finding_facets).collect();
-    // A group's rules: those of the findings naming one of its Applications.
+    let group_facets = group_facets(result, &groups, &finding_facets);
+    let options = filter_options(&finding_facets, &group_facets);
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { "addons-gate: " (outcome) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                (page_header(v, outcome, class))
+                (filters(&options))
+                (findings_section(result, &finding_facets, links))
+                (changes_section(result, &groups, &group_facets))
+                @if let Some(confinement) = result.confinement {
+                    footer { p { em { (confinement.footer()) } } }
+                }
+                script { (PreEscaped(SCRIPT)) }
+            }
+        }
+    }
+    .into_string()
+}
+
+/// Each group's facets: the clusters and names of its Applications, the kinds of their
+/// objects, and the rules of the findings naming one of its Applications.
+fn group_facets(
+    result: &GateResult,
+    groups: &[Group<'_>],
+    finding_facets: &[Facets],
+) -> Vec<Facets> {
     let mut rules_by_app: HashMap<&str, BTreeSet<String>> = HashMap::new();
-    for (finding, facets) in result.findings.iter().zip(&finding_facets) {
+    for (finding, facets) in result.findings.iter().zip(finding_facets) {
         for app in &facets.application {
             rules_by_app
                 .entry(app.as_str())
@@ -490,7 +524,7 @@ pub fn render(result: &GateResult, links: &Links) -> String {
                 .insert(finding.rule.clone());
         }
     }
-    let group_facets: Vec<Facets> = groups
+    groups
         .iter()
         .map(|g| {
             let mut facets = Facets::default();
@@ -515,14 +549,24 @@ pub fn render(result: &GateResult, links: &Links) -> String {
             }
             facets
         })
-        .collect();
+        .collect()
+}
+
+/// What each filter offers (cluster, Application, kind, rule): every value a finding or a
+/// group has.
+fn filter_options(finding_facets: &[Facets], group_facets: &[Facets]) -> [BTreeSet<String>; 4] {
     let mut options: [BTreeSet<String>; 4] = Default::default();
-    for facets in finding_facets.iter().chain(&group_facets) {
+    for facets in finding_facets.iter().chain(group_facets) {
         options[0].extend(facets.cluster.iter().cloned());
         options[1].extend(facets.application.iter().cloned());
         options[2].extend(facets.kind.iter().cloned());
         options[3].extend(facets.rule.iter().cloned());
     }
+    options
+}
+
+/// The outcome, the commits, the counts (per rule too) and why the gate could not decide.
+fn page_header(v: &Verdict, outcome: &str, class: &str) -> Markup {
     let counts = &v.counts;
     let per_rule = |label: &str, counts: &BTreeMap<String, usize>| -> Markup {
         html! {
@@ -533,116 +577,118 @@ pub fn render(result: &GateResult, links: &Links) -> String {
     };
     let short = |sha: &str| t(&sha[..sha.len().min(12)]);
     html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
-                title { "addons-gate: " (outcome) }
-                style { (PreEscaped(STYLE)) }
+        header {
+            h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
+            p {
+                code { (short(&v.base)) } " (merge base) → " code { (short(&v.head)) } " (head)"
             }
-            body {
-                header {
-                    h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
-                    p {
-                        code { (short(&v.base)) } " (merge base) → " code { (short(&v.head)) } " (head)"
-                    }
-                    table id="counts" {
-                        tr { th { "Applications" } td {
-                            span id="applications-changed" { (counts.applications_changed) } " changed, "
-                            span id="applications-added" { (counts.applications_added) } " added, "
-                            span id="applications-removed" { (counts.applications_removed) } " removed"
-                        } }
-                        tr { th { "objects" } td {
-                            span id="objects-added" { (counts.objects_added) } " added, "
-                            span id="objects-changed" { (counts.objects_changed) } " changed, "
-                            span id="objects-removed" { (counts.objects_removed) } " removed"
-                        } }
-                        (per_rule("blocking", &v.blocking))
-                        (per_rule("notes", &v.notes))
-                    }
-                    @if !v.errors.is_empty() {
-                        h2 { "Why the gate could not decide" }
-                        ul id="errors" { @for error in &v.errors { li { pre { (t(error)) } } } }
-                    }
-                }
-                nav id="filters" {
-                    @for (name, label, values) in [
-                        ("cluster", "cluster", &options[0]),
-                        ("application", "Application", &options[1]),
-                        ("kind", "kind", &options[2]),
-                        ("rule", "rule", &options[3]),
-                    ] {
-                        label {
-                            (label) " "
-                            select data-filter=(name) {
-                                option value="" { "all" }
-                                @for value in values { option value=(t(value)) { (t(value)) } }
-                            }
-                        }
-                    }
-                    span id="filter-status" {}
-                }
-                section id="findings" {
-                    h2 { "Findings (" (result.findings.len()) ")" }
-                    @if result.findings.is_empty() { p { "No findings." } }
-                    @for (finding, facets) in result.findings.iter().zip(&finding_facets) {
-                        @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
-                        details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
-                            data-facets="" data-cluster=(Facets::join(&facets.cluster))
-                            data-application=(Facets::join(&facets.application))
-                            data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
-                            summary {
-                                span class={ "sev-" (severity) } { (severity) } " "
-                                code class="rule" { (t(&finding.rule)) } ": "
-                                span class="summary" { (t(&finding.summary)) }
-                            }
-                            @let paths = finding_paths(finding);
-                            @if !paths.is_empty() {
-                                p { "Files: " @for path in &paths { (path_link(links, &v.head, path)) " " } }
-                            }
-                            pre class="evidence" { (evidence_markup(&finding.evidence, links, &v.head)) }
-                        }
-                    }
-                }
-                section id="changes" {
-                    h2 { "What this change deploys (" (result.diff.applications.len()) " Applications)" }
-                    @if v.outcome != Outcome::Undecided && result.diff.applications.is_empty() {
-                        p { "The render is identical at both commits." }
-                    }
-                    @for (group, facets) in groups.iter().zip(&group_facets) {
-                        section class="application" data-facets=""
-                            data-cluster=(Facets::join(&facets.cluster))
-                            data-application=(Facets::join(&facets.application))
-                            data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
-                            h3 {
-                                @if group.apps.len() == 1 {
-                                    (t(&group.apps[0].app.to_string()))
-                                } @else {
-                                    (group.apps.len()) " Applications"
-                                }
-                                " " span class="status" { "(" (group.status) ")" }
-                            }
-                            @if group.apps.len() > 1 {
-                                details class="where" {
-                                    summary { "where: " (group.apps.len()) " Applications" }
-                                    ul { @for app in &group.apps { li { (t(&app.app.to_string())) } } }
-                                }
-                            }
-                            (PreEscaped(&group.body))
-                        }
-                    }
-                }
-                @if let Some(confinement) = result.confinement {
-                    footer { p { em { (confinement.footer()) } } }
-                }
-                script { (PreEscaped(SCRIPT)) }
+            table id="counts" {
+                tr { th { "Applications" } td {
+                    span id="applications-changed" { (counts.applications_changed) } " changed, "
+                    span id="applications-added" { (counts.applications_added) } " added, "
+                    span id="applications-removed" { (counts.applications_removed) } " removed"
+                } }
+                tr { th { "objects" } td {
+                    span id="objects-added" { (counts.objects_added) } " added, "
+                    span id="objects-changed" { (counts.objects_changed) } " changed, "
+                    span id="objects-removed" { (counts.objects_removed) } " removed"
+                } }
+                (per_rule("blocking", &v.blocking))
+                (per_rule("notes", &v.notes))
+            }
+            @if !v.errors.is_empty() {
+                h2 { "Why the gate could not decide" }
+                ul id="errors" { @for error in &v.errors { li { pre { (t(error)) } } } }
             }
         }
     }
-    .into_string()
+}
+
+/// The filter's selects, one per facet.
+fn filters(options: &[BTreeSet<String>; 4]) -> Markup {
+    html! {
+        nav id="filters" {
+            @for (name, label, values) in [
+                ("cluster", "cluster", &options[0]),
+                ("application", "Application", &options[1]),
+                ("kind", "kind", &options[2]),
+                ("rule", "rule", &options[3]),
+            ] {
+                label {
+                    (label) " "
+                    select data-filter=(name) {
+                        option value="" { "all" }
+                        @for value in values { option value=(t(value)) { (t(value)) } }
+                    }
+                }
+            }
+            span id="filter-status" {}
+        }
+    }
+}
+
+/// Every finding, blocking ones open, with the files it names and its evidence.
+fn findings_section(result: &GateResult, finding_facets: &[Facets], links: &Links) -> Markup {
+    let v = &result.verdict;
+    html! {
+        section id="findings" {
+            h2 { "Findings (" (result.findings.len()) ")" }
+            @if result.findings.is_empty() { p { "No findings." } }
+            @for (finding, facets) in result.findings.iter().zip(finding_facets) {
+                @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
+                details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
+                    data-facets="" data-cluster=(Facets::join(&facets.cluster))
+                    data-application=(Facets::join(&facets.application))
+                    data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
+                    summary {
+                        span class={ "sev-" (severity) } { (severity) } " "
+                        code class="rule" { (t(&finding.rule)) } ": "
+                        span class="summary" { (t(&finding.summary)) }
+                    }
+                    @let paths = finding_paths(finding);
+                    @if !paths.is_empty() {
+                        p { "Files: " @for path in &paths { (path_link(links, &v.head, path)) " " } }
+                    }
+                    pre class="evidence" { (evidence_markup(&finding.evidence, links, &v.head)) }
+                }
+            }
+        }
+    }
+}
+
+/// What the change deploys: each group of Applications that change alike, once.
+fn changes_section(result: &GateResult, groups: &[Group<'_>], group_facets: &[Facets]) -> Markup {
+    let v = &result.verdict;
+    html! {
+        section id="changes" {
+            h2 { "What this change deploys (" (result.diff.applications.len()) " Applications)" }
+            @if v.outcome != Outcome::Undecided && result.diff.applications.is_empty() {
+                p { "The render is identical at both commits." }
+            }
+            @for (group, facets) in groups.iter().zip(group_facets) {
+                section class="application" data-facets=""
+                    data-cluster=(Facets::join(&facets.cluster))
+                    data-application=(Facets::join(&facets.application))
+                    data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
+                    h3 {
+                        @if group.apps.len() == 1 {
+                            (t(&group.apps[0].app.to_string()))
+                        } @else {
+                            (group.apps.len()) " Applications"
+                        }
+                        " " span class="status" { "(" (group.status) ")" }
+                    }
+                    @if group.apps.len() > 1 {
+                        details class="where" {
+                            summary { "where: " (group.apps.len()) " Applications" }
+                            ul { @for app in &group.apps { li { (t(&app.app.to_string())) } } }
+                        }
+                    }
+                    (PreEscaped(&group.body))
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

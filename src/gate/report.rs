@@ -9,10 +9,9 @@
 use std::fmt::Write;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-use super::diff::{AppStatus, DiffCounts};
-use super::rules::{self, DroppedServedVersion, Severity};
+use super::diff::DiffCounts;
+use super::rules::{self, DroppedServedVersion};
 use super::text::clip;
 use super::verdict::{GateResult, Outcome, Verdict};
 
@@ -31,9 +30,6 @@ pub use self::summary::{
 use self::blocks::blocks_section;
 use self::details::details_section;
 use self::head::head_section;
-
-#[cfg(test)]
-use self::summary::{SUMMARY_BUDGET, split_image};
 
 pub const MARKER: &str = "<!-- gitops-gate:report v1 -->";
 const BLOCK_PREFIX: &str = "<!-- gitops-gate:";

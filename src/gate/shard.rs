@@ -490,21 +490,9 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
     let head = parts[0].head.clone();
     let confinement = confinement_of(&parts);
     if parts.iter().any(|p| p.undecided.is_some()) {
-        let lines = |pick: fn(&Undecided) -> &Vec<String>| {
-            let mut lines: Vec<String> = parts
-                .iter()
-                .filter_map(|p| p.undecided.as_ref())
-                .flat_map(|u| pick(u).iter().cloned())
-                .collect();
-            lines.sort();
-            lines.dedup();
-            lines
-        };
-        let mut errors = lines(|u| &u.head);
-        errors.extend(lines(|u| &u.base));
         let result = GateResult {
             confinement,
-            ..check::undecided(base, head, errors)
+            ..check::undecided(base, head, undecided_errors(&parts))
         };
         result.assert_consistent();
         return Ok(result);
@@ -548,43 +536,11 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
         reassemble(&base, with_tables(base_apps, false), "the merge base")?;
     let (head_rendering, head_shards) =
         reassemble(&head, with_tables(head_apps, true), "the head")?;
-    // A moved chart's own change is rendered by the shard holding the Application at both
-    // commits; one whose shard changed between them (its parent moved) has none.
-    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
-        .applications
-        .iter()
-        .map(|a| (diff::key_of(a), a))
-        .collect();
-    for after in &head_rendering.applications {
-        let key = diff::key_of(after);
-        if let Some(before) = base_by_key.get(&key)
-            && base_shards.get(&key) != head_shards.get(&key)
-            && !diff::chart_moves(before, after).is_empty()
-        {
-            return Err(MergeError(format!(
-                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
-            )));
-        }
-    }
-    let mut old_versions = BTreeMap::new();
-    let mut defaults: HashMap<(String, String, String, String), ChartDefaults> = HashMap::new();
-    for part in &mut parts {
-        for app in std::mem::take(&mut part.old_versions) {
-            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
-            old_versions.insert(diff::key_of(&app), app);
-        }
-        for d in std::mem::take(&mut part.chart_defaults) {
-            defaults.insert(
-                (
-                    d.repo_url.clone(),
-                    d.chart.clone(),
-                    d.from.clone(),
-                    d.to.clone(),
-                ),
-                d,
-            );
-        }
-    }
+    refuse_chart_moves_across_shards(
+        (&base_rendering, &base_shards),
+        (&head_rendering, &head_shards),
+    )?;
+    let (old_versions, defaults) = old_versions_and_defaults(&mut parts)?;
     let store = render::parsed::ParsedStore::default();
     let head_snapshot = store.snapshot(repo, &head).map_err(|e| {
         MergeError(format!(
@@ -640,4 +596,77 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
     }
     result.assert_consistent();
     Ok(result)
+}
+
+/// The error lines of the shards that could not decide: those at the head, then those at the
+/// merge base, each side sorted and without repeats.
+fn undecided_errors(parts: &[Partial]) -> Vec<String> {
+    let lines = |pick: fn(&Undecided) -> &Vec<String>| {
+        let mut lines: Vec<String> = parts
+            .iter()
+            .filter_map(|p| p.undecided.as_ref())
+            .flat_map(|u| pick(u).iter().cloned())
+            .collect();
+        lines.sort();
+        lines.dedup();
+        lines
+    };
+    let mut errors = lines(|u| &u.head);
+    errors.extend(lines(|u| &u.base));
+    errors
+}
+
+/// A moved chart's own change is rendered by the shard holding the Application at both
+/// commits; one whose shard changed between them (its parent moved) has none: refused.
+fn refuse_chart_moves_across_shards(
+    (base_rendering, base_shards): (&Rendering, &BTreeMap<AppKey, usize>),
+    (head_rendering, head_shards): (&Rendering, &BTreeMap<AppKey, usize>),
+) -> Result<(), MergeError> {
+    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
+        .applications
+        .iter()
+        .map(|a| (diff::key_of(a), a))
+        .collect();
+    for after in &head_rendering.applications {
+        let key = diff::key_of(after);
+        if let Some(before) = base_by_key.get(&key)
+            && base_shards.get(&key) != head_shards.get(&key)
+            && !diff::chart_moves(before, after).is_empty()
+        {
+            return Err(MergeError(format!(
+                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Chart defaults by the move they describe: (repoURL, chart, from, to).
+type DefaultsByMove = HashMap<(String, String, String, String), ChartDefaults>;
+
+/// The base's render of every Application whose chart moved (for its chart's own change) and
+/// the chart defaults of every move, taken out of the shards that hold them.
+fn old_versions_and_defaults(
+    parts: &mut [Partial],
+) -> Result<(BTreeMap<AppKey, RenderedApplication>, DefaultsByMove), MergeError> {
+    let mut old_versions = BTreeMap::new();
+    let mut defaults: DefaultsByMove = HashMap::new();
+    for part in parts.iter_mut() {
+        for app in std::mem::take(&mut part.old_versions) {
+            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
+            old_versions.insert(diff::key_of(&app), app);
+        }
+        for d in std::mem::take(&mut part.chart_defaults) {
+            defaults.insert(
+                (
+                    d.repo_url.clone(),
+                    d.chart.clone(),
+                    d.from.clone(),
+                    d.to.clone(),
+                ),
+                d,
+            );
+        }
+    }
+    Ok((old_versions, defaults))
 }

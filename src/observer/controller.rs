@@ -733,6 +733,54 @@ impl Loading {
     }
 }
 
+/// A cache of one kind (each object projected to the fields kept) and the stream of the
+/// objects its events touch; its first list counts it loaded, and each event bumps
+/// `generation` when one is given.
+fn kind_cache(
+    client: &Client,
+    ar: &ApiResource,
+    generation: Option<&Arc<std::sync::atomic::AtomicU64>>,
+    loading: &Arc<Loading>,
+) -> (
+    Store<DynamicObject>,
+    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + use<>,
+) {
+    let generation = generation.cloned();
+    let writer = reflector::store::Writer::new(store_key(ar));
+    let reader = writer.as_reader();
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+    let projection = projection::for_kind(&ar.kind);
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(move |o: &mut DynamicObject| projection.project(o))
+        .reflect(writer)
+        .inspect_ok(loading.tracker())
+        .inspect_ok(move |_| {
+            if let Some(generation) = &generation {
+                generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        })
+        .touched_objects();
+    (reader, stream)
+}
+
+/// When every Application is reconciled: once every cache has its first list (when a
+/// reconcile skipped while they loaded: otherwise each has had its reconcile already), then
+/// each `resync`.
+fn resync_ticks(ctx: Arc<Context>, resync: Duration) -> impl futures::Stream<Item = ()> {
+    let mut loaded = ctx.caches_ready.clone();
+    futures::stream::once(async move {
+        let _ = loaded.wait_for(|ready| *ready).await;
+        ctx.skipped_while_loading
+            .load(std::sync::atomic::Ordering::SeqCst)
+    })
+    .filter_map(|skipped| futures::future::ready(skipped.then_some(())))
+    .chain(futures::stream::unfold((), move |_| async move {
+        tokio::time::sleep(resync).await;
+        Some(((), ()))
+    }))
+}
+
 /// Runs the controller until `shutdown` resolves. Returns when the controller has stopped.
 /// `ready` turns true once every cache has its first list.
 pub async fn run(
@@ -750,30 +798,20 @@ pub async fn run(
     let loading = Loading::new(5, ready);
     let freights_by_origin = Grouped::new(&["origin", "name"]);
     let promotions_by_stage = Grouped::new(&["spec", "stage"]);
-    let cache = |ar: &ApiResource, generation: Option<&Arc<std::sync::atomic::AtomicU64>>| {
-        let generation = generation.cloned();
-        let writer = reflector::store::Writer::new(store_key(ar));
-        let reader = writer.as_reader();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-        let projection = projection::for_kind(&ar.kind);
-        let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(move |o: &mut DynamicObject| projection.project(o))
-            .reflect(writer)
-            .inspect_ok(loading.tracker())
-            .inspect_ok(move |_| {
-                if let Some(generation) = &generation {
-                    generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                }
-            })
-            .touched_objects();
-        (reader, stream)
-    };
-    let (stages, stage_events) = cache(&kinds.stage, None);
-    let (freights, freight_events) = cache(&kinds.freight, Some(&freights_by_origin.generation));
-    let (warehouses, warehouse_events) = cache(&kinds.warehouse, None);
-    let (promotions, promotion_events) =
-        cache(&kinds.promotion, Some(&promotions_by_stage.generation));
+    let (stages, stage_events) = kind_cache(&client, &kinds.stage, None, &loading);
+    let (freights, freight_events) = kind_cache(
+        &client,
+        &kinds.freight,
+        Some(&freights_by_origin.generation),
+        &loading,
+    );
+    let (warehouses, warehouse_events) = kind_cache(&client, &kinds.warehouse, None, &loading);
+    let (promotions, promotion_events) = kind_cache(
+        &client,
+        &kinds.promotion,
+        Some(&promotions_by_stage.generation),
+        &loading,
+    );
 
     let app_writer = reflector::store::Writer::new(store_key(&kinds.application));
     let app_reader = app_writer.as_reader();
@@ -808,23 +846,7 @@ pub async fn run(
         skipped_while_loading: false.into(),
     });
 
-    // Every Application is reconciled once every cache has its first list (when a reconcile
-    // skipped while they loaded: otherwise each has had its reconcile already), then each
-    // resync.
-    let resync = config.resync;
-    let mut loaded = ctx.caches_ready.clone();
-    let first_ctx = ctx.clone();
-    let resync_ticks = futures::stream::once(async move {
-        let _ = loaded.wait_for(|ready| *ready).await;
-        first_ctx
-            .skipped_while_loading
-            .load(std::sync::atomic::Ordering::SeqCst)
-    })
-    .filter_map(|skipped| futures::future::ready(skipped.then_some(())))
-    .chain(futures::stream::unfold((), move |_| async move {
-        tokio::time::sleep(resync).await;
-        Some(((), ()))
-    }));
+    let resync_ticks = resync_ticks(ctx.clone(), config.resync);
     let (for_stages, for_freights, for_warehouses, for_promotions) = (
         app_reader.clone(),
         app_reader.clone(),

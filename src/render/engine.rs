@@ -208,163 +208,190 @@ impl Engine<'_> {
         });
     }
 
+    /// Renders the Applications wave by wave: a wave's ApplicationSets expanded, its
+    /// Applications planned, their jobs run, and the Applications and ApplicationSets they
+    /// render make the next wave.
     fn run(&mut self, roots: Vec<Item>) {
         let mut wave = roots;
         while !wave.is_empty() {
-            let mut applications = Vec::new();
-            for item in wave {
-                let kind = if is_argo_kind(&item.object, "ApplicationSet") {
-                    "ApplicationSet"
-                } else {
-                    "Application"
-                };
-                let id = identity(kind, &item.object);
-                if item.depth > self.config.max_depth {
-                    self.error(
-                        &id,
-                        format!(
-                            "app-of-apps nesting is deeper than {} levels",
-                            self.config.max_depth
-                        ),
-                    );
-                    continue;
-                }
-                if !self.admit(&id, &item) {
-                    continue;
-                }
-                if kind == "ApplicationSet" {
-                    let ctx = appset::ExpandContext {
-                        repos: &self.repos,
-                        inventory: &self.config.inventory,
-                        helm: &self.config.helm,
-                        work: &self.work.join(format!("appset-{}", self.seen.len())),
-                    };
-                    match appset::expand(&item.object, &ctx) {
-                        Ok(generated) => {
-                            let namespace = item
-                                .object
-                                .pointer("/metadata/namespace")
-                                .and_then(Value::as_str)
-                                .unwrap_or("argocd")
-                                .to_string();
-                            let name = item
-                                .object
-                                .pointer("/metadata/name")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                .to_string();
-                            for object in generated {
-                                applications.push(Item {
-                                    object,
-                                    origin: Origin::ApplicationSet {
-                                        namespace: namespace.clone(),
-                                        name: name.clone(),
-                                    },
-                                    parent: Some(id.clone()),
-                                    depth: item.depth,
-                                    owner: item.owner,
-                                });
-                            }
-                        }
-                        Err(message) => self.error(&id, message),
-                    }
-                } else {
-                    applications.push(item);
-                }
-            }
-            // Generated Applications are admitted like the rest (duplicates, cycles), once
-            // Argo CD would create them at all.
-            let mut pending = Vec::new();
-            for item in applications {
-                let id = identity("Application", &item.object);
-                if let Origin::ApplicationSet { namespace, name } = &item.origin
-                    && let Some(why) = refused_application(&item.object)
-                {
-                    self.error(
-                        &id,
-                        format!(
-                            "ApplicationSet {namespace}/{name} generates an Application that {why}; the ApplicationSet controller reports it and creates the others, so it would silently not exist"
-                        ),
-                    );
-                    continue;
-                }
-                if matches!(item.origin, Origin::ApplicationSet { .. }) && !self.admit(&id, &item) {
-                    continue;
-                }
-                match self.plan_application(&id, &item) {
-                    Ok(p) => pending.push(p),
-                    Err(message) => self.error(&id, message),
-                }
-            }
+            let applications = self.expand_wave(wave);
+            let pending = self.plan_wave(applications);
             trace(self.revision, "wave planned");
             let pending = self.keep_shard(pending);
             self.execute_pending_jobs();
             trace(self.revision, "wave rendered and parsed");
-            let mut next = Vec::new();
-            let mut sorted: HashMap<Vec<String>, Vec<Object>> = HashMap::new();
-            for p in pending {
-                let mut objects: Vec<Object> = Vec::new();
-                let mut failed = false;
-                for key in &p.job_keys {
-                    match self.memo.get(key) {
-                        Some(Ok(rendered)) => objects.extend(rendered.iter().cloned()),
-                        Some(Err(message)) => {
-                            let message = message.clone();
-                            if let Some(job) = self.helm_jobs.get(key) {
-                                self.helm_failures.push(HelmFailure {
-                                    application: p.id.clone(),
-                                    cluster: p.app.cluster.name.clone(),
-                                    job: job.clone(),
-                                    message: message.clone(),
-                                });
-                            }
-                            self.error(&p.id, message);
-                            failed = true;
+            wave = self.collect_wave(pending);
+        }
+    }
+
+    /// A wave's Applications, with each ApplicationSet replaced by the Applications it
+    /// generates; an item nested too deep or seen before is left out.
+    fn expand_wave(&mut self, wave: Vec<Item>) -> Vec<Item> {
+        let mut applications = Vec::new();
+        for item in wave {
+            let kind = if is_argo_kind(&item.object, "ApplicationSet") {
+                "ApplicationSet"
+            } else {
+                "Application"
+            };
+            let id = identity(kind, &item.object);
+            if item.depth > self.config.max_depth {
+                self.error(
+                    &id,
+                    format!(
+                        "app-of-apps nesting is deeper than {} levels",
+                        self.config.max_depth
+                    ),
+                );
+                continue;
+            }
+            if !self.admit(&id, &item) {
+                continue;
+            }
+            if kind == "ApplicationSet" {
+                let ctx = appset::ExpandContext {
+                    repos: &self.repos,
+                    inventory: &self.config.inventory,
+                    helm: &self.config.helm,
+                    work: &self.work.join(format!("appset-{}", self.seen.len())),
+                };
+                match appset::expand(&item.object, &ctx) {
+                    Ok(generated) => {
+                        let namespace = item
+                            .object
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or("argocd")
+                            .to_string();
+                        let name = item
+                            .object
+                            .pointer("/metadata/name")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_string();
+                        for object in generated {
+                            applications.push(Item {
+                                object,
+                                origin: Origin::ApplicationSet {
+                                    namespace: namespace.clone(),
+                                    name: name.clone(),
+                                },
+                                parent: Some(id.clone()),
+                                depth: item.depth,
+                                owner: item.owner,
+                            });
                         }
-                        None => failed = true,
                     }
+                    Err(message) => self.error(&id, message),
                 }
-                if failed {
-                    continue;
-                }
-                // Applications with the same renders (one chart on many clusters) share one sort.
-                let objects = sorted
-                    .entry(p.job_keys.clone())
-                    .or_insert_with(|| {
-                        objects.sort_by_cached_key(|o| object_sort_key(o));
-                        objects
-                    })
-                    .clone();
-                for object in &objects {
-                    if is_argo_kind(object, "Application") || is_argo_kind(object, "ApplicationSet")
-                    {
-                        let mut child = Value::clone(object);
-                        if child.pointer("/metadata/namespace").is_none() {
-                            child["metadata"]["namespace"] =
-                                Value::String(p.app.destination_namespace.clone()).clone();
-                            if p.app.destination_namespace.is_empty() {
-                                child["metadata"]["namespace"] = Value::String("argocd".into());
-                            }
+            } else {
+                applications.push(item);
+            }
+        }
+        applications
+    }
+
+    /// Each Application of a wave planned (its render jobs known). Generated Applications are
+    /// admitted like the rest (duplicates, cycles), once Argo CD would create them at all.
+    fn plan_wave(&mut self, applications: Vec<Item>) -> Vec<PendingApp> {
+        let mut pending = Vec::new();
+        for item in applications {
+            let id = identity("Application", &item.object);
+            if let Origin::ApplicationSet { namespace, name } = &item.origin
+                && let Some(why) = refused_application(&item.object)
+            {
+                self.error(
+                    &id,
+                    format!(
+                        "ApplicationSet {namespace}/{name} generates an Application that {why}; the ApplicationSet controller reports it and creates the others, so it would silently not exist"
+                    ),
+                );
+                continue;
+            }
+            if matches!(item.origin, Origin::ApplicationSet { .. }) && !self.admit(&id, &item) {
+                continue;
+            }
+            match self.plan_application(&id, &item) {
+                Ok(p) => pending.push(p),
+                Err(message) => self.error(&id, message),
+            }
+        }
+        pending
+    }
+
+    /// Each planned Application with the objects its jobs rendered (sorted), kept among the
+    /// rendered Applications; a failed job is the Application's error. Returns the next wave:
+    /// the Applications and ApplicationSets they render.
+    fn collect_wave(&mut self, pending: Vec<PendingApp>) -> Vec<Item> {
+        let mut next = Vec::new();
+        let mut sorted: HashMap<Vec<String>, Vec<Object>> = HashMap::new();
+        for p in pending {
+            let Some(mut objects) = self.rendered_objects(&p) else {
+                continue;
+            };
+            // Applications with the same renders (one chart on many clusters) share one sort.
+            let objects = sorted
+                .entry(p.job_keys.clone())
+                .or_insert_with(|| {
+                    objects.sort_by_cached_key(|o| object_sort_key(o));
+                    objects
+                })
+                .clone();
+            for object in &objects {
+                if is_argo_kind(object, "Application") || is_argo_kind(object, "ApplicationSet") {
+                    let mut child = Value::clone(object);
+                    if child.pointer("/metadata/namespace").is_none() {
+                        child["metadata"]["namespace"] =
+                            Value::String(p.app.destination_namespace.clone()).clone();
+                        if p.app.destination_namespace.is_empty() {
+                            child["metadata"]["namespace"] = Value::String("argocd".into());
                         }
-                        next.push(Item {
-                            object: child,
-                            origin: Origin::Application {
-                                namespace: p.app.namespace.clone(),
-                                name: p.app.name.clone(),
-                            },
-                            parent: Some(p.id.clone()),
-                            depth: p.depth + 1,
-                            owner: p.renders_alone.then_some(p.owner),
+                    }
+                    next.push(Item {
+                        object: child,
+                        origin: Origin::Application {
+                            namespace: p.app.namespace.clone(),
+                            name: p.app.name.clone(),
+                        },
+                        parent: Some(p.id.clone()),
+                        depth: p.depth + 1,
+                        owner: p.renders_alone.then_some(p.owner),
+                    });
+                }
+            }
+            let mut app = p.app;
+            app.objects = objects;
+            app.render_keys = p.job_keys;
+            self.applications.insert(p.id, app);
+        }
+        next
+    }
+
+    /// The objects of every job of a planned Application, in job order; `None` when a job
+    /// failed (the failure recorded, a helm one with its inputs) or did not run.
+    fn rendered_objects(&mut self, p: &PendingApp) -> Option<Vec<Object>> {
+        let mut objects: Vec<Object> = Vec::new();
+        let mut failed = false;
+        for key in &p.job_keys {
+            match self.memo.get(key) {
+                Some(Ok(rendered)) => objects.extend(rendered.iter().cloned()),
+                Some(Err(message)) => {
+                    let message = message.clone();
+                    if let Some(job) = self.helm_jobs.get(key) {
+                        self.helm_failures.push(HelmFailure {
+                            application: p.id.clone(),
+                            cluster: p.app.cluster.name.clone(),
+                            job: job.clone(),
+                            message: message.clone(),
                         });
                     }
+                    self.error(&p.id, message);
+                    failed = true;
                 }
-                let mut app = p.app;
-                app.objects = objects;
-                app.render_keys = p.job_keys;
-                self.applications.insert(p.id, app);
+                None => failed = true,
             }
-            wave = next;
         }
+        (!failed).then_some(objects)
     }
 
     /// Decides whether an object is new (true) or a repeat of one already expanded, and

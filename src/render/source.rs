@@ -188,53 +188,80 @@ fn plan_source(
             chart: chart.to_string(),
             version: target_revision.to_string(),
         };
-        if chart_ref.version.is_empty()
-            || chart_ref.version.contains(['*', '^', '~', '>', '<', ' '])
-        {
-            return Err(format!(
-                "{chart_ref}: the gate renders pinned chart versions only (targetRevision must be an exact version)"
-            ));
-        }
-        // Both become folders of the chart mirror: a name or version that is a path (`/x`,
-        // `..`, `.`) would read a chart from anywhere on the machine.
-        if !charts::is_chart_name(&chart_ref.chart) {
-            return Err(format!(
-                "chart {:?}: not a chart name (letters, digits, `.`, `_`, `-`, no path)",
-                chart_ref.chart.chars().take(120).collect::<String>()
-            ));
-        }
-        if !charts::is_chart_version(&chart_ref.version) {
-            return Err(format!(
-                "{chart_ref}: targetRevision is not a chart version (SemVer: digits, letters, `.`, `+`, `-`)"
-            ));
-        }
-        let dir = match (charts::locate(ctx.charts, &chart_ref), ctx.pull) {
-            (Ok(dir), _) => dir,
-            (Err(_), Some(pull)) => {
-                pull(&chart_ref)?;
-                charts::locate(ctx.charts, &chart_ref)?
-            }
-            (Err(e), None) => return Err(e),
-        };
-        let digest = (ctx.chart_digests)(&dir)?;
-        let location = ChartLocation::Mirror(dir);
-        let job = helm_job(
-            app,
-            app_name,
-            source,
-            cluster,
-            refs,
-            location,
-            chart_ref.to_string(),
-            digest,
-            None,
-        )?;
+        let job = plan_chart_source(app, app_name, source, cluster, refs, ctx, chart_ref)?;
         return Ok(PlannedSource {
             source: source.clone(),
             job: Some(RenderJob::Helm(job)),
         });
     }
+    plan_git_source(app, app_name, source, cluster, refs, ctx)
+}
 
+/// A source from a chart repository: a pinned version with a chart name and version that stay
+/// inside the mirror, found there (pulled first when this run may pull), rendered by helm.
+fn plan_chart_source(
+    app: &Value,
+    app_name: &str,
+    source: &Value,
+    cluster: &Cluster,
+    refs: &BTreeMap<String, Arc<Snapshot>>,
+    ctx: &PlanContext,
+    chart_ref: ChartRef,
+) -> Result<HelmJob, String> {
+    if chart_ref.version.is_empty() || chart_ref.version.contains(['*', '^', '~', '>', '<', ' ']) {
+        return Err(format!(
+            "{chart_ref}: the gate renders pinned chart versions only (targetRevision must be an exact version)"
+        ));
+    }
+    // Both become folders of the chart mirror: a name or version that is a path (`/x`,
+    // `..`, `.`) would read a chart from anywhere on the machine.
+    if !charts::is_chart_name(&chart_ref.chart) {
+        return Err(format!(
+            "chart {:?}: not a chart name (letters, digits, `.`, `_`, `-`, no path)",
+            chart_ref.chart.chars().take(120).collect::<String>()
+        ));
+    }
+    if !charts::is_chart_version(&chart_ref.version) {
+        return Err(format!(
+            "{chart_ref}: targetRevision is not a chart version (SemVer: digits, letters, `.`, `+`, `-`)"
+        ));
+    }
+    let dir = match (charts::locate(ctx.charts, &chart_ref), ctx.pull) {
+        (Ok(dir), _) => dir,
+        (Err(_), Some(pull)) => {
+            pull(&chart_ref)?;
+            charts::locate(ctx.charts, &chart_ref)?
+        }
+        (Err(e), None) => return Err(e),
+    };
+    let digest = (ctx.chart_digests)(&dir)?;
+    let location = ChartLocation::Mirror(dir);
+    helm_job(
+        app,
+        app_name,
+        source,
+        cluster,
+        refs,
+        location,
+        chart_ref.to_string(),
+        digest,
+        None,
+    )
+}
+
+/// A source from a git repository: its path at the resolved commit, with the
+/// `.argocd-source*.yaml` overrides merged in, rendered as its type says (helm, kustomize or a
+/// directory of manifests).
+fn plan_git_source(
+    app: &Value,
+    app_name: &str,
+    source: &Value,
+    cluster: &Cluster,
+    refs: &BTreeMap<String, Arc<Snapshot>>,
+    ctx: &PlanContext,
+) -> Result<PlannedSource, String> {
+    let repo_url = str_at(source, "/repoURL");
+    let target_revision = str_at(source, "/targetRevision");
     let snapshot = ctx.repos.resolve(repo_url, target_revision)?;
     let path = normalize(str_at(source, "/path"));
     if escapes_root(&path) {
@@ -261,28 +288,7 @@ fn plan_source(
             json_patch::merge(&mut source, &patch);
         }
     }
-    let explicit: Vec<&str> = ["helm", "kustomize", "directory", "plugin"]
-        .into_iter()
-        .filter(|k| non_empty(source.get(*k)))
-        .collect();
-    if explicit.len() > 1 {
-        return Err(format!(
-            "multiple application source types defined: {}",
-            explicit.join(", ")
-        ));
-    }
-    let kind = match explicit.first() {
-        Some(kind) => *kind,
-        None if snapshot.exists(&join(&path, "Chart.yaml")) => "helm",
-        None if super::kustomize::KUSTOMIZATION_FILES
-            .iter()
-            .any(|f| snapshot.exists(&join(&path, f))) =>
-        {
-            "kustomize"
-        }
-        None => "directory",
-    };
-    let job = match kind {
+    let job = match source_type(&source, &snapshot, &path)? {
         "helm" => {
             let digest = snapshot.digest_under(&path);
             let label = format!("chart at {path} in {repo_url}");
@@ -302,26 +308,12 @@ fn plan_source(
                 Some((&snapshot, &path)),
             )?)
         }
-        "kustomize" => {
-            let charts = super::kustomize::charts_named(&snapshot)
-                .into_iter()
-                .map(|chart| {
-                    let digest = match charts::locate(ctx.charts, &chart) {
-                        Ok(dir) => {
-                            (ctx.chart_digests)(&dir).unwrap_or_else(|e| format!("refused: {e}"))
-                        }
-                        Err(_) => "absent".to_string(),
-                    };
-                    format!("{chart}\0{digest}")
-                })
-                .collect();
-            RenderJob::Kustomize(KustomizeJob {
-                snapshot: snapshot.clone(),
-                path: path.clone(),
-                options: source.get("kustomize").cloned().unwrap_or(Value::Null),
-                charts,
-            })
-        }
+        "kustomize" => RenderJob::Kustomize(KustomizeJob {
+            snapshot: snapshot.clone(),
+            path: path.clone(),
+            options: source.get("kustomize").cloned().unwrap_or(Value::Null),
+            charts: kustomize_charts(&snapshot, ctx),
+        }),
         "directory" => {
             RenderJob::Objects(read_directory(&snapshot, &path, source.get("directory"))?)
         }
@@ -333,6 +325,48 @@ fn plan_source(
         source,
         job: Some(job),
     })
+}
+
+/// A git source's type, as Argo CD tells it: the one it names (two are an error), else helm
+/// when the path holds a `Chart.yaml`, kustomize when it holds a kustomization, else a
+/// directory.
+fn source_type(source: &Value, snapshot: &Snapshot, path: &str) -> Result<&'static str, String> {
+    let explicit: Vec<&'static str> = ["helm", "kustomize", "directory", "plugin"]
+        .into_iter()
+        .filter(|k| non_empty(source.get(*k)))
+        .collect();
+    if explicit.len() > 1 {
+        return Err(format!(
+            "multiple application source types defined: {}",
+            explicit.join(", ")
+        ));
+    }
+    Ok(match explicit.first() {
+        Some(kind) => *kind,
+        None if snapshot.exists(&join(path, "Chart.yaml")) => "helm",
+        None if super::kustomize::KUSTOMIZATION_FILES
+            .iter()
+            .any(|f| snapshot.exists(&join(path, f))) =>
+        {
+            "kustomize"
+        }
+        None => "directory",
+    })
+}
+
+/// The charts a kustomization tree inflates, each with its mirror digest (or why there is
+/// none), for the Kustomize job's render key.
+fn kustomize_charts(snapshot: &Snapshot, ctx: &PlanContext) -> Vec<String> {
+    super::kustomize::charts_named(snapshot)
+        .into_iter()
+        .map(|chart| {
+            let digest = match charts::locate(ctx.charts, &chart) {
+                Ok(dir) => (ctx.chart_digests)(&dir).unwrap_or_else(|e| format!("refused: {e}")),
+                Err(_) => "absent".to_string(),
+            };
+            format!("{chart}\0{digest}")
+        })
+        .collect()
 }
 
 pub(crate) fn short(commit: &str) -> &str {

@@ -182,7 +182,44 @@ const NOT_IN_ARGO_CD: &[(&str, &str)] = &[
 /// hoisted to the top level under `<field>.<name>`, and `template "<name>"` in that field is
 /// renamed to match. Returns (body, hoisted definitions).
 fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String> {
-    // (start, end) byte offsets of every action, `{{` to `}}` inclusive.
+    let actions = action_spans(template);
+    check_blocks(template, &actions)?;
+    let Taken {
+        body,
+        hoisted,
+        names,
+    } = take_defines(template, &actions)?;
+    let rename = |text: &str| {
+        let mut text = text.to_string();
+        for name in &names {
+            text = transform_actions(&text, |action| {
+                action.replace(
+                    &format!("template \"{name}\""),
+                    &format!("template \"{field}.{name}\""),
+                )
+            });
+        }
+        text
+    };
+    let mut defines = String::new();
+    for (name, inner) in &hoisted {
+        defines.push_str(&format!(
+            "{{{{ define \"{field}.{name}\" }}}}{}{{{{ end }}}}\n",
+            rename(inner)
+        ));
+    }
+    let body = rename(&body);
+    // A field sees only the names it defines: not another field's, not the gate's own.
+    if let Some(called) = foreign_call(field, &names, [&body, &defines]) {
+        return Err(format!(
+            "template {template:?}: `template {called}` names no template this field defines"
+        ));
+    }
+    Ok((body, defines))
+}
+
+/// The (start, end) byte offsets of every action, `{{` to `}}` inclusive.
+fn action_spans(template: &str) -> Vec<(usize, usize)> {
     let mut actions = Vec::new();
     let mut from = 0;
     while let Some(start) = template[from..].find("{{").map(|s| from + s) {
@@ -192,20 +229,28 @@ fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String
         actions.push((start, end));
         from = end;
     }
-    let keyword = |(start, end): (usize, usize)| -> &str {
-        let inner = template[start + 2..end - 2]
-            .trim_start_matches('-')
-            .trim_end_matches('-')
-            .trim();
-        inner
-            .split(|c: char| c.is_whitespace() || c == '(')
-            .next()
-            .unwrap_or("")
-    };
-    // Go's parser: a `define` only at the top level, every `end` closing a block.
+    actions
+}
+
+/// The keyword an action starts with (`define`, `end`, `if`, ...; a field or a pipeline's
+/// first word otherwise).
+fn action_keyword(template: &str, (start, end): (usize, usize)) -> &str {
+    let inner = template[start + 2..end - 2]
+        .trim_start_matches('-')
+        .trim_end_matches('-')
+        .trim();
+    inner
+        .split(|c: char| c.is_whitespace() || c == '(')
+        .next()
+        .unwrap_or("")
+}
+
+/// Go's parser: a `define` only at the top level, every `end` closing a block, every block
+/// closed.
+fn check_blocks(template: &str, actions: &[(usize, usize)]) -> Result<(), String> {
     let mut depth = 0i32;
-    for &action in &actions {
-        match keyword(action) {
+    for &action in actions {
+        match action_keyword(template, action) {
             "define" if depth > 0 => {
                 return Err(format!(
                     "template {template:?}: unexpected `define` inside a block (Go refuses it)"
@@ -228,6 +273,23 @@ fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String
             "template {template:?}: a block is not closed with {{{{end}}}}"
         ));
     }
+    Ok(())
+}
+
+/// A field's template with its definitions taken out.
+struct Taken {
+    /// The template without its `define` blocks.
+    body: String,
+    /// Each definition: (name, the text it defines).
+    hoisted: Vec<(String, String)>,
+    /// The names defined, in order.
+    names: Vec<String>,
+}
+
+/// Takes every top-level `define ... end` out of the template, applying the trim markers
+/// around it as Go's lexer does.
+fn take_defines(template: &str, actions: &[(usize, usize)]) -> Result<Taken, String> {
+    let keyword = |action| action_keyword(template, action);
     let mut names = Vec::new();
     let mut hoisted = Vec::new();
     let mut body = String::new();
@@ -288,29 +350,18 @@ fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String
         index = close + 1;
     }
     body.push_str(&template[copied..]);
-    let rename = |text: &str| {
-        let mut text = text.to_string();
-        for name in &names {
-            text = transform_actions(&text, |action| {
-                action.replace(
-                    &format!("template \"{name}\""),
-                    &format!("template \"{field}.{name}\""),
-                )
-            });
-        }
-        text
-    };
-    let mut defines = String::new();
-    for (name, inner) in &hoisted {
-        defines.push_str(&format!(
-            "{{{{ define \"{field}.{name}\" }}}}{}{{{{ end }}}}\n",
-            rename(inner)
-        ));
-    }
-    let body = rename(&body);
-    // A field sees only the names it defines: not another field's, not the gate's own.
+    Ok(Taken {
+        body,
+        hoisted,
+        names,
+    })
+}
+
+/// The first `template` call (its first 60 characters) in `texts` that names no template the
+/// field defines (`<field>.<name>` after the renaming).
+fn foreign_call(field: &str, names: &[String], texts: [&String; 2]) -> Option<String> {
     let mut foreign = None;
-    for text in [&body, &defines] {
+    for text in texts {
         transform_actions(text, |action| {
             let trimmed = action.trim_start_matches('-').trim();
             if let Some(rest) = trimmed.strip_prefix("template")
@@ -329,12 +380,7 @@ fn hoist_defines(template: &str, field: &str) -> Result<(String, String), String
             action.to_string()
         });
     }
-    if let Some(called) = foreign {
-        return Err(format!(
-            "template {template:?}: `template {called}` names no template this field defines"
-        ));
-    }
-    Ok((body, defines))
+    foreign
 }
 
 /// Renders `templates` (Go templates) once per parameter set, with helm's template engine.

@@ -161,6 +161,34 @@ fn walk(
     {
         return;
     }
+    if !type_matches(value, schema, path, out) {
+        return;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
+        push_error(
+            out,
+            format!(
+                "{path}: Unsupported value: {value}: supported values: {}",
+                list.join(", ")
+            ),
+        );
+    }
+    bounds(value, schema, path, out, budget);
+    match value {
+        Value::Object(map) => walk_object(map, schema, path, out, budget),
+        Value::Array(items) => walk_array(items, schema, path, out, budget),
+        _ => {}
+    }
+    // CEL rules run last, on the pruned and defaulted value, as the API server runs them.
+    run_rules(value, schema, path, out, identity, budget);
+}
+
+/// Whether the value has the schema's `type` (an integer is a number; an int-or-string
+/// field takes either); a mismatch is reported.
+fn type_matches(value: &Value, schema: &Value, path: &str, out: &mut Outcome) -> bool {
     let int_or_string = schema
         .get("x-kubernetes-int-or-string")
         .and_then(Value::as_bool)
@@ -178,150 +206,163 @@ fn walk(
                     "{shown}: Invalid value: \"{actual}\": {shown} in body must be of type {expected}"
                 ),
             );
-            return;
+            return false;
         }
     }
-    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
-        && !allowed.contains(value)
-    {
-        let list: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
-        push_error(
-            out,
-            format!(
-                "{path}: Unsupported value: {value}: supported values: {}",
-                list.join(", ")
-            ),
-        );
-    }
-    bounds(value, schema, path, out, budget);
+    true
+}
+
+/// An object's fields: defaults first (the API server defaults before it validates), then
+/// the required fields, then each field walked under its schema, or pruned when the schema
+/// has none for it and keeps no unknown fields.
+fn walk_object(
+    map: &mut Map<String, Value>,
+    schema: &Value,
+    path: &str,
+    out: &mut Outcome,
+    budget: &mut u64,
+) {
     let preserve = schema
         .get("x-kubernetes-preserve-unknown-fields")
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    match value {
-        Value::Object(map) => {
-            // Defaults first (the API server defaults before it validates).
-            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
-                for (key, property) in properties {
-                    if let (false, Some(default)) = (map.contains_key(key), property.get("default"))
-                    {
-                        map.insert(key.clone(), default.clone());
-                    }
-                }
-            }
-            if let Some(required) = schema.get("required").and_then(Value::as_array) {
-                for field in required.iter().filter_map(Value::as_str) {
-                    if !map.contains_key(field) {
-                        out.errors
-                            .push(format!("{}: Required value", child(path, field)));
-                    }
-                }
-            }
-            let properties = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for key in keys {
-                let sub_schema = properties.and_then(|p| p.get(&key)).or(additional);
-                match sub_schema {
-                    Some(sub) => {
-                        if let Some(v) = map.get_mut(&key) {
-                            walk(v, sub, &child(path, &key), out, None, budget);
-                        }
-                    }
-                    None if preserve
-                        || (properties.is_none()
-                            && additional.is_none()
-                            && schema.get("type").is_none()) => {}
-                    None => {
-                        if let Some(removed) = map.remove(&key) {
-                            out.pruned.push((child(path, &key), removed));
-                        }
-                    }
-                }
+    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+        for (key, property) in properties {
+            if let (false, Some(default)) = (map.contains_key(key), property.get("default")) {
+                map.insert(key.clone(), default.clone());
             }
         }
-        Value::Array(items) => {
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter_mut().enumerate() {
-                    walk(
-                        item,
-                        item_schema,
-                        &format!("{path}[{i}]"),
-                        out,
-                        None,
-                        budget,
-                    );
-                }
-            }
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && (items.len() as u64) < min
-            {
-                push_error(
-                    out,
-                    format!(
-                        "{path}: Invalid value: {}: {path} in body should have at least {min} items",
-                        items.len()
-                    ),
-                );
-            }
-        }
-        _ => {}
     }
-    // CEL rules run last, on the pruned and defaulted value, as the API server runs them.
-    if let Some(rules) = schema
-        .get("x-kubernetes-validations")
-        .and_then(Value::as_array)
-    {
-        let shown = if path.is_empty() { "<root>" } else { path };
-        // The object's budget is spent: nothing more is read or copied for these rules.
-        if *budget < cel::RULE_BASE_COST {
-            for _ in rules {
-                unevaluated(out, || {
-                    format!(
-                        "{shown} (the object's rules together cost more than this evaluator's bound of {})",
-                        cel::OBJECT_BUDGET
-                    )
-                });
+    if let Some(required) = schema.get("required").and_then(Value::as_array) {
+        for field in required.iter().filter_map(Value::as_str) {
+            if !map.contains_key(field) {
+                out.errors
+                    .push(format!("{}: Required value", child(path, field)));
             }
-            return;
         }
-        let seen = match (identity, &*value) {
-            (Some(identity), Value::Object(map)) => {
-                let mut whole = map.clone();
-                for (k, v) in identity {
-                    whole.insert(k.clone(), v.clone());
+    }
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    let keys: Vec<String> = map.keys().cloned().collect();
+    for key in keys {
+        let sub_schema = properties.and_then(|p| p.get(&key)).or(additional);
+        match sub_schema {
+            Some(sub) => {
+                if let Some(v) = map.get_mut(&key) {
+                    walk(v, sub, &child(path, &key), out, None, budget);
                 }
-                Value::Object(whole)
             }
-            _ => value.clone(),
-        };
-        let mut seen_schema = schema.clone();
-        if identity.is_some()
-            && let Some(props) = seen_schema
-                .get_mut("properties")
-                .and_then(Value::as_object_mut)
-        {
-            for key in ["apiVersion", "kind"] {
-                props.insert(key.into(), serde_json::json!({"type": "string"}));
+            None if preserve
+                || (properties.is_none()
+                    && additional.is_none()
+                    && schema.get("type").is_none()) => {}
+            None => {
+                if let Some(removed) = map.remove(&key) {
+                    out.pruned.push((child(path, &key), removed));
+                }
             }
-            props.insert(
-                "metadata".into(),
-                serde_json::json!({"type": "object", "properties": {
-                    "name": {"type": "string"}, "generateName": {"type": "string"}}}),
+        }
+    }
+}
+
+/// An array's items, each walked under `items`, and its `minItems`.
+fn walk_array(
+    items: &mut [Value],
+    schema: &Value,
+    path: &str,
+    out: &mut Outcome,
+    budget: &mut u64,
+) {
+    if let Some(item_schema) = schema.get("items") {
+        for (i, item) in items.iter_mut().enumerate() {
+            walk(
+                item,
+                item_schema,
+                &format!("{path}[{i}]"),
+                out,
+                None,
+                budget,
             );
         }
-        for rule in rules {
-            match cel::evaluate_within(rule, &seen, &seen_schema, budget) {
-                cel::Verdict::Holds => {}
-                cel::Verdict::Fails(field, message) => {
-                    let at = format!("{shown}{field}");
-                    push_error(
-                        out,
-                        format!("{at}: Invalid value: \"{}\": {message}", type_name(value)),
-                    );
-                }
-                cel::Verdict::Unevaluated(why) => unevaluated(out, || format!("{shown} ({why})")),
+    }
+    if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+        && (items.len() as u64) < min
+    {
+        push_error(
+            out,
+            format!(
+                "{path}: Invalid value: {}: {path} in body should have at least {min} items",
+                items.len()
+            ),
+        );
+    }
+}
+
+/// The schema's CEL rules (`x-kubernetes-validations`) on the value, within the object's
+/// budget; at the root (`identity`), the rules also see `apiVersion`, `kind` and the name.
+fn run_rules(
+    value: &Value,
+    schema: &Value,
+    path: &str,
+    out: &mut Outcome,
+    identity: Option<&Map<String, Value>>,
+    budget: &mut u64,
+) {
+    let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    else {
+        return;
+    };
+    let shown = if path.is_empty() { "<root>" } else { path };
+    // The object's budget is spent: nothing more is read or copied for these rules.
+    if *budget < cel::RULE_BASE_COST {
+        for _ in rules {
+            unevaluated(out, || {
+                format!(
+                    "{shown} (the object's rules together cost more than this evaluator's bound of {})",
+                    cel::OBJECT_BUDGET
+                )
+            });
+        }
+        return;
+    }
+    let seen = match (identity, value) {
+        (Some(identity), Value::Object(map)) => {
+            let mut whole = map.clone();
+            for (k, v) in identity {
+                whole.insert(k.clone(), v.clone());
             }
+            Value::Object(whole)
+        }
+        _ => value.clone(),
+    };
+    let mut seen_schema = schema.clone();
+    if identity.is_some()
+        && let Some(props) = seen_schema
+            .get_mut("properties")
+            .and_then(Value::as_object_mut)
+    {
+        for key in ["apiVersion", "kind"] {
+            props.insert(key.into(), serde_json::json!({"type": "string"}));
+        }
+        props.insert(
+            "metadata".into(),
+            serde_json::json!({"type": "object", "properties": {
+                "name": {"type": "string"}, "generateName": {"type": "string"}}}),
+        );
+    }
+    for rule in rules {
+        match cel::evaluate_within(rule, &seen, &seen_schema, budget) {
+            cel::Verdict::Holds => {}
+            cel::Verdict::Fails(field, message) => {
+                let at = format!("{shown}{field}");
+                push_error(
+                    out,
+                    format!("{at}: Invalid value: \"{}\": {message}", type_name(value)),
+                );
+            }
+            cel::Verdict::Unevaluated(why) => unevaluated(out, || format!("{shown} ({why})")),
         }
     }
 }

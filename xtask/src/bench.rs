@@ -354,19 +354,7 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
     let gate = release_gate()?;
     let root = tempfile::tempdir()?;
     let (repo, inventory, charts) = synthetic(root.path(), addons, clusters, shape)?;
-    // The pull request: one addon's chart moves 1.0.0 -> 1.1.0 (Kargo's one-line rewrite).
-    let sh = Shell::new()?;
-    sh.change_dir(&repo);
-    cmd!(sh, "git checkout -q -b bump").run()?;
-    let targets = repo.join("targets/addons.yaml");
-    let text = std::fs::read_to_string(&targets)?;
-    let bumped = text.replacen("  version: 1.0.0", "  version: 1.1.0", 1);
-    std::fs::write(&targets, bumped)?;
-    cmd!(
-        sh,
-        "git -c user.name=bench -c user.email=bench@example.test commit -qam bump"
-    )
-    .run()?;
+    bump_one_chart(&repo)?;
     let cache = root.path().join("cache");
     let args: Vec<String> = vec![
         "check".into(),
@@ -390,59 +378,13 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
         Shape::Small => &[0],
         Shape::CrdHeavy => &[0, 1],
     };
-    let timed = |label: &str| -> Result<(u128, String)> {
-        let started = Instant::now();
-        let output = std::process::Command::new(&gate).args(&args).output()?;
-        let ms = started.elapsed().as_millis();
-        if !output.status.code().is_some_and(|c| accepted.contains(&c)) {
-            let report = String::from_utf8_lossy(&output.stdout);
-            bail!(
-                "{label}: gate check exited {:?}: {}{}",
-                output.status.code(),
-                report.lines().take(12).collect::<Vec<_>>().join("\n"),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        let stats = String::from_utf8_lossy(&output.stderr)
-            .lines()
-            .find(|l| l.starts_with("gate: checked"))
-            .unwrap_or("")
-            .to_string();
-        Ok((
-            ms,
-            format!(
-                "{stats}; report {} chars",
-                String::from_utf8_lossy(&output.stdout).chars().count()
-            ),
-        ))
-    };
+    let timed = |label: &str| timed_check(&gate, &args, accepted, label);
     let (cold, cold_stats) = timed("cold")?;
     let (warm, warm_stats) = timed("warm")?;
     // Warm with the base already cached but the head new: the usual case in CI, where main's
     // render is cached from the previous pull request.
     let _ = std::fs::remove_dir_all(&cache);
-    let mut base_only = args.clone();
-    base_only[0] = "render".into();
-    let head_index = base_only
-        .iter()
-        .position(|a| a == "--head")
-        .context("head arg")?;
-    base_only.splice(
-        head_index..head_index + 4,
-        ["--revision".to_string(), "main".to_string()],
-    );
-    let base_render = std::process::Command::new(&gate)
-        .args(&base_only)
-        .arg("--format")
-        .arg("summary")
-        .output()?;
-    let renders_at_base = String::from_utf8_lossy(&base_render.stderr)
-        .lines()
-        .find_map(|l| {
-            let (_, rest) = l.split_once(" ms (")?;
-            rest.split_whitespace().next()?.parse::<usize>().ok()
-        })
-        .unwrap_or(0);
+    let renders_at_base = render_base(&gate, &args)?;
     let (base_cached, base_cached_stats) = timed("base cached")?;
     println!(
         "bench check ({shape:?}): {addons} addons x {clusters} clusters = {} Applications, one addon's chart bumped on {clusters} Applications",
@@ -451,31 +393,7 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
     if shape == Shape::CrdHeavy {
         // Helm's own time for the distinct renders of both commits, spread over the cores.
         let helm = tools.join("helm");
-        let mut floor_ms = 0.0;
-        for version in ["1.0.0", "1.1.0"] {
-            let chart = charts.join(format!("charts.example.test/bench/chart-0/{version}"));
-            let mut times = Vec::new();
-            for _ in 0..5 {
-                let started = Instant::now();
-                let out = std::process::Command::new(&helm)
-                    .arg("template")
-                    .arg("x")
-                    .arg(&chart)
-                    .output()?;
-                if !out.status.success() {
-                    bail!(
-                        "helm template failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-                times.push(started.elapsed().as_secs_f64() * 1000.0);
-                if version == "1.0.0" && times.len() == 1 {
-                    println!("  the crd-heavy chart renders {} bytes", out.stdout.len());
-                }
-            }
-            times.sort_by(|a, b| a.total_cmp(b));
-            floor_ms += times[times.len() / 2] * renders_at_base as f64;
-        }
+        let mut floor_ms = helm_floor_ms(&helm, &charts, renders_at_base)?;
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
@@ -484,72 +402,7 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
             "  bare `helm template` of the chart for the distinct renders ({renders_at_base} per commit, {cores} cores): {floor_ms:.0} ms; cold is {:.2}x that",
             cold as f64 / floor_ms
         );
-        let calls = record_helm_calls(&gate, &args, &helm, root.path())?;
-        // The aim's figure: rounds of (helm's own time for the gate's exact calls, a cold
-        // gate run) taken back to back, so a slower minute of a shared machine weighs on
-        // both. Each round also replays the calls with the Go settings the gate gives helm
-        // (`GOGC=400`): part of the gate's lead over bare helm is that tuning, and the ratio
-        // to the tuned replay is what the gate adds, like for like.
-        let mut rounds: Vec<(f64, f64, f64)> = Vec::new();
-        for round in 0..5 {
-            let exact_ms = replay_helm_calls(&helm, &calls, cores, false)?;
-            let tuned_ms = replay_helm_calls(&helm, &calls, cores, true)?;
-            let mut fresh = args.clone();
-            if let Some(at) = fresh.iter().position(|a| a == "--cache-dir") {
-                fresh[at + 1] = root
-                    .path()
-                    .join(format!("cold-{round}"))
-                    .display()
-                    .to_string();
-            }
-            let started = Instant::now();
-            let output = std::process::Command::new(&gate).args(&fresh).output()?;
-            if !output.status.code().is_some_and(|c| accepted.contains(&c)) {
-                bail!(
-                    "paired cold run: gate check exited {:?}",
-                    output.status.code()
-                );
-            }
-            rounds.push((exact_ms, tuned_ms, started.elapsed().as_secs_f64() * 1000.0));
-        }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
-        };
-        let ratio = median(rounds.iter().map(|(h, _, g)| g / h).collect());
-        let overhead = median(rounds.iter().map(|(_, t, g)| g / t).collect());
-        println!(
-            "  helm's own time for the same renders as the gate asks for them ({} `helm template` calls with the gate's arguments and values files, replayed on {cores} threads as anyone runs helm, with Go's defaults): median {:.0} ms; a cold gate run right after each replay: median {:.0} ms; cold is {ratio:.2}x helm (median of 5 rounds; {})",
-            calls.len(),
-            median(rounds.iter().map(|r| r.0).collect()),
-            median(rounds.iter().map(|r| r.2).collect()),
-            rounds
-                .iter()
-                .map(|(h, _, g)| format!("{:.2}", g / h))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let settings = calls
-            .first()
-            .map(|c| {
-                c.go_env
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "none recorded: Go's defaults".to_string());
-        println!(
-            "  the same calls with the Go settings the gate gives helm ({settings}): median {:.0} ms; cold is {overhead:.2}x that, like for like: what the gate adds to helm's work is {:+.0}% ({})",
-            median(rounds.iter().map(|r| r.1).collect()),
-            (overhead - 1.0) * 100.0,
-            rounds
-                .iter()
-                .map(|(_, t, g)| format!("{:.2}", g / t))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        paired_rounds(&gate, &args, &helm, root.path(), accepted, cores)?;
     }
     println!("  cold (empty cache): {cold} ms  [{cold_stats}]");
     println!("  merge base cached, head new: {base_cached} ms  [{base_cached_stats}]");
@@ -559,6 +412,189 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
         let kept = root.keep();
         println!("  kept {}: gate {}", kept.display(), args.join(" "));
     }
+    Ok(())
+}
+
+/// The pull request: one addon's chart moves 1.0.0 -> 1.1.0 (Kargo's one-line rewrite), on
+/// branch `bump`.
+fn bump_one_chart(repo: &Path) -> Result<()> {
+    let sh = Shell::new()?;
+    sh.change_dir(repo);
+    cmd!(sh, "git checkout -q -b bump").run()?;
+    let targets = repo.join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets)?;
+    let bumped = text.replacen("  version: 1.0.0", "  version: 1.1.0", 1);
+    std::fs::write(&targets, bumped)?;
+    cmd!(
+        sh,
+        "git -c user.name=bench -c user.email=bench@example.test commit -qam bump"
+    )
+    .run()?;
+    Ok(())
+}
+
+/// One `gate check` run: its wall time in ms, and its stats line with the report's size. An
+/// exit code outside `accepted` fails the bench.
+fn timed_check(
+    gate: &Path,
+    args: &[String],
+    accepted: &[i32],
+    label: &str,
+) -> Result<(u128, String)> {
+    let started = Instant::now();
+    let output = std::process::Command::new(gate).args(args).output()?;
+    let ms = started.elapsed().as_millis();
+    if !output.status.code().is_some_and(|c| accepted.contains(&c)) {
+        let report = String::from_utf8_lossy(&output.stdout);
+        bail!(
+            "{label}: gate check exited {:?}: {}{}",
+            output.status.code(),
+            report.lines().take(12).collect::<Vec<_>>().join("\n"),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let stats = String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .find(|l| l.starts_with("gate: checked"))
+        .unwrap_or("")
+        .to_string();
+    Ok((
+        ms,
+        format!(
+            "{stats}; report {} chars",
+            String::from_utf8_lossy(&output.stdout).chars().count()
+        ),
+    ))
+}
+
+/// Renders the merge base alone (`gate render --revision main` with the check's other
+/// arguments), filling the cache with it; returns how many distinct renders it ran.
+fn render_base(gate: &Path, args: &[String]) -> Result<usize> {
+    let mut base_only = args.to_vec();
+    base_only[0] = "render".into();
+    let head_index = base_only
+        .iter()
+        .position(|a| a == "--head")
+        .context("head arg")?;
+    base_only.splice(
+        head_index..head_index + 4,
+        ["--revision".to_string(), "main".to_string()],
+    );
+    let base_render = std::process::Command::new(gate)
+        .args(&base_only)
+        .arg("--format")
+        .arg("summary")
+        .output()?;
+    Ok(String::from_utf8_lossy(&base_render.stderr)
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(" ms (")?;
+            rest.split_whitespace().next()?.parse::<usize>().ok()
+        })
+        .unwrap_or(0))
+}
+
+/// Bare `helm template` of the crd-heavy chart at both versions (median of 5 each), times the
+/// distinct renders of a commit, on one core.
+fn helm_floor_ms(helm: &Path, charts: &Path, renders_at_base: usize) -> Result<f64> {
+    let mut floor_ms = 0.0;
+    for version in ["1.0.0", "1.1.0"] {
+        let chart = charts.join(format!("charts.example.test/bench/chart-0/{version}"));
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            let started = Instant::now();
+            let out = std::process::Command::new(helm)
+                .arg("template")
+                .arg("x")
+                .arg(&chart)
+                .output()?;
+            if !out.status.success() {
+                bail!(
+                    "helm template failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            if version == "1.0.0" && times.len() == 1 {
+                println!("  the crd-heavy chart renders {} bytes", out.stdout.len());
+            }
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        floor_ms += times[times.len() / 2] * renders_at_base as f64;
+    }
+    Ok(floor_ms)
+}
+
+/// The aim's figure: rounds of (helm's own time for the gate's exact calls, a cold gate run)
+/// taken back to back, so a slower minute of a shared machine weighs on both. Each round also
+/// replays the calls with the Go settings the gate gives helm (`GOGC=400`): part of the
+/// gate's lead over bare helm is that tuning, and the ratio to the tuned replay is what the
+/// gate adds, like for like.
+fn paired_rounds(
+    gate: &Path,
+    args: &[String],
+    helm: &Path,
+    root: &Path,
+    accepted: &[i32],
+    cores: usize,
+) -> Result<()> {
+    let calls = record_helm_calls(gate, args, helm, root)?;
+    let mut rounds: Vec<(f64, f64, f64)> = Vec::new();
+    for round in 0..5 {
+        let exact_ms = replay_helm_calls(helm, &calls, cores, false)?;
+        let tuned_ms = replay_helm_calls(helm, &calls, cores, true)?;
+        let mut fresh = args.to_vec();
+        if let Some(at) = fresh.iter().position(|a| a == "--cache-dir") {
+            fresh[at + 1] = root.join(format!("cold-{round}")).display().to_string();
+        }
+        let started = Instant::now();
+        let output = std::process::Command::new(gate).args(&fresh).output()?;
+        if !output.status.code().is_some_and(|c| accepted.contains(&c)) {
+            bail!(
+                "paired cold run: gate check exited {:?}",
+                output.status.code()
+            );
+        }
+        rounds.push((exact_ms, tuned_ms, started.elapsed().as_secs_f64() * 1000.0));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let ratio = median(rounds.iter().map(|(h, _, g)| g / h).collect());
+    let overhead = median(rounds.iter().map(|(_, t, g)| g / t).collect());
+    println!(
+        "  helm's own time for the same renders as the gate asks for them ({} `helm template` calls with the gate's arguments and values files, replayed on {cores} threads as anyone runs helm, with Go's defaults): median {:.0} ms; a cold gate run right after each replay: median {:.0} ms; cold is {ratio:.2}x helm (median of 5 rounds; {})",
+        calls.len(),
+        median(rounds.iter().map(|r| r.0).collect()),
+        median(rounds.iter().map(|r| r.2).collect()),
+        rounds
+            .iter()
+            .map(|(h, _, g)| format!("{:.2}", g / h))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let settings = calls
+        .first()
+        .map(|c| {
+            c.go_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "none recorded: Go's defaults".to_string());
+    println!(
+        "  the same calls with the Go settings the gate gives helm ({settings}): median {:.0} ms; cold is {overhead:.2}x that, like for like: what the gate adds to helm's work is {:+.0}% ({})",
+        median(rounds.iter().map(|r| r.1).collect()),
+        (overhead - 1.0) * 100.0,
+        rounds
+            .iter()
+            .map(|(_, t, g)| format!("{:.2}", g / t))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     Ok(())
 }
 

@@ -109,6 +109,16 @@ pub fn argocd_app_health(app: &Value, desired: &[(String, String, String)]) -> R
     }
 }
 
+/// Where one verification stands after a round.
+enum VerifyStep {
+    /// Still waiting: for health, or for the AnalysisRun's verdict.
+    Waiting(Verification),
+    /// Its AnalysisRun was created this round.
+    Started(Verification),
+    /// Its outcome is recorded on the Stage (and the Freight when it passed).
+    Decided,
+}
+
 impl Kargo {
     /// After a successful promotion: wait until the Applications an `argocd-update` step named
     /// pass Kargo's Argo CD health check (`argocd_app_health`) ([K docs 60-verification]:
@@ -120,163 +130,200 @@ impl Kargo {
     pub(super) fn verify(&mut self, kube: &KubeDouble, transcript: &Transcript) -> bool {
         let mut progress = false;
         let mut remaining = Vec::new();
-        for mut verification in std::mem::take(&mut self.verifications) {
-            let resource = kube
-                .store()
-                .resource("argoproj.io", "v1alpha1", "applications")
-                .cloned();
-            let ready = verification.apps.iter().all(|(namespace, app)| {
-                let Some(resource) = &resource else {
-                    return false;
-                };
-                let Ok(object) = kube.store().get(resource, namespace, app) else {
-                    return false;
-                };
-                let desired: Vec<(String, String, String)> = verification
-                    .desired
-                    .iter()
-                    .filter(|(ns, name, ..)| ns == namespace && name == app)
-                    .map(|(_, _, repo, chart, revision)| {
-                        (repo.clone(), chart.clone(), revision.clone())
-                    })
-                    .collect();
-                argocd_app_health(&object, &desired).is_ok()
-            });
-            if !ready && verification.analysis_run.is_none() {
-                remaining.push(verification);
-                continue;
+        for verification in std::mem::take(&mut self.verifications) {
+            match self.verification_step(kube, transcript, verification) {
+                VerifyStep::Waiting(verification) => remaining.push(verification),
+                VerifyStep::Started(verification) => {
+                    remaining.push(verification);
+                    progress = true;
+                }
+                VerifyStep::Decided => progress = true,
             }
-            let stage_object = Self::get(kube, "stages", &self.namespace, &verification.stage)
-                .unwrap_or(Value::Null);
-            let templates: Vec<Value> = stage_object
-                .pointer("/spec/verification/analysisTemplates")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let names: Vec<&str> = verification.apps.iter().map(|(_, n)| n.as_str()).collect();
-            let healthy = format!(
-                "{} Synced and Healthy{}",
-                if names.is_empty() {
-                    "no Applications named".to_string()
-                } else {
-                    names.join(", ")
-                },
-                verification
-                    .desired
-                    .first()
-                    .map(|(.., r)| format!(" running {r}"))
-                    .unwrap_or_default()
-            );
-            let outcome: Result<String, (String, String)> = if templates.is_empty() {
-                Ok(format!("verification passed: {healthy}"))
-            } else {
-                match &verification.analysis_run {
-                    None => {
-                        match self.start_analysis(kube, &stage_object, &templates, &verification) {
-                            Ok(run) => {
-                                transcript.say(
-                                    "kargo",
-                                    format!(
-                                        "Stage {}: {healthy}; verification started: AnalysisRun {run}",
-                                        verification.stage
-                                    ),
-                                );
-                                verification.analysis_run = Some(run);
-                                remaining.push(verification);
-                                progress = true;
-                                continue;
-                            }
-                            Err(e) => Err(("Error".to_string(), e)),
-                        }
-                    }
-                    Some(run) => {
-                        let runs = kube
-                            .store()
-                            .resource("argoproj.io", "v1alpha1", "analysisruns")
-                            .cloned();
-                        let object = runs
-                            .and_then(|r| kube.store().get(&r, &self.namespace, run).ok())
-                            .unwrap_or(Value::Null);
-                        match text(&object, "/status/phase") {
-                            "Successful" => {
-                                Ok(format!("verification passed: AnalysisRun {run} Successful"))
-                            }
-                            phase @ ("Failed" | "Error" | "Inconclusive") => Err((
-                                phase.to_string(),
-                                format!("AnalysisRun {run}: {}", text(&object, "/status/message")),
-                            )),
-                            _ => {
-                                remaining.push(verification);
-                                continue;
-                            }
-                        }
-                    }
-                }
-            };
-            let now = kube.clock().rfc3339();
-            let mut history: Vec<Value> = stage_object
-                .pointer("/status/freightHistory")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let id = format!("verification-{}", &verification.freight[..7]);
-            let run_ref = verification
-                .analysis_run
-                .as_ref()
-                .map(|r| json!({"namespace": self.namespace, "name": r}));
-            let alias = Self::get(kube, "freights", &self.namespace, &verification.freight)
-                .map(|f| text(&f, "/alias").to_string())
-                .unwrap_or_default();
-            match &outcome {
-                Ok(said) => {
-                    let _ = Self::patch_status(
-                        kube,
-                        "freights",
-                        &self.namespace,
-                        &verification.freight,
-                        json!({"verifiedIn": {verification.stage.clone(): {"verifiedAt": now}}}),
-                    );
-                    if let Some(first) = history.first_mut() {
-                        first["verificationHistory"] = json!([{"id": id, "actor": "kargo", "phase": "Successful", "startTime": now, "finishTime": now, "message": said, "analysisRun": run_ref}]);
-                    }
-                    let _ = Self::patch_status(
-                        kube,
-                        "stages",
-                        &self.namespace,
-                        &verification.stage,
-                        json!({"freightHistory": history, "health": {"status": "Healthy"}}),
-                    );
-                    let said = if templates.is_empty() {
-                        said.clone()
-                    } else {
-                        format!("{said}; Freight {alias} is verified")
-                    };
-                    transcript.say("kargo", format!("Stage {}: {said}", verification.stage));
-                }
-                Err((phase, why)) => {
-                    if let Some(first) = history.first_mut() {
-                        first["verificationHistory"] = json!([{"id": id, "actor": "kargo", "phase": phase, "startTime": now, "finishTime": now, "message": why, "analysisRun": run_ref}]);
-                    }
-                    let _ = Self::patch_status(
-                        kube,
-                        "stages",
-                        &self.namespace,
-                        &verification.stage,
-                        json!({"freightHistory": history, "health": {"status": "Unhealthy"}}),
-                    );
-                    transcript.say(
-                        "kargo",
-                        format!(
-                            "Stage {}: verification {phase}: {why}; Freight {alias} is not verified here, so no Stage that requests it from {} receives it",
-                            verification.stage, verification.stage
-                        ),
-                    );
-                }
-            }
-            progress = true;
         }
         self.verifications = remaining;
         progress
+    }
+
+    /// One verification's next step: wait for health, start the AnalysisRun, wait for its
+    /// verdict, or record the outcome.
+    fn verification_step(
+        &self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        mut verification: Verification,
+    ) -> VerifyStep {
+        if !Self::applications_healthy(kube, &verification) && verification.analysis_run.is_none() {
+            return VerifyStep::Waiting(verification);
+        }
+        let stage_object =
+            Self::get(kube, "stages", &self.namespace, &verification.stage).unwrap_or(Value::Null);
+        let templates: Vec<Value> = stage_object
+            .pointer("/spec/verification/analysisTemplates")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let names: Vec<&str> = verification.apps.iter().map(|(_, n)| n.as_str()).collect();
+        let healthy = format!(
+            "{} Synced and Healthy{}",
+            if names.is_empty() {
+                "no Applications named".to_string()
+            } else {
+                names.join(", ")
+            },
+            verification
+                .desired
+                .first()
+                .map(|(.., r)| format!(" running {r}"))
+                .unwrap_or_default()
+        );
+        let outcome: Result<String, (String, String)> = if templates.is_empty() {
+            Ok(format!("verification passed: {healthy}"))
+        } else {
+            match &verification.analysis_run {
+                None => match self.start_analysis(kube, &stage_object, &templates, &verification) {
+                    Ok(run) => {
+                        transcript.say(
+                            "kargo",
+                            format!(
+                                "Stage {}: {healthy}; verification started: AnalysisRun {run}",
+                                verification.stage
+                            ),
+                        );
+                        verification.analysis_run = Some(run);
+                        return VerifyStep::Started(verification);
+                    }
+                    Err(e) => Err(("Error".to_string(), e)),
+                },
+                Some(run) => {
+                    let runs = kube
+                        .store()
+                        .resource("argoproj.io", "v1alpha1", "analysisruns")
+                        .cloned();
+                    let object = runs
+                        .and_then(|r| kube.store().get(&r, &self.namespace, run).ok())
+                        .unwrap_or(Value::Null);
+                    match text(&object, "/status/phase") {
+                        "Successful" => {
+                            Ok(format!("verification passed: AnalysisRun {run} Successful"))
+                        }
+                        phase @ ("Failed" | "Error" | "Inconclusive") => Err((
+                            phase.to_string(),
+                            format!("AnalysisRun {run}: {}", text(&object, "/status/message")),
+                        )),
+                        _ => return VerifyStep::Waiting(verification),
+                    }
+                }
+            }
+        };
+        self.record_verification(
+            kube,
+            transcript,
+            &verification,
+            stage_object,
+            templates.is_empty(),
+            &outcome,
+        );
+        VerifyStep::Decided
+    }
+
+    /// Whether every Application the verification names passes Kargo's Argo CD health check
+    /// at the revisions its `argocd-update` step desired.
+    fn applications_healthy(kube: &KubeDouble, verification: &Verification) -> bool {
+        let resource = kube
+            .store()
+            .resource("argoproj.io", "v1alpha1", "applications")
+            .cloned();
+        verification.apps.iter().all(|(namespace, app)| {
+            let Some(resource) = &resource else {
+                return false;
+            };
+            let Ok(object) = kube.store().get(resource, namespace, app) else {
+                return false;
+            };
+            let desired: Vec<(String, String, String)> = verification
+                .desired
+                .iter()
+                .filter(|(ns, name, ..)| ns == namespace && name == app)
+                .map(|(_, _, repo, chart, revision)| {
+                    (repo.clone(), chart.clone(), revision.clone())
+                })
+                .collect();
+            argocd_app_health(&object, &desired).is_ok()
+        })
+    }
+
+    /// A decided verification on the Stage and the Freight: verified in the Stage and the
+    /// Stage Healthy, or the failure in its verification history and the Stage Unhealthy.
+    /// `health_only`: no AnalysisTemplates, health was the verification.
+    fn record_verification(
+        &self,
+        kube: &KubeDouble,
+        transcript: &Transcript,
+        verification: &Verification,
+        stage_object: Value,
+        health_only: bool,
+        outcome: &Result<String, (String, String)>,
+    ) {
+        let now = kube.clock().rfc3339();
+        let mut history: Vec<Value> = stage_object
+            .pointer("/status/freightHistory")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let id = format!("verification-{}", &verification.freight[..7]);
+        let run_ref = verification
+            .analysis_run
+            .as_ref()
+            .map(|r| json!({"namespace": self.namespace, "name": r}));
+        let alias = Self::get(kube, "freights", &self.namespace, &verification.freight)
+            .map(|f| text(&f, "/alias").to_string())
+            .unwrap_or_default();
+        match outcome {
+            Ok(said) => {
+                let _ = Self::patch_status(
+                    kube,
+                    "freights",
+                    &self.namespace,
+                    &verification.freight,
+                    json!({"verifiedIn": {verification.stage.clone(): {"verifiedAt": now}}}),
+                );
+                if let Some(first) = history.first_mut() {
+                    first["verificationHistory"] = json!([{"id": id, "actor": "kargo", "phase": "Successful", "startTime": now, "finishTime": now, "message": said, "analysisRun": run_ref}]);
+                }
+                let _ = Self::patch_status(
+                    kube,
+                    "stages",
+                    &self.namespace,
+                    &verification.stage,
+                    json!({"freightHistory": history, "health": {"status": "Healthy"}}),
+                );
+                let said = if health_only {
+                    said.clone()
+                } else {
+                    format!("{said}; Freight {alias} is verified")
+                };
+                transcript.say("kargo", format!("Stage {}: {said}", verification.stage));
+            }
+            Err((phase, why)) => {
+                if let Some(first) = history.first_mut() {
+                    first["verificationHistory"] = json!([{"id": id, "actor": "kargo", "phase": phase, "startTime": now, "finishTime": now, "message": why, "analysisRun": run_ref}]);
+                }
+                let _ = Self::patch_status(
+                    kube,
+                    "stages",
+                    &self.namespace,
+                    &verification.stage,
+                    json!({"freightHistory": history, "health": {"status": "Unhealthy"}}),
+                );
+                transcript.say(
+                    "kargo",
+                    format!(
+                        "Stage {}: verification {phase}: {why}; Freight {alias} is not verified here, so no Stage that requests it from {} receives it",
+                        verification.stage, verification.stage
+                    ),
+                );
+            }
+        }
     }
 
     /// Creates the AnalysisRun for a Stage's verification.

@@ -155,6 +155,38 @@ pub(super) fn freight_webhook(admission: &mut Admission) -> Result<(), ApiError>
     }
 }
 
+/// A refusal as Kargo's promotion webhook words it.
+fn promotion_denied(code: u16, reason: &str, message: String) -> ApiError {
+    ApiError::new(
+        code,
+        reason,
+        format!("admission webhook \"promotion.kargo.akuity.io\" denied the request: {message}"),
+    )
+}
+
+/// [K pkg/webhook/kubernetes/promotion/webhook.go authorize]: the promote verb is checked for
+/// create, update and delete; a subject without it gets a Forbidden that the validating
+/// webhook wraps in an internal error (HTTP 500, reason InternalError).
+fn promotion_unauthorized(user: &str, stage_name: &str, name: &str, action: &str) -> ApiError {
+    promotion_denied(
+        500,
+        "InternalError",
+        format!(
+            "Internal error occurred: promotions.kargo.akuity.io \"{name}\" is forbidden: subject \"{user}\" is not permitted to {action} Promotions for Stage \"{stage_name}\""
+        ),
+    )
+}
+
+fn promotion_invalid(name: &str, field: &str, value: &str, why: String) -> ApiError {
+    promotion_denied(
+        422,
+        "Invalid",
+        format!(
+            "Promotion.kargo.akuity.io \"{name}\" is invalid: {field}: Invalid value: \"{value}\": {why}"
+        ),
+    )
+}
+
 pub(super) fn promotion_webhook(
     admission: &mut Admission,
     grants: &Grants,
@@ -162,52 +194,24 @@ pub(super) fn promotion_webhook(
 ) -> Result<(), ApiError> {
     let namespace = text(admission.object, "/metadata/namespace").to_string();
     let stage_name = text(admission.object, "/spec/stage").to_string();
-    let denied = |code: u16, reason: &str, message: String| {
-        ApiError::new(
-            code,
-            reason,
-            format!(
-                "admission webhook \"promotion.kargo.akuity.io\" denied the request: {message}"
-            ),
-        )
-    };
-    // [K pkg/webhook/kubernetes/promotion/webhook.go authorize]: the promote verb is checked
-    // for create, update and delete; a subject without it gets a Forbidden that the validating
-    // webhook wraps in an internal error (HTTP 500, reason InternalError).
-    let unauthorized = |name: &str, action: &str| {
-        denied(
-            500,
-            "InternalError",
-            format!(
-                "Internal error occurred: promotions.kargo.akuity.io \"{name}\" is forbidden: subject \"{}\" is not permitted to {action} Promotions for Stage \"{stage_name}\"",
-                admission.user.name
-            ),
-        )
-    };
-    let invalid = |name: &str, field: &str, value: &str, why: String| {
-        denied(
-            422,
-            "Invalid",
-            format!(
-                "Promotion.kargo.akuity.io \"{name}\" is invalid: {field}: Invalid value: \"{value}\": {why}"
-            ),
-        )
-    };
     let current_name = text(admission.object, "/metadata/name").to_string();
+    let unauthorized = |action: &str| {
+        promotion_unauthorized(&admission.user.name, &stage_name, &current_name, action)
+    };
     match admission.operation {
         Operation::Delete => {
             if !grants.allows(admission.user, &namespace, &stage_name) {
-                return Err(unauthorized(&current_name, "delete"));
+                return Err(unauthorized("delete"));
             }
             Ok(())
         }
         Operation::Update => {
             if !grants.allows(admission.user, &namespace, &stage_name) {
-                return Err(unauthorized(&current_name, "update"));
+                return Err(unauthorized("update"));
             }
             let old = admission.old.cloned().unwrap_or(Value::Null);
             if old.get("spec") != admission.object.get("spec") {
-                return Err(invalid(
+                return Err(promotion_invalid(
                     &current_name,
                     "spec",
                     "…",
@@ -216,147 +220,185 @@ pub(super) fn promotion_webhook(
             }
             Ok(())
         }
-        Operation::Create => {
-            let project = admission
-                .store
-                .get("", "namespaces", "", &namespace)
-                .cloned()
-                .unwrap_or(Value::Null);
-            if text(
-                &project,
-                &format!("/metadata/labels/{}", PROJECT_LABEL.replace('/', "~1")),
-            ) != "true"
-            {
-                return Err(invalid(
-                    &current_name,
-                    "metadata.namespace",
-                    &namespace,
-                    format!("namespace {namespace:?} is not a Kargo Project namespace"),
-                ));
-            }
-            // [K webhook.go Default]: a missing Stage is Invalid, before anything else.
-            let stage = admission
-                .store
-                .get(GROUP, "stages", &namespace, &stage_name)
-                .cloned()
-                .ok_or_else(|| {
-                    invalid(
-                        &current_name,
-                        "spec.stage",
-                        &stage_name,
-                        format!(
-                            "could not find Stage \"{stage_name}\" in namespace \"{namespace}\""
-                        ),
-                    )
-                })?;
-            let freight_name = text(admission.object, "/spec/freight").to_string();
-            // The name is replaced: <stage>.<ulid>.<first 7 of the freight>. [K pkg/api/promotion.go]
-            let name = format!(
-                "{stage_name}.{}.{}",
-                next_ulid(ulids),
-                &freight_name[..freight_name.len().min(7)]
-            );
-            // [K webhook.go ValidateCreate]: authorization, then the Freight's availability.
-            if !grants.allows(admission.user, &namespace, &stage_name) {
-                return Err(unauthorized(&name, "create"));
-            }
-            let template_steps = stage
-                .pointer("/spec/promotionTemplate/spec/steps")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            if template_steps.is_empty() {
-                return Err(invalid(
-                    &name,
-                    "spec.stage",
-                    &stage_name,
-                    "a control-flow Stage (no promotion steps) cannot be promoted to".into(),
-                ));
-            }
-            // A missing Freight is not available either: Invalid, as Kargo answers it.
-            let freight = admission
-                .store
-                .get(GROUP, "freights", &namespace, &freight_name)
-                .cloned()
-                .unwrap_or(Value::Null);
-            if freight.is_null() || !freight_available(&stage, &freight) {
-                return Err(invalid(
-                    &name,
-                    "spec.freight",
-                    &freight_name,
-                    "Freight is not available to this Stage".into(),
-                ));
-            }
-            let object = &mut *admission.object;
-            object["metadata"]["name"] = json!(name);
-            if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-                m.remove("generateName");
-            }
-            object["metadata"]["labels"][STAGE_LABEL] = json!(stage_label_value(&stage_name));
-            object["metadata"]["annotations"][STAGE_LABEL] = json!(stage_name);
-            object["spec"]["steps"] = json!(template_steps);
-            let mut vars: Vec<Value> = stage
-                .pointer("/spec/vars")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            vars.extend(
-                stage
-                    .pointer("/spec/promotionTemplate/spec/vars")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default(),
-            );
-            object["spec"]["vars"] = json!(vars);
-            if let Some(annotations) = object
-                .pointer_mut("/metadata/annotations")
-                .and_then(Value::as_object_mut)
-            {
-                annotations.remove(HOLD_ANNOTATION);
-                annotations.remove(RESUME_ANNOTATION);
-            }
-            if admission.user.name != CONTROLLER {
-                object["metadata"]["annotations"][CREATE_ACTOR_ANNOTATION] =
-                    json!(format!("kubernetes:{}", admission.user.name));
-                // v1.11: a user-made Promotion on an auto-promoting Stage holds auto-promotion
-                // for the origin unless it promotes the newest Freight, which resumes it.
-                let by_policy = admission
-                    .store
-                    .get(GROUP, "projectconfigs", &namespace, &namespace)
-                    .and_then(|c| c.pointer("/spec/promotionPolicies"))
-                    .and_then(Value::as_array)
-                    .is_some_and(|policies| auto_promotion_by_policy(policies, &stage));
-                if by_policy
-                    || text(
-                        &stage,
-                        &format!(
-                            "/metadata/annotations/{}",
-                            AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
-                        ),
-                    ) == "true"
-                {
-                    let origin = format!("Warehouse/{}", text(&freight, "/origin/name"));
-                    // [K pkg/webhook/kubernetes/promotion/webhook.go syncHoldAnnotations]:
-                    // resume only when the Freight is the auto-promotion candidate.
-                    let candidate = auto_promotion_candidate(
-                        &stage,
-                        admission.store.list(GROUP, "freights", &namespace),
-                        text(&freight, "/origin/name"),
-                    )
-                    .map(|f| text(f, "/metadata/name").to_string());
-                    let key = if candidate.as_deref() == Some(freight_name.as_str()) {
-                        RESUME_ANNOTATION
-                    } else {
-                        HOLD_ANNOTATION
-                    };
-                    object["metadata"]["annotations"][key] = json!(origin);
-                }
-            }
-            object["metadata"]["ownerReferences"] = json!([{
-                "apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Stage", "name": stage_name,
-                "uid": text(&stage, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true,
-            }]);
-            Ok(())
-        }
+        Operation::Create => create_promotion(admission, grants, ulids, &namespace, &stage_name),
+    }
+}
+
+/// A new Promotion: admitted in Kargo's order (a Project namespace, an existing Stage,
+/// authorization, promotion steps, an available Freight), then named, filled from its Stage,
+/// its hold annotations synced and owned by the Stage.
+fn create_promotion(
+    admission: &mut Admission,
+    grants: &Grants,
+    ulids: &std::sync::atomic::AtomicU64,
+    namespace: &str,
+    stage_name: &str,
+) -> Result<(), ApiError> {
+    let current_name = text(admission.object, "/metadata/name").to_string();
+    let project = admission
+        .store
+        .get("", "namespaces", "", namespace)
+        .cloned()
+        .unwrap_or(Value::Null);
+    if text(
+        &project,
+        &format!("/metadata/labels/{}", PROJECT_LABEL.replace('/', "~1")),
+    ) != "true"
+    {
+        return Err(promotion_invalid(
+            &current_name,
+            "metadata.namespace",
+            namespace,
+            format!("namespace {namespace:?} is not a Kargo Project namespace"),
+        ));
+    }
+    // [K webhook.go Default]: a missing Stage is Invalid, before anything else.
+    let stage = admission
+        .store
+        .get(GROUP, "stages", namespace, stage_name)
+        .cloned()
+        .ok_or_else(|| {
+            promotion_invalid(
+                &current_name,
+                "spec.stage",
+                stage_name,
+                format!("could not find Stage \"{stage_name}\" in namespace \"{namespace}\""),
+            )
+        })?;
+    let freight_name = text(admission.object, "/spec/freight").to_string();
+    // The name is replaced: <stage>.<ulid>.<first 7 of the freight>. [K pkg/api/promotion.go]
+    let name = format!(
+        "{stage_name}.{}.{}",
+        next_ulid(ulids),
+        &freight_name[..freight_name.len().min(7)]
+    );
+    // [K webhook.go ValidateCreate]: authorization, then the Freight's availability.
+    if !grants.allows(admission.user, namespace, stage_name) {
+        return Err(promotion_unauthorized(
+            &admission.user.name,
+            stage_name,
+            &name,
+            "create",
+        ));
+    }
+    let template_steps = stage
+        .pointer("/spec/promotionTemplate/spec/steps")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if template_steps.is_empty() {
+        return Err(promotion_invalid(
+            &name,
+            "spec.stage",
+            stage_name,
+            "a control-flow Stage (no promotion steps) cannot be promoted to".into(),
+        ));
+    }
+    // A missing Freight is not available either: Invalid, as Kargo answers it.
+    let freight = admission
+        .store
+        .get(GROUP, "freights", namespace, &freight_name)
+        .cloned()
+        .unwrap_or(Value::Null);
+    if freight.is_null() || !freight_available(&stage, &freight) {
+        return Err(promotion_invalid(
+            &name,
+            "spec.freight",
+            &freight_name,
+            "Freight is not available to this Stage".into(),
+        ));
+    }
+    fill_from_stage(admission.object, &name, stage_name, &stage, template_steps);
+    if admission.user.name != CONTROLLER {
+        mark_user_promotion(admission, namespace, &stage, &freight, &freight_name);
+    }
+    admission.object["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": format!("{GROUP}/{VERSION}"), "kind": "Stage", "name": stage_name,
+        "uid": text(&stage, "/metadata/uid"), "controller": true, "blockOwnerDeletion": true,
+    }]);
+    Ok(())
+}
+
+/// The Promotion named, labelled and annotated with its Stage, carrying the Stage's promotion
+/// steps and vars (the Stage's, then its template's), with no hold annotation of its own.
+fn fill_from_stage(
+    object: &mut Value,
+    name: &str,
+    stage_name: &str,
+    stage: &Value,
+    template_steps: Vec<Value>,
+) {
+    object["metadata"]["name"] = json!(name);
+    if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("generateName");
+    }
+    object["metadata"]["labels"][STAGE_LABEL] = json!(stage_label_value(stage_name));
+    object["metadata"]["annotations"][STAGE_LABEL] = json!(stage_name);
+    object["spec"]["steps"] = json!(template_steps);
+    let mut vars: Vec<Value> = stage
+        .pointer("/spec/vars")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    vars.extend(
+        stage
+            .pointer("/spec/promotionTemplate/spec/vars")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default(),
+    );
+    object["spec"]["vars"] = json!(vars);
+    if let Some(annotations) = object
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        annotations.remove(HOLD_ANNOTATION);
+        annotations.remove(RESUME_ANNOTATION);
+    }
+}
+
+/// A Promotion a user (not Kargo's controller) made: its actor annotated, and, on an
+/// auto-promoting Stage, auto-promotion for the Freight's origin held or resumed.
+fn mark_user_promotion(
+    admission: &mut Admission,
+    namespace: &str,
+    stage: &Value,
+    freight: &Value,
+    freight_name: &str,
+) {
+    admission.object["metadata"]["annotations"][CREATE_ACTOR_ANNOTATION] =
+        json!(format!("kubernetes:{}", admission.user.name));
+    // v1.11: a user-made Promotion on an auto-promoting Stage holds auto-promotion for the
+    // origin unless it promotes the newest Freight, which resumes it.
+    let by_policy = admission
+        .store
+        .get(GROUP, "projectconfigs", namespace, namespace)
+        .and_then(|c| c.pointer("/spec/promotionPolicies"))
+        .and_then(Value::as_array)
+        .is_some_and(|policies| auto_promotion_by_policy(policies, stage));
+    if by_policy
+        || text(
+            stage,
+            &format!(
+                "/metadata/annotations/{}",
+                AUTO_PROMOTION_ANNOTATION.replace('/', "~1")
+            ),
+        ) == "true"
+    {
+        let origin = format!("Warehouse/{}", text(freight, "/origin/name"));
+        // [K pkg/webhook/kubernetes/promotion/webhook.go syncHoldAnnotations]: resume only
+        // when the Freight is the auto-promotion candidate.
+        let candidate = auto_promotion_candidate(
+            stage,
+            admission.store.list(GROUP, "freights", namespace),
+            text(freight, "/origin/name"),
+        )
+        .map(|f| text(f, "/metadata/name").to_string());
+        let key = if candidate.as_deref() == Some(freight_name) {
+            RESUME_ANNOTATION
+        } else {
+            HOLD_ANNOTATION
+        };
+        admission.object["metadata"]["annotations"][key] = json!(origin);
     }
 }

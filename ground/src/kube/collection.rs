@@ -128,50 +128,98 @@ pub(super) async fn watch(
         "{}/{} in {:?}",
         target.resource.group, target.resource.plural, target.namespace
     );
-    let send_initial = query.get("sendInitialEvents").map(String::as_str) == Some("true");
-    let bookmarks = query.get("allowWatchBookmarks").map(String::as_str) == Some("true");
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs)
-        .unwrap_or(Duration::from_secs(1800));
-    let since: Option<u64> = query
-        .get("resourceVersion")
-        .and_then(|v| v.parse().ok())
-        .filter(|v| *v > 0);
+    let options = WatchOptions::of(&query);
     let (sender, receiver) = tokio::sync::mpsc::channel::<Result<Bytes, Infallible>>(1024);
     // A resourceVersion the store has not reached: a watch that sends initial events fails
     // with 504 Timeout (as the API server, after waiting for it); a plain watch waits for it,
     // delivering nothing older.
     let too_large = {
         let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-        since
+        options
+            .since
             .filter(|since| *since > store.resource_version())
             .map(|since| too_large_error(since, store.resource_version()))
     };
-    if let (true, Some(error)) = (send_initial, &too_large) {
+    if let (true, Some(error)) = (options.send_initial, &too_large) {
         let line = event_line("ERROR", &error.status());
         let _ = sender.send(Ok(line)).await;
         return stream_response(receiver);
     }
-    let floor = since.unwrap_or(0);
-    // Take the starting point and subscribe under one lock, so no event falls in between.
-    let (initial, mut live, start_rv, gone) = {
-        let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+    let watcher = Watcher {
+        inner,
+        target,
+        labels,
+        fields,
+        options,
+        path,
+    };
+    let start = watcher.start();
+    tokio::spawn(watcher.stream(start, sender));
+    stream_response(receiver)
+}
+
+/// What a watch request asks for, read from its query.
+struct WatchOptions {
+    send_initial: bool,
+    bookmarks: bool,
+    timeout: Duration,
+    /// The resourceVersion to start after (none: from now, after a list).
+    since: Option<u64>,
+}
+
+impl WatchOptions {
+    fn of(query: &BTreeMap<String, String>) -> WatchOptions {
+        WatchOptions {
+            send_initial: query.get("sendInitialEvents").map(String::as_str) == Some("true"),
+            bookmarks: query.get("allowWatchBookmarks").map(String::as_str) == Some("true"),
+            timeout: query
+                .get("timeoutSeconds")
+                .and_then(|t| t.parse::<u64>().ok())
+                .map(Duration::from_secs)
+                .unwrap_or(Duration::from_secs(1800)),
+            since: query
+                .get("resourceVersion")
+                .and_then(|v| v.parse().ok())
+                .filter(|v| *v > 0),
+        }
+    }
+}
+
+/// One open watch: what it watches and how.
+struct Watcher {
+    inner: Arc<Inner>,
+    target: Target,
+    labels: Selector,
+    fields: Selector,
+    options: WatchOptions,
+    /// What its fault decisions are keyed by.
+    path: String,
+}
+
+/// Where a watch starts: the events it sends first, the live subscription taken with them,
+/// the resourceVersion they reach, or why it cannot start (410 Expired).
+struct Start {
+    initial: Vec<(&'static str, Value)>,
+    live: tokio::sync::broadcast::Receiver<Event>,
+    rv: u64,
+    gone: Option<String>,
+}
+
+impl Watcher {
+    /// Takes the starting point and subscribes under one lock, so no event falls in between.
+    fn start(&self) -> Start {
+        let (target, labels, fields) = (&self.target, &self.labels, &self.fields);
+        let send_initial = self.options.send_initial;
+        let store = self.inner.store.lock().unwrap_or_else(|p| p.into_inner());
         let live = store.subscribe();
         let rv = store.resource_version();
         let served_since = store.served_since(&target.resource);
-        match since {
-            Some(_) if !send_initial && inner.faults.gone(&path) => (
-                Vec::new(),
-                live,
-                rv,
-                Some("too old resource version".to_string()),
-            ),
+        let (initial, gone) = match self.options.since {
+            Some(_) if !send_initial && self.inner.faults.gone(&self.path) => {
+                (Vec::new(), Some("too old resource version".to_string()))
+            }
             Some(since) if !send_initial && since < served_since => (
                 Vec::new(),
-                live,
-                rv,
                 Some(format!(
                     "too old resource version: {since} ({served_since})"
                 )),
@@ -180,33 +228,41 @@ pub(super) async fn watch(
                 Some(events) => (
                     events
                         .into_iter()
-                        .filter(|e| matches_target(e, &target, &labels, &fields))
+                        .filter(|e| matches_target(e, target, labels, fields))
                         .map(|e| (e.kind.as_str(), e.object))
                         .collect::<Vec<_>>(),
-                    live,
-                    rv,
                     None,
                 ),
-                None => (
-                    Vec::new(),
-                    live,
-                    rv,
-                    Some("too old resource version".to_string()),
-                ),
+                None => (Vec::new(), Some("too old resource version".to_string())),
             },
             _ => {
-                let objects = store.list(&target.resource, &target.namespace, &labels, &fields);
-                (
-                    objects.into_iter().map(|o| ("ADDED", o)).collect(),
-                    live,
-                    rv,
-                    None,
-                )
+                let objects = store.list(&target.resource, &target.namespace, labels, fields);
+                (objects.into_iter().map(|o| ("ADDED", o)).collect(), None)
             }
+        };
+        Start {
+            initial,
+            live,
+            rv,
+            gone,
         }
-    };
-    let faults_inner = inner.clone();
-    tokio::spawn(async move {
+    }
+
+    /// Sends the starting events, then each live event of the target (with bookmarks when
+    /// asked, and the watch faults), until the timeout, the client leaves, or a fault ends it.
+    async fn stream(
+        self,
+        start: Start,
+        sender: tokio::sync::mpsc::Sender<Result<Bytes, Infallible>>,
+    ) {
+        let Start {
+            initial,
+            mut live,
+            rv: start_rv,
+            gone,
+        } = start;
+        let (target, labels, fields) = (&self.target, &self.labels, &self.fields);
+        let floor = self.options.since.unwrap_or(0);
         if let Some(message) = gone {
             let error = ApiError::new(410, "Expired", message);
             let _ = sender.send(Ok(event_line("ERROR", &error.status()))).await;
@@ -217,22 +273,22 @@ pub(super) async fn watch(
                 return;
             }
         }
-        if send_initial {
+        if self.options.send_initial {
             let _ = sender
                 .send(Ok(event_line(
                     "BOOKMARK",
-                    &bookmark(&target, start_rv, true),
+                    &bookmark(target, start_rv, true),
                 )))
                 .await;
         }
-        let deadline = tokio::time::Instant::now() + timeout;
+        let deadline = tokio::time::Instant::now() + self.options.timeout;
         let mut last_rv = start_rv;
         loop {
             let tick = tokio::time::sleep(Duration::from_millis(500));
             tokio::select! {
                 _ = tokio::time::sleep_until(deadline) => return,
                 _ = tick => {
-                    if bookmarks && sender.send(Ok(event_line("BOOKMARK", &bookmark(&target, last_rv, false)))).await.is_err() {
+                    if self.options.bookmarks && sender.send(Ok(event_line("BOOKMARK", &bookmark(target, last_rv, false)))).await.is_err() {
                         return;
                     }
                 }
@@ -243,11 +299,11 @@ pub(super) async fn watch(
                         Err(_) => return,
                     };
                     last_rv = event.rv;
-                    if event.rv <= floor || !matches_target(&event, &target, &labels, &fields) {
+                    if event.rv <= floor || !matches_target(&event, target, labels, fields) {
                         continue;
                     }
-                    match faults_inner.faults.watch_event(
-                        &path,
+                    match self.inner.faults.watch_event(
+                        &self.path,
                         &format!(
                             "{}/{}",
                             event.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""),
@@ -275,8 +331,7 @@ pub(super) async fn watch(
                 }
             }
         }
-    });
-    stream_response(receiver)
+    }
 }
 
 fn stream_response(receiver: tokio::sync::mpsc::Receiver<Result<Bytes, Infallible>>) -> Response {

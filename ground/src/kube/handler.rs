@@ -186,27 +186,7 @@ pub(super) async fn handle(
     if segments.as_slice() == ["healthz"] || segments.as_slice() == ["readyz"] {
         return "ok".into_response();
     }
-    // A bearer token names a user; a request without one is anonymous (as with the API
-    // server's default --anonymous-auth); an unknown token is refused. client-go does not
-    // send bearer tokens over plain http, so kubectl against the double is anonymous.
-    let token = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let user = match token {
-        None | Some("") => Some(User {
-            name: "system:anonymous".into(),
-            groups: vec!["system:unauthenticated".into()],
-        }),
-        Some(token) => inner
-            .users
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(token)
-            .cloned(),
-    };
-    let Some(user) = user else {
+    let Some(user) = authenticate(&inner, &headers) else {
         return status_response(&ApiError::new(401, "Unauthorized", "Unauthorized"));
     };
     let query = query_map(&uri);
@@ -230,42 +210,8 @@ pub(super) async fn handle(
             return status_response(&error);
         }
     }
-    {
-        let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
-        match segments.as_slice() {
-            ["version"] => {
-                return json_response(
-                    json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-ground", "platform": "linux/amd64"}),
-                );
-            }
-            ["api"] => {
-                return json_response(
-                    json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
-                );
-            }
-            ["api", "v1"] => return json_response(discovery_resources(&store, "", "v1")),
-            ["apis"] => return json_response(group_list(&store)),
-            ["apis", group] => {
-                let list = group_list(&store);
-                return match list["groups"]
-                    .as_array()
-                    .and_then(|g| g.iter().find(|x| x["name"] == *group))
-                {
-                    Some(g) => json_response(
-                        json!({"kind": "APIGroup", "apiVersion": "v1", "name": g["name"], "versions": g["versions"], "preferredVersion": g["preferredVersion"]}),
-                    ),
-                    None => status_response(&ApiError::new(
-                        404,
-                        "NotFound",
-                        "the server could not find the requested resource",
-                    )),
-                };
-            }
-            ["apis", group, version] => {
-                return json_response(discovery_resources(&store, group, version));
-            }
-            _ => {}
-        }
+    if let Some(response) = discovery(&inner, &segments) {
+        return response;
     }
     let target = {
         let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
@@ -282,24 +228,13 @@ pub(super) async fn handle(
         }
         Err(e) => return status_response(&e),
     };
-    let labels = match Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))
-    {
-        Ok(s) => s,
-        Err(e) => return status_response(&e),
-    };
-    let fields = match Selector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or(""))
-    {
-        Ok(s) => s,
-        Err(e) => return status_response(&e),
-    };
-    let content_type = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_string();
-    let validation = match FieldValidation::parse(query.get("fieldValidation").map(String::as_str))
-    {
-        Ok(v) => v,
+    let RequestOptions {
+        labels,
+        fields,
+        content_type,
+        validation,
+    } = match RequestOptions::read(&query, &headers) {
+        Ok(options) => options,
         Err(e) => return status_response(&e),
     };
     if method == Method::GET && target.name.is_none() {
@@ -310,93 +245,310 @@ pub(super) async fn handle(
             return watch(inner, target, labels, fields, query).await;
         }
     }
-    let store_lock = || inner.store.lock().unwrap_or_else(|p| p.into_inner());
-    // A write runs under one lock with its request's fieldValidation, and takes the warnings
-    // it earned.
-    let write = |op: &mut dyn FnMut(&mut Store) -> Result<Value, ApiError>| {
-        let mut store = store_lock();
-        store.field_validation = Some(validation);
-        store.warnings.clear();
-        let result = op(&mut store);
-        store.field_validation = None;
-        (result, std::mem::take(&mut store.warnings))
+    let call = Call {
+        inner: &inner,
+        method: &method,
+        path: &path,
+        user: &user,
+        target: &target,
+        labels: &labels,
+        fields: &fields,
+        content_type: &content_type,
+        validation,
+        query: &query,
+        body: &body,
     };
-    let mut created = method == Method::POST;
-    let (result, warnings) = match (&method, &target.name) {
-        (&Method::GET, None) => (list(&inner, &target, &labels, &fields, &query), Vec::new()),
-        (&Method::GET, Some(name)) => (store_lock().get(&target.resource, &target.namespace, name), Vec::new()),
-        (&Method::POST, None) => match parse_json(&body) {
-            Ok(object) => {
-                let mut object = Some(object);
-                write(&mut |store| store.create(&target.resource, &target.namespace, object.take().unwrap_or_default(), &user))
-            }
-            Err(e) => (Err(e), Vec::new()),
-        },
-        (&Method::PUT, Some(name)) => match parse_json(&body).and_then(|object| {
-            let body_name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(name);
-            if body_name != name {
-                return Err(ApiError::new(400, "BadRequest", "the name of the object does not match the name on the URL"));
-            }
-            if let Some(error) = inner.faults.conflict(&path) {
-                return Err(error);
-            }
-            Ok(object)
-        }) {
-            Ok(object) => {
-                let mut object = Some(object);
-                write(&mut |store| store.update(&target.resource, &target.namespace, name, object.take().unwrap_or_default(), &user, target.status))
-            }
-            Err(e) => (Err(e), Vec::new()),
-        },
-        (&Method::PATCH, Some(name)) => match parse_json(&body).and_then(|patch| {
-            if content_type.starts_with("application/json-patch+json") {
-                Ok(PatchBody::Json(patch))
-            } else if content_type.starts_with("application/apply-patch") {
-                let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) else {
-                    return Err(ApiError::new(400, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
-                };
-                Ok(PatchBody::Apply {
-                    object: patch,
-                    manager: manager.clone(),
-                    force: query.get("force").is_some_and(|f| f == "true"),
-                })
-            } else if content_type.starts_with("application/merge-patch+json") {
-                Ok(PatchBody::Merge(patch))
-            } else if content_type.starts_with("application/strategic-merge-patch+json") && !target.resource.custom {
-                // Strategic merge on a built-in is served as a JSON merge patch: lists are
-                // replaced whole. A custom resource has no strategy: the API server refuses it.
-                Ok(PatchBody::Merge(patch))
-            } else {
-                Err(ApiError::new(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"))
-            }
-        }) {
-            Ok(patch) => {
-                let mut patch = Some(patch);
-                write(&mut |store| match patch.take() {
-                    Some(patch) => {
-                        // An apply that creates the object answers 201, as a create does.
-                        created = store.get(&target.resource, &target.namespace, name).is_err();
-                        store.patch(&target.resource, &target.namespace, name, patch, &user, target.status)
-                    }
-                    None => Err(ApiError::new(500, "InternalError", "the patch was taken twice")),
-                })
-            }
-            Err(e) => (Err(e), Vec::new()),
-        },
-        (&Method::DELETE, Some(name)) => (store_lock().delete(&target.resource, &target.namespace, name, &user), Vec::new()),
-        _ => (Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported on {path}"))), Vec::new()),
-    };
+    let (result, created, warnings) = call.serve();
+    answer(result, created, warnings)
+}
+
+/// One request to a resource's collection or one of its objects, as it was read.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    inner: &'a Inner,
+    method: &'a Method,
+    path: &'a str,
+    user: &'a User,
+    target: &'a Target,
+    labels: &'a Selector,
+    fields: &'a Selector,
+    content_type: &'a str,
+    validation: FieldValidation,
+    query: &'a BTreeMap<String, String>,
+    body: &'a Bytes,
+}
+
+impl Call<'_> {
+    /// The verb run against the store: the result, whether it created the object, and the
+    /// warnings a write earned.
+    fn serve(self) -> (Result<Value, ApiError>, bool, Vec<String>) {
+        let Call {
+            inner,
+            method,
+            path,
+            user,
+            target,
+            labels,
+            fields,
+            content_type,
+            validation,
+            query,
+            body,
+        } = self;
+        let store_lock = || inner.store.lock().unwrap_or_else(|p| p.into_inner());
+        // A write runs under one lock with its request's fieldValidation, and takes the warnings
+        // it earned.
+        let write = |op: &mut dyn FnMut(&mut Store) -> Result<Value, ApiError>| {
+            let mut store = store_lock();
+            store.field_validation = Some(validation);
+            store.warnings.clear();
+            let result = op(&mut store);
+            store.field_validation = None;
+            (result, std::mem::take(&mut store.warnings))
+        };
+        let mut created = *method == Method::POST;
+        let (result, warnings) = match (method, &target.name) {
+            (&Method::GET, None) => (list(inner, target, labels, fields, query), Vec::new()),
+            (&Method::GET, Some(name)) => (
+                store_lock().get(&target.resource, &target.namespace, name),
+                Vec::new(),
+            ),
+            (&Method::POST, None) => match parse_json(body) {
+                Ok(object) => {
+                    let mut object = Some(object);
+                    write(&mut |store| {
+                        store.create(
+                            &target.resource,
+                            &target.namespace,
+                            object.take().unwrap_or_default(),
+                            user,
+                        )
+                    })
+                }
+                Err(e) => (Err(e), Vec::new()),
+            },
+            (&Method::PUT, Some(name)) => match put_body(inner, body, name, path) {
+                Ok(object) => {
+                    let mut object = Some(object);
+                    write(&mut |store| {
+                        store.update(
+                            &target.resource,
+                            &target.namespace,
+                            name,
+                            object.take().unwrap_or_default(),
+                            user,
+                            target.status,
+                        )
+                    })
+                }
+                Err(e) => (Err(e), Vec::new()),
+            },
+            (&Method::PATCH, Some(name)) => match patch_body(body, content_type, query, target) {
+                Ok(patch) => {
+                    let mut patch = Some(patch);
+                    write(&mut |store| match patch.take() {
+                        Some(patch) => {
+                            // An apply that creates the object answers 201, as a create does.
+                            created = store
+                                .get(&target.resource, &target.namespace, name)
+                                .is_err();
+                            store.patch(
+                                &target.resource,
+                                &target.namespace,
+                                name,
+                                patch,
+                                user,
+                                target.status,
+                            )
+                        }
+                        None => Err(ApiError::new(
+                            500,
+                            "InternalError",
+                            "the patch was taken twice",
+                        )),
+                    })
+                }
+                Err(e) => (Err(e), Vec::new()),
+            },
+            (&Method::DELETE, Some(name)) => (
+                store_lock().delete(&target.resource, &target.namespace, name, user),
+                Vec::new(),
+            ),
+            _ => (
+                Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    format!("{method} is not supported on {path}"),
+                )),
+                Vec::new(),
+            ),
+        };
+        (result, created, warnings)
+    }
+}
+
+/// What a request asks of a collection or an object besides its verb: the label and field
+/// selectors, the body's content type, the field validation of a write.
+struct RequestOptions {
+    labels: Selector,
+    fields: Selector,
+    content_type: String,
+    validation: FieldValidation,
+}
+
+impl RequestOptions {
+    fn read(query: &BTreeMap<String, String>, headers: &HeaderMap) -> Result<Self, ApiError> {
+        let labels = Selector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?;
+        let fields = Selector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or(""))?;
+        let content_type = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_string();
+        let validation = FieldValidation::parse(query.get("fieldValidation").map(String::as_str))?;
+        Ok(RequestOptions {
+            labels,
+            fields,
+            content_type,
+            validation,
+        })
+    }
+}
+
+/// A verb's answer: the object (201 when the request created it) or the error's Status, with
+/// the warnings the write earned as the API server words them: `299 - "<text>"`.
+fn answer(result: Result<Value, ApiError>, created: bool, warnings: Vec<String>) -> Response {
     let mut response = match result {
         Ok(object) if created => (StatusCode::CREATED, axum::Json(object)).into_response(),
         Ok(object) => json_response(object),
         Err(e) => status_response(&e),
     };
     for warning in warnings {
-        // As the API server words them: `299 - "<text>"`.
         let text = format!("299 - \"{}\"", warning.replace('"', "\\\""));
         if let Ok(value) = axum::http::HeaderValue::from_str(&text) {
             response.headers_mut().append("warning", value);
         }
     }
     response
+}
+
+/// The request's user: a bearer token names one; a request without one is anonymous (as with
+/// the API server's default --anonymous-auth); an unknown token is refused (`None`). client-go
+/// does not send bearer tokens over plain http, so kubectl against the double is anonymous.
+fn authenticate(inner: &Inner, headers: &HeaderMap) -> Option<User> {
+    let token = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    match token {
+        None | Some("") => Some(User {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }),
+        Some(token) => inner
+            .users
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned(),
+    }
+}
+
+/// The answer to a discovery request (the version, API groups and their resources); `None`
+/// for any other path.
+fn discovery(inner: &Inner, segments: &[&str]) -> Option<Response> {
+    let store = inner.store.lock().unwrap_or_else(|p| p.into_inner());
+    match segments {
+        ["version"] => Some(json_response(
+            json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-ground", "platform": "linux/amd64"}),
+        )),
+        ["api"] => Some(json_response(
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        )),
+        ["api", "v1"] => Some(json_response(discovery_resources(&store, "", "v1"))),
+        ["apis"] => Some(json_response(group_list(&store))),
+        ["apis", group] => {
+            let list = group_list(&store);
+            Some(
+                match list["groups"]
+                    .as_array()
+                    .and_then(|g| g.iter().find(|x| x["name"] == *group))
+                {
+                    Some(g) => json_response(
+                        json!({"kind": "APIGroup", "apiVersion": "v1", "name": g["name"], "versions": g["versions"], "preferredVersion": g["preferredVersion"]}),
+                    ),
+                    None => status_response(&ApiError::new(
+                        404,
+                        "NotFound",
+                        "the server could not find the requested resource",
+                    )),
+                },
+            )
+        }
+        ["apis", group, version] => {
+            Some(json_response(discovery_resources(&store, group, version)))
+        }
+        _ => None,
+    }
+}
+
+/// A PUT's object: valid JSON whose name (when it has one) is the URL's, unless a seeded
+/// conflict answers first.
+fn put_body(inner: &Inner, body: &Bytes, name: &str, path: &str) -> Result<Value, ApiError> {
+    let object = parse_json(body)?;
+    let body_name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or(name);
+    if body_name != name {
+        return Err(ApiError::new(
+            400,
+            "BadRequest",
+            "the name of the object does not match the name on the URL",
+        ));
+    }
+    if let Some(error) = inner.faults.conflict(path) {
+        return Err(error);
+    }
+    Ok(object)
+}
+
+/// A PATCH's body as its content type says: a JSON patch, a server-side apply (with its
+/// field manager), a merge patch, or a strategic merge patch on a built-in (served as a merge
+/// patch: lists are replaced whole; a custom resource has no strategy and refuses it).
+fn patch_body(
+    body: &Bytes,
+    content_type: &str,
+    query: &BTreeMap<String, String>,
+    target: &Target,
+) -> Result<PatchBody, ApiError> {
+    let patch = parse_json(body)?;
+    if content_type.starts_with("application/json-patch+json") {
+        Ok(PatchBody::Json(patch))
+    } else if content_type.starts_with("application/apply-patch") {
+        let Some(manager) = query.get("fieldManager").filter(|m| !m.is_empty()) else {
+            return Err(ApiError::new(
+                400,
+                "BadRequest",
+                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            ));
+        };
+        Ok(PatchBody::Apply {
+            object: patch,
+            manager: manager.clone(),
+            force: query.get("force").is_some_and(|f| f == "true"),
+        })
+    } else if content_type.starts_with("application/merge-patch+json")
+        || (content_type.starts_with("application/strategic-merge-patch+json")
+            && !target.resource.custom)
+    {
+        Ok(PatchBody::Merge(patch))
+    } else {
+        Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ))
+    }
 }

@@ -1,6 +1,9 @@
 //! The diff's room for CustomResourceDefinitions: versions at both commits, schema fields moved.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::fields::FieldChange;
 
 /// A CustomResourceDefinition's change, summarised.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,16 @@
 //! The diff's room for computing diffs: per Application, memoised per distinct pair of inputs.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::crds::CrdChange;
+use super::fields::{FieldChange, diff_values};
+use super::identity::{AppKey, ObjectKey, key_of};
+use super::{AppDiff, AppStatus, ChartMove, ObjectChange, ObjectsDiff, REDACTED, RenderDiff};
+use crate::render::parsed::Object;
+use crate::render::{RenderedApplication, Rendering};
 
 /// Charts an Application renders from: (repoURL, chart) -> version.
 pub fn charts_of(app: &RenderedApplication) -> BTreeMap<(String, String), String> {

@@ -1,6 +1,7 @@
 //! The diff's room for field-level differences: leaf changes between two JSON values, by path.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FieldChange {

@@ -1,6 +1,9 @@
 //! The diff's room for identity: an Application's key and an object's key across two renders.
 
-use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::render::{RenderedApplication, object_sort_key};
 
 /// An Application's identity across two renders.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

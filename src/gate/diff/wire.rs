@@ -1,7 +1,14 @@
 //! The diff's room for its JSON shape: distinct changes once, with the Applications they apply to.
 
-use super::*;
-use serde::{Deserializer, Serializer};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::crds::CrdChange;
+use super::fields::FieldChange;
+use super::identity::{AppKey, ObjectKey};
+use super::{AppDiff, AppStatus, ChartMove, DiffCounts, ObjectChange, ObjectsDiff, RenderDiff};
 
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,6 +1,14 @@
 //! The report's room for machine blocks: writing them, reading them back (`parse`).
 
-use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::escape::invisible;
+use super::summary::Summary;
+use super::{BLOCK_PREFIX, MARKER, ParsedReport};
+use crate::gate::rules::{self, DroppedServedVersion, Severity};
+use crate::gate::text::clip;
+use crate::gate::verdict::{GateResult, Outcome, Verdict};
 
 /// A blocking finding as its `finding` block carries it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,7 +48,7 @@ pub fn machine_block(name: &str, value: &impl Serialize) -> String {
             '&' => escaped.push_str("\\u0026"),
             // Only inside JSON strings can such a character be (serde_json writes none
             // elsewhere), where a `\uXXXX` escape (a surrogate pair past U+FFFF) reads back.
-            c if super::escape::invisible(c) => {
+            c if invisible(c) => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     escaped.push_str(&format!("\\u{unit:04x}"));

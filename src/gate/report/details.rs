@@ -1,43 +1,46 @@
 //! The report's room for the details: each Application's changes, grouped by distinct change.
 
-use super::*;
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::Arc;
 
-use super::escape::value_text;
-use crate::gate::diff::ObjectsDiff;
+use super::escape::{code, text, value_text};
+use crate::gate::diff::{
+    AppDiff, AppStatus, CrdVersion, FieldChange, ObjectChange, ObjectsDiff, is_crd_version_field,
+};
 use crate::gate::text::clip;
+use crate::gate::verdict::{GateResult, Outcome};
 
 /// The Markdown text of an `ObjectsDiff`, made once per shared diff: Applications whose pair
 /// of renders is the same share one `Arc` (see `Differ`), and a CRD-heavy chart's changes
 /// hold thousands of schema fields to filter.
 #[derive(Default)]
 struct ObjectsText {
-    chart_only: std::collections::HashMap<*const ObjectsDiff, String>,
-    objects: std::collections::HashMap<*const ObjectsDiff, String>,
+    chart_only: HashMap<*const ObjectsDiff, String>,
+    objects: HashMap<*const ObjectsDiff, String>,
 }
 
 impl ObjectsText {
-    fn chart_only(&mut self, diff: &std::sync::Arc<ObjectsDiff>) -> &str {
+    fn chart_only(&mut self, diff: &Arc<ObjectsDiff>) -> &str {
         self.chart_only
-            .entry(std::sync::Arc::as_ptr(diff))
+            .entry(Arc::as_ptr(diff))
             .or_insert_with(|| chart_only_lines(diff))
     }
 
-    fn objects(&mut self, diff: &std::sync::Arc<ObjectsDiff>) -> &str {
+    fn objects(&mut self, diff: &Arc<ObjectsDiff>) -> &str {
         self.objects
-            .entry(std::sync::Arc::as_ptr(diff))
+            .entry(Arc::as_ptr(diff))
             .or_insert_with(|| object_lines(diff))
     }
 }
 
 /// The fields of a change listed line by line: for a CRD, those the CRD table does not
 /// summarise (versions, served and storage flags, schemas).
-fn listed_fields(
-    change: &crate::gate::diff::ObjectChange,
-) -> impl Iterator<Item = &crate::gate::diff::FieldChange> {
+fn listed_fields(change: &ObjectChange) -> impl Iterator<Item = &FieldChange> {
     change
         .fields
         .iter()
-        .filter(|f| change.crd.is_none() || !crate::gate::diff::is_crd_version_field(&f.path))
+        .filter(|f| change.crd.is_none() || !is_crd_version_field(&f.path))
 }
 
 /// A line per object added and per object removed, indented by `indent`.
@@ -102,7 +105,7 @@ fn object_lines(objects: &ObjectsDiff) -> String {
 
 /// The Markdown lines of one Application's changes (identical for Applications that change the
 /// same way, whatever their names).
-fn app_changes(app: &crate::gate::diff::AppDiff, texts: &mut ObjectsText) -> String {
+fn app_changes(app: &AppDiff, texts: &mut ObjectsText) -> String {
     let mut out = String::new();
     if !app.application_fields.is_empty() {
         let paths: Vec<String> = app
@@ -145,7 +148,7 @@ fn app_changes(app: &crate::gate::diff::AppDiff, texts: &mut ObjectsText) -> Str
 
 /// The CustomResourceDefinitions among `changes` as one table: versions (served, storage)
 /// at both commits and schema fields added, removed and changed.
-fn crd_table(out: &mut String, changes: &[crate::gate::diff::ObjectChange], indent: &str) {
+fn crd_table(out: &mut String, changes: &[ObjectChange], indent: &str) {
     let rows: Vec<_> = changes
         .iter()
         .filter_map(|c| Some((c, c.crd.as_ref()?)))
@@ -153,7 +156,7 @@ fn crd_table(out: &mut String, changes: &[crate::gate::diff::ObjectChange], inde
     if rows.is_empty() {
         return;
     }
-    let versions = |list: &[crate::gate::diff::CrdVersion]| -> String {
+    let versions = |list: &[CrdVersion]| -> String {
         let shown: Vec<String> = list
             .iter()
             .map(|v| {
@@ -203,8 +206,7 @@ pub(super) fn details_section(result: &GateResult) -> String {
     // The generated Applications themselves: each distinct field change once, with the
     // Applications it applies to (an ApplicationSet change reaches many at once).
     let mut groups: Vec<(String, String, String, Vec<String>)> = Vec::new();
-    let mut index: std::collections::HashMap<(String, String, String), usize> =
-        std::collections::HashMap::new();
+    let mut index: HashMap<(String, String, String), usize> = HashMap::new();
     for app in &diff.applications {
         for field in &app.application_fields {
             let (old, new) = (
@@ -252,8 +254,7 @@ pub(super) fn details_section(result: &GateResult) -> String {
     // cluster) are shown once, with the list of where they apply: the report grows with the
     // distinct changes, not with the Applications.
     let mut groups: Vec<(String, String, Vec<String>)> = Vec::new();
-    let mut index: std::collections::HashMap<(&'static str, String), usize> =
-        std::collections::HashMap::new();
+    let mut index: HashMap<(&'static str, String), usize> = HashMap::new();
     let mut texts = ObjectsText::default();
     for app in &diff.applications {
         let status = match app.status {

@@ -1,6 +1,6 @@
 //! The report's room for hostile text: escaping it for Markdown, quoting values, clipping.
 
-use super::*;
+use serde_json::Value;
 
 /// Whether a character is invisible or reorders the text around it: Unicode's format
 /// characters (general category Cf: the bidi embeddings, overrides and isolates U+202A–U+202E

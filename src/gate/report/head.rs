@@ -1,10 +1,16 @@
 //! The report's room for the head: the verdict line, blocking findings, notes, chart defaults.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::fmt::Write;
 
-use super::escape::value_text;
-use crate::gate::rules::Finding;
+use serde_json::Value;
+
+use super::blocks::{VERDICT_ERROR_CHARS, VERDICT_ERRORS, kept_errors};
+use super::escape::{code, text, value_text};
+use super::{counts_sentence, heading};
+use crate::gate::rules::{self, DroppedServedVersion, Finding, Severity};
 use crate::gate::text::clip;
+use crate::gate::verdict::{GateResult, Outcome};
 
 /// The characters of a finding's summary in the head: a summary quotes names and values a
 /// chart or a pull request chose.
@@ -18,11 +24,7 @@ fn short(sha: &str) -> &str {
 }
 
 /// The bullets of one rule beyond `limit`, as a count line.
-fn more_line(
-    out: &mut String,
-    counts: &std::collections::BTreeMap<&str, usize>,
-    limit: Option<usize>,
-) {
+fn more_line(out: &mut String, counts: &BTreeMap<&str, usize>, limit: Option<usize>) {
     let Some(limit) = limit else { return };
     for (rule, n) in counts {
         if *n > limit {
@@ -53,7 +55,7 @@ pub(super) fn head_section(result: &GateResult, limit: Option<usize>) -> String 
             "`{}` (merge base) → `{}` (head): {}.\n",
             short(&v.base),
             short(&v.head),
-            super::counts_sentence(&v.counts)
+            counts_sentence(&v.counts)
         );
     }
     blocking_section(&mut out, result, limit);
@@ -68,11 +70,11 @@ fn undecided_errors(out: &mut String, errors: &[String]) {
         out,
         "The gate could not render this change, so nothing was compared. The check stays red until it renders.\n"
     );
-    let kept = super::blocks::kept_errors(errors, super::blocks::VERDICT_ERRORS);
+    let kept = kept_errors(errors, VERDICT_ERRORS);
     let more = errors.len() - kept.len();
     for error in kept {
         // A chart's own error text (a `fail` message) is quoted, not reprinted whole.
-        let (first, items) = split_error(&clip(error, super::blocks::VERDICT_ERROR_CHARS));
+        let (first, items) = split_error(&clip(error, VERDICT_ERROR_CHARS));
         let _ = writeln!(out, "- {}", text(&first));
         for item in items {
             let _ = writeln!(out, "  - {}", code(&item));
@@ -107,7 +109,7 @@ fn blocking_section(out: &mut String, result: &GateResult, limit: Option<usize>)
     if !dropped.is_empty() {
         dropped_versions(out, &dropped);
     }
-    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut counts: BTreeMap<&str, usize> = Default::default();
     for finding in blocking
         .iter()
         .filter(|f| f.rule != rules::DROPPED_SERVED_VERSION)
@@ -192,7 +194,7 @@ fn notes_section(out: &mut String, result: &GateResult, limit: Option<usize>) {
         return;
     }
     let _ = writeln!(out, "\n**Notes**\n");
-    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    let mut counts: BTreeMap<&str, usize> = Default::default();
     for finding in notes {
         let n = counts.entry(finding.rule.as_str()).or_insert(0);
         *n += 1;

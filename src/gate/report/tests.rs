@@ -1,8 +1,10 @@
 //! Tests of `report`.
 
+use super::summary::{SUMMARY_BUDGET, split_image};
 use super::*;
-use crate::gate::rules::Finding;
+use crate::gate::rules::{Finding, Severity};
 use crate::gate::verdict::ChartDefaults;
+use serde_json::Value;
 
 #[test]
 fn the_summary_block_stays_within_its_budget_and_reads_tags_under_digests() {

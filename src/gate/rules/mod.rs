@@ -2,9 +2,10 @@
 //!
 //! `evaluate` runs every rule in a fixed order over both renderings, the diff and the head's
 //! repository scan. The rules live by family: `served` (versions and kinds a cluster serves),
-//! `review` (notes a reviewer needs, from the diff), `apply` (what the API server and Argo CD
-//! would do with the head); `scan` reads the head's manifests and chart templates (and notes the
-//! files it could not read). What a CustomResourceDefinition declares is `super::crd`.
+//! `review` (notes a reviewer needs, from the diff), `on_apply` (what the API server and Argo
+//! CD would do with the head); `scan` reads the head's manifests and chart templates (and
+//! notes the files it could not read). What a CustomResourceDefinition declares is
+//! `super::crd`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use crate::render::inventory::Inventory;
 use crate::render::parsed::Object;
 use crate::render::{RenderedApplication, Rendering};
 
-mod apply;
+mod on_apply;
 mod review;
 mod scan;
 mod served;
@@ -192,7 +193,7 @@ fn crds_by_cluster(memo: &mut Memo, rendering: &Rendering) -> CrdsByCluster {
 
 /// Each cluster's CRDs by (group, kind), borrowed from `crds`: where two CRDs of a cluster
 /// define one kind, the first by name (the order `crds` lists them in): the one Argo CD
-/// applies first, whose names the API server accepts (`apply.rs` decides the same).
+/// applies first, whose names the API server accepts (`on_apply.rs` decides the same).
 fn crds_by_kind(crds: &CrdsByCluster) -> HashMap<&str, HashMap<(&str, &str), &CrdInfo>> {
     crds.iter()
         .map(|(cluster, named)| {
@@ -326,10 +327,10 @@ pub fn evaluate(
         rest.extend(review::major_versions(inputs));
         rest.extend(review::rbac_removed(inputs));
         rest.extend(review::crds_added_or_removed(inputs));
-        rest.extend(apply::fields_pruned_on_apply(inputs, &mut memo));
-        rest.extend(apply::sync_policies_changed(inputs));
-        rest.extend(apply::unknown_destinations(inputs));
-        rest.extend(apply::invalid_crd_names(inputs));
+        rest.extend(on_apply::fields_pruned_on_apply(inputs, &mut memo));
+        rest.extend(on_apply::sync_policies_changed(inputs));
+        rest.extend(on_apply::unknown_destinations(inputs));
+        rest.extend(on_apply::invalid_crd_names(inputs));
         rest.extend(scan::unscanned_files(inputs));
         findings.extend(super::joined(unserved.join()));
         findings.extend(super::joined(not_served.join()));

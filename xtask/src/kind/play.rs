@@ -1,8 +1,10 @@
 //! The plan of `play`: a scenario's timeline and expectations, driven and checked on the cluster.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
+use serde_json::Value;
 
 use super::plan::kubectl;
 use super::scenario::plain;
@@ -19,12 +21,9 @@ use super::{
 pub fn plan_play(
     root: &Path,
     scenario: &str,
-    scenario_yaml: &serde_json::Value,
-    stage_charts: &std::collections::BTreeMap<String, String>,
+    scenario_yaml: &Value,
+    stage_charts: &BTreeMap<String, String>,
 ) -> Result<Vec<Step>> {
-    use serde_json::Value;
-    let path = |p: &str| relative(root, &root.join(p));
-    let staged_charts = relative(root, &root.join(STAGED).join(scenario).join("charts"));
     let slug = scenario_yaml
         .pointer("/repository/slug")
         .and_then(Value::as_str)
@@ -32,15 +31,45 @@ pub fn plan_play(
     if !plain(slug, true) {
         bail!("scenarios/{scenario}/scenario.yaml: repository.slug {slug:?} is not OWNER/NAME");
     }
-    let gitea = |tail: &str| format!("{GITEA_LOCAL}/api/v1/repos/{slug}/{tail}");
-    let push_url = {
-        let host = GITEA_LOCAL.trim_start_matches("http://");
-        format!("http://{GITEA_ADMIN}:{GENERATED}@{host}/platform/charts.git")
-    };
     let mut steps = vec![Step::new(
         format!("the cluster `cargo xtask kind up --scenario {scenario}` made answers"),
         kubectl(argv!["get", "namespace", PROJECT]),
     )];
+    let published = timeline_steps(root, scenario, slug, scenario_yaml, &mut steps)?;
+    expectation_steps(
+        scenario,
+        slug,
+        &scenario_yaml["expect"],
+        stage_charts,
+        &published,
+        &mut steps,
+    )?;
+    Ok(steps)
+}
+
+/// A Gitea API address of the scenario's repository.
+fn gitea_api(slug: &str, tail: &str) -> String {
+    format!("{GITEA_LOCAL}/api/v1/repos/{slug}/{tail}")
+}
+
+/// The steps of the scenario's timeline: a chart version published into the in-cluster chart
+/// repository, a Warehouse asked to look again, a merge as a person once branch protection
+/// allows it; what only the ground can do is said, not played. Returns the version each chart
+/// was last published at.
+fn timeline_steps(
+    root: &Path,
+    scenario: &str,
+    slug: &str,
+    scenario_yaml: &Value,
+    steps: &mut Vec<Step>,
+) -> Result<BTreeMap<String, String>> {
+    let path = |p: &str| relative(root, &root.join(p));
+    let staged_charts = relative(root, &root.join(STAGED).join(scenario).join("charts"));
+    let gitea = |tail: &str| gitea_api(slug, tail);
+    let push_url = {
+        let host = GITEA_LOCAL.trim_start_matches("http://");
+        format!("http://{GITEA_ADMIN}:{GENERATED}@{host}/platform/charts.git")
+    };
     let timeline = scenario_yaml
         .get("timeline")
         .and_then(Value::as_array)
@@ -48,7 +77,7 @@ pub fn plan_play(
         .unwrap_or_default();
     // The version each chart was last published at: a Stage promoting that chart has not
     // caught up until its last Promotion carries it.
-    let mut published: std::collections::BTreeMap<String, String> = Default::default();
+    let mut published: BTreeMap<String, String> = Default::default();
     for (index, entry) in timeline.iter().enumerate() {
         let at = index + 1;
         let (action, argument) = match entry {
@@ -175,7 +204,21 @@ pub fn plan_play(
             ))),
         }
     }
-    let expect = &scenario_yaml["expect"];
+    Ok(published)
+}
+
+/// The scenario's expectations, each a condition waited on with a timeout against the real
+/// Kargo and Gitea: Promotions' phases (and the versions the timeline published), verified
+/// Freight, merged pull requests; the others are the ground's.
+fn expectation_steps(
+    scenario: &str,
+    slug: &str,
+    expect: &Value,
+    stage_charts: &BTreeMap<String, String>,
+    published: &BTreeMap<String, String>,
+    steps: &mut Vec<Step>,
+) -> Result<()> {
+    let gitea = |tail: &str| gitea_api(slug, tail);
     if let Some(promotions) = expect.get("promotions").and_then(Value::as_object) {
         for (stage, phase) in promotions {
             let phase = phase.as_str().unwrap_or_default();
@@ -287,5 +330,5 @@ pub fn plan_play(
             }
         }
     }
-    Ok(steps)
+    Ok(())
 }
