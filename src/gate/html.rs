@@ -10,6 +10,14 @@
 //! double-quoted. Invisible characters are shown (`\u{202E}`) as in the Markdown. The page
 //! loads nothing (`default-src 'none'`), and its one inline script runs by its hash, so even
 //! markup that slipped through could neither run a script nor fetch anything.
+//!
+//! The filter never meets a chart's string: each distinct cluster, Application, kind and rule
+//! is a number (its place in the filter's list), the list shows the value, and an element
+//! names its values by number (`data-cluster="0 3"`), so no value (a line break, a space, a
+//! quote) can split or merge another. A blocking finding is never hidden by the filter (it is
+//! why the gate is red), and a finding that names no value of a facet (no cluster: a file of
+//! the repository) is not hidden by a choice of that facet: the filter hides only what names
+//! other values.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -37,6 +45,11 @@ const VALUE_CHARS: usize = 4_000;
 
 /// The inline script: the filter (collapse is `<details>`, no script). Constant text: no
 /// value from the result is ever written into it.
+///
+/// An element's facets are option numbers separated by spaces; an element without a
+/// facet's attribute names none of it (the filter leaves it be); `data-pinned` (a blocking
+/// finding) is always shown. `#cluster=2&rule=0` in the page's address selects on load (a
+/// link to a filtered view).
 const SCRIPT: &str = r#"
 (function () {
   var selects = document.querySelectorAll('select[data-filter]');
@@ -46,11 +59,14 @@ const SCRIPT: &str = r#"
     var shown = 0, all = 0;
     document.querySelectorAll('[data-facets]').forEach(function (el) {
       var show = true;
-      Object.keys(want).forEach(function (k) {
-        if (!want[k]) return;
-        var have = (el.getAttribute('data-' + k) || '').split('\n');
-        if (have.indexOf(want[k]) < 0) show = false;
-      });
+      if (!el.hasAttribute('data-pinned')) {
+        Object.keys(want).forEach(function (k) {
+          if (!want[k]) return;
+          var have = el.getAttribute('data-' + k);
+          if (have === null) return;
+          if (have.split(' ').indexOf(want[k]) < 0) show = false;
+        });
+      }
       el.hidden = !show;
       all += 1;
       if (show) shown += 1;
@@ -58,7 +74,17 @@ const SCRIPT: &str = r#"
     var status = document.getElementById('filter-status');
     if (status) status.textContent = shown + ' of ' + all + ' shown';
   }
-  selects.forEach(function (s) { s.addEventListener('change', apply); });
+  var preset = {};
+  location.hash.replace(/^#/, '').split('&').forEach(function (pair) {
+    var at = pair.indexOf('=');
+    if (at > 0) preset[pair.slice(0, at)] = pair.slice(at + 1);
+  });
+  selects.forEach(function (s) {
+    var k = s.getAttribute('data-filter');
+    if (Object.prototype.hasOwnProperty.call(preset, k)) s.value = preset[k];
+    s.addEventListener('change', apply);
+  });
+  apply();
 })();
 "#;
 
@@ -97,6 +123,32 @@ fn t(s: &str) -> String {
     visible(s).into_owned()
 }
 
+/// A facet value as the filter's list shows it: on one line, control characters (a line
+/// break, a tab, NUL) shown as `\u{000A}` beside the invisible ones.
+fn one_line(s: &str) -> String {
+    visible(s)
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\u{{{:04X}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A commit as the page names it: its first 12 digits when it is a commit id, else (a
+/// revision that did not resolve, a verdict from elsewhere) the text, at most 40
+/// characters, as a chart's text is shown.
+fn short_commit(commit: &str) -> String {
+    if crate::git::is_commit_id(commit) {
+        commit[..12].to_string()
+    } else {
+        one_line(&commit.chars().take(40).collect::<String>())
+    }
+}
+
 /// What a filter can select: a page element's clusters, Applications, kinds and rules.
 #[derive(Default)]
 struct Facets {
@@ -106,9 +158,34 @@ struct Facets {
     rule: BTreeSet<String>,
 }
 
-impl Facets {
-    fn join(set: &BTreeSet<String>) -> String {
-        set.iter().map(|s| t(s)).collect::<Vec<_>>().join("\n")
+/// Each facet's values in the filter's lists, by name -> their number there.
+struct Numbers([HashMap<String, usize>; 4]);
+
+impl Numbers {
+    fn of(options: &[BTreeSet<String>; 4]) -> Numbers {
+        Numbers(options.each_ref().map(|values| {
+            values
+                .iter()
+                .enumerate()
+                .map(|(number, value)| (value.clone(), number))
+                .collect()
+        }))
+    }
+
+    /// A set of one facet (0 cluster, 1 Application, 2 kind, 3 rule) as the numbers of its
+    /// values, separated by spaces.
+    fn encode(&self, facet: usize, set: &BTreeSet<String>) -> String {
+        set.iter()
+            .filter_map(|value| self.0[facet].get(value))
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// For a finding: None (no attribute: the filter does not hide it for this facet) when
+    /// it names no value.
+    fn encode_named(&self, facet: usize, set: &BTreeSet<String>) -> Option<String> {
+        (!set.is_empty()).then(|| self.encode(facet, set))
     }
 }
 
@@ -531,7 +608,11 @@ pub fn render(result: &GateResult, links: &Links) -> String {
             }
         }
     };
-    let short = |sha: &str| t(&sha[..sha.len().min(12)]);
+    let numbers = Numbers::of(&options);
+    let blocking = result
+        .findings
+        .iter()
+        .any(|f| f.severity == Severity::Blocking);
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -547,7 +628,7 @@ pub fn render(result: &GateResult, links: &Links) -> String {
                 header {
                     h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
                     p {
-                        code { (short(&v.base)) } " (merge base) → " code { (short(&v.head)) } " (head)"
+                        code { (short_commit(&v.base)) } " (merge base) → " code { (short_commit(&v.head)) } " (head)"
                     }
                     table id="counts" {
                         tr { th { "Applications" } td {
@@ -579,11 +660,16 @@ pub fn render(result: &GateResult, links: &Links) -> String {
                             (label) " "
                             select data-filter=(name) {
                                 option value="" { "all" }
-                                @for value in values { option value=(t(value)) { (t(value)) } }
+                                @for (number, value) in values.iter().enumerate() {
+                                    option value=(number) { (one_line(value)) }
+                                }
                             }
                         }
                     }
                     span id="filter-status" {}
+                    @if blocking {
+                        " " span class="status" { "(blocking findings are always shown)" }
+                    }
                 }
                 section id="findings" {
                     h2 { "Findings (" (result.findings.len()) ")" }
@@ -591,9 +677,11 @@ pub fn render(result: &GateResult, links: &Links) -> String {
                     @for (finding, facets) in result.findings.iter().zip(&finding_facets) {
                         @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
                         details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
-                            data-facets="" data-cluster=(Facets::join(&facets.cluster))
-                            data-application=(Facets::join(&facets.application))
-                            data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
+                            data-facets="" data-pinned=[(finding.severity == Severity::Blocking).then_some("")]
+                            data-cluster=[numbers.encode_named(0, &facets.cluster)]
+                            data-application=[numbers.encode_named(1, &facets.application)]
+                            data-kind=[numbers.encode_named(2, &facets.kind)]
+                            data-rule=[numbers.encode_named(3, &facets.rule)] {
                             summary {
                                 span class={ "sev-" (severity) } { (severity) } " "
                                 code class="rule" { (t(&finding.rule)) } ": "
@@ -614,9 +702,10 @@ pub fn render(result: &GateResult, links: &Links) -> String {
                     }
                     @for (group, facets) in groups.iter().zip(&group_facets) {
                         section class="application" data-facets=""
-                            data-cluster=(Facets::join(&facets.cluster))
-                            data-application=(Facets::join(&facets.application))
-                            data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
+                            data-cluster=(numbers.encode(0, &facets.cluster))
+                            data-application=(numbers.encode(1, &facets.application))
+                            data-kind=(numbers.encode(2, &facets.kind))
+                            data-rule=(numbers.encode(3, &facets.rule)) {
                             h3 {
                                 @if group.apps.len() == 1 {
                                     (t(&group.apps[0].app.to_string()))
@@ -707,6 +796,38 @@ mod tests {
         assert_eq!(
             blob_url(&links("https://github.com/a/b"), "HEAD", "x.yaml"),
             None
+        );
+    }
+
+    #[test]
+    fn a_commit_is_shortened_only_when_it_is_a_commit_id() {
+        assert_eq!(short_commit(HEAD), "0123456789ab");
+        // Not a commit id: as given, never sliced inside a character.
+        for text in ["", "HEAD", "aaaaaaaaaaa€€", "brånch-€€€€-no-such"] {
+            assert_eq!(short_commit(text), text);
+        }
+        assert_eq!(short_commit(&"é".repeat(50)), "é".repeat(40));
+        assert_eq!(short_commit("a\nb\u{202E}"), "a\\u{000A}b\\u{202E}");
+    }
+
+    #[test]
+    fn facet_values_are_numbered_and_shown_on_one_line() {
+        let options: [BTreeSet<String>; 4] = [
+            ["prod-eu", "prod-eu\nprod-us", "prod-us"]
+                .map(String::from)
+                .into(),
+            BTreeSet::new(),
+            BTreeSet::new(),
+            BTreeSet::new(),
+        ];
+        let numbers = Numbers::of(&options);
+        let set = |values: &[&str]| values.iter().map(|v| v.to_string()).collect();
+        assert_eq!(numbers.encode(0, &set(&["prod-eu\nprod-us"])), "1");
+        assert_eq!(numbers.encode(0, &set(&["prod-us", "prod-eu"])), "0 2");
+        assert_eq!(numbers.encode_named(0, &set(&[])), None);
+        assert_eq!(
+            one_line("prod-eu\nprod-us\t\0"),
+            "prod-eu\\u{000A}prod-us\\u{0009}\\u{0000}"
         );
     }
 
