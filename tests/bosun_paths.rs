@@ -1390,9 +1390,43 @@ async fn a_gitlab_webhook_with_a_forged_token_or_a_hostile_body_triages_nothing(
         let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
         assert_eq!(status, 400, "{bad_head}: {answer}");
     }
-    // Not Bosun's: another project (422), another event or action (200, ignored).
-    let other = merge_request_hook("elsewhere/gitops".into(), number.into(), "open", &head);
-    assert_eq!(gitlab_hook(&ground, &other, Some(token), hook).await.0, 422);
+    // No X-Gitlab-Event (GitLab always names the event): not GitLab's, 400.
+    let url = format!("{}/webhooks/gitlab", ground.bosun.as_ref().unwrap().url);
+    let response = reqwest::Client::new()
+        .post(url)
+        .header("X-Gitlab-Token", token)
+        .body(honest.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let answer: Value = response.json().await.unwrap();
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("X-Gitlab-Event is missing"),
+        "{answer}"
+    );
+    // Not Bosun's: another project (a group's hook sends every project's events, a
+    // subgroup's too), another event or action: 200, ignored, so that GitLab, which
+    // disables a hook after four failures in a row, keeps the hook.
+    for project in ["elsewhere/gitops", "platform/sub/gitops"] {
+        let other = merge_request_hook(project.into(), number.into(), "open", &head);
+        let (status, answer) = gitlab_hook(&ground, &other, Some(token), hook).await;
+        assert_eq!(
+            (status, answer["status"].clone()),
+            (200, json!("ignored")),
+            "{project}: {answer}"
+        );
+        assert!(
+            answer["reason"]
+                .as_str()
+                .unwrap()
+                .contains("not a repository of bosun.yaml"),
+            "{answer}"
+        );
+    }
     let (status, answer) = gitlab_hook(&ground, &honest, Some(token), "Push Hook").await;
     assert_eq!((status, answer["status"].clone()), (200, json!("ignored")));
     for action in ["close", "merge", "approved"] {
@@ -1428,6 +1462,20 @@ async fn a_gitlab_webhook_with_a_forged_token_or_a_hostile_body_triages_nothing(
     .await;
     let (status, _) = gitlab_hook(&ground, &honest, Some(token), hook).await;
     assert_eq!(status, 200, "the same head again is a duplicate");
+    // GitLab finds projects by path ignoring case, and a payload spells the path as the
+    // project was named: the same merge request under another case is the same delivery,
+    // queued under bosun.yaml's spelling.
+    let shouted = merge_request_hook(SLUG.to_uppercase().into(), number.into(), "open", &head);
+    let (status, answer) = gitlab_hook(&ground, &shouted, Some(token), hook).await;
+    assert_eq!(
+        (
+            status,
+            answer["status"].clone(),
+            answer["repository"].clone()
+        ),
+        (200, json!("duplicate"), json!(SLUG)),
+        "{answer}"
+    );
 }
 
 /// Issue 31, `gateAuthor` on GitLab: the gate runs as a GitLab CI job under a shared identity

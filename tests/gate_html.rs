@@ -317,3 +317,217 @@ fn the_html_report_in_a_real_browser() {
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     eprintln!("screenshot: {}", shot.display());
 }
+
+/// A check's verdict with findings added: a blocking finding that names no cluster, notes on
+/// `prod-eu` and on `prod-us`, a note naming no cluster, and a note whose cluster (a chart
+/// chooses such text) holds a line break between two real cluster names. Its merge base is
+/// not a commit id and not ASCII (a verdict from elsewhere). The page, and the findings'
+/// summaries.
+fn filter_page(out: &Path) -> PathBuf {
+    let json = out.join("verdict.json");
+    let (_, code) = html_of(
+        "html-hostile-names",
+        out,
+        &["--json", json.to_str().unwrap()],
+    );
+    assert_eq!(code, 0);
+    let mut result: gitops_loop::gate::verdict::GateResult =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    use gitops_loop::gate::rules::{Finding, Severity};
+    let finding = |severity, summary: &str, evidence| Finding {
+        rule: "filter-probe".into(),
+        severity,
+        summary: summary.into(),
+        evidence,
+    };
+    result.findings.extend([
+        finding(
+            Severity::Blocking,
+            "blocking naming no cluster",
+            serde_json::json!({"file": "fleet/x.yaml", "kind": "Widget"}),
+        ),
+        finding(
+            Severity::Note,
+            "note on prod-eu",
+            serde_json::json!({"cluster": "prod-eu"}),
+        ),
+        finding(
+            Severity::Note,
+            "note on prod-us",
+            serde_json::json!({"cluster": "prod-us"}),
+        ),
+        finding(
+            Severity::Note,
+            "note naming no cluster",
+            serde_json::json!({"file": "fleet/y.yaml"}),
+        ),
+        finding(
+            Severity::Note,
+            "note on a cluster named with a line break",
+            serde_json::json!({"cluster": "prod-eu\nprod-us"}),
+        ),
+    ]);
+    result.verdict.outcome = gitops_loop::gate::verdict::Outcome::Blocked;
+    result.verdict.base = "aaaaaaaaaaa€€".into();
+    let page = gitops_loop::gate::html::render(&result, &gitops_loop::gate::html::Links::default());
+    let path = out.join("filter.html");
+    std::fs::write(&path, page).unwrap();
+    path
+}
+
+/// The number the filter's list gives a value of a facet.
+fn option_number(page: &str, facet: &str, shown: &str) -> String {
+    let start = page.find(&format!("data-filter=\"{facet}\"")).unwrap();
+    let list = &page[start..start + page[start..].find("</select>").unwrap()];
+    let at = list
+        .find(&format!("\">{shown}</option>"))
+        .unwrap_or_else(|| panic!("{shown} is not in the {facet} list: {list}"));
+    let value = &list[..at];
+    value[value.rfind("value=\"").unwrap() + 7..].to_string()
+}
+
+/// The opening tag of the finding whose summary is `summary`.
+fn finding_tag<'a>(page: &'a str, summary: &str) -> &'a str {
+    let at = page
+        .find(&format!(">{summary}<"))
+        .unwrap_or_else(|| panic!("no finding {summary}"));
+    let start = page[..at].rfind("<details").unwrap();
+    &page[start..start + page[start..].find('>').unwrap()]
+}
+
+/// The filter's facets are numbers, never a chart's text; a blocking finding is pinned; a
+/// finding naming no cluster has no cluster facet; a merge base that is not a commit id is
+/// shown, not sliced.
+#[test]
+fn the_filter_names_values_by_number_and_pins_blocking_findings() {
+    let out = tempfile::tempdir().unwrap();
+    let page = std::fs::read_to_string(filter_page(out.path())).unwrap();
+    assert_inert(&page);
+    let eu = option_number(&page, "cluster", "prod-eu");
+    let us = option_number(&page, "cluster", "prod-us");
+    let both = option_number(&page, "cluster", "prod-eu\\u{000A}prod-us");
+    assert!(eu != us && us != both && eu != both);
+    let blocking = finding_tag(&page, "blocking naming no cluster");
+    assert!(blocking.contains("data-pinned=\"\""), "{blocking}");
+    assert!(!blocking.contains("data-cluster"), "{blocking}");
+    assert!(!finding_tag(&page, "note naming no cluster").contains("data-cluster"));
+    assert!(finding_tag(&page, "note on prod-eu").contains(&format!("data-cluster=\"{eu}\"")));
+    assert!(
+        finding_tag(&page, "note on a cluster named with a line break")
+            .contains(&format!("data-cluster=\"{both}\""))
+    );
+    assert!(!finding_tag(&page, "note on prod-eu").contains("data-pinned"));
+    // No chart text in a facet: every facet of every filtered element is numbers.
+    let mut filtered = 0;
+    for tag in page.split("data-facets=\"\"").skip(1) {
+        let tag = &tag[..tag.find('>').unwrap()];
+        filtered += 1;
+        for facet in ["data-cluster", "data-application", "data-kind", "data-rule"] {
+            let Some(at) = tag.find(&format!("{facet}=\"")) else {
+                continue;
+            };
+            let value = &tag[at + facet.len() + 2..];
+            let value = &value[..value.find('"').unwrap()];
+            assert!(
+                value.chars().all(|c| c.is_ascii_digit() || c == ' '),
+                "{facet}={value:?}"
+            );
+        }
+    }
+    assert!(filtered >= 7, "{filtered} filtered elements");
+    assert!(page.contains("<code>aaaaaaaaaaa€€</code> (merge base)"));
+}
+
+/// The filter in a real browser, chosen by the page's address: a cluster shows its own
+/// findings, the blocking finding and the findings naming no cluster, and hides the others,
+/// the finding whose cluster holds a line break among them (it named `prod-eu` too when
+/// the facets were text split at line breaks). Before, the blocking finding naming no
+/// cluster disappeared as soon as a cluster was chosen.
+#[test]
+fn the_filter_in_a_real_browser_never_hides_a_blocking_finding() {
+    let Some(chromium) = chromium() else {
+        eprintln!(
+            "SKIPPED the_filter_in_a_real_browser_never_hides_a_blocking_finding: chromium is not installed"
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let path = filter_page(out.path());
+    let page = std::fs::read_to_string(&path).unwrap();
+    let eu = option_number(&page, "cluster", "prod-eu");
+    let both = option_number(&page, "cluster", "prod-eu\\u{000A}prod-us");
+    let hidden = |dom: &str, summary: &str| finding_tag(dom, summary).contains("hidden");
+    let dom = run_chromium(
+        &chromium,
+        &[
+            "--dump-dom".to_string(),
+            format!("file://{}#cluster={eu}", path.display()),
+        ],
+    );
+    assert!(dom.contains("shown</span>"), "the script ran: {dom}");
+    for (summary, is_hidden) in [
+        ("blocking naming no cluster", false),
+        ("note on prod-eu", false),
+        ("note naming no cluster", false),
+        ("note on prod-us", true),
+        ("note on a cluster named with a line break", true),
+    ] {
+        assert_eq!(hidden(&dom, summary), is_hidden, "{summary}");
+    }
+    let dom = run_chromium(
+        &chromium,
+        &[
+            "--dump-dom".to_string(),
+            format!("file://{}#cluster={both}&rule=999", path.display()),
+        ],
+    );
+    for (summary, is_hidden) in [
+        ("blocking naming no cluster", false),
+        ("note on prod-eu", true),
+        ("note on prod-us", true),
+        ("note on a cluster named with a line break", false),
+    ] {
+        assert_eq!(hidden(&dom, summary), is_hidden, "{summary}");
+    }
+}
+
+/// A head that does not resolve is named in the page as given: a name that is not ASCII
+/// (git allows it) is shown, not sliced inside a character (the page used to panic).
+#[test]
+fn an_unresolved_head_of_any_name_is_shown_in_the_page() {
+    let out = tempfile::tempdir().unwrap();
+    let repo = case_repo("patch-bump-green");
+    let cache = tempfile::tempdir().unwrap();
+    let page = out.path().join("undecided.html");
+    let output = common::gate(cache.path())
+        .args([
+            "--quiet",
+            "check",
+            "--head",
+            "brånch-€€€€-no-such",
+            "--default-branch",
+            "main",
+        ])
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--inventory")
+        .arg(common::sample_dir().join("inventory.yaml"))
+        .arg("--charts")
+        .arg(common::sample_dir().join("charts"))
+        .arg("--html")
+        .arg(&page)
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "could not decide: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let page = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        page.contains("<code>brånch-€€€€-no-such</code> (head)"),
+        "{page}"
+    );
+    assert!(page.contains("addons-gate: could not decide"));
+}

@@ -382,6 +382,35 @@ fn the_binary_merges_shards_into_the_check_report() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("shard 1/3 is given twice"), "{stderr}");
+    // A partial that left out one of its Applications: exit 2 (could not decide), one line,
+    // never a verdict.
+    let forged = (0..3)
+        .find_map(|i| {
+            let mut part: Partial =
+                serde_json::from_slice(&std::fs::read(&parts[i]).unwrap()).unwrap();
+            part.head_applications.pop()?;
+            let path = out.path().join("forged.json");
+            std::fs::write(&path, serde_json::to_vec(&part).unwrap()).unwrap();
+            Some((i, path))
+        })
+        .unwrap();
+    let mut given = parts.clone();
+    given[forged.0] = forged.1;
+    let _ = std::fs::remove_file(out.path().join("forged-verdict.json"));
+    let refused = common::gate(cache.path())
+        .args(["merge"])
+        .args(&given)
+        .arg("--repo")
+        .arg(repo.path())
+        .arg("--json")
+        .arg(out.path().join("forged-verdict.json"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("left it out"), "{stderr}");
+    assert!(!out.path().join("forged-verdict.json").exists());
 }
 
 /// The work is split: with no cache, each of three shards runs fewer helm and kustomize
@@ -408,4 +437,334 @@ fn each_shard_renders_only_part_of_the_fleet() {
         apps += part.applications.len();
     }
     assert_eq!(apps, whole.applications.len());
+}
+
+/// Writes a nest (a helm parent whose chart deploys a plain app-of-apps, whose directory
+/// deploys a helm leaf and a plain leaf) at `replicas`, and commits it.
+fn commit_nest(repo: &Path, replicas: u8, message: &str) -> String {
+    let root = repo.join("nest");
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("parent/templates")).unwrap();
+    std::fs::create_dir_all(root.join("mid")).unwrap();
+    std::fs::create_dir_all(root.join("plain")).unwrap();
+    let url = common::SAMPLE_REPO_URL;
+    std::fs::write(
+        root.join("root.yaml"),
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: nest-parent\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: {url}\n    targetRevision: HEAD\n    path: nest/parent\n  destination:\n    name: in-cluster\n    namespace: argocd\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("parent/Chart.yaml"),
+        "apiVersion: v2\nname: nest-parent\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("parent/templates/mid.yaml"),
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: nest-mid\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: {url}\n    targetRevision: HEAD\n    path: nest/mid\n  destination:\n    name: in-cluster\n    namespace: argocd\n"
+        ),
+    )
+    .unwrap();
+    // JSON: a directory source reads it, the scan for the repository's own Applications
+    // (YAML files) does not, so only the mid Application deploys the leaves.
+    let leaf = |name: &str, source: serde_json::Value| {
+        serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "source": source,
+                "destination": {"name": "prod-eu", "namespace": "nest"},
+            },
+        })
+    };
+    for (name, source) in [
+        (
+            "nest-leaf-helm",
+            serde_json::json!({
+                "repoURL": url, "targetRevision": "HEAD", "path": "local-charts/ingress-lite",
+                "helm": {"valuesObject": {"replicaCount": replicas}},
+            }),
+        ),
+        (
+            "nest-leaf-plain",
+            serde_json::json!({"repoURL": url, "targetRevision": "HEAD", "path": "nest/plain"}),
+        ),
+    ] {
+        std::fs::write(
+            root.join(format!("mid/{name}.json")),
+            leaf(name, source).to_string(),
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        root.join("plain/config.yaml"),
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: nest\ndata:\n  replicas: \"{replicas}\"\n"
+        ),
+    )
+    .unwrap();
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", message]);
+    git(repo, &["rev-parse", "HEAD"])
+}
+
+/// A helm parent deploys a plain app-of-apps whose directory deploys two leaves: only the
+/// parent's shard renders the parent, so only that shard reaches the app-of-apps and its
+/// leaves, and they stay in that shard. Before, a leaf went to its own key's shard, which
+/// never saw it: the merged verdict lost the leaves' change.
+#[test]
+fn what_an_app_of_apps_under_a_helm_parent_deploys_stays_in_the_parents_shard() {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let base = commit_nest(repo.path(), 1, "the nest at the base");
+    git(repo.path(), &["checkout", "-q", "-b", "pr"]);
+    let head = commit_nest(repo.path(), 2, "the leaves change");
+    let config = config(repo.path(), cache());
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    let changed: Vec<&str> = unsharded
+        .diff
+        .applications
+        .iter()
+        .map(|a| a.app.name.as_str())
+        .collect();
+    for leaf in ["nest-leaf-helm", "nest-leaf-plain"] {
+        assert!(
+            changed.contains(&leaf),
+            "{changed:?} {:?}",
+            unsharded.verdict.errors
+        );
+    }
+    let mut apart = 0;
+    for count in 1..=6 {
+        if Shard::of("argocd", "nest-parent", count) != Shard::of("argocd", "nest-leaf-helm", count)
+        {
+            apart += 1;
+        }
+        let merged = sharded(&config, &base, &head, count).unwrap();
+        assert_same(&unsharded, &merged);
+    }
+    assert!(apart > 0, "the parent and a leaf hash to different shards");
+}
+
+/// A partial's Application, copied with the objects it names into another partial's table.
+fn copy_app(from: &Partial, app: &shard::WireApp, to: &mut Partial) -> shard::WireApp {
+    let mut copy: shard::WireApp =
+        serde_json::from_value(serde_json::to_value(app).unwrap()).unwrap();
+    copy.objects = app
+        .objects
+        .iter()
+        .map(|&at| {
+            to.objects.push(from.objects[at].clone());
+            to.objects.len() - 1
+        })
+        .collect();
+    copy
+}
+
+/// Honest partials of the sample repository's `kind-not-served` pull request, through JSON.
+fn honest_parts(count: usize) -> (common::TestRepo, Vec<Partial>) {
+    let (repo, base, head) = case_repo("kind-not-served");
+    let config = config(repo.path(), cache());
+    let parts = (0..count)
+        .map(|index| {
+            let partial =
+                shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+            serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+        })
+        .collect();
+    (repo, parts)
+}
+
+/// The attack of a forged (or misconfigured) shard: its partial holds an Application of
+/// another shard, a copy of one under an origin of its own, or one whose owner left it out.
+/// The merge refuses each (exit 2 in the binary): a partial holds its own shard's
+/// Applications only, and every Application is held by its shard.
+#[test]
+fn a_partial_holding_or_dropping_another_shards_application_is_refused() {
+    let count = 3;
+    let (repo, honest) = honest_parts(count);
+    let merge = |parts: Vec<Partial>| shard::merge(parts, repo.path());
+    let again = || -> Vec<Partial> {
+        honest
+            .iter()
+            .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+            .collect()
+    };
+    assert!(merge(again()).is_ok(), "the honest partials merge");
+    // An Application of shard A (one the repository's files declare, and one an
+    // ApplicationSet generates) and a shard B that is not A.
+    let picks: [fn(&shard::WireApp) -> bool; 2] = [
+        |a| matches!(a.origin, render::Origin::File { .. }),
+        |a| matches!(a.origin, render::Origin::ApplicationSet { .. }),
+    ];
+    for (generated, pick) in picks.into_iter().enumerate() {
+        let a = (0..count)
+            .find(|&i| honest[i].head_applications.iter().any(pick))
+            .unwrap();
+        let b = (a + 1) % count;
+        let app = honest[a]
+            .head_applications
+            .iter()
+            .find(|x| pick(x))
+            .unwrap();
+        let who = format!("Application {}/{}", app.namespace, app.name);
+
+        // B holds a copy of it.
+        let mut parts = again();
+        let copy = copy_app(&honest[a], app, &mut parts[b]);
+        parts[b].head_applications.push(copy);
+        let refusal = merge(parts).unwrap_err().to_string();
+        assert!(
+            refusal.contains(&format!("holds {who} at the head")),
+            "{refusal}"
+        );
+
+        // B holds it instead of A.
+        let mut parts = again();
+        let copy = copy_app(&honest[a], app, &mut parts[b]);
+        parts[b].head_applications.push(copy);
+        parts[a]
+            .head_applications
+            .retain(|x| (&x.namespace, &x.name) != (&app.namespace, &app.name));
+        let refusal = merge(parts).unwrap_err().to_string();
+        assert!(
+            refusal.contains(&format!("{who} is at the head")) && refusal.contains("left it out"),
+            "{refusal}"
+        );
+
+        // B shadows it: a copy whose origin is an Application B holds that renders no
+        // process (a parent's copy wins over a file's in the reassembly).
+        if let Some(parent) = honest[b]
+            .head_applications
+            .iter()
+            .find(|x| x.render_keys.iter().all(|k| k.starts_with("objects-")))
+        {
+            let mut parts = again();
+            let mut copy = copy_app(&honest[a], app, &mut parts[b]);
+            copy.origin = render::Origin::Application {
+                namespace: parent.namespace.clone(),
+                name: parent.name.clone(),
+            };
+            parts[b].head_applications.push(copy);
+            let refusal = merge(parts).unwrap_err().to_string();
+            assert!(refusal.contains("a partial holds its own"), "{refusal}");
+        }
+
+        // A drops it, and from the Applications it says it reached too: the repository's
+        // files (the merge reads them), or another shard's list, still name it.
+        let mut parts = again();
+        parts[a]
+            .head_applications
+            .retain(|x| (&x.namespace, &x.name) != (&app.namespace, &app.name));
+        parts[a]
+            .head_known
+            .retain(|k| (&k.namespace, &k.name) != (&app.namespace, &app.name));
+        let refusal = merge(parts).unwrap_err().to_string();
+        if generated == 1 {
+            assert!(refusal.contains("left it out"), "{refusal}");
+        } else {
+            assert!(
+                refusal.contains(&format!("did not read {who} (file ")),
+                "{refusal}"
+            );
+        }
+        assert!(!refusal.contains('\n'), "one line: {refusal}");
+    }
+}
+
+/// The partials are bound to the repository: the merge lists the Applications and
+/// ApplicationSets of the repository's files at both commits itself. Even one forged
+/// partial of one shard (nothing to compare it with) cannot leave out an Application the
+/// files declare, nor pass for a partial of other commits or another repository; the
+/// commits must be commit ids the repository holds.
+#[test]
+fn the_merge_binds_the_partials_to_the_repositorys_files_and_commits() {
+    let (repo, honest) = honest_parts(1);
+    let merge = |parts: Vec<Partial>| {
+        shard::merge(parts, repo.path())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let again = || -> Partial {
+        serde_json::from_value(serde_json::to_value(&honest[0]).unwrap()).unwrap()
+    };
+    // A root Application (apps/ingress.yaml at both commits) left out at the base.
+    let mut forged = again();
+    forged
+        .base_applications
+        .retain(|a| (a.namespace.as_str(), a.name.as_str()) != ("argocd", "ingress"));
+    forged
+        .base_known
+        .retain(|k| (k.namespace.as_str(), k.name.as_str()) != ("argocd", "ingress"));
+    let refusal = merge(vec![forged]);
+    assert!(
+        refusal.contains("did not read Application argocd/ingress (file apps/ingress.yaml)")
+            && refusal.contains("the merge base"),
+        "{refusal}"
+    );
+    // Listed as read, but not held.
+    let mut forged = again();
+    forged
+        .head_applications
+        .retain(|a| (a.namespace.as_str(), a.name.as_str()) != ("argocd", "ingress"));
+    let refusal = merge(vec![forged]);
+    assert!(
+        refusal.contains("Application argocd/ingress is at the head")
+            && refusal.contains("left it out"),
+        "{refusal}"
+    );
+    // A root ApplicationSet (bootstrap/addons.yaml) its partial did not expand.
+    let mut forged = again();
+    forged
+        .head_known
+        .retain(|k| (k.kind.as_str(), k.name.as_str()) != ("ApplicationSet", "addons"));
+    assert!(merge(vec![forged]).contains("did not read ApplicationSet argocd/addons"));
+    // Commits that are not commit ids, or that the repository does not hold.
+    let mut named = again();
+    named.head = "pr".into();
+    assert!(merge(vec![named]).contains("not a commit id"));
+    let mut elsewhere = again();
+    elsewhere.head = "0123456789abcdef0123456789abcdef01234567".into();
+    assert!(merge(vec![elsewhere]).contains("cannot read the head"));
+}
+
+/// A partial's renders at a moved chart's old version count for its own Applications only:
+/// one for an Application another shard holds cannot stand in for that shard's (the chart's
+/// own change the report shows).
+#[test]
+fn a_partials_old_version_render_of_another_shards_application_is_not_used() {
+    let (repo, base, head) = case_repo("bump-with-values");
+    let config = config(repo.path(), cache());
+    let count = 2;
+    let parts = || -> Vec<Partial> {
+        (0..count)
+            .map(|index| {
+                let partial =
+                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+            })
+            .collect()
+    };
+    let honest = shard::merge(parts(), repo.path()).unwrap();
+    let mut forged = parts();
+    let owner = (0..count)
+        .find(|&i| !forged[i].old_versions.is_empty())
+        .expect("the case moves a chart");
+    let other = (owner + 1) % count;
+    // The other shard claims the moved Application rendered at its old version as nothing.
+    let mut stand_in: shard::WireApp =
+        serde_json::from_value(serde_json::to_value(&forged[owner].old_versions[0]).unwrap())
+            .unwrap();
+    stand_in.objects.clear();
+    stand_in.render_keys = vec!["objects-forged".into()];
+    forged[other].old_versions.push(stand_in);
+    // Given last, so that nothing the owner gives is read after it.
+    let last = forged.remove(other);
+    forged.push(last);
+    let merged = shard::merge(forged, repo.path()).unwrap();
+    assert_same(&honest, &merged);
 }

@@ -45,6 +45,28 @@ pub struct IntakeRequest {
     pub head_sha: Option<String>,
 }
 
+/// The route a delivery came in by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Intake {
+    /// `/intake` (Kargo's `http` step).
+    Intake,
+    /// `/webhooks/gitlab`.
+    GitlabHook,
+}
+
+impl Intake {
+    /// The status of an authenticated, valid delivery Bosun does not take (`status` as the
+    /// intake answers it: 429 queue full, 409 quarantined): GitLab's hook gets 200, since
+    /// GitLab counts any other answer toward disabling the hook and never delivers again
+    /// by itself (server/gitlab.rs); Kargo's `http` step reads the status and retries.
+    fn not_taken(self, status: StatusCode) -> StatusCode {
+        match self {
+            Intake::Intake => status,
+            Intake::GitlabHook => StatusCode::OK,
+        }
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     /// accepted, duplicate, queue_full, not_recorded, unauthorized, invalid, ignored,
@@ -1009,6 +1031,15 @@ impl Server {
 
     /// Queues an authenticated, validated delivery and answers what became of it.
     fn accept(&self, slug: &RepoSlug, number: u64, head: &str) -> Response {
+        self.accept_as(slug, number, head, Intake::Intake)
+    }
+
+    /// [`accept`](Self::accept) for a route: GitLab's hook is answered 200 for a delivery
+    /// Bosun does not take (a full queue, a quarantined head), which the intake answers 429
+    /// and 409 (server/gitlab.rs: GitLab disables a hook that keeps failing, and never
+    /// delivers again by itself).
+    fn accept_as(&self, slug: &RepoSlug, number: u64, head: &str, route: Intake) -> Response {
+        let refused = |status: StatusCode| route.not_taken(status);
         let said = json!({"repository": slug.to_string(), "pullRequest": number, "headSha": head});
         let with = |status: &str| {
             let mut body = said.clone();
@@ -1033,7 +1064,7 @@ impl Server {
                 .into();
                 (
                     [(header::RETRY_AFTER, "30")],
-                    answer(StatusCode::TOO_MANY_REQUESTS, body),
+                    answer(refused(StatusCode::TOO_MANY_REQUESTS), body),
                 )
                     .into_response()
             }
@@ -1041,7 +1072,7 @@ impl Server {
                 self.count("quarantined");
                 let mut body = with("quarantined");
                 body["error"] = "this head's triage stopped Bosun before; it waits for a person (docs/bosun.md, quarantine)".into();
-                answer(StatusCode::CONFLICT, body)
+                answer(refused(StatusCode::CONFLICT), body)
             }
             Enqueued::NotRecorded(e) => {
                 self.count("not_recorded");
@@ -1165,6 +1196,21 @@ pub async fn serve(
                 .serve_connection(TokioIo::new(stream), service);
             let _ = connection.await;
         });
+    }
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+
+    /// A full queue and a quarantined head are 429 and 409 on the intake (Kargo retries) and
+    /// 200 on GitLab's hook (GitLab would count them toward disabling it).
+    #[test]
+    fn gitlabs_hook_is_answered_200_for_a_delivery_bosun_does_not_take() {
+        for status in [StatusCode::TOO_MANY_REQUESTS, StatusCode::CONFLICT] {
+            assert_eq!(Intake::Intake.not_taken(status), status);
+            assert_eq!(Intake::GitlabHook.not_taken(status), StatusCode::OK);
+        }
     }
 }
 

@@ -10,6 +10,14 @@
 //! double-quoted. Invisible characters are shown (`\u{202E}`) as in the Markdown. The page
 //! loads nothing (`default-src 'none'`), and its one inline script runs by its hash, so even
 //! markup that slipped through could neither run a script nor fetch anything.
+//!
+//! The filter never meets a chart's string: each distinct cluster, Application, kind and rule
+//! is a number (its place in the filter's list), the list shows the value, and an element
+//! names its values by number (`data-cluster="0 3"`), so no value (a line break, a space, a
+//! quote) can split or merge another. A blocking finding is never hidden by the filter (it is
+//! why the gate is red), and a finding that names no value of a facet (no cluster: a file of
+//! the repository) is not hidden by a choice of that facet: the filter hides only what names
+//! other values.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -21,7 +29,7 @@ use serde_json::Value;
 use super::diff::{AppDiff, AppStatus, FieldChange, ObjectsDiff};
 use super::report::visible;
 use super::rules::{Finding, Severity};
-use super::verdict::{GateResult, Outcome, Verdict};
+use super::verdict::{GateResult, Outcome};
 use crate::forge::ForgeKind;
 
 /// Where the page links a repository file: the repository's URL as Applications write it,
@@ -37,6 +45,11 @@ const VALUE_CHARS: usize = 4_000;
 
 /// The inline script: the filter (collapse is `<details>`, no script). Constant text: no
 /// value from the result is ever written into it.
+///
+/// An element's facets are option numbers separated by spaces; an element without a
+/// facet's attribute names none of it (the filter leaves it be); `data-pinned` (a blocking
+/// finding) is always shown. `#cluster=2&rule=0` in the page's address selects on load (a
+/// link to a filtered view).
 const SCRIPT: &str = r#"
 (function () {
   var selects = document.querySelectorAll('select[data-filter]');
@@ -46,11 +59,14 @@ const SCRIPT: &str = r#"
     var shown = 0, all = 0;
     document.querySelectorAll('[data-facets]').forEach(function (el) {
       var show = true;
-      Object.keys(want).forEach(function (k) {
-        if (!want[k]) return;
-        var have = (el.getAttribute('data-' + k) || '').split('\n');
-        if (have.indexOf(want[k]) < 0) show = false;
-      });
+      if (!el.hasAttribute('data-pinned')) {
+        Object.keys(want).forEach(function (k) {
+          if (!want[k]) return;
+          var have = el.getAttribute('data-' + k);
+          if (have === null) return;
+          if (have.split(' ').indexOf(want[k]) < 0) show = false;
+        });
+      }
       el.hidden = !show;
       all += 1;
       if (show) shown += 1;
@@ -58,7 +74,17 @@ const SCRIPT: &str = r#"
     var status = document.getElementById('filter-status');
     if (status) status.textContent = shown + ' of ' + all + ' shown';
   }
-  selects.forEach(function (s) { s.addEventListener('change', apply); });
+  var preset = {};
+  location.hash.replace(/^#/, '').split('&').forEach(function (pair) {
+    var at = pair.indexOf('=');
+    if (at > 0) preset[pair.slice(0, at)] = pair.slice(at + 1);
+  });
+  selects.forEach(function (s) {
+    var k = s.getAttribute('data-filter');
+    if (Object.prototype.hasOwnProperty.call(preset, k)) s.value = preset[k];
+    s.addEventListener('change', apply);
+  });
+  apply();
 })();
 "#;
 
@@ -97,6 +123,32 @@ fn t(s: &str) -> String {
     visible(s).into_owned()
 }
 
+/// A facet value as the filter's list shows it: on one line, control characters (a line
+/// break, a tab, NUL) shown as `\u{000A}` beside the invisible ones.
+fn one_line(s: &str) -> String {
+    visible(s)
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                format!("\\u{{{:04X}}}", u32::from(c))
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A commit as the page names it: its first 12 digits when it is a commit id, else (a
+/// revision that did not resolve, a verdict from elsewhere) the text, at most 40
+/// characters, as a chart's text is shown.
+fn short_commit(commit: &str) -> String {
+    if crate::git::is_commit_id(commit) {
+        commit[..12].to_string()
+    } else {
+        one_line(&commit.chars().take(40).collect::<String>())
+    }
+}
+
 /// What a filter can select: a page element's clusters, Applications, kinds and rules.
 #[derive(Default)]
 struct Facets {
@@ -106,9 +158,34 @@ struct Facets {
     rule: BTreeSet<String>,
 }
 
-impl Facets {
-    fn join(set: &BTreeSet<String>) -> String {
-        set.iter().map(|s| t(s)).collect::<Vec<_>>().join("\n")
+/// Each facet's values in the filter's lists, by name -> their number there.
+struct Numbers([HashMap<String, usize>; 4]);
+
+impl Numbers {
+    fn of(options: &[BTreeSet<String>; 4]) -> Numbers {
+        Numbers(options.each_ref().map(|values| {
+            values
+                .iter()
+                .enumerate()
+                .map(|(number, value)| (value.clone(), number))
+                .collect()
+        }))
+    }
+
+    /// A set of one facet (0 cluster, 1 Application, 2 kind, 3 rule) as the numbers of its
+    /// values, separated by spaces.
+    fn encode(&self, facet: usize, set: &BTreeSet<String>) -> String {
+        set.iter()
+            .filter_map(|value| self.0[facet].get(value))
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// For a finding: None (no attribute: the filter does not hide it for this facet) when
+    /// it names no value.
+    fn encode_named(&self, facet: usize, set: &BTreeSet<String>) -> Option<String> {
+        (!set.is_empty()).then(|| self.encode(facet, set))
     }
 }
 
@@ -480,43 +557,9 @@ pub fn render(result: &GateResult, links: &Links) -> String {
     let (outcome, class) = outcome_words(v.outcome);
     let groups = groups(result);
     let finding_facets: Vec<Facets> = result.findings.iter().map(finding_facets).collect();
-    let group_facets = group_facets(result, &groups, &finding_facets);
-    let options = filter_options(&finding_facets, &group_facets);
-    html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
-                title { "addons-gate: " (outcome) }
-                style { (PreEscaped(STYLE)) }
-            }
-            body {
-                (page_header(v, outcome, class))
-                (filters(&options))
-                (findings_section(result, &finding_facets, links))
-                (changes_section(result, &groups, &group_facets))
-                @if let Some(confinement) = result.confinement {
-                    footer { p { em { (confinement.footer()) } } }
-                }
-                script { (PreEscaped(SCRIPT)) }
-            }
-        }
-    }
-    .into_string()
-}
-
-/// Each group's facets: the clusters and names of its Applications, the kinds of their
-/// objects, and the rules of the findings naming one of its Applications.
-fn group_facets(
-    result: &GateResult,
-    groups: &[Group<'_>],
-    finding_facets: &[Facets],
-) -> Vec<Facets> {
+    // A group's rules: those of the findings naming one of its Applications.
     let mut rules_by_app: HashMap<&str, BTreeSet<String>> = HashMap::new();
-    for (finding, facets) in result.findings.iter().zip(finding_facets) {
+    for (finding, facets) in result.findings.iter().zip(&finding_facets) {
         for app in &facets.application {
             rules_by_app
                 .entry(app.as_str())
@@ -524,7 +567,7 @@ fn group_facets(
                 .insert(finding.rule.clone());
         }
     }
-    groups
+    let group_facets: Vec<Facets> = groups
         .iter()
         .map(|g| {
             let mut facets = Facets::default();
@@ -549,24 +592,14 @@ fn group_facets(
             }
             facets
         })
-        .collect()
-}
-
-/// What each filter offers (cluster, Application, kind, rule): every value a finding or a
-/// group has.
-fn filter_options(finding_facets: &[Facets], group_facets: &[Facets]) -> [BTreeSet<String>; 4] {
+        .collect();
     let mut options: [BTreeSet<String>; 4] = Default::default();
-    for facets in finding_facets.iter().chain(group_facets) {
+    for facets in finding_facets.iter().chain(&group_facets) {
         options[0].extend(facets.cluster.iter().cloned());
         options[1].extend(facets.application.iter().cloned());
         options[2].extend(facets.kind.iter().cloned());
         options[3].extend(facets.rule.iter().cloned());
     }
-    options
-}
-
-/// The outcome, the commits, the counts (per rule too) and why the gate could not decide.
-fn page_header(v: &Verdict, outcome: &str, class: &str) -> Markup {
     let counts = &v.counts;
     let per_rule = |label: &str, counts: &BTreeMap<String, usize>| -> Markup {
         html! {
@@ -575,120 +608,130 @@ fn page_header(v: &Verdict, outcome: &str, class: &str) -> Markup {
             }
         }
     };
-    let short = |sha: &str| t(&sha[..sha.len().min(12)]);
+    let numbers = Numbers::of(&options);
+    let blocking = result
+        .findings
+        .iter()
+        .any(|f| f.severity == Severity::Blocking);
     html! {
-        header {
-            h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
-            p {
-                code { (short(&v.base)) } " (merge base) → " code { (short(&v.head)) } " (head)"
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { "addons-gate: " (outcome) }
+                style { (PreEscaped(STYLE)) }
             }
-            table id="counts" {
-                tr { th { "Applications" } td {
-                    span id="applications-changed" { (counts.applications_changed) } " changed, "
-                    span id="applications-added" { (counts.applications_added) } " added, "
-                    span id="applications-removed" { (counts.applications_removed) } " removed"
-                } }
-                tr { th { "objects" } td {
-                    span id="objects-added" { (counts.objects_added) } " added, "
-                    span id="objects-changed" { (counts.objects_changed) } " changed, "
-                    span id="objects-removed" { (counts.objects_removed) } " removed"
-                } }
-                (per_rule("blocking", &v.blocking))
-                (per_rule("notes", &v.notes))
-            }
-            @if !v.errors.is_empty() {
-                h2 { "Why the gate could not decide" }
-                ul id="errors" { @for error in &v.errors { li { pre { (t(error)) } } } }
-            }
-        }
-    }
-}
-
-/// The filter's selects, one per facet.
-fn filters(options: &[BTreeSet<String>; 4]) -> Markup {
-    html! {
-        nav id="filters" {
-            @for (name, label, values) in [
-                ("cluster", "cluster", &options[0]),
-                ("application", "Application", &options[1]),
-                ("kind", "kind", &options[2]),
-                ("rule", "rule", &options[3]),
-            ] {
-                label {
-                    (label) " "
-                    select data-filter=(name) {
-                        option value="" { "all" }
-                        @for value in values { option value=(t(value)) { (t(value)) } }
+            body {
+                header {
+                    h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
+                    p {
+                        code { (short_commit(&v.base)) } " (merge base) → " code { (short_commit(&v.head)) } " (head)"
+                    }
+                    table id="counts" {
+                        tr { th { "Applications" } td {
+                            span id="applications-changed" { (counts.applications_changed) } " changed, "
+                            span id="applications-added" { (counts.applications_added) } " added, "
+                            span id="applications-removed" { (counts.applications_removed) } " removed"
+                        } }
+                        tr { th { "objects" } td {
+                            span id="objects-added" { (counts.objects_added) } " added, "
+                            span id="objects-changed" { (counts.objects_changed) } " changed, "
+                            span id="objects-removed" { (counts.objects_removed) } " removed"
+                        } }
+                        (per_rule("blocking", &v.blocking))
+                        (per_rule("notes", &v.notes))
+                    }
+                    @if !v.errors.is_empty() {
+                        h2 { "Why the gate could not decide" }
+                        ul id="errors" { @for error in &v.errors { li { pre { (t(error)) } } } }
                     }
                 }
-            }
-            span id="filter-status" {}
-        }
-    }
-}
-
-/// Every finding, blocking ones open, with the files it names and its evidence.
-fn findings_section(result: &GateResult, finding_facets: &[Facets], links: &Links) -> Markup {
-    let v = &result.verdict;
-    html! {
-        section id="findings" {
-            h2 { "Findings (" (result.findings.len()) ")" }
-            @if result.findings.is_empty() { p { "No findings." } }
-            @for (finding, facets) in result.findings.iter().zip(finding_facets) {
-                @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
-                details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
-                    data-facets="" data-cluster=(Facets::join(&facets.cluster))
-                    data-application=(Facets::join(&facets.application))
-                    data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
-                    summary {
-                        span class={ "sev-" (severity) } { (severity) } " "
-                        code class="rule" { (t(&finding.rule)) } ": "
-                        span class="summary" { (t(&finding.summary)) }
-                    }
-                    @let paths = finding_paths(finding);
-                    @if !paths.is_empty() {
-                        p { "Files: " @for path in &paths { (path_link(links, &v.head, path)) " " } }
-                    }
-                    pre class="evidence" { (evidence_markup(&finding.evidence, links, &v.head)) }
-                }
-            }
-        }
-    }
-}
-
-/// What the change deploys: each group of Applications that change alike, once.
-fn changes_section(result: &GateResult, groups: &[Group<'_>], group_facets: &[Facets]) -> Markup {
-    let v = &result.verdict;
-    html! {
-        section id="changes" {
-            h2 { "What this change deploys (" (result.diff.applications.len()) " Applications)" }
-            @if v.outcome != Outcome::Undecided && result.diff.applications.is_empty() {
-                p { "The render is identical at both commits." }
-            }
-            @for (group, facets) in groups.iter().zip(group_facets) {
-                section class="application" data-facets=""
-                    data-cluster=(Facets::join(&facets.cluster))
-                    data-application=(Facets::join(&facets.application))
-                    data-kind=(Facets::join(&facets.kind)) data-rule=(Facets::join(&facets.rule)) {
-                    h3 {
-                        @if group.apps.len() == 1 {
-                            (t(&group.apps[0].app.to_string()))
-                        } @else {
-                            (group.apps.len()) " Applications"
-                        }
-                        " " span class="status" { "(" (group.status) ")" }
-                    }
-                    @if group.apps.len() > 1 {
-                        details class="where" {
-                            summary { "where: " (group.apps.len()) " Applications" }
-                            ul { @for app in &group.apps { li { (t(&app.app.to_string())) } } }
+                nav id="filters" {
+                    @for (name, label, values) in [
+                        ("cluster", "cluster", &options[0]),
+                        ("application", "Application", &options[1]),
+                        ("kind", "kind", &options[2]),
+                        ("rule", "rule", &options[3]),
+                    ] {
+                        label {
+                            (label) " "
+                            select data-filter=(name) {
+                                option value="" { "all" }
+                                @for (number, value) in values.iter().enumerate() {
+                                    option value=(number) { (one_line(value)) }
+                                }
+                            }
                         }
                     }
-                    (PreEscaped(&group.body))
+                    span id="filter-status" {}
+                    @if blocking {
+                        " " span class="status" { "(blocking findings are always shown)" }
+                    }
                 }
+                section id="findings" {
+                    h2 { "Findings (" (result.findings.len()) ")" }
+                    @if result.findings.is_empty() { p { "No findings." } }
+                    @for (finding, facets) in result.findings.iter().zip(&finding_facets) {
+                        @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
+                        details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
+                            data-facets="" data-pinned=[(finding.severity == Severity::Blocking).then_some("")]
+                            data-cluster=[numbers.encode_named(0, &facets.cluster)]
+                            data-application=[numbers.encode_named(1, &facets.application)]
+                            data-kind=[numbers.encode_named(2, &facets.kind)]
+                            data-rule=[numbers.encode_named(3, &facets.rule)] {
+                            summary {
+                                span class={ "sev-" (severity) } { (severity) } " "
+                                code class="rule" { (t(&finding.rule)) } ": "
+                                span class="summary" { (t(&finding.summary)) }
+                            }
+                            @let paths = finding_paths(finding);
+                            @if !paths.is_empty() {
+                                p { "Files: " @for path in &paths { (path_link(links, &v.head, path)) " " } }
+                            }
+                            pre class="evidence" { (evidence_markup(&finding.evidence, links, &v.head)) }
+                        }
+                    }
+                }
+                section id="changes" {
+                    h2 { "What this change deploys (" (result.diff.applications.len()) " Applications)" }
+                    @if v.outcome != Outcome::Undecided && result.diff.applications.is_empty() {
+                        p { "The render is identical at both commits." }
+                    }
+                    @for (group, facets) in groups.iter().zip(&group_facets) {
+                        section class="application" data-facets=""
+                            data-cluster=(numbers.encode(0, &facets.cluster))
+                            data-application=(numbers.encode(1, &facets.application))
+                            data-kind=(numbers.encode(2, &facets.kind))
+                            data-rule=(numbers.encode(3, &facets.rule)) {
+                            h3 {
+                                @if group.apps.len() == 1 {
+                                    (t(&group.apps[0].app.to_string()))
+                                } @else {
+                                    (group.apps.len()) " Applications"
+                                }
+                                " " span class="status" { "(" (group.status) ")" }
+                            }
+                            @if group.apps.len() > 1 {
+                                details class="where" {
+                                    summary { "where: " (group.apps.len()) " Applications" }
+                                    ul { @for app in &group.apps { li { (t(&app.app.to_string())) } } }
+                                }
+                            }
+                            (PreEscaped(&group.body))
+                        }
+                    }
+                }
+                @if let Some(confinement) = result.confinement {
+                    footer { p { em { (confinement.footer()) } } }
+                }
+                script { (PreEscaped(SCRIPT)) }
             }
         }
     }
+    .into_string()
 }
 
 #[cfg(test)]
@@ -753,6 +796,38 @@ mod tests {
         assert_eq!(
             blob_url(&links("https://github.com/a/b"), "HEAD", "x.yaml"),
             None
+        );
+    }
+
+    #[test]
+    fn a_commit_is_shortened_only_when_it_is_a_commit_id() {
+        assert_eq!(short_commit(HEAD), "0123456789ab");
+        // Not a commit id: as given, never sliced inside a character.
+        for text in ["", "HEAD", "aaaaaaaaaaa€€", "brånch-€€€€-no-such"] {
+            assert_eq!(short_commit(text), text);
+        }
+        assert_eq!(short_commit(&"é".repeat(50)), "é".repeat(40));
+        assert_eq!(short_commit("a\nb\u{202E}"), "a\\u{000A}b\\u{202E}");
+    }
+
+    #[test]
+    fn facet_values_are_numbered_and_shown_on_one_line() {
+        let options: [BTreeSet<String>; 4] = [
+            ["prod-eu", "prod-eu\nprod-us", "prod-us"]
+                .map(String::from)
+                .into(),
+            BTreeSet::new(),
+            BTreeSet::new(),
+            BTreeSet::new(),
+        ];
+        let numbers = Numbers::of(&options);
+        let set = |values: &[&str]| values.iter().map(|v| v.to_string()).collect();
+        assert_eq!(numbers.encode(0, &set(&["prod-eu\nprod-us"])), "1");
+        assert_eq!(numbers.encode(0, &set(&["prod-us", "prod-eu"])), "0 2");
+        assert_eq!(numbers.encode_named(0, &set(&[])), None);
+        assert_eq!(
+            one_line("prod-eu\nprod-us\t\0"),
+            "prod-eu\\u{000A}prod-us\\u{0009}\\u{0000}"
         );
     }
 

@@ -15,8 +15,17 @@
 //! partial carries what needs helm or the chart mirror: the renders, each moved chart's
 //! own render, its default values. The merge reads the repository (both commits) for the
 //! rules' scan of the manifests, as the check does.
+//!
+//! A partial is another job's file, so the merge binds the partials to the repository and to
+//! each other before it judges ([`bind`]), at each commit: the partials name the commits the
+//! merge reads, every shard read every Application and ApplicationSet of the repository's
+//! files (the merge lists them itself, reading, not rendering), every Application the
+//! repository's files or any shard's common path name is held by its shard, and every
+//! Application a shard holds is its own: its key hashes to that shard, or a render only that
+//! shard runs deploys it. A partial that leaves out, adds or shadows another shard's
+//! Application is refused; what a shard's own helm and kustomize renders hold is its word.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -31,11 +40,11 @@ use crate::render::confine::Confinement;
 use crate::render::inventory::Inventory;
 use crate::render::parsed::Object;
 use crate::render::{
-    self, ClusterRef, Origin, RenderConfig, RenderedApplication, Rendering, Shard,
+    self, ClusterRef, Known, Origin, RenderConfig, RenderedApplication, Rendering, Shard,
 };
 
 /// The partial result's format, written in every partial and checked by the merge.
-pub const FORMAT: &str = "gitops-gate/check-partial/v1";
+pub const FORMAT: &str = "gitops-gate/check-partial/v2";
 
 /// One shard's part of a check.
 #[derive(Debug, Serialize, Deserialize)]
@@ -66,6 +75,12 @@ pub struct Partial {
     pub base_credits: BTreeMap<String, Origin>,
     #[serde(default)]
     pub head_credits: BTreeMap<String, Origin>,
+    /// Every Application and ApplicationSet this shard reached on a path every shard follows
+    /// ([`render::RenderStats::shard_known`]), whoever owns it, at each commit.
+    #[serde(default)]
+    pub base_known: Vec<Known>,
+    #[serde(default)]
+    pub head_known: Vec<Known>,
     /// This shard's head Applications whose chart moved, rendered at the base's versions.
     #[serde(default)]
     pub old_versions: Vec<WireApp>,
@@ -219,6 +234,8 @@ impl Partial {
             head_applications: Vec::new(),
             base_credits: BTreeMap::new(),
             head_credits: BTreeMap::new(),
+            base_known: Vec::new(),
+            head_known: Vec::new(),
             old_versions: Vec::new(),
             chart_defaults: Vec::new(),
         }
@@ -307,6 +324,8 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     partial.objects = table.objects;
     partial.base_credits = base_rendering.stats.shard_credits.clone();
     partial.head_credits = head_rendering.stats.shard_credits.clone();
+    partial.base_known = base_rendering.stats.shard_known.iter().cloned().collect();
+    partial.head_known = head_rendering.stats.shard_known.iter().cloned().collect();
     partial
 }
 
@@ -392,6 +411,261 @@ fn validate(parts: &[Partial]) -> Result<(), MergeError> {
         )));
     }
     Ok(())
+}
+
+/// One of the two commits a partial holds Applications of.
+#[derive(Clone, Copy)]
+enum Side {
+    Base,
+    Head,
+}
+
+impl Side {
+    fn name(self) -> &'static str {
+        match self {
+            Side::Base => "the merge base",
+            Side::Head => "the head",
+        }
+    }
+
+    fn applications(self, part: &Partial) -> &[WireApp] {
+        match self {
+            Side::Base => &part.base_applications,
+            Side::Head => &part.head_applications,
+        }
+    }
+
+    fn known(self, part: &Partial) -> &[Known] {
+        match self {
+            Side::Base => &part.base_known,
+            Side::Head => &part.head_known,
+        }
+    }
+}
+
+/// Whether an Application's render runs a process (helm or kustomize): then only its owner
+/// renders it, and what it deploys stays in that shard (`render::engine`'s `keep_shard`).
+fn renders_alone(app: &WireApp) -> bool {
+    app.render_keys.iter().any(|k| !k.starts_with("objects-"))
+}
+
+/// Which of one partial's Applications at one commit a render only that shard runs may have
+/// put there: those a helm or kustomize render of its own deploys, and what those deploy in
+/// turn (the render engine gives them its shard), through ApplicationSets too.
+struct Inheritance<'a> {
+    /// The partial's Applications by namespace and name.
+    apps: HashMap<(&'a str, &'a str), &'a WireApp>,
+    /// ApplicationSets by namespace and name -> the partial's Applications whose render
+    /// holds one.
+    sets: HashMap<(String, String), Vec<&'a WireApp>>,
+    /// Decided so far (None while deciding: a cycle of origins inherits nothing).
+    memo: HashMap<(&'a str, &'a str), Option<bool>>,
+}
+
+impl<'a> Inheritance<'a> {
+    fn new(part: &'a Partial, apps: &'a [WireApp]) -> Inheritance<'a> {
+        let mut sets: HashMap<(String, String), Vec<&'a WireApp>> = HashMap::new();
+        for app in apps {
+            for object in app.objects.iter().filter_map(|&at| part.objects.get(at)) {
+                let is_set = object.get("kind").and_then(Value::as_str) == Some("ApplicationSet")
+                    && object
+                        .get("apiVersion")
+                        .and_then(Value::as_str)
+                        .is_some_and(|v| v.starts_with("argoproj.io/"));
+                if !is_set {
+                    continue;
+                }
+                // The namespace as the engine gives a child: its own, else the parent's
+                // destination namespace, else argocd.
+                let namespace = match object.pointer("/metadata/namespace") {
+                    Some(namespace) => namespace.as_str().unwrap_or("argocd").to_string(),
+                    None if app.destination_namespace.is_empty() => "argocd".to_string(),
+                    None => app.destination_namespace.clone(),
+                };
+                let name = object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string();
+                sets.entry((namespace, name)).or_default().push(app);
+            }
+        }
+        Inheritance {
+            apps: apps
+                .iter()
+                .map(|a| ((a.namespace.as_str(), a.name.as_str()), a))
+                .collect(),
+            sets,
+            memo: HashMap::new(),
+        }
+    }
+
+    /// Whether what `app` deploys stays in this shard.
+    fn keeps_children(&mut self, app: &'a WireApp) -> bool {
+        renders_alone(app) || self.inherited(app)
+    }
+
+    /// Whether `app` may be this shard's by its parent: the parent is this shard's and keeps
+    /// what it deploys.
+    fn inherited(&mut self, app: &'a WireApp) -> bool {
+        let key = (app.namespace.as_str(), app.name.as_str());
+        match self.memo.get(&key) {
+            Some(Some(decided)) => return *decided,
+            Some(None) => return false,
+            None => {}
+        }
+        self.memo.insert(key, None);
+        let decided = match &app.origin {
+            Origin::File { .. } => false,
+            Origin::Application { namespace, name } => {
+                match self.apps.get(&(namespace.as_str(), name.as_str())).copied() {
+                    Some(parent) => self.keeps_children(parent),
+                    None => false,
+                }
+            }
+            Origin::ApplicationSet { namespace, name } => {
+                let parents = self
+                    .sets
+                    .get(&(namespace.clone(), name.clone()))
+                    .cloned()
+                    .unwrap_or_default();
+                parents
+                    .into_iter()
+                    .any(|parent| self.keeps_children(parent))
+            }
+        };
+        self.memo.insert(key, Some(decided));
+        decided
+    }
+}
+
+/// Binds the partials to the repository and to each other at one commit (`commit`, read
+/// from the repository as `snapshot`), before anything is judged:
+///
+/// - every shard read every Application and ApplicationSet of the repository's files (the
+///   merge lists them itself: read, not rendered), so no partial is of another commit or
+///   another repository;
+/// - every Application those files declare, or any shard reached on a path every shard
+///   follows, is held by the shard its key hashes to ([`Shard::of`]): a partial that left
+///   one out is refused, whichever shard noticed;
+/// - every Application a shard holds is its own: its key hashes to that shard, or a helm or
+///   kustomize render of that shard deploys it (directly, through Applications it deploys, or
+///   through an ApplicationSet it deploys); each once. A partial cannot add, nor shadow with
+///   a parent of its own, an Application of another shard.
+fn bind(
+    parts: &[Partial],
+    side: Side,
+    commit: &str,
+    snapshot: &crate::git::Snapshot,
+) -> Result<(), MergeError> {
+    let count = parts[0].shard.count;
+    let at = || format!("{} {commit}", side.name());
+    let roots = render::roots(snapshot).map_err(|d| {
+        MergeError(format!(
+            "cannot list the Applications of {}: {}: {}",
+            at(),
+            d.subject,
+            d.message
+        ))
+    })?;
+    for part in parts {
+        let known: HashSet<&Known> = side.known(part).iter().collect();
+        if let Some((root, path)) = roots.iter().find(|(root, _)| !known.contains(root)) {
+            return Err(MergeError(format!(
+                "shard {} did not read {root} (file {path}), which {} holds: that partial is not of this repository at these commits",
+                label(part.shard),
+                at()
+            )));
+        }
+    }
+    let mut held: Vec<HashSet<(&str, &str)>> = vec![HashSet::new(); count];
+    for part in parts {
+        for app in side.applications(part) {
+            if !held[part.shard.index].insert((&app.namespace, &app.name)) {
+                return Err(MergeError(format!(
+                    "shard {} holds Application {}/{} twice at {}",
+                    label(part.shard),
+                    app.namespace,
+                    app.name,
+                    at()
+                )));
+            }
+        }
+    }
+    let required: BTreeSet<(&str, &str)> = roots
+        .iter()
+        .map(|(known, _)| known)
+        .chain(parts.iter().flat_map(|part| side.known(part)))
+        .filter(|known| known.kind == "Application")
+        .map(|known| (known.namespace.as_str(), known.name.as_str()))
+        .collect();
+    for (namespace, name) in required {
+        let owner = Shard::of(namespace, name, count);
+        if !held[owner].contains(&(namespace, name)) {
+            return Err(MergeError(format!(
+                "Application {namespace}/{name} is at {}, but shard {}, whose Application it is, does not hold it: a partial left it out",
+                at(),
+                label(Shard {
+                    index: owner,
+                    count
+                })
+            )));
+        }
+    }
+    for part in parts {
+        let apps = side.applications(part);
+        let mut inheritance = Inheritance::new(part, apps);
+        for app in apps {
+            let owner = Shard::of(&app.namespace, &app.name, count);
+            if owner != part.shard.index && !inheritance.inherited(app) {
+                return Err(MergeError(format!(
+                    "shard {} holds Application {}/{} at {}, which is shard {}'s and no render of shard {} deploys: a partial holds its own shard's Applications only",
+                    label(part.shard),
+                    app.namespace,
+                    app.name,
+                    at(),
+                    label(Shard {
+                        index: owner,
+                        count
+                    }),
+                    label(part.shard)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each commit the partials name, read from the repository: a full commit id it holds.
+fn snapshot_of(
+    store: &render::parsed::ParsedStore,
+    repo: &Path,
+    side: Side,
+    commit: &str,
+) -> Result<Arc<crate::git::Snapshot>, MergeError> {
+    if !crate::git::is_commit_id(commit) {
+        return Err(MergeError(format!(
+            "the partials name {} {:?}, which is not a commit id (40 or 64 lowercase hex digits)",
+            side.name(),
+            commit.chars().take(80).collect::<String>()
+        )));
+    }
+    let snapshot = store.snapshot(repo, commit).map_err(|e| {
+        MergeError(format!(
+            "cannot read {} {commit} in {}: {e}",
+            side.name(),
+            repo.display()
+        ))
+    })?;
+    if snapshot.commit != commit {
+        return Err(MergeError(format!(
+            "{} {commit} is commit {} in {}: the partials must name commits",
+            side.name(),
+            snapshot.commit,
+            repo.display()
+        )));
+    }
+    Ok(snapshot)
 }
 
 /// The weakest confinement any shard rendered under (none when one rendered nothing).
@@ -481,24 +755,53 @@ fn reassemble(
 }
 
 /// Every shard's partial -> the verdict one unsharded check of the same commits gives.
-/// `repo` holds both commits (the rules read the repository's manifests). Refuses (one
-/// line) partials of different runs, commits or inventories, a shard missing or given
-/// twice.
+/// `repo` holds both commits (the rules read the repository's manifests, and the merge
+/// binds the partials to its files: [`bind`]). Refuses (one line) partials of different
+/// runs, commits or inventories, a shard missing or given twice, a partial that leaves out,
+/// adds or shadows an Application of another shard.
 pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError> {
     validate(&parts)?;
     let base = parts[0].base.clone();
     let head = parts[0].head.clone();
     let confinement = confinement_of(&parts);
     if parts.iter().any(|p| p.undecided.is_some()) {
+        let lines = |pick: fn(&Undecided) -> &Vec<String>| {
+            let mut lines: Vec<String> = parts
+                .iter()
+                .filter_map(|p| p.undecided.as_ref())
+                .flat_map(|u| pick(u).iter().cloned())
+                .collect();
+            lines.sort();
+            lines.dedup();
+            lines
+        };
+        let mut errors = lines(|u| &u.head);
+        errors.extend(lines(|u| &u.base));
         let result = GateResult {
             confinement,
-            ..check::undecided(base, head, undecided_errors(&parts))
+            ..check::undecided(base, head, errors)
         };
         result.assert_consistent();
         return Ok(result);
     }
     let confinement = confinement
         .ok_or_else(|| MergeError("a shard rendered nothing and said not why".into()))?;
+    let store = render::parsed::ParsedStore::default();
+    let head_snapshot = snapshot_of(&store, repo, Side::Head, &head)?;
+    let base_snapshot = snapshot_of(&store, repo, Side::Base, &base)?;
+    bind(&parts, Side::Base, &base, &base_snapshot)?;
+    bind(&parts, Side::Head, &head, &head_snapshot)?;
+    // A shard's renders at a moved chart's old version count for the Applications it holds
+    // at the head, never for another shard's (they would stand in for that shard's own).
+    let own_old_versions: Vec<HashSet<(String, String)>> = parts
+        .iter()
+        .map(|part| {
+            part.head_applications
+                .iter()
+                .map(|a| (a.namespace.clone(), a.name.clone()))
+                .collect()
+        })
+        .collect();
     let mut parts = parts;
     let side = |parts: &mut [Partial], head_side: bool| {
         parts
@@ -536,19 +839,57 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
         reassemble(&base, with_tables(base_apps, false), "the merge base")?;
     let (head_rendering, head_shards) =
         reassemble(&head, with_tables(head_apps, true), "the head")?;
-    refuse_chart_moves_across_shards(
-        (&base_rendering, &base_shards),
-        (&head_rendering, &head_shards),
-    )?;
-    let (old_versions, defaults) = old_versions_and_defaults(&mut parts)?;
-    let store = render::parsed::ParsedStore::default();
-    let head_snapshot = store.snapshot(repo, &head).map_err(|e| {
-        MergeError(format!(
-            "cannot read the head {head} in {}: {e}",
-            repo.display()
-        ))
-    })?;
-    let base_snapshot = store.snapshot(repo, &base).ok();
+    // A moved chart's own change is rendered by the shard holding the Application at both
+    // commits; one whose shard changed between them (its parent moved) has none.
+    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
+        .applications
+        .iter()
+        .map(|a| (diff::key_of(a), a))
+        .collect();
+    for after in &head_rendering.applications {
+        let key = diff::key_of(after);
+        if let Some(before) = base_by_key.get(&key)
+            && base_shards.get(&key) != head_shards.get(&key)
+            && !diff::chart_moves(before, after).is_empty()
+        {
+            return Err(MergeError(format!(
+                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
+            )));
+        }
+    }
+    let mut old_versions = BTreeMap::new();
+    let mut defaults: HashMap<(String, String, String, String), ChartDefaults> = HashMap::new();
+    for (part, own) in parts.iter_mut().zip(&own_old_versions) {
+        for app in std::mem::take(&mut part.old_versions) {
+            if !own.contains(&(app.namespace.clone(), app.name.clone())) {
+                continue;
+            }
+            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
+            old_versions.insert(diff::key_of(&app), app);
+        }
+        for d in std::mem::take(&mut part.chart_defaults) {
+            let key = (
+                d.repo_url.clone(),
+                d.chart.clone(),
+                d.from.clone(),
+                d.to.clone(),
+            );
+            // One chart's move is read from one mirror: two shards saying otherwise are not
+            // one run's (or one of them is not honest). Why a chart could not be read may
+            // name a runner's own folder.
+            let same = |a: &ChartDefaults, b: &ChartDefaults| {
+                (&a.changes, a.more, a.unreadable.is_some())
+                    == (&b.changes, b.more, b.unreadable.is_some())
+            };
+            if defaults.get(&key).is_some_and(|other| !same(other, &d)) {
+                return Err(MergeError(format!(
+                    "two shards give different default values for the chart move {} {} -> {}",
+                    d.chart, d.from, d.to
+                )));
+            }
+            defaults.insert(key, d);
+        }
+    }
     let missing: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let result = check::judge(
         Judged {
@@ -557,7 +898,7 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
             base_rendering: &base_rendering,
             head_rendering: &head_rendering,
             head_snapshot: &head_snapshot,
-            base_snapshot: base_snapshot.as_deref(),
+            base_snapshot: Some(&base_snapshot),
             inventory: &parts[0].inventory,
             confinement,
         },
@@ -596,77 +937,4 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
     }
     result.assert_consistent();
     Ok(result)
-}
-
-/// The error lines of the shards that could not decide: those at the head, then those at the
-/// merge base, each side sorted and without repeats.
-fn undecided_errors(parts: &[Partial]) -> Vec<String> {
-    let lines = |pick: fn(&Undecided) -> &Vec<String>| {
-        let mut lines: Vec<String> = parts
-            .iter()
-            .filter_map(|p| p.undecided.as_ref())
-            .flat_map(|u| pick(u).iter().cloned())
-            .collect();
-        lines.sort();
-        lines.dedup();
-        lines
-    };
-    let mut errors = lines(|u| &u.head);
-    errors.extend(lines(|u| &u.base));
-    errors
-}
-
-/// A moved chart's own change is rendered by the shard holding the Application at both
-/// commits; one whose shard changed between them (its parent moved) has none: refused.
-fn refuse_chart_moves_across_shards(
-    (base_rendering, base_shards): (&Rendering, &BTreeMap<AppKey, usize>),
-    (head_rendering, head_shards): (&Rendering, &BTreeMap<AppKey, usize>),
-) -> Result<(), MergeError> {
-    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
-        .applications
-        .iter()
-        .map(|a| (diff::key_of(a), a))
-        .collect();
-    for after in &head_rendering.applications {
-        let key = diff::key_of(after);
-        if let Some(before) = base_by_key.get(&key)
-            && base_shards.get(&key) != head_shards.get(&key)
-            && !diff::chart_moves(before, after).is_empty()
-        {
-            return Err(MergeError(format!(
-                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Chart defaults by the move they describe: (repoURL, chart, from, to).
-type DefaultsByMove = HashMap<(String, String, String, String), ChartDefaults>;
-
-/// The base's render of every Application whose chart moved (for its chart's own change) and
-/// the chart defaults of every move, taken out of the shards that hold them.
-fn old_versions_and_defaults(
-    parts: &mut [Partial],
-) -> Result<(BTreeMap<AppKey, RenderedApplication>, DefaultsByMove), MergeError> {
-    let mut old_versions = BTreeMap::new();
-    let mut defaults: DefaultsByMove = HashMap::new();
-    for part in parts.iter_mut() {
-        for app in std::mem::take(&mut part.old_versions) {
-            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
-            old_versions.insert(diff::key_of(&app), app);
-        }
-        for d in std::mem::take(&mut part.chart_defaults) {
-            defaults.insert(
-                (
-                    d.repo_url.clone(),
-                    d.chart.clone(),
-                    d.from.clone(),
-                    d.to.clone(),
-                ),
-                d,
-            );
-        }
-    }
-    Ok((old_versions, defaults))
 }

@@ -15,8 +15,8 @@ use crate::render::repos::RepoResolver;
 use crate::render::source::RenderJob;
 use crate::render::util::{object_sort_key, trace};
 use crate::render::{
-    Diagnostic, HelmFailure, Origin, RenderConfig, RenderFailure, RenderStats, RenderedApplication,
-    Rendering, Severity, appset, parsed, source,
+    Diagnostic, HelmFailure, Known, Origin, RenderConfig, RenderFailure, RenderStats,
+    RenderedApplication, Rendering, Severity, appset, parsed, source,
 };
 use crate::yaml;
 
@@ -33,15 +33,23 @@ pub(super) struct Item {
 }
 
 fn identity(kind: &str, object: &Value) -> String {
-    let namespace = object
-        .pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("argocd");
-    let name = object
-        .pointer("/metadata/name")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    format!("{kind} {namespace}/{name}")
+    known(kind, object).to_string()
+}
+
+/// An Application's or ApplicationSet's identity (its namespace `argocd` when it names none).
+fn known(kind: &str, object: &Value) -> Known {
+    let text = |pointer: &str, default: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_string()
+    };
+    Known {
+        kind: kind.to_string(),
+        namespace: text("/metadata/namespace", "argocd"),
+        name: text("/metadata/name", ""),
+    }
 }
 
 fn is_argo_kind(object: &Value, kind: &str) -> bool {
@@ -161,6 +169,7 @@ fn render_roots(
         shard,
         owned: std::collections::HashSet::new(),
         credits: BTreeMap::new(),
+        known: std::collections::BTreeSet::new(),
     };
     trace(revision, "tools asked");
     engine.run(roots);
@@ -197,6 +206,9 @@ pub(super) struct Engine<'a> {
     owned: std::collections::HashSet<String>,
     /// Origins credited to a parent for Applications this shard did not render.
     credits: BTreeMap<String, Origin>,
+    /// A sharded render: what it reached on a path every shard follows
+    /// ([`RenderStats::shard_known`]).
+    known: std::collections::BTreeSet<Known>,
 }
 
 impl Engine<'_> {
@@ -235,6 +247,11 @@ impl Engine<'_> {
                 "Application"
             };
             let id = identity(kind, &item.object);
+            // Reached with no owner: every shard reaches it (a file, or what an
+            // Application every shard renders deploys).
+            if self.shard.is_some() && item.owner.is_none() && kind == "ApplicationSet" {
+                self.known.insert(known(kind, &item.object));
+            }
             if item.depth > self.config.max_depth {
                 self.error(
                     &id,
@@ -297,6 +314,9 @@ impl Engine<'_> {
         let mut pending = Vec::new();
         for item in applications {
             let id = identity("Application", &item.object);
+            if self.shard.is_some() && item.owner.is_none() {
+                self.known.insert(known("Application", &item.object));
+            }
             if let Origin::ApplicationSet { namespace, name } = &item.origin
                 && let Some(why) = refused_application(&item.object)
             {
@@ -355,7 +375,11 @@ impl Engine<'_> {
                         },
                         parent: Some(p.id.clone()),
                         depth: p.depth + 1,
-                        owner: p.renders_alone.then_some(p.owner),
+                        // What a render only its owner runs deploys stays in that
+                        // shard, and so does what an Application only that shard
+                        // reached deploys (an app-of-apps of plain manifests under a
+                        // helm parent): no other shard sees it.
+                        owner: (p.renders_alone || p.owner_hint.is_some()).then_some(p.owner),
                     });
                 }
             }
@@ -476,6 +500,7 @@ impl Engine<'_> {
             diagnostics: self.diagnostics,
             stats: RenderStats {
                 shard_credits: self.credits,
+                shard_known: self.known,
                 ..self.stats
             },
         })
@@ -548,6 +573,27 @@ fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
         }
     }
     None
+}
+
+/// The Applications and ApplicationSets of the repository's own files at one commit (what
+/// every render starts from), with the file each is in: read, not rendered. `gate merge`
+/// binds the shards' partials to the repository with it.
+pub fn roots(snapshot: &Snapshot) -> Result<Vec<(Known, String)>, Diagnostic> {
+    Ok(scan_roots(snapshot)?
+        .into_iter()
+        .map(|item| {
+            let kind = if is_argo_kind(&item.object, "ApplicationSet") {
+                "ApplicationSet"
+            } else {
+                "Application"
+            };
+            let path = match item.origin {
+                Origin::File { path, .. } => path,
+                other => other.to_string(),
+            };
+            (known(kind, &item.object), path)
+        })
+        .collect())
 }
 
 /// Finds every Application and ApplicationSet declared in the repository's YAML files.

@@ -28,7 +28,7 @@ mod jobs;
 mod planning;
 mod util;
 
-pub use self::engine::{render, render_applications, render_shard};
+pub use self::engine::{render, render_applications, render_shard, roots};
 pub use self::jobs::run_helm;
 pub use self::planning::stored_application;
 pub use self::util::{object_sort_key, parallel_map, trace};
@@ -192,6 +192,26 @@ pub struct RenderStats {
     /// shard saw credited to a parent (the same Application reached from a file and from a
     /// parent), by identity (`Application namespace/name`).
     pub shard_credits: BTreeMap<String, Origin>,
+    /// A sharded render: every Application and ApplicationSet it reached on a path every
+    /// shard follows (the repository's files, ApplicationSets of those, children of
+    /// Applications every shard renders), whoever owns it: what honest shards all list.
+    pub shard_known: std::collections::BTreeSet<Known>,
+}
+
+/// An Application or an ApplicationSet by its identity as Argo CD knows it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Known {
+    /// `Application` or `ApplicationSet`.
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for Known {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
 }
 
 /// One of `count` shards of a fleet (`index` counts from 0): `gate check --shard I/N`.

@@ -6,11 +6,26 @@
 //! GitLab sends the webhook's secret token as-is in `X-Gitlab-Token` (no signature): it is
 //! compared in constant time with the token bosun.yaml names (`webhook.gitlabTokenEnv`), and a
 //! delivery without it or with another is 401 with no other effect. Everything else in the
-//! body is hostile until checked here: the project's path (GitLab's path characters, at most
-//! 255, the `group/project` Bosun knows), the merge request's `iid` (a positive JSON integer),
-//! the action (`open`, `reopen` and `update` triage; the others are answered 200 and ignored,
-//! as are other events: GitLab disables a hook that keeps failing), the state (`opened`) and
-//! the last commit (a commit id). Only then is it queued, as an intake delivery with that head.
+//! body is hostile until checked here: the event (`X-Gitlab-Event`, which GitLab always sends:
+//! missing is a 400), the project's path (GitLab's path characters, at most 255), the merge
+//! request's `iid` (a positive JSON integer), the action, the state (`opened`) and the last
+//! commit (a commit id). Only then is it queued, as an intake delivery with that head.
+//!
+//! Past the token, whatever Bosun does not act on is answered 200 with `"status": "ignored"`
+//! and why: another event, a project bosun.yaml does not list (a group's hook sends every
+//! project's events), an action or state that puts no new head in front of the gate, a head
+//! quarantined, a full queue. GitLab counts every other answer as a failure and disables a
+//! hook after four failures in a row (doc/user/project/integrations/webhooks.md, "Auto-disabled
+//! webhooks": for a growing while, for good after 40; before the self-healing change of late
+//! 2024, a 4xx disabled it for good at once), and an event it failed to deliver is sent again
+//! only by a person from the hook's log: a 4xx for an event Bosun has no use for would silence
+//! the hook for the merge requests it has. A 400 is left for a body that is not GitLab's (no
+//! event header, a hostile path, a malformed merge request of a listed project).
+//!
+//! GitLab finds a project by its path case-insensitively (`Route.find_by_full_path`), and a
+//! hook's payload spells the path as the project was named, so a path is compared with
+//! bosun.yaml's slugs ignoring ASCII case (GitLab paths are ASCII), and the delivery is
+//! queued under bosun.yaml's spelling: one pull request, one queue entry, whoever delivers it.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -18,7 +33,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use subtle::ConstantTimeEq;
 
-use super::{Server, Shared, answer, read_body};
+use super::{Intake, Shared, answer, read_body};
 use crate::forge::RepoSlug;
 
 /// The route GitLab's webhook is pointed at.
@@ -36,14 +51,27 @@ const MAX_PATH: usize = 255;
 /// What a webhook body asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// Triage this merge request at this head.
+    /// Triage this merge request (of this repository of bosun.yaml, as bosun.yaml spells it)
+    /// at this head.
     Triage {
         project: RepoSlug,
         iid: u64,
         head: String,
     },
+    /// A project bosun.yaml does not list (why): nothing to do.
+    OtherProject(String),
     /// Nothing to do (why): another event, another action, a merge request not open.
     Ignored(String),
+}
+
+impl Event {
+    /// Why nothing is done, when nothing is.
+    pub fn ignored(&self) -> Option<&str> {
+        match self {
+            Event::Triage { .. } => None,
+            Event::OtherProject(why) | Event::Ignored(why) => Some(why),
+        }
+    }
 }
 
 /// Whether `token` (the `X-Gitlab-Token` header) is the configured one; never for an empty one.
@@ -56,8 +84,9 @@ pub fn token_matches(expected: &[u8], token: Option<&[u8]>) -> bool {
 
 /// A project's full path as GitLab allows it (`lib/gitlab/path_regex.rb`: each segment starts
 /// with a letter, a digit or `_`, then letters, digits, `_`, `-` and `.`, and does not end in
-/// `.git` or `.atom`), as the `group/project` Bosun names repositories by.
-pub fn project_path(text: &str) -> Result<RepoSlug, String> {
+/// `.git` or `.atom`), as the `group/project` Bosun names repositories by; None for a project
+/// in a subgroup (`group/sub/project`), which bosun.yaml cannot name.
+pub fn project_path(text: &str) -> Result<Option<RepoSlug>, String> {
     let shown = || text.chars().take(80).collect::<String>();
     let segment_ok = |s: &str| {
         let mut chars = s.chars();
@@ -74,23 +103,57 @@ pub fn project_path(text: &str) -> Result<RepoSlug, String> {
             shown()
         ));
     }
-    text.parse::<RepoSlug>().map_err(|_| {
-        format!(
-            "project.path_with_namespace {:?} is not GROUP/PROJECT (Bosun names no subgroup)",
+    match text.split('/').count() {
+        1 => Err(format!(
+            "project.path_with_namespace {:?} names no group: not a GitLab project path",
             shown()
-        )
-    })
+        )),
+        2 => text.parse::<RepoSlug>().map(Some).map_err(|_| {
+            format!(
+                "project.path_with_namespace {:?} is not GROUP/PROJECT",
+                shown()
+            )
+        }),
+        _ => Ok(None),
+    }
 }
 
-/// Reads a merge request event's body (the headers' event name beside it).
-pub fn parse(event_header: Option<&str>, body: &[u8]) -> Result<Event, String> {
-    if let Some(event) = event_header
-        && event != MERGE_REQUEST_HOOK
-    {
-        return Ok(Event::Ignored(format!(
-            "a {:?} event, not a merge request event",
-            event.chars().take(40).collect::<String>()
-        )));
+/// The repository of `repositories` a GitLab project path names, compared as GitLab finds
+/// projects: ignoring ASCII case (GitLab paths are ASCII).
+pub fn configured<'a>(
+    repositories: impl IntoIterator<Item = &'a RepoSlug>,
+    project: &RepoSlug,
+) -> Option<RepoSlug> {
+    repositories
+        .into_iter()
+        .find(|known| {
+            known.owner.eq_ignore_ascii_case(&project.owner)
+                && known.name.eq_ignore_ascii_case(&project.name)
+        })
+        .cloned()
+}
+
+/// Reads a merge request event: `event_header` is the `X-Gitlab-Event` header, `known` the
+/// repository of bosun.yaml a project names, if any ([`configured`]). A project bosun.yaml
+/// does not list is [`Event::OtherProject`] before anything else of the body is read.
+pub fn parse(
+    event_header: Option<&str>,
+    body: &[u8],
+    known: impl Fn(&RepoSlug) -> Option<RepoSlug>,
+) -> Result<Event, String> {
+    match event_header {
+        None => {
+            return Err(format!(
+                "X-Gitlab-Event is missing (GitLab names every event it sends; a merge request event is {MERGE_REQUEST_HOOK:?})"
+            ));
+        }
+        Some(event) if event != MERGE_REQUEST_HOOK => {
+            return Ok(Event::Ignored(format!(
+                "a {:?} event, not a merge request event",
+                event.chars().take(40).collect::<String>()
+            )));
+        }
+        Some(_) => {}
     }
     let body: Value =
         serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
@@ -99,11 +162,24 @@ pub fn parse(event_header: Option<&str>, body: &[u8]) -> Result<Event, String> {
     };
     match body.get("object_kind") {
         Some(Value::String(kind)) if kind == "merge_request" => {}
-        Some(Value::String(_)) => {
-            return Ok(Event::Ignored("not a merge request event".into()));
+        Some(Value::String(kind)) => {
+            return Err(format!(
+                "object_kind {:?} is not merge_request, which X-Gitlab-Event {MERGE_REQUEST_HOOK:?} says",
+                kind.chars().take(40).collect::<String>()
+            ));
         }
         _ => return Err("object_kind is missing or not a string".into()),
     }
+    let path = body
+        .get("project")
+        .and_then(|p| p.get("path_with_namespace"))
+        .and_then(Value::as_str)
+        .ok_or("project.path_with_namespace is missing or not a string")?;
+    let Some(project) = project_path(path)?.and_then(|slug| known(&slug)) else {
+        return Ok(Event::OtherProject(format!(
+            "project {path:?} is not a repository of bosun.yaml"
+        )));
+    };
     let attributes = body
         .get("object_attributes")
         .and_then(Value::as_object)
@@ -134,12 +210,6 @@ pub fn parse(event_header: Option<&str>, body: &[u8]) -> Result<Event, String> {
         _ => None,
     }
     .ok_or("object_attributes.iid is not a positive integer")?;
-    let path = body
-        .get("project")
-        .and_then(|p| p.get("path_with_namespace"))
-        .and_then(Value::as_str)
-        .ok_or("project.path_with_namespace is missing or not a string")?;
-    let project = project_path(path)?;
     let head = attributes
         .get("last_commit")
         .and_then(|c| c.get("id"))
@@ -179,20 +249,31 @@ pub(super) async fn webhook(
             json!({"error": "missing or wrong X-Gitlab-Token"}),
         );
     }
-    match parse(header(&headers, "x-gitlab-event"), &body) {
+    let repositories = server.bosun.config.repositories.iter().map(|r| &r.slug);
+    let event = match header(&headers, "x-gitlab-event") {
+        // Not text (a header value of other bytes) is no event GitLab names.
+        None if headers.contains_key("x-gitlab-event") => Ok(Event::Ignored(
+            "an event whose name is not text, not a merge request event".into(),
+        )),
+        event => parse(event, &body, |project| {
+            configured(repositories.clone(), project)
+        }),
+    };
+    match event {
         Err(e) => {
             server.count("invalid");
             answer(StatusCode::BAD_REQUEST, json!({"error": e}))
         }
-        Ok(Event::Ignored(why)) => {
-            server.count("ignored");
-            answer(StatusCode::OK, json!({"status": "ignored", "reason": why}))
-        }
         Ok(Event::Triage { project, iid, head }) => {
-            if let Some(refused) = Server::unknown_repository(&server, &project) {
-                return refused;
-            }
-            server.accept(&project, iid, &head)
+            server.accept_as(&project, iid, &head, Intake::GitlabHook)
+        }
+        Ok(ignored) => {
+            server.count(match ignored {
+                Event::OtherProject(_) => "unknown_repository",
+                _ => "ignored",
+            });
+            let why = ignored.ignored().unwrap_or_default();
+            answer(StatusCode::OK, json!({"status": "ignored", "reason": why}))
         }
     }
 }
@@ -217,14 +298,21 @@ mod tests {
 
     const HEAD: &str = "0123456789abcdef0123456789abcdef01234567";
 
+    /// bosun.yaml's one repository, spelt as bosun.yaml spells it.
+    fn known(project: &RepoSlug) -> Option<RepoSlug> {
+        let listed: RepoSlug = "platform/gitops".parse().unwrap();
+        configured([&listed], project)
+    }
+
+    /// A merge request event as GitLab sends it.
+    fn hook(body: &[u8]) -> Result<Event, String> {
+        parse(Some(MERGE_REQUEST_HOOK), body, known)
+    }
+
     #[test]
     fn an_opened_updated_or_reopened_merge_request_is_triaged_at_its_last_commit() {
         for action in TRIAGED_ACTIONS {
-            let event = parse(
-                Some(MERGE_REQUEST_HOOK),
-                &body("platform/gitops".into(), 3.into(), action, HEAD),
-            )
-            .unwrap();
+            let event = hook(&body("platform/gitops".into(), 3.into(), action, HEAD)).unwrap();
             assert_eq!(
                 event,
                 Event::Triage {
@@ -236,32 +324,77 @@ mod tests {
         }
     }
 
+    /// GitLab finds a project by its path ignoring case, and a payload spells the path as the
+    /// project was named: the repository bosun.yaml lists is triaged, under its spelling.
+    #[test]
+    fn a_project_path_names_bosuns_repository_whatever_its_case() {
+        for path in ["Platform/GitOps", "PLATFORM/gitops", "platform/GITOPS"] {
+            let event = hook(&body(path.into(), 3.into(), "open", HEAD)).unwrap();
+            assert_eq!(
+                event,
+                Event::Triage {
+                    project: "platform/gitops".parse().unwrap(),
+                    iid: 3,
+                    head: HEAD.into(),
+                },
+                "{path}"
+            );
+        }
+        // Case only: another spelling of other letters is another project.
+        for path in ["platform/gitops2", "platform/git0ps", "platform-x/gitops"] {
+            let event = hook(&body(path.into(), 3.into(), "open", HEAD)).unwrap();
+            assert!(matches!(event, Event::OtherProject(_)), "{path}");
+        }
+    }
+
+    /// A group's hook sends every project's events: one bosun.yaml does not list (a subgroup's
+    /// too, which it cannot name) is ignored before anything else of its body is read, so
+    /// GitLab is answered 200 and keeps the hook.
+    #[test]
+    fn another_projects_events_are_ignored_whatever_else_they_hold() {
+        for path in ["elsewhere/gitops", "platform/sub/gitops", "a/b/c/d"] {
+            for iid in [json!(3), json!("3"), Value::Null] {
+                let event = hook(&body(path.into(), iid.clone(), "open", "main")).unwrap();
+                let Event::OtherProject(why) = &event else {
+                    panic!("{path} {iid}: {event:?}")
+                };
+                assert!(why.contains("not a repository of bosun.yaml"), "{why}");
+                assert_eq!(event.ignored(), Some(why.as_str()));
+            }
+        }
+    }
+
     #[test]
     fn other_events_actions_and_states_are_ignored() {
         let open = body("platform/gitops".into(), 3.into(), "open", HEAD);
-        assert!(matches!(
-            parse(Some("Push Hook"), &open),
-            Ok(Event::Ignored(_))
-        ));
+        for event in ["Push Hook", "Note Hook", "merge request hook", ""] {
+            assert!(
+                matches!(parse(Some(event), &open, known), Ok(Event::Ignored(_))),
+                "{event:?}"
+            );
+        }
         for action in ["close", "merge", "approved", "unapproved"] {
             let b = body("platform/gitops".into(), 3.into(), action, HEAD);
-            assert!(
-                matches!(parse(Some(MERGE_REQUEST_HOOK), &b), Ok(Event::Ignored(_))),
-                "{action}"
-            );
+            assert!(matches!(hook(&b), Ok(Event::Ignored(_))), "{action}");
         }
         let closed = String::from_utf8(open)
             .unwrap()
             .replace("\"opened\"", "\"closed\"");
-        assert!(matches!(
-            parse(None, closed.as_bytes()),
-            Ok(Event::Ignored(_))
-        ));
-        let note = json!({"object_kind": "note"}).to_string();
-        assert!(matches!(
-            parse(None, note.as_bytes()),
-            Ok(Event::Ignored(_))
-        ));
+        assert!(matches!(hook(closed.as_bytes()), Ok(Event::Ignored(_))));
+    }
+
+    /// GitLab names every event it sends (`X-Gitlab-Event`), and a merge request event's
+    /// body says so too: a delivery without the header, or whose body is another event's,
+    /// is not GitLab's (400).
+    #[test]
+    fn a_delivery_without_the_event_header_or_with_another_events_body_is_refused() {
+        let open = body("platform/gitops".into(), 3.into(), "open", HEAD);
+        let refusal = parse(None, &open, known).unwrap_err();
+        assert!(refusal.contains("X-Gitlab-Event is missing"), "{refusal}");
+        let note =
+            json!({"object_kind": "note", "project": {"path_with_namespace": "platform/gitops"}})
+                .to_string();
+        assert!(hook(note.as_bytes()).unwrap_err().contains("object_kind"));
     }
 
     #[test]
@@ -278,13 +411,12 @@ mod tests {
             json!("/platform/gitops"),
             json!("platform//gitops"),
             json!("platform"),
-            json!("platform/sub/gitops"),
             json!(format!("platform/{}", "a".repeat(300))),
             json!(7),
             Value::Null,
         ] {
             let b = body(path.clone(), 3.into(), "open", HEAD);
-            assert!(parse(None, &b).is_err(), "{path}");
+            assert!(hook(&b).is_err(), "{path}");
         }
         for iid in [
             json!("3"),
@@ -297,11 +429,11 @@ mod tests {
             Value::Null,
         ] {
             let b = body("platform/gitops".into(), iid.clone(), "open", HEAD);
-            assert!(parse(None, &b).is_err(), "{iid}");
+            assert!(hook(&b).is_err(), "{iid}");
         }
         for head in ["main", "--upload-pack=x", &HEAD.to_uppercase(), &HEAD[..12]] {
             let b = body("platform/gitops".into(), 3.into(), "open", head);
-            assert!(parse(None, &b).is_err(), "{head}");
+            assert!(hook(&b).is_err(), "{head}");
         }
         for shape in [
             "[]",
@@ -311,11 +443,11 @@ mod tests {
             "{\"object_kind\": 1}",
             "not json",
         ] {
-            assert!(parse(None, shape.as_bytes()).is_err(), "{shape}");
+            assert!(hook(shape.as_bytes()).is_err(), "{shape}");
         }
         // Every refusal is one line.
         let b = body("platform/gitops\nX".into(), 3.into(), "open", HEAD);
-        assert!(!parse(None, &b).unwrap_err().contains('\n'));
+        assert!(!hook(&b).unwrap_err().contains('\n'));
     }
 
     #[test]
