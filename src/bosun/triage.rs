@@ -32,7 +32,7 @@ mod sink;
 mod verdict;
 
 pub use self::comments::attempts_of;
-pub use self::setup::render_config;
+pub use self::setup::{remote_cache, render_config};
 /// The planners the evals call by their triage names.
 pub use super::repair::{fix_plan, migration_plan};
 
@@ -120,6 +120,8 @@ pub struct Bosun {
     pub model: Option<Arc<dyn crate::model::Model>>,
     /// The release-notes reader (`releaseNotes.enabled: false`: None), with its caches.
     pub notes: Option<Arc<super::notes::Notes>>,
+    /// The remote render cache bosun.yaml's `render.cacheUrl` names, read-only.
+    pub remote_cache: Option<Arc<crate::remote_cache::RemoteCache>>,
 }
 
 fn short(sha: &str) -> &str {
