@@ -8,6 +8,7 @@ pub mod model;
 pub mod names;
 pub mod observer;
 pub mod paths;
+pub mod remote_cache;
 pub mod render;
 pub mod schema;
 pub mod scratch;

@@ -4,6 +4,8 @@
 //!   function of Bosun's repairs) reach for no Kubernetes client, HTTP client, process, async
 //!   runtime or command-line parser;
 //! - no file but `src/git.rs` runs git;
+//! - no file but `src/remote_cache.rs` reaches object storage (the render asks it through
+//!   `render::cache::SecondLevel`);
 //! - no Bosun file but the applier writes files (a checkout is written only through it).
 //!
 //! Plain Rust over the text: comments and the insides of string literals are blanked before a
@@ -270,6 +272,7 @@ const FORBIDDEN_IN_PURE_ROOMS: &[(&str, &str)] = &[
     ("CommandExt", "a process"),
     ("tokio", "the async runtime"),
     ("clap", "a command-line parser"),
+    ("object_store", "an object store client"),
 ];
 
 /// Files of a pure room that may do one thing the room otherwise forbids, and why.
@@ -387,6 +390,27 @@ fn no_file_but_src_git_rs_runs_git() {
                     what: format!("`{needle}`"),
                 });
             }
+        }
+    }
+    report(violations);
+}
+
+#[test]
+fn no_file_but_the_remote_cache_reaches_object_storage() {
+    let rule =
+        "object storage outside src/remote_cache.rs (render asks render::cache::SecondLevel)";
+    let mut violations = Vec::new();
+    for source in sources() {
+        if source.path == "src/remote_cache.rs" {
+            continue;
+        }
+        for at in find_word(&source.bare, "object_store") {
+            violations.push(Violation {
+                path: source.path.clone(),
+                line: source.line_of(at),
+                rule,
+                what: "`object_store`".to_string(),
+            });
         }
     }
     report(violations);

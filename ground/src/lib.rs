@@ -27,6 +27,7 @@ pub mod model;
 pub mod oci;
 pub mod prometheus;
 pub mod rollouts;
+pub mod s3;
 pub mod scenario;
 pub mod transcript;
 

@@ -87,6 +87,16 @@ enum Command {
         #[arg(long, default_value_t = 1_000)]
         stages: usize,
     },
+    /// Serve an S3-protocol server (s3s-fs) on loopback over a folder until Ctrl-C, for the
+    /// gate's `--cache-url` by hand or in a benchmark; prints the variables a client needs.
+    S3 {
+        /// The folder holding the buckets (each a subfolder).
+        #[arg(long)]
+        root: PathBuf,
+        /// Make this bucket first (repeatable).
+        #[arg(long = "bucket")]
+        buckets: Vec<String>,
+    },
 }
 
 fn options(common: &Common) -> Options {
@@ -203,6 +213,18 @@ async fn main() -> Result<()> {
                 "  observer peak RSS: {:.1} MiB",
                 f.peak_rss_kib as f64 / 1024.0
             );
+            Ok(())
+        }
+        Command::S3 { root, buckets } => {
+            let server = ground::s3::S3Server::start(&root)?;
+            for bucket in &buckets {
+                server.create_bucket(bucket)?;
+            }
+            for (name, value) in server.env() {
+                println!("{name}={value}");
+            }
+            tokio::signal::ctrl_c().await?;
+            drop(server);
             Ok(())
         }
         Command::Up(common) => {

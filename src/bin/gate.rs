@@ -8,12 +8,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use gitops_loop::forge as gate_forge;
 use gitops_loop::gate;
+use gitops_loop::remote_cache::{self, RemoteCache};
 use gitops_loop::render::{
     self, RenderConfig, cache::RenderCache, inventory::Inventory, output, tools,
 };
@@ -90,6 +92,19 @@ enum Command {
         #[command(flatten)]
         tools: ToolArgs,
     },
+    /// The remote render cache's keys (`--cache-url`).
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Make a new signing key and print it with its public key, as `NAME=VALUE` lines:
+    /// GATE_CACHE_SIGNING_KEY is a secret for the runs that write the remote cache (the
+    /// default branch's), GATE_CACHE_PUBLIC_KEY goes to every run.
+    Keygen,
 }
 
 #[derive(Subcommand)]
@@ -155,9 +170,19 @@ struct RenderArgs {
     /// Render cache folder (default: $GATE_CACHE_DIR, $XDG_CACHE_HOME/gitops-gate, ~/.cache/gitops-gate).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
-    /// Do not read or write the render cache.
+    /// Do not read or write the render cache (neither the local nor the remote one).
     #[arg(long)]
     no_cache: bool,
+    /// A render cache in object storage that every runner shares, behind the local one:
+    /// s3://BUCKET/PREFIX (S3, or an S3-compatible store through AWS_ENDPOINT_URL; region and
+    /// credentials from AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY...). Entries are
+    /// believed only when signed: GATE_CACHE_SIGNING_KEY (default-branch runs) reads and
+    /// writes, --cache-public-key alone reads.
+    #[arg(long, env = "GATE_CACHE_URL", value_name = "URL", value_parser = parse_cache_url)]
+    cache_url: Option<String>,
+    /// The public key remote cache entries must be signed with (base64, `gate cache keygen`).
+    #[arg(long, env = "GATE_CACHE_PUBLIC_KEY", value_name = "KEY")]
+    cache_public_key: Option<String>,
     /// Parallel helm/kustomize processes (default: the number of cores).
     #[arg(long)]
     jobs: Option<usize>,
@@ -229,6 +254,55 @@ struct HtmlArgs {
 
 fn parse_report_url(text: &str) -> Result<String, String> {
     gate::report::full_report_url(text)
+}
+
+fn parse_cache_url(text: &str) -> Result<String, String> {
+    remote_cache::Location::parse(text).map(|_| text.to_string())
+}
+
+/// A command line the gate cannot run with: one line on stderr, exit 2.
+#[derive(Debug)]
+struct Usage(String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+/// How long the gate waits, once its verdict or render is out, for the remote cache's writes.
+const REMOTE_WRITES_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The remote cache `--cache-url` names, with the trust its keys give (`None` without the
+/// flag, or under `--no-cache`). Its warnings go to stderr unless `quiet`.
+fn open_remote_cache(args: &RenderArgs, quiet: bool) -> Result<Option<Arc<RemoteCache>>> {
+    let Some(url) = args.cache_url.as_deref().filter(|_| !args.no_cache) else {
+        return Ok(None);
+    };
+    let signing = std::env::var("GATE_CACHE_SIGNING_KEY").ok();
+    let trust =
+        remote_cache::Trust::from_keys(args.cache_public_key.as_deref(), signing.as_deref())
+            .map_err(|e| Usage(format!("--cache-url: {e}")))?;
+    let log: remote_cache::Log = if quiet {
+        Arc::new(|_: &str| {})
+    } else {
+        Arc::new(|line: &str| eprintln!("gate: {line}"))
+    };
+    let remote = RemoteCache::open(url, trust, args.render_output_mib << 20, log)
+        .map_err(|e| Usage(format!("--cache-url: {e}")))?;
+    Ok(Some(Arc::new(remote)))
+}
+
+/// Waits (bounded) for the remote cache's writes and prints what it did.
+fn finish_remote(remote: Option<&Arc<RemoteCache>>, quiet: bool) {
+    if let Some(remote) = remote {
+        let summary = remote.finish(REMOTE_WRITES_WAIT);
+        if !quiet {
+            eprintln!("gate: {summary}");
+        }
+    }
 }
 
 /// Writes the HTML report when `--html` asks for it.
@@ -500,7 +574,18 @@ fn find_tools(args: &ToolArgs, quiet: bool) -> Result<(tools::Tool, Option<tools
     Ok((helm, kubectl))
 }
 
-fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
+/// The render configuration, and the remote cache it reads through (`--cache-url`; never
+/// under `charts pull`, which renders to find charts).
+fn config(
+    args: &RenderArgs,
+    quiet: bool,
+    pull: bool,
+) -> Result<(RenderConfig, Option<Arc<RemoteCache>>)> {
+    let remote = if pull {
+        None
+    } else {
+        open_remote_cache(args, quiet)?
+    };
     let (mut helm, mut kubectl) = find_tools(&args.tools, quiet)?;
     let limits = render::confine::Limits {
         timeout: std::time::Duration::from_secs(args.render_timeout),
@@ -540,7 +625,7 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
         .repo_url
         .clone()
         .or_else(|| gitops_loop::git::origin_url(&args.repo));
-    let cache = if args.no_cache {
+    let mut cache = if args.no_cache {
         RenderCache::disabled()
     } else {
         args.cache_dir
@@ -549,7 +634,10 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
             .map(RenderCache::at)
             .unwrap_or_default()
     };
-    Ok(RenderConfig {
+    if let Some(remote) = &remote {
+        cache = cache.with_second_level(remote.clone());
+    }
+    let config = RenderConfig {
         repo_dir: args.repo.clone(),
         repo_url,
         inventory,
@@ -572,12 +660,13 @@ fn config(args: &RenderArgs, quiet: bool, pull: bool) -> Result<RenderConfig> {
         chart_repo_mirrors: args.chart_repo_mirrors.clone(),
         kustomize_enable_helm: args.kustomize_enable_helm,
         parsed: Default::default(),
-    })
+    };
+    Ok((config, remote))
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
     // The temporary folders of runs that were killed (they hold a pull request's files).
-    if !matches!(cli.command, Command::Tools { .. }) {
+    if !matches!(cli.command, Command::Tools { .. } | Command::Cache { .. }) {
         gitops_loop::scratch::sweep_temp_dir();
     }
     let quiet = cli.quiet;
@@ -612,7 +701,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()?;
-            runtime.block_on(publish_command(&args, &publish, &token, quiet))
+            let mut remote = None;
+            let code = runtime.block_on(publish_command(&args, &publish, &token, quiet, &mut remote));
+            finish_remote(remote.as_ref(), quiet);
+            code
         }
         Command::Charts {
             command:
@@ -622,6 +714,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 },
         } => charts_pull(&args, &revision, quiet),
         Command::Tools { tools: args } => tools_command(&args),
+        Command::Cache {
+            command: CacheCommand::Keygen,
+        } => {
+            let (signing, public) = remote_cache::generate_keys().map_err(anyhow::Error::msg)?;
+            println!("GATE_CACHE_SIGNING_KEY={signing}");
+            println!("GATE_CACHE_PUBLIC_KEY={public}");
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -632,12 +732,12 @@ fn render_command(
     format: Format,
     quiet: bool,
 ) -> Result<ExitCode> {
-    let config = config(args, quiet, false)?;
+    let (config, remote) = config(args, quiet, false)?;
     let started = std::time::Instant::now();
     let progress = ProgressLine::start(quiet, "render");
     let rendered = render::render(&config, revision);
     drop(progress);
-    match rendered {
+    let code = match rendered {
         Ok(rendering) => {
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
@@ -655,8 +755,12 @@ fn render_command(
             std::io::Write::flush(&mut out)?;
             if !quiet {
                 let s = &rendering.stats;
+                let remote_hits = match remote {
+                    Some(_) => format!(" ({} remote)", s.remote_hits),
+                    None => String::new(),
+                };
                 eprintln!(
-                    "gate: rendered {} applications in {} ms ({} unique renders: {} helm, {} kustomize, {} from cache; peak RSS {})",
+                    "gate: rendered {} applications in {} ms ({} unique renders: {} helm, {} kustomize, {} from cache{remote_hits}; peak RSS {})",
                     rendering.applications.len(),
                     started.elapsed().as_millis(),
                     s.unique_renders,
@@ -666,13 +770,15 @@ fn render_command(
                     peak_rss()
                 );
             }
-            Ok(ExitCode::SUCCESS)
+            ExitCode::SUCCESS
         }
         Err(failure) => {
             eprintln!("{failure}");
-            Ok(ExitCode::from(1))
+            ExitCode::from(1)
         }
-    }
+    };
+    finish_remote(remote.as_ref(), quiet);
+    Ok(code)
 }
 
 /// `gate check`: the verdict on a change (or, with `--shard I/N --partial FILE`, one shard's
@@ -693,7 +799,7 @@ fn check_command(args: &RenderArgs, check: &CheckArgs, quiet: bool) -> Result<Ex
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         (config, commits)
     });
-    let config = config?;
+    let (config, remote) = config?;
     gitops_loop::render::trace("check", "inventory read, commits resolved");
     let progress = ProgressLine::start(quiet, "check");
     if let (Some(shard), Some(path)) = (check.shard, &check.partial) {
@@ -717,6 +823,7 @@ fn check_command(args: &RenderArgs, check: &CheckArgs, quiet: bool) -> Result<Ex
                 peak_rss()
             );
         }
+        finish_remote(remote.as_ref(), quiet);
         return Ok(ExitCode::SUCCESS);
     }
     let result = match commits {
@@ -729,14 +836,16 @@ fn check_command(args: &RenderArgs, check: &CheckArgs, quiet: bool) -> Result<Ex
         repo_url: config.repo_url.clone(),
         forge: None,
     };
-    finish_check(
+    let code = finish_check(
         &result,
         &check.report,
         &check.json,
         (&check.html, &links),
         quiet,
         started,
-    )
+    );
+    finish_remote(remote.as_ref(), quiet);
+    code
 }
 
 /// `gate merge`: every shard's partial -> the verdict of the whole check.
@@ -779,6 +888,7 @@ async fn publish_command(
     publish: &PublishArgs,
     token: &str,
     quiet: bool,
+    remote: &mut Option<Arc<RemoteCache>>,
 ) -> Result<ExitCode> {
     let check_mode = match publish.check_mode {
         Some(gate::publish::CheckMode::CheckRun) if !publish.forge.has_check_runs() => {
@@ -815,7 +925,8 @@ async fn publish_command(
             None => return Ok(ExitCode::from(2)),
         }
     } else {
-        let config = config(args, quiet, false)?;
+        let (config, used) = config(args, quiet, false)?;
+        *remote = used;
         repo_url = config.repo_url.clone();
         gate::publish::check_and_publish(
             forge.as_ref(),
@@ -918,7 +1029,7 @@ fn charts_pull(args: &RenderArgs, revision: &str, quiet: bool) -> Result<ExitCod
     if args.charts.is_none() {
         anyhow::bail!("gate charts pull needs --charts DIR (the mirror to fill)");
     }
-    let config = config(args, quiet, true)?;
+    let (config, _) = config(args, quiet, true)?;
     match render::render(&config, revision) {
         Ok(rendering) => {
             if !quiet {
@@ -999,7 +1110,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("gate: {error:#}");
-            ExitCode::from(1)
+            if error.downcast_ref::<Usage>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

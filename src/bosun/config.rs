@@ -170,6 +170,16 @@ pub struct RenderLimitsConfig {
     /// decide, never green).
     #[serde(default)]
     pub allow_unconfined: bool,
+    /// The remote render cache the gate's default-branch runs fill (`s3://bucket/prefix`;
+    /// endpoint, region and credentials from the AWS variables of Bosun's environment). Bosun
+    /// only reads it: it renders pull requests, and never holds the signing key
+    /// (docs/safety-model.md).
+    #[serde(default)]
+    pub cache_url: Option<String>,
+    /// The public key the remote cache's entries must be signed with (base64); required with
+    /// `cacheUrl`.
+    #[serde(default)]
+    pub cache_public_key: Option<String>,
 }
 
 impl Default for RenderLimitsConfig {
@@ -179,6 +189,8 @@ impl Default for RenderLimitsConfig {
             memory_mib: default_render_memory(),
             kustomize_enable_helm: false,
             allow_unconfined: false,
+            cache_url: None,
+            cache_public_key: None,
         }
     }
 }
@@ -636,6 +648,20 @@ impl Config {
         for glob in config.deny.iter().chain(&config.allow) {
             globset::Glob::new(glob)
                 .map_err(|e| ConfigError::Invalid(format!("{origin}: glob {glob:?}: {e}")))?;
+        }
+        if let Some(url) = &config.render.cache_url {
+            crate::remote_cache::Location::parse(url)
+                .map_err(|e| ConfigError::Invalid(format!("{origin}: render.cacheUrl: {e}")))?;
+            if config.render.cache_public_key.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "{origin}: render.cacheUrl needs render.cachePublicKey, the key its entries are signed with"
+                )));
+            }
+        }
+        if let Some(key) = &config.render.cache_public_key {
+            crate::remote_cache::Trust::from_keys(Some(key), None).map_err(|e| {
+                ConfigError::Invalid(format!("{origin}: render.cachePublicKey: {e}"))
+            })?;
         }
         let model = &config.model;
         crate::model::Rules::new(&model.redact.keys, &model.redact.values)

@@ -27,7 +27,7 @@ mod sink;
 mod verdict;
 
 pub use self::comments::attempts_of;
-pub use self::setup::render_config;
+pub use self::setup::{remote_cache, render_config};
 
 use self::git_ops::Checkouts;
 
@@ -107,6 +107,8 @@ pub struct Bosun {
     pub model: Option<Arc<dyn crate::model::Model>>,
     /// The release-notes reader (`releaseNotes.enabled: false`: None), with its caches.
     pub notes: Option<Arc<super::notes::Notes>>,
+    /// The remote render cache bosun.yaml's `render.cacheUrl` names, read-only.
+    pub remote_cache: Option<Arc<crate::remote_cache::RemoteCache>>,
 }
 
 impl Bosun {

@@ -1,23 +1,58 @@
-//! The persistent render cache: helm/kustomize output keyed by a digest of every input.
+//! The persistent render cache: helm/kustomize output keyed by a digest of every input. The
+//! disk is the first level; a second level (the gate's remote cache in object storage,
+//! `crate::remote_cache`) may stand behind it through [`SecondLevel`], which the render defines
+//! and never sees past.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 
 use crate::git::hex;
 
+/// A cache level behind the disk: asked for the entries the disk lacks, offered the renders
+/// that ran afresh. It answers only outputs it verified were stored for that entry by a writer
+/// it trusts (anything else is its miss), and it never makes the render wait on a write.
+pub trait SecondLevel: Send + Sync + std::fmt::Debug {
+    /// The stored outputs of these entries ([`RenderCache::entry`]), in their order; `None`
+    /// where it has none it believes.
+    fn fetch(&self, entries: &[String]) -> Vec<Option<String>>;
+    /// The output of a render that ran afresh under `entry`; returns at once.
+    fn offer(&self, entry: &str, text: String);
+}
+
+/// Which level answered a lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Disk,
+    Second,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct RenderCache {
     dir: Option<PathBuf>,
+    second: Option<Arc<dyn SecondLevel>>,
 }
 
 impl RenderCache {
     pub fn disabled() -> Self {
-        RenderCache { dir: None }
+        RenderCache {
+            dir: None,
+            second: None,
+        }
     }
 
     pub fn at(dir: PathBuf) -> Self {
-        RenderCache { dir: Some(dir) }
+        RenderCache {
+            dir: Some(dir),
+            second: None,
+        }
+    }
+
+    /// This cache with `second` behind the disk.
+    pub fn with_second_level(mut self, second: Arc<dyn SecondLevel>) -> Self {
+        self.second = Some(second);
+        self
     }
 
     /// `$GATE_CACHE_DIR`, else `$XDG_CACHE_HOME/gitops-gate`, else `~/.cache/gitops-gate`.
@@ -53,6 +88,43 @@ impl RenderCache {
 
     pub fn get(&self, key: &str) -> Option<String> {
         std::fs::read_to_string(self.path(key)?).ok()
+    }
+
+    /// The stored outputs of these entries, in their order, and the level that had each: the
+    /// disk first; what it lacks is asked of the second level in one batch, and what that
+    /// answers is written to the disk.
+    pub fn lookup(&self, entries: &[String]) -> Vec<Option<(String, Level)>> {
+        let mut found: Vec<Option<(String, Level)>> = entries
+            .iter()
+            .map(|entry| self.get(entry).map(|text| (text, Level::Disk)))
+            .collect();
+        let Some(second) = &self.second else {
+            return found;
+        };
+        let (missing, asked): (Vec<usize>, Vec<String>) = found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.is_none())
+            .map(|(i, _)| (i, entries[i].clone()))
+            .unzip();
+        if asked.is_empty() {
+            return found;
+        }
+        for (i, text) in missing.into_iter().zip(second.fetch(&asked)) {
+            if let Some(text) = text {
+                self.put(&entries[i], &text);
+                found[i] = Some((text, Level::Second));
+            }
+        }
+        found
+    }
+
+    /// Stores a render that ran afresh: on the disk, and offered to the second level.
+    pub fn store(&self, entry: &str, text: String) {
+        self.put(entry, &text);
+        if let Some(second) = &self.second {
+            second.offer(entry, text);
+        }
     }
 
     /// Stores a render; a failure to write only costs a re-render next time.
@@ -146,6 +218,63 @@ mod tests {
             Some("kind: A\n")
         );
         assert_eq!(cache.get(&RenderCache::entry(key, "helm v4.1.5")), None);
+    }
+
+    /// A second level that holds what it is given and records what it is asked.
+    #[derive(Debug, Default)]
+    struct Remote {
+        held: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+        asked: std::sync::Mutex<Vec<Vec<String>>>,
+    }
+
+    impl SecondLevel for Remote {
+        fn fetch(&self, entries: &[String]) -> Vec<Option<String>> {
+            self.asked.lock().unwrap().push(entries.to_vec());
+            let held = self.held.lock().unwrap();
+            entries.iter().map(|e| held.get(e).cloned()).collect()
+        }
+        fn offer(&self, entry: &str, text: String) {
+            self.held.lock().unwrap().insert(entry.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn the_second_level_answers_what_the_disk_lacks_and_fills_the_disk() {
+        let remote = Arc::new(Remote::default());
+        let writer_disk = tempfile::tempdir().unwrap();
+        let writer =
+            RenderCache::at(writer_disk.path().to_path_buf()).with_second_level(remote.clone());
+        writer.store("a", "kind: A\n".into());
+        assert_eq!(
+            writer.get("a").as_deref(),
+            Some("kind: A\n"),
+            "the disk too"
+        );
+        // A new runner: an empty disk, the same second level.
+        let reader_disk = tempfile::tempdir().unwrap();
+        let reader =
+            RenderCache::at(reader_disk.path().to_path_buf()).with_second_level(remote.clone());
+        reader.put("b", "kind: B\n");
+        let entries = ["a".to_string(), "b".to_string(), "c".to_string()];
+        assert_eq!(
+            reader.lookup(&entries),
+            vec![
+                Some(("kind: A\n".to_string(), Level::Second)),
+                Some(("kind: B\n".to_string(), Level::Disk)),
+                None
+            ]
+        );
+        assert_eq!(
+            remote.asked.lock().unwrap().last().unwrap(),
+            &vec!["a".to_string(), "c".to_string()],
+            "only what the disk lacks, in one batch"
+        );
+        // The second level's answer is on the disk now: asked again, the disk answers.
+        assert_eq!(
+            reader.lookup(&entries[..1]),
+            vec![Some(("kind: A\n".to_string(), Level::Disk))]
+        );
+        assert_eq!(remote.asked.lock().unwrap().len(), 1);
     }
 
     #[test]

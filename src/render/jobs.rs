@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::engine::Engine;
-use crate::render::cache::RenderCache;
+use crate::render::cache::{Level, RenderCache};
 use crate::render::progress;
 use crate::render::source::RenderJob;
 use crate::render::tools::Tool;
@@ -54,6 +54,7 @@ impl Engine<'_> {
         let mut to_parse = Vec::new();
         let mut theirs = Vec::new();
         let mut guard = parsed::ClaimGuard::new(&self.config.parsed);
+        let mut mine = Vec::new();
         for (key, job) in unique {
             match self.config.parsed.claim(&key) {
                 parsed::Claim::Done(parsed) => {
@@ -68,16 +69,26 @@ impl Engine<'_> {
                 parsed::Claim::Mine => guard.hold(&key),
             }
             let entry = RenderCache::entry(&key, &self.tools_of(&job));
-            if let Some(text) = self.config.cache.get(&entry) {
-                self.stats.cache_hits += 1;
-                progress::cache_hit();
-                to_parse.push(parsed::Output {
-                    key,
-                    label: "cached render".into(),
-                    text,
-                });
-            } else {
-                to_run.push((key, entry, job));
+            mine.push((key, entry, job));
+        }
+        // The disk, then (one batch for the wave) the second level for what the disk lacks.
+        let entries: Vec<String> = mine.iter().map(|(_, entry, _)| entry.clone()).collect();
+        let found = self.config.cache.lookup(&entries);
+        for ((key, entry, job), found) in mine.into_iter().zip(found) {
+            match found {
+                Some((text, level)) => {
+                    self.stats.cache_hits += 1;
+                    if level == Level::Second {
+                        self.stats.remote_hits += 1;
+                    }
+                    progress::cache_hit();
+                    to_parse.push(parsed::Output {
+                        key,
+                        label: "cached render".into(),
+                        text,
+                    });
+                }
+                None => to_run.push((key, entry, job)),
             }
         }
         for (_, _, job) in &to_run {
@@ -117,7 +128,7 @@ impl Engine<'_> {
                         .unwrap_or((output.key.clone(), Err("no parse result".into())));
                     trace(&key[..8], "job parsed");
                     if parsed.is_ok() {
-                        config.cache.put(&entry, &output.text);
+                        config.cache.store(&entry, output.text);
                     }
                     (key, parsed)
                 }

@@ -187,7 +187,10 @@ pub struct RenderStats {
     pub unique_renders: usize,
     pub helm_runs: usize,
     pub kustomize_runs: usize,
+    /// Renders read from the cache: the disk's and the second level's.
     pub cache_hits: usize,
+    /// Of those, the ones the second level (the remote cache) answered.
+    pub remote_hits: usize,
     /// A sharded render ([`render_shard`]): Applications of other shards whose origin this
     /// shard saw credited to a parent (the same Application reached from a file and from a
     /// parent), by identity (`Application namespace/name`).

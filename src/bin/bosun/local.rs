@@ -61,12 +61,16 @@ pub async fn repair(cli: &super::Cli, config: &Config, args: Args<'_>) -> Result
     let workdir = local_workdir(config)?;
     let model = gitops_loop::model::from_config(&config.model)
         .map_err(|e| anyhow::anyhow!("bosun.yaml: model: {e}"))?;
+    let remote =
+        gitops_loop::bosun::runner::remote_cache(config, |line| eprintln!("bosun: {line}"))
+            .map_err(anyhow::Error::msg)?;
     // Offline: charts come from the mirror (`gate charts pull` fills it).
     let render_config = |dir: &Path| {
         gitops_loop::bosun::runner::render_config(
             config,
             &workdir,
             (&helm, kubectl.as_ref()),
+            remote.as_ref(),
             dir,
             &repo_url,
             inventory.clone(),

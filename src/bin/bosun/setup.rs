@@ -110,9 +110,13 @@ pub(super) async fn bosun(cli: &Cli, config: Config) -> Result<Bosun> {
             .to_string(),
         _ => token,
     };
+    let remote_cache =
+        gitops_loop::bosun::runner::remote_cache(&config, |line| tracing::warn!("{line}"))
+            .map_err(anyhow::Error::msg)?;
     Ok(Bosun {
         model,
         notes,
+        remote_cache,
         config,
         forge,
         token: git_token,

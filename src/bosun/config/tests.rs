@@ -133,3 +133,44 @@ fn the_operators_redaction_rules_are_read_and_a_bad_pattern_is_refused() {
     .unwrap_err();
     assert!(err.to_string().contains("model.redact.values"), "{err}");
 }
+
+#[test]
+fn a_remote_render_cache_needs_the_public_key_its_entries_are_signed_with() {
+    let base =
+        "forge: {apiUrl: x}\nrepositories: [{slug: a/b, url: u}]\ninventory: {kubernetes: {}}\n";
+    let (_, public) = crate::remote_cache::generate_keys().unwrap();
+    let config = Config::parse(
+        &format!(
+            "{base}render: {{cacheUrl: 's3://gate-cache/fleet', cachePublicKey: '{public}'}}\n"
+        ),
+        "b.yaml",
+    )
+    .unwrap();
+    assert_eq!(
+        config.render.cache_url.as_deref(),
+        Some("s3://gate-cache/fleet")
+    );
+    assert_eq!(
+        config.render.cache_public_key.as_deref(),
+        Some(public.as_str())
+    );
+    for (render, says) in [
+        (
+            "{cacheUrl: 's3://gate-cache/fleet'}",
+            "needs render.cachePublicKey",
+        ),
+        (
+            "{cacheUrl: 'https://gate-cache/fleet', cachePublicKey: 'x'}",
+            "render.cacheUrl",
+        ),
+        (
+            "{cacheUrl: 's3://gate-cache', cachePublicKey: 'not a key'}",
+            "render.cachePublicKey",
+        ),
+    ] {
+        let err = Config::parse(&format!("{base}render: {render}\n"), "b.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(says), "{render}: {err}");
+    }
+}

@@ -113,6 +113,7 @@ impl Bosun {
             &self.config,
             &self.workdir,
             (&self.helm, self.kubectl.as_ref()),
+            self.remote_cache.as_ref(),
             &checkout,
             url,
             inventory,

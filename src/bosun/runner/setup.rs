@@ -1,6 +1,7 @@
 //! The render setup of a triage: render configuration, live inventory, chart pulls.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::TriageError;
 use crate::bosun::config::{Config, InventoryConfig};
@@ -13,16 +14,23 @@ use crate::render::tools::Tool;
 use crate::render::{self, RenderConfig};
 
 /// How Bosun renders a checkout (a triage's or `bosun repair`'s): its chart mirror, render
-/// cache and limits from bosun.yaml, the tools it found.
+/// cache (with the remote one behind it, when bosun.yaml names one) and limits from
+/// bosun.yaml, the tools it found.
+#[allow(clippy::too_many_arguments)]
 pub fn render_config(
     config: &Config,
     workdir: &Path,
     (helm, kubectl): (&Tool, Option<&Tool>),
+    remote: Option<&Arc<crate::remote_cache::RemoteCache>>,
     checkout: &Path,
     url: &str,
     inventory: Inventory,
     chart_pulls: ChartPulls,
 ) -> RenderConfig {
+    let mut cache = RenderCache::at(workdir.join("render-cache"));
+    if let Some(remote) = remote {
+        cache = cache.with_second_level(remote.clone());
+    }
     RenderConfig {
         repo_dir: checkout.to_path_buf(),
         repo_url: Some(url.to_string()),
@@ -37,7 +45,7 @@ pub fn render_config(
         git_mirrors: Vec::new(),
         helm: helm.clone(),
         kubectl: kubectl.cloned(),
-        cache: RenderCache::at(workdir.join("render-cache")),
+        cache,
         max_depth: render::DEFAULT_MAX_DEPTH,
         jobs: std::thread::available_parallelism()
             .map(|n| n.get())
@@ -52,6 +60,25 @@ pub fn render_config(
         kustomize_enable_helm: config.render.kustomize_enable_helm,
         parsed: Default::default(),
     }
+}
+
+/// The remote render cache bosun.yaml names (`render.cacheUrl`), read-only whatever the
+/// environment holds: Bosun renders pull requests, so it never writes what other runs believe.
+/// Its warnings go to `log`.
+pub fn remote_cache(
+    config: &Config,
+    log: impl Fn(&str) + Send + Sync + 'static,
+) -> Result<Option<Arc<crate::remote_cache::RemoteCache>>, String> {
+    let Some(url) = &config.render.cache_url else {
+        return Ok(None);
+    };
+    let trust =
+        crate::remote_cache::Trust::from_keys(config.render.cache_public_key.as_deref(), None)
+            .map_err(|e| format!("bosun.yaml: render.cacheUrl: {e}"))?;
+    let max = config.render.limits().output_bytes as u64;
+    crate::remote_cache::RemoteCache::open(url, trust, max, Arc::new(log))
+        .map(|remote| Some(Arc::new(remote)))
+        .map_err(|e| format!("bosun.yaml: render.cacheUrl: {e}"))
 }
 
 /// The cluster inventory `config` names: a file, Argo CD's API (its token from the environment

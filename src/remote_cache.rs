@@ -1,0 +1,876 @@
+//! The remote render cache: the second level behind the disk cache
+//! (`render::cache::SecondLevel`), in object storage every runner shares (`gate --cache-url
+//! s3://bucket/prefix`, bosun.yaml `render.cacheUrl`). The render never sees it: it asks the
+//! trait, and this room answers from S3 (or an S3-compatible store) through `object_store`.
+//!
+//! An entry is one object, `<prefix>/render/<aa>/<entry>`, named by the disk cache's entry
+//! (`RenderCache::entry`: the render key, a digest of every input of the render, and the
+//! versions of the tools that make it). Its body is a header, then the render's output:
+//!
+//! ```text
+//! gitops-gate render cache v1
+//! entry <the entry: 64 hex digits>
+//! sha256 <SHA-256 of the output: 64 hex digits>
+//! size <the output's length in bytes>
+//! signature <Ed25519 signature of the four lines above, base64>
+//!
+//! <the output>
+//! ```
+//!
+//! A read believes an object only when every line holds: the entry asked for (an honest
+//! object stored under another name is foreign), the output's length and digest (a truncated
+//! or corrupted one), and a signature by the trusted public key (a writer without the signing
+//! key, such as a pull request's run: docs/safety-model.md). Anything else is a miss, counted
+//! and logged, and the render runs as if the store were empty.
+//!
+//! The store is reached on a runtime of this room's own (one worker thread), so neither the
+//! render nor the gate's binary needs async: a lookup is one batch, answered over a channel;
+//! a write is handed to the runtime and the caller goes on; [`RemoteCache::finish`] waits for
+//! the writes a bounded time before the process exits. A store that cannot be reached (refused
+//! connection, timeout, credentials refused) turns the remote cache off with one warning line:
+//! the run goes on with the disk cache only, and is retried after [`DEGRADED_FOR`].
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use futures::StreamExt as _;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::path::Path as ObjectPath;
+use object_store::{
+    BackoffConfig, ClientOptions, GetOptions, ObjectStore, PutOptions, PutPayload, RetryConfig,
+};
+use ring::signature::{ED25519, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
+use sha2::{Digest as _, Sha256};
+
+use crate::git::hex;
+use crate::render::cache::SecondLevel;
+
+/// The first line of every object.
+const MAGIC: &str = "gitops-gate render cache v1";
+/// Reads (and writes) in flight at once.
+const CONCURRENCY: usize = 16;
+/// One read's whole time, retries included, before the store counts as unreachable.
+const READ_DEADLINE: Duration = Duration::from_secs(10);
+/// One write's whole time, retries included.
+const WRITE_DEADLINE: Duration = Duration::from_secs(60);
+/// Output bytes waiting to be written at once; past it a write is skipped (counted).
+const MAX_PENDING_BYTES: usize = 256 << 20;
+/// How long an unreachable store stays off (a long-running Bosun tries again after it).
+pub const DEGRADED_FOR: Duration = Duration::from_secs(300);
+/// Rejected objects named one by one on the log; the rest are counted.
+const REJECTIONS_LOGGED: usize = 10;
+
+/// Where a line for the operator goes (the gate's stderr, Bosun's log).
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Whom the remote cache believes, and whether this run may write it.
+pub struct Trust {
+    /// The Ed25519 public key an object's signature must verify with.
+    public: [u8; 32],
+    /// The signing key: held only by the runs that write (the default branch's).
+    signer: Option<Ed25519KeyPair>,
+}
+
+impl std::fmt::Debug for Trust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trust")
+            .field("public", &B64.encode(self.public))
+            .field("writes", &self.signer.is_some())
+            .finish()
+    }
+}
+
+const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
+
+/// A 32-byte key in base64 (surrounding whitespace ignored).
+fn key_bytes(text: &str, what: &str) -> Result<[u8; 32], String> {
+    let bytes = B64
+        .decode(text.trim())
+        .map_err(|_| format!("{what} is not base64"))?;
+    <[u8; 32]>::try_from(bytes.as_slice())
+        .map_err(|_| format!("{what} is {} bytes, not 32", bytes.len()))
+}
+
+impl Trust {
+    /// From the public key (`--cache-public-key`, `GATE_CACHE_PUBLIC_KEY`) and the signing
+    /// key (`GATE_CACHE_SIGNING_KEY`: the Ed25519 seed), both base64. With the signing key the
+    /// run writes, and its public key is the one trusted (a public key given beside it must be
+    /// that one); with the public key only it reads; with neither there is no trust to read by.
+    pub fn from_keys(public: Option<&str>, signing: Option<&str>) -> Result<Trust, String> {
+        let public = public
+            .filter(|k| !k.trim().is_empty())
+            .map(|k| key_bytes(k, "the cache's public key"))
+            .transpose()?;
+        let signer = signing
+            .filter(|k| !k.trim().is_empty())
+            .map(|k| {
+                let seed = key_bytes(k, "GATE_CACHE_SIGNING_KEY")?;
+                Ed25519KeyPair::from_seed_unchecked(&seed)
+                    .map_err(|_| "GATE_CACHE_SIGNING_KEY is no Ed25519 key".to_string())
+            })
+            .transpose()?;
+        match (public, signer) {
+            (_, Some(signer)) => {
+                let own = <[u8; 32]>::try_from(signer.public_key().as_ref())
+                    .map_err(|_| "an Ed25519 public key of another length".to_string())?;
+                if public.is_some_and(|p| p != own) {
+                    return Err(
+                        "GATE_CACHE_SIGNING_KEY is not the key of the cache's public key"
+                            .to_string(),
+                    );
+                }
+                Ok(Trust {
+                    public: own,
+                    signer: Some(signer),
+                })
+            }
+            (Some(public), None) => Ok(Trust {
+                public,
+                signer: None,
+            }),
+            (None, None) => Err(
+                "a remote cache needs the key its entries are signed with: --cache-public-key KEY (GATE_CACHE_PUBLIC_KEY) to read, GATE_CACHE_SIGNING_KEY to write too (docs/gate.md, remote render cache)"
+                    .to_string(),
+            ),
+        }
+    }
+
+    /// Whether this run writes the remote cache.
+    pub fn writes(&self) -> bool {
+        self.signer.is_some()
+    }
+
+    /// The trusted public key, base64.
+    pub fn public_key(&self) -> String {
+        B64.encode(self.public)
+    }
+
+    /// An object's header for `output` under `entry`, signed; `None` without the signing key.
+    fn seal(&self, entry: &str, output: &[u8]) -> Option<String> {
+        let signer = self.signer.as_ref()?;
+        let signed = signed_lines(entry, &hex(&Sha256::digest(output)), output.len());
+        let signature = B64.encode(signer.sign(signed.as_bytes()).as_ref());
+        Some(format!("{signed}signature {signature}\n\n"))
+    }
+
+    /// The output an object holds for `entry`, when it is whole, its own and signed by the
+    /// trusted key; otherwise why not.
+    fn open(&self, entry: &str, object: &[u8]) -> Result<String, &'static str> {
+        // The header is six short lines: found without reading the output as text.
+        let mut lines = Vec::with_capacity(6);
+        let mut starts = Vec::with_capacity(6);
+        let mut at = 0;
+        while lines.len() < 6 {
+            let end = object[at..]
+                .iter()
+                .take(512)
+                .position(|b| *b == b'\n')
+                .ok_or("not an entry of the gate's render cache")?;
+            starts.push(at);
+            lines.push(&object[at..at + end]);
+            at += end + 1;
+        }
+        fn text(line: &[u8]) -> &str {
+            std::str::from_utf8(line).unwrap_or("")
+        }
+        let field = |line: &[u8], name: &str| -> Option<String> {
+            text(line)
+                .strip_prefix(name)
+                .and_then(|v| v.strip_prefix(' '))
+                .map(str::to_string)
+        };
+        if text(lines[0]) != MAGIC || !lines[5].is_empty() {
+            return Err("not an entry of the gate's render cache");
+        }
+        let (Some(stated_entry), Some(digest), Some(size), Some(signature)) = (
+            field(lines[1], "entry"),
+            field(lines[2], "sha256"),
+            field(lines[3], "size"),
+            field(lines[4], "signature"),
+        ) else {
+            return Err("not an entry of the gate's render cache");
+        };
+        if stated_entry != entry {
+            return Err("stored under another entry's name");
+        }
+        let output = &object[at..];
+        if size.parse::<usize>().ok() != Some(output.len()) {
+            return Err("its size differs from its header's (truncated?)");
+        }
+        if hex(&Sha256::digest(output)) != digest {
+            return Err("its digest differs from its header's (corrupted?)");
+        }
+        let signature = B64
+            .decode(signature)
+            .map_err(|_| "its signature is not base64")?;
+        // The first four lines, as written.
+        let signed = &object[..starts[4]];
+        UnparsedPublicKey::new(&ED25519, &self.public)
+            .verify(signed, &signature)
+            .map_err(|_| "not signed by the trusted key")?;
+        String::from_utf8(output.to_vec()).map_err(|_| "its output is not UTF-8")
+    }
+}
+
+/// The lines a signature covers.
+fn signed_lines(entry: &str, digest: &str, size: usize) -> String {
+    format!("{MAGIC}\nentry {entry}\nsha256 {digest}\nsize {size}\n")
+}
+
+/// A fresh signing key and its public key, both base64 (`gate cache keygen`).
+pub fn generate_keys() -> Result<(String, String), String> {
+    let mut seed = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut seed)
+        .map_err(|_| "no randomness from the system".to_string())?;
+    let pair = Ed25519KeyPair::from_seed_unchecked(&seed)
+        .map_err(|_| "no Ed25519 key from the seed".to_string())?;
+    Ok((B64.encode(seed), B64.encode(pair.public_key().as_ref())))
+}
+
+/// `s3://bucket/prefix`, checked: a bucket name S3 accepts, a prefix of plain path segments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub bucket: String,
+    pub prefix: String,
+}
+
+impl Location {
+    pub fn parse(url: &str) -> Result<Location, String> {
+        let rest = url.strip_prefix("s3://").ok_or_else(|| {
+            format!("{url:?}: the remote cache takes s3://BUCKET/PREFIX (S3, or an S3-compatible store through AWS_ENDPOINT_URL)")
+        })?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let bucket_ok = (3..=63).contains(&bucket.len())
+            && bucket
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+            && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !bucket_ok {
+            return Err(format!(
+                "{url:?}: {bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, dots and hyphens)"
+            ));
+        }
+        let prefix = prefix.trim_end_matches('/');
+        let prefix_ok = prefix.is_empty()
+            || prefix.split('/').all(|segment| {
+                !segment.is_empty()
+                    && segment != "."
+                    && segment != ".."
+                    && segment
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+            });
+        if !prefix_ok {
+            return Err(format!(
+                "{url:?}: the prefix must be path segments of letters, digits, '.', '-' and '_'"
+            ));
+        }
+        Ok(Location {
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+        })
+    }
+
+    /// The object of an entry.
+    fn object(&self, entry: &str) -> ObjectPath {
+        let name = format!("render/{}/{entry}", &entry[..2.min(entry.len())]);
+        if self.prefix.is_empty() {
+            ObjectPath::from(name)
+        } else {
+            ObjectPath::from(format!("{}/{name}", self.prefix))
+        }
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.prefix.is_empty() {
+            write!(f, "s3://{}", self.bucket)
+        } else {
+            write!(f, "s3://{}/{}", self.bucket, self.prefix)
+        }
+    }
+}
+
+/// What a run's remote cache did, for the stats line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub location: String,
+    /// Entries read and believed.
+    pub hits: usize,
+    /// Entries asked for and not believed: absent, rejected, or the store unreachable.
+    pub misses: usize,
+    /// Of the misses, objects that were there and were not believed.
+    pub rejected: usize,
+    /// Entries written.
+    pub written: usize,
+    /// Writes that failed, were skipped (the store unreachable, too much waiting) or did not
+    /// finish in time.
+    pub write_failures: usize,
+    pub read_only: bool,
+    /// The store could not be reached at some point of the run.
+    pub unreachable: bool,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "remote cache {}: {} hits, {} misses ({} rejected), ",
+            self.location, self.hits, self.misses, self.rejected
+        )?;
+        if self.read_only {
+            write!(f, "read-only")?;
+        } else {
+            write!(
+                f,
+                "{} written, {} write failures",
+                self.written, self.write_failures
+            )?;
+        }
+        if self.unreachable {
+            write!(f, "; unreachable, the local cache only")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicUsize,
+    misses: AtomicUsize,
+    rejected: AtomicUsize,
+    written: AtomicUsize,
+    write_failures: AtomicUsize,
+    /// Writes handed to the runtime and not finished.
+    in_flight: AtomicUsize,
+    pending_bytes: AtomicUsize,
+}
+
+/// What the runtime's tasks share.
+struct Shared {
+    store: Arc<dyn ObjectStore>,
+    location: Location,
+    trust: Trust,
+    max_object_bytes: u64,
+    counters: Counters,
+    /// Until when the store counts as unreachable.
+    degraded_until: Mutex<Option<Instant>>,
+    /// Ever unreachable in this process.
+    was_unreachable: std::sync::atomic::AtomicBool,
+    log: Log,
+    limit: tokio::sync::Semaphore,
+}
+
+impl Shared {
+    fn degraded(&self) -> bool {
+        self.degraded_until
+            .lock()
+            .map(|until| until.is_some_and(|t| Instant::now() < t))
+            .unwrap_or(false)
+    }
+
+    /// The store is unreachable: off for [`DEGRADED_FOR`], said once.
+    fn degrade(&self, why: &str) {
+        let Ok(mut until) = self.degraded_until.lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let already = until.is_some_and(|t| now < t);
+        *until = Some(now + DEGRADED_FOR);
+        self.was_unreachable.store(true, Ordering::Relaxed);
+        if !already {
+            (self.log)(&format!(
+                "remote cache {} unreachable ({}): rendering with the local cache only",
+                self.location,
+                one_line(why)
+            ));
+        }
+    }
+
+    fn reject(&self, entry: &str, why: &str) {
+        let n = self.counters.rejected.fetch_add(1, Ordering::Relaxed);
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        if n < REJECTIONS_LOGGED {
+            (self.log)(&format!(
+                "remote cache {}: {} not believed, rendered instead: {why}",
+                self.location,
+                self.location.object(entry)
+            ));
+        } else if n == REJECTIONS_LOGGED {
+            (self.log)(&format!(
+                "remote cache {}: more objects not believed (counted, not named)",
+                self.location
+            ));
+        }
+    }
+
+    /// One entry: its output when the store has an object for it that [`Trust::open`] believes.
+    async fn read(self: Arc<Self>, entry: String) -> Option<String> {
+        let miss = || {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            None
+        };
+        if self.degraded() {
+            return miss();
+        }
+        let _permit = self.limit.acquire().await.ok()?;
+        if self.degraded() {
+            return miss();
+        }
+        let path = self.location.object(&entry);
+        let got = tokio::time::timeout(READ_DEADLINE, async {
+            // The trait's own methods: their futures are Send (the runtime's tasks need it).
+            let got = self.store.get_opts(&path, GetOptions::default()).await?;
+            if got.meta.size > self.max_object_bytes {
+                return Ok(None);
+            }
+            got.bytes().await.map(Some)
+        })
+        .await;
+        match got {
+            Err(_) => {
+                self.degrade(&format!("no answer in {} s", READ_DEADLINE.as_secs()));
+                miss()
+            }
+            Ok(Err(object_store::Error::NotFound { .. })) => miss(),
+            Ok(Err(error)) => {
+                self.degrade(&error.to_string());
+                miss()
+            }
+            Ok(Ok(None)) => {
+                self.reject(&entry, "larger than a render may be");
+                None
+            }
+            Ok(Ok(Some(object))) => match self.trust.open(&entry, &object) {
+                Ok(output) => {
+                    self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                    Some(output)
+                }
+                Err(why) => {
+                    self.reject(&entry, why);
+                    None
+                }
+            },
+        }
+    }
+
+    async fn write(self: Arc<Self>, entry: String, output: String) {
+        let len = output.len();
+        let done = async {
+            let _permit = self.limit.acquire().await.ok()?;
+            if self.degraded() {
+                return None;
+            }
+            let header = self.trust.seal(&entry, output.as_bytes())?;
+            let payload = PutPayload::from_iter([Bytes::from(header), Bytes::from(output)]);
+            let path = self.location.object(&entry);
+            let put = self.store.put_opts(&path, payload, PutOptions::default());
+            match tokio::time::timeout(WRITE_DEADLINE, put).await {
+                Ok(Ok(_)) => Some(()),
+                Ok(Err(error)) => {
+                    self.write_failed(&error.to_string());
+                    None
+                }
+                Err(_) => {
+                    self.write_failed(&format!("no answer in {} s", WRITE_DEADLINE.as_secs()));
+                    None
+                }
+            }
+        }
+        .await;
+        match done {
+            Some(()) => self.counters.written.fetch_add(1, Ordering::Relaxed),
+            None => self.counters.write_failures.fetch_add(1, Ordering::Relaxed),
+        };
+        self.counters
+            .pending_bytes
+            .fetch_sub(len, Ordering::Relaxed);
+        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// The first write failure is said; the rest are counted for the stats line.
+    fn write_failed(&self, why: &str) {
+        if self.counters.write_failures.load(Ordering::Relaxed) == 0 {
+            (self.log)(&format!(
+                "remote cache {}: a write failed ({}); failures are counted",
+                self.location,
+                one_line(why)
+            ));
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect()
+}
+
+/// The remote render cache of one process: give it to the render as its second level
+/// (`RenderCache::with_second_level`), and call [`RemoteCache::finish`] before exiting.
+pub struct RemoteCache {
+    shared: Arc<Shared>,
+    handle: tokio::runtime::Handle,
+    /// Kept for its threads; shut down without waiting when dropped (possibly inside another
+    /// runtime, where a blocking shutdown is not allowed).
+    runtime: Option<tokio::runtime::Runtime>,
+    writes: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for RemoteCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteCache")
+            .field("location", &self.shared.location.to_string())
+            .field("trust", &self.shared.trust)
+            .finish()
+    }
+}
+
+impl Drop for RemoteCache {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl RemoteCache {
+    /// The remote cache at `url` (`s3://bucket/prefix`): endpoint, region and credentials
+    /// from the usual AWS variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ALLOW_HTTP`, web identity...).
+    /// Nothing is asked of the store yet. `max_object_bytes`: the largest object read (the
+    /// render output cap).
+    pub fn open(
+        url: &str,
+        trust: Trust,
+        max_object_bytes: u64,
+        log: Log,
+    ) -> Result<RemoteCache, String> {
+        let location = Location::parse(url)?;
+        crate::forge::github::install_crypto_provider();
+        let mut builder = AmazonS3Builder::new()
+            .with_client_options(
+                ClientOptions::new()
+                    .with_connect_timeout(Duration::from_secs(2))
+                    .with_timeout(Duration::from_secs(30)),
+            )
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig {
+                    init_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(1),
+                    base: 2.0,
+                },
+                max_retries: 2,
+                retry_timeout: Duration::from_secs(10),
+            });
+        for (key, value) in std::env::vars_os() {
+            let (Some(key), Some(value)) = (key.to_str(), value.to_str()) else {
+                continue;
+            };
+            if !key.starts_with("AWS_") {
+                continue;
+            }
+            if let Ok(key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
+                && key != AmazonS3ConfigKey::Bucket
+            {
+                builder = builder.with_config(key, value);
+            }
+        }
+        let store = builder
+            .with_bucket_name(&location.bucket)
+            .build()
+            .map_err(|e| format!("remote cache {location}: {}", one_line(&e.to_string())))?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("gate-remote-cache")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("remote cache: no runtime: {e}"))?;
+        Ok(RemoteCache {
+            shared: Arc::new(Shared {
+                store: Arc::new(store),
+                location,
+                trust,
+                max_object_bytes: max_object_bytes.saturating_add(1024),
+                counters: Counters::default(),
+                degraded_until: Mutex::new(None),
+                was_unreachable: Default::default(),
+                log,
+                limit: tokio::sync::Semaphore::new(CONCURRENCY),
+            }),
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+            writes: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn location(&self) -> String {
+        self.shared.location.to_string()
+    }
+
+    /// Waits at most `within` for the writes handed over so far; those still running then are
+    /// counted as failures (an object is written whole or not at all). The counts so far.
+    pub fn finish(&self, within: Duration) -> Summary {
+        let writes = self
+            .writes
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default();
+        if !writes.is_empty() {
+            let (tx, rx) = std::sync::mpsc::channel();
+            self.handle.spawn(async move {
+                let all = futures::future::join_all(writes);
+                let _ = tx.send(tokio::time::timeout(within, all).await.is_ok());
+            });
+            let finished = rx
+                .recv_timeout(within + Duration::from_secs(1))
+                .unwrap_or(false);
+            if !finished {
+                let left = self.shared.counters.in_flight.load(Ordering::Relaxed);
+                (self.shared.log)(&format!(
+                    "remote cache {}: {left} writes still running after {} s, left unfinished",
+                    self.shared.location,
+                    within.as_secs()
+                ));
+                self.shared
+                    .counters
+                    .write_failures
+                    .fetch_add(left, Ordering::Relaxed);
+            }
+        }
+        self.summary()
+    }
+
+    /// The counts so far.
+    pub fn summary(&self) -> Summary {
+        let c = &self.shared.counters;
+        Summary {
+            location: self.shared.location.to_string(),
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            rejected: c.rejected.load(Ordering::Relaxed),
+            written: c.written.load(Ordering::Relaxed),
+            write_failures: c.write_failures.load(Ordering::Relaxed),
+            read_only: !self.shared.trust.writes(),
+            unreachable: self.shared.was_unreachable.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl SecondLevel for RemoteCache {
+    fn fetch(&self, entries: &[String]) -> Vec<Option<String>> {
+        if entries.is_empty() {
+            return Vec::new();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let shared = self.shared.clone();
+        let asked = entries.to_vec();
+        self.handle.spawn(async move {
+            let found: Vec<Option<String>> =
+                futures::stream::iter(asked.into_iter().map(|entry| shared.clone().read(entry)))
+                    .buffered(CONCURRENCY)
+                    .collect()
+                    .await;
+            let _ = tx.send(found);
+        });
+        rx.recv().unwrap_or_else(|_| vec![None; entries.len()])
+    }
+
+    fn offer(&self, entry: &str, text: String) {
+        let shared = &self.shared;
+        if !shared.trust.writes() {
+            return;
+        }
+        let c = &shared.counters;
+        if shared.degraded() {
+            c.write_failures.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if c.pending_bytes.fetch_add(text.len(), Ordering::Relaxed) + text.len() > MAX_PENDING_BYTES
+        {
+            c.pending_bytes.fetch_sub(text.len(), Ordering::Relaxed);
+            shared.write_failed(&format!(
+                "over {} MiB waiting to be written",
+                MAX_PENDING_BYTES >> 20
+            ));
+            c.write_failures.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        c.in_flight.fetch_add(1, Ordering::Relaxed);
+        let task = self
+            .handle
+            .spawn(shared.clone().write(entry.to_string(), text));
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.retain(|w| !w.is_finished());
+            writes.push(task);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ENTRY: &str = "0f1e2d3c4b5a69780f1e2d3c4b5a69780f1e2d3c4b5a69780f1e2d3c4b5a6978";
+    const OTHER: &str = "aa1e2d3c4b5a69780f1e2d3c4b5a69780f1e2d3c4b5a69780f1e2d3c4b5a6978";
+
+    fn writer() -> (Trust, String) {
+        let (signing, public) = generate_keys().unwrap();
+        (Trust::from_keys(None, Some(&signing)).unwrap(), public)
+    }
+
+    fn object(trust: &Trust, entry: &str, output: &str) -> Vec<u8> {
+        let mut object = trust.seal(entry, output.as_bytes()).unwrap().into_bytes();
+        object.extend_from_slice(output.as_bytes());
+        object
+    }
+
+    #[test]
+    fn a_sealed_output_opens_for_its_entry_under_the_trusted_key_only() {
+        let (trust, public) = writer();
+        let reader = Trust::from_keys(Some(&public), None).unwrap();
+        assert!(trust.writes() && !reader.writes());
+        assert_eq!(reader.public_key(), public);
+        let output = "kind: ConfigMap\nmetadata:\n  name: a\n";
+        let sealed = object(&trust, ENTRY, output);
+        assert_eq!(reader.open(ENTRY, &sealed).as_deref(), Ok(output));
+        // An empty output is an output.
+        assert_eq!(
+            reader.open(ENTRY, &object(&trust, ENTRY, "")).as_deref(),
+            Ok("")
+        );
+        // Another entry's honest object, stored under this name.
+        assert_eq!(
+            reader.open(OTHER, &sealed),
+            Err("stored under another entry's name")
+        );
+        // Corrupted: one byte of the output changed.
+        let mut corrupted = sealed.clone();
+        let last = corrupted.len() - 2;
+        corrupted[last] = b'b';
+        assert_eq!(
+            reader.open(ENTRY, &corrupted),
+            Err("its digest differs from its header's (corrupted?)")
+        );
+        // Truncated, in the output or in the header.
+        assert_eq!(
+            reader.open(ENTRY, &sealed[..sealed.len() - 5]),
+            Err("its size differs from its header's (truncated?)")
+        );
+        for cut in [0, 10, 100] {
+            assert!(reader.open(ENTRY, &sealed[..cut]).is_err(), "{cut}");
+        }
+        // Someone who can write the bucket but holds no key: a forged output with its own
+        // digest and size and a signature by another key, or the honest signature kept.
+        let (attacker, _) = writer();
+        let forged = "kind: ConfigMap\nmetadata:\n  name: forged\n";
+        assert_eq!(
+            reader.open(ENTRY, &object(&attacker, ENTRY, forged)),
+            Err("not signed by the trusted key")
+        );
+        let honest_header = String::from_utf8(sealed.clone()).unwrap();
+        let signature_line = honest_header
+            .lines()
+            .find(|l| l.starts_with("signature "))
+            .unwrap();
+        let replayed = format!(
+            "{}{signature_line}\n\n{forged}",
+            signed_lines(
+                ENTRY,
+                &hex(&Sha256::digest(forged.as_bytes())),
+                forged.len()
+            )
+        );
+        assert_eq!(
+            reader.open(ENTRY, replayed.as_bytes()),
+            Err("not signed by the trusted key")
+        );
+        // Not an entry at all.
+        assert!(reader.open(ENTRY, b"kind: ConfigMap\n").is_err());
+        assert!(reader.open(ENTRY, &[0xff; 2000]).is_err());
+    }
+
+    #[test]
+    fn keys_are_checked_where_they_enter() {
+        let (signing, public) = generate_keys().unwrap();
+        let (_, other_public) = generate_keys().unwrap();
+        assert!(Trust::from_keys(Some(&public), Some(&signing)).is_ok());
+        let err = Trust::from_keys(Some(&other_public), Some(&signing)).unwrap_err();
+        assert!(err.contains("not the key of"), "{err}");
+        let err = Trust::from_keys(None, None).unwrap_err();
+        assert!(err.contains("--cache-public-key"), "{err}");
+        assert!(Trust::from_keys(Some(""), Some("  ")).is_err());
+        let err = Trust::from_keys(Some("not base64!"), None).unwrap_err();
+        assert!(err.contains("not base64"), "{err}");
+        let err = Trust::from_keys(Some(&B64.encode([1u8; 16])), None).unwrap_err();
+        assert!(err.contains("16 bytes"), "{err}");
+        // The signing key's debug form never shows it.
+        let trust = Trust::from_keys(None, Some(&signing)).unwrap();
+        assert!(!format!("{trust:?}").contains(&signing));
+    }
+
+    #[test]
+    fn only_plain_s3_urls_are_taken() {
+        assert_eq!(
+            Location::parse("s3://gate-cache/fleet/renders/").unwrap(),
+            Location {
+                bucket: "gate-cache".into(),
+                prefix: "fleet/renders".into()
+            }
+        );
+        let bare = Location::parse("s3://gate-cache").unwrap();
+        assert_eq!(bare.prefix, "");
+        assert_eq!(bare.to_string(), "s3://gate-cache");
+        assert_eq!(bare.object(ENTRY).to_string(), format!("render/0f/{ENTRY}"));
+        assert_eq!(
+            Location::parse("s3://b12/p")
+                .unwrap()
+                .object(ENTRY)
+                .to_string(),
+            format!("p/render/0f/{ENTRY}")
+        );
+        for bad in [
+            "https://bucket/prefix",
+            "gs://bucket",
+            "s3://",
+            "s3://ab",
+            "s3://Bucket",
+            "s3://-bucket",
+            "s3://user@bucket/x",
+            "s3://bucket/../x",
+            "s3://bucket/a//b",
+            "s3://bucket/a?b",
+            "s3://bucket/a b",
+        ] {
+            assert!(Location::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_summary_line_says_what_happened() {
+        let mut summary = Summary {
+            location: "s3://b/p".into(),
+            hits: 3,
+            misses: 2,
+            rejected: 1,
+            written: 2,
+            ..Default::default()
+        };
+        assert_eq!(
+            summary.to_string(),
+            "remote cache s3://b/p: 3 hits, 2 misses (1 rejected), 2 written, 0 write failures"
+        );
+        summary.read_only = true;
+        summary.unreachable = true;
+        assert_eq!(
+            summary.to_string(),
+            "remote cache s3://b/p: 3 hits, 2 misses (1 rejected), read-only; unreachable, the local cache only"
+        );
+    }
+}
