@@ -473,7 +473,17 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
         mib(warm.tree_rss_kib),
         format!("{} helm renders", cache_entries(&cold_cache) - renders),
     ]);
-    rows.extend(remote_rows(&runner, &check_args, scratch, warm.ms)?);
+    let remote = RemoteBench {
+        runner: &runner,
+        fleet: &fleet,
+        check_args: &check_args,
+        scratch,
+        single_json: &single_json,
+        cold_ms: cold.ms,
+        warm_local_ms: warm.ms,
+        shards: shards.iter().copied().max().unwrap_or(1),
+    };
+    rows.extend(remote.rows()?);
 
     let mut critical = Vec::new();
     let mut equal_verdicts = true;
@@ -601,38 +611,254 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// A new runner with an empty local cache reading a remote cache another runner filled.
-/// Measured when this build's `gate check` takes `--cache-url` (issue 34, point 1): an S3
-/// server on loopback (`ground s3`, s3s-fs over a folder), a signing key from `gate cache
-/// keygen`, one cold run that writes the remote cache as a default-branch run would (it holds
-/// the signing key), then a run with an empty local cache that holds only the public key.
-/// Anything failing on the way makes the row say so instead of stopping the bench.
-fn remote_rows(
-    runner: &Runner,
-    check_args: &dyn Fn(&Path) -> Vec<String>,
-    scratch: &Path,
+/// The rows of the remote render cache, measured when this build's `gate check` takes
+/// `--cache-url` (issue 34, point 1): an S3 server on loopback (`ground s3`, s3s-fs over a
+/// folder) and a key pair from `gate cache keygen`; only runs holding the signing key write.
+/// - Like for like with the warm local row: a cold check that writes, then a new runner with an
+///   empty local cache reading every render of the check from the remote one.
+/// - As CI runs it: the default branch's `gate render --revision main` writes; a pull request's
+///   runner reads the base from the remote cache and renders the head; then the largest shard
+///   count again, each shard a new runner on that remote cache.
+///
+/// Anything failing on the way makes a row say so instead of stopping the bench.
+struct RemoteBench<'a> {
+    runner: &'a Runner,
+    fleet: &'a Fleet,
+    check_args: &'a dyn Fn(&Path) -> Vec<String>,
+    scratch: &'a Path,
+    single_json: &'a str,
+    cold_ms: u128,
     warm_local_ms: u128,
-) -> Result<Vec<[String; 5]>> {
-    let row = |label: &str, why: String| -> [String; 5] {
-        [label.to_string(), "-".into(), "-".into(), "-".into(), why]
-    };
-    let label = "warm remote cache, new runner (empty local cache)";
-    if !check_has_flag(&runner.gate, "--cache-url")? {
-        return Ok(vec![row(
-            label,
-            "remote cache: not available in this build (`gate check` has no --cache-url)".into(),
-        )]);
-    }
-    match remote_measured(runner, check_args, scratch, warm_local_ms) {
-        Ok(rows) => Ok(rows),
-        Err(e) => Ok(vec![row(
-            label,
-            format!(
+    shards: usize,
+}
+
+impl RemoteBench<'_> {
+    fn rows(&self) -> Result<Vec<[String; 5]>> {
+        let row = |why: String| -> [String; 5] {
+            [
+                "warm remote cache, new runner (empty local cache)".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                why,
+            ]
+        };
+        if !check_has_flag(&self.runner.gate, "--cache-url")? {
+            return Ok(vec![row(
+                "remote cache: not available in this build (`gate check` has no --cache-url)"
+                    .into(),
+            )]);
+        }
+        let mut rows = Vec::new();
+        if let Err(e) = self.measure(&mut rows) {
+            rows.push(row(format!(
                 "remote cache: could not be measured: {}",
                 one_line(&format!("{e:#}"))
-            ),
-        )]),
+            )));
+        }
+        Ok(rows)
     }
+
+    fn measure(&self, rows: &mut Vec<[String; 5]>) -> Result<()> {
+        const BUCKET: &str = "gate-cache";
+        let (server, s3_env) = start_s3(&self.scratch.join("s3"), BUCKET)?;
+        let keygen = Command::new(&self.runner.gate)
+            .args(["cache", "keygen"])
+            .output()?;
+        let keys = variables(&String::from_utf8_lossy(&keygen.stdout));
+        let key = |name: &str| {
+            keys.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+                .with_context(|| format!("`gate cache keygen` printed no {name}"))
+        };
+        let (signing, public) = (
+            key("GATE_CACHE_SIGNING_KEY")?,
+            key("GATE_CACHE_PUBLIC_KEY")?,
+        );
+        let remote = |prefix: &str, mut args: Vec<String>| {
+            args.extend([
+                "--cache-url".to_string(),
+                format!("s3://{BUCKET}/{prefix}"),
+                "--cache-public-key".to_string(),
+                public.clone(),
+            ]);
+            args
+        };
+        let mut writer_env = s3_env.clone();
+        writer_env.push(("GATE_CACHE_SIGNING_KEY".to_string(), signing));
+        let cache = |name: &str| self.scratch.join(name);
+        let measured = |label: &str, run: &Measured, notes: String| -> [String; 5] {
+            [
+                label.to_string(),
+                seconds(run.ms),
+                gate_mib(&run.gate_rss),
+                mib(run.tree_rss_kib),
+                notes,
+            ]
+        };
+
+        // Like for like with the warm local cache: every render of the check in the store.
+        let writer = self.runner.run_with(
+            "remote cache writer",
+            &remote("check", (self.check_args)(&cache("cache-remote-writer"))),
+            &writer_env,
+            &[0, 1],
+        )?;
+        rows.push(measured(
+            "cold, single runner writing the remote cache (holds the signing key)",
+            &writer,
+            remote_summary(&writer.stderr),
+        ));
+        let reader = self.runner.run_with(
+            "remote cache reader",
+            &remote("check", (self.check_args)(&cache("cache-remote-reader"))),
+            &s3_env,
+            &[0, 1],
+        )?;
+        let ratio = reader.ms as f64 / self.warm_local_ms.max(1) as f64;
+        rows.push(measured(
+            "warm remote cache, new runner (empty local cache)",
+            &reader,
+            format!(
+                "{ratio:.2}x the warm local cache (aim: under 1.5x: {}); {}",
+                if ratio < 1.5 { "met" } else { "NOT met" },
+                remote_summary(&reader.stderr)
+            ),
+        ));
+
+        // As CI runs it: the default branch's render fills the store, pull requests read it.
+        let render = vec![
+            "render".to_string(),
+            "--repo-url".into(),
+            REPO_URL.into(),
+            "--repo".into(),
+            self.fleet.repo.display().to_string(),
+            "--revision".into(),
+            "main".into(),
+            "--inventory".into(),
+            self.fleet.inventory.display().to_string(),
+            "--charts".into(),
+            self.fleet.charts.display().to_string(),
+            "--cache-dir".into(),
+            cache("cache-main-writer").display().to_string(),
+            "--format".into(),
+            "summary".into(),
+        ];
+        let main = self.runner.run_with(
+            "the default branch's render",
+            &remote("main", render),
+            &writer_env,
+            &[0],
+        )?;
+        rows.push(measured(
+            "the default branch's `gate render --revision main`, writing the remote cache",
+            &main,
+            remote_summary(&main.stderr),
+        ));
+        let pull_request = self.runner.run_with(
+            "a pull request's runner",
+            &remote("main", (self.check_args)(&cache("cache-remote-pr"))),
+            &s3_env,
+            &[0, 1],
+        )?;
+        rows.push(measured(
+            "new runner on the remote cache the default branch filled (renders the head)",
+            &pull_request,
+            format!(
+                "{:.2}x the cold single runner; {}",
+                pull_request.ms as f64 / self.cold_ms.max(1) as f64,
+                remote_summary(&pull_request.stderr)
+            ),
+        ));
+        let n = self.shards;
+        if n > 1 {
+            let mut parts = Vec::new();
+            let mut longest = 0;
+            for i in 1..=n {
+                let part = self
+                    .scratch
+                    .join(format!("part-remote-{n}-{i}.json"))
+                    .display()
+                    .to_string();
+                let mut args = remote(
+                    "main",
+                    (self.check_args)(&cache(&format!("cache-remote-{n}-{i}"))),
+                );
+                args.extend([
+                    "--shard".to_string(),
+                    format!("{i}/{n}"),
+                    "--partial".to_string(),
+                    part.clone(),
+                ]);
+                let run = self.runner.run_with(
+                    &format!("shard {i}/{n} on the remote cache"),
+                    &args,
+                    &s3_env,
+                    &[0],
+                )?;
+                longest = longest.max(run.ms);
+                rows.push(measured(
+                    &format!("shard {i}/{n}, new runner on the default branch's remote cache"),
+                    &run,
+                    remote_summary(&run.stderr),
+                ));
+                parts.push(part);
+            }
+            let merged_json = self
+                .scratch
+                .join(format!("merged-remote-{n}.json"))
+                .display()
+                .to_string();
+            let mut merge_args = vec!["merge".to_string()];
+            merge_args.extend(parts);
+            merge_args.extend([
+                "--repo".into(),
+                self.fleet.repo.display().to_string(),
+                "--json".into(),
+                merged_json.clone(),
+            ]);
+            let merge = self.runner.run(
+                &format!("merge of {n} on the remote cache"),
+                &merge_args,
+                &[0, 1],
+            )?;
+            let same = std::fs::read(&merged_json)? == std::fs::read(self.single_json)?;
+            rows.push(measured(
+                &format!("merge of those {n} partials"),
+                &merge,
+                format!(
+                    "verdict JSON {} the single runner's",
+                    if same { "equals" } else { "DIFFERS from" }
+                ),
+            ));
+            let path_ms = longest + merge.ms;
+            rows.push([
+                format!("{n} shards on the remote cache: critical path (longest shard + merge)"),
+                seconds(path_ms),
+                String::new(),
+                String::new(),
+                format!(
+                    "{:.2}x the cold single runner",
+                    path_ms as f64 / self.cold_ms.max(1) as f64
+                ),
+            ]);
+            if !same {
+                bail!("the merged verdict on the remote cache differs from the single runner's");
+            }
+        }
+        drop(server);
+        Ok(())
+    }
+}
+
+/// The gate's `remote cache ...` line from its stderr.
+fn remote_summary(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("gate: remote cache"))
+        .map(|l| l.trim_start_matches("gate: ").to_string())
+        .unwrap_or_else(|| "no remote cache line".to_string())
 }
 
 fn one_line(text: &str) -> String {
@@ -657,20 +883,16 @@ impl Drop for S3Child {
     }
 }
 
-fn remote_measured(
-    runner: &Runner,
-    check_args: &dyn Fn(&Path) -> Vec<String>,
-    scratch: &Path,
-    warm_local_ms: u128,
-) -> Result<Vec<[String; 5]>> {
+/// Starts `ground s3` over `root` with `bucket`; returns it (killed when dropped) and the
+/// variables a client needs, as it prints them.
+fn start_s3(root: &Path, bucket: &str) -> Result<(S3Child, Vec<(String, String)>)> {
     use std::io::BufRead as _;
-    const BUCKET: &str = "gate-cache";
     let ground = super::release_ground()?;
     let mut child = Command::new(&ground)
         .arg("s3")
         .arg("--root")
-        .arg(scratch.join("s3"))
-        .args(["--bucket", BUCKET])
+        .arg(root)
+        .args(["--bucket", bucket])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()?;
@@ -689,89 +911,19 @@ fn remote_measured(
             }
         });
     }
-    let mut s3_env = Vec::new();
+    let mut env: Vec<(String, String)> = Vec::new();
     loop {
-        let has_endpoint = s3_env
-            .iter()
-            .any(|(k, _): &(String, String)| k == "AWS_ENDPOINT_URL");
+        let has_endpoint = env.iter().any(|(k, _)| k == "AWS_ENDPOINT_URL");
         let wait = std::time::Duration::from_millis(if has_endpoint { 500 } else { 30_000 });
         match received.recv_timeout(wait) {
-            Ok(line) => s3_env.extend(variables(&line)),
+            Ok(line) => env.extend(variables(&line)),
             Err(_) => break,
         }
     }
-    if !s3_env.iter().any(|(k, _)| k == "AWS_ENDPOINT_URL") {
+    if !env.iter().any(|(k, _)| k == "AWS_ENDPOINT_URL") {
         bail!("`ground s3` printed no AWS_ENDPOINT_URL");
     }
-    let keygen = Command::new(&runner.gate)
-        .args(["cache", "keygen"])
-        .output()?;
-    let keys = variables(&String::from_utf8_lossy(&keygen.stdout));
-    let key = |name: &str| {
-        keys.iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .with_context(|| format!("`gate cache keygen` printed no {name}"))
-    };
-    let (signing, public) = (
-        key("GATE_CACHE_SIGNING_KEY")?,
-        key("GATE_CACHE_PUBLIC_KEY")?,
-    );
-    let url = format!("s3://{BUCKET}/fleet");
-    let remote_args = |cache: &Path| {
-        let mut args = check_args(cache);
-        args.extend([
-            "--cache-url".to_string(),
-            url.clone(),
-            "--cache-public-key".to_string(),
-            public.clone(),
-        ]);
-        args
-    };
-    let summary = |stderr: &str| {
-        stderr
-            .lines()
-            .find(|l| l.starts_with("gate: remote cache"))
-            .map(|l| l.trim_start_matches("gate: ").to_string())
-            .unwrap_or_else(|| "no remote cache line".to_string())
-    };
-    let mut writer_env = s3_env.clone();
-    writer_env.push(("GATE_CACHE_SIGNING_KEY".to_string(), signing));
-    let writer_cache = scratch.join("cache-remote-writer");
-    let writer = runner.run_with(
-        "remote cache writer",
-        &remote_args(&writer_cache),
-        &writer_env,
-        &[0, 1],
-    )?;
-    let reader_cache = scratch.join("cache-remote-reader");
-    let reader = runner.run_with(
-        "remote cache reader",
-        &remote_args(&reader_cache),
-        &s3_env,
-        &[0, 1],
-    )?;
-    drop(server);
-    Ok(vec![
-        [
-            "cold, single runner writing the remote cache (a default-branch run)".into(),
-            seconds(writer.ms),
-            gate_mib(&writer.gate_rss),
-            mib(writer.tree_rss_kib),
-            summary(&writer.stderr),
-        ],
-        [
-            "warm remote cache, new runner (empty local cache)".into(),
-            seconds(reader.ms),
-            gate_mib(&reader.gate_rss),
-            mib(reader.tree_rss_kib),
-            format!(
-                "{:.2}x the warm local cache (aim: under 1.5x); {}",
-                reader.ms as f64 / warm_local_ms.max(1) as f64,
-                summary(&reader.stderr)
-            ),
-        ],
-    ])
+    Ok((server, env))
 }
 
 #[cfg(test)]
