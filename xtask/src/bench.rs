@@ -563,7 +563,8 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
         // the cores' threads as the gate's own calls are. It was one bare process at a time,
         // its median times the renders divided by the cores; but two helm processes at once
         // on a 2-core machine shared with other work do not run twice as fast as one, so that
-        // floor read 31% and 44% under the bare replay in two runs (62% in the issue's),
+        // floor read 9% under the bare replay with the machine to itself, 31% and 44% under
+        // with other builds beside it (62% in the run),
         // while leaving out any of the gate's arguments moved the replay by no more than its
         // own noise (`helm_arguments_ablation` prints both).
         let bare = bare_calls(&calls);
