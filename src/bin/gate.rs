@@ -702,7 +702,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .enable_all()
                 .build()?;
             let mut remote = None;
-            let code = runtime.block_on(publish_command(&args, &publish, &token, quiet, &mut remote));
+            let code =
+                runtime.block_on(publish_command(&args, &publish, &token, quiet, &mut remote));
             finish_remote(remote.as_ref(), quiet);
             code
         }
