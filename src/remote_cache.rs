@@ -418,7 +418,16 @@ impl Shared {
         if self.degraded() {
             return miss();
         }
-        let _permit = self.limit.acquire().await.ok()?;
+        // Waiting for a free request is within the read's deadline too: writes a stalled
+        // store holds must not hold the render longer than a read may take.
+        let Ok(permit) = tokio::time::timeout(READ_DEADLINE, self.limit.acquire()).await else {
+            self.degrade(&format!(
+                "no free request in {} s (writes are stalled)",
+                READ_DEADLINE.as_secs()
+            ));
+            return miss();
+        };
+        let _permit = permit.ok()?;
         if self.degraded() {
             return miss();
         }
@@ -437,7 +446,11 @@ impl Shared {
                 self.degrade(&format!("no answer in {} s", READ_DEADLINE.as_secs()));
                 miss()
             }
-            Ok(Err(object_store::Error::NotFound { .. })) => miss(),
+            // S3 answers 403, not 404, for a missing key to a role without s3:ListBucket:
+            // a least-privilege reader's miss, not a store to stop asking.
+            Ok(Err(
+                object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. },
+            )) => miss(),
             Ok(Err(error)) => {
                 self.degrade(&error.to_string());
                 miss()
@@ -477,7 +490,10 @@ impl Shared {
                     None
                 }
                 Err(_) => {
-                    self.write_failed(&format!("no answer in {} s", WRITE_DEADLINE.as_secs()));
+                    // A store that stalls a write stalls the next ones too: local only.
+                    let why = format!("no answer in {} s", WRITE_DEADLINE.as_secs());
+                    self.write_failed(&why);
+                    self.degrade(&format!("a write got {why}"));
                     None
                 }
             }

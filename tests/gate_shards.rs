@@ -653,6 +653,37 @@ fn a_partial_holding_or_dropping_another_shards_application_is_refused() {
             assert!(refusal.contains("a partial holds its own"), "{refusal}");
         }
 
+        // B shadows it with a made-up parent: an Application of B's that says a file
+        // declares it and that runs a helm render of its own (the review's attack).
+        {
+            let mut parts = again();
+            let mut parent = copy_app(&honest[b], &honest[b].head_applications[0], &mut parts[b]);
+            parent.name = (0..)
+                .map(|i| format!("forged-parent-{i}"))
+                .find(|n| render::Shard::of(&parent.namespace, n, count) == b)
+                .unwrap();
+            parent.origin = render::Origin::File {
+                path: "apps/forged.yaml".into(),
+                document: 0,
+            };
+            parent.render_keys = vec!["helm-forged".into()];
+            let mut copy = copy_app(&honest[a], app, &mut parts[b]);
+            copy.origin = render::Origin::Application {
+                namespace: parent.namespace.clone(),
+                name: parent.name.clone(),
+            };
+            let base_parent: shard::WireApp =
+                serde_json::from_value(serde_json::to_value(&parent).unwrap()).unwrap();
+            parts[b].base_applications.push(base_parent);
+            parts[b].head_applications.push(parent);
+            parts[b].head_applications.push(copy);
+            let refusal = merge(parts).unwrap_err().to_string();
+            assert!(
+                refusal.contains("which does not declare it there"),
+                "{refusal}"
+            );
+        }
+
         // A drops it, and from the Applications it says it reached too: the repository's
         // files (the merge reads them), or another shard's list, still name it.
         let mut parts = again();

@@ -550,8 +550,10 @@ impl<'a> Inheritance<'a> {
 ///   one out is refused, whichever shard noticed;
 /// - every Application a shard holds is its own: its key hashes to that shard, or a helm or
 ///   kustomize render of that shard deploys it (directly, through Applications it deploys, or
-///   through an ApplicationSet it deploys); each once. A partial cannot add, nor shadow with
-///   a parent of its own, an Application of another shard.
+///   through an ApplicationSet it deploys); each once; one that says a file declares it is
+///   one the files declare there. A partial cannot add an Application of another shard, nor
+///   shadow one with a made-up parent; a real parent of its own whose chart it says deploys
+///   another shard's Application is its word on its own render (trusted, see the docs).
 fn bind(
     parts: &[Partial],
     side: Side,
@@ -612,8 +614,29 @@ fn bind(
             )));
         }
     }
+    // What the repository's files declare, where: a held Application that says it was
+    // declared in a file must be one of them (a made-up parent cannot pass for a root).
+    let declared: HashSet<(&str, &str, &str)> = roots
+        .iter()
+        .filter(|(known, _)| known.kind == "Application")
+        .map(|(known, path)| (known.namespace.as_str(), known.name.as_str(), path.as_str()))
+        .collect();
     for part in parts {
         let apps = side.applications(part);
+        for app in apps {
+            if let render::Origin::File { path, .. } = &app.origin
+                && !declared.contains(&(app.namespace.as_str(), app.name.as_str(), path.as_str()))
+            {
+                return Err(MergeError(format!(
+                    "shard {} holds Application {}/{} at {} as declared in file {}, which does not declare it there: a partial holds only what the repository holds",
+                    label(part.shard),
+                    app.namespace,
+                    app.name,
+                    at(),
+                    path.chars().take(200).collect::<String>()
+                )));
+            }
+        }
         let mut inheritance = Inheritance::new(part, apps);
         for app in apps {
             let owner = Shard::of(&app.namespace, &app.name, count);
