@@ -512,6 +512,24 @@ pub struct CommitIdentity {
     pub email: String,
 }
 
+impl CommitIdentity {
+    /// The git arguments that commit what is staged as this identity, running no hook: the
+    /// one commit line of both runners (the triage's checkout, `bosun repair`'s worktree).
+    pub fn commit_args(&self, message: &str) -> Vec<String> {
+        vec![
+            "-c".into(),
+            format!("user.name={}", self.name),
+            "-c".into(),
+            format!("user.email={}", self.email),
+            "commit".into(),
+            "--quiet".into(),
+            "--no-verify".into(),
+            "-m".into(),
+            message.into(),
+        ]
+    }
+}
+
 impl Default for CommitIdentity {
     fn default() -> Self {
         CommitIdentity {

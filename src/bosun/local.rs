@@ -285,20 +285,8 @@ impl Sink for LocalSink<'_> {
         add.extend(rewrites.iter().map(|r| r.path.as_str()));
         git(&tree, &add)?;
         let identity = &self.config.commit;
-        git(
-            &tree,
-            &[
-                "-c",
-                &format!("user.name={}", identity.name),
-                "-c",
-                &format!("user.email={}", identity.email),
-                "commit",
-                "--quiet",
-                "--no-verify",
-                "-m",
-                message,
-            ],
-        )?;
+        let args = identity.commit_args(message);
+        git(&tree, &args.iter().map(String::as_str).collect::<Vec<_>>())?;
         let commit = git(&tree, &["rev-parse", "HEAD"])?;
         self.worktree = None;
         Ok(commit)

@@ -140,19 +140,10 @@ impl Checkouts<'_> {
         let mut add = vec!["add", "--"];
         add.extend(rewrites.iter().map(|r| r.path.as_str()));
         git(checkout, &add)?;
+        let args = identity.commit_args(message);
         git(
             checkout,
-            &[
-                "-c",
-                &format!("user.name={}", identity.name),
-                "-c",
-                &format!("user.email={}", identity.email),
-                "commit",
-                "--quiet",
-                "--no-verify",
-                "-m",
-                message,
-            ],
+            &args.iter().map(String::as_str).collect::<Vec<_>>(),
         )?;
         git(checkout, &["rev-parse", "HEAD"])
     }

@@ -264,55 +264,20 @@ impl Bosun {
                     .await
                     .map(Some)
             }
-            Route::Swap(dropped) => {
-                self.repair(
-                    slug,
-                    config,
-                    pr,
-                    Work::Swap(dropped),
-                    kept,
-                    "",
-                    &body,
-                    attempts,
-                    run,
-                )
-                .await
-            }
-            Route::Fix(not_served) => {
+            route @ (Route::Swap(_) | Route::Fix(_) | Route::Migrate(_)) => {
+                // The fix and the migration compare with what the merge base served; the swap
+                // reads the head alone.
                 let base = report
                     .as_ref()
                     .map(|r| r.verdict.base.clone())
                     .unwrap_or_default();
-                self.repair(
-                    slug,
-                    config,
-                    pr,
-                    Work::Fix(not_served),
-                    kept,
-                    &base,
-                    &body,
-                    attempts,
-                    run,
-                )
-                .await
-            }
-            Route::Migrate(_) => {
-                let base = report
-                    .as_ref()
-                    .map(|r| r.verdict.base.clone())
-                    .unwrap_or_default();
-                self.repair(
-                    slug,
-                    config,
-                    pr,
-                    Work::Migrate,
-                    kept,
-                    &base,
-                    &body,
-                    attempts,
-                    run,
-                )
-                .await
+                let (work, base) = match route {
+                    Route::Swap(dropped) => (Work::Swap(dropped), ""),
+                    Route::Fix(not_served) => (Work::Fix(not_served), base.as_str()),
+                    _ => (Work::Migrate, base.as_str()),
+                };
+                self.repair(slug, config, pr, work, kept, base, &body, attempts, run)
+                    .await
             }
         }
     }
