@@ -43,6 +43,7 @@ async fn start_on(config: Value, poll: u64, face: ground::scenario::Face) -> Gro
         pipelines_chart: None,
         faults: ground::kube::FaultPlan::none(),
         echo: false,
+        render_cache: Some(common::shared_render_cache("bosun_paths")),
     };
     let mut ground = Ground::start(scenario, options).await.unwrap();
     for chart in [

@@ -36,6 +36,7 @@ pub async fn play_kept(scenario: Scenario, faults: FaultPlan, ledger: bool) -> G
         pipelines_chart: None,
         faults,
         echo: false,
+        render_cache: Some(common::shared_render_cache("demo")),
     };
     let mut ground = Ground::start(scenario, options).await.unwrap();
     if ledger {

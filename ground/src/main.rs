@@ -113,6 +113,7 @@ fn options(common: &Common) -> Options {
         pipelines_chart: common.pipelines_chart.clone(),
         faults,
         echo: true,
+        render_cache: None,
     }
 }
 

@@ -305,7 +305,10 @@ fn argocd_render_config(
         inventory,
         charts_mirror.to_path_buf(),
         &options.tools,
-        dir.join("argocd-cache"),
+        options
+            .render_cache
+            .clone()
+            .unwrap_or_else(|| dir.join("argocd-cache")),
     ))
 }
 
@@ -466,6 +469,9 @@ fn start_ci(
         charts_mirror.to_path_buf(),
         dir.join("ci"),
     );
+    if let Some(shared) = &options.render_cache {
+        ci.cache = shared.clone();
+    }
     ci.chart_repo_mirrors = chart_repositories
         .iter()
         .map(|r| (r.alias.clone(), r.url()))

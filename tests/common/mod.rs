@@ -282,3 +282,19 @@ pub fn sample_render_config(repo: &Path, cache: &Path) -> gitops_loop::render::R
         parsed: Default::default(),
     }
 }
+
+/// One render cache for every ground a test binary plays (`ground::Options::render_cache`):
+/// the stories repeat the same renders, and entries are content-addressed, so a later story
+/// reads what an earlier one rendered. Emptied once per process, so a run starts cold.
+pub fn shared_render_cache(binary: &str) -> PathBuf {
+    static SHARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let dir =
+                PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{binary}-render-cache"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("the shared render cache's folder");
+            dir
+        })
+        .clone()
+}
