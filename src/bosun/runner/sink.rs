@@ -38,7 +38,7 @@ impl Bosun {
             .head_checkout(slug, config, pr, work.protected(), run)
             .await?
         {
-            HeadCheckout::Ready(head_config) => head_config,
+            HeadCheckout::Ready(head_config) => *head_config,
             HeadCheckout::HandedOff(description) => return Ok(Some(description)),
         };
         // The head is rendered once per round: the gate's render of this head is used.
@@ -99,7 +99,7 @@ impl Bosun {
         detach_clean(&config.repo_dir, &pr.head_sha)?;
         let mut head_config = config.clone();
         head_config.parsed = Default::default();
-        Ok(HeadCheckout::Ready(head_config))
+        Ok(HeadCheckout::Ready(Box::new(head_config)))
     }
 
     /// After a push: the commit is recorded on the run and must be the pull request's head
@@ -127,7 +127,7 @@ impl Bosun {
 /// Where a repair on a pull request starts: its head checked out, or the pull request handed
 /// to a person (a protected branch), with the status description `hand_off` returned.
 enum HeadCheckout {
-    Ready(RenderConfig),
+    Ready(Box<RenderConfig>),
     HandedOff(String),
 }
 
