@@ -34,6 +34,7 @@ async fn source(notes: &Notes) -> Result<Option<String>, String> {
     notes
         .source("quay.io/jetstack/cert-manager-controller", "v1.19.4")
         .await
+        .map_err(|e| e.to_string())
 }
 
 #[tokio::test]

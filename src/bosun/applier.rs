@@ -91,10 +91,22 @@ impl Scope {
     }
 }
 
+/// Why the deny-list or the allowlist could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("glob {pattern:?}: {error}")]
+    Glob {
+        pattern: String,
+        error: globset::Error,
+    },
+    #[error("{0}")]
+    Set(globset::Error),
+}
+
 /// A glob set; `case_insensitive` for the deny-list, which must hold whatever the case of a
 /// path on a case-insensitive filesystem (denying more is the safe side; the allowlist stays
 /// exact, allowing less).
-fn globs(patterns: &[String], case_insensitive: bool) -> Result<GlobSet, String> {
+fn globs(patterns: &[String], case_insensitive: bool) -> Result<GlobSet, PolicyError> {
     let mut builder = GlobSetBuilder::new();
     for pattern in patterns {
         builder.add(
@@ -102,14 +114,21 @@ fn globs(patterns: &[String], case_insensitive: bool) -> Result<GlobSet, String>
                 .case_insensitive(case_insensitive)
                 .literal_separator(false)
                 .build()
-                .map_err(|e| format!("glob {pattern:?}: {e}"))?,
+                .map_err(|error| PolicyError::Glob {
+                    pattern: pattern.clone(),
+                    error,
+                })?,
         );
     }
-    builder.build().map_err(|e| e.to_string())
+    builder.build().map_err(PolicyError::Set)
 }
 
 impl Policy {
-    pub fn new(deny: &[String], allow: &[String], scope: Option<Scope>) -> Result<Policy, String> {
+    pub fn new(
+        deny: &[String],
+        allow: &[String],
+        scope: Option<Scope>,
+    ) -> Result<Policy, PolicyError> {
         Ok(Policy {
             deny: globs(deny, true)?,
             allow: globs(allow, false)?,
@@ -122,7 +141,33 @@ impl Policy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub path: String,
-    pub reason: String,
+    pub reason: Reason,
+}
+
+/// Why the applier refuses one file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    #[error("the path leaves the repository or is not a plain relative path")]
+    NotPlain,
+    /// The path (repository-relative) up to the link.
+    #[error("{0} is a symbolic link; Bosun never writes through one")]
+    SymbolicLink(String),
+    /// The filesystem's error, as it said it.
+    #[error("cannot read it: {0}")]
+    Unreadable(String),
+    #[error("not a regular file")]
+    NotAFile,
+    #[error("the deny-list matches it")]
+    Denied,
+    #[error("the allowlist does not match it")]
+    NotAllowed,
+    #[error("outside the promotion scope: no Application deploys it or renders from it")]
+    OutOfScope,
+    #[error("the file changed since the rewrite was planned from it")]
+    Changed,
+    /// The swap cannot be applied to the file's text.
+    #[error(transparent)]
+    Swap(swap::SwapError),
 }
 
 impl std::fmt::Display for Refusal {
@@ -140,7 +185,7 @@ pub struct Rewrite {
 }
 
 /// Checks one repository-relative path: relative, normal, and no symbolic link on the way.
-fn safe_path(root: &Path, path: &str) -> Result<(), String> {
+fn safe_path(root: &Path, path: &str) -> Result<(), Reason> {
     let relative = Path::new(path);
     if path.is_empty()
         || relative.is_absolute()
@@ -148,46 +193,47 @@ fn safe_path(root: &Path, path: &str) -> Result<(), String> {
             .components()
             .any(|c| !matches!(c, Component::Normal(_)))
     {
-        return Err("the path leaves the repository or is not a plain relative path".into());
+        return Err(Reason::NotPlain);
     }
     let mut current = root.to_path_buf();
     for component in relative.components() {
         current.push(component);
         match std::fs::symlink_metadata(&current) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(format!(
-                    "{} is a symbolic link; Bosun never writes through one",
-                    current.strip_prefix(root).unwrap_or(&current).display()
+                return Err(Reason::SymbolicLink(
+                    current
+                        .strip_prefix(root)
+                        .unwrap_or(&current)
+                        .display()
+                        .to_string(),
                 ));
             }
             Ok(_) => {}
-            Err(e) => return Err(format!("cannot read it: {e}")),
+            Err(e) => return Err(Reason::Unreadable(e.to_string())),
         }
     }
     if !current.is_file() {
-        return Err("not a regular file".into());
+        return Err(Reason::NotAFile);
     }
     Ok(())
 }
 
 /// Whether the policy lets Bosun write `path`: a plain path inside the tree with no link on
 /// the way, not denied, allowed, and in the promotion scope.
-fn admit(root: &Path, policy: &Policy, path: &str) -> Result<(), String> {
+fn admit(root: &Path, policy: &Policy, path: &str) -> Result<(), Reason> {
     safe_path(root, path)?;
     // The lists see the path as the filesystem resolves it: `a//b` and `a/./b` are `a/b`.
     let normal = crate::paths::normalize(path);
     if policy.deny.is_match(&normal) {
-        return Err("the deny-list matches it".into());
+        return Err(Reason::Denied);
     }
     if !policy.allow.is_match(&normal) {
-        return Err("the allowlist does not match it".into());
+        return Err(Reason::NotAllowed);
     }
     if let Some(scope) = &policy.scope
         && !scope.contains(path)
     {
-        return Err(
-            "outside the promotion scope: no Application deploys it or renders from it".into(),
-        );
+        return Err(Reason::OutOfScope);
     }
     Ok(())
 }
@@ -202,7 +248,7 @@ pub fn admit_rewrites(
 ) -> Result<(), Vec<Refusal>> {
     let mut refusals = Vec::new();
     for rewrite in rewrites {
-        let refuse = |reason: String| Refusal {
+        let refuse = |reason: Reason| Refusal {
             path: rewrite.path.clone(),
             reason,
         };
@@ -212,10 +258,8 @@ pub fn admit_rewrites(
         }
         match std::fs::read_to_string(root.join(&rewrite.path)) {
             Ok(now) if now == rewrite.before => {}
-            Ok(_) => refusals.push(refuse(
-                "the file changed since the rewrite was planned from it".into(),
-            )),
-            Err(e) => refusals.push(refuse(format!("cannot read it: {e}"))),
+            Ok(_) => refusals.push(refuse(Reason::Changed)),
+            Err(e) => refusals.push(refuse(Reason::Unreadable(e.to_string()))),
         }
     }
     if refusals.is_empty() {
@@ -234,7 +278,7 @@ pub fn prepare(
     let mut refusals = Vec::new();
     let mut rewrites = Vec::new();
     for (path, swaps) in plan {
-        let refuse = |reason: String| Refusal {
+        let refuse = |reason: Reason| Refusal {
             path: path.clone(),
             reason,
         };
@@ -245,7 +289,7 @@ pub fn prepare(
         let before = match std::fs::read_to_string(root.join(path)) {
             Ok(text) => text,
             Err(e) => {
-                refusals.push(refuse(format!("cannot read it: {e}")));
+                refusals.push(refuse(Reason::Unreadable(e.to_string())));
                 continue;
             }
         };
@@ -255,7 +299,7 @@ pub fn prepare(
                 before,
                 after,
             }),
-            Err(e) => refusals.push(refuse(e.to_string())),
+            Err(e) => refusals.push(refuse(Reason::Swap(e))),
         }
     }
     if refusals.is_empty() {
@@ -337,7 +381,7 @@ mod tests {
         let refused = |path: &str, policy: &Policy| {
             prepare(dir.path(), policy, &plan_for(path)).unwrap_err()[0]
                 .reason
-                .clone()
+                .to_string()
         };
         assert_eq!(
             refused("apps/a.yaml", &policy(&["apps/**"], None)),

@@ -616,6 +616,10 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(String),
+    /// The remote render cache `render.cacheUrl` names cannot be opened (its key or its URL):
+    /// the remote cache's message.
+    #[error("bosun.yaml: render.cacheUrl: {0}")]
+    RemoteCache(String),
 }
 
 impl Config {

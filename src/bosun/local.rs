@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use super::applier::Rewrite;
 use super::classify::{self, Handoff, Route, Situation};
 use super::config::Config;
-use super::repair::{self, CapHit, Executed, Planning, Prepared, Refusal, Renders, Sink, Work};
+use super::repair::{
+    self, CapHit, Executed, PlanError, Planning, Prepared, Refusal, Renders, Sink, Work,
+};
 use crate::gate::{check, report, verdict};
 use crate::model::Model;
 use crate::render::RenderConfig;
@@ -27,20 +29,47 @@ pub struct Local<'a> {
     pub model: Option<&'a dyn Model>,
 }
 
+/// Why `bosun repair` stopped: Bosun itself failed, not the change (exit 3).
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    #[error("cannot run git: {0}")]
+    GitSpawn(std::io::Error),
+    /// A git command failed: its arguments and what it said.
+    #[error("git {args}: {stderr}")]
+    Git { args: String, stderr: String },
+    #[error("{0}")]
+    GitOther(crate::git::GitError),
+    /// The report as it would be published does not read back.
+    #[error("{0}")]
+    Report(report::ReportError),
+    #[error("cannot make the repair's folder: {0}")]
+    Scratch(std::io::Error),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("cannot write the repair: {0}")]
+    Write(std::io::Error),
+    #[error("cannot create branch {branch} (it exists): {error}")]
+    Branch {
+        branch: String,
+        error: Box<LocalError>,
+    },
+}
+
 /// git on the user's repository or the repair's worktree through the product's one runner:
 /// nothing the repository's configuration, hooks or attributes name runs, no transport, and
 /// pathspecs are literal.
-fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+fn git(dir: &Path, args: &[&str]) -> Result<String, LocalError> {
     crate::git::Git::local(dir)
         .literal_pathspecs()
         .args(args)
         .run_text()
         .map_err(|e| match e {
-            crate::git::GitError::Spawn { source, .. } => format!("cannot run git: {source}"),
-            crate::git::GitError::Command { stderr, .. } => {
-                format!("git {}: {stderr}", args.join(" "))
-            }
-            other => other.to_string(),
+            crate::git::GitError::Spawn { source, .. } => LocalError::GitSpawn(source),
+            crate::git::GitError::Command { stderr, .. } => LocalError::Git {
+                args: args.join(" "),
+                stderr,
+            },
+            other => LocalError::GitOther(other),
         })
 }
 
@@ -78,14 +107,14 @@ impl Local<'_> {
 
     /// Judges the head, and repairs it when the verdict says how. Returns the exit code: 0
     /// green, 1 a person is needed, 2 no decision.
-    pub async fn run(&self, out: &mut (dyn FnMut(String) + Send)) -> Result<i32, String> {
+    pub async fn run(&self, out: &mut (dyn FnMut(String) + Send)) -> Result<i32, LocalError> {
         let (result, markdown, kept) = self.judge(self.head);
         out(format!(
             "gate on {}: {}",
             short(&result.verdict.head),
             crate::gate::publish::title(&result)
         ));
-        let parsed = report::parse(&markdown).map_err(|e| e.to_string())?;
+        let parsed = report::parse(&markdown).map_err(LocalError::Report)?;
         let head = result.verdict.head.clone();
         let decision = classify::classify(&Situation {
             report: Some(&parsed),
@@ -131,7 +160,7 @@ impl Local<'_> {
         let scratch = tempfile::Builder::new()
             .prefix("bosun-repair-")
             .tempdir_in(self.workdir)
-            .map_err(|e| format!("cannot make the repair's folder: {e}"))?;
+            .map_err(LocalError::Scratch)?;
         let worktree = Worktree::add(self.repo, scratch.path().join("tree"), &head)?;
         let head_config = (self.render_config)(&worktree.tree);
         let base = if matches!(work, Work::Swap(_)) {
@@ -192,7 +221,7 @@ impl Worktree {
     /// A detached worktree of `repo` at `head`. Checked out by a git process in the worktree
     /// itself: the configuration it reads (an `includeIf "gitdir:…"` can match only the
     /// worktree) is the one whose drivers are turned off.
-    fn add(repo: &Path, tree: PathBuf, head: &str) -> Result<Worktree, String> {
+    fn add(repo: &Path, tree: PathBuf, head: &str) -> Result<Worktree, LocalError> {
         let path = tree.display().to_string();
         git(
             repo,
@@ -237,7 +266,7 @@ struct LocalSink<'a> {
 
 #[async_trait::async_trait]
 impl Sink for LocalSink<'_> {
-    type Error = String;
+    type Error = LocalError;
 
     fn tree(&self) -> &Path {
         self.worktree
@@ -246,7 +275,7 @@ impl Sink for LocalSink<'_> {
     }
 
     /// A local run is one head of no pull request: both caps bound it, the smaller first.
-    async fn reserve(&mut self, needed: u32) -> Result<Result<(), CapHit>, String> {
+    async fn reserve(&mut self, needed: u32) -> Result<Result<(), CapHit>, LocalError> {
         let model = &self.config.model;
         let (cap, per_head) = if model.max_calls_per_head <= model.max_calls_per_pull_request {
             (model.max_calls_per_head, true)
@@ -268,18 +297,18 @@ impl Sink for LocalSink<'_> {
         (self.out)(line);
     }
 
-    async fn hand_off(&mut self, (handoff, details): Refusal) -> Result<String, String> {
+    async fn hand_off(&mut self, (handoff, details): Refusal) -> Result<String, LocalError> {
         handoff_lines(&handoff, &details)
             .into_iter()
             .for_each(&mut *self.out);
         Ok(handoff.fact)
     }
 
-    fn write_failed(&self, error: std::io::Error) -> String {
-        format!("cannot write the repair: {error}")
+    fn write_failed(&self, error: std::io::Error) -> LocalError {
+        LocalError::Write(error)
     }
 
-    async fn commit(&mut self, rewrites: &[Rewrite], message: &str) -> Result<String, String> {
+    async fn commit(&mut self, rewrites: &[Rewrite], message: &str) -> Result<String, LocalError> {
         let tree = self.tree().to_path_buf();
         let mut add = vec!["add", "--"];
         add.extend(rewrites.iter().map(|r| r.path.as_str()));
@@ -294,7 +323,7 @@ impl Sink for LocalSink<'_> {
 
     /// A branch of its own, never moved over something else: when the name is taken, the
     /// commit's id is added; the ref is created only if it does not exist.
-    async fn push(&mut self, commit: &str) -> Result<(), String> {
+    async fn push(&mut self, commit: &str) -> Result<(), LocalError> {
         let repo = self.repo;
         let mut branch = format!("bosun/repair-{}", self.head.get(..12).unwrap_or(self.head));
         let taken = format!("refs/heads/{branch}");
@@ -310,12 +339,15 @@ impl Sink for LocalSink<'_> {
                 "0000000000000000000000000000000000000000",
             ],
         )
-        .map_err(|e| format!("cannot create branch {branch} (it exists): {e}"))?;
+        .map_err(|error| LocalError::Branch {
+            branch: branch.clone(),
+            error: Box::new(error),
+        })?;
         self.branch = branch;
         Ok(())
     }
 
-    async fn comment(&mut self, prepared: &Prepared, commit: &str) -> Result<(), String> {
+    async fn comment(&mut self, prepared: &Prepared, commit: &str) -> Result<(), LocalError> {
         for line in &prepared.changes {
             (self.out)(line.clone());
         }

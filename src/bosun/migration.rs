@@ -103,7 +103,9 @@ pub struct Prepared {
 pub type Step = super::repair::Step<Prepared>;
 
 /// Decides the migration from the plan and the model's replies so far (one per migration, in
-/// order). `render` runs the real helm on a job with the proposed values files substituted.
+/// order). `render` runs the real helm on a job with the proposed values files substituted
+/// (its error is the renderer's message, `render::run_helm`'s, of which the harness quotes
+/// the first line).
 pub fn decide(
     migrations: &[Migration],
     model_configured: bool,

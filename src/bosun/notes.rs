@@ -163,19 +163,92 @@ pub fn manual_step(body: &str) -> Option<&'static str> {
     })
 }
 
+/// Why a registry's or GitHub's answer could not be read (said as a note, never a failure).
+#[derive(Debug, thiserror::Error)]
+pub enum NotesError {
+    #[error("{0}")]
+    Client(reqwest::Error),
+    #[error("unreachable ({0})")]
+    Unreachable(Transport),
+    #[error("token endpoint unreachable ({0})")]
+    TokenUnreachable(Transport),
+    #[error("answered {0}")]
+    Status(u16),
+    #[error("the answer is too large")]
+    TooLarge,
+    /// The body broke off while it was read.
+    #[error("{0}")]
+    Body(reqwest::Error),
+    #[error("answered 401 without a token realm")]
+    NoRealm,
+    /// The realm, clipped.
+    #[error("its token realm {0} is not on the allowlist")]
+    RealmNotAllowed(String),
+    /// The realm is no URL: the parser's message.
+    #[error("{0}")]
+    RealmUrl(String),
+    #[error("the token endpoint answered no token")]
+    NoToken,
+    #[error("the registry {0} is not on the allowlist")]
+    RegistryNotAllowed(String),
+    #[error("the image reference is not one a registry serves")]
+    BadReference,
+    #[error("{digest} is not a sha256 digest this reader checks")]
+    NotSha256 { digest: String },
+    #[error("the content served for {digest} does not match it")]
+    DigestMismatch { digest: String },
+    #[error("the manifest is not JSON")]
+    ManifestNotJson,
+    #[error("the index lists no manifest")]
+    EmptyIndex,
+    #[error("the manifest names no config")]
+    NoConfig,
+    #[error("the image config is not JSON")]
+    ConfigNotJson,
+    #[error("rate limited")]
+    RateLimited,
+    #[error("the releases are not a JSON list")]
+    ReleasesNotAList,
+}
+
+/// How a request failed to get an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Transport {
+    #[error("timed out")]
+    TimedOut,
+    #[error("connection failed")]
+    ConnectionFailed,
+    #[error("request failed")]
+    RequestFailed,
+}
+
+impl Transport {
+    fn of(e: &reqwest::Error) -> Transport {
+        if e.is_timeout() {
+            Transport::TimedOut
+        } else if e.is_connect() {
+            Transport::ConnectionFailed
+        } else {
+            Transport::RequestFailed
+        }
+    }
+}
+
 /// Content fetched by digest must hash to it: what is cached per manifest digest is then bound
 /// to that digest all the way down (a registry or CDN cannot swap the config behind it).
-fn verify(bytes: &[u8], digest: &str) -> Result<(), String> {
+fn verify(bytes: &[u8], digest: &str) -> Result<(), NotesError> {
     let Some(expected) = digest.strip_prefix("sha256:") else {
-        return Err(format!(
-            "{digest} is not a sha256 digest this reader checks"
-        ));
+        return Err(NotesError::NotSha256 {
+            digest: digest.to_string(),
+        });
     };
     let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
     if actual.eq_ignore_ascii_case(expected) {
         Ok(())
     } else {
-        Err(format!("the content served for {digest} does not match it"))
+        Err(NotesError::DigestMismatch {
+            digest: digest.to_string(),
+        })
     }
 }
 
@@ -231,7 +304,7 @@ struct TokenAnswer {
 }
 
 impl Notes {
-    pub fn new(config: NotesConfig) -> Result<Notes, String> {
+    pub fn new(config: NotesConfig) -> Result<Notes, NotesError> {
         crate::forge::github::install_crypto_provider();
         let allowed = config.allowed_hosts();
         let client = reqwest::Client::builder()
@@ -251,7 +324,7 @@ impl Notes {
             }))
             .user_agent("bosun-release-notes")
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(NotesError::Client)?;
         Ok(Notes {
             config,
             client,
@@ -261,23 +334,23 @@ impl Notes {
     }
 
     /// A body, capped: past `maxBytes` the answer is refused unread.
-    async fn body(&self, response: reqwest::Response) -> Result<Vec<u8>, String> {
+    async fn body(&self, response: reqwest::Response) -> Result<Vec<u8>, NotesError> {
         let status = response.status();
         if !status.is_success() {
-            return Err(format!("answered {}", status.as_u16()));
+            return Err(NotesError::Status(status.as_u16()));
         }
         if response
             .content_length()
             .is_some_and(|n| n > self.config.max_bytes as u64)
         {
-            return Err("the answer is too large".into());
+            return Err(NotesError::TooLarge);
         }
         let mut out = Vec::new();
         let mut response = response;
-        while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        while let Some(chunk) = response.chunk().await.map_err(NotesError::Body)? {
             out.extend_from_slice(&chunk);
             if out.len() > self.config.max_bytes {
-                return Err("the answer is too large".into());
+                return Err(NotesError::TooLarge);
             }
         }
         Ok(out)
@@ -285,14 +358,14 @@ impl Notes {
 
     /// GET with the registry's anonymous token flow: a 401 naming a Bearer realm is answered by
     /// fetching a token there (same allowlisted endpoint) and asking again once.
-    async fn registry_get(&self, url: &str, accept: &str) -> Result<Vec<u8>, String> {
+    async fn registry_get(&self, url: &str, accept: &str) -> Result<Vec<u8>, NotesError> {
         let first = self
             .client
             .get(url)
             .header("Accept", accept)
             .send()
             .await
-            .map_err(|e| format!("unreachable ({})", short_error(&e)))?;
+            .map_err(|e| NotesError::Unreachable(Transport::of(&e)))?;
         if first.status().as_u16() != 401 {
             return self.body(first).await;
         }
@@ -307,14 +380,14 @@ impl Notes {
             let end = challenge[at..].find('"')? + at;
             Some(challenge[at..end].to_string())
         };
-        let realm = param("realm").ok_or("answered 401 without a token realm")?;
+        let realm = param("realm").ok_or(NotesError::NoRealm)?;
         if !self.allowed_realm(&realm) {
-            return Err(format!(
-                "its token realm {} is not on the allowlist",
-                realm.chars().take(120).collect::<String>()
+            return Err(NotesError::RealmNotAllowed(
+                realm.chars().take(120).collect(),
             ));
         }
-        let mut token_url = reqwest::Url::parse(&realm).map_err(|e| e.to_string())?;
+        let mut token_url =
+            reqwest::Url::parse(&realm).map_err(|e| NotesError::RealmUrl(e.to_string()))?;
         {
             let mut query = token_url.query_pairs_mut();
             if let Some(service) = param("service") {
@@ -329,13 +402,13 @@ impl Notes {
             .get(token_url)
             .send()
             .await
-            .map_err(|e| format!("token endpoint unreachable ({})", short_error(&e)))?;
-        let token: TokenAnswer = serde_json::from_slice(&self.body(answer).await?)
-            .map_err(|_| "the token endpoint answered no token".to_string())?;
+            .map_err(|e| NotesError::TokenUnreachable(Transport::of(&e)))?;
+        let token: TokenAnswer =
+            serde_json::from_slice(&self.body(answer).await?).map_err(|_| NotesError::NoToken)?;
         let token = token
             .token
             .or(token.access_token)
-            .ok_or("the token endpoint answered no token")?;
+            .ok_or(NotesError::NoToken)?;
         let second = self
             .client
             .get(url)
@@ -343,7 +416,7 @@ impl Notes {
             .bearer_auth(token)
             .send()
             .await
-            .map_err(|e| format!("unreachable ({})", short_error(&e)))?;
+            .map_err(|e| NotesError::Unreachable(Transport::of(&e)))?;
         self.body(second).await
     }
 
@@ -369,16 +442,16 @@ impl Notes {
     /// image says is cached per manifest digest, computed here from the bytes received (a
     /// registry's `Docker-Content-Digest` header is not trusted), so a re-pushed tag is read
     /// again and an unchanged one costs one request.
-    pub async fn source(&self, image: &str, tag: &str) -> Result<Option<String>, String> {
+    pub async fn source(&self, image: &str, tag: &str) -> Result<Option<String>, NotesError> {
         let (host, name) = split_reference(image);
         let endpoint = self
             .config
             .registries
             .iter()
             .find(|r| r.host.eq_ignore_ascii_case(&host))
-            .ok_or_else(|| format!("the registry {host} is not on the allowlist"))?;
+            .ok_or_else(|| NotesError::RegistryNotAllowed(host.clone()))?;
         if !valid_reference(&name) || !valid_reference(tag) {
-            return Err("the image reference is not one a registry serves".into());
+            return Err(NotesError::BadReference);
         }
         let base = endpoint.url.trim_end_matches('/').to_string();
         let bytes = self
@@ -407,11 +480,11 @@ impl Notes {
         base: &str,
         name: &str,
         manifest: &[u8],
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, NotesError> {
         let valid = valid_reference;
         let manifest_url = |reference: &str| format!("{base}/v2/{name}/manifests/{reference}");
         let manifest: Value =
-            serde_json::from_slice(manifest).map_err(|_| "the manifest is not JSON".to_string())?;
+            serde_json::from_slice(manifest).map_err(|_| NotesError::ManifestNotJson)?;
         let annotation = |m: &Value| {
             m.pointer("/annotations")
                 .and_then(|a| a.get(SOURCE_LABEL))
@@ -434,11 +507,11 @@ impl Notes {
                 .and_then(|m| m.get("digest"))
                 .and_then(Value::as_str)
                 .filter(|d| valid(d))
-                .ok_or("the index lists no manifest")?;
+                .ok_or(NotesError::EmptyIndex)?;
             let bytes = self.registry_get(&manifest_url(chosen), ACCEPT).await?;
             verify(&bytes, chosen)?;
-            let platform: Value = serde_json::from_slice(&bytes)
-                .map_err(|_| "the manifest is not JSON".to_string())?;
+            let platform: Value =
+                serde_json::from_slice(&bytes).map_err(|_| NotesError::ManifestNotJson)?;
             if let Some(source) = annotation(&platform) {
                 return Ok(Some(source));
             }
@@ -450,7 +523,7 @@ impl Notes {
             .pointer("/config/digest")
             .and_then(Value::as_str)
             .filter(|d| valid(d))
-            .ok_or("the manifest names no config")?;
+            .ok_or(NotesError::NoConfig)?;
         let bytes = self
             .registry_get(
                 &format!("{base}/v2/{name}/blobs/{config_digest}"),
@@ -458,8 +531,8 @@ impl Notes {
             )
             .await?;
         verify(&bytes, config_digest)?;
-        let config: Value = serde_json::from_slice(&bytes)
-            .map_err(|_| "the image config is not JSON".to_string())?;
+        let config: Value =
+            serde_json::from_slice(&bytes).map_err(|_| NotesError::ConfigNotJson)?;
         Ok(config
             .pointer("/config/Labels")
             .and_then(|l| l.get(SOURCE_LABEL))
@@ -468,7 +541,7 @@ impl Notes {
     }
 
     /// A repository's releases (the first page of 100), from GitHub's REST API.
-    pub async fn releases(&self, repository: &str) -> Result<Vec<Release>, String> {
+    pub async fn releases(&self, repository: &str) -> Result<Vec<Release>, NotesError> {
         if let Some(hit) = cached(&self.releases, repository) {
             return Ok(hit);
         }
@@ -479,7 +552,7 @@ impl Notes {
         result
     }
 
-    async fn read_releases(&self, repository: &str) -> Result<Vec<Release>, String> {
+    async fn read_releases(&self, repository: &str) -> Result<Vec<Release>, NotesError> {
         let url = format!(
             "{}/repos/{repository}/releases?per_page=30",
             self.config.github_api_url.trim_end_matches('/')
@@ -500,13 +573,13 @@ impl Notes {
         let response = request
             .send()
             .await
-            .map_err(|e| format!("unreachable ({})", short_error(&e)))?;
+            .map_err(|e| NotesError::Unreachable(Transport::of(&e)))?;
         if response.status().as_u16() == 403 || response.status().as_u16() == 429 {
             // Rate limited: say so; the cache keeps the answer for this process.
-            return Err("rate limited".into());
+            return Err(NotesError::RateLimited);
         }
         let list: Vec<Value> = serde_json::from_slice(&self.body(response).await?)
-            .map_err(|_| "the releases are not a JSON list".to_string())?;
+            .map_err(|_| NotesError::ReleasesNotAList)?;
         Ok(list
             .iter()
             .filter(|r| r.get("draft").and_then(Value::as_bool) != Some(true))
@@ -600,16 +673,6 @@ impl Notes {
     }
 }
 
-fn short_error(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        "timed out".into()
-    } else if e.is_connect() {
-        "connection failed".into()
-    } else {
-        "request failed".into()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,6 +697,37 @@ mod tests {
         );
         assert_eq!(source_repository("http://github.com/a/b"), None);
         assert_eq!(source_repository("https://github.com/../b"), None);
+    }
+
+    /// What a note says when a read fails is its error's text, word for word.
+    #[test]
+    fn a_failed_read_says_why_in_one_line() {
+        let said = [
+            (
+                NotesError::Unreachable(Transport::TimedOut),
+                "unreachable (timed out)",
+            ),
+            (
+                NotesError::TokenUnreachable(Transport::ConnectionFailed),
+                "token endpoint unreachable (connection failed)",
+            ),
+            (NotesError::Status(503), "answered 503"),
+            (
+                NotesError::RegistryNotAllowed("ghcr.io".into()),
+                "the registry ghcr.io is not on the allowlist",
+            ),
+            (
+                verify(b"x", "md5:00").unwrap_err(),
+                "md5:00 is not a sha256 digest this reader checks",
+            ),
+            (
+                verify(b"x", "sha256:00").unwrap_err(),
+                "the content served for sha256:00 does not match it",
+            ),
+        ];
+        for (error, text) in said {
+            assert_eq!(error.to_string(), text);
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use super::applier::{self, Policy, Rewrite, Scope};
+use super::applier::{self, Policy, PolicyError, Rewrite, Scope};
 use super::classify::{self, Handoff};
 use super::config::{Config, PromotionScope};
 use crate::gate::rules::{DroppedServedVersion, NotServed};
@@ -183,6 +183,20 @@ impl<'a> Renders<'a> {
     }
 }
 
+/// Why a repair could not be planned: the head does not render for Bosun (the gate's
+/// question, not a person's), or bosun.yaml's lists do not build.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The swap's head render failed: its first diagnostic.
+    #[error("the head does not render: {first}")]
+    HeadDoesNotRender { first: String },
+    /// The head render the promotion scope is read from failed.
+    #[error("{0}")]
+    HeadRender(Box<RenderFailure>),
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}
+
 /// What planning gave: a repair to run, a handoff, or (a values migration) a head that
 /// renders after all.
 pub enum Planning {
@@ -199,7 +213,7 @@ pub fn plan(
     config: &Config,
     renders: &Renders<'_>,
     report: &str,
-) -> Result<Planning, String> {
+) -> Result<Planning, PlanError> {
     let redaction = config.model.redaction();
     Ok(match work {
         Work::Swap(dropped) => match swap::plan_on(config, renders, dropped)? {
@@ -236,15 +250,18 @@ pub fn plan(
 
 /// The applier's policy on the head: the deny/allow lists and, with `promotionScope:
 /// deployed`, the files the head's Applications of this repository deploy or render from.
-pub fn head_policy(config: &Config, renders: &Renders<'_>) -> Result<Policy, String> {
+pub fn head_policy(config: &Config, renders: &Renders<'_>) -> Result<Policy, PlanError> {
     let scope = match config.promotion_scope {
         PromotionScope::Deployed => {
-            let rendering = renders.head().as_ref().map_err(|f| f.to_string())?;
+            let rendering = renders
+                .head()
+                .as_ref()
+                .map_err(|f| PlanError::HeadRender(Box::new(f.clone())))?;
             Some(scope_of(renders.config(), rendering))
         }
         PromotionScope::Repository => None,
     };
-    Policy::new(&config.deny, &config.allow, scope)
+    Ok(Policy::new(&config.deny, &config.allow, scope)?)
 }
 
 /// The promotion scope of `rendering`: what Applications of this repository deploy.

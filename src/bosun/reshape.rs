@@ -13,7 +13,7 @@ mod request;
 pub use self::harness::{Accepted, check_proposal, check_proposal_without, order_like};
 pub use self::loss::{DocumentRef, Loss, Lossy, crd_for, losses, lossy_documents, reshape_losses};
 pub use self::paths::{DocPath, Seg, leaf_paths, leaves, path_text};
-pub use self::replace::replace_document;
+pub use self::replace::{ReplaceError, Yaml11Hazard, replace_document};
 pub use self::request::{SYSTEM, prompt, reply_schema};
 
 pub(crate) use self::replace::yaml11_hazard;

@@ -55,6 +55,9 @@ pub enum TriageError {
     Inventory(String),
     #[error("gate: {0}")]
     Gate(String),
+    /// The repair could not be planned on the head (it does not render for Bosun).
+    #[error("gate: {0}")]
+    Plan(crate::bosun::repair::PlanError),
     #[error("cannot write the repair: {0}")]
     Write(String),
 }
@@ -67,8 +70,8 @@ pub struct Run {
     pub pull_request: u64,
     /// The head the triage started from.
     pub head: String,
-    /// The path taken last: wait, green, worth-a-look, swap, escalate, handoff, closed.
-    pub path: String,
+    /// The path taken last.
+    pub path: RunPath,
     /// Commits Bosun pushed.
     pub pushed: Vec<String>,
     /// What happened, one line each.
@@ -79,6 +82,53 @@ pub struct Run {
     /// The comment paragraph of a repair pushed in this run (kept when the gate re-runs).
     #[serde(skip)]
     pub repaired: Option<String>,
+}
+
+/// The path a triage took last, by the name the intake's job list and metrics give it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunPath {
+    /// None yet (a triage stopped after too many rounds, each of which pushed a repair).
+    #[default]
+    #[serde(rename = "")]
+    Unset,
+    /// No verdict to act on yet.
+    Wait,
+    Green,
+    WorthALook,
+    /// Green after a repair Bosun pushed (whichever kind).
+    Swap,
+    Escalate,
+    Handoff,
+    Closed,
+    /// The intake's: a repository Bosun does not serve, or a pull request the forge does not
+    /// have.
+    Dropped,
+    /// The intake's: the triage failed (the forge or git failing); it is tried again.
+    Error,
+}
+
+impl RunPath {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunPath::Unset => "",
+            RunPath::Wait => "wait",
+            RunPath::Green => "green",
+            RunPath::WorthALook => "worth-a-look",
+            RunPath::Swap => "swap",
+            RunPath::Escalate => "escalate",
+            RunPath::Handoff => "handoff",
+            RunPath::Closed => "closed",
+            RunPath::Dropped => "dropped",
+            RunPath::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for RunPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Run {

@@ -28,7 +28,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::Notify;
 
 use super::journal::{self, Journal};
-use super::runner::{Bosun, Run};
+use super::runner::{Bosun, Run, RunPath};
 use crate::forge::RepoSlug;
 
 pub mod gitlab;
@@ -77,7 +77,7 @@ struct ResultLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
     /// wait, green, worth-a-look, swap, escalate, handoff, closed, dropped, error
-    path: String,
+    path: &'static str,
 }
 
 struct Metrics {
@@ -602,7 +602,11 @@ impl Server {
                 Run {
                     repository: slug.to_string(),
                     pull_request: number,
-                    path: if dropped { "dropped" } else { "error" }.into(),
+                    path: if dropped {
+                        RunPath::Dropped
+                    } else {
+                        RunPath::Error
+                    },
                     lines: vec![format!(
                         "{}: {e}",
                         if dropped {
@@ -621,7 +625,7 @@ impl Server {
         self.metrics
             .triages
             .get_or_create(&PathLabels {
-                path: run.path.clone(),
+                path: run.path.as_str(),
             })
             .inc();
         let repository = slug.to_string();
@@ -637,10 +641,10 @@ impl Server {
             tracing::warn!("journal: {e}");
         }
         let now = unix_now();
-        let tracked = match run.path.as_str() {
+        let tracked = match run.path {
             // A failed triage (the forge or git failing) may be delivered again; it stays in
             // the journal (a restart replays it) and is followed, so the poller tries again.
-            "error" => {
+            RunPath::Error => {
                 jobs.seen
                     .remove(&(repository.clone(), number, delivered_head.clone()));
                 let track = jobs
@@ -680,7 +684,7 @@ impl Server {
             }
             // Nothing more arrives for a closed pull request, nor for one the forge does not
             // have or a repository Bosun does not serve: forget its deliveries.
-            "closed" | "dropped" => {
+            RunPath::Closed | RunPath::Dropped => {
                 self.forget(&mut jobs, &repository, number);
                 None
             }
@@ -706,7 +710,7 @@ impl Server {
         // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
         // Decided and removed under the lock `enqueue` journals under: no delivery accepted in
         // between can lose its entry. A failed triage keeps its entry.
-        if run.path != "error"
+        if run.path != RunPath::Error
             && !jobs.heads.contains_key(&key)
             && let Err(e) = self
                 .journal

@@ -55,7 +55,7 @@ pub fn plan(dropped: &[DroppedServedVersion]) -> BTreeMap<String, Vec<Swap>> {
     by_file
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SwapError {
     #[error(transparent)]
     Yaml(#[from] edit::EditError),

@@ -551,15 +551,53 @@ fn evidence_markup(value: &Value, links: &Links, head: &str) -> Markup {
     PreEscaped(out)
 }
 
-/// The page.
+/// The page: the verdict, the filter, the findings and the changes.
 pub fn render(result: &GateResult, links: &Links) -> String {
-    let v = &result.verdict;
-    let (outcome, class) = outcome_words(v.outcome);
+    let (outcome, class) = outcome_words(result.verdict.outcome);
     let groups = groups(result);
     let finding_facets: Vec<Facets> = result.findings.iter().map(finding_facets).collect();
-    // A group's rules: those of the findings naming one of its Applications.
+    let group_facets = group_facets(&groups, &result.findings, &finding_facets);
+    let options = filter_options(finding_facets.iter().chain(&group_facets));
+    let numbers = Numbers::of(&options);
+    let blocking = result
+        .findings
+        .iter()
+        .any(|f| f.severity == Severity::Blocking);
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta name="referrer" content="no-referrer";
+                title { "addons-gate: " (outcome) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                (page_header(result, outcome, class))
+                (filters(&options, blocking))
+                (findings_section(result, &finding_facets, &numbers, links))
+                (changes_section(result, &groups, &group_facets, &numbers))
+                @if let Some(confinement) = result.confinement {
+                    footer { p { em { (confinement.footer()) } } }
+                }
+                script { (PreEscaped(SCRIPT)) }
+            }
+        }
+    }
+    .into_string()
+}
+
+/// Each group's facets: its Applications' clusters, names and object kinds, and the rules of
+/// the findings naming one of its Applications.
+fn group_facets(
+    groups: &[Group<'_>],
+    findings: &[Finding],
+    finding_facets: &[Facets],
+) -> Vec<Facets> {
     let mut rules_by_app: HashMap<&str, BTreeSet<String>> = HashMap::new();
-    for (finding, facets) in result.findings.iter().zip(&finding_facets) {
+    for (finding, facets) in findings.iter().zip(finding_facets) {
         for app in &facets.application {
             rules_by_app
                 .entry(app.as_str())
@@ -567,7 +605,7 @@ pub fn render(result: &GateResult, links: &Links) -> String {
                 .insert(finding.rule.clone());
         }
     }
-    let group_facets: Vec<Facets> = groups
+    groups
         .iter()
         .map(|g| {
             let mut facets = Facets::default();
@@ -592,14 +630,24 @@ pub fn render(result: &GateResult, links: &Links) -> String {
             }
             facets
         })
-        .collect();
+        .collect()
+}
+
+/// The filter's lists (cluster, Application, kind, rule): every value any element names.
+fn filter_options<'a>(all: impl Iterator<Item = &'a Facets>) -> [BTreeSet<String>; 4] {
     let mut options: [BTreeSet<String>; 4] = Default::default();
-    for facets in finding_facets.iter().chain(&group_facets) {
+    for facets in all {
         options[0].extend(facets.cluster.iter().cloned());
         options[1].extend(facets.application.iter().cloned());
         options[2].extend(facets.kind.iter().cloned());
         options[3].extend(facets.rule.iter().cloned());
     }
+    options
+}
+
+/// The verdict: outcome, commits, counts, and why the gate could not decide.
+fn page_header(result: &GateResult, outcome: &str, class: &str) -> Markup {
+    let v = &result.verdict;
     let counts = &v.counts;
     let per_rule = |label: &str, counts: &BTreeMap<String, usize>| -> Markup {
         html! {
@@ -608,130 +656,136 @@ pub fn render(result: &GateResult, links: &Links) -> String {
             }
         }
     };
-    let numbers = Numbers::of(&options);
-    let blocking = result
-        .findings
-        .iter()
-        .any(|f| f.severity == Severity::Blocking);
     html! {
-        (DOCTYPE)
-        html lang="en" {
-            head {
-                meta charset="utf-8";
-                meta http-equiv="Content-Security-Policy" content=(content_security_policy());
-                meta name="viewport" content="width=device-width, initial-scale=1";
-                meta name="referrer" content="no-referrer";
-                title { "addons-gate: " (outcome) }
-                style { (PreEscaped(STYLE)) }
+        header {
+            h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
+            p {
+                code { (short_commit(&v.base)) } " (merge base) → " code { (short_commit(&v.head)) } " (head)"
             }
-            body {
-                header {
-                    h1 id="outcome" class=(class) { "addons-gate: " (outcome) }
-                    p {
-                        code { (short_commit(&v.base)) } " (merge base) → " code { (short_commit(&v.head)) } " (head)"
-                    }
-                    table id="counts" {
-                        tr { th { "Applications" } td {
-                            span id="applications-changed" { (counts.applications_changed) } " changed, "
-                            span id="applications-added" { (counts.applications_added) } " added, "
-                            span id="applications-removed" { (counts.applications_removed) } " removed"
-                        } }
-                        tr { th { "objects" } td {
-                            span id="objects-added" { (counts.objects_added) } " added, "
-                            span id="objects-changed" { (counts.objects_changed) } " changed, "
-                            span id="objects-removed" { (counts.objects_removed) } " removed"
-                        } }
-                        (per_rule("blocking", &v.blocking))
-                        (per_rule("notes", &v.notes))
-                    }
-                    @if !v.errors.is_empty() {
-                        h2 { "Why the gate could not decide" }
-                        ul id="errors" { @for error in &v.errors { li { pre { (t(error)) } } } }
-                    }
-                }
-                nav id="filters" {
-                    @for (name, label, values) in [
-                        ("cluster", "cluster", &options[0]),
-                        ("application", "Application", &options[1]),
-                        ("kind", "kind", &options[2]),
-                        ("rule", "rule", &options[3]),
-                    ] {
-                        label {
-                            (label) " "
-                            select data-filter=(name) {
-                                option value="" { "all" }
-                                @for (number, value) in values.iter().enumerate() {
-                                    option value=(number) { (one_line(value)) }
-                                }
-                            }
-                        }
-                    }
-                    span id="filter-status" {}
-                    @if blocking {
-                        " " span class="status" { "(blocking findings are always shown)" }
-                    }
-                }
-                section id="findings" {
-                    h2 { "Findings (" (result.findings.len()) ")" }
-                    @if result.findings.is_empty() { p { "No findings." } }
-                    @for (finding, facets) in result.findings.iter().zip(&finding_facets) {
-                        @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
-                        details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
-                            data-facets="" data-pinned=[(finding.severity == Severity::Blocking).then_some("")]
-                            data-cluster=[numbers.encode_named(0, &facets.cluster)]
-                            data-application=[numbers.encode_named(1, &facets.application)]
-                            data-kind=[numbers.encode_named(2, &facets.kind)]
-                            data-rule=[numbers.encode_named(3, &facets.rule)] {
-                            summary {
-                                span class={ "sev-" (severity) } { (severity) } " "
-                                code class="rule" { (t(&finding.rule)) } ": "
-                                span class="summary" { (t(&finding.summary)) }
-                            }
-                            @let paths = finding_paths(finding);
-                            @if !paths.is_empty() {
-                                p { "Files: " @for path in &paths { (path_link(links, &v.head, path)) " " } }
-                            }
-                            pre class="evidence" { (evidence_markup(&finding.evidence, links, &v.head)) }
-                        }
-                    }
-                }
-                section id="changes" {
-                    h2 { "What this change deploys (" (result.diff.applications.len()) " Applications)" }
-                    @if v.outcome != Outcome::Undecided && result.diff.applications.is_empty() {
-                        p { "The render is identical at both commits." }
-                    }
-                    @for (group, facets) in groups.iter().zip(&group_facets) {
-                        section class="application" data-facets=""
-                            data-cluster=(numbers.encode(0, &facets.cluster))
-                            data-application=(numbers.encode(1, &facets.application))
-                            data-kind=(numbers.encode(2, &facets.kind))
-                            data-rule=(numbers.encode(3, &facets.rule)) {
-                            h3 {
-                                @if group.apps.len() == 1 {
-                                    (t(&group.apps[0].app.to_string()))
-                                } @else {
-                                    (group.apps.len()) " Applications"
-                                }
-                                " " span class="status" { "(" (group.status) ")" }
-                            }
-                            @if group.apps.len() > 1 {
-                                details class="where" {
-                                    summary { "where: " (group.apps.len()) " Applications" }
-                                    ul { @for app in &group.apps { li { (t(&app.app.to_string())) } } }
-                                }
-                            }
-                            (PreEscaped(&group.body))
-                        }
-                    }
-                }
-                @if let Some(confinement) = result.confinement {
-                    footer { p { em { (confinement.footer()) } } }
-                }
-                script { (PreEscaped(SCRIPT)) }
+            table id="counts" {
+                tr { th { "Applications" } td {
+                    span id="applications-changed" { (counts.applications_changed) } " changed, "
+                    span id="applications-added" { (counts.applications_added) } " added, "
+                    span id="applications-removed" { (counts.applications_removed) } " removed"
+                } }
+                tr { th { "objects" } td {
+                    span id="objects-added" { (counts.objects_added) } " added, "
+                    span id="objects-changed" { (counts.objects_changed) } " changed, "
+                    span id="objects-removed" { (counts.objects_removed) } " removed"
+                } }
+                (per_rule("blocking", &v.blocking))
+                (per_rule("notes", &v.notes))
+            }
+            @if !v.errors.is_empty() {
+                h2 { "Why the gate could not decide" }
+                ul id="errors" { @for error in &v.errors { li { pre { (t(error)) } } } }
             }
         }
     }
-    .into_string()
+}
+
+/// The filter: one list per facet, each value by its number.
+fn filters(options: &[BTreeSet<String>; 4], blocking: bool) -> Markup {
+    html! {
+        nav id="filters" {
+            @for (name, label, values) in [
+                ("cluster", "cluster", &options[0]),
+                ("application", "Application", &options[1]),
+                ("kind", "kind", &options[2]),
+                ("rule", "rule", &options[3]),
+            ] {
+                label {
+                    (label) " "
+                    select data-filter=(name) {
+                        option value="" { "all" }
+                        @for (number, value) in values.iter().enumerate() {
+                            option value=(number) { (one_line(value)) }
+                        }
+                    }
+                }
+            }
+            span id="filter-status" {}
+            @if blocking {
+                " " span class="status" { "(blocking findings are always shown)" }
+            }
+        }
+    }
+}
+
+/// Every finding with its evidence (a blocking one open and pinned).
+fn findings_section(
+    result: &GateResult,
+    finding_facets: &[Facets],
+    numbers: &Numbers,
+    links: &Links,
+) -> Markup {
+    let head = &result.verdict.head;
+    html! {
+        section id="findings" {
+            h2 { "Findings (" (result.findings.len()) ")" }
+            @if result.findings.is_empty() { p { "No findings." } }
+            @for (finding, facets) in result.findings.iter().zip(finding_facets) {
+                @let severity = match finding.severity { Severity::Blocking => "blocking", Severity::Note => "note" };
+                details class={ "finding " (severity) } open[finding.severity == Severity::Blocking]
+                    data-facets="" data-pinned=[(finding.severity == Severity::Blocking).then_some("")]
+                    data-cluster=[numbers.encode_named(0, &facets.cluster)]
+                    data-application=[numbers.encode_named(1, &facets.application)]
+                    data-kind=[numbers.encode_named(2, &facets.kind)]
+                    data-rule=[numbers.encode_named(3, &facets.rule)] {
+                    summary {
+                        span class={ "sev-" (severity) } { (severity) } " "
+                        code class="rule" { (t(&finding.rule)) } ": "
+                        span class="summary" { (t(&finding.summary)) }
+                    }
+                    @let paths = finding_paths(finding);
+                    @if !paths.is_empty() {
+                        p { "Files: " @for path in &paths { (path_link(links, head, path)) " " } }
+                    }
+                    pre class="evidence" { (evidence_markup(&finding.evidence, links, head)) }
+                }
+            }
+        }
+    }
+}
+
+/// What the change deploys: each group of Applications whose changes read the same, once.
+fn changes_section(
+    result: &GateResult,
+    groups: &[Group<'_>],
+    group_facets: &[Facets],
+    numbers: &Numbers,
+) -> Markup {
+    html! {
+        section id="changes" {
+            h2 { "What this change deploys (" (result.diff.applications.len()) " Applications)" }
+            @if result.verdict.outcome != Outcome::Undecided && result.diff.applications.is_empty() {
+                p { "The render is identical at both commits." }
+            }
+            @for (group, facets) in groups.iter().zip(group_facets) {
+                section class="application" data-facets=""
+                    data-cluster=(numbers.encode(0, &facets.cluster))
+                    data-application=(numbers.encode(1, &facets.application))
+                    data-kind=(numbers.encode(2, &facets.kind))
+                    data-rule=(numbers.encode(3, &facets.rule)) {
+                    h3 {
+                        @if group.apps.len() == 1 {
+                            (t(&group.apps[0].app.to_string()))
+                        } @else {
+                            (group.apps.len()) " Applications"
+                        }
+                        " " span class="status" { "(" (group.status) ")" }
+                    }
+                    @if group.apps.len() > 1 {
+                        details class="where" {
+                            summary { "where: " (group.apps.len()) " Applications" }
+                            ul { @for app in &group.apps { li { (t(&app.app.to_string())) } } }
+                        }
+                    }
+                    (PreEscaped(&group.body))
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

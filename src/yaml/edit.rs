@@ -32,7 +32,7 @@ pub struct ScalarSite {
     pub quoted: Option<char>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum EditError {
     #[error("{origin}: malformed YAML at byte {offset}: {message}")]
     Parse {

@@ -482,112 +482,12 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
         addons * clusters
     );
     if shape == Shape::CrdHeavy {
-        let helm = tools.join("helm");
-        let chart = charts.join("charts.example.test/bench/chart-0/1.0.0");
-        let out = std::process::Command::new(&helm)
-            .arg("template")
-            .arg("x")
-            .arg(&chart)
-            .output()?;
-        if !out.status.success() {
-            bail!(
-                "helm template failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        println!("  the crd-heavy chart renders {} bytes", out.stdout.len());
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1);
-        let calls = record_helm_calls(&gate, &args, &helm, root.path())?;
-        // The floor, like for like (issue 34, point 5): `helm template x CHART` of the chart
-        // of each call the gate made (the same distinct renders, both commits), replayed on
-        // the cores' threads as the gate's own calls are. It was one bare process at a time,
-        // its median times the renders divided by the cores; but two helm processes at once
-        // on a 2-core machine shared with other work do not run twice as fast as one, so that
-        // floor read 9% under the bare replay with the machine to itself, 31% and 44% under
-        // with other builds beside it (62% in the issue's run),
-        // while leaving out any of the gate's arguments moved the replay by no more than its
-        // own noise (`helm_arguments_ablation` prints both).
-        let bare = bare_calls(&calls);
-        // The aim's figure: rounds of (helm's own time for the gate's exact calls, a cold
-        // gate run) taken back to back, so a slower minute of a shared machine weighs on
-        // both. Each round also replays the calls with the Go settings the gate gives helm
-        // (`GOGC=400`): part of the gate's lead over bare helm is that tuning, and the ratio
-        // to the tuned replay is what the gate adds, like for like.
-        let mut rounds: Vec<(f64, f64, f64, f64)> = Vec::new();
-        for round in 0..5 {
-            let bare_ms = replay_helm_calls(&helm, &bare, cores, false)?;
-            let exact_ms = replay_helm_calls(&helm, &calls, cores, false)?;
-            let tuned_ms = replay_helm_calls(&helm, &calls, cores, true)?;
-            let mut fresh = args.clone();
-            if let Some(at) = fresh.iter().position(|a| a == "--cache-dir") {
-                fresh[at + 1] = root
-                    .path()
-                    .join(format!("cold-{round}"))
-                    .display()
-                    .to_string();
-            }
-            let started = Instant::now();
-            let output = std::process::Command::new(&gate).args(&fresh).output()?;
-            if !output.status.code().is_some_and(|c| accepted.contains(&c)) {
-                bail!(
-                    "paired cold run: gate check exited {:?}",
-                    output.status.code()
-                );
-            }
-            rounds.push((
-                exact_ms,
-                tuned_ms,
-                started.elapsed().as_secs_f64() * 1000.0,
-                bare_ms,
-            ));
-        }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(|a, b| a.total_cmp(b));
-            v[v.len() / 2]
+        let gate_run = GateRun {
+            gate: &gate,
+            args: &args,
+            accepted,
         };
-        let ratio = median(rounds.iter().map(|(h, _, g, _)| g / h).collect());
-        let overhead = median(rounds.iter().map(|(_, t, g, _)| g / t).collect());
-        println!(
-            "  bare `helm template x CHART` for the same distinct renders ({} calls, each the chart of one the gate made, replayed on {cores} threads the same way): median {:.0} ms; cold is {:.2}x that",
-            bare.len(),
-            median(rounds.iter().map(|r| r.3).collect()),
-            median(rounds.iter().map(|(_, _, g, b)| g / b).collect()),
-        );
-        println!(
-            "  helm's own time for the same renders as the gate asks for them ({} `helm template` calls with the gate's arguments and values files, replayed on {cores} threads as anyone runs helm, with Go's defaults): median {:.0} ms; a cold gate run right after each replay: median {:.0} ms; cold is {ratio:.2}x helm (median of 5 rounds; {})",
-            calls.len(),
-            median(rounds.iter().map(|r| r.0).collect()),
-            median(rounds.iter().map(|r| r.2).collect()),
-            rounds
-                .iter()
-                .map(|(h, _, g, _)| format!("{:.2}", g / h))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let settings = calls
-            .first()
-            .map(|c| {
-                c.go_env
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "none recorded: Go's defaults".to_string());
-        println!(
-            "  the same calls with the Go settings the gate gives helm ({settings}): median {:.0} ms; cold is {overhead:.2}x that, like for like: what the gate adds to helm's work is {:+.0}% ({})",
-            median(rounds.iter().map(|r| r.1).collect()),
-            (overhead - 1.0) * 100.0,
-            rounds
-                .iter()
-                .map(|(_, t, g, _)| format!("{:.2}", g / t))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        helm_arguments_ablation(&helm, &calls, cores)?;
+        against_helm(&gate_run, &tools.join("helm"), &charts, root.path())?;
     }
     println!("  cold (empty cache): {cold} ms  [{cold_stats}]");
     println!("  merge base cached, head new: {base_cached} ms  [{base_cached_stats}]");
@@ -598,6 +498,150 @@ fn check(addons: usize, clusters: usize, shape: Shape) -> Result<()> {
         println!("  kept {}: gate {}", kept.display(), args.join(" "));
     }
     Ok(())
+}
+
+/// A `gate check` as the bench runs it: the binary, its arguments and the exit codes it may
+/// end with.
+struct GateRun<'a> {
+    gate: &'a Path,
+    args: &'a [String],
+    accepted: &'a [i32],
+}
+
+/// One paired round: helm's own time for the gate's exact calls (Go's defaults, then the Go
+/// settings the gate gives helm), a cold gate run right after, and the bare calls' time (ms).
+struct Round {
+    exact_ms: f64,
+    tuned_ms: f64,
+    gate_ms: f64,
+    bare_ms: f64,
+}
+
+/// The crd-heavy chart's figures against helm: its size, then rounds pairing helm's own time
+/// for the gate's calls with a cold gate run, and the ablation of the gate's helm arguments.
+fn against_helm(run: &GateRun<'_>, helm: &Path, charts: &Path, root: &Path) -> Result<()> {
+    let chart = charts.join("charts.example.test/bench/chart-0/1.0.0");
+    let out = std::process::Command::new(helm)
+        .arg("template")
+        .arg("x")
+        .arg(&chart)
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "helm template failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    println!("  the crd-heavy chart renders {} bytes", out.stdout.len());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let calls = record_helm_calls(run.gate, run.args, helm, root)?;
+    // The floor, like for like (issue 34, point 5): `helm template x CHART` of the chart
+    // of each call the gate made (the same distinct renders, both commits), replayed on
+    // the cores' threads as the gate's own calls are. It was one bare process at a time,
+    // its median times the renders divided by the cores; but two helm processes at once
+    // on a 2-core machine shared with other work do not run twice as fast as one, so that
+    // floor read 9% under the bare replay with the machine to itself, 31% and 44% under
+    // with other builds beside it (62% in the issue's run),
+    // while leaving out any of the gate's arguments moved the replay by no more than its
+    // own noise (`helm_arguments_ablation` prints both).
+    let bare = bare_calls(&calls);
+    let rounds = paired_rounds(run, helm, &calls, &bare, cores, root)?;
+    print_rounds(&rounds, &calls, bare.len(), cores);
+    helm_arguments_ablation(helm, &calls, cores)
+}
+
+/// The aim's figure: rounds of (helm's own time for the gate's exact calls, a cold gate run)
+/// taken back to back, so a slower minute of a shared machine weighs on both. Each round also
+/// replays the calls with the Go settings the gate gives helm (`GOGC=400`): part of the gate's
+/// lead over bare helm is that tuning, and the ratio to the tuned replay is what the gate
+/// adds, like for like.
+fn paired_rounds(
+    run: &GateRun<'_>,
+    helm: &Path,
+    calls: &[HelmCall],
+    bare: &[HelmCall],
+    cores: usize,
+    root: &Path,
+) -> Result<Vec<Round>> {
+    let mut rounds = Vec::new();
+    for round in 0..5 {
+        let bare_ms = replay_helm_calls(helm, bare, cores, false)?;
+        let exact_ms = replay_helm_calls(helm, calls, cores, false)?;
+        let tuned_ms = replay_helm_calls(helm, calls, cores, true)?;
+        let mut fresh = run.args.to_vec();
+        if let Some(at) = fresh.iter().position(|a| a == "--cache-dir") {
+            fresh[at + 1] = root.join(format!("cold-{round}")).display().to_string();
+        }
+        let started = Instant::now();
+        let output = std::process::Command::new(run.gate).args(&fresh).output()?;
+        if !output
+            .status
+            .code()
+            .is_some_and(|c| run.accepted.contains(&c))
+        {
+            bail!(
+                "paired cold run: gate check exited {:?}",
+                output.status.code()
+            );
+        }
+        rounds.push(Round {
+            exact_ms,
+            tuned_ms,
+            gate_ms: started.elapsed().as_secs_f64() * 1000.0,
+            bare_ms,
+        });
+    }
+    Ok(rounds)
+}
+
+/// The paired rounds' medians and ratios: against the bare calls, helm's own time for the
+/// gate's calls, and the same with the gate's Go settings.
+fn print_rounds(rounds: &[Round], calls: &[HelmCall], bare_calls: usize, cores: usize) {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let each = |f: fn(&Round) -> f64| rounds.iter().map(f).collect::<Vec<_>>();
+    let ratio = median(each(|r| r.gate_ms / r.exact_ms));
+    let overhead = median(each(|r| r.gate_ms / r.tuned_ms));
+    let listed = |f: fn(&Round) -> f64| {
+        rounds
+            .iter()
+            .map(|r| format!("{:.2}", f(r)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    println!(
+        "  bare `helm template x CHART` for the same distinct renders ({bare_calls} calls, each the chart of one the gate made, replayed on {cores} threads the same way): median {:.0} ms; cold is {:.2}x that",
+        median(each(|r| r.bare_ms)),
+        median(each(|r| r.gate_ms / r.bare_ms)),
+    );
+    println!(
+        "  helm's own time for the same renders as the gate asks for them ({} `helm template` calls with the gate's arguments and values files, replayed on {cores} threads as anyone runs helm, with Go's defaults): median {:.0} ms; a cold gate run right after each replay: median {:.0} ms; cold is {ratio:.2}x helm (median of 5 rounds; {})",
+        calls.len(),
+        median(each(|r| r.exact_ms)),
+        median(each(|r| r.gate_ms)),
+        listed(|r| r.gate_ms / r.exact_ms)
+    );
+    let settings = calls
+        .first()
+        .map(|c| {
+            c.go_env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "none recorded: Go's defaults".to_string());
+    println!(
+        "  the same calls with the Go settings the gate gives helm ({settings}): median {:.0} ms; cold is {overhead:.2}x that, like for like: what the gate adds to helm's work is {:+.0}% ({})",
+        median(each(|r| r.tuned_ms)),
+        (overhead - 1.0) * 100.0,
+        listed(|r| r.gate_ms / r.tuned_ms)
+    );
 }
 
 /// The pull request: one addon's chart moves 1.0.0 -> 1.1.0 (Kargo's one-line rewrite), on

@@ -22,13 +22,27 @@ fn chart_file(chart: &ChartLocation, name: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// Why a values file could not be read as values.
+#[derive(Debug, thiserror::Error)]
+pub enum ValuesError {
+    /// Not UTF-8 text: the reader's line naming the file and the byte.
+    #[error("{0}")]
+    NotUtf8(String),
+    #[error(transparent)]
+    Yaml(#[from] yaml::YamlError),
+    #[error("{origin} is not a mapping of values")]
+    NotAMapping { origin: String },
+}
+
 /// Parses a values document: a mapping, or empty (then `{}`).
-pub(super) fn values_of(text: &[u8], origin: &str) -> Result<Value, String> {
-    let text = yaml::utf8(text, origin)?;
-    match yaml::parse_document(text, origin).map_err(|e| e.to_string())? {
+pub(super) fn values_of(text: &[u8], origin: &str) -> Result<Value, ValuesError> {
+    let text = yaml::utf8(text, origin).map_err(ValuesError::NotUtf8)?;
+    match yaml::parse_document(text, origin)? {
         Value::Null => Ok(Value::Object(Map::new())),
         v @ Value::Object(_) => Ok(v),
-        _ => Err(format!("{origin} is not a mapping of values")),
+        _ => Err(ValuesError::NotAMapping {
+            origin: origin.to_string(),
+        }),
     }
 }
 
@@ -97,7 +111,7 @@ pub fn plan(
             })?;
         let new_defaults = match chart_file(&first.job.chart, "values.yaml") {
             Some(bytes) => values_of(&bytes, &format!("{chart} values.yaml"))
-                .map_err(|e| (handoff(chart.clone(), e), vec![]))?,
+                .map_err(|e| (handoff(chart.clone(), e.to_string()), vec![]))?,
             None => json!({}),
         };
         let mut files: Vec<ValuesFile> = Vec::new();
@@ -140,7 +154,7 @@ pub fn plan(
                     .map_err(|e| (handoff(file.path.clone(), e), vec![]))?
                     .to_string();
                 let value = values_of(&input.content, &file.path)
-                    .map_err(|e| (handoff(file.path.clone(), e), vec![]))?;
+                    .map_err(|e| (handoff(file.path.clone(), e.to_string()), vec![]))?;
                 files.push(ValuesFile {
                     path: file.path.clone(),
                     text,

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::{CapHit, Comment, Prepared, Refusal, Renders, Repair, Step};
+use super::{CapHit, Comment, PlanError, Prepared, Refusal, Renders, Repair, Step};
 use crate::bosun::applier::{self, Policy, Rewrite};
 use crate::bosun::classify::Handoff;
 use crate::bosun::config::Config;
@@ -43,18 +43,19 @@ pub(super) fn plan_on(
     config: &Config,
     renders: &Renders<'_>,
     dropped: &[DroppedServedVersion],
-) -> Result<Result<Planned, Refusal>, String> {
+) -> Result<Result<Planned, Refusal>, PlanError> {
     let checkout = renders.config().repo_dir.as_path();
     let plan = swap::plan(dropped);
-    let rendering = renders.head().as_ref().map_err(|f| {
-        format!(
-            "the head does not render: {}",
-            f.diagnostics
+    let rendering = renders
+        .head()
+        .as_ref()
+        .map_err(|f| PlanError::HeadDoesNotRender {
+            first: f
+                .diagnostics
                 .first()
-                .map(|d| d.message.as_str())
-                .unwrap_or("")
-        )
-    })?;
+                .map(|d| d.message.clone())
+                .unwrap_or_default(),
+        })?;
     let policy = super::head_policy(config, renders)?;
     let rewrites = match applier::prepare(checkout, &policy, &plan) {
         Ok(rewrites) => rewrites,
@@ -163,10 +164,19 @@ fn redaction(item: &Lossy, rules: &crate::model::Rules) -> (Option<String>, crat
     (Some(prompt), held)
 }
 
+/// A lossy document whose destination version the CRD gives no schema: no prompt to make.
+#[derive(Debug, thiserror::Error)]
+#[error("the CRD declares no schema for {version}")]
+struct NoSchema {
+    version: String,
+}
+
 /// The reshape's request for one lossy document.
-fn request(item: &Lossy, rules: &crate::model::Rules) -> Result<Request, String> {
+fn request(item: &Lossy, rules: &crate::model::Rules) -> Result<Request, NoSchema> {
     let (Some(prompt), _) = redaction(item, rules) else {
-        return Err(format!("the CRD declares no schema for {}", item.version));
+        return Err(NoSchema {
+            version: item.version.clone(),
+        });
     };
     Ok(Request {
         purpose: "reshape".into(),
@@ -230,13 +240,13 @@ pub fn decide(
         let doc = report::text(&item.document.to_string());
         let Some(reply) = replies.get(index) else {
             // The rest need asking.
-            let requests: Result<Vec<Request>, String> = planned.lossy[index..]
+            let requests: Result<Vec<Request>, NoSchema> = planned.lossy[index..]
                 .iter()
                 .map(|l| request(l, &planned.redaction))
                 .collect();
             return match requests {
                 Ok(requests) => Step::Ask(requests),
-                Err(why) => Step::Done(Err((handoff(why), vec![]))),
+                Err(why) => Step::Done(Err((handoff(why.to_string()), vec![]))),
             };
         };
         let (_, held) = redaction(item, &planned.redaction);
@@ -375,7 +385,7 @@ impl SwapRepair {
         renders: &Renders<'_>,
         planned: Planned,
         dropped: &[DroppedServedVersion],
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PlanError> {
         Ok(SwapRepair {
             planned,
             dropped: dropped.to_vec(),

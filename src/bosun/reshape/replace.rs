@@ -2,14 +2,40 @@
 
 use serde_json::Value;
 
+/// Why an accepted document is not written back into its file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplaceError {
+    #[error("the file has YAML directives; it is not rewritten")]
+    Directives,
+    /// How many documents of the file match the object (none, or more than one).
+    #[error("{0} documents of the file match the object, not one")]
+    NotOne(usize),
+    #[error(transparent)]
+    Hazard(#[from] Yaml11Hazard),
+}
+
+/// Where Kubernetes' YAML 1.1 reader and this project's could read a document differently.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Yaml11Hazard {
+    /// A key YAML 1.1 reads as a boolean, null or number when plain.
+    #[error(
+        "the key {0:?} reads as a boolean, null or number under Kubernetes' YAML 1.1 when written plain; rewriting the document could change it"
+    )]
+    Key(String),
+    /// A plain value only one of the two readers takes as a boolean.
+    #[error(
+        "the value {0:?} is a string to Kubernetes' YAML 1.1 and a boolean to this project's reader; rewriting the document could change it"
+    )]
+    Value(String),
+}
+
 /// `text` with the document that parses as `object` (same apiVersion, kind, name and
 /// namespace) replaced by `yaml`. The document's `---` line and the comment lines before and
 /// after it stay; the rest of the file keeps its bytes. Refused (with the reason) when no
 /// single document matches, or when Kubernetes would read the original differently from how
 /// this project's reader did (a YAML 1.1 hazard): rewriting it would change what it means.
-pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Result<String, String> {
-    let pieces = crate::render::parsed::split_documents(text)
-        .ok_or("the file has YAML directives; it is not rewritten")?;
+pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Result<String, ReplaceError> {
+    let pieces = crate::render::parsed::split_documents(text).ok_or(ReplaceError::Directives)?;
     let same = |doc: &Value| {
         ["apiVersion", "kind"]
             .iter()
@@ -26,14 +52,11 @@ pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Result<String
         .map(|(i, _)| i)
         .collect();
     let [index] = matches.as_slice() else {
-        return Err(format!(
-            "{} documents of the file match the object, not one",
-            matches.len()
-        ));
+        return Err(ReplaceError::NotOne(matches.len()));
     };
     let (_, piece) = pieces[*index];
     if let Some(hazard) = yaml11_hazard(piece) {
-        return Err(hazard);
+        return Err(hazard.into());
     }
     let lines: Vec<&str> = piece.split_inclusive('\n').collect();
     let loose = |l: &str| l.trim().is_empty() || l.starts_with('#');
@@ -75,7 +98,7 @@ pub fn replace_document(text: &str, object: &Value, yaml: &str) -> Result<String
 /// document's text: a key YAML 1.1 reads as a boolean, null or number when plain (`y`, `on`,
 /// `0755`, `1.0`), or a plain value only one of the two reads as a boolean (`yEs`). Re-writing
 /// such a document would change what the cluster sees, so the reshape refuses it.
-pub(crate) fn yaml11_hazard(piece: &str) -> Option<String> {
+pub(crate) fn yaml11_hazard(piece: &str) -> Option<Yaml11Hazard> {
     fn ambiguous_key(key: &str) -> bool {
         let lower = key.to_ascii_lowercase();
         if [
@@ -93,14 +116,12 @@ pub(crate) fn yaml11_hazard(piece: &str) -> Option<String> {
                 .chars()
                 .all(|c| c.is_ascii_hexdigit() || "+-._xXoObB:".contains(c) || c == 'e' || c == 'E')
     }
-    fn keys(value: &Value, out: &mut Option<String>) {
+    fn keys(value: &Value, out: &mut Option<Yaml11Hazard>) {
         match value {
             Value::Object(map) => {
                 for (key, child) in map {
                     if out.is_none() && ambiguous_key(key) {
-                        *out = Some(format!(
-                            "the key {key:?} reads as a boolean, null or number under Kubernetes' YAML 1.1 when written plain; rewriting the document could change it"
-                        ));
+                        *out = Some(Yaml11Hazard::Key(key.clone()));
                     }
                     keys(child, out);
                 }
@@ -126,11 +147,6 @@ pub(crate) fn yaml11_hazard(piece: &str) -> Option<String> {
         (site.quoted.is_none()
             && ["y", "n", "yes", "no", "true", "false", "on", "off"].contains(&lower.as_str())
             && !CANONICAL.contains(&site.value.as_str()))
-        .then(|| {
-            format!(
-                "the value {:?} is a string to Kubernetes' YAML 1.1 and a boolean to this project's reader; rewriting the document could change it",
-                site.value
-            )
-        })
+        .then(|| Yaml11Hazard::Value(site.value.clone()))
     })
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::git_ops::git;
-use super::{Bosun, COMMENT_MARKER, Run, STATUS_CONTEXT, TriageError, short};
+use super::{Bosun, COMMENT_MARKER, Run, RunPath, STATUS_CONTEXT, TriageError, short};
 use crate::bosun::classify::{self, Handoff};
 use crate::bosun::config::Config;
 use crate::forge::{CommitStatus, PullRequest, RepoSlug, StatusState, upsert_marked_comment};
@@ -96,7 +96,7 @@ impl Bosun {
         for line in details {
             run.say(format!("  {line}"));
         }
-        run.path = "handoff".into();
+        run.path = RunPath::Handoff;
         Ok(format!("handed off: {}", handoff.fact))
     }
 

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Bosun, Run, TriageError, model_calls, short};
+use super::{Bosun, Run, RunPath, TriageError, model_calls, short};
 use crate::bosun::classify::Route;
 use crate::bosun::explain;
 use crate::bosun::green_summary;
@@ -255,9 +255,9 @@ impl Bosun {
         match path {
             Route::Green => {
                 run.path = if run.pushed.is_empty() {
-                    "green".into()
+                    RunPath::Green
                 } else {
-                    "swap".into()
+                    RunPath::Swap
                 };
                 if run.pushed.is_empty() {
                     // A held pull request with a green gate: say what it does, so the person
@@ -315,7 +315,7 @@ impl Bosun {
                     self.config.labels.worth_a_look,
                     reasons.join("; ")
                 ));
-                run.path = "worth-a-look".into();
+                run.path = RunPath::WorthALook;
                 Ok(Some(format!("green; worth a look: {}", reasons.join("; "))))
             }
             _ => unreachable!("green() is called with a green path"),

@@ -4,7 +4,7 @@ use super::comments::{attempts_of, refused_value_places};
 use super::green::release_notes;
 use super::setup::{chart_pulls, inventory, render_config};
 use super::verdict::{check_published, published_report};
-use super::{Bosun, Run, TriageError, scrubbed, short};
+use super::{Bosun, Run, RunPath, TriageError, scrubbed, short};
 use crate::bosun::classify::{self, Route, Situation};
 use crate::bosun::repair::Work;
 use crate::forge::{PullRequest, RepoSlug, StatusState};
@@ -60,7 +60,7 @@ impl Bosun {
         for _ in 0..=self.config.attempt_cap + 1 {
             if pr.state != "open" || pr.merged {
                 run.say(format!("#{number} is {}; nothing to do", pr.state));
-                run.path = "closed".into();
+                run.path = RunPath::Closed;
                 return Ok(run);
             }
             let head = pr.head_sha.clone();
@@ -189,7 +189,7 @@ impl Bosun {
         match classify::classify(&situation) {
             Route::Wait(why) => {
                 run.say(format!("waiting: {why}"));
-                run.path = "wait".into();
+                run.path = RunPath::Wait;
                 Ok(Some(format!("waiting: {why}")))
             }
             path @ (Route::Green | Route::WorthALook(_)) => {
@@ -249,7 +249,7 @@ impl Bosun {
                     "escalated (label {}): no values to change in this repository",
                     self.config.labels.needs_human
                 ));
-                run.path = "escalate".into();
+                run.path = RunPath::Escalate;
                 Ok(Some(
                     "escalated: no values to change in this repository".into(),
                 ))

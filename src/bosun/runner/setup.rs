@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::TriageError;
-use crate::bosun::config::{Config, InventoryConfig};
+use crate::bosun::config::{Config, ConfigError, InventoryConfig};
 use crate::forge::RepoSlug;
 use crate::git::Snapshot;
 use crate::render::cache::RenderCache;
@@ -68,17 +68,17 @@ pub fn render_config(
 pub fn remote_cache(
     config: &Config,
     log: impl Fn(&str) + Send + Sync + 'static,
-) -> Result<Option<Arc<crate::remote_cache::RemoteCache>>, String> {
+) -> Result<Option<Arc<crate::remote_cache::RemoteCache>>, ConfigError> {
     let Some(url) = &config.render.cache_url else {
         return Ok(None);
     };
     let trust =
         crate::remote_cache::Trust::from_keys(config.render.cache_public_key.as_deref(), None)
-            .map_err(|e| format!("bosun.yaml: render.cacheUrl: {e}"))?;
+            .map_err(ConfigError::RemoteCache)?;
     let max = config.render.limits().output_bytes as u64;
     crate::remote_cache::RemoteCache::open(url, trust, max, Arc::new(log))
         .map(|remote| Some(Arc::new(remote)))
-        .map_err(|e| format!("bosun.yaml: render.cacheUrl: {e}"))
+        .map_err(ConfigError::RemoteCache)
 }
 
 /// The cluster inventory `config` names: a file, Argo CD's API (its token from the environment

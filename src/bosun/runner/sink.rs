@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::comments::protected_branch;
 use super::git_ops::detach_clean;
-use super::{Bosun, Run, TriageError, model_calls, short};
+use super::{Bosun, Run, RunPath, TriageError, model_calls, short};
 use crate::bosun::applier::Rewrite;
 use crate::bosun::repair::{
     self, CapHit, Executed, Planning, Prepared, Refusal, Renders, Sink, Work,
@@ -38,15 +38,15 @@ impl Bosun {
             .head_checkout(slug, config, pr, work.protected(), run)
             .await?
         {
-            Ok(head_config) => head_config,
-            Err(handed_off) => return Ok(Some(handed_off)),
+            HeadCheckout::Ready(head_config) => *head_config,
+            HeadCheckout::HandedOff(description) => return Ok(Some(description)),
         };
         // The head is rendered once per round: the gate's render of this head is used.
         let renders = Renders::new(&head_config, &head, base).kept(kept);
         let planned = tokio::task::block_in_place(|| {
             repair::plan(&work, &self.config, &renders, report_body)
         })
-        .map_err(TriageError::Gate)?;
+        .map_err(TriageError::Plan)?;
         let planned = match planned {
             Planning::Ready(planned) => planned,
             Planning::Refused((handoff, details)) => {
@@ -57,7 +57,7 @@ impl Bosun {
             }
             Planning::HeadRenders => {
                 run.say("the head renders for Bosun; nothing to migrate");
-                run.path = "wait".into();
+                run.path = RunPath::Wait;
                 return Ok(Some("the head renders; waiting for the gate".into()));
             }
         };
@@ -80,7 +80,7 @@ impl Bosun {
 
     /// Where a repair starts: the pull request's head checked out detached and clean in the
     /// checkout `config` renders, and a copy of `config` with a fresh parsed store (the
-    /// checkout changed). A protected branch is handed to a person instead (`Err`, with what
+    /// checkout changed). A protected branch is handed to a person instead (with what
     /// `hand_off` returned; `protected` is its open and choice).
     async fn head_checkout(
         &self,
@@ -89,17 +89,17 @@ impl Bosun {
         pr: &PullRequest,
         protected: (&str, &str),
         run: &mut Run,
-    ) -> Result<Result<RenderConfig, String>, TriageError> {
+    ) -> Result<HeadCheckout, TriageError> {
         if let Some(handoff) = protected_branch(&self.config, slug, pr, protected) {
             return self
                 .hand_off(slug, pr.number, &handoff, &[], run)
                 .await
-                .map(Err);
+                .map(HeadCheckout::HandedOff);
         }
         detach_clean(&config.repo_dir, &pr.head_sha)?;
         let mut head_config = config.clone();
         head_config.parsed = Default::default();
-        Ok(Ok(head_config))
+        Ok(HeadCheckout::Ready(Box::new(head_config)))
     }
 
     /// After a push: the commit is recorded on the run and must be the pull request's head
@@ -122,6 +122,13 @@ impl Bosun {
         }
         Ok(None)
     }
+}
+
+/// Where a repair on a pull request starts: its head checked out, or the pull request handed
+/// to a person (a protected branch), with the status description `hand_off` returned.
+enum HeadCheckout {
+    Ready(Box<RenderConfig>),
+    HandedOff(String),
 }
 
 /// The forge as a repair's sink: the pull request's checkout, its branch, Bosun's comment.

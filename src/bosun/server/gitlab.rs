@@ -74,6 +74,47 @@ impl Event {
     }
 }
 
+/// Why a webhook body is not a merge request event GitLab sent (a 400, with this line).
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error(
+        "X-Gitlab-Event is missing (GitLab names every event it sends; a merge request event is {:?})",
+        MERGE_REQUEST_HOOK
+    )]
+    NoEventHeader,
+    #[error("the body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the body is not a JSON object")]
+    NotAnObject,
+    /// The kind the body names (clipped).
+    #[error(
+        "object_kind {kind:?} is not merge_request, which X-Gitlab-Event {:?} says",
+        MERGE_REQUEST_HOOK
+    )]
+    OtherKind { kind: String },
+    #[error("object_kind is missing or not a string")]
+    NoKind,
+    /// The field (`project.path_with_namespace`, `object_attributes.action`...).
+    #[error("{0} is missing or not a string")]
+    NotAString(String),
+    #[error("object_attributes is missing or not an object")]
+    NoAttributes,
+    #[error("object_attributes.iid is not a positive integer")]
+    BadIid,
+    /// The id the body gives (clipped).
+    #[error(
+        "object_attributes.last_commit.id {0:?} is not a commit id (40 or 64 lowercase hex digits)"
+    )]
+    NotACommit(String),
+    /// The project path the body gives (clipped), in each way it is not one.
+    #[error("project.path_with_namespace {0:?} is not a GitLab project path")]
+    NotAProjectPath(String),
+    #[error("project.path_with_namespace {0:?} names no group: not a GitLab project path")]
+    NoGroup(String),
+    #[error("project.path_with_namespace {0:?} is not GROUP/PROJECT")]
+    NotGroupProject(String),
+}
+
 /// Whether `token` (the `X-Gitlab-Token` header) is the configured one; never for an empty one.
 pub fn token_matches(expected: &[u8], token: Option<&[u8]>) -> bool {
     match token {
@@ -86,7 +127,7 @@ pub fn token_matches(expected: &[u8], token: Option<&[u8]>) -> bool {
 /// with a letter, a digit or `_`, then letters, digits, `_`, `-` and `.`, and does not end in
 /// `.git` or `.atom`), as the `group/project` Bosun names repositories by; None for a project
 /// in a subgroup (`group/sub/project`), which bosun.yaml cannot name.
-pub fn project_path(text: &str) -> Result<Option<RepoSlug>, String> {
+pub fn project_path(text: &str) -> Result<Option<RepoSlug>, HookError> {
     let shown = || text.chars().take(80).collect::<String>();
     let segment_ok = |s: &str| {
         let mut chars = s.chars();
@@ -98,22 +139,14 @@ pub fn project_path(text: &str) -> Result<Option<RepoSlug>, String> {
             && !s.ends_with(".atom")
     };
     if text.len() > MAX_PATH || !text.split('/').all(segment_ok) {
-        return Err(format!(
-            "project.path_with_namespace {:?} is not a GitLab project path",
-            shown()
-        ));
+        return Err(HookError::NotAProjectPath(shown()));
     }
     match text.split('/').count() {
-        1 => Err(format!(
-            "project.path_with_namespace {:?} names no group: not a GitLab project path",
-            shown()
-        )),
-        2 => text.parse::<RepoSlug>().map(Some).map_err(|_| {
-            format!(
-                "project.path_with_namespace {:?} is not GROUP/PROJECT",
-                shown()
-            )
-        }),
+        1 => Err(HookError::NoGroup(shown())),
+        2 => text
+            .parse::<RepoSlug>()
+            .map(Some)
+            .map_err(|_| HookError::NotGroupProject(shown())),
         _ => Ok(None),
     }
 }
@@ -140,13 +173,9 @@ pub fn parse(
     event_header: Option<&str>,
     body: &[u8],
     known: impl Fn(&RepoSlug) -> Option<RepoSlug>,
-) -> Result<Event, String> {
+) -> Result<Event, HookError> {
     match event_header {
-        None => {
-            return Err(format!(
-                "X-Gitlab-Event is missing (GitLab names every event it sends; a merge request event is {MERGE_REQUEST_HOOK:?})"
-            ));
-        }
+        None => return Err(HookError::NoEventHeader),
         Some(event) if event != MERGE_REQUEST_HOOK => {
             return Ok(Event::Ignored(format!(
                 "a {:?} event, not a merge request event",
@@ -155,26 +184,24 @@ pub fn parse(
         }
         Some(_) => {}
     }
-    let body: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not JSON: {e}"))?;
+    let body: Value = serde_json::from_slice(body).map_err(HookError::NotJson)?;
     let Some(body) = body.as_object() else {
-        return Err("the body is not a JSON object".into());
+        return Err(HookError::NotAnObject);
     };
     match body.get("object_kind") {
         Some(Value::String(kind)) if kind == "merge_request" => {}
         Some(Value::String(kind)) => {
-            return Err(format!(
-                "object_kind {:?} is not merge_request, which X-Gitlab-Event {MERGE_REQUEST_HOOK:?} says",
-                kind.chars().take(40).collect::<String>()
-            ));
+            return Err(HookError::OtherKind {
+                kind: kind.chars().take(40).collect(),
+            });
         }
-        _ => return Err("object_kind is missing or not a string".into()),
+        _ => return Err(HookError::NoKind),
     }
     let path = body
         .get("project")
         .and_then(|p| p.get("path_with_namespace"))
         .and_then(Value::as_str)
-        .ok_or("project.path_with_namespace is missing or not a string")?;
+        .ok_or_else(|| HookError::NotAString("project.path_with_namespace".into()))?;
     let Some(project) = project_path(path)?.and_then(|slug| known(&slug)) else {
         return Ok(Event::OtherProject(format!(
             "project {path:?} is not a repository of bosun.yaml"
@@ -183,12 +210,12 @@ pub fn parse(
     let attributes = body
         .get("object_attributes")
         .and_then(Value::as_object)
-        .ok_or("object_attributes is missing or not an object")?;
-    let text = |key: &str| -> Result<&str, String> {
+        .ok_or(HookError::NoAttributes)?;
+    let text = |key: &str| -> Result<&str, HookError> {
         attributes
             .get(key)
             .and_then(Value::as_str)
-            .ok_or_else(|| format!("object_attributes.{key} is missing or not a string"))
+            .ok_or_else(|| HookError::NotAString(format!("object_attributes.{key}")))
     };
     let action = text("action")?;
     if !TRIAGED_ACTIONS.contains(&action) {
@@ -209,17 +236,14 @@ pub fn parse(
         Some(Value::Number(n)) => n.as_u64().filter(|&n| n > 0 && n <= i64::MAX as u64),
         _ => None,
     }
-    .ok_or("object_attributes.iid is not a positive integer")?;
+    .ok_or(HookError::BadIid)?;
     let head = attributes
         .get("last_commit")
         .and_then(|c| c.get("id"))
         .and_then(Value::as_str)
-        .ok_or("object_attributes.last_commit.id is missing or not a string")?;
+        .ok_or_else(|| HookError::NotAString("object_attributes.last_commit.id".into()))?;
     if !crate::git::is_commit_id(head) {
-        return Err(format!(
-            "object_attributes.last_commit.id {:?} is not a commit id (40 or 64 lowercase hex digits)",
-            head.chars().take(80).collect::<String>()
-        ));
+        return Err(HookError::NotACommit(head.chars().take(80).collect()));
     }
     Ok(Event::Triage {
         project,
@@ -262,7 +286,7 @@ pub(super) async fn webhook(
     match event {
         Err(e) => {
             server.count("invalid");
-            answer(StatusCode::BAD_REQUEST, json!({"error": e}))
+            answer(StatusCode::BAD_REQUEST, json!({"error": e.to_string()}))
         }
         Ok(Event::Triage { project, iid, head }) => {
             server.accept_as(&project, iid, &head, Intake::GitlabHook)
@@ -305,7 +329,7 @@ mod tests {
     }
 
     /// A merge request event as GitLab sends it.
-    fn hook(body: &[u8]) -> Result<Event, String> {
+    fn hook(body: &[u8]) -> Result<Event, HookError> {
         parse(Some(MERGE_REQUEST_HOOK), body, known)
     }
 
@@ -389,12 +413,19 @@ mod tests {
     #[test]
     fn a_delivery_without_the_event_header_or_with_another_events_body_is_refused() {
         let open = body("platform/gitops".into(), 3.into(), "open", HEAD);
-        let refusal = parse(None, &open, known).unwrap_err();
+        let refusal = parse(None, &open, known).unwrap_err().to_string();
         assert!(refusal.contains("X-Gitlab-Event is missing"), "{refusal}");
         let note =
             json!({"object_kind": "note", "project": {"path_with_namespace": "platform/gitops"}})
                 .to_string();
-        assert!(hook(note.as_bytes()).unwrap_err().contains("object_kind"));
+        assert_eq!(
+            hook(note.as_bytes()).unwrap_err().to_string(),
+            "object_kind \"note\" is not merge_request, which X-Gitlab-Event \"Merge Request Hook\" says"
+        );
+        assert_eq!(
+            refusal,
+            "X-Gitlab-Event is missing (GitLab names every event it sends; a merge request event is \"Merge Request Hook\")"
+        );
     }
 
     #[test]
@@ -447,7 +478,7 @@ mod tests {
         }
         // Every refusal is one line.
         let b = body("platform/gitops\nX".into(), 3.into(), "open", HEAD);
-        assert!(!hook(&b).unwrap_err().contains('\n'));
+        assert!(!hook(&b).unwrap_err().to_string().contains('\n'));
     }
 
     #[test]
