@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use xshell::{Shell, cmd};
 
 use crate::{project_root, real, tools};
@@ -122,7 +122,12 @@ fn run_phases(phases: &mut Phases, real_asked: bool, extra: &[String]) -> Result
     // Everything but the real tier, whose tests skip here (they say so) without the cluster.
     phases.time("tests", || {
         let _real = sh.push_env("GITOPS_LOOP_REAL", "0");
-        Ok(cmd!(sh, "cargo test --workspace {extra...}").run()?)
+        if extra.is_empty() {
+            lanes(&sh)
+        } else {
+            // Arguments of the caller's own (a filter, a target) go to one plain run.
+            Ok(cmd!(sh, "cargo test --workspace {extra...}").run()?)
+        }
     })?;
     // Why the tier is skipped, said as it is: no Go, or Go but a program that did not build.
     let mut skipped = (!real).then(|| "no Go toolchain on PATH; install Go".to_string());
@@ -161,9 +166,142 @@ fn run_phases(phases: &mut Phases, real_asked: bool, extra: &[String]) -> Result
     Ok(())
 }
 
+/// The test binary that runs in a lane of its own: the recorded stories, each on a ground
+/// of its own, about half the suite's wall time.
+const OWN_LANE: &str = "demo";
+
+/// Every test target but [`OWN_LANE`], from cargo's own metadata (so a new test file joins
+/// the other lane without being listed here).
+fn other_test_targets(sh: &Shell) -> Result<Vec<String>> {
+    let metadata = cmd!(sh, "cargo metadata --no-deps --format-version 1 --quiet").read()?;
+    let metadata: serde_json::Value = serde_json::from_str(&metadata)?;
+    let targets = test_targets(&metadata);
+    anyhow::ensure!(
+        targets.iter().any(|t| t == OWN_LANE),
+        "cargo metadata lists no test target `{OWN_LANE}`: the lanes would skip it"
+    );
+    Ok(targets.into_iter().filter(|t| t != OWN_LANE).collect())
+}
+
+/// The built executable of test target `name` (the build phase built it: this only asks).
+fn test_executable(sh: &Shell, name: &str) -> Result<std::path::PathBuf> {
+    let lines = cmd!(
+        sh,
+        "cargo test --workspace --test {name} --no-run --quiet --message-format=json"
+    )
+    .read()?;
+    executable_of(&lines, name)
+        .with_context(|| format!("cargo named no executable for test target `{name}`"))
+}
+
+/// The `executable` of the compiler artifact for test target `name` in cargo's JSON lines.
+fn executable_of(lines: &str, name: &str) -> Option<std::path::PathBuf> {
+    lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
+        .filter(|m| {
+            m["target"]["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "test"))
+        })
+        .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+}
+
+/// The names of the workspace's integration-test targets, sorted.
+fn test_targets(metadata: &serde_json::Value) -> Vec<String> {
+    let mut names: Vec<String> = metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["targets"].as_array().into_iter().flatten())
+        .filter(|t| {
+            t["kind"]
+                .as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "test"))
+        })
+        .filter_map(|t| t["name"].as_str().map(String::from))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// Runs the suite in two lanes at once: tests/demo.rs in one, every other target after the
+/// other (one binary at a time, as `cargo test` does). On two cores one binary keeps the
+/// machine about three-quarters busy (it waits on helm, git and its doubles); two lanes fill
+/// it. The demo lane's output is kept in a file and printed whole when both lanes end, so the
+/// log reads one binary at a time. Both lanes use the workspace's feature set (`--workspace`),
+/// so neither rebuilds what the build phase built.
+fn lanes(sh: &Shell) -> Result<()> {
+    let others = other_test_targets(sh)?;
+    let log_path = project_root().join("target/tmp/test-lane-demo.log");
+    std::fs::create_dir_all(log_path.parent().expect("a parent"))?;
+    let log = std::fs::File::create(&log_path)?;
+    // The binary itself, as `cargo test` would run it (from the package's folder), so the
+    // lane needs no second cargo beside the first.
+    let mut demo = std::process::Command::new(test_executable(sh, OWN_LANE)?);
+    demo.current_dir(project_root())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // The Shell's pushed variables (INSTA_UPDATE, GITOPS_LOOP_REAL, GATE_ALLOW_UNCONFINED)
+    // are the shell's own: give the child the same.
+    for key in ["INSTA_UPDATE", "GITOPS_LOOP_REAL", "GATE_ALLOW_UNCONFINED"] {
+        if let Some(value) = sh.var_os(key) {
+            demo.env(key, value);
+        }
+    }
+    let mut demo = demo.spawn()?;
+    let targets = others.iter().flat_map(|t| ["--test", t.as_str()]);
+    let rest = cmd!(sh, "cargo test --workspace --lib --bins {targets...}")
+        .run()
+        .and_then(|()| cmd!(sh, "cargo test --workspace --doc").run());
+    let demo_status = demo.wait()?;
+    println!("test: the {OWN_LANE} lane, run beside the others:");
+    print!("{}", std::fs::read_to_string(&log_path).unwrap_or_default());
+    rest?;
+    anyhow::ensure!(
+        demo_status.success(),
+        "cargo test --test {OWN_LANE} failed ({demo_status}); its output is above"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_lanes_take_every_integration_test_target_from_the_metadata() {
+        let metadata = serde_json::json!({"packages": [
+            {"targets": [
+                {"name": "gitops-loop", "kind": ["lib"]},
+                {"name": "gate", "kind": ["bin"]},
+                {"name": "demo", "kind": ["test"]},
+                {"name": "check_cases", "kind": ["test"]},
+            ]},
+            {"targets": [{"name": "invariants", "kind": ["test"]}, {"name": "bench", "kind": ["bench"]}]},
+        ]});
+        assert_eq!(
+            test_targets(&metadata),
+            ["check_cases", "demo", "invariants"]
+        );
+    }
+
+    #[test]
+    fn the_demo_lane_runs_the_executable_cargo_names_for_the_test_target() {
+        let lines = [
+            r#"{"reason":"compiler-artifact","target":{"name":"demo","kind":["test"]},"executable":"/t/debug/deps/demo-1"}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"gitops-loop","kind":["lib"]},"executable":null}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+        ]
+        .join("\n");
+        assert_eq!(
+            executable_of(&lines, "demo"),
+            Some(std::path::PathBuf::from("/t/debug/deps/demo-1"))
+        );
+        assert_eq!(executable_of(&lines, "check_cases"), None);
+    }
 
     #[test]
     fn the_summary_sums_every_phase_but_the_real_tier_and_names_that_apart() {
