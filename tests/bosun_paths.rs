@@ -1578,7 +1578,11 @@ async fn on_gitlab_a_project_in_a_subgroup_is_triaged_and_repaired_at_its_whole_
     })
     .await;
     let bare = ground.forge.bare_path(PROJECT).unwrap();
-    assert!(bare.ends_with("platform/team/gitops.git"), "{}", bare.display());
+    assert!(
+        bare.ends_with("platform/team/gitops.git"),
+        "{}",
+        bare.display()
+    );
     let (swap, _) = pull(&ground, "swap", "check-cases/es-major-bump/head").await;
     let (green, green_head) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
     let hook = "Merge Request Hook";
@@ -1596,7 +1600,11 @@ async fn on_gitlab_a_project_in_a_subgroup_is_triaged_and_repaired_at_its_whole_
             .count()
     };
     let before = by_bosun();
-    for climbing in ["platform/team/../team/gitops", "platform//team/gitops", "platform/%2e%2e/gitops"] {
+    for climbing in [
+        "platform/team/../team/gitops",
+        "platform//team/gitops",
+        "platform/%2e%2e/gitops",
+    ] {
         let (status, answer) = deliver(
             &ground,
             &json!({"repository": climbing, "pullRequest": swap}),
@@ -1618,10 +1626,19 @@ async fn on_gitlab_a_project_in_a_subgroup_is_triaged_and_repaired_at_its_whole_
     let body = merge_request_hook("platform/gitops".into(), swap.into(), "open", &green_head);
     let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
     assert_eq!((status, answer["status"].clone()), (200, json!("ignored")));
-    assert_eq!(by_bosun(), before, "a refused delivery made Bosun call the forge");
+    assert_eq!(
+        by_bosun(),
+        before,
+        "a refused delivery made Bosun call the forge"
+    );
 
     // A merge request opened by hand, from GitLab's webhook, its path in another case.
-    let body = merge_request_hook("Platform/Team/GitOps".into(), green.into(), "open", &green_head);
+    let body = merge_request_hook(
+        "Platform/Team/GitOps".into(),
+        green.into(),
+        "open",
+        &green_head,
+    );
     let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
     assert_eq!(
         (status, answer["repository"].clone()),
@@ -1668,8 +1685,7 @@ async fn on_gitlab_a_project_in_a_subgroup_is_triaged_and_repaired_at_its_whole_
     };
     // Green: explained.
     assert!(
-        comment(green)
-            .is_some_and(|c| c.contains("**The gate is green.**")),
+        comment(green).is_some_and(|c| c.contains("**The gate is green.**")),
         "{:?}",
         comment(green)
     );

@@ -1552,18 +1552,38 @@ async fn gitlab_names_a_subgroup_project_by_its_whole_encoded_path_everywhere() 
     gitops_loop::forge::github::install_crypto_provider();
     let (forge, clone) = gitlab_with_subgroup_merge_request().await;
     let slug = RepoSlug::for_forge(ForgeKind::Gitlab, SUBGROUP_SLUG).unwrap();
-    assert_eq!((slug.owner.as_str(), slug.name.as_str()), ("platform/team", "gitops"));
+    assert_eq!(
+        (slug.owner.as_str(), slug.name.as_str()),
+        ("platform/team", "gitops")
+    );
     let client = gitlab(&forge, "gate-token");
     forge.clear_requests();
     let pull = client.pull_request(&slug, 1).await.unwrap();
     assert_eq!(pull.head_sha, git(clone.path(), &["rev-parse", "HEAD"]));
-    assert_eq!(pull.head_repo, SUBGROUP_SLUG, "a branch of the project itself");
-    let note = upsert_marked_comment(&client, &slug, 1, "addons-gate[bot]", "<!-- m -->", "<!-- m -->\none")
-        .await
-        .unwrap();
-    let again = upsert_marked_comment(&client, &slug, 1, "addons-gate[bot]", "<!-- m -->", "<!-- m -->\ntwo")
-        .await
-        .unwrap();
+    assert_eq!(
+        pull.head_repo, SUBGROUP_SLUG,
+        "a branch of the project itself"
+    );
+    let note = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- m -->",
+        "<!-- m -->\none",
+    )
+    .await
+    .unwrap();
+    let again = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- m -->",
+        "<!-- m -->\ntwo",
+    )
+    .await
+    .unwrap();
     assert_eq!(note.id, again.id, "the note is updated in place");
     assert_eq!(client.comments(&slug, 1).await.unwrap().len(), 1);
     let status = CommitStatus {
@@ -1572,7 +1592,10 @@ async fn gitlab_names_a_subgroup_project_by_its_whole_encoded_path_everywhere() 
         description: "green".into(),
         creator: String::new(),
     };
-    client.set_status(&slug, &pull.head_sha, &status).await.unwrap();
+    client
+        .set_status(&slug, &pull.head_sha, &status)
+        .await
+        .unwrap();
     let statuses = client.statuses(&slug, &pull.head_sha).await.unwrap();
     assert_eq!(statuses.len(), 1);
     assert_eq!(statuses[0].state, StatusState::Success);
@@ -1596,7 +1619,13 @@ async fn gitlab_names_a_subgroup_project_by_its_whole_encoded_path_everywhere() 
             request.method,
             request.path
         );
-        assert_eq!(request.status / 100, 2, "{} {}", request.method, request.path);
+        assert_eq!(
+            request.status / 100,
+            2,
+            "{} {}",
+            request.method,
+            request.path
+        );
     }
     // The face, as GitLab serves `:id`.
     let get = |path: String| {
@@ -1678,7 +1707,9 @@ async fn gate_publish_on_gitlab_names_a_subgroup_project_and_refuses_a_hostile_p
     assert_eq!(gate.len(), 1);
     assert_eq!(gate[0].state, StatusState::Failure);
     let merge = reqwest::Client::new()
-        .put(format!("{url}/projects/{SUBGROUP_PROJECT}/merge_requests/1/merge"))
+        .put(format!(
+            "{url}/projects/{SUBGROUP_PROJECT}/merge_requests/1/merge"
+        ))
         .header("PRIVATE-TOKEN", "kargo-token")
         .json(&json!({}))
         .send()
@@ -1702,14 +1733,20 @@ async fn gate_publish_on_gitlab_names_a_subgroup_project_and_refuses_a_hostile_p
         ("platform/gitops?private_token=x", &gitlab_args[..]),
         // GitHub and Gitea have no subgroups.
         (SUBGROUP_SLUG, &["--forge-url", url.as_str()][..]),
-        (SUBGROUP_SLUG, &["--forge", "gitea", "--forge-url", url.as_str()][..]),
+        (
+            SUBGROUP_SLUG,
+            &["--forge", "gitea", "--forge-url", url.as_str()][..],
+        ),
         ("platform/..", &["--forge-url", url.as_str()][..]),
     ] {
         let output = publish_slug(hostile, args, clone.path(), cache.path());
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{hostile:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{hostile:?}: {stderr}");
-        assert!(stderr.starts_with("gate: --repo-slug: \""), "{hostile:?}: {stderr}");
+        assert!(
+            stderr.starts_with("gate: --repo-slug: \""),
+            "{hostile:?}: {stderr}"
+        );
         assert!(
             stderr.contains("is not a GitLab project path") || stderr.contains("is not OWNER/NAME"),
             "{hostile:?}: {stderr}"

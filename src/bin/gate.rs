@@ -707,8 +707,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .enable_all()
                 .build()?;
             let mut remote = None;
-            let code =
-                runtime.block_on(publish_command(
+            let code = runtime.block_on(publish_command(
                 &args,
                 &publish,
                 &slug,
@@ -953,12 +952,7 @@ async fn publish_command(
             publish.html.html_url.as_deref(),
         )
         .await
-        .with_context(|| {
-            format!(
-                "cannot check and publish {}#{}",
-                slug, publish.pr
-            )
-        })?
+        .with_context(|| format!("cannot check and publish {}#{}", slug, publish.pr))?
     };
     if let Some(path) = &publish.report {
         let (comment, full) = gate::report::render(&result);

@@ -871,7 +871,10 @@ mod tests {
         ] {
             let refused = project_path(path).expect_err(path);
             assert!(!refused.contains('\n'), "{refused}");
-            assert!(refused.contains("is not a GitLab project path"), "{refused}");
+            assert!(
+                refused.contains("is not a GitLab project path"),
+                "{refused}"
+            );
         }
         let refused = project_path(&too_deep).unwrap_err();
         assert!(refused.contains("20 levels"), "{refused}");

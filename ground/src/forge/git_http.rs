@@ -85,8 +85,8 @@ pub(super) async fn smart_http(
     UrlPath((owner, rest)): UrlPath<(String, String)>,
     request: axum::extract::Request,
 ) -> Response {
-    let Some((slug, rest)) = split_git_path(&format!("{owner}/{rest}"))
-        .map(|(slug, rest)| (slug, rest.to_string()))
+    let Some((slug, rest)) =
+        split_git_path(&format!("{owner}/{rest}")).map(|(slug, rest)| (slug, rest.to_string()))
     else {
         // Not git: a path the REST routes did not take (`/api/v4/projects/a/b/...` with its
         // slashes unencoded lands here), answered as its face answers one.

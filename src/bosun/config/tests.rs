@@ -202,7 +202,11 @@ fn a_gitlab_repository_may_live_in_a_subgroup_and_github_keeps_owner_name() {
     for text in ["platform/team/addons/gitops", "Platform/TEAM/addons/GitOps"] {
         assert_eq!(config.named(text), Ok(Some(slug.clone())), "{text}");
     }
-    for text in ["platform/team/gitops", "platform/team/addons", "team/addons/gitops"] {
+    for text in [
+        "platform/team/gitops",
+        "platform/team/addons",
+        "team/addons/gitops",
+    ] {
         assert_eq!(config.named(text), Ok(None), "{text}");
     }
     assert!(config.named("platform/team/../gitops").is_err());
@@ -231,13 +235,18 @@ fn a_gitlab_repository_may_live_in_a_subgroup_and_github_keeps_owner_name() {
         let text = gitlab("platform/team/gitops").replace("kind: gitlab", &format!("kind: {kind}"));
         let err = Config::parse(&text, "bosun.yaml").unwrap_err().to_string();
         assert!(
-            err.starts_with("bosun.yaml: repositories[0].slug: \"platform/team/gitops\" is not OWNER/NAME"),
+            err.starts_with(
+                "bosun.yaml: repositories[0].slug: \"platform/team/gitops\" is not OWNER/NAME"
+            ),
             "{kind}: {err}"
         );
         for hostile in ["a/..", "../b", "a/b c", "a/b?x", "a/b\\n"] {
             let text = gitlab(hostile).replace("kind: gitlab", &format!("kind: {kind}"));
             let err = Config::parse(&text, "bosun.yaml").unwrap_err().to_string();
-            assert!(err.contains("is not OWNER/NAME") && !err.contains('\n'), "{kind} {hostile:?}: {err}");
+            assert!(
+                err.contains("is not OWNER/NAME") && !err.contains('\n'),
+                "{kind} {hostile:?}: {err}"
+            );
         }
         let github = Config::parse(
             &gitlab("platform/gitops").replace("kind: gitlab", &format!("kind: {kind}")),
@@ -274,5 +283,11 @@ fn two_repositories_that_differ_in_case_only_are_refused() {
     }
     // Another path is another repository, a subgroup's project of the same name included.
     let text = "forge: {kind: gitlab, apiUrl: x}\nrepositories: [{slug: platform/gitops, url: u1}, {slug: platform/team/gitops, url: u2}]\ninventory: {file: i.yaml}\n";
-    assert_eq!(Config::parse(text, "bosun.yaml").unwrap().repositories.len(), 2);
+    assert_eq!(
+        Config::parse(text, "bosun.yaml")
+            .unwrap()
+            .repositories
+            .len(),
+        2
+    );
 }

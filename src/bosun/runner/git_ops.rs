@@ -224,14 +224,19 @@ mod tests {
             .iter()
             .map(|p| checkout_dir(workdir, &slug(p)))
             .collect();
-        assert_eq!(
-            dirs[1],
-            Path::new("/work/checkouts/platform%2Fteam/gitops")
-        );
+        assert_eq!(dirs[1], Path::new("/work/checkouts/platform%2Fteam/gitops"));
         for (i, a) in dirs.iter().enumerate() {
-            assert_eq!(a.parent().and_then(Path::parent), Some(Path::new("/work/checkouts")));
+            assert_eq!(
+                a.parent().and_then(Path::parent),
+                Some(Path::new("/work/checkouts"))
+            );
             for (j, b) in dirs.iter().enumerate() {
-                assert!(i == j || !b.starts_with(a), "{} holds {}", a.display(), b.display());
+                assert!(
+                    i == j || !b.starts_with(a),
+                    "{} holds {}",
+                    a.display(),
+                    b.display()
+                );
             }
         }
         // `%` is in no GitLab path, so no project's folder is another namespace's.

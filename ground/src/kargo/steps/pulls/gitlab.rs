@@ -170,7 +170,10 @@ pub(super) async fn wait(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     if let Err(said) = git_url(ctx, text(config, "repoURL")) {
         return Outcome::Failed { said };
     }
-    let url = format!("{}/merge_requests/{iid}", project_url(ctx, text(config, "repoURL")));
+    let url = format!(
+        "{}/merge_requests/{iid}",
+        project_url(ctx, text(config, "repoURL"))
+    );
     match get(ctx, &url).await {
         Ok(mr) if text(&mr, "state") == "merged" => {
             let commit = text(&mr, "merge_commit_sha").to_string();
@@ -203,7 +206,10 @@ pub(super) async fn merge(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     if let Err(said) = git_url(ctx, text(config, "repoURL")) {
         return Outcome::Failed { said };
     }
-    let url = format!("{}/merge_requests/{iid}", project_url(ctx, text(config, "repoURL")));
+    let url = format!(
+        "{}/merge_requests/{iid}",
+        project_url(ctx, text(config, "repoURL"))
+    );
     let mr = match get(ctx, &url).await {
         Ok(mr) => mr,
         Err(e) => {
@@ -293,7 +299,10 @@ mod tests {
     #[test]
     fn the_project_is_the_urls_whole_path() {
         for (url, project) in [
-            ("https://gitlab.example.com/platform/gitops.git", "platform/gitops"),
+            (
+                "https://gitlab.example.com/platform/gitops.git",
+                "platform/gitops",
+            ),
             (
                 "https://gitlab.example.com/Platform/Team/GitOps.git/",
                 "platform/team/gitops",
@@ -305,6 +314,9 @@ mod tests {
         ] {
             assert_eq!(project_of(url), project, "{url}");
         }
-        assert_eq!(path_escape("platform/team/git.ops"), "platform%2Fteam%2Fgit%2Eops");
+        assert_eq!(
+            path_escape("platform/team/git.ops"),
+            "platform%2Fteam%2Fgit%2Eops"
+        );
     }
 }
