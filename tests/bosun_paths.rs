@@ -1729,4 +1729,39 @@ async fn on_gitlab_a_project_in_a_subgroup_is_triaged_and_repaired_at_its_whole_
     let checkouts = ground.bosun.as_ref().unwrap().workdir.join("checkouts");
     assert!(checkouts.join("platform%2Fteam/gitops/.git").is_dir());
     assert!(!checkouts.join("platform/team").exists());
+
+    // Kargo's provider lowercases the URL it names the project by: the intake takes the path
+    // in any case too, as the same delivery under bosun.yaml's spelling.
+    let (status, answer) = deliver(
+        &ground,
+        &json!({"repository": "PLATFORM/Team/gitops", "pullRequest": swap}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(
+        (
+            status,
+            answer["status"].clone(),
+            answer["repository"].clone()
+        ),
+        (200, json!("duplicate"), json!(PROJECT)),
+        "{answer}"
+    );
+    // A person's comment in a scenario is a note on the subgroup's merge request.
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), "Looks good to me.").unwrap();
+    ground
+        .act(&Action::Comment(ground::scenario::CommentSpec {
+            pr: green,
+            by: "alice".into(),
+            body_file: body.path().display().to_string(),
+        }))
+        .await
+        .unwrap();
+    assert!(
+        ground
+            .forge
+            .comments(PROJECT, green)
+            .contains(&("alice".to_string(), "Looks good to me.".to_string()))
+    );
 }
