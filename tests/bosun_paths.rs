@@ -25,8 +25,19 @@ async fn start_polling(config: Value, poll: u64) -> Ground {
 
 /// The ground with Bosun on one face of the forge double.
 async fn start_on(config: Value, poll: u64, face: ground::scenario::Face) -> Ground {
+    start_scenario(config, poll, face, |_| {}).await
+}
+
+/// `start_on` with the scenario changed first (another repository slug).
+async fn start_scenario(
+    config: Value,
+    poll: u64,
+    face: ground::scenario::Face,
+    change: impl FnOnce(&mut Scenario),
+) -> Ground {
     let root = common::project_root();
     let mut scenario = Scenario::load(&root.join("scenarios/triage")).unwrap();
+    change(&mut scenario);
     scenario.timeline.clear();
     scenario.forge = face;
     scenario.bosun = Some(BosunSpec {
@@ -1550,4 +1561,208 @@ async fn on_gitlab_a_forged_report_under_the_gates_shared_identity_is_not_the_ve
             "Bosun published a report of its own"
         );
     }
+}
+
+/// Subgroups on GitLab: bosun.yaml lists a project in a subgroup (`platform/team/gitops`), and
+/// its merge requests are triaged end to end on GitLab's face. GitLab's webhook names the
+/// project by `path_with_namespace` (in any case: queued under bosun.yaml's spelling), Kargo's
+/// hook by its whole path; Bosun reads and writes it only through
+/// `/api/v4/projects/platform%2Fteam%2Fgitops/...`, clones it and pushes the swap at its full
+/// path over HTTPS (`oauth2`, the token from the credential helper), in a checkout folder of
+/// its own. A path that climbs or names the parent group's project is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn on_gitlab_a_project_in_a_subgroup_is_triaged_and_repaired_at_its_whole_path() {
+    const PROJECT: &str = "platform/team/gitops";
+    const ENCODED: &str = "platform%2Fteam%2Fgitops";
+    let mut ground = start_scenario(json!({}), 0, ground::scenario::Face::Gitlab, |scenario| {
+        scenario.repository.slug = PROJECT.into();
+    })
+    .await;
+    let bare = ground.forge.bare_path(PROJECT).unwrap();
+    assert!(
+        bare.ends_with("platform/team/gitops.git"),
+        "{}",
+        bare.display()
+    );
+    let (swap, _) = pull(&ground, "swap", "check-cases/es-major-bump/head").await;
+    let (green, green_head) = pull(&ground, "green", "check-cases/patch-bump-green/head").await;
+    let hook = "Merge Request Hook";
+    let token = ground::bosun::GITLAB_WEBHOOK_TOKEN;
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+
+    // Refused first: a path that climbs out (400), the parent group's project (422 from the
+    // intake, ignored by the webhook), and nothing reached the forge for them.
+    let by_bosun = || {
+        ground
+            .forge
+            .requests()
+            .iter()
+            .filter(|r| r.user.as_deref() == Some("bosun[bot]"))
+            .count()
+    };
+    let before = by_bosun();
+    for climbing in [
+        "platform/team/../team/gitops",
+        "platform//team/gitops",
+        "platform/%2e%2e/gitops",
+    ] {
+        let (status, answer) = deliver(
+            &ground,
+            &json!({"repository": climbing, "pullRequest": swap}),
+            Some(&secret),
+        )
+        .await;
+        assert_eq!(status, 400, "{climbing}: {answer}");
+        let body = merge_request_hook(climbing.into(), swap.into(), "open", &green_head);
+        let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+        assert_eq!(status, 400, "{climbing}: {answer}");
+    }
+    let (status, _) = deliver(
+        &ground,
+        &json!({"repository": "platform/team", "pullRequest": swap}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(status, 422);
+    let body = merge_request_hook("platform/gitops".into(), swap.into(), "open", &green_head);
+    let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+    assert_eq!((status, answer["status"].clone()), (200, json!("ignored")));
+    assert_eq!(
+        by_bosun(),
+        before,
+        "a refused delivery made Bosun call the forge"
+    );
+
+    // A merge request opened by hand, from GitLab's webhook, its path in another case.
+    let body = merge_request_hook(
+        "Platform/Team/GitOps".into(),
+        green.into(),
+        "open",
+        &green_head,
+    );
+    let (status, answer) = gitlab_hook(&ground, &body, Some(token), hook).await;
+    assert_eq!(
+        (status, answer["repository"].clone()),
+        (202, json!(PROJECT)),
+        "{answer}"
+    );
+    // Kargo's hook: the project's whole path (charts/kargo-pipelines with provider gitlab).
+    let (status, answer) = deliver(
+        &ground,
+        &json!({"repository": PROJECT, "pullRequest": swap}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    ground.settle().await.unwrap();
+
+    let comment = |number: u64| {
+        ground
+            .forge
+            .comments(PROJECT, number)
+            .into_iter()
+            .find(|(author, body)| {
+                author == "bosun[bot]" && body.starts_with("<!-- bosun:triage v1 -->")
+            })
+            .map(|(_, body)| body)
+    };
+    let status_of = |branch: &str| {
+        let head = ground::git::git(&bare, &["rev-parse", branch]).unwrap();
+        ground
+            .forge
+            .statuses(PROJECT, &head)
+            .into_iter()
+            .rev()
+            .find(|(context, _, _)| context == "bosun")
+            .map(|(_, state, description)| (state, description))
+            .unwrap_or_default()
+    };
+    let authors = |branch: &str| {
+        ground::git::git(&bare, &["log", "--format=%an", &format!("main..{branch}")])
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // Green: explained.
+    assert!(
+        comment(green).is_some_and(|c| c.contains("**The gate is green.**")),
+        "{:?}",
+        comment(green)
+    );
+    assert_eq!(status_of("green").0, "success");
+    // The major bump: the gate's report blocked it, Bosun swapped and pushed, the gate is green
+    // on the repair.
+    assert_eq!(authors("swap"), ["bosun", "Proving Ground"]);
+    assert!(comment(swap).is_some());
+    assert_eq!(status_of("swap").0, "success", "{:?}", status_of("swap"));
+
+    // Every call Bosun made: GitLab's API under the project's encoded path (or `/user`), and
+    // git at the project's full path, the push with Bosun's token.
+    let requests = ground.forge.requests();
+    let bosun: Vec<_> = requests
+        .iter()
+        .filter(|r| r.user.as_deref() == Some("bosun[bot]"))
+        .collect();
+    let elsewhere: Vec<String> = bosun
+        .iter()
+        .filter(|r| {
+            r.path != "/api/v4/user"
+                && !r.path.starts_with(&format!("/api/v4/projects/{ENCODED}/"))
+                && !r.path.starts_with(&format!("/{PROJECT}.git/"))
+        })
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(elsewhere.is_empty(), "{elsewhere:?}");
+    for kind in ["notes", "statuses/", "labels"] {
+        assert!(
+            bosun.iter().any(|r| r.path.contains(kind)),
+            "no {kind} request: {:?}",
+            bosun.iter().map(|r| &r.path).collect::<Vec<_>>()
+        );
+    }
+    assert!(
+        bosun
+            .iter()
+            .any(|r| r.path == format!("/{PROJECT}.git/git-receive-pack")),
+        "Bosun pushed at the project's full path"
+    );
+    let checkouts = ground.bosun.as_ref().unwrap().workdir.join("checkouts");
+    assert!(checkouts.join("platform%2Fteam/gitops/.git").is_dir());
+    assert!(!checkouts.join("platform/team").exists());
+
+    // Kargo's provider lowercases the URL it names the project by: the intake takes the path
+    // in any case too, as the same delivery under bosun.yaml's spelling.
+    let (status, answer) = deliver(
+        &ground,
+        &json!({"repository": "PLATFORM/Team/gitops", "pullRequest": swap}),
+        Some(&secret),
+    )
+    .await;
+    assert_eq!(
+        (
+            status,
+            answer["status"].clone(),
+            answer["repository"].clone()
+        ),
+        (200, json!("duplicate"), json!(PROJECT)),
+        "{answer}"
+    );
+    // A person's comment in a scenario is a note on the subgroup's merge request.
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), "Looks good to me.").unwrap();
+    ground
+        .act(&Action::Comment(ground::scenario::CommentSpec {
+            pr: green,
+            by: "alice".into(),
+            body_file: body.path().display().to_string(),
+        }))
+        .await
+        .unwrap();
+    assert!(
+        ground
+            .forge
+            .comments(PROJECT, green)
+            .contains(&("alice".to_string(), "Looks good to me.".to_string()))
+    );
 }

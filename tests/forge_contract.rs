@@ -258,8 +258,18 @@ fn publish_to(
     clone: &std::path::Path,
     cache: &std::path::Path,
 ) -> std::process::Output {
+    publish_slug(SLUG, forge_args, clone, cache)
+}
+
+/// `gate publish` on pull request #1 of `slug` with these forge arguments.
+fn publish_slug(
+    slug: &str,
+    forge_args: &[&str],
+    clone: &std::path::Path,
+    cache: &std::path::Path,
+) -> std::process::Output {
     common::gate(cache)
-        .args(["--quiet", "publish", "--repo-slug", SLUG, "--pr", "1"])
+        .args(["--quiet", "publish", "--repo-slug", slug, "--pr", "1"])
         .args(forge_args)
         .args(["--repo-url", common::SAMPLE_REPO_URL])
         .arg("--repo")
@@ -1488,4 +1498,259 @@ async fn gate_publish_on_gitlab_writes_the_note_and_the_status_and_the_merge_wai
         cache.path(),
     );
     assert_eq!(refused.status.code(), Some(2));
+}
+
+/// A project in a subgroup, as GitLab holds one.
+const SUBGROUP_SLUG: &str = "platform/team/gitops";
+/// Its path as GitLab's API takes it: one segment, every `/` encoded.
+const SUBGROUP_PROJECT: &str = "platform%2Fteam%2Fgitops";
+
+/// The forge with `SUBGROUP_SLUG` (the sample repository), a bump branch and merge request !1
+/// opened through GitLab's API.
+async fn gitlab_with_subgroup_merge_request() -> (ForgeDouble, tempfile::TempDir) {
+    let forge = ForgeDouble::start(None).await.unwrap();
+    forge.add_user("gate-token", "addons-gate[bot]");
+    forge.add_user("kargo-token", "kargo");
+    let url = forge
+        .create_repo(SUBGROUP_SLUG, &common::sample_dir().join("repo"))
+        .unwrap();
+    forge.protect(SUBGROUP_SLUG, "main", &["addons-gate"]);
+    let clone = tempfile::tempdir().unwrap();
+    git(clone.path(), &["clone", "--quiet", &url, "."]);
+    git(clone.path(), &["checkout", "--quiet", "-b", "kargo/bump"]);
+    let targets = clone.path().join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets)
+        .unwrap()
+        .replace("version: 0.10.3", "version: 2.10.0");
+    std::fs::write(&targets, text).unwrap();
+    git(
+        clone.path(),
+        &["commit", "--quiet", "-am", "bump external-secrets"],
+    );
+    git(clone.path(), &["push", "--quiet", "origin", "kargo/bump"]);
+    let response = reqwest::Client::new()
+        .post(format!(
+            "{}/projects/{SUBGROUP_PROJECT}/merge_requests",
+            forge.gitlab_url()
+        ))
+        .header("PRIVATE-TOKEN", "kargo-token")
+        .json(&json!({"title": "Promote external-secrets", "source_branch": "kargo/bump", "target_branch": "main"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 201);
+    (forge, clone)
+}
+
+/// Subgroups: a project in a subgroup is named by its whole path, encoded as one segment, in
+/// every call the trait makes (merge requests, notes, statuses, labels, diffs), and the GitLab
+/// face serves it the way GitLab does: the path decoded once, found ignoring case, or the
+/// numeric id; the path with its slashes unencoded is another route (404), a bare project
+/// name or a path that climbs out names nothing (404).
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_names_a_subgroup_project_by_its_whole_encoded_path_everywhere() {
+    gitops_loop::forge::github::install_crypto_provider();
+    let (forge, clone) = gitlab_with_subgroup_merge_request().await;
+    let slug = RepoSlug::for_forge(ForgeKind::Gitlab, SUBGROUP_SLUG).unwrap();
+    assert_eq!(
+        (slug.owner.as_str(), slug.name.as_str()),
+        ("platform/team", "gitops")
+    );
+    let client = gitlab(&forge, "gate-token");
+    forge.clear_requests();
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    assert_eq!(pull.head_sha, git(clone.path(), &["rev-parse", "HEAD"]));
+    assert_eq!(
+        pull.head_repo, SUBGROUP_SLUG,
+        "a branch of the project itself"
+    );
+    let note = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- m -->",
+        "<!-- m -->\none",
+    )
+    .await
+    .unwrap();
+    let again = upsert_marked_comment(
+        &client,
+        &slug,
+        1,
+        "addons-gate[bot]",
+        "<!-- m -->",
+        "<!-- m -->\ntwo",
+    )
+    .await
+    .unwrap();
+    assert_eq!(note.id, again.id, "the note is updated in place");
+    assert_eq!(client.comments(&slug, 1).await.unwrap().len(), 1);
+    let status = CommitStatus {
+        context: "addons-gate".into(),
+        state: StatusState::Success,
+        description: "green".into(),
+        creator: String::new(),
+    };
+    client
+        .set_status(&slug, &pull.head_sha, &status)
+        .await
+        .unwrap();
+    let statuses = client.statuses(&slug, &pull.head_sha).await.unwrap();
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].state, StatusState::Success);
+    client
+        .add_labels(&slug, 1, &["bosun/held".to_string()])
+        .await
+        .unwrap();
+    assert_eq!(forge.labels(SUBGROUP_SLUG, 1), ["bosun/held"]);
+    client.remove_label(&slug, 1, "bosun/held").await.unwrap();
+    assert!(forge.labels(SUBGROUP_SLUG, 1).is_empty());
+    let diffs = client.diffs(&slug, 1, 1 << 20).await.unwrap();
+    assert_eq!(diffs.files.len(), 1);
+    let requests = forge.requests();
+    assert!(requests.len() > 10, "{requests:#?}");
+    for request in &requests {
+        assert!(
+            request
+                .path
+                .starts_with(&format!("/api/v4/projects/{SUBGROUP_PROJECT}/")),
+            "{} {}",
+            request.method,
+            request.path
+        );
+        assert_eq!(
+            request.status / 100,
+            2,
+            "{} {}",
+            request.method,
+            request.path
+        );
+    }
+    // The face, as GitLab serves `:id`.
+    let get = |path: String| {
+        let url = format!("{}{path}", forge.gitlab_url());
+        async move {
+            let response = reqwest::Client::new()
+                .get(url)
+                .header("PRIVATE-TOKEN", "gate-token")
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, project) = get(format!("/projects/{SUBGROUP_PROJECT}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(project["path_with_namespace"], SUBGROUP_SLUG);
+    assert_eq!(project["namespace"]["full_path"], "platform/team");
+    let id = project["id"].as_u64().unwrap();
+    for found in [
+        format!("/projects/{id}/merge_requests/1"),
+        "/projects/Platform%2FTeam%2FGitOps/merge_requests/1".to_string(),
+        // Any byte may come percent-encoded (go-gitlab, Kargo's client, writes `.` as `%2E`),
+        // in either case of hex: decoded once all the same.
+        "/projects/platform%2fteam%2fgit%6Fps/merge_requests/1".to_string(),
+    ] {
+        let (status, mr) = get(found.clone()).await;
+        assert_eq!((status, mr["iid"].clone()), (200, json!(1)), "{found}");
+    }
+    // Unencoded slashes: no route takes them, GitLab's catch-all 404.
+    let (status, body) = get(format!("/projects/{SUBGROUP_SLUG}/merge_requests/1")).await;
+    assert_eq!((status, body), (404, json!({"error": "404 Not Found"})));
+    for missing in [
+        "/projects/gitops/merge_requests/1",
+        "/projects/team%2Fgitops/merge_requests/1",
+        "/projects/platform%2Fteam%2F..%2Fteam%2Fgitops/merge_requests/1",
+        "/projects/platform%2Fteam%2F%252e%252e%2Fgitops/merge_requests/1",
+        "/projects/platform%252Fteam%252Fgitops/merge_requests/1",
+    ] {
+        let (status, body) = get(missing.to_string()).await;
+        assert_eq!(
+            (status, body),
+            (404, json!({"message": "404 Project Not Found"})),
+            "{missing}"
+        );
+    }
+}
+
+/// `gate publish --forge gitlab --repo-slug group/sub/project`: the note and the status on
+/// the subgroup's project, and "Pipelines must succeed" holds its merge. A hostile or wrong
+/// `--repo-slug` is one line on stderr and exit 2, before anything reaches the forge.
+#[tokio::test(flavor = "multi_thread")]
+async fn gate_publish_on_gitlab_names_a_subgroup_project_and_refuses_a_hostile_path() {
+    gitops_loop::forge::github::install_crypto_provider();
+    let (forge, clone) = gitlab_with_subgroup_merge_request().await;
+    let cache = tempfile::tempdir().unwrap();
+    let url = forge.gitlab_url();
+    let gitlab_args = ["--forge", "gitlab", "--forge-url", url.as_str()];
+    let output = publish_slug(SUBGROUP_SLUG, &gitlab_args, clone.path(), cache.path());
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let client = gitlab(&forge, "gate-token");
+    let slug = RepoSlug::for_forge(ForgeKind::Gitlab, SUBGROUP_SLUG).unwrap();
+    let notes = client.comments(&slug, 1).await.unwrap();
+    assert_eq!(notes.len(), 1);
+    let pull = client.pull_request(&slug, 1).await.unwrap();
+    let gate: Vec<_> = client
+        .statuses(&slug, &pull.head_sha)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|s| s.context == "addons-gate")
+        .collect();
+    assert_eq!(gate.len(), 1);
+    assert_eq!(gate[0].state, StatusState::Failure);
+    let merge = reqwest::Client::new()
+        .put(format!(
+            "{url}/projects/{SUBGROUP_PROJECT}/merge_requests/1/merge"
+        ))
+        .header("PRIVATE-TOKEN", "kargo-token")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(merge.status(), 405);
+
+    forge.clear_requests();
+    let too_deep = vec!["g"; 23].join("/");
+    for (hostile, args) in [
+        ("platform/../gitops", &gitlab_args[..]),
+        ("platform//gitops", &gitlab_args[..]),
+        ("/platform/gitops", &gitlab_args[..]),
+        ("platform/gitops/", &gitlab_args[..]),
+        ("%2e%2e/gitops", &gitlab_args[..]),
+        ("platform/%2e%2e/gitops", &gitlab_args[..]),
+        ("platform%2Fgitops", &gitlab_args[..]),
+        (too_deep.as_str(), &gitlab_args[..]),
+        ("platform/git\nops", &gitlab_args[..]),
+        ("platform/\u{1b}[31mgitops", &gitlab_args[..]),
+        ("platform/gitops?private_token=x", &gitlab_args[..]),
+        // GitHub and Gitea have no subgroups.
+        (SUBGROUP_SLUG, &["--forge-url", url.as_str()][..]),
+        (
+            SUBGROUP_SLUG,
+            &["--forge", "gitea", "--forge-url", url.as_str()][..],
+        ),
+        ("platform/..", &["--forge-url", url.as_str()][..]),
+    ] {
+        let output = publish_slug(hostile, args, clone.path(), cache.path());
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{hostile:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{hostile:?}: {stderr}");
+        assert!(
+            stderr.starts_with("gate: --repo-slug: \""),
+            "{hostile:?}: {stderr}"
+        );
+        assert!(
+            stderr.contains("is not a GitLab project path") || stderr.contains("is not OWNER/NAME"),
+            "{hostile:?}: {stderr}"
+        );
+    }
+    assert!(forge.requests().is_empty(), "{:#?}", forge.requests());
 }

@@ -451,4 +451,72 @@ fn a_gitlab_repository_renders_the_pull_request_steps_with_kargos_gitlab_provide
         body.contains(r#""repository": "platform/addons/gitops""#),
         "{body}"
     );
+    // With no provider, Kargo takes a host holding "gitlab" for GitLab (its provider's
+    // predicate), and so does the hook: the whole path, user info and port aside.
+    for url in [
+        "https://gitlab.example.com/platform/addons/gitops.git",
+        "https://oauth2@gitlab.example.com:8443/platform/addons/gitops/",
+    ] {
+        let body = hook(&objects(&[
+            "--set",
+            "gitops.provider=",
+            "--set",
+            &format!("gitops.repoURL={url}"),
+        ]));
+        assert!(
+            body.contains(r#""repository": "platform/addons/gitops""#),
+            "{url}: {body}"
+        );
+    }
+    // Elsewhere the last two segments, as before.
+    let body = hook(&objects(&[
+        "--set",
+        "gitops.provider=",
+        "--set",
+        "gitops.repoURL=https://git.example.com/platform/addons/gitops.git",
+    ]));
+    assert!(body.contains(r#""repository": "addons/gitops""#), "{body}");
+}
+
+/// On GitLab the project's path is checked where it enters: a `repoURL` (or `repository`)
+/// whose path is not a GitLab project path fails the render with one line naming the field.
+#[test]
+fn a_gitlab_repository_that_is_no_gitlab_project_path_is_refused() {
+    let deepest = vec!["g"; 22].join("/");
+    let too_deep = vec!["g"; 23].join("/");
+    let url = |path: &str| format!("gitops.repoURL=https://gitlab.example.com/{path}.git");
+    let accepted = template(&["--set", "gitops.provider=gitlab", "--set", &url(&deepest)]);
+    assert!(
+        accepted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&accepted.stderr)
+    );
+    for (set, field) in [
+        (url("platform/../gitops"), "gitops.repoURL"),
+        (url("gitops"), "gitops.repoURL"),
+        (url("platform//gitops"), "gitops.repoURL"),
+        (url("platform/%2e%2e/gitops"), "gitops.repoURL"),
+        (url("platform/-gitops"), "gitops.repoURL"),
+        (url(&too_deep), "gitops.repoURL"),
+        (
+            "gitops.repository=platform/team/../gitops".to_string(),
+            "gitops.repository",
+        ),
+        (
+            "gitops.repository=platform/gitops.git/x".to_string(),
+            "gitops.repository",
+        ),
+    ] {
+        let output = template(&["--set", "gitops.provider=gitlab", "--set-string", &set]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{set} was accepted");
+        // One line says it (helm adds its own hint about --debug below).
+        let said: Vec<&str> = stderr.lines().filter(|l| l.starts_with("Error:")).collect();
+        assert!(
+            said.len() == 1
+                && said[0].contains(&format!("{field}: "))
+                && said[0].contains("is not a GitLab project path"),
+            "{set}: {stderr}"
+        );
+    }
 }

@@ -87,14 +87,19 @@ impl Ground {
         let token = Self::forge_token(&comment.by)?;
         let body = std::fs::read_to_string(self.scenario.path(&comment.body_file))
             .with_context(|| format!("comment body {}", comment.body_file))?;
-        let forge = gitops_loop::forge::github::GitHub::new(&self.forge.url(), token)?;
-        let slug: gitops_loop::forge::RepoSlug = self
-            .scenario
-            .repository
-            .slug
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!(e))?;
-        gitops_loop::forge::Forge::create_comment(&forge, &slug, comment.pr, &body).await?;
+        // On GitLab's face a note, through `/api/v4` (the project may be in a subgroup).
+        let kind = match self.scenario.forge {
+            scenario::Face::Gitlab => gitops_loop::forge::ForgeKind::Gitlab,
+            scenario::Face::Github => gitops_loop::forge::ForgeKind::Github,
+        };
+        let api = match kind {
+            gitops_loop::forge::ForgeKind::Gitlab => self.forge.gitlab_url(),
+            _ => self.forge.url(),
+        };
+        let forge = kind.connect(&api, token)?;
+        let slug = gitops_loop::forge::RepoSlug::for_forge(kind, &self.scenario.repository.slug)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        gitops_loop::forge::Forge::create_comment(forge.as_ref(), &slug, comment.pr, &body).await?;
         self.transcript.say(
             "forge",
             format!(

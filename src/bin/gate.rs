@@ -321,9 +321,10 @@ fn write_html(
 /// so `--repo` must hold both commits (they are fetched from `origin` when missing).
 #[derive(Args, Clone)]
 struct PublishArgs {
-    /// The repository on the forge: OWNER/NAME.
-    #[arg(long)]
-    repo_slug: gate_forge::RepoSlug,
+    /// The repository on the forge: OWNER/NAME; on GitLab the project's full path,
+    /// GROUP/PROJECT or GROUP/SUBGROUP/.../PROJECT (checked for `--forge`).
+    #[arg(long, value_name = "OWNER/NAME")]
+    repo_slug: String,
     /// The pull request number.
     #[arg(long)]
     pr: u64,
@@ -691,6 +692,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             render: args,
             publish,
         } => {
+            // The repository as the forge names it, before anything else: a wrong one is one
+            // line and exit 2, nothing asked of the forge.
+            let slug = gate_forge::RepoSlug::for_forge(publish.forge, &publish.repo_slug)
+                .map_err(|e| Usage(format!("--repo-slug: {e}")))?;
             let token = std::env::var(&publish.token_env).unwrap_or_default();
             if token.is_empty() {
                 anyhow::bail!(
@@ -702,8 +707,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .enable_all()
                 .build()?;
             let mut remote = None;
-            let code =
-                runtime.block_on(publish_command(&args, &publish, &token, quiet, &mut remote));
+            let code = runtime.block_on(publish_command(
+                &args,
+                &publish,
+                &slug,
+                &token,
+                quiet,
+                &mut remote,
+            ));
             finish_remote(remote.as_ref(), quiet);
             code
         }
@@ -887,6 +898,7 @@ fn merge_command(
 async fn publish_command(
     args: &RenderArgs,
     publish: &PublishArgs,
+    slug: &gate_forge::RepoSlug,
     token: &str,
     quiet: bool,
     remote: &mut Option<Arc<RemoteCache>>,
@@ -910,18 +922,19 @@ async fn publish_command(
         None => forge.current_user().await?,
     };
     if let Some(expected) = &publish.expect_head {
-        let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
+        let pr = forge.pull_request(slug, publish.pr).await?;
         if &pr.head_sha != expected {
             eprintln!(
                 "gate: {}#{}'s head is {}, not {expected}: a newer run judges it; nothing published",
-                publish.repo_slug, publish.pr, pr.head_sha
+                slug, publish.pr, pr.head_sha
             );
             return Ok(ExitCode::from(2));
         }
     }
     let mut repo_url = None;
     let (pr, result, published) = if let Some(path) = &publish.result {
-        match publish_verdict_file(forge.as_ref(), publish, &author, check_mode, path).await? {
+        match publish_verdict_file(forge.as_ref(), publish, slug, &author, check_mode, path).await?
+        {
             Some(published) => published,
             None => return Ok(ExitCode::from(2)),
         }
@@ -931,7 +944,7 @@ async fn publish_command(
         repo_url = config.repo_url.clone();
         gate::publish::check_and_publish(
             forge.as_ref(),
-            &publish.repo_slug,
+            slug,
             publish.pr,
             &author,
             &config,
@@ -939,12 +952,7 @@ async fn publish_command(
             publish.html.html_url.as_deref(),
         )
         .await
-        .with_context(|| {
-            format!(
-                "cannot check and publish {}#{}",
-                publish.repo_slug, publish.pr
-            )
-        })?
+        .with_context(|| format!("cannot check and publish {}#{}", slug, publish.pr))?
     };
     if let Some(path) = &publish.report {
         let (comment, full) = gate::report::render(&result);
@@ -962,7 +970,7 @@ async fn publish_command(
         eprintln!(
             "gate: {} on {}#{} ({}), comment {}",
             gate::publish::title(&result),
-            publish.repo_slug,
+            slug,
             publish.pr,
             &pr.head_sha[..pr.head_sha.len().min(7)],
             published.comment_id
@@ -976,6 +984,7 @@ async fn publish_command(
 async fn publish_verdict_file(
     forge: &dyn gate_forge::Forge,
     publish: &PublishArgs,
+    slug: &gate_forge::RepoSlug,
     author: &str,
     check_mode: gate::publish::CheckMode,
     path: &std::path::Path,
@@ -999,13 +1008,13 @@ async fn publish_verdict_file(
         );
         return Ok(None);
     }
-    let pr = forge.pull_request(&publish.repo_slug, publish.pr).await?;
+    let pr = forge.pull_request(slug, publish.pr).await?;
     if pr.head_sha != result.verdict.head {
         eprintln!(
             "gate: {} judges {}, but {}#{}'s head is {}; nothing published",
             path.display(),
             result.verdict.head,
-            publish.repo_slug,
+            slug,
             publish.pr,
             pr.head_sha
         );
@@ -1013,7 +1022,7 @@ async fn publish_verdict_file(
     }
     let published = gate::publish::publish_linked(
         forge,
-        &publish.repo_slug,
+        slug,
         publish.pr,
         author,
         &result,
@@ -1021,7 +1030,7 @@ async fn publish_verdict_file(
         publish.html.html_url.as_deref(),
     )
     .await
-    .with_context(|| format!("cannot publish {}#{}", publish.repo_slug, publish.pr))?;
+    .with_context(|| format!("cannot publish {}#{}", slug, publish.pr))?;
     Ok(Some((pr, result, published)))
 }
 

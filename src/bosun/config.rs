@@ -64,8 +64,9 @@ pub struct ForgeConfig {
     /// The environment variable holding Bosun's token.
     #[serde(default = "default_token_env")]
     pub token_env: String,
-    /// How to clone and push a repository: `{slug}` and `{token}` are replaced
-    /// (default `https://x-access-token:{token}@github.com/{slug}.git`).
+    /// How to clone and push a repository: `{slug}` (on GitLab the project's full path,
+    /// subgroups included) and `{token}` are replaced (default
+    /// `https://x-access-token:{token}@github.com/{slug}.git`).
     #[serde(default = "default_git_url")]
     pub git_url: String,
     /// The login the gate publishes its report as. Default: Bosun's own login (Bosun runs
@@ -96,7 +97,8 @@ impl ForgeConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RepositoryConfig {
-    /// `owner/name` on the forge.
+    /// `owner/name` on the forge; on GitLab the project's full path (`group/project`,
+    /// `group/sub/.../project`). Checked for the forge's kind when the file is read.
     #[serde(deserialize_with = "slug")]
     pub slug: RepoSlug,
     /// The URL Applications write for this repository (`repoURL`).
@@ -539,9 +541,20 @@ impl Default for CommitIdentity {
     }
 }
 
+/// A repository's path, split at its last `/` (a GitLab namespace holds more); what the
+/// forge's kind allows is checked by `Config::parse`, which knows the kind.
 fn slug<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<RepoSlug, D::Error> {
     let text = String::deserialize(deserializer)?;
-    text.parse().map_err(serde::de::Error::custom)
+    match text.rsplit_once('/') {
+        Some((owner, name)) => Ok(RepoSlug {
+            owner: owner.to_string(),
+            name: name.to_string(),
+        }),
+        None => Err(serde::de::Error::custom(format!(
+            "slug {:?} is not OWNER/NAME",
+            text.chars().take(80).collect::<String>()
+        ))),
+    }
 }
 
 fn default_deny() -> Vec<String> {
@@ -632,7 +645,7 @@ impl Config {
     }
 
     pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        let config: Config = serde_saphyr::from_str(text).map_err(|e| {
+        let mut config: Config = serde_saphyr::from_str(text).map_err(|e| {
             let message = e.to_string();
             let first = message
                 .lines()
@@ -645,6 +658,25 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "{origin}: `repositories` lists no repository"
             )));
+        }
+        // Each slug as the forge names repositories (GitHub and Gitea: OWNER/NAME; GitLab: a
+        // project's full path, subgroups included), and no two the forge would take for one:
+        // forges find repositories ignoring ASCII case, and so does GitLab's webhook here.
+        for index in 0..config.repositories.len() {
+            let text = config.repositories[index].slug.to_string();
+            let slug = RepoSlug::for_forge(config.forge.kind, &text).map_err(|e| {
+                ConfigError::Invalid(format!("{origin}: repositories[{index}].slug: {e}"))
+            })?;
+            if let Some(first) = config.repositories[..index]
+                .iter()
+                .position(|r| r.slug.same_ignoring_case(&slug))
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "{origin}: repositories[{index}].slug {text:?} names the repository of repositories[{first}].slug {:?} (the forge ignores case in names): list it once",
+                    config.repositories[first].slug.to_string()
+                )));
+            }
+            config.repositories[index].slug = slug;
         }
         let url = &config.forge.git_url;
         if url.contains("{token}") && split_token_userinfo(url).is_none() {
@@ -708,6 +740,22 @@ impl Config {
 
     pub fn repository(&self, slug: &RepoSlug) -> Option<&RepositoryConfig> {
         self.repositories.iter().find(|r| &r.slug == slug)
+    }
+
+    /// The repository of this file a delivery, a journal entry or a command line names:
+    /// `Err` when `text` is no repository the forge could have (one line, naming it), `None`
+    /// when it is not listed here. On GitLab, which finds projects ignoring ASCII case, a path
+    /// names the repository whatever its case, and the slug returned is this file's spelling.
+    pub fn named(&self, text: &str) -> Result<Option<RepoSlug>, String> {
+        let slug = RepoSlug::for_forge(self.forge.kind, text)?;
+        Ok(self
+            .repositories
+            .iter()
+            .find(|r| match self.forge.kind {
+                crate::forge::ForgeKind::Gitlab => r.slug.same_ignoring_case(&slug),
+                _ => r.slug == slug,
+            })
+            .map(|r| r.slug.clone()))
     }
 
     /// How to reach a repository with git: the URL (never holding the token, so nothing on

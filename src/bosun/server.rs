@@ -37,7 +37,7 @@ pub mod gitlab;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IntakeRequest {
-    /// `owner/name`.
+    /// `owner/name`; on GitLab the project's full path (`group/sub/project`).
     pub repository: String,
     pub pull_request: u64,
     /// The head the promotion pushed; when absent, the pull request's head now.
@@ -383,7 +383,7 @@ impl Server {
             });
         replay.extend(suspect);
         for entry in replay {
-            match entry.repository.parse::<RepoSlug>() {
+            match server.slug_of(&entry.repository) {
                 Ok(slug) => {
                     tracing::info!(repository = %slug, pr = entry.pull_request, "replaying an accepted delivery");
                     server.enqueue(&slug, entry.pull_request, &entry.head);
@@ -441,7 +441,7 @@ impl Server {
                     worker.wake.notified().await;
                     continue;
                 };
-                let Ok(slug) = repository.parse::<RepoSlug>() else {
+                let Ok(slug) = worker.slug_of(&repository) else {
                     continue;
                 };
                 Server::work(&worker, &slug, number, delivered_head).await;
@@ -493,7 +493,7 @@ impl Server {
     /// status), then journals that it was told; tried again at the next start when the forge
     /// fails.
     async fn announce_quarantine(&self, entry: journal::Entry) {
-        let Ok(slug) = entry.repository.parse::<RepoSlug>() else {
+        let Ok(slug) = self.slug_of(&entry.repository) else {
             return;
         };
         let file = self.journal.file(
@@ -857,8 +857,8 @@ impl Server {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for ((repository, number), mut track) in tracked {
-            let slug = match repository.parse::<RepoSlug>() {
-                Ok(slug) if self.bosun.config.repository(&slug).is_some() => slug,
+            let slug = match self.bosun.config.named(&repository) {
+                Ok(Some(slug)) if slug.to_string() == repository => slug,
                 _ => {
                     tracing::warn!(
                         "{repository}#{number}: not a repository in bosun.yaml; no longer followed"
@@ -970,16 +970,17 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
             );
         }
     };
-    let slug: RepoSlug = match request.repository.parse() {
-        Ok(slug) => slug,
+    // On GitLab a project's full path, subgroups included, whatever its case (GitLab finds
+    // projects ignoring it, and Kargo's provider lowercases the URL): queued under
+    // bosun.yaml's spelling, as GitLab's webhook is.
+    let slug: RepoSlug = match server.bosun.config.named(&request.repository) {
+        Ok(Some(slug)) => slug,
+        Ok(None) => return server.unknown_repository(&request.repository),
         Err(e) => {
             server.count("invalid");
             return answer(StatusCode::BAD_REQUEST, json!({"error": e}));
         }
     };
-    if let Some(refused) = server.unknown_repository(&slug) {
-        return refused;
-    }
     let head = match request.head_sha {
         // A head from outside must be a commit id before anything uses it (git reads it).
         Some(head) if !crate::git::is_commit_id(&head) => {
@@ -1022,15 +1023,19 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
 
 impl Server {
     /// The 422 for a repository bosun.yaml does not list (counted), or None.
-    fn unknown_repository(&self, slug: &RepoSlug) -> Option<Response> {
-        if self.bosun.config.repository(slug).is_some() {
-            return None;
-        }
+    /// The answer to a delivery of a repository bosun.yaml does not list (`slug` checked).
+    fn unknown_repository(&self, slug: &str) -> Response {
         self.count("unknown_repository");
-        Some(answer(
+        answer(
             StatusCode::UNPROCESSABLE_ENTITY,
             json!({"error": format!("{slug} is not a repository in bosun.yaml")}),
-        ))
+        )
+    }
+
+    /// The repository a journal entry or a queue key names (bosun.yaml's spelling, written by
+    /// this server), parsed as the forge names repositories.
+    fn slug_of(&self, repository: &str) -> Result<RepoSlug, String> {
+        RepoSlug::for_forge(self.bosun.config.forge.kind, repository)
     }
 
     /// Queues an authenticated, validated delivery and answers what became of it.

@@ -1,8 +1,11 @@
 //! The forge over GitLab's REST API v4 (`https://gitlab.example/api/v4`, gitlab.com's
 //! `https://gitlab.com/api/v4`). A pull request is a merge request, named by the project's
-//! path (URL-encoded: `platform%2Fgitops`) and its `iid`; what differs from GitHub is handled
-//! here, each cited to GitLab's documentation (`doc/api/...`) or source:
+//! full path (URL-encoded as one segment: `platform%2Fgitops`, or `platform%2Fteam%2Fgitops`
+//! for a project in a subgroup) and its `iid`; what differs from GitHub is handled here, each
+//! cited to GitLab's documentation (`doc/api/...`) or source:
 //!
+//! - a project's path is a namespace (a group, up to 20 levels of subgroups, or a user) and
+//!   the project's own path ([`project_path`] checks one before anything uses it);
 //! - a personal, project or group access token goes as `PRIVATE-TOKEN: <token>`, an OAuth
 //!   token as `Authorization: Bearer <token>` (`doc/api/rest/authentication.md`);
 //! - lists page with `page` and `per_page` (at most 100) and name the next page in
@@ -215,9 +218,89 @@ pub struct FileDiff {
     pub deleted_file: bool,
 }
 
-/// The project as a path parameter: its full path, URL-encoded (`platform%2Fgitops`).
+/// The project as a path parameter: its full path, URL-encoded as one segment
+/// (`platform%2Fgitops`, `platform%2Fteam%2Fgitops` in a subgroup). GitLab's API routes take
+/// `:id` as one segment (`NO_SLASH_URL_PART_REGEX`, lib/api/api.rb; `doc/api/rest/_index.md`,
+/// "Namespaced paths"): a path with its slashes left in is another route, a 404.
 fn project(repo: &RepoSlug) -> String {
     segment(&repo.to_string())
+}
+
+/// The longest full path of a namespace or a project, in characters (`app/models/route.rb`:
+/// `validates :path, length: { within: 1..255 }`).
+pub const MAX_PATH: usize = 255;
+
+/// The most groups above a group: a top-level group and up to 20 levels of subgroups below it
+/// (`Namespace::NUMBER_OF_ANCESTORS_ALLOWED = 20`, `nesting_level_allowed` in
+/// app/models/namespace.rb, not applied to a project's own namespace;
+/// `doc/user/group/subgroups/_index.md`: "nested up to 20 levels").
+pub const MAX_ANCESTORS: usize = 20;
+
+/// The most segments of a project's full path: the top-level group, [`MAX_ANCESTORS`] levels
+/// of subgroups, the project.
+pub const MAX_SEGMENTS: usize = MAX_ANCESTORS + 2;
+
+/// A project's full path as GitLab allows it, as the slug the client names it by (the
+/// namespace as `owner`, the project's own path as `name`): `group/project` or
+/// `group/sub/.../project`, at most [`MAX_SEGMENTS`] segments and [`MAX_PATH`] characters.
+/// Each segment is what `lib/gitlab/path_regex.rb` and `doc/user/reserved_names.md` allow,
+/// held a little tighter: ASCII letters, digits, `_`, `-` and `.`, starting with a letter, a
+/// digit or `_`, without `..`, not ending in `.git` or `.atom`. Anything else (an empty
+/// segment, a leading or trailing `/`, `%`, a control character) is refused with one line
+/// naming the text and why.
+pub fn project_path(text: &str) -> Result<RepoSlug, String> {
+    let refuse = |why: String| {
+        Err(format!(
+            "{:?} is not a GitLab project path (GROUP/PROJECT or GROUP/SUBGROUP/.../PROJECT): {why}",
+            text.chars().take(80).collect::<String>()
+        ))
+    };
+    let length = text.chars().count();
+    if length > MAX_PATH {
+        return refuse(format!(
+            "{length} characters, and GitLab's paths are at most {MAX_PATH}"
+        ));
+    }
+    if text.starts_with('/') || text.ends_with('/') {
+        return refuse("it starts or ends with '/'".into());
+    }
+    let segments: Vec<&str> = text.split('/').collect();
+    if segments.len() < 2 {
+        return refuse("no group: a project lives in a group or a user's namespace".into());
+    }
+    if segments.len() > MAX_SEGMENTS {
+        return refuse(format!(
+            "{} groups deep, and GitLab nests at most {MAX_ANCESTORS} levels of subgroups below a top-level group",
+            segments.len() - 1
+        ));
+    }
+    for segment in &segments {
+        let mut bytes = segment.bytes();
+        let why = if segment.is_empty() {
+            "an empty segment ('//')".to_string()
+        } else if segment.contains("..") {
+            format!("the segment {segment:?} holds '..'")
+        } else if !bytes
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            format!("the segment {segment:?} starts with neither a letter, a digit nor '_'")
+        } else if !bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
+            format!(
+                "the segment {segment:?} holds a character other than letters, digits, '_', '-' and '.'"
+            )
+        } else if segment.ends_with(".git") || segment.ends_with(".atom") {
+            format!("the segment {segment:?} ends in .git or .atom")
+        } else {
+            continue;
+        };
+        return refuse(why);
+    }
+    let (namespace, name) = text.rsplit_once('/').unwrap_or_default();
+    Ok(RepoSlug {
+        owner: namespace.to_string(),
+        name: name.to_string(),
+    })
 }
 
 fn items(answer: Answer, path: &str) -> Result<Vec<Value>, ForgeError> {
@@ -720,7 +803,80 @@ mod tests {
 
     #[test]
     fn a_project_path_is_one_encoded_segment() {
-        let slug: RepoSlug = "platform/git ops".parse().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(project(&slug), "platform%2Fgit%20ops");
+        for (path, encoded) in [
+            ("platform/gitops", "platform%2Fgitops"),
+            ("platform/team/gitops", "platform%2Fteam%2Fgitops"),
+            ("a/b.c/d_e/f-g", "a%2Fb.c%2Fd_e%2Ff-g"),
+        ] {
+            let slug = project_path(path).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(slug.to_string(), path);
+            assert_eq!(project(&slug), encoded);
+        }
+        // Even a slug built by hand with text GitLab paths never hold stays one segment.
+        let slug = RepoSlug {
+            owner: "platform/a b".into(),
+            name: "x?y#z".into(),
+        };
+        assert_eq!(project(&slug), "platform%2Fa%20b%2Fx%3Fy%23z");
+    }
+
+    #[test]
+    fn a_subgroup_path_is_the_namespace_and_the_project() {
+        let slug = project_path("platform/team/addons/gitops").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (slug.owner.as_str(), slug.name.as_str()),
+            ("platform/team/addons", "gitops")
+        );
+        // The deepest GitLab makes: a top-level group, 20 levels of subgroups, the project.
+        let deepest = vec!["g"; MAX_SEGMENTS].join("/");
+        assert!(project_path(&deepest).is_ok(), "{deepest}");
+        assert!(project_path("_under/score.s-and-dashes_").is_ok());
+    }
+
+    /// Hostile paths: each refused with one line naming it.
+    #[test]
+    fn a_hostile_project_path_is_refused_in_one_line() {
+        let too_deep = vec!["g"; MAX_SEGMENTS + 1].join("/");
+        let too_long = format!("platform/{}", "a".repeat(MAX_PATH));
+        for path in [
+            "",
+            "gitops",
+            "a/../b",
+            "../b",
+            "a/..",
+            "a/b..c/d",
+            "a//b",
+            "/a/b",
+            "a/b/",
+            "a/./b",
+            "%2e%2e/b",
+            "a/%2e%2e/b",
+            "a%2Fb",
+            "a/b?x=1",
+            "a/b#frag",
+            "a/b c",
+            "a/b\n",
+            "a/b\u{0}",
+            "a/\tb",
+            "a\r/b",
+            "a/b\u{7f}",
+            "a/-b",
+            "a/.b",
+            "a/b.git",
+            "a/b.atom",
+            "a/gitøps",
+            "a\\b/c",
+            too_deep.as_str(),
+            too_long.as_str(),
+        ] {
+            let refused = project_path(path).expect_err(path);
+            assert!(!refused.contains('\n'), "{refused}");
+            assert!(
+                refused.contains("is not a GitLab project path"),
+                "{refused}"
+            );
+        }
+        let refused = project_path(&too_deep).unwrap_err();
+        assert!(refused.contains("20 levels"), "{refused}");
     }
 }

@@ -46,25 +46,62 @@ impl ForgeKind {
     }
 }
 
-/// `owner/name`.
+/// A repository on a forge: `owner/name` on GitHub and Gitea; on GitLab a project's full path,
+/// where `owner` is its namespace (`group`, or `group/sub/...` for a project in a subgroup) and
+/// `name` the project's own path. Displayed as the full path, `owner/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RepoSlug {
     pub owner: String,
     pub name: String,
 }
 
+/// `OWNER/NAME` as GitHub and Gitea name a repository: two segments of ASCII letters, digits,
+/// `-`, `_` and `.` (GitHub's and Gitea's own rules: `alphaDashDot`), neither `.` nor `..`.
+/// A longer path is GitLab's (a project in a subgroup): [`RepoSlug::for_forge`].
 impl std::str::FromStr for RepoSlug {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let shown = || s.chars().take(80).collect::<String>();
+        let segment_ok = |part: &str| {
+            !part.is_empty()
+                && part != "."
+                && part != ".."
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        };
         match s.split_once('/') {
-            Some((owner, name)) if !owner.is_empty() && !name.is_empty() && !name.contains('/') => {
-                Ok(RepoSlug {
-                    owner: owner.to_string(),
-                    name: name.to_string(),
-                })
-            }
-            _ => Err(format!("{s:?} is not OWNER/NAME")),
+            Some((owner, name)) if name.contains('/') && segment_ok(owner) => Err(format!(
+                "{:?} is not OWNER/NAME: a GitHub or Gitea repository has one owner (a path of subgroups names a GitLab project: --forge gitlab, forge.kind: gitlab)",
+                shown()
+            )),
+            Some((owner, name)) if segment_ok(owner) && segment_ok(name) => Ok(RepoSlug {
+                owner: owner.to_string(),
+                name: name.to_string(),
+            }),
+            _ => Err(format!(
+                "{:?} is not OWNER/NAME (letters, digits, '-', '_' and '.')",
+                shown()
+            )),
         }
+    }
+}
+
+impl RepoSlug {
+    /// The repository `text` names on a forge of `kind`: exactly `OWNER/NAME` on GitHub and
+    /// Gitea; on GitLab a project's full path, `group/project` or `group/sub/.../project`
+    /// ([`gitlab::project_path`]). The error is one line naming the text.
+    pub fn for_forge(kind: ForgeKind, text: &str) -> Result<RepoSlug, String> {
+        match kind {
+            ForgeKind::Github | ForgeKind::Gitea => text.parse(),
+            ForgeKind::Gitlab => gitlab::project_path(text),
+        }
+    }
+
+    /// Whether two slugs name the same repository on a forge that ignores ASCII case in names
+    /// (GitHub, Gitea and GitLab all do).
+    pub fn same_ignoring_case(&self, other: &RepoSlug) -> bool {
+        self.owner.eq_ignore_ascii_case(&other.owner) && self.name.eq_ignore_ascii_case(&other.name)
     }
 }
 

@@ -101,3 +101,22 @@ chart itself (its Warehouse subscription has no name, so chartFrom takes the URL
 {{ printf "chartFrom('%s', '%s').Version" .chart.repoURL .chart.name }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+On GitLab, fails the render unless the repository is a GitLab project path (what Bosun's
+intake and GitLab take): GROUP/PROJECT or GROUP/SUBGROUP/.../PROJECT, at most 20 levels of
+subgroups below the top-level group (Namespace::NUMBER_OF_ANCESTORS_ALLOWED) and 255
+characters (app/models/route.rb); each segment letters, digits, '_', '-' and '.', starting with
+a letter, a digit or '_', without '..', not ending in .git or .atom.
+*/}}
+{{- define "kargo-pipelines.checkGitlabProject" -}}
+{{- if .gitlab -}}
+{{- $repository := .repository -}}
+{{- $field := ternary "gitops.repository" "gitops.repoURL" (not (empty .gitops.repository)) -}}
+{{- $segment := "[A-Za-z0-9_][A-Za-z0-9_.-]*" -}}
+{{- $shape := printf "^%s(/%s){1,21}$" $segment $segment -}}
+{{- if or (not (regexMatch $shape $repository)) (contains ".." $repository) (regexMatch "[.](git|atom)(/|$)" $repository) (gt (len $repository) 255) -}}
+{{- fail (printf "%s: %q is not a GitLab project path (GROUP/PROJECT or GROUP/SUBGROUP/.../PROJECT: letters, digits, '_', '-' and '.', no empty segment or '..', at most 20 levels of subgroups)" $field $repository) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

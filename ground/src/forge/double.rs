@@ -98,8 +98,16 @@ impl ForgeDouble {
     }
 
     /// Creates `owner/name` with `content` as the first commit of `main`; returns its git URL.
+    /// On GitLab's face a slug may be a project in a subgroup, `group/sub/.../project`: the
+    /// owner is then the namespace (`group/sub/...`), and the bare repository sits at the
+    /// project's full path.
     pub fn create_repo(&self, slug: &str, content: &Path) -> Result<String> {
-        let (owner, name) = slug.split_once('/').context("slug is owner/name")?;
+        let (owner, name) = slug.rsplit_once('/').context("slug is owner/name")?;
+        anyhow::ensure!(
+            slug.split('/')
+                .all(|s| !s.is_empty() && s != "." && s != ".."),
+            "slug {slug:?} holds an empty or dot segment"
+        );
         let bare = self.root.join(owner).join(format!("{name}.git"));
         git::init_bare_from(&bare, content, "initial commit")?;
         let mut state = lock(&self.state);

@@ -5,7 +5,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::forge::{Shared, error, lock, not_found};
+use crate::forge::{Shared, error, face_not_found, lock};
 
 /// For a push (`git-receive-pack`), the ref updates it asks for as
 /// `{"refs": [{"old": OID, "new": OID, "ref": NAME}]}` (read from the command pkt-lines before
@@ -54,18 +54,44 @@ pub(super) fn git_user(state: &Shared, headers: &HeaderMap) -> Option<String> {
     lock(state).users.get(token).cloned()
 }
 
+/// A smart-HTTP path, `owner/name.git/rest` or (GitLab, a project in a subgroup)
+/// `group/sub/.../project.git/rest`: the repository's slug and the rest, split at the first
+/// segment ending in `.git`. None when no segment does, or the slug would hold an empty or
+/// dot segment.
+fn split_git_path(path: &str) -> Option<(String, &str)> {
+    let mut start = 0;
+    for (index, segment) in path.split('/').enumerate() {
+        let end = start + segment.len();
+        if let Some(name) = segment.strip_suffix(".git")
+            && index > 0
+        {
+            let slug = format!("{}{name}", &path[..start]);
+            let ok = slug
+                .split('/')
+                .all(|s| !s.is_empty() && s != "." && s != "..");
+            let rest = path.get(end + 1..).unwrap_or("");
+            return ok.then_some((slug, rest));
+        }
+        start = end + 1;
+    }
+    None
+}
+
 /// git's smart HTTP protocol, served by the real `git http-backend` (CGI) over the bare
 /// repositories. Without valid credentials: 401 with a Basic challenge, as GitHub answers a
 /// private repository, so git asks its credential helper.
 pub(super) async fn smart_http(
     State(state): State<Shared>,
-    UrlPath((owner, repo, rest)): UrlPath<(String, String, String)>,
+    UrlPath((owner, rest)): UrlPath<(String, String)>,
     request: axum::extract::Request,
 ) -> Response {
-    let Some(name) = repo.strip_suffix(".git") else {
-        return not_found().await;
+    let Some((slug, rest)) =
+        split_git_path(&format!("{owner}/{rest}")).map(|(slug, rest)| (slug, rest.to_string()))
+    else {
+        // Not git: a path the REST routes did not take (`/api/v4/projects/a/b/...` with its
+        // slashes unencoded lands here), answered as its face answers one.
+        return face_not_found(&format!("/{owner}/{rest}"));
     };
-    let slug = format!("{owner}/{name}");
     let (root, known) = {
         let guard = lock(&state);
         (guard.git_root.clone(), guard.repos.contains_key(&slug))
@@ -100,7 +126,7 @@ pub(super) async fn smart_http(
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .env("GIT_PROJECT_ROOT", &root)
         .env("GIT_HTTP_EXPORT_ALL", "1")
-        .env("PATH_INFO", format!("/{owner}/{repo}/{rest}"))
+        .env("PATH_INFO", format!("/{slug}.git/{rest}"))
         .env("REQUEST_METHOD", parts.method.as_str())
         .env("QUERY_STRING", parts.uri.query().unwrap_or(""))
         .env("CONTENT_TYPE", header("content-type"))
@@ -167,4 +193,29 @@ fn cgi_response(raw: &[u8]) -> Response {
     builder
         .body(axum::body::Body::from(raw[body_start..].to_vec()))
         .unwrap_or_else(|_| error(StatusCode::BAD_GATEWAY, "bad CGI headers"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_git_path;
+
+    #[test]
+    fn a_git_path_names_its_repository_at_any_depth() {
+        assert_eq!(
+            split_git_path("platform/gitops.git/info/refs"),
+            Some(("platform/gitops".into(), "info/refs"))
+        );
+        assert_eq!(
+            split_git_path("platform/team/gitops.git/git-upload-pack"),
+            Some(("platform/team/gitops".into(), "git-upload-pack"))
+        );
+        for path in [
+            "platform/gitops/info/refs",
+            "gitops.git/info/refs",
+            "platform//gitops.git/info/refs",
+            "platform/../gitops.git/info/refs",
+        ] {
+            assert_eq!(split_git_path(path), None, "{path}");
+        }
+    }
 }

@@ -92,7 +92,7 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-fn not_found() -> Response {
+pub(super) fn not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         axum::Json(

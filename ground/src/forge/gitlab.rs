@@ -3,8 +3,11 @@
 //! the GitHub and Gitea faces. Each behaviour is cited to GitLab's documentation
 //! (`[D path]`, gitlab-org/gitlab `doc/`) or source (`[S path]`):
 //!
-//! - a project is named by its full path URL-encoded (`platform%2Fgitops`) or its numeric id
-//!   ([D api/rest/_index.md "Namespaced paths"]); a merge request by its `iid`;
+//! - a project is named by its full path URL-encoded as one segment (`platform%2Fgitops`, a
+//!   project in a subgroup `platform%2Fteam%2Fgitops`), found ignoring case, or by its numeric
+//!   id ([D api/rest/_index.md "Namespaced paths"], [S lib/api/helpers.rb] `find_project`); a
+//!   path with its slashes unencoded matches no route and is 404 `{"error": "404 Not Found"}`
+//!   ([S lib/api/api.rb] `NO_SLASH_URL_PART_REGEX`); a merge request is named by its `iid`;
 //! - the token goes as `PRIVATE-TOKEN` or `Authorization: Bearer` ([D
 //!   api/rest/authentication.md]); no known token is 401 `{"message": "401 Unauthorized"}`; a
 //!   token whose scopes do not cover the request is 403 `insufficient_scope` ([S
@@ -98,6 +101,13 @@ fn not_found(what: &str) -> Response {
 }
 
 async fn not_found_route() -> Response {
+    route_not_found()
+}
+
+/// GitLab's answer to a path no API route takes (its catch-all `route :any, '*path'` in [S
+/// lib/api/api.rb]: `error!('404 Not Found', 404)`), a project path with unencoded slashes
+/// included.
+pub(super) fn route_not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         axum::Json(json!({"error": "404 Not Found"})),
@@ -183,17 +193,33 @@ fn user_json(login: &str) -> Value {
     json!({"id": login.len() as u64 * 1000 + login.bytes().map(u64::from).sum::<u64>(), "username": login, "name": login, "state": "active", "bot": login.contains("bot")})
 }
 
-/// The key of the repository a project id names: its decoded full path, or its numeric id.
+/// The key of the repository a project id names, as GitLab's `find_project` reads `:id` ([S
+/// lib/api/helpers.rb]): digits are the numeric id; text with a `/` is a full path, found
+/// ignoring case with the exact spelling first ([S app/models/concerns/routable.rb]
+/// `find_by_full_path`), at any depth of subgroups; anything else (a project's bare name)
+/// names nothing. `id` arrives decoded: the router matched it as one segment, so a path whose
+/// slashes were not encoded (`platform/team/gitops` in the URL) is another route, 404 ([S
+/// lib/api/api.rb] `NO_SLASH_URL_PART_REGEX`; [D api/rest/_index.md "Namespaced paths"]).
 fn project_key(state: &super::ForgeState, id: &str) -> Option<String> {
+    if !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()) {
+        let number: u64 = id.parse().ok()?;
+        return state
+            .repos
+            .iter()
+            .find(|(_, r)| r.id == number)
+            .map(|(k, _)| k.clone());
+    }
+    if !id.contains('/') {
+        return None;
+    }
     if state.repos.contains_key(id) {
         return Some(id.to_string());
     }
-    let number: u64 = id.parse().ok()?;
     state
         .repos
-        .iter()
-        .find(|(_, r)| r.id == number)
-        .map(|(k, _)| k.clone())
+        .keys()
+        .find(|key| key.eq_ignore_ascii_case(id))
+        .cloned()
 }
 
 macro_rules! project_or_404 {
@@ -211,6 +237,7 @@ macro_rules! project_or_404 {
 fn project_json(repo: &Repo) -> Value {
     let path = format!("{}/{}", repo.owner, repo.name);
     json!({"id": repo.id, "path": repo.name, "path_with_namespace": path, "default_branch": "main",
+        "namespace": {"full_path": repo.owner, "path": repo.owner.rsplit('/').next().unwrap_or("")},
         "web_url": format!("http://gitlab.example.test/{path}")})
 }
 

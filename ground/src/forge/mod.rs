@@ -282,8 +282,10 @@ fn router(state: Shared) -> Router {
         )
         .nest("/api/v1", gitea::router())
         .nest("/api/v4", gitlab::router())
-        .route("/{owner}/{repo}/{*rest}", get(smart_http).post(smart_http))
-        .fallback(not_found)
+        // `owner/name.git/...` on GitHub's and Gitea's faces, `group/sub/.../project.git/...`
+        // on GitLab's (a project in a subgroup clones at its full path).
+        .route("/{owner}/{*rest}", get(smart_http).post(smart_http))
+        .fallback(fallback)
         .layer(axum::middleware::from_fn_with_state(state.clone(), record))
         .with_state(state)
 }
@@ -298,8 +300,21 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
-async fn not_found() -> Response {
-    error(StatusCode::NOT_FOUND, "Not Found")
+/// A path no route takes, answered as the face it is under answers one: GitLab's catch-all
+/// under `/api/v4` (where a project path whose slashes were not encoded lands), Gitea's under
+/// `/api/v1`, GitHub's elsewhere.
+async fn fallback(uri: axum::http::Uri) -> Response {
+    face_not_found(uri.path())
+}
+
+fn face_not_found(path: &str) -> Response {
+    if path.starts_with("/api/v4/") {
+        gitlab::route_not_found()
+    } else if path.starts_with("/api/v1/") {
+        gitea::not_found()
+    } else {
+        error(StatusCode::NOT_FOUND, "Not Found")
+    }
 }
 
 /// Records every request (method, path, query, user, JSON body) before handling it.

@@ -15,7 +15,6 @@ use clap::{Parser, Subcommand};
 
 use gitops_loop::bosun::config::Config;
 use gitops_loop::bosun::server::Server;
-use gitops_loop::forge::RepoSlug;
 
 /// `bosun repair`: the gate and the repair decision on a local checkout.
 mod local;
@@ -86,9 +85,10 @@ enum Command {
         /// The pull request number.
         #[arg(long)]
         pr: u64,
-        /// OWNER/NAME (default: the only repository in the configuration).
+        /// OWNER/NAME, on GitLab the project's full path GROUP/[SUBGROUP/...]PROJECT
+        /// (default: the only repository in the configuration).
         #[arg(long)]
-        repo: Option<RepoSlug>,
+        repo: Option<String>,
     },
 }
 
@@ -170,7 +170,11 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Triage { pr, repo } => {
             let slug = match repo {
-                Some(slug) => slug.clone(),
+                Some(text) => match config.named(text) {
+                    Ok(Some(slug)) => slug,
+                    Ok(None) => anyhow::bail!("--repo {text}: not a repository in bosun.yaml"),
+                    Err(e) => anyhow::bail!("--repo: {e}"),
+                },
                 None if config.repositories.len() == 1 => config.repositories[0].slug.clone(),
                 None => anyhow::bail!(
                     "bosun.yaml lists {} repositories: pass --repo OWNER/NAME",

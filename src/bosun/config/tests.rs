@@ -174,3 +174,120 @@ fn a_remote_render_cache_needs_the_public_key_its_entries_are_signed_with() {
         assert!(err.contains(says), "{render}: {err}");
     }
 }
+
+/// Issue 31 follow-up: on GitLab a repository may be a project in a subgroup, named by its
+/// full path; the push URL carries that path and the credential helper's user name, never the
+/// token. GitHub and Gitea keep exactly OWNER/NAME.
+#[test]
+fn a_gitlab_repository_may_live_in_a_subgroup_and_github_keeps_owner_name() {
+    let gitlab = |slug: &str| {
+        format!(
+            "forge: {{kind: gitlab, apiUrl: https://gitlab.example.com/api/v4, gitUrl: 'https://oauth2:{{token}}@gitlab.example.com/{{slug}}.git'}}\nrepositories: [{{slug: '{slug}', url: u}}]\ninventory: {{file: i.yaml}}\n"
+        )
+    };
+    let config = Config::parse(&gitlab("platform/team/addons/gitops"), "bosun.yaml").unwrap();
+    let slug = &config.repositories[0].slug;
+    assert_eq!(
+        (slug.owner.as_str(), slug.name.as_str()),
+        ("platform/team/addons", "gitops")
+    );
+    assert_eq!(
+        config.git_remote(slug),
+        GitRemote {
+            url: "https://gitlab.example.com/platform/team/addons/gitops.git".into(),
+            username: Some("oauth2".into()),
+        }
+    );
+    // Named by a delivery: whatever its case on GitLab, under this file's spelling.
+    for text in ["platform/team/addons/gitops", "Platform/TEAM/addons/GitOps"] {
+        assert_eq!(config.named(text), Ok(Some(slug.clone())), "{text}");
+    }
+    for text in [
+        "platform/team/gitops",
+        "platform/team/addons",
+        "team/addons/gitops",
+    ] {
+        assert_eq!(config.named(text), Ok(None), "{text}");
+    }
+    assert!(config.named("platform/team/../gitops").is_err());
+    // Hostile paths: one line naming the field and the text.
+    for hostile in [
+        "a/../b",
+        "a//b",
+        "/a/b",
+        "a/b/",
+        "%2e%2e/b",
+        "a/b\\tc",
+        &vec!["g"; 23].join("/"),
+    ] {
+        let err = Config::parse(&gitlab(hostile), "bosun.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("bosun.yaml: repositories[0].slug: ")
+                && err.contains("is not a GitLab project path")
+                && !err.contains('\n'),
+            "{hostile}: {err}"
+        );
+    }
+    // GitHub and Gitea: one owner, one name.
+    for kind in ["github", "gitea"] {
+        let text = gitlab("platform/team/gitops").replace("kind: gitlab", &format!("kind: {kind}"));
+        let err = Config::parse(&text, "bosun.yaml").unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "bosun.yaml: repositories[0].slug: \"platform/team/gitops\" is not OWNER/NAME"
+            ),
+            "{kind}: {err}"
+        );
+        for hostile in ["a/..", "../b", "a/b c", "a/b?x", "a/b\\n"] {
+            let text = gitlab(hostile).replace("kind: gitlab", &format!("kind: {kind}"));
+            let err = Config::parse(&text, "bosun.yaml").unwrap_err().to_string();
+            assert!(
+                err.contains("is not OWNER/NAME") && !err.contains('\n'),
+                "{kind} {hostile:?}: {err}"
+            );
+        }
+        let github = Config::parse(
+            &gitlab("platform/gitops").replace("kind: gitlab", &format!("kind: {kind}")),
+            "bosun.yaml",
+        )
+        .unwrap();
+        // Exactly as listed off GitLab.
+        assert_eq!(github.named("Platform/GitOps"), Ok(None));
+        assert!(github.named("platform/gitops").unwrap().is_some());
+    }
+}
+
+/// Two repositories that differ in ASCII case only are one repository to the forge (and to
+/// GitLab's webhook, which would take the first): refused when the file is read.
+#[test]
+fn two_repositories_that_differ_in_case_only_are_refused() {
+    for (kind, first, second) in [
+        ("gitlab", "platform/team/gitops", "Platform/Team/GitOps"),
+        ("gitlab", "platform/gitops", "platform/gitops"),
+        ("github", "platform/gitops", "PLATFORM/gitops"),
+        ("gitea", "platform/gitops", "platform/GitOps"),
+    ] {
+        let text = format!(
+            "forge: {{kind: {kind}, apiUrl: x}}\nrepositories: [{{slug: a/b, url: u}}, {{slug: '{first}', url: u1}}, {{slug: '{second}', url: u2}}]\ninventory: {{file: i.yaml}}\n"
+        );
+        let err = Config::parse(&text, "bosun.yaml").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "bosun.yaml: repositories[2].slug {second:?} names the repository of repositories[1].slug {first:?} (the forge ignores case in names): list it once"
+            ),
+            "{kind}"
+        );
+    }
+    // Another path is another repository, a subgroup's project of the same name included.
+    let text = "forge: {kind: gitlab, apiUrl: x}\nrepositories: [{slug: platform/gitops, url: u1}, {slug: platform/team/gitops, url: u2}]\ninventory: {file: i.yaml}\n";
+    assert_eq!(
+        Config::parse(text, "bosun.yaml")
+            .unwrap()
+            .repositories
+            .len(),
+        2
+    );
+}

@@ -75,8 +75,20 @@ pub(super) fn detach_clean(checkout: &Path, sha: &str) -> Result<(), TriageError
     Ok(())
 }
 
+/// Where the checkout of `slug` lives: `<workdir>/checkouts/<owner>/<name>`, a namespace of
+/// subgroups in one folder (`platform%2Fteam/gitops`).
+fn checkout_dir(workdir: &Path, slug: &RepoSlug) -> PathBuf {
+    workdir
+        .join("checkouts")
+        .join(slug.owner.replace('/', "%2F"))
+        .join(&slug.name)
+}
+
 /// Bosun's clones of its repositories, `<workdir>/checkouts/<owner>/<name>`, and the git it runs
 /// on them: the forge's token goes to a git process that talks to the forge, and to no other.
+/// A GitLab namespace of subgroups is one folder, its slashes written `%2F` (as GitLab's API
+/// writes them; `%` is in no repository path): no checkout is ever inside another's work tree
+/// (`platform/team` beside `platform/team/gitops`).
 pub(super) struct Checkouts<'a> {
     pub(super) config: &'a Config,
     pub(super) workdir: &'a Path,
@@ -86,10 +98,7 @@ pub(super) struct Checkouts<'a> {
 
 impl Checkouts<'_> {
     fn dir(&self, slug: &RepoSlug) -> PathBuf {
-        self.workdir
-            .join("checkouts")
-            .join(&slug.owner)
-            .join(&slug.name)
+        checkout_dir(self.workdir, slug)
     }
 
     /// A clone of the repository, fetched up to date.
@@ -187,5 +196,50 @@ impl Checkouts<'_> {
             return Err(e);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A project in a subgroup has a checkout of its own, never inside the checkout of a
+    /// project whose path is a prefix of its own.
+    #[test]
+    fn a_subgroups_checkout_is_never_inside_another() {
+        let workdir = Path::new("/work");
+        let slug = |path: &str| crate::forge::gitlab::project_path(path).unwrap();
+        assert_eq!(
+            checkout_dir(workdir, &slug("platform/gitops")),
+            Path::new("/work/checkouts/platform/gitops"),
+            "a group's project keeps its folder"
+        );
+        let paths = [
+            "platform/team",
+            "platform/team/gitops",
+            "platform/team/gitops/deeper",
+            "platform/team%2Fgitops",
+        ];
+        let dirs: Vec<PathBuf> = paths[..3]
+            .iter()
+            .map(|p| checkout_dir(workdir, &slug(p)))
+            .collect();
+        assert_eq!(dirs[1], Path::new("/work/checkouts/platform%2Fteam/gitops"));
+        for (i, a) in dirs.iter().enumerate() {
+            assert_eq!(
+                a.parent().and_then(Path::parent),
+                Some(Path::new("/work/checkouts"))
+            );
+            for (j, b) in dirs.iter().enumerate() {
+                assert!(
+                    i == j || !b.starts_with(a),
+                    "{} holds {}",
+                    a.display(),
+                    b.display()
+                );
+            }
+        }
+        // `%` is in no GitLab path, so no project's folder is another namespace's.
+        assert!(crate::forge::gitlab::project_path(paths[3]).is_err());
     }
 }

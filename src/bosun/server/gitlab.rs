@@ -7,7 +7,8 @@
 //! compared in constant time with the token bosun.yaml names (`webhook.gitlabTokenEnv`), and a
 //! delivery without it or with another is 401 with no other effect. Everything else in the
 //! body is hostile until checked here: the event (`X-Gitlab-Event`, which GitLab always sends:
-//! missing is a 400), the project's path (GitLab's path characters, at most 255), the merge
+//! missing is a 400), the project's full path (a group's or a subgroup's project: GitLab's
+//! path characters, at most 255 characters and 20 levels of subgroups), the merge
 //! request's `iid` (a positive JSON integer), the action, the state (`opened`) and the last
 //! commit (a commit id). Only then is it queued, as an intake delivery with that head.
 //!
@@ -44,9 +45,6 @@ pub const MERGE_REQUEST_HOOK: &str = "Merge Request Hook";
 
 /// The actions that put a new or changed head in front of the gate.
 pub const TRIAGED_ACTIONS: [&str; 3] = ["open", "reopen", "update"];
-
-/// GitLab's longest path (a namespace's or a project's full path).
-const MAX_PATH: usize = 255;
 
 /// What a webhook body asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,13 +104,9 @@ pub enum HookError {
         "object_attributes.last_commit.id {0:?} is not a commit id (40 or 64 lowercase hex digits)"
     )]
     NotACommit(String),
-    /// The project path the body gives (clipped), in each way it is not one.
-    #[error("project.path_with_namespace {0:?} is not a GitLab project path")]
+    /// Why the project path the body gives is not one (the path clipped, and the reason).
+    #[error("project.path_with_namespace {0}")]
     NotAProjectPath(String),
-    #[error("project.path_with_namespace {0:?} names no group: not a GitLab project path")]
-    NoGroup(String),
-    #[error("project.path_with_namespace {0:?} is not GROUP/PROJECT")]
-    NotGroupProject(String),
 }
 
 /// Whether `token` (the `X-Gitlab-Token` header) is the configured one; never for an empty one.
@@ -123,46 +117,22 @@ pub fn token_matches(expected: &[u8], token: Option<&[u8]>) -> bool {
     }
 }
 
-/// A project's full path as GitLab allows it (`lib/gitlab/path_regex.rb`: each segment starts
-/// with a letter, a digit or `_`, then letters, digits, `_`, `-` and `.`, and does not end in
-/// `.git` or `.atom`), as the `group/project` Bosun names repositories by; None for a project
-/// in a subgroup (`group/sub/project`), which bosun.yaml cannot name.
-pub fn project_path(text: &str) -> Result<Option<RepoSlug>, HookError> {
-    let shown = || text.chars().take(80).collect::<String>();
-    let segment_ok = |s: &str| {
-        let mut chars = s.chars();
-        chars
-            .next()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
-            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-            && !s.ends_with(".git")
-            && !s.ends_with(".atom")
-    };
-    if text.len() > MAX_PATH || !text.split('/').all(segment_ok) {
-        return Err(HookError::NotAProjectPath(shown()));
-    }
-    match text.split('/').count() {
-        1 => Err(HookError::NoGroup(shown())),
-        2 => text
-            .parse::<RepoSlug>()
-            .map(Some)
-            .map_err(|_| HookError::NotGroupProject(shown())),
-        _ => Ok(None),
-    }
+/// A project's full path as a webhook names it (`project.path_with_namespace`, subgroups
+/// included), checked as GitLab allows one ([`crate::forge::gitlab::project_path`]).
+pub fn project_path(text: &str) -> Result<RepoSlug, HookError> {
+    crate::forge::gitlab::project_path(text).map_err(HookError::NotAProjectPath)
 }
 
 /// The repository of `repositories` a GitLab project path names, compared as GitLab finds
-/// projects: ignoring ASCII case (GitLab paths are ASCII).
+/// projects: ignoring ASCII case (GitLab paths are ASCII). bosun.yaml cannot list two
+/// repositories that differ in case only (`Config::parse`), so there is at most one.
 pub fn configured<'a>(
     repositories: impl IntoIterator<Item = &'a RepoSlug>,
     project: &RepoSlug,
 ) -> Option<RepoSlug> {
     repositories
         .into_iter()
-        .find(|known| {
-            known.owner.eq_ignore_ascii_case(&project.owner)
-                && known.name.eq_ignore_ascii_case(&project.name)
-        })
+        .find(|known| known.same_ignoring_case(project))
         .cloned()
 }
 
@@ -202,7 +172,7 @@ pub fn parse(
         .and_then(|p| p.get("path_with_namespace"))
         .and_then(Value::as_str)
         .ok_or_else(|| HookError::NotAString("project.path_with_namespace".into()))?;
-    let Some(project) = project_path(path)?.and_then(|slug| known(&slug)) else {
+    let Some(project) = known(&project_path(path)?) else {
         return Ok(Event::OtherProject(format!(
             "project {path:?} is not a repository of bosun.yaml"
         )));
@@ -371,9 +341,42 @@ mod tests {
         }
     }
 
-    /// A group's hook sends every project's events: one bosun.yaml does not list (a subgroup's
-    /// too, which it cannot name) is ignored before anything else of its body is read, so
-    /// GitLab is answered 200 and keeps the hook.
+    /// A project in a subgroup that bosun.yaml lists is triaged, whatever the case of its
+    /// path, under bosun.yaml's spelling; its parent group's project, a sibling or a deeper
+    /// project of the same name is another project.
+    #[test]
+    fn a_subgroup_project_bosun_lists_is_triaged_by_its_whole_path() {
+        let listed: RepoSlug = crate::forge::gitlab::project_path("platform/team/gitops").unwrap();
+        let known = |project: &RepoSlug| configured([&listed], project);
+        for path in ["platform/team/gitops", "Platform/Team/GitOps"] {
+            let b = body(path.into(), 4.into(), "update", HEAD);
+            let event = parse(Some(MERGE_REQUEST_HOOK), &b, known).unwrap();
+            assert_eq!(
+                event,
+                Event::Triage {
+                    project: listed.clone(),
+                    iid: 4,
+                    head: HEAD.into(),
+                },
+                "{path}"
+            );
+        }
+        for path in [
+            "platform/gitops",
+            "platform/team",
+            "platform/other/gitops",
+            "platform/team/sub/gitops",
+            "team/gitops",
+        ] {
+            let b = body(path.into(), 4.into(), "open", HEAD);
+            let event = parse(Some(MERGE_REQUEST_HOOK), &b, known).unwrap();
+            assert!(matches!(event, Event::OtherProject(_)), "{path}: {event:?}");
+        }
+    }
+
+    /// A group's hook sends every project's events: one bosun.yaml does not list (in a
+    /// subgroup too) is ignored before anything else of its body is read, so GitLab is
+    /// answered 200 and keeps the hook.
     #[test]
     fn another_projects_events_are_ignored_whatever_else_they_hold() {
         for path in ["elsewhere/gitops", "platform/sub/gitops", "a/b/c/d"] {
@@ -441,6 +444,11 @@ mod tests {
             json!("platform/gitøps"),
             json!("/platform/gitops"),
             json!("platform//gitops"),
+            json!("platform/team/"),
+            json!("platform/%2e%2e/gitops"),
+            json!("platform/team/../gitops"),
+            json!("platform/te\u{1b}am/gitops"),
+            json!(vec!["g"; crate::forge::gitlab::MAX_SEGMENTS + 1].join("/")),
             json!("platform"),
             json!(format!("platform/{}", "a".repeat(300))),
             json!(7),

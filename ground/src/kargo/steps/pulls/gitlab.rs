@@ -1,8 +1,11 @@
 //! The pull request steps with `provider: gitlab`: Kargo v1.11.2's GitLab provider
 //! (`pkg/gitprovider/gitlab/gitlab.go`) over the forge double's GitLab face (`/api/v4`).
 //!
-//! - The project is the repository URL's path (`platform/gitops`, URL-encoded); a pull
-//!   request's number is the merge request's `iid` (`convertGitlabMR`), so `pr.id` is the iid.
+//! - The project is the repository URL's whole path after the host (`parseRepoURL` over
+//!   `urls.NormalizeGit`: lowercased, without user info, a trailing `/` or `.git`), subgroups
+//!   included (`platform/team/gitops`), escaped as one segment by go-gitlab (`PathEscape`: `/`
+//!   as `%2F`, `.` as `%2E`); a pull request's number is the merge request's `iid`
+//!   (`convertGitlabMR`), so `pr.id` is the iid.
 //! - `git-open-pr` lists the open merge requests of the source and target branches first and
 //!   adopts one (`ListPullRequests`), else creates it with its labels (`CreatePullRequest`:
 //!   `labels` on the create call, no second request).
@@ -36,11 +39,50 @@ async fn answered(
     }
 }
 
-fn project_url(ctx: &StepContext<'_>, slug: &str) -> String {
+/// The project Kargo's GitLab provider names for a repository URL (`parseRepoURL` in
+/// `pkg/gitprovider/gitlab/gitlab.go`, over `NormalizeGit` in `pkg/urls/git.go`): the URL
+/// lowercased, its path after the host without the leading `/`, one trailing `/` and then one
+/// `.git` trimmed. A URL with a query is left as written by `NormalizeGit` (not lowercased).
+fn project_of(repo_url: &str) -> String {
+    let url = if repo_url.contains('?') {
+        repo_url.to_string()
+    } else {
+        repo_url.to_lowercase()
+    };
+    let after_scheme = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+    let path = after_scheme
+        .split_once('/')
+        .map_or("", |(_, path)| path)
+        .split(['?', '#'])
+        .next()
+        .unwrap_or("");
+    let path = path.strip_suffix('/').unwrap_or(path);
+    path.strip_suffix(".git").unwrap_or(path).to_string()
+}
+
+/// A project path as go-gitlab escapes it into one segment (`PathEscape`: Go's
+/// `url.PathEscape`, then every `.` as `%2E`), here every byte but letters, digits, `-`, `_`
+/// and `~` percent-encoded.
+fn path_escape(project: &str) -> String {
+    project
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The project's API root for a step's `repoURL` (the repository must be one Kargo holds
+/// credentials for: `git_url`).
+fn project_url(ctx: &StepContext<'_>, repo_url: &str) -> String {
     format!(
         "{}/api/v4/projects/{}",
         ctx.kargo.forge_url,
-        slug.replace('/', "%2F")
+        path_escape(&project_of(repo_url))
     )
 }
 
@@ -54,10 +96,9 @@ async fn get(ctx: &StepContext<'_>, url: &str) -> Result<Value, String> {
 }
 
 pub(super) async fn open(ctx: &StepContext<'_>, config: &Value) -> Outcome {
-    let (slug, _) = match git_url(ctx, text(config, "repoURL")) {
-        Ok(found) => found.clone(),
-        Err(said) => return Outcome::Failed { said },
-    };
+    if let Err(said) = git_url(ctx, text(config, "repoURL")) {
+        return Outcome::Failed { said };
+    }
     let (source, target) = (text(config, "sourceBranch"), text(config, "targetBranch"));
     let target = if target.is_empty() { "main" } else { target };
     let title = if text(config, "title").is_empty() {
@@ -65,7 +106,7 @@ pub(super) async fn open(ctx: &StepContext<'_>, config: &Value) -> Outcome {
     } else {
         text(config, "title").to_string()
     };
-    let project = project_url(ctx, &slug);
+    let project = project_url(ctx, text(config, "repoURL"));
     let list = format!(
         "{project}/merge_requests?state=opened&source_branch={source}&target_branch={target}&per_page=100"
     );
@@ -126,11 +167,13 @@ pub(super) async fn wait(ctx: &StepContext<'_>, config: &Value) -> Outcome {
             said: "prNumber is required".into(),
         };
     };
-    let (slug, _) = match git_url(ctx, text(config, "repoURL")) {
-        Ok(found) => found.clone(),
-        Err(said) => return Outcome::Failed { said },
-    };
-    let url = format!("{}/merge_requests/{iid}", project_url(ctx, &slug));
+    if let Err(said) = git_url(ctx, text(config, "repoURL")) {
+        return Outcome::Failed { said };
+    }
+    let url = format!(
+        "{}/merge_requests/{iid}",
+        project_url(ctx, text(config, "repoURL"))
+    );
     match get(ctx, &url).await {
         Ok(mr) if text(&mr, "state") == "merged" => {
             let commit = text(&mr, "merge_commit_sha").to_string();
@@ -160,11 +203,13 @@ pub(super) async fn merge(ctx: &StepContext<'_>, config: &Value) -> Outcome {
             said: "prNumber is required".into(),
         };
     };
-    let (slug, _) = match git_url(ctx, text(config, "repoURL")) {
-        Ok(found) => found.clone(),
-        Err(said) => return Outcome::Failed { said },
-    };
-    let url = format!("{}/merge_requests/{iid}", project_url(ctx, &slug));
+    if let Err(said) = git_url(ctx, text(config, "repoURL")) {
+        return Outcome::Failed { said };
+    }
+    let url = format!(
+        "{}/merge_requests/{iid}",
+        project_url(ctx, text(config, "repoURL"))
+    );
     let mr = match get(ctx, &url).await {
         Ok(mr) => mr,
         Err(e) => {
@@ -242,5 +287,36 @@ pub(super) async fn merge(ctx: &StepContext<'_>, config: &Value) -> Outcome {
                 "error merging pull request {iid}: error merging merge request {iid}: {e}"
             ),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{path_escape, project_of};
+
+    /// Kargo's GitLab provider names the project by the URL's whole path: subgroups included,
+    /// lowercased, without `.git`.
+    #[test]
+    fn the_project_is_the_urls_whole_path() {
+        for (url, project) in [
+            (
+                "https://gitlab.example.com/platform/gitops.git",
+                "platform/gitops",
+            ),
+            (
+                "https://gitlab.example.com/Platform/Team/GitOps.git/",
+                "platform/team/gitops",
+            ),
+            (
+                "https://oauth2:x@gitlab.example.com:8443/a/b/c/d",
+                "a/b/c/d",
+            ),
+        ] {
+            assert_eq!(project_of(url), project, "{url}");
+        }
+        assert_eq!(
+            path_escape("platform/team/git.ops"),
+            "platform%2Fteam%2Fgit%2Eops"
+        );
     }
 }
