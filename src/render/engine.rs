@@ -263,7 +263,7 @@ pub(super) struct Engine<'a> {
     /// A sharded render: what it reached on a path every shard follows
     /// ([`RenderStats::shard_known`]).
     known: std::collections::BTreeSet<Known>,
-    /// A sharded render: the shard key of each Application on that path
+    /// [`shard_keys`]: the shard key of each Application on that path
     /// ([`RenderStats::shard_keys`]).
     keys: BTreeMap<String, String>,
 }
@@ -412,8 +412,9 @@ impl Engine<'_> {
     }
 
     /// The shard an Application of a sharded render belongs to (0 otherwise): the one its
-    /// parent's render fixed, else that of its key (kept in [`RenderStats::shard_keys`]): the
-    /// head's, when this is the merge base's render and the head holds it, else its own.
+    /// parent's render fixed, else that of its key (kept in [`RenderStats::shard_keys`] by
+    /// [`shard_keys`]): the head's, when this is the merge base's render and the head holds
+    /// it, else its own.
     fn owner_of(&mut self, id: &str, item: &Item) -> usize {
         let Some(sharding) = &self.shard else {
             return 0;
@@ -421,12 +422,15 @@ impl Engine<'_> {
         if let Some(owner) = item.owner {
             return owner;
         }
+        let count = sharding.shard.count;
+        if let Some(head) = sharding.head_keys.as_ref().and_then(|keys| keys.get(id)) {
+            return Shard::of_key(head, count);
+        }
         let key = shard_key(&item.object);
-        let owner = match sharding.head_keys.as_ref().and_then(|keys| keys.get(id)) {
-            Some(head) => Shard::of_key(head, sharding.shard.count),
-            None => Shard::of_key(&key, sharding.shard.count),
-        };
-        self.keys.insert(id.to_string(), key);
+        let owner = Shard::of_key(&key, count);
+        if sharding.owns_nothing {
+            self.keys.insert(id.to_string(), key);
+        }
         owner
     }
 

@@ -201,7 +201,7 @@ pub struct RenderStats {
     /// shard follows (the repository's files, ApplicationSets of those, children of
     /// Applications every shard renders), whoever owns it: what honest shards all list.
     pub shard_known: std::collections::BTreeSet<Known>,
-    /// A sharded render: the [`shard_key`] of every Application on that path, by identity
+    /// [`shard_keys`]: the [`shard_key`] of every Application on that path, by identity
     /// (`Application namespace/name`), from the spec the render kept (a parent's over a
     /// file's): at the head, where each goes at both commits ([`render_shard_against`]).
     pub shard_keys: BTreeMap<String, String>,
