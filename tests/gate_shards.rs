@@ -537,10 +537,19 @@ fn what_an_app_of_apps_under_a_helm_parent_deploys_stays_in_the_parents_shard() 
             unsharded.verdict.errors
         );
     }
+    let at_head = render::render(&config, &head).unwrap();
+    let spec = |name: &str| {
+        at_head
+            .applications
+            .iter()
+            .find(|a| a.name == name)
+            .map(|a| a.manifest.clone())
+            .unwrap()
+    };
+    let (parent, leaf) = (spec("nest-parent"), spec("nest-leaf-helm"));
     let mut apart = 0;
     for count in 1..=6 {
-        if Shard::of("argocd", "nest-parent", count) != Shard::of("argocd", "nest-leaf-helm", count)
-        {
+        if Shard::of(&parent, count) != Shard::of(&leaf, count) {
             apart += 1;
         }
         let merged = sharded(&config, &base, &head, count).unwrap();
@@ -660,7 +669,11 @@ fn a_partial_holding_or_dropping_another_shards_application_is_refused() {
             let mut parent = copy_app(&honest[b], &honest[b].head_applications[0], &mut parts[b]);
             parent.name = (0..)
                 .map(|i| format!("forged-parent-{i}"))
-                .find(|n| render::Shard::of(&parent.namespace, n, count) == b)
+                .find(|n| {
+                    parent.manifest["metadata"]["name"] = serde_json::json!(n);
+                    parent.manifest["spec"]["destination"]["namespace"] = serde_json::json!(n);
+                    render::Shard::of(&parent.manifest, count) == b
+                })
                 .unwrap();
             parent.origin = render::Origin::File {
                 path: "apps/forged.yaml".into(),
@@ -798,4 +811,302 @@ fn a_partials_old_version_render_of_another_shards_application_is_not_used() {
     forged.push(last);
     let merged = shard::merge(forged, repo.path()).unwrap();
     assert_same(&honest, &merged);
+}
+
+/// The shard key leaves `targetRevision` out, and an Application the head holds goes where
+/// the head's spec puts it at both commits: a pull request that bumps a chart and moves its
+/// Applications to another namespace (another key at each commit) is rendered, at both
+/// commits, by one shard per Application, so the chart's own change is isolated as in one
+/// check. Keyed by each commit's own spec, the two sides of some Application fall in two
+/// shards and the merge refuses ("check this pull request unsharded").
+#[test]
+fn an_application_whose_spec_changes_is_rendered_at_both_commits_by_the_heads_shard() {
+    let case = common::project_root().join("tests/check-cases/bump-with-values");
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let base = repo.head();
+    repo.commit_overlay(&case.join("head"), "pr", "the bump");
+    let targets = repo.path().join("targets/addons.yaml");
+    let text = std::fs::read_to_string(&targets).unwrap();
+    assert!(text.contains("namespace: cert-manager\n"));
+    std::fs::write(
+        &targets,
+        text.replace(
+            "namespace: cert-manager\n",
+            "namespace: cert-manager-system\n",
+        ),
+    )
+    .unwrap();
+    git(
+        repo.path(),
+        &["commit", "-q", "-am", "and another namespace"],
+    );
+    let head = git(repo.path(), &["rev-parse", "HEAD"]);
+    let config = config(repo.path(), cache());
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    assert!(
+        unsharded
+            .diff
+            .applications
+            .iter()
+            .any(|a| a.app.name.starts_with("cert-manager-lite-")),
+        "{:?}",
+        unsharded.verdict.errors
+    );
+    let manifests = |revision: &str| -> Vec<(String, serde_json::Value)> {
+        render::render(&config, revision)
+            .unwrap()
+            .applications
+            .into_iter()
+            .filter(|a| a.name.starts_with("cert-manager-lite-"))
+            .map(|a| (a.name, a.manifest))
+            .collect()
+    };
+    let (before, after) = (manifests(&base), manifests(&head));
+    let mut apart = 0;
+    for count in 1..=6 {
+        for (name, spec) in &after {
+            let (_, old) = before.iter().find(|(n, _)| n == name).unwrap();
+            assert_ne!(render::shard_key(old), render::shard_key(spec));
+            if Shard::of(old, count) != Shard::of(spec, count) {
+                apart += 1;
+            }
+        }
+        let merged = sharded(&config, &base, &head, count).unwrap();
+        assert_same(&unsharded, &merged);
+    }
+    assert!(apart > 0, "some Application's keys fall in two shards");
+}
+
+/// Honest partials of the sample's `kind-not-served` pull request for `count` shards, and the
+/// shard holding a head Application that `pick` chooses, with that Application.
+fn holder(parts: &[Partial], pick: impl Fn(&shard::WireApp) -> bool) -> Option<(usize, usize)> {
+    parts.iter().enumerate().find_map(|(i, part)| {
+        part.head_applications
+            .iter()
+            .position(&pick)
+            .map(|at| (i, at))
+    })
+}
+
+/// The review's leftover (a): a helm parent of the forging shard's own "deploys" another
+/// shard's file-declared Application. With another spec the forger's copy would have won the
+/// reassembly (a parent's copy wins over a file's in one render): refused. With the same spec
+/// and forged objects, the file's holder's objects count, as one render keeps the file's.
+#[test]
+fn a_parents_copy_of_another_shards_file_declared_application_never_wins() {
+    let mut found = None;
+    for count in 2..=6 {
+        let (repo, honest) = honest_parts(count);
+        let file = holder(&honest, |a| matches!(a.origin, render::Origin::File { .. }));
+        let Some((x, _)) = file else { continue };
+        let helm = (0..count).filter(|&y| y != x).find_map(|y| {
+            honest[y]
+                .head_applications
+                .iter()
+                .position(|a| {
+                    a.render_keys.iter().any(|k| !k.starts_with("objects-"))
+                        && matches!(a.origin, render::Origin::ApplicationSet { .. })
+                })
+                .map(|at| (y, at))
+        });
+        if let Some(helm) = helm {
+            found = Some((repo, honest, count, x, helm));
+            break;
+        }
+    }
+    let (repo, honest, _, x, (y, parent_at)) =
+        found.expect("a file's Application and a helm Application in another shard");
+    let again = || -> Vec<Partial> {
+        honest
+            .iter()
+            .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+            .collect()
+    };
+    let honest_verdict = shard::merge(again(), repo.path()).unwrap();
+    let (_, file_at) = holder(&honest[x..=x], |a| {
+        matches!(a.origin, render::Origin::File { .. })
+    })
+    .unwrap();
+    let target = &honest[x].head_applications[file_at];
+    let parent = &honest[y].head_applications[parent_at];
+    let forge = |spec_changed: bool| {
+        let mut parts = again();
+        let mut copy = copy_app(&honest[x], target, &mut parts[y]);
+        copy.objects.clear();
+        copy.render_keys = vec!["helm-forged".into()];
+        copy.origin = render::Origin::Application {
+            namespace: parent.namespace.clone(),
+            name: parent.name.clone(),
+        };
+        if spec_changed {
+            copy.manifest["spec"]["project"] = serde_json::json!("forged");
+        }
+        parts[y].head_applications.push(copy);
+        shard::merge(parts, repo.path())
+    };
+    let refusal = forge(true).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        refusal.contains(&format!(
+            "Application {}/{} at the head is declared in",
+            target.namespace, target.name
+        )) && refusal.contains("with another spec")
+            && refusal.contains("check this pull request unsharded"),
+        "{refusal}"
+    );
+    assert!(!refusal.contains('\n'), "one line: {refusal}");
+    let merged = forge(false).unwrap();
+    assert_same(&honest_verdict, &merged);
+}
+
+/// The review's leftover (b): whether a parent's render runs helm or kustomize (so that what
+/// it deploys stays in its shard) is read from its sources and the repository, not from the
+/// render keys its partial claims. A shard that says its Application of plain manifests is a
+/// helm render cannot pass off an Application of its own making, of another shard's key, as
+/// that render's child; nor one of its own key that no render deploys.
+#[test]
+fn a_plain_parent_claimed_as_a_helm_render_deploys_nothing_the_merge_believes() {
+    let count = 3;
+    let (repo, honest) = honest_parts(count);
+    let again = || -> Vec<Partial> {
+        honest
+            .iter()
+            .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+            .collect()
+    };
+    // A plain parent some shard b holds (every shard renders it; b holds it by its key).
+    let plain = |a: &shard::WireApp| a.render_keys.iter().all(|k| k.starts_with("objects-"));
+    let (b, parent_at) = holder(&honest, |a| plain(a) && !a.objects.is_empty()).unwrap();
+    let parent = &honest[b].head_applications[parent_at];
+    // A made-up Application copied from a generated one, renamed, its key in `wanted`.
+    let (from, model_at) = holder(&honest, |a| {
+        matches!(a.origin, render::Origin::ApplicationSet { .. })
+    })
+    .unwrap();
+    let model = &honest[from].head_applications[model_at];
+    let forge = |wanted: &dyn Fn(usize) -> bool, listed: bool| {
+        let mut parts = again();
+        let at = parts[b]
+            .head_applications
+            .iter()
+            .position(|a| a.name == parent.name)
+            .unwrap();
+        parts[b].head_applications[at].render_keys = vec!["helm-forged".into()];
+        let mut made_up = copy_app(&honest[from], model, &mut parts[b]);
+        made_up.origin = render::Origin::Application {
+            namespace: parent.namespace.clone(),
+            name: parent.name.clone(),
+        };
+        made_up.name = (0..)
+            .map(|i| format!("made-up-{i}"))
+            .find(|n| {
+                made_up.manifest["metadata"]["name"] = serde_json::json!(n);
+                made_up.manifest["spec"]["destination"]["namespace"] = serde_json::json!(n);
+                wanted(Shard::of(&made_up.manifest, count))
+            })
+            .unwrap();
+        if listed {
+            // And says it reached it on the path every shard follows.
+            parts[b].head_known.push(render::Known {
+                kind: "Application".into(),
+                namespace: made_up.namespace.clone(),
+                name: made_up.name.clone(),
+            });
+        }
+        parts[b].head_applications.push(made_up);
+        shard::merge(parts, repo.path())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string()
+    };
+    let refusal = forge(&|shard| shard != b, false);
+    assert!(
+        refusal.contains("Application argocd/made-up-")
+            && refusal.contains("no render of shard")
+            && refusal.contains("a partial holds its own shard's Applications only"),
+        "{refusal}"
+    );
+    let refusal = forge(&|shard| shard == b, false);
+    assert!(
+        refusal.contains("Application argocd/made-up-")
+            && refusal.contains("no file declares")
+            && refusal.contains("a partial holds only what the repository holds"),
+        "{refusal}"
+    );
+    let refusal = forge(&|shard| shard == b, true);
+    assert!(
+        refusal.contains("reached different Applications or ApplicationSets at the head")
+            && refusal.contains("on the path every shard follows: one run's partials only"),
+        "{refusal}"
+    );
+}
+
+/// A root Application is bound to its file: a shard holding one as that file's with another
+/// spec (the Application as stored, which the diff shows, and its key) is refused.
+#[test]
+fn a_files_application_held_with_another_spec_is_refused() {
+    let (repo, honest) = honest_parts(2);
+    let (x, at) = holder(&honest, |a| matches!(a.origin, render::Origin::File { .. })).unwrap();
+    let mut parts: Vec<Partial> = honest
+        .iter()
+        .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+        .collect();
+    let app = &mut parts[x].head_applications[at];
+    app.manifest["spec"]["project"] = serde_json::json!("forged");
+    app.stored["spec"]["project"] = serde_json::json!("forged");
+    let refusal = shard::merge(parts, repo.path())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refusal.contains("with another spec than the file's"),
+        "{refusal}"
+    );
+}
+
+/// The review's leftover (c): the merge computes the merge base itself. Partials that all
+/// judge the head against itself (every shard run with `--base` of the pull request's own
+/// head: nothing changed, green) are refused; `--base` given to the merge as to the shards is
+/// believed, as `check --base` is.
+#[test]
+fn the_merge_computes_the_merge_base_itself() {
+    let (repo, base, head) = case_repo("kind-not-served");
+    let config = config(repo.path(), cache());
+    let against_itself: Vec<Partial> = (0..2)
+        .map(|index| {
+            let partial = shard::check_shard(
+                &config,
+                head.clone(),
+                head.clone(),
+                Shard { index, count: 2 },
+            );
+            serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+        })
+        .collect();
+    let again = || -> Vec<Partial> {
+        against_itself
+            .iter()
+            .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+            .collect()
+    };
+    let refusal = shard::merge(again(), repo.path())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refusal.contains(&format!(
+            "the partials name {head} as the merge base, but the merge base of the head {head} is {base}"
+        )),
+        "{refusal}"
+    );
+    let given = shard::MergeOptions {
+        base: Some(head.clone()),
+        ..Default::default()
+    };
+    let merged = shard::merge_with(again(), repo.path(), &given).unwrap();
+    assert_eq!(merged.verdict.base, head);
+    let other_branch = shard::MergeOptions {
+        default_branch: Some("pr".into()),
+        ..Default::default()
+    };
+    assert!(shard::merge_with(again(), repo.path(), &other_branch).is_ok());
 }

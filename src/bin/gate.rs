@@ -78,6 +78,19 @@ enum Command {
         /// The git repository holding both commits (the rules read its manifests).
         #[arg(long, default_value = ".")]
         repo: PathBuf,
+        /// The merge base, as given to the shards' `check --base` (default: computed from
+        /// the partials' head and the default branch; partials of another base are refused).
+        #[arg(long)]
+        base: Option<String>,
+        /// The branch the change merges into, as given to the shards' `check
+        /// --default-branch` (default: origin's HEAD, else main, else master).
+        #[arg(long)]
+        default_branch: Option<String>,
+        /// A local clone for another repository a source reads: URL=DIR (repeatable), as
+        /// given to the shards (the merge reads a parent's sources to tell whether helm or
+        /// kustomize renders it).
+        #[arg(long = "git-mirror", value_parser = parse_mirror)]
+        git_mirrors: Vec<(String, PathBuf)>,
         /// Write the full report (Markdown) here.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -228,8 +241,9 @@ struct CheckArgs {
     #[arg(long)]
     json: Option<PathBuf>,
     /// Check only shard I of N of the fleet (1 <= I <= N; an Application's shard is its
-    /// namespace/name hashed) and write a partial result to --partial; `gate merge` makes the
-    /// verdict from every shard's partial. Exit 0 once the partial is written.
+    /// sources without targetRevision, its destination namespace and, where it may be helm's
+    /// release, its name, hashed) and write a partial result to --partial; `gate merge` makes
+    /// the verdict from every shard's partial. Exit 0 once the partial is written.
     #[arg(long, value_name = "I/N", value_parser = gate::shard::parse_shard, requires = "partial", conflicts_with_all = ["report", "json", "html"])]
     shard: Option<gitops_loop::render::Shard>,
     /// Where a sharded check writes its partial result.
@@ -684,10 +698,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Merge {
             parts,
             repo,
+            base,
+            default_branch,
+            git_mirrors,
             report,
             json,
             html,
-        } => merge_command(&parts, &repo, &report, &json, &html, quiet),
+        } => {
+            let options = gate::shard::MergeOptions {
+                base,
+                default_branch,
+                git_mirrors,
+            };
+            merge_command(&parts, &repo, &options, &report, &json, &html, quiet)
+        }
         Command::Publish {
             render: args,
             publish,
@@ -817,7 +841,12 @@ fn check_command(args: &RenderArgs, check: &CheckArgs, quiet: bool) -> Result<Ex
     if let (Some(shard), Some(path)) = (check.shard, &check.partial) {
         let partial = match commits {
             Ok((base, head)) => gate::shard::check_shard(&config, base, head, shard),
-            Err(undecided) => gate::shard::Partial::undecided(&undecided, shard, &config.inventory),
+            Err(undecided) => gate::shard::Partial::undecided(
+                &undecided,
+                shard,
+                &config.inventory,
+                config.repo_url.as_deref(),
+            ),
         };
         drop(progress);
         write_json_compact(path, &partial)?;
@@ -864,6 +893,7 @@ fn check_command(args: &RenderArgs, check: &CheckArgs, quiet: bool) -> Result<Ex
 fn merge_command(
     parts: &[PathBuf],
     repo: &std::path::Path,
+    options: &gate::shard::MergeOptions,
     report: &Option<PathBuf>,
     json: &Option<PathBuf>,
     html: &HtmlArgs,
@@ -878,7 +908,7 @@ fn merge_command(
             .with_context(|| format!("{} is not a partial check result", path.display()))?;
         partials.push(partial);
     }
-    match gate::shard::merge(partials, repo) {
+    match gate::shard::merge_with(partials, repo, options) {
         Ok(result) => {
             let links = gate::html::Links {
                 repo_url: None,

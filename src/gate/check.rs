@@ -564,6 +564,20 @@ pub(crate) fn render_both(
     Result<render::Rendering, RenderFailure>,
     Result<render::Rendering, RenderFailure>,
 ) {
+    render_pair(head, base, || at(head), || at(base))
+}
+
+/// [`render_both`] with a render of its own for each commit (`head`, `base` name them for a
+/// render that stops). (head, base).
+pub(crate) fn render_pair(
+    head: &str,
+    base: &str,
+    at_head: impl FnOnce() -> Result<render::Rendering, RenderFailure> + Send,
+    at_base: impl FnOnce() -> Result<render::Rendering, RenderFailure> + Send,
+) -> (
+    Result<render::Rendering, RenderFailure>,
+    Result<render::Rendering, RenderFailure>,
+) {
     let stopped = |revision: &str| {
         Err(RenderFailure {
             revision: revision.to_string(),
@@ -577,8 +591,8 @@ pub(crate) fn render_both(
         })
     };
     std::thread::scope(|scope| {
-        let head_thread = scope.spawn(|| at(head));
-        let base_thread = scope.spawn(|| at(base));
+        let head_thread = scope.spawn(at_head);
+        let base_thread = scope.spawn(at_base);
         (
             head_thread.join().unwrap_or_else(|_| stopped(head)),
             base_thread.join().unwrap_or_else(|_| stopped(base)),

@@ -2,10 +2,15 @@
 //! writes a partial result; `gate merge` combines the partials of every shard into the verdict
 //! one unsharded check gives.
 //!
-//! A shard ([`render::render_shard`]) renders the Applications whose identity hashes to it
-//! (`namespace/name`, [`Shard::of`]: the same at both commits), and the children a helm or
-//! kustomize render of its own produces; every shard expands every ApplicationSet and renders
-//! every Application of plain manifests (no process: how each shard finds its own).
+//! A shard ([`render::render_shard`]) renders the Applications whose shard key falls in it
+//! ([`render::shard_key`]: the Application's sources without `targetRevision`, its destination
+//! namespace, its name where it may be helm's release name), so the Applications that share
+//! one render share one shard and a chart bump moves none. Both sides of an Application's diff
+//! are rendered by one shard: an Application the head holds goes where the head's spec puts
+//! it at both commits ([`render::render_shard_against`]), one only the merge base holds where
+//! its base spec puts it. The children a helm or kustomize render of the shard produces stay in
+//! it; every shard expands every ApplicationSet and renders every Application of plain
+//! manifests (no process: how each shard finds its own).
 //!
 //! The merge puts both commits' renderings back together and judges them with the check's
 //! own code ([`check::judge`]): every rule that looks across Applications (CRD versions
@@ -17,13 +22,17 @@
 //! rules' scan of the manifests, as the check does.
 //!
 //! A partial is another job's file, so the merge binds the partials to the repository and to
-//! each other before it judges ([`bind`]), at each commit: the partials name the commits the
-//! merge reads, every shard read every Application and ApplicationSet of the repository's
-//! files (the merge lists them itself, reading, not rendering), every Application the
-//! repository's files or any shard's common path name is held by its shard, and every
-//! Application a shard holds is its own: its key hashes to that shard, or a render only that
-//! shard runs deploys it. A partial that leaves out, adds or shadows another shard's
-//! Application is refused; what a shard's own helm and kustomize renders hold is its word.
+//! each other before it judges ([`bind`]), at each commit: the head the partials name is a
+//! commit the repository holds and the merge base is the one the merge computes itself; every
+//! shard read every Application and ApplicationSet of the repository's files (the merge lists
+//! them itself, reading, not rendering) and every shard reached the same ones on the path
+//! every shard follows; every Application on that path is held by the shard of its key (the
+//! merge computes each key from the file declaring it, else from the spec it is held with),
+//! one a shard says a file declares is that file's, with that file's spec; and every
+//! Application a shard holds is on that path and its key's, or a render only that shard runs
+//! deploys it (a parent whose sources the repository says are helm or kustomize, not the
+//! partial's word). A partial that leaves out, adds or shadows another shard's Application is
+//! refused; what a shard's own helm and kustomize renders hold is its word.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -39,12 +48,13 @@ use super::verdict::{ChartDefaults, GateResult};
 use crate::render::confine::Confinement;
 use crate::render::inventory::Inventory;
 use crate::render::parsed::Object;
+use crate::render::repos::RepoResolver;
 use crate::render::{
-    self, ClusterRef, Known, Origin, RenderConfig, RenderedApplication, Rendering, Shard,
+    self, ClusterRef, Known, Origin, RenderConfig, RenderedApplication, Rendering, Root, Shard,
 };
 
 /// The partial result's format, written in every partial and checked by the merge.
-pub const FORMAT: &str = "gitops-gate/check-partial/v2";
+pub const FORMAT: &str = "gitops-gate/check-partial/v3";
 
 /// One shard's part of a check.
 #[derive(Debug, Serialize, Deserialize)]
@@ -58,6 +68,10 @@ pub struct Partial {
     /// SHA-256 of the inventory as this shard read it: every shard must judge against one.
     pub inventory_digest: String,
     pub inventory: Inventory,
+    /// The repository's URL as its Applications write it (`--repo-url`, else `origin`): the
+    /// merge reads the sources naming it from the repository.
+    #[serde(default)]
+    pub repo_url: Option<String>,
     #[serde(default)]
     pub confinement: Option<Confinement>,
     /// Set when this shard could not decide: why, per commit.
@@ -219,7 +233,13 @@ pub fn inventory_digest(inventory: &Inventory) -> String {
 }
 
 impl Partial {
-    fn new(shard: Shard, base: &str, head: &str, inventory: &Inventory) -> Partial {
+    fn new(
+        shard: Shard,
+        base: &str,
+        head: &str,
+        inventory: &Inventory,
+        repo_url: Option<&str>,
+    ) -> Partial {
         Partial {
             format: FORMAT.to_string(),
             shard,
@@ -227,6 +247,7 @@ impl Partial {
             head: head.to_string(),
             inventory_digest: inventory_digest(inventory),
             inventory: inventory.clone(),
+            repo_url: repo_url.map(str::to_string),
             confinement: None,
             undecided: None,
             objects: Vec::new(),
@@ -243,9 +264,19 @@ impl Partial {
 
     /// The partial of a shard whose check was undecided before it rendered (the commits could
     /// not be resolved): the verdict's errors, as the head's.
-    pub fn undecided(result: &GateResult, shard: Shard, inventory: &Inventory) -> Partial {
-        let mut partial =
-            Partial::new(shard, &result.verdict.base, &result.verdict.head, inventory);
+    pub fn undecided(
+        result: &GateResult,
+        shard: Shard,
+        inventory: &Inventory,
+        repo_url: Option<&str>,
+    ) -> Partial {
+        let mut partial = Partial::new(
+            shard,
+            &result.verdict.base,
+            &result.verdict.head,
+            inventory,
+            repo_url,
+        );
         partial.confinement = result.confinement;
         partial.undecided = Some(Undecided {
             head: result.verdict.errors.clone(),
@@ -262,7 +293,13 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     let mut owned = config.clone();
     owned.parsed = Default::default();
     let config = &owned;
-    let mut partial = Partial::new(shard, &base, &head, &config.inventory);
+    let mut partial = Partial::new(
+        shard,
+        &base,
+        &head,
+        &config.inventory,
+        config.repo_url.as_deref(),
+    );
     let confinement = match render::confine::confinement(&config.helm.limits) {
         Ok(confinement) => confinement,
         Err(refusal) => {
@@ -274,9 +311,19 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
         }
     };
     partial.confinement = Some(confinement);
-    let (head_rendering, base_rendering) = check::render_both(&head, &base, |revision| {
-        render::render_shard(config, revision, shard)
-    });
+    // The merge base's render needs where the head puts each Application: the head's common
+    // path is followed once more (no process) beside the head's own render.
+    let (head_rendering, base_rendering) = check::render_pair(
+        &head,
+        &base,
+        || render::render_shard(config, &head, shard),
+        || {
+            // Where the head's path fails, so does the head's render: the partial is
+            // undecided whatever the merge base's render does.
+            let head_keys = render::shard_keys(config, &head).unwrap_or_default();
+            render::render_shard_against(config, &base, shard, Arc::new(head_keys))
+        },
+    );
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
         (b, h) => {
@@ -373,6 +420,13 @@ fn validate(parts: &[Partial]) -> Result<(), MergeError> {
                 part.head
             )));
         }
+        if part.repo_url != first.repo_url {
+            return Err(MergeError(format!(
+                "shard {} and shard {} read the repository under different URLs: one run's partials only",
+                label(first.shard),
+                label(part.shard)
+            )));
+        }
         if part.inventory_digest != first.inventory_digest
             || inventory_digest(&part.inventory) != part.inventory_digest
         {
@@ -443,15 +497,80 @@ impl Side {
     }
 }
 
-/// Whether an Application's render runs a process (helm or kustomize): then only its owner
-/// renders it, and what it deploys stays in that shard (`render::engine`'s `keep_shard`).
-fn renders_alone(app: &WireApp) -> bool {
-    app.render_keys.iter().any(|k| !k.starts_with("objects-"))
+/// One line of any text (a git or file error may hold several).
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The shard key of each Application on one commit's common path (the repository's files and
+/// the Applications every shard lists as reached), by namespace and name: from the file that
+/// declares it, unless no shard holds it as that file's and one holds it from a parent (the
+/// spec one render keeps: a parent's of plain manifests over a file's); then from the spec it
+/// is held with. Computed by the merge, never read from a partial.
+type Keys = HashMap<(String, String), String>;
+
+fn common_keys(parts: &[Partial], side: Side, roots: &[Root]) -> Keys {
+    let mut keys = Keys::new();
+    for root in roots.iter().filter(|r| r.known.kind == "Application") {
+        keys.insert(
+            (root.known.namespace.clone(), root.known.name.clone()),
+            render::shard_key(&root.object),
+        );
+    }
+    let common: HashSet<(&str, &str)> = roots
+        .iter()
+        .map(|root| &root.known)
+        .chain(parts.iter().flat_map(|part| side.known(part)))
+        .filter(|known| known.kind == "Application")
+        .map(|known| (known.namespace.as_str(), known.name.as_str()))
+        .collect();
+    let held = || parts.iter().flat_map(|part| side.applications(part));
+    let as_declared: HashSet<(&str, &str)> = held()
+        .filter(|app| matches!(app.origin, Origin::File { .. }))
+        .map(|app| (app.namespace.as_str(), app.name.as_str()))
+        .collect();
+    for app in held() {
+        let id = (app.namespace.as_str(), app.name.as_str());
+        if common.contains(&id) && !as_declared.contains(&id) {
+            keys.insert(
+                (app.namespace.clone(), app.name.clone()),
+                render::shard_key(&app.manifest),
+            );
+        }
+    }
+    keys
+}
+
+/// The shard an Application belongs to at one commit by its key, as the shards computed it:
+/// at the merge base, the head's key for an Application the head's common path holds; else
+/// this commit's key of an Application on its common path; else the key of the spec it is
+/// held with.
+struct Owners<'a> {
+    count: usize,
+    side: Side,
+    head: &'a Keys,
+    own: &'a Keys,
+}
+
+impl Owners<'_> {
+    fn of(&self, namespace: &str, name: &str, held: Option<&Value>) -> Option<usize> {
+        let id = (namespace.to_string(), name.to_string());
+        let key = match self.side {
+            Side::Base => self.head.get(&id).or_else(|| self.own.get(&id)),
+            Side::Head => self.own.get(&id),
+        };
+        match key {
+            Some(key) => Some(Shard::of_key(key, self.count)),
+            None => held.map(|spec| Shard::of(spec, self.count)),
+        }
+    }
 }
 
 /// Which of one partial's Applications at one commit a render only that shard runs may have
 /// put there: those a helm or kustomize render of its own deploys, and what those deploy in
-/// turn (the render engine gives them its shard), through ApplicationSets too.
+/// turn (the render engine gives them its shard), through ApplicationSets too. Whether a
+/// parent's render runs helm or kustomize is read from its sources and the repository (as
+/// planning reads it), never from the partial's render keys.
 struct Inheritance<'a> {
     /// The partial's Applications by namespace and name.
     apps: HashMap<(&'a str, &'a str), &'a WireApp>,
@@ -460,10 +579,19 @@ struct Inheritance<'a> {
     sets: HashMap<(String, String), Vec<&'a WireApp>>,
     /// Decided so far (None while deciding: a cycle of origins inherits nothing).
     memo: HashMap<(&'a str, &'a str), Option<bool>>,
+    /// The repositories as this commit reads them.
+    repos: &'a RepoResolver,
+    inventory: &'a Inventory,
+    at: &'a str,
 }
 
 impl<'a> Inheritance<'a> {
-    fn new(part: &'a Partial, apps: &'a [WireApp]) -> Inheritance<'a> {
+    fn new(
+        part: &'a Partial,
+        apps: &'a [WireApp],
+        repos: &'a RepoResolver,
+        at: &'a str,
+    ) -> Inheritance<'a> {
         let mut sets: HashMap<(String, String), Vec<&'a WireApp>> = HashMap::new();
         for app in apps {
             for object in app.objects.iter().filter_map(|&at| part.objects.get(at)) {
@@ -497,21 +625,50 @@ impl<'a> Inheritance<'a> {
                 .collect(),
             sets,
             memo: HashMap::new(),
+            repos,
+            inventory: &part.inventory,
+            at,
         }
     }
 
+    /// Whether `app`'s render runs helm or kustomize, so that only its shard renders it: its
+    /// sources' types as the repository gives them; an Application whose destination the
+    /// inventory lacks renders nothing.
+    fn renders_alone(&self, app: &WireApp) -> Result<bool, MergeError> {
+        let text = |pointer: &str| app.manifest.pointer(pointer).and_then(Value::as_str);
+        if self
+            .inventory
+            .destination(
+                text("/spec/destination/server"),
+                text("/spec/destination/name"),
+            )
+            .is_none()
+        {
+            return Ok(false);
+        }
+        render::source::runs_a_process(&app.manifest, self.repos).map_err(|e| {
+            MergeError(format!(
+                "cannot tell from the repository whether Application {}/{}'s render at {} runs helm or kustomize: {}",
+                app.namespace,
+                app.name,
+                self.at,
+                one_line(&e)
+            ))
+        })
+    }
+
     /// Whether what `app` deploys stays in this shard.
-    fn keeps_children(&mut self, app: &'a WireApp) -> bool {
-        renders_alone(app) || self.inherited(app)
+    fn keeps_children(&mut self, app: &'a WireApp) -> Result<bool, MergeError> {
+        Ok(self.renders_alone(app)? || self.inherited(app)?)
     }
 
     /// Whether `app` may be this shard's by its parent: the parent is this shard's and keeps
     /// what it deploys.
-    fn inherited(&mut self, app: &'a WireApp) -> bool {
+    fn inherited(&mut self, app: &'a WireApp) -> Result<bool, MergeError> {
         let key = (app.namespace.as_str(), app.name.as_str());
         match self.memo.get(&key) {
-            Some(Some(decided)) => return *decided,
-            Some(None) => return false,
+            Some(Some(decided)) => return Ok(*decided),
+            Some(None) => return Ok(false),
             None => {}
         }
         self.memo.insert(key, None);
@@ -519,7 +676,7 @@ impl<'a> Inheritance<'a> {
             Origin::File { .. } => false,
             Origin::Application { namespace, name } => {
                 match self.apps.get(&(namespace.as_str(), name.as_str())).copied() {
-                    Some(parent) => self.keeps_children(parent),
+                    Some(parent) => self.keeps_children(parent)?,
                     None => false,
                 }
             }
@@ -529,53 +686,72 @@ impl<'a> Inheritance<'a> {
                     .get(&(namespace.clone(), name.clone()))
                     .cloned()
                     .unwrap_or_default();
-                parents
-                    .into_iter()
-                    .any(|parent| self.keeps_children(parent))
+                let mut any = false;
+                for parent in parents {
+                    if self.keeps_children(parent)? {
+                        any = true;
+                        break;
+                    }
+                }
+                any
             }
         };
         self.memo.insert(key, Some(decided));
-        decided
+        Ok(decided)
     }
 }
 
-/// Binds the partials to the repository and to each other at one commit (`commit`, read
-/// from the repository as `snapshot`), before anything is judged:
+/// One commit as the merge reads it: the commit, its snapshot, its roots.
+struct Commit<'a> {
+    side: Side,
+    commit: &'a str,
+    snapshot: &'a Arc<crate::git::Snapshot>,
+    roots: &'a [Root],
+}
+
+/// Binds the partials to the repository and to each other at one commit, before anything is
+/// judged:
 ///
 /// - every shard read every Application and ApplicationSet of the repository's files (the
 ///   merge lists them itself: read, not rendered), so no partial is of another commit or
-///   another repository;
-/// - every Application those files declare, or any shard reached on a path every shard
-///   follows, is held by the shard its key hashes to ([`Shard::of`]): a partial that left
-///   one out is refused, whichever shard noticed;
-/// - every Application a shard holds is its own: its key hashes to that shard, or a helm or
-///   kustomize render of that shard deploys it (directly, through Applications it deploys, or
-///   through an ApplicationSet it deploys); each once; one that says a file declares it is
-///   one the files declare there. A partial cannot add an Application of another shard, nor
-///   shadow one with a made-up parent; a real parent of its own whose chart it says deploys
-///   another shard's Application is its word on its own render (trusted, see the docs).
+///   another repository; and every shard reached the same Applications and ApplicationSets
+///   on the path every shard follows (honest shards all follow it);
+/// - every Application those files declare, or the shards reached on that path, is held by
+///   the shard of its key ([`Owners`]): a partial that left one out is refused, whichever
+///   shard noticed;
+/// - one that a shard says a file declares is declared in that file, with that file's spec
+///   (so its key is the file's);
+/// - every Application a shard holds is its own: on that path and its key's shard, or a
+///   helm or kustomize render of that shard deploys it (directly, through Applications it
+///   deploys, or through an ApplicationSet it deploys; helm or kustomize as the repository
+///   says the parent's sources are); each once. A partial cannot add an Application of
+///   another shard, make one up, nor shadow one with a made-up parent or a parent of plain
+///   manifests; a real helm or kustomize parent of its own whose chart it says deploys
+///   another Application is its word on its own render (trusted, see the docs).
 fn bind(
     parts: &[Partial],
-    side: Side,
-    commit: &str,
-    snapshot: &crate::git::Snapshot,
+    at_commit: &Commit<'_>,
+    owners: &Owners<'_>,
+    repo_url: Option<&str>,
+    git_mirrors: &[(String, std::path::PathBuf)],
 ) -> Result<(), MergeError> {
+    let Commit {
+        side,
+        commit,
+        snapshot,
+        roots,
+    } = *at_commit;
     let count = parts[0].shard.count;
-    let at = || format!("{} {commit}", side.name());
-    let roots = render::roots(snapshot).map_err(|d| {
-        MergeError(format!(
-            "cannot list the Applications of {}: {}: {}",
-            at(),
-            d.subject,
-            d.message
-        ))
-    })?;
+    let at = format!("{} {commit}", side.name());
+    let at = || at.clone();
     for part in parts {
         let known: HashSet<&Known> = side.known(part).iter().collect();
-        if let Some((root, path)) = roots.iter().find(|(root, _)| !known.contains(root)) {
+        if let Some(root) = roots.iter().find(|root| !known.contains(&root.known)) {
             return Err(MergeError(format!(
-                "shard {} did not read {root} (file {path}), which {} holds: that partial is not of this repository at these commits",
+                "shard {} did not read {} (file {}), which {} holds: that partial is not of this repository at these commits",
                 label(part.shard),
+                root.known,
+                root.path,
                 at()
             )));
         }
@@ -596,13 +772,18 @@ fn bind(
     }
     let required: BTreeSet<(&str, &str)> = roots
         .iter()
-        .map(|(known, _)| known)
+        .map(|root| &root.known)
         .chain(parts.iter().flat_map(|part| side.known(part)))
         .filter(|known| known.kind == "Application")
         .map(|known| (known.namespace.as_str(), known.name.as_str()))
         .collect();
-    for (namespace, name) in required {
-        let owner = Shard::of(namespace, name, count);
+    for &(namespace, name) in &required {
+        let Some(owner) = owners.of(namespace, name, None) else {
+            return Err(MergeError(format!(
+                "Application {namespace}/{name} is at {}, but no shard holds it: a partial left it out",
+                at()
+            )));
+        };
         if !held[owner].contains(&(namespace, name)) {
             return Err(MergeError(format!(
                 "Application {namespace}/{name} is at {}, but shard {}, whose Application it is, does not hold it: a partial left it out",
@@ -614,33 +795,74 @@ fn bind(
             )));
         }
     }
+    // Every honest shard follows the same path: one that says it reached more or less than
+    // another is not of this run (or not honest).
+    let first: BTreeSet<&Known> = side.known(&parts[0]).iter().collect();
+    for part in &parts[1..] {
+        if side.known(part).iter().collect::<BTreeSet<_>>() != first {
+            return Err(MergeError(format!(
+                "shard {} and shard {} reached different Applications or ApplicationSets at {} on the path every shard follows: one run's partials only",
+                label(parts[0].shard),
+                label(part.shard),
+                at()
+            )));
+        }
+    }
     // What the repository's files declare, where: a held Application that says it was
-    // declared in a file must be one of them (a made-up parent cannot pass for a root).
-    let declared: HashSet<(&str, &str, &str)> = roots
+    // declared in a file must be that file's (a made-up parent cannot pass for a root), with
+    // the file's spec.
+    let declared: HashMap<(&str, usize), &Root> = roots
         .iter()
-        .filter(|(known, _)| known.kind == "Application")
-        .map(|(known, path)| (known.namespace.as_str(), known.name.as_str(), path.as_str()))
+        .filter(|root| root.known.kind == "Application")
+        .map(|root| ((root.path.as_str(), root.document), root))
         .collect();
     for part in parts {
-        let apps = side.applications(part);
-        for app in apps {
-            if let render::Origin::File { path, .. } = &app.origin
-                && !declared.contains(&(app.namespace.as_str(), app.name.as_str(), path.as_str()))
-            {
-                return Err(MergeError(format!(
-                    "shard {} holds Application {}/{} at {} as declared in file {}, which does not declare it there: a partial holds only what the repository holds",
-                    label(part.shard),
-                    app.namespace,
-                    app.name,
-                    at(),
-                    path.chars().take(200).collect::<String>()
-                )));
+        for app in side.applications(part) {
+            if let render::Origin::File { path, document } = &app.origin {
+                let root = declared.get(&(path.as_str(), *document)).filter(|root| {
+                    (root.known.namespace.as_str(), root.known.name.as_str())
+                        == (app.namespace.as_str(), app.name.as_str())
+                });
+                let Some(root) = root else {
+                    return Err(MergeError(format!(
+                        "shard {} holds Application {}/{} at {} as declared in file {}, which does not declare it there: a partial holds only what the repository holds",
+                        label(part.shard),
+                        app.namespace,
+                        app.name,
+                        at(),
+                        path.chars().take(200).collect::<String>()
+                    )));
+                };
+                if root.object != app.manifest
+                    || render::stored_application(&root.object) != app.stored
+                {
+                    return Err(MergeError(format!(
+                        "shard {} holds Application {}/{} at {} as declared in file {}, with another spec than the file's: a partial holds only what the repository holds",
+                        label(part.shard),
+                        app.namespace,
+                        app.name,
+                        at(),
+                        path.chars().take(200).collect::<String>()
+                    )));
+                }
             }
         }
-        let mut inheritance = Inheritance::new(part, apps);
+    }
+    let repos = RepoResolver::new(
+        snapshot.clone(),
+        repo_url.map(str::to_string),
+        git_mirrors.to_vec(),
+    );
+    let at_text = at();
+    for part in parts {
+        let apps = side.applications(part);
+        let mut inheritance = Inheritance::new(part, apps, &repos, &at_text);
         for app in apps {
-            let owner = Shard::of(&app.namespace, &app.name, count);
-            if owner != part.shard.index && !inheritance.inherited(app) {
+            let id = (app.namespace.as_str(), app.name.as_str());
+            let owner = owners
+                .of(&app.namespace, &app.name, Some(&app.manifest))
+                .unwrap_or(part.shard.index);
+            if owner != part.shard.index && !inheritance.inherited(app)? {
                 return Err(MergeError(format!(
                     "shard {} holds Application {}/{} at {}, which is shard {}'s and no render of shard {} deploys: a partial holds its own shard's Applications only",
                     label(part.shard),
@@ -651,6 +873,19 @@ fn bind(
                         index: owner,
                         count
                     }),
+                    label(part.shard)
+                )));
+            }
+            if owner == part.shard.index
+                && !required.contains(&id)
+                && !inheritance.inherited(app)?
+            {
+                return Err(MergeError(format!(
+                    "shard {} holds Application {}/{} at {}, which no file declares, no shard reached on the path every shard follows and no render of shard {} deploys: a partial holds only what the repository holds",
+                    label(part.shard),
+                    app.namespace,
+                    app.name,
+                    at(),
                     label(part.shard)
                 )));
             }
@@ -733,14 +968,20 @@ fn reassemble(
                 None => {
                     by_identity.insert(id, (app, shard));
                 }
-                // The same Application reached from a file (by its own shard) and from a
-                // parent's render (by the parent's): the parent's wins, as in one render.
+                // The same Application declared in a file (held by the shard of its key) and
+                // deployed by a parent another shard renders. One render keeps the file's
+                // and credits the parent when both say the same (an honest shard credits it
+                // and holds none); with another spec the parent's would win on the word of
+                // the one shard that ran the parent's render: refused.
                 Some((other, other_shard)) => {
                     let from_file =
                         |a: &RenderedApplication| matches!(a.origin, Origin::File { .. });
-                    let kept = match (from_file(&other), from_file(&app)) {
-                        (true, false) => (app, shard),
-                        (false, true) => (other, other_shard),
+                    let ((mut file, file_shard), (parent, parent_shard)) = match (
+                        from_file(&other),
+                        from_file(&app),
+                    ) {
+                        (true, false) => ((other, other_shard), (app, shard)),
+                        (false, true) => ((app, shard), (other, other_shard)),
                         _ => {
                             return Err(MergeError(format!(
                                 "{id} at {commit} is rendered by shard {} and shard {}: the partials are not one run's",
@@ -749,7 +990,24 @@ fn reassemble(
                             )));
                         }
                     };
-                    by_identity.insert(id, kept);
+                    let spec = |a: &RenderedApplication| {
+                        a.manifest
+                            .get("spec")
+                            .map(Value::to_string)
+                            .unwrap_or_default()
+                    };
+                    if spec(&file) != spec(&parent) {
+                        return Err(MergeError(format!(
+                            "{id} at {commit} is declared in {} (held by shard {}) and deployed by {} (held by shard {}) with another spec: which one counts rests on a render only shard {} ran; check this pull request unsharded",
+                            file.origin,
+                            label(file_shard),
+                            parent.origin,
+                            label(parent_shard),
+                            label(parent_shard)
+                        )));
+                    }
+                    file.origin = parent.origin;
+                    by_identity.insert(id, (file, file_shard));
                 }
             }
         }
@@ -777,12 +1035,64 @@ fn reassemble(
     ))
 }
 
+/// What `gate merge` is told besides the partials: what the merge base is computed from
+/// (`--base`, else `--default-branch`, else the repository's default branch, as `check`), and
+/// the mirrors of other repositories the shards read (`--git-mirror`).
+#[derive(Debug, Clone, Default)]
+pub struct MergeOptions {
+    pub base: Option<String>,
+    pub default_branch: Option<String>,
+    pub git_mirrors: Vec<(String, std::path::PathBuf)>,
+}
+
+/// [`merge_with`] the default options: the merge base computed from the repository's default
+/// branch.
+pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError> {
+    merge_with(parts, repo, &MergeOptions::default())
+}
+
+/// The merge base as the merge computes it from the repository for the head the partials
+/// name: it must be the one they name.
+fn bind_merge_base(
+    repo: &Path,
+    base: &str,
+    head: &str,
+    options: &MergeOptions,
+) -> Result<(), MergeError> {
+    let revisions = check::Revisions {
+        base: options.base.clone(),
+        head: head.to_string(),
+        target: options.default_branch.clone(),
+    };
+    let computed = match check::resolve(repo, &revisions) {
+        Ok((computed, _)) => computed,
+        Err(undecided) => {
+            return Err(MergeError(format!(
+                "cannot compute the merge base of the head {head}: {}",
+                one_line(&undecided.verdict.errors.join("; "))
+            )));
+        }
+    };
+    if computed != base {
+        return Err(MergeError(format!(
+            "the partials name {} as the merge base, but the merge base of the head {head} is {computed}: partials judging another base are not this pull request's",
+            base.chars().take(80).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
 /// Every shard's partial -> the verdict one unsharded check of the same commits gives.
 /// `repo` holds both commits (the rules read the repository's manifests, and the merge
-/// binds the partials to its files: [`bind`]). Refuses (one line) partials of different
-/// runs, commits or inventories, a shard missing or given twice, a partial that leaves out,
-/// adds or shadows an Application of another shard.
-pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError> {
+/// binds the partials to its files: [`bind`]); the merge base is computed from it
+/// ([`MergeOptions`]). Refuses (one line) partials of different runs, commits or
+/// inventories, a shard missing or given twice, partials of another merge base, a partial
+/// that leaves out, adds or shadows an Application of another shard.
+pub fn merge_with(
+    parts: Vec<Partial>,
+    repo: &Path,
+    options: &MergeOptions,
+) -> Result<GateResult, MergeError> {
     validate(&parts)?;
     let base = parts[0].base.clone();
     let head = parts[0].head.clone();
@@ -812,8 +1122,57 @@ pub fn merge(parts: Vec<Partial>, repo: &Path) -> Result<GateResult, MergeError>
     let store = render::parsed::ParsedStore::default();
     let head_snapshot = snapshot_of(&store, repo, Side::Head, &head)?;
     let base_snapshot = snapshot_of(&store, repo, Side::Base, &base)?;
-    bind(&parts, Side::Base, &base, &base_snapshot)?;
-    bind(&parts, Side::Head, &head, &head_snapshot)?;
+    bind_merge_base(repo, &base, &head, options)?;
+    let roots_at = |side: Side, commit: &str, snapshot: &crate::git::Snapshot| {
+        render::roots(snapshot).map_err(|d| {
+            MergeError(format!(
+                "cannot list the Applications of {} {commit}: {}: {}",
+                side.name(),
+                d.subject,
+                d.message
+            ))
+        })
+    };
+    let base_roots = roots_at(Side::Base, &base, &base_snapshot)?;
+    let head_roots = roots_at(Side::Head, &head, &head_snapshot)?;
+    let head_keys = common_keys(&parts, Side::Head, &head_roots);
+    let base_keys = common_keys(&parts, Side::Base, &base_roots);
+    let count = parts[0].shard.count;
+    let repo_url = parts[0].repo_url.clone();
+    for (at, own) in [
+        (
+            Commit {
+                side: Side::Base,
+                commit: &base,
+                snapshot: &base_snapshot,
+                roots: &base_roots,
+            },
+            &base_keys,
+        ),
+        (
+            Commit {
+                side: Side::Head,
+                commit: &head,
+                snapshot: &head_snapshot,
+                roots: &head_roots,
+            },
+            &head_keys,
+        ),
+    ] {
+        let owners = Owners {
+            count,
+            side: at.side,
+            head: &head_keys,
+            own,
+        };
+        bind(
+            &parts,
+            &at,
+            &owners,
+            repo_url.as_deref(),
+            &options.git_mirrors,
+        )?;
+    }
     // A shard's renders at a moved chart's old version count for the Applications it holds
     // at the head, never for another shard's (they would stand in for that shard's own).
     let own_old_versions: Vec<HashSet<(String, String)>> = parts

@@ -1,11 +1,11 @@
 //! The render engine's room for the Engine: the entry points, the wave-by-wave expansion of
 //! Applications and ApplicationSets, admission of repeats, and the finish (cycles, stats).
 
-use crate::render::Shard;
 use crate::render::planning::PendingApp;
+use crate::render::{Shard, shard_key};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
@@ -69,15 +69,49 @@ pub fn render(config: &RenderConfig, revision: &str) -> Result<Rendering, Render
 /// [`render`] of one shard of the fleet ([`Shard`]): the Applications the shard owns, with
 /// every ApplicationSet expanded and every Application without a helm or kustomize source
 /// rendered (cheap, and how the shard finds the Applications it owns); Applications of other
-/// shards are planned, not rendered, and left out. What a shard learns that belongs to
-/// another's Application (its origin credited to a parent) is in
-/// [`RenderStats::shard_credits`].
+/// shards are neither planned nor rendered, and left out. An Application belongs to the shard
+/// of its [`shard_key`] at this revision, or, when a helm or kustomize render of a shard
+/// deployed it, to that shard. What a shard learns that belongs to another's Application (its
+/// origin credited to a parent) is in [`RenderStats::shard_credits`].
 pub fn render_shard(
     config: &RenderConfig,
     revision: &str,
     shard: Shard,
 ) -> Result<Rendering, RenderFailure> {
-    render_roots(config, revision, None, Some(shard))
+    render_roots(config, revision, None, Some(Sharding::own(shard)))
+}
+
+/// [`render_shard`] of the merge base, against the head: an Application the head's common
+/// path holds (`head_keys`, [`shard_keys`] of the head) goes where the head's spec puts it,
+/// so that one shard renders both sides of its diff whatever else its source changed; one
+/// the head does not hold goes where its own spec puts it.
+pub fn render_shard_against(
+    config: &RenderConfig,
+    revision: &str,
+    shard: Shard,
+    head_keys: Arc<BTreeMap<String, String>>,
+) -> Result<Rendering, RenderFailure> {
+    let mut sharding = Sharding::own(shard);
+    sharding.head_keys = Some(head_keys);
+    render_roots(config, revision, None, Some(sharding))
+}
+
+/// The [`shard_key`] of every Application on the path every shard follows at `revision`
+/// (the repository's files, what their ApplicationSets generate, what Applications of plain
+/// manifests deploy), by identity: what [`render_shard_against`] takes. Renders nothing that
+/// runs a process.
+pub fn shard_keys(
+    config: &RenderConfig,
+    revision: &str,
+) -> Result<BTreeMap<String, String>, RenderFailure> {
+    let sharding = Sharding {
+        shard: Shard { index: 0, count: 1 },
+        owns_nothing: true,
+        head_keys: None,
+    };
+    Ok(render_roots(config, revision, None, Some(sharding))?
+        .stats
+        .shard_keys)
 }
 
 /// Renders the given Applications (not the repository's own roots) at `revision`: the gate
@@ -90,11 +124,30 @@ pub fn render_applications(
     render_roots(config, revision, Some(applications), None)
 }
 
+/// How a sharded render picks its Applications.
+struct Sharding {
+    shard: Shard,
+    /// [`shard_keys`]: this render owns no Application (it follows the common path only).
+    owns_nothing: bool,
+    /// The merge base's render: the head's keys ([`render_shard_against`]).
+    head_keys: Option<Arc<BTreeMap<String, String>>>,
+}
+
+impl Sharding {
+    fn own(shard: Shard) -> Sharding {
+        Sharding {
+            shard,
+            owns_nothing: false,
+            head_keys: None,
+        }
+    }
+}
+
 fn render_roots(
     config: &RenderConfig,
     revision: &str,
     given: Option<Vec<Value>>,
-    shard: Option<Shard>,
+    shard: Option<Sharding>,
 ) -> Result<Rendering, RenderFailure> {
     let failure = |revision: &str, subject: &str, message: String| RenderFailure {
         revision: revision.to_string(),
@@ -170,6 +223,7 @@ fn render_roots(
         owned: std::collections::HashSet::new(),
         credits: BTreeMap::new(),
         known: std::collections::BTreeSet::new(),
+        keys: BTreeMap::new(),
     };
     trace(revision, "tools asked");
     engine.run(roots);
@@ -201,7 +255,7 @@ pub(super) struct Engine<'a> {
     helm_failures: Vec<HelmFailure>,
     pub(super) values_users: Vec<(String, String, Vec<String>)>,
     /// Set for a sharded render: only this shard's Applications are rendered and kept.
-    shard: Option<Shard>,
+    shard: Option<Sharding>,
     /// The Applications (by identity) this shard owns.
     owned: std::collections::HashSet<String>,
     /// Origins credited to a parent for Applications this shard did not render.
@@ -209,6 +263,9 @@ pub(super) struct Engine<'a> {
     /// A sharded render: what it reached on a path every shard follows
     /// ([`RenderStats::shard_known`]).
     known: std::collections::BTreeSet<Known>,
+    /// [`shard_keys`]: the shard key of each Application on that path
+    /// ([`RenderStats::shard_keys`]).
+    keys: BTreeMap<String, String>,
 }
 
 impl Engine<'_> {
@@ -314,7 +371,8 @@ impl Engine<'_> {
         let mut pending = Vec::new();
         for item in applications {
             let id = identity("Application", &item.object);
-            if self.shard.is_some() && item.owner.is_none() {
+            let common = self.shard.is_some() && item.owner.is_none();
+            if common {
                 self.known.insert(known("Application", &item.object));
             }
             if let Origin::ApplicationSet { namespace, name } = &item.origin
@@ -331,12 +389,49 @@ impl Engine<'_> {
             if matches!(item.origin, Origin::ApplicationSet { .. }) && !self.admit(&id, &item) {
                 continue;
             }
+            let owner = self.owner_of(&id, &item);
+            // Another shard's Application whose render runs a process: that shard plans and
+            // renders it, this one leaves it out (when its type cannot be told, planning it
+            // says why, or renders it as every shard does).
+            if let Some(sharding) = &self.shard
+                && (sharding.owns_nothing || owner != sharding.shard.index)
+                && source::runs_a_process(&item.object, &self.repos) == Ok(true)
+            {
+                self.owned.remove(&id);
+                continue;
+            }
             match self.plan_application(&id, &item) {
-                Ok(p) => pending.push(p),
+                Ok(mut p) => {
+                    p.owner = owner;
+                    pending.push(p)
+                }
                 Err(message) => self.error(&id, message),
             }
         }
         pending
+    }
+
+    /// The shard an Application of a sharded render belongs to (0 otherwise): the one its
+    /// parent's render fixed, else that of its key (kept in [`RenderStats::shard_keys`] by
+    /// [`shard_keys`]): the head's, when this is the merge base's render and the head holds
+    /// it, else its own.
+    fn owner_of(&mut self, id: &str, item: &Item) -> usize {
+        let Some(sharding) = &self.shard else {
+            return 0;
+        };
+        if let Some(owner) = item.owner {
+            return owner;
+        }
+        let count = sharding.shard.count;
+        if let Some(head) = sharding.head_keys.as_ref().and_then(|keys| keys.get(id)) {
+            return Shard::of_key(head, count);
+        }
+        let key = shard_key(&item.object);
+        let owner = Shard::of_key(&key, count);
+        if sharding.owns_nothing {
+            self.keys.insert(id.to_string(), key);
+        }
+        owner
     }
 
     /// Each planned Application with the objects its jobs rendered (sorted), kept among the
@@ -501,6 +596,7 @@ impl Engine<'_> {
             stats: RenderStats {
                 shard_credits: self.credits,
                 shard_known: self.known,
+                shard_keys: self.keys,
                 ..self.stats
             },
         })
@@ -511,21 +607,19 @@ impl Engine<'_> {
     /// renders them, to find the Applications they hold). The queued jobs of the others are
     /// dropped. Without a shard, all of them.
     fn keep_shard(&mut self, pending: Vec<PendingApp>) -> Vec<PendingApp> {
-        let Some(shard) = self.shard else {
+        let Some(sharding) = &self.shard else {
             return pending;
         };
+        let mine = |owner: usize| !sharding.owns_nothing && owner == sharding.shard.index;
         let mut kept = Vec::new();
         for mut p in pending {
             p.renders_alone = p.job_keys.iter().any(|k| !k.starts_with("objects-"));
-            p.owner = p
-                .owner_hint
-                .unwrap_or_else(|| Shard::of(&p.app.namespace, &p.app.name, shard.count));
-            if p.owner == shard.index {
+            if mine(p.owner) {
                 self.owned.insert(p.id.clone());
             } else {
                 self.owned.remove(&p.id);
             }
-            if p.owner == shard.index || !p.renders_alone {
+            if mine(p.owner) || !p.renders_alone {
                 kept.push(p);
             }
         }
@@ -575,10 +669,20 @@ fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
     None
 }
 
+/// An Application or ApplicationSet of the repository's own files: what it is, the file and
+/// document it is in, and the object as every render starts from it.
+#[derive(Debug, Clone)]
+pub struct Root {
+    pub known: Known,
+    pub path: String,
+    pub document: usize,
+    pub object: Value,
+}
+
 /// The Applications and ApplicationSets of the repository's own files at one commit (what
 /// every render starts from), with the file each is in: read, not rendered. `gate merge`
 /// binds the shards' partials to the repository with it.
-pub fn roots(snapshot: &Snapshot) -> Result<Vec<(Known, String)>, Diagnostic> {
+pub fn roots(snapshot: &Snapshot) -> Result<Vec<Root>, Diagnostic> {
     Ok(scan_roots(snapshot)?
         .into_iter()
         .map(|item| {
@@ -587,11 +691,16 @@ pub fn roots(snapshot: &Snapshot) -> Result<Vec<(Known, String)>, Diagnostic> {
             } else {
                 "Application"
             };
-            let path = match item.origin {
-                Origin::File { path, .. } => path,
-                other => other.to_string(),
+            let (path, document) = match item.origin {
+                Origin::File { path, document } => (path, document),
+                other => (other.to_string(), 0),
             };
-            (known(kind, &item.object), path)
+            Root {
+                known: known(kind, &item.object),
+                path,
+                document,
+                object: item.object,
+            }
         })
         .collect())
 }

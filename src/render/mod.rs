@@ -28,7 +28,9 @@ mod jobs;
 mod planning;
 mod util;
 
-pub use self::engine::{render, render_applications, render_shard, roots};
+pub use self::engine::{
+    Root, render, render_applications, render_shard, render_shard_against, roots, shard_keys,
+};
 pub use self::jobs::run_helm;
 pub use self::planning::stored_application;
 pub use self::util::{object_sort_key, parallel_map, trace};
@@ -199,6 +201,10 @@ pub struct RenderStats {
     /// shard follows (the repository's files, ApplicationSets of those, children of
     /// Applications every shard renders), whoever owns it: what honest shards all list.
     pub shard_known: std::collections::BTreeSet<Known>,
+    /// [`shard_keys`]: the [`shard_key`] of every Application on that path, by identity
+    /// (`Application namespace/name`), from the spec the render kept (a parent's over a
+    /// file's): at the head, where each goes at both commits ([`render_shard_against`]).
+    pub shard_keys: BTreeMap<String, String>,
 }
 
 /// An Application or an ApplicationSet by its identity as Argo CD knows it.
@@ -225,16 +231,93 @@ pub struct Shard {
 }
 
 impl Shard {
-    /// The shard of an Application: its identity as Argo CD knows it (namespace and name,
-    /// not its destination, which a change may move) hashed, so an Application lands in the
-    /// same shard at both commits. SHA-256, not a process-seeded hash: every runner agrees.
-    pub fn of(namespace: &str, name: &str, count: usize) -> usize {
-        use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(format!("{namespace}/{name}").as_bytes());
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        (u64::from_be_bytes(first) % count.max(1) as u64) as usize
+    /// The shard of an Application at one commit: its [`shard_key`] hashed into `count`.
+    pub fn of(app: &Value, count: usize) -> usize {
+        Shard::of_key(&shard_key(app), count)
     }
+
+    /// The shard a [`shard_key`] falls in: its first 64 bits modulo `count`.
+    pub fn of_key(key: &str, count: usize) -> usize {
+        let first = key
+            .get(..16)
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+            .unwrap_or(0);
+        (first % count.max(1) as u64) as usize
+    }
+}
+
+/// The shard key of an Application: SHA-256 of what its renders depend on, read from its
+/// spec alone (every shard, and the merge, computes it from the object; no file is read):
+///
+/// - its sources (`spec.sources`, else `spec.source`) each without `targetRevision`, so a chart
+///   bump moves nothing between shards, with their keys sorted;
+/// - its destination namespace (helm's `--namespace`);
+/// - its name, only when a source may render with helm under it (a `chart` or a `helm` block
+///   with no `helm.releaseName`, or a git path that names no type: a `Chart.yaml` there makes
+///   the release the Application's name).
+///
+/// Not its destination cluster: the Applications of one chart and values on many clusters
+/// share one key, so one shard renders them (and helm runs once for them all where the
+/// clusters agree on versions). SHA-256, not a process-seeded hash: every runner agrees.
+pub fn shard_key(app: &Value) -> String {
+    use sha2::Digest as _;
+    let sources: Vec<Value> = source::sources_of(app)
+        .into_iter()
+        .map(|mut source| {
+            if let Some(fields) = source.as_object_mut() {
+                fields.remove("targetRevision");
+            }
+            sorted_keys(&source)
+        })
+        .collect();
+    let named = sources.iter().any(release_may_be_the_name);
+    let text = |pointer: &str| app.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+    let input = serde_json::json!({
+        "sources": sources,
+        "namespace": text("/spec/destination/namespace"),
+        "name": if named { text("/metadata/name") } else { "" },
+    });
+    crate::git::hex(&sha2::Sha256::digest(input.to_string().as_bytes()))
+}
+
+/// A JSON value with every object's keys in order (`serde_json` keeps them as written).
+fn sorted_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(fields) => {
+            let mut keys: Vec<&String> = fields.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted_keys(&fields[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Whether a source may render with helm under the Application's name as its release.
+fn release_may_be_the_name(source: &Value) -> bool {
+    let values_only = source.get("ref").is_some()
+        && source.get("path").is_none()
+        && source.get("chart").is_none();
+    if values_only {
+        return false;
+    }
+    let helm = source.get("helm");
+    let release = helm
+        .and_then(|h| h.get("releaseName"))
+        .and_then(Value::as_str)
+        .is_some_and(|r| !r.is_empty());
+    if source::non_empty(helm) || source.get("chart").and_then(Value::as_str).is_some() {
+        return !release;
+    }
+    // A git path that names another type renders no release; one that names none may be a
+    // chart.
+    !["kustomize", "directory", "plugin"]
+        .iter()
+        .any(|kind| source::non_empty(source.get(*kind)))
 }
 
 /// A render that could not complete: the errors (and warnings) found, nothing else.
@@ -272,3 +355,90 @@ impl std::fmt::Display for RenderFailure {
 }
 
 impl std::error::Error for RenderFailure {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn addon(name: &str, server: &str, version: &str, values: &str) -> Value {
+        json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": name, "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "destination": {"server": server, "namespace": "addon"},
+                "sources": [
+                    {"repoURL": "https://charts.example.test", "chart": "addon",
+                     "targetRevision": version,
+                     "helm": {"releaseName": "addon", "valueFiles": [values]}},
+                    {"repoURL": "https://git.example.test/gitops.git", "targetRevision": "main",
+                     "ref": "values"},
+                ],
+            },
+        })
+    }
+
+    /// One chart and values on many clusters share a key, whatever the revision; another
+    /// values file, namespace or chart is another key.
+    #[test]
+    fn the_shard_key_is_the_render_without_the_revision() {
+        let one = addon("addon-a", "https://a", "1.0.0", "$values/v0.yaml");
+        let key = shard_key(&one);
+        assert_eq!(
+            key,
+            shard_key(&addon("addon-b", "https://b", "1.1.0", "$values/v0.yaml"))
+        );
+        assert_ne!(
+            key,
+            shard_key(&addon("addon-a", "https://a", "1.0.0", "$values/v1.yaml"))
+        );
+        let mut elsewhere = one.clone();
+        elsewhere["spec"]["destination"]["namespace"] = json!("other");
+        assert_ne!(key, shard_key(&elsewhere));
+        let mut reordered = one.clone();
+        reordered["spec"]["sources"][0] = json!({"helm": {"valueFiles": ["$values/v0.yaml"], "releaseName": "addon"}, "targetRevision": "2.0.0", "chart": "addon", "repoURL": "https://charts.example.test"});
+        assert_eq!(key, shard_key(&reordered));
+        // `spec.source` and a one-source `spec.sources` are one key.
+        let mut single = addon("addon-a", "https://a", "1.0.0", "$values/v0.yaml");
+        let first = single["spec"]["sources"][0].clone();
+        single["spec"]["sources"] = json!([first.clone()]);
+        let mut as_source = single.clone();
+        as_source["spec"].as_object_mut().unwrap().remove("sources");
+        as_source["spec"]["source"] = first;
+        assert_eq!(shard_key(&single), shard_key(&as_source));
+        assert_eq!(Shard::of(&one, 7), Shard::of_key(&key, 7));
+        assert!((0..50).all(|count| Shard::of(&one, count + 1) < count + 1));
+    }
+
+    /// The name counts where it may be helm's release: a helm source without a
+    /// `releaseName`, or a git path naming no type; not for a kustomize or directory source.
+    #[test]
+    fn the_name_is_in_the_key_only_where_it_may_be_the_release() {
+        let named = |source: Value| {
+            let app = |name: &str| {
+                json!({"metadata": {"name": name}, "spec": {"source": source.clone(),
+                       "destination": {"namespace": "n"}}})
+            };
+            shard_key(&app("one")) != shard_key(&app("two"))
+        };
+        let url = "https://git.example.test/gitops.git";
+        assert!(named(
+            json!({"repoURL": url, "chart": "c", "targetRevision": "1"})
+        ));
+        assert!(named(
+            json!({"repoURL": url, "path": "charts/c", "helm": {"valueFiles": ["v.yaml"]}})
+        ));
+        assert!(named(json!({"repoURL": url, "path": "charts/c"})));
+        assert!(!named(
+            json!({"repoURL": url, "chart": "c", "helm": {"releaseName": "r"}})
+        ));
+        assert!(!named(
+            json!({"repoURL": url, "path": "overlays/prod", "kustomize": {"namePrefix": "p-"}})
+        ));
+        assert!(!named(
+            json!({"repoURL": url, "path": "manifests", "directory": {"recurse": true}})
+        ));
+    }
+}

@@ -261,33 +261,7 @@ fn plan_git_source(
     ctx: &PlanContext,
 ) -> Result<PlannedSource, String> {
     let repo_url = str_at(source, "/repoURL");
-    let target_revision = str_at(source, "/targetRevision");
-    let snapshot = ctx.repos.resolve(repo_url, target_revision)?;
-    let path = normalize(str_at(source, "/path"));
-    if escapes_root(&path) {
-        return Err(format!(
-            "source path {:?} leaves the repository",
-            str_at(source, "/path")
-        ));
-    }
-    if !snapshot.is_dir(&path) {
-        return Err(format!(
-            "source path {path:?} does not exist in {repo_url} at {}",
-            short(&snapshot.commit)
-        ));
-    }
-    // Argo CD merges .argocd-source.yaml, then .argocd-source-<app>.yaml, into the source.
-    let mut source = source.clone();
-    for file in [
-        ".argocd-source.yaml".to_string(),
-        format!(".argocd-source-{app_name}.yaml"),
-    ] {
-        let file_path = join(&path, &file);
-        if let Some(text) = snapshot.read_string(&file_path) {
-            let patch = yaml::parse_document(&text, &file_path).map_err(|e| e.to_string())?;
-            json_patch::merge(&mut source, &patch);
-        }
-    }
+    let (snapshot, path, source) = git_source(app_name, source, ctx.repos)?;
     let job = match source_type(&source, &snapshot, &path)? {
         "helm" => {
             let digest = snapshot.digest_under(&path);
@@ -325,6 +299,78 @@ fn plan_git_source(
         source,
         job: Some(job),
     })
+}
+
+/// A git source as planning reads it: the snapshot its `repoURL` and `targetRevision` name,
+/// its path (normalised, inside the repository, a folder there), and the source with
+/// `.argocd-source.yaml`, then `.argocd-source-<app>.yaml`, merged in (as Argo CD does).
+fn git_source(
+    app_name: &str,
+    source: &Value,
+    repos: &RepoResolver,
+) -> Result<(Arc<Snapshot>, String, Value), String> {
+    let repo_url = str_at(source, "/repoURL");
+    let target_revision = str_at(source, "/targetRevision");
+    let snapshot = repos.resolve(repo_url, target_revision)?;
+    let path = normalize(str_at(source, "/path"));
+    if escapes_root(&path) {
+        return Err(format!(
+            "source path {:?} leaves the repository",
+            str_at(source, "/path")
+        ));
+    }
+    if !snapshot.is_dir(&path) {
+        return Err(format!(
+            "source path {path:?} does not exist in {repo_url} at {}",
+            short(&snapshot.commit)
+        ));
+    }
+    let mut source = source.clone();
+    for file in [
+        ".argocd-source.yaml".to_string(),
+        format!(".argocd-source-{app_name}.yaml"),
+    ] {
+        let file_path = join(&path, &file);
+        if let Some(text) = snapshot.read_string(&file_path) {
+            let patch = yaml::parse_document(&text, &file_path).map_err(|e| e.to_string())?;
+            json_patch::merge(&mut source, &patch);
+        }
+    }
+    Ok((snapshot, path, source))
+}
+
+/// Whether rendering an Application runs a process (helm or kustomize) for one of its
+/// sources, each source's type decided as planning decides it: a `chart` is helm; a git
+/// source's type is the one it names (after the `.argocd-source*.yaml` overrides), else helm
+/// for a `Chart.yaml`, kustomize for a kustomization, else a directory of manifests read
+/// without a process. Reads the sources' repositories through `repos` (the repository under
+/// test at the commit being read; any other through its mirror). Its destination is not
+/// looked at. An error is why a source's type cannot be told (planning would fail on it too).
+pub fn runs_a_process(app: &Value, repos: &RepoResolver) -> Result<bool, String> {
+    let name = str_at(app, "/metadata/name");
+    for source in sources_of(app) {
+        let values_only = source.get("ref").is_some()
+            && source.get("path").is_none()
+            && source.get("chart").is_none();
+        if values_only {
+            continue;
+        }
+        if str_at(&source, "/repoURL").is_empty() {
+            return Err("source has no repoURL".to_string());
+        }
+        if source.get("chart").and_then(Value::as_str).is_some() {
+            return Ok(true);
+        }
+        let (snapshot, path, source) = git_source(name, &source, repos)?;
+        match source_type(&source, &snapshot, &path)? {
+            "helm" | "kustomize" => return Ok(true),
+            "directory" => {}
+            _ => {
+                return Err("config management plugins are not supported by the gate: it cannot run a plugin sidecar".to_string());
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// A git source's type, as Argo CD tells it: the one it names (two are an error), else helm

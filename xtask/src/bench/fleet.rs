@@ -531,6 +531,8 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
         merge_args.extend([
             "--repo".into(),
             fleet.repo.display().to_string(),
+            "--default-branch".into(),
+            "main".into(),
             "--json".into(),
             merged_json.clone(),
         ]);
@@ -561,7 +563,7 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
         critical.push((n, path_ms, merge.ms));
         if n > 1 {
             notes.push(format!(
-                "{n} shards: the busiest rendered {most_renders} of the {renders} distinct renders (an even split would be {}): a shard takes the Applications whose namespace/name hashes to it, so the Applications of one chart/values combination spread over several shards and each of them renders it",
+                "{n} shards: the busiest rendered {most_renders} of the {renders} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and the combinations fall in the shards by their hash, not by what they cost",
                 renders.div_ceil(n)
             ));
         }
@@ -815,6 +817,8 @@ impl RemoteBench<'_> {
             merge_args.extend([
                 "--repo".into(),
                 self.fleet.repo.display().to_string(),
+                "--default-branch".into(),
+                "main".into(),
                 "--json".into(),
                 merged_json.clone(),
             ]);
