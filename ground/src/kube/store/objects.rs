@@ -107,10 +107,11 @@ impl Store {
     /// One page of `list`: at most `limit` objects after the object `after` names (none: from
     /// the first), and what follows the page. `None` when `after` names no object the list
     /// holds (an expired continue token). Each page costs its own objects, not the whole list:
-    /// a watcher lists 50,000 Applications in 100 pages. Like the real API server, a list
-    /// without selectors counts the objects that follow (`remainingItemCount`), and one with
-    /// a selector only finds whether one does (the count is left unset): matching every
-    /// following object for each page made a watcher's list of 100,000 Applications quadratic.
+    /// a watcher lists 50,000 Applications in 100 pages. Like kube-apiserver (its storage sets
+    /// `remainingItemCount` only when the list's predicate is empty), a list without selectors
+    /// counts the objects that follow, and one with a selector only finds whether one does:
+    /// matching every following object for each page made a watcher's list of 100,000
+    /// Applications quadratic.
     pub fn list_page(
         &self,
         resource: &Resource,
