@@ -965,6 +965,46 @@ async fn a_watch_from_a_list_resource_version_sees_the_later_changes_only() {
     .await;
 }
 
+/// A page of a list: what follows it is counted (`remainingItemCount`) for a list without
+/// selectors only; with a selector the server says only that more follow (the `continue`).
+async fn remaining_count_of_a_page(client: kube::Client, ns: String) -> Value {
+    let cm = configmaps(&ns);
+    for name in ["a", "b", "c"] {
+        call(&client, "POST", &cm, JSON, Some(configmap(name, "0"))).await;
+    }
+    let page = |query: String| {
+        let client = client.clone();
+        let cm = cm.clone();
+        async move {
+            let listed = call(&client, "GET", &format!("{cm}?{query}"), "", None).await;
+            let metadata = &listed.body["metadata"];
+            json!({
+                "code": listed.code,
+                "continue": metadata["continue"].as_str().is_some_and(|c| !c.is_empty()),
+                "remainingItemCount": metadata["remainingItemCount"].is_u64(),
+            })
+        }
+    };
+    json!({
+        "plain": page("limit=1".into()).await,
+        "selected": page(format!("{OURS}&limit=1")).await,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_counts_what_follows_only_without_a_selector() {
+    agree(
+        "a_page_counts_what_follows_only_without_a_selector",
+        Crds::None,
+        remaining_count_of_a_page,
+        json!({
+            "plain": {"code": 200, "continue": true, "remainingItemCount": true},
+            "selected": {"code": 200, "continue": true, "remainingItemCount": false},
+        }),
+    )
+    .await;
+}
+
 async fn future_resource_version(client: kube::Client, ns: String) -> Value {
     let cm = configmaps(&ns);
     let list = call(&client, "GET", &cm, "", None).await;

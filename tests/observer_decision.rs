@@ -332,10 +332,9 @@ proptest! {
 }
 
 /// An object as the cache holds it, given back in its Kubernetes shape for the decision.
-fn through_cache(projection: &projection::Projection, full: &Value) -> Value {
-    let mut object: kube::api::DynamicObject = serde_json::from_value(full.clone()).unwrap();
-    projection.project(&mut object);
-    projection.expand(&object)
+fn through_cache<K: projection::Kind>(full: &Value) -> Value {
+    let object: projection::Cached<K> = serde_json::from_value(full.clone()).unwrap();
+    object.expand()
 }
 
 /// What the API server adds that the decision never reads.
@@ -399,10 +398,10 @@ proptest! {
         let noisy = |objects: &[Value]| objects.iter().cloned().map(with_noise).collect::<Vec<_>>();
         let (app, stage) = (with_noise(app), with_noise(stage));
         let (warehouses, freights, promotions) = (noisy(&warehouses), noisy(&freights), noisy(&promotions));
-        let cached = |p: &projection::Projection, objects: &[Value]| {
-            objects.iter().map(|o| through_cache(p, o)).collect::<Vec<_>>()
-        };
-        let cached_app = through_cache(&projection::APPLICATION, &app);
+        fn cached<K: projection::Kind>(objects: &[Value]) -> Vec<Value> {
+            objects.iter().map(through_cache::<K>).collect()
+        }
+        let cached_app = through_cache::<projection::Application>(&app);
         for mode in [ObserveMode::OptOut, ObserveMode::OptIn] {
             prop_assert_eq!(observed_stages(&app, mode), observed_stages(&cached_app, mode));
         }
@@ -410,10 +409,10 @@ proptest! {
             decide_with(&app, &stage, &warehouses, &freights, &promotions),
             decide_with(
                 &cached_app,
-                &through_cache(&projection::STAGE, &stage),
-                &cached(&projection::WAREHOUSE, &warehouses),
-                &cached(&projection::FREIGHT, &freights),
-                &cached(&projection::PROMOTION, &promotions),
+                &through_cache::<projection::Stage>(&stage),
+                &cached::<projection::Warehouse>(&warehouses),
+                &cached::<projection::Freight>(&freights),
+                &cached::<projection::Promotion>(&promotions),
             )
         );
     }

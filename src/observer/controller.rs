@@ -1,5 +1,6 @@
 //! The observer's kube-rs shell: watches, caches, reconcile, events, and the create path.
-//! Every object is a `DynamicObject`: no generated Argo CD or Kargo types.
+//! No generated Argo CD or Kargo types: the caches hold `projection::Cached` objects (the
+//! fields the observer reads), the live reads before acting are `DynamicObject`s.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -7,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -18,7 +19,10 @@ use tracing::{debug, info, warn};
 
 use super::decision::{self, Decision, ObserveMode};
 use super::metrics::{ErrorLabels, Metrics, OutcomeLabels, StageLabels};
-use super::projection::{self, APPLICATION, FREIGHT, PROMOTION, STAGE, WAREHOUSE};
+use super::projection::{
+    self, Cached, CachedApplication, CachedFreight, CachedPromotion, CachedStage, CachedWarehouse,
+    Kind,
+};
 
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
@@ -68,36 +72,13 @@ pub struct Kinds {
 
 impl Default for Kinds {
     fn default() -> Self {
-        let kargo = |kind: &str, plural: &str| {
-            ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("kargo.akuity.io", "v1alpha1", kind),
-                plural,
-            )
-        };
         Kinds {
-            application: ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("argoproj.io", "v1alpha1", "Application"),
-                "applications",
-            ),
-            stage: kargo("Stage", "stages"),
-            freight: kargo("Freight", "freights"),
-            warehouse: kargo("Warehouse", "warehouses"),
-            promotion: kargo("Promotion", "promotions"),
+            application: projection::Application::api_resource(),
+            stage: projection::Stage::api_resource(),
+            freight: projection::Freight::api_resource(),
+            warehouse: projection::Warehouse::api_resource(),
+            promotion: projection::Promotion::api_resource(),
         }
-    }
-}
-
-/// The resource type the caches and the controller key their objects by: the kind alone. A
-/// dynamic object's `ObjectRef` carries its `ApiResource`, cloned into every store key,
-/// scheduler entry and trigger; the API calls use the full `Kinds` entries, the keys need none
-/// of the rest (empty strings do not allocate).
-pub fn store_key(ar: &ApiResource) -> ApiResource {
-    ApiResource {
-        group: String::new(),
-        version: String::new(),
-        api_version: String::new(),
-        kind: ar.kind.clone(),
-        plural: String::new(),
     }
 }
 
@@ -105,19 +86,19 @@ pub fn store_key(ar: &ApiResource) -> ApiResource {
 /// watch has delivered an event since the last build. A reconcile reads the Freight of its
 /// Stage's Warehouses and the Promotions of its Stage: scanning every cached object for each of
 /// 50,000 Applications made the first pass quadratic.
-pub struct Grouped {
+pub struct Grouped<K> {
     /// Bumped after every event the cache's reflector has applied.
     pub generation: Arc<std::sync::atomic::AtomicU64>,
     field: &'static [&'static str],
-    built: std::sync::Mutex<(u64, Arc<Groups>)>,
+    built: std::sync::Mutex<(u64, Arc<Groups<K>>)>,
 }
 
 /// Objects by (namespace, field value), each with its position in the cache's listing (so a
 /// union of groups keeps the cache's order).
-type Groups = std::collections::HashMap<(String, String), Vec<(usize, Arc<DynamicObject>)>>;
+type Groups<K> = std::collections::HashMap<(String, String), Vec<(usize, Arc<Cached<K>>)>>;
 
-impl Grouped {
-    pub fn new(field: &'static [&'static str]) -> Grouped {
+impl<K: Kind> Grouped<K> {
+    pub fn new(field: &'static [&'static str]) -> Grouped<K> {
         Grouped {
             generation: Default::default(),
             field,
@@ -128,11 +109,10 @@ impl Grouped {
     /// The objects of `namespace` whose field is one of `values`, in the cache's order.
     fn select(
         &self,
-        store: &Store<DynamicObject>,
-        projection: &projection::Projection,
+        store: &Store<Cached<K>>,
         namespace: &str,
         values: &[&str],
-    ) -> Vec<Arc<DynamicObject>> {
+    ) -> Vec<Arc<Cached<K>>> {
         let groups = {
             let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
             // Read before the cache: an event landing in between only makes the next build
@@ -144,14 +124,14 @@ impl Grouped {
                     let Some(namespace) = object.namespace() else {
                         continue;
                     };
-                    let key = (namespace, projection.text(&object, self.field).to_string());
+                    let key = (namespace, object.text(self.field).into_owned());
                     groups.entry(key).or_default().push((position, object));
                 }
                 *built = (generation, Arc::new(groups));
             }
             built.1.clone()
         };
-        let mut selected: Vec<&(usize, Arc<DynamicObject>)> = Vec::new();
+        let mut selected: Vec<&(usize, Arc<Cached<K>>)> = Vec::new();
         for (i, value) in values.iter().enumerate() {
             if values[..i].contains(value) {
                 continue;
@@ -173,14 +153,14 @@ pub struct Context {
     pub client: Client,
     pub config: ObserverConfig,
     pub kinds: Kinds,
-    pub stages: Store<DynamicObject>,
-    pub freights: Store<DynamicObject>,
-    pub warehouses: Store<DynamicObject>,
-    pub promotions: Store<DynamicObject>,
+    pub stages: Store<CachedStage>,
+    pub freights: Store<CachedFreight>,
+    pub warehouses: Store<CachedWarehouse>,
+    pub promotions: Store<CachedPromotion>,
     /// Freight by (namespace, origin Warehouse).
-    pub freights_by_origin: Grouped,
+    pub freights_by_origin: Grouped<projection::Freight>,
     /// Promotions by (namespace, Stage).
-    pub promotions_by_stage: Grouped,
+    pub promotions_by_stage: Grouped<projection::Promotion>,
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     /// One lock per Stage around "check in flight, then create": reconciles of several
@@ -202,25 +182,25 @@ fn hash_of(value: impl std::hash::Hash) -> u64 {
     BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(value)
 }
 
-/// What the watch on Applications reacts to: the annotations the observer reads and the
-/// deployed images (every kept field), and the uid. Other status churn (reconciledAt, health)
-/// does not wake it.
-fn relevant_hash(app: &DynamicObject) -> u64 {
-    hash_of((app.data.to_string(), app.uid()))
+/// What the watch on Applications reacts to: the annotations the observer reads, the deployed
+/// images and the uid (every kept field). Other status churn (reconciledAt, health) does not
+/// wake it.
+fn relevant_hash(app: &CachedApplication) -> u64 {
+    hash_of(app.kept())
 }
 
 /// An Application's key in `relevant_changes`: a hash of its namespace and name.
-fn app_key(app: &DynamicObject) -> u64 {
-    hash_of((&app.metadata.namespace, &app.metadata.name))
+fn app_key(app: &CachedApplication) -> u64 {
+    hash_of((&app.meta().namespace, &app.meta().name))
 }
 
 /// Passes an Application on only when `relevant_hash` changed. It remembers one `u64` per
-/// Application (kube's `predicate_filter` keys on an `ObjectRef`, which for a dynamic object
-/// clones the `ApiResource`'s five strings: ~3 MiB more at 10,000 Applications), forgets it
-/// when the Application is deleted, and after a re-list keeps only the Applications listed.
+/// Application (kube's `predicate_filter` keys on an `ObjectRef`: its name, namespace and
+/// resourceVersion strings), forgets it when the Application is deleted, and after a re-list
+/// keeps only the Applications listed.
 fn relevant_changes(
-    stream: impl futures::Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
-) -> impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> {
+    stream: impl futures::Stream<Item = Result<watcher::Event<CachedApplication>, watcher::Error>>,
+) -> impl futures::Stream<Item = Result<CachedApplication, watcher::Error>> {
     use std::collections::HashMap;
     let mut last: HashMap<u64, u64> = HashMap::new();
     // What a re-list in progress has seen.
@@ -260,13 +240,13 @@ fn relevant_changes(
 /// created): events with the same reason on one Application stay apart.
 async fn publish(
     ctx: &Context,
-    app: &DynamicObject,
+    app: &CachedApplication,
     related: ObjectReference,
     type_: EventType,
     reason: &str,
     note: String,
 ) {
-    let reference = app.object_ref(&ctx.kinds.application);
+    let reference = app.object_ref(&());
     let event = Event {
         type_,
         reason: reason.into(),
@@ -303,7 +283,7 @@ fn outcome(ctx: &Context, outcome: &'static str) {
 }
 
 pub async fn reconcile(
-    app: Arc<DynamicObject>,
+    app: Arc<CachedApplication>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     if !*ctx.caches_ready.borrow() {
@@ -327,8 +307,8 @@ pub async fn reconcile(
     result
 }
 
-async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, ReconcileError> {
-    let app_value = APPLICATION.expand(app);
+async fn reconcile_inner(app: &CachedApplication, ctx: &Context) -> Result<Action, ReconcileError> {
+    let app_value = app.expand();
     let app_name = format!("{}/{}", app.namespace().unwrap_or_default(), app.name_any());
     let stages = match decision::observed_stages(&app_value, ctx.config.mode) {
         Ok(stages) => stages,
@@ -361,7 +341,7 @@ async fn reconcile_inner(app: &DynamicObject, ctx: &Context) -> Result<Action, R
 
 /// One Stage an Application is observed for.
 struct StageAt<'a> {
-    app: &'a DynamicObject,
+    app: &'a CachedApplication,
     app_value: &'a Value,
     app_name: &'a str,
     labels: StageLabels,
@@ -395,24 +375,21 @@ impl StageInputs {
             .collect();
         let warehouses: Vec<Value> = origins
             .iter()
-            .filter_map(|o| {
-                ctx.warehouses
-                    .get(&ObjectRef::new_with(o, store_key(&ctx.kinds.warehouse)).within(namespace))
-            })
-            .map(|w| WAREHOUSE.expand(&w))
+            .filter_map(|o| ctx.warehouses.get(&ObjectRef::new(o).within(namespace)))
+            .map(|w| w.expand())
             .collect();
         let origin_names: Vec<&str> = origins.iter().map(String::as_str).collect();
         let freights: Vec<Value> = ctx
             .freights_by_origin
-            .select(&ctx.freights, &FREIGHT, namespace, &origin_names)
+            .select(&ctx.freights, namespace, &origin_names)
             .iter()
-            .map(|f| FREIGHT.expand(f))
+            .map(|f| f.expand())
             .collect();
         let promotions: Vec<Value> = ctx
             .promotions_by_stage
-            .select(&ctx.promotions, &PROMOTION, namespace, &[stage_name])
+            .select(&ctx.promotions, namespace, &[stage_name])
             .iter()
-            .map(|p| PROMOTION.expand(p))
+            .map(|p| p.expand())
             .collect();
         StageInputs {
             origins,
@@ -440,14 +417,14 @@ async fn reconcile_stage(
     at: &StageAt<'_>,
 ) -> Result<Option<Action>, ReconcileError> {
     let (app_name, namespace, stage_name) = (at.app_name, &at.namespace, &at.stage_name);
-    let key = ObjectRef::new_with(stage_name, store_key(&ctx.kinds.stage)).within(namespace);
+    let key = ObjectRef::new(stage_name).within(namespace);
     let Some(stage) = ctx.stages.get(&key) else {
         debug!(application = %app_name, stage = %format!("{namespace}/{stage_name}"), "Stage not found");
         outcome(ctx, "skipped");
         return Ok(None);
     };
-    let stage_ref = stage.object_ref(&ctx.kinds.stage);
-    let stage = STAGE.expand(&stage);
+    let stage_ref = stage.object_ref(&());
+    let stage = stage.expand();
     let mut inputs = StageInputs::read(ctx, namespace, stage_name, &stage);
     let mut decided = inputs.decide(at.app_value, &stage);
     // A Freight event lost on the way leaves the cache without the Freight that ends a
@@ -625,7 +602,11 @@ fn image_text(image: &decision::ImageRef) -> String {
     }
 }
 
-pub fn error_policy(app: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    app: Arc<CachedApplication>,
+    error: &ReconcileError,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics
         .errors
         .get_or_create(&ErrorLabels {
@@ -639,51 +620,47 @@ pub fn error_policy(app: Arc<DynamicObject>, error: &ReconcileError, ctx: Arc<Co
 /// Applications that name `namespace:stage` (or any Stage of the namespace) in their
 /// authorized-stage annotation.
 fn applications_for(
-    apps: &Store<DynamicObject>,
+    apps: &Store<CachedApplication>,
     namespace: &str,
     stage: Option<&str>,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<CachedApplication>> {
     let needle = match stage {
         Some(stage) => format!("{namespace}:{stage}"),
         None => format!("{namespace}:"),
     };
-    let application = store_key(&Kinds::default().application);
     apps.state()
         .iter()
         .filter(|app| {
-            let value = APPLICATION.text(
-                app,
-                &[
-                    "metadata",
-                    "annotations",
-                    decision::AUTHORIZED_STAGE_ANNOTATION,
-                ],
-            );
+            let value = app.text(&[
+                "metadata",
+                "annotations",
+                decision::AUTHORIZED_STAGE_ANNOTATION,
+            ]);
             // A cheap substring test first: this runs for every watched object's event.
             value.contains(&needle)
-                && decision::authorized_stages(value)
+                && decision::authorized_stages(&value)
                     .0
                     .iter()
                     .any(|(ns, s)| ns == namespace && stage.is_none_or(|wanted| s == wanted))
         })
-        .map(|app| ObjectRef::from_obj_with(app.as_ref(), application.clone()))
+        .map(|app| ObjectRef::from_obj(app.as_ref()))
         .collect()
 }
 
 /// The Applications of the Stages of a namespace that request Freight from a Warehouse.
 fn applications_for_warehouse(
-    apps: &Store<DynamicObject>,
-    stages: &Store<DynamicObject>,
+    apps: &Store<CachedApplication>,
+    stages: &Store<CachedStage>,
     namespace: &str,
     warehouse: &str,
-) -> Vec<ObjectRef<DynamicObject>> {
+) -> Vec<ObjectRef<CachedApplication>> {
     stages
         .state()
         .iter()
         .filter(|s| s.namespace().as_deref() == Some(namespace))
         .filter(|s| {
-            STAGE
-                .field(s, &["spec", "requestedFreight"])
+            s.field(&["spec", "requestedFreight"])
+                .as_ref()
                 .and_then(Value::as_array)
                 .is_some_and(|r| {
                     r.iter().any(|r| {
@@ -716,7 +693,7 @@ impl Loading {
 
     /// For `inspect_ok` after `reflect`: counts this cache loaded at its first `InitDone` (the
     /// reflector has swapped the list into the store by then).
-    fn tracker(self: &Arc<Self>) -> impl FnMut(&watcher::Event<DynamicObject>) + Send + use<> {
+    fn tracker<K>(self: &Arc<Self>) -> impl FnMut(&watcher::Event<K>) + Send + use<K> {
         let loading = self.clone();
         let mut counted = false;
         move |event| {
@@ -733,26 +710,23 @@ impl Loading {
     }
 }
 
-/// A cache of one kind (each object projected to the fields kept) and the stream of the
-/// objects its events touch; its first list counts it loaded, and each event bumps
-/// `generation` when one is given.
-fn kind_cache(
+/// A cache of one kind (each object read as its `Cached` form) and the stream of the objects
+/// its events touch; its first list counts it loaded, and each event bumps `generation` when
+/// one is given.
+fn kind_cache<K: Kind>(
     client: &Client,
-    ar: &ApiResource,
     generation: Option<&Arc<std::sync::atomic::AtomicU64>>,
     loading: &Arc<Loading>,
 ) -> (
-    Store<DynamicObject>,
-    impl futures::Stream<Item = Result<DynamicObject, watcher::Error>> + Send + use<>,
+    Store<Cached<K>>,
+    impl futures::Stream<Item = Result<Cached<K>, watcher::Error>> + Send + use<K>,
 ) {
     let generation = generation.cloned();
-    let writer = reflector::store::Writer::new(store_key(ar));
+    let writer = reflector::store::Writer::default();
     let reader = writer.as_reader();
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
-    let projection = projection::for_kind(&ar.kind);
+    let api: Api<Cached<K>> = Api::all(client.clone());
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(move |o: &mut DynamicObject| projection.project(o))
         .reflect(writer)
         .inspect_ok(loading.tracker())
         .inspect_ok(move |_| {
@@ -791,34 +765,29 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let kinds = Kinds::default();
-    let apps_api: Api<DynamicObject> = match &config.namespace {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &kinds.application),
-        None => Api::all_with(client.clone(), &kinds.application),
+    let apps_api: Api<CachedApplication> = match &config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     };
     let loading = Loading::new(5, ready);
     let freights_by_origin = Grouped::new(&["origin", "name"]);
     let promotions_by_stage = Grouped::new(&["spec", "stage"]);
-    let (stages, stage_events) = kind_cache(&client, &kinds.stage, None, &loading);
-    let (freights, freight_events) = kind_cache(
+    let (stages, stage_events) = kind_cache::<projection::Stage>(&client, None, &loading);
+    let (freights, freight_events) =
+        kind_cache::<projection::Freight>(&client, Some(&freights_by_origin.generation), &loading);
+    let (warehouses, warehouse_events) =
+        kind_cache::<projection::Warehouse>(&client, None, &loading);
+    let (promotions, promotion_events) = kind_cache::<projection::Promotion>(
         &client,
-        &kinds.freight,
-        Some(&freights_by_origin.generation),
-        &loading,
-    );
-    let (warehouses, warehouse_events) = kind_cache(&client, &kinds.warehouse, None, &loading);
-    let (promotions, promotion_events) = kind_cache(
-        &client,
-        &kinds.promotion,
         Some(&promotions_by_stage.generation),
         &loading,
     );
 
-    let app_writer = reflector::store::Writer::new(store_key(&kinds.application));
+    let app_writer = reflector::store::Writer::default();
     let app_reader = app_writer.as_reader();
     let app_stream = relevant_changes(
         watcher(apps_api, watcher::Config::default())
             .default_backoff()
-            .modify(|o: &mut DynamicObject| APPLICATION.project(o))
             .reflect(app_writer)
             .inspect_ok(loading.tracker()),
     );
@@ -864,66 +833,52 @@ pub async fn run(
     };
     let (stages_loaded, freights_loaded, warehouses_loaded, promotions_loaded) =
         (loaded(&ctx), loaded(&ctx), loaded(&ctx), loaded(&ctx));
-    Controller::for_stream_with(app_stream, app_reader, store_key(&ctx.kinds.application))
+    Controller::for_stream(app_stream, app_reader)
         // A Stage change re-enqueues the Applications that point at it.
-        .watches_stream_with(
-            stage_events,
-            move |stage: DynamicObject| {
-                if !stages_loaded() {
-                    return Vec::new();
-                }
-                applications_for(
-                    &for_stages,
-                    &stage.namespace().unwrap_or_default(),
-                    Some(&stage.name_any()),
-                )
-            },
-            store_key(&ctx.kinds.stage),
-        )
+        .watches_stream(stage_events, move |stage: CachedStage| {
+            if !stages_loaded() {
+                return Vec::new();
+            }
+            applications_for(
+                &for_stages,
+                &stage.namespace().unwrap_or_default(),
+                Some(&stage.name_any()),
+            )
+        })
         // New Freight can end a FreightMissing; a finished Promotion can unblock the next.
-        .watches_stream_with(
-            freight_events,
-            move |f: DynamicObject| {
-                if !freights_loaded() {
-                    return Vec::new();
-                }
-                applications_for_warehouse(
-                    &for_freights,
-                    &stages_for_freights,
-                    &f.namespace().unwrap_or_default(),
-                    FREIGHT.text(&f, &["origin", "name"]),
-                )
-            },
-            store_key(&ctx.kinds.freight),
-        )
-        .watches_stream_with(
-            warehouse_events,
-            move |w: DynamicObject| {
-                if !warehouses_loaded() {
-                    return Vec::new();
-                }
-                applications_for_warehouse(
-                    &for_warehouses,
-                    &stages_for_warehouses,
-                    &w.namespace().unwrap_or_default(),
-                    &w.name_any(),
-                )
-            },
-            store_key(&ctx.kinds.warehouse),
-        )
-        .watches_stream_with(
-            promotion_events,
-            move |p: DynamicObject| {
-                if !promotions_loaded() {
-                    return Vec::new();
-                }
-                let stage = PROMOTION
-                    .field(&p, &["spec", "stage"])
-                    .and_then(Value::as_str);
-                applications_for(&for_promotions, &p.namespace().unwrap_or_default(), stage)
-            },
-            store_key(&ctx.kinds.promotion),
-        )
+        .watches_stream(freight_events, move |f: CachedFreight| {
+            if !freights_loaded() {
+                return Vec::new();
+            }
+            applications_for_warehouse(
+                &for_freights,
+                &stages_for_freights,
+                &f.namespace().unwrap_or_default(),
+                &f.text(&["origin", "name"]),
+            )
+        })
+        .watches_stream(warehouse_events, move |w: CachedWarehouse| {
+            if !warehouses_loaded() {
+                return Vec::new();
+            }
+            applications_for_warehouse(
+                &for_warehouses,
+                &stages_for_warehouses,
+                &w.namespace().unwrap_or_default(),
+                &w.name_any(),
+            )
+        })
+        .watches_stream(promotion_events, move |p: CachedPromotion| {
+            if !promotions_loaded() {
+                return Vec::new();
+            }
+            let stage = p.field(&["spec", "stage"]);
+            applications_for(
+                &for_promotions,
+                &p.namespace().unwrap_or_default(),
+                stage.as_ref().and_then(Value::as_str),
+            )
+        })
         // Bounded concurrency: at start every Application is due at once, and 10,000
         // concurrent reconciles cost memory without going faster on a few cores.
         .with_config(kube::runtime::controller::Config::default().concurrency(16))

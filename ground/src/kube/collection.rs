@@ -49,12 +49,15 @@ pub(super) fn list(
     );
     let rv = store.resource_version();
     drop(store);
-    let (page, remaining) = page.ok_or_else(expired)?;
-    let more = remaining > 0;
+    let (page, following) = page.ok_or_else(expired)?;
     let mut metadata = json!({"resourceVersion": rv.to_string()});
-    if more && let Some(last) = page.last() {
+    if following.more
+        && let Some(last) = page.last()
+    {
         metadata["continue"] = json!(continue_key(last));
-        metadata["remainingItemCount"] = json!(remaining);
+        if let Some(count) = following.count {
+            metadata["remainingItemCount"] = json!(count);
+        }
     }
     Ok(json!({
         "kind": format!("{}List", target.resource.kind),

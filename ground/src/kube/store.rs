@@ -16,7 +16,7 @@ mod selectors;
 
 pub use self::admission::{Admission, AdmissionHook, Operation, StoreView, User};
 pub use self::history::{Event, EventType, HISTORY};
-pub use self::objects::ObjectKey;
+pub use self::objects::{Following, ObjectKey};
 pub use self::patch::PatchBody;
 pub use self::resources::{ApiError, Resource};
 pub use self::selectors::{Selector, labels_of};

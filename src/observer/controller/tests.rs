@@ -28,32 +28,33 @@ fn kargos_webhook_refusals_count_as_refusals_not_api_failures() {
     );
 }
 
-fn app(name: &str, image: &str, health: &str) -> DynamicObject {
-    let mut object = DynamicObject::new(name, &ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()))
-            .within("argocd")
-            .data(serde_json::json!({"status": {"summary": {"images": [image]}, "health": {"status": health}}}));
-    object.metadata.uid = Some(format!("uid-{name}"));
-    APPLICATION.project(&mut object);
-    object
+fn app(name: &str, image: &str, health: &str) -> CachedApplication {
+    CachedApplication::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "argocd", "uid": format!("uid-{name}")},
+        "status": {"summary": {"images": [image]}, "health": {"status": health}}
+    }))
+    .unwrap()
 }
 
 fn apply(
     name: &str,
     image: &str,
     health: &str,
-) -> Result<watcher::Event<DynamicObject>, watcher::Error> {
+) -> Result<watcher::Event<CachedApplication>, watcher::Error> {
     Ok(watcher::Event::Apply(app(name, image, health)))
 }
 
 /// What `relevant_changes` passes on, as "name image".
-async fn passed(events: Vec<Result<watcher::Event<DynamicObject>, watcher::Error>>) -> Vec<String> {
+async fn passed(
+    events: Vec<Result<watcher::Event<CachedApplication>, watcher::Error>>,
+) -> Vec<String> {
     relevant_changes(futures::stream::iter(events))
         .map(|r| {
             let o = r.unwrap();
             format!(
                 "{} {}",
                 o.name_any(),
-                APPLICATION.text(&o, &["status", "summary", "images", "0"])
+                o.text(&["status", "summary", "images", "0"])
             )
         })
         .collect()
@@ -62,18 +63,13 @@ async fn passed(events: Vec<Result<watcher::Event<DynamicObject>, watcher::Error
 
 #[test]
 fn a_stage_event_maps_to_applications_the_store_can_find() {
-    let kinds = Kinds::default();
-    let mut writer = reflector::store::Writer::new(store_key(&kinds.application));
+    let mut writer = reflector::store::Writer::default();
     let reader = writer.as_reader();
-    let mut app = DynamicObject::new("web", &kinds.application).within("argocd");
-    app.metadata.annotations = Some(
-        [(
-            decision::AUTHORIZED_STAGE_ANNOTATION.to_string(),
-            "kargo-demo:prod".to_string(),
-        )]
-        .into(),
-    );
-    APPLICATION.project(&mut app);
+    let app = CachedApplication::from_value(serde_json::json!({
+        "metadata": {"name": "web", "namespace": "argocd", "uid": "u1", "resourceVersion": "3",
+            "annotations": {decision::AUTHORIZED_STAGE_ANNOTATION: "kargo-demo:prod"}}
+    }))
+    .unwrap();
     writer.apply_watcher_event(&watcher::Event::Apply(app));
     let refs = applications_for(&reader, "kargo-demo", Some("prod"));
     assert_eq!(refs.len(), 1);
@@ -82,6 +78,8 @@ fn a_stage_event_maps_to_applications_the_store_can_find() {
         "the controller would not find {:?}",
         refs[0]
     );
+    // Store keys and queue entries carry no uid: it is kept once, in the cached object.
+    assert_eq!(refs[0].extra.uid, None);
 }
 
 #[tokio::test]
@@ -120,18 +118,17 @@ async fn deleted_and_unlisted_applications_are_forgotten() {
 
 #[test]
 fn grouped_freight_follows_the_cache_and_keeps_its_order() {
-    let kinds = Kinds::default();
-    let mut writer = reflector::store::Writer::new(store_key(&kinds.freight));
+    let mut writer = reflector::store::Writer::default();
     let reader = writer.as_reader();
     let grouped = Grouped::new(&["origin", "name"]);
     let freight = |namespace: &str, name: &str, origin: &str| {
-        let mut object = DynamicObject::new(name, &kinds.freight)
-            .within(namespace)
-            .data(serde_json::json!({"origin": {"kind": "Warehouse", "name": origin}}));
-        FREIGHT.project(&mut object);
-        object
+        CachedFreight::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": namespace},
+            "origin": {"kind": "Warehouse", "name": origin}
+        }))
+        .unwrap()
     };
-    let mut apply = |object: DynamicObject| {
+    let mut apply = |object: CachedFreight| {
         writer.apply_watcher_event(&watcher::Event::Apply(object));
         grouped
             .generation
@@ -147,7 +144,7 @@ fn grouped_freight_follows_the_cache_and_keeps_its_order() {
     }
     let names = |values: &[&str]| -> Vec<String> {
         let mut names: Vec<String> = grouped
-            .select(&reader, &FREIGHT, "demo", values)
+            .select(&reader, "demo", values)
             .iter()
             .map(|f| f.name_any())
             .collect();
@@ -165,7 +162,7 @@ fn grouped_freight_follows_the_cache_and_keeps_its_order() {
         .map(|f| f.name_any())
         .collect();
     let selected: Vec<String> = grouped
-        .select(&reader, &FREIGHT, "demo", &["w2", "w1"])
+        .select(&reader, "demo", &["w2", "w1"])
         .iter()
         .map(|f| f.name_any())
         .collect();

@@ -117,6 +117,11 @@ impl Selector {
         Ok(Selector { requirements })
     }
 
+    /// Whether the selector selects everything (no requirement).
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|(key, op, values)| {
             let value = labels.get(key);
