@@ -709,6 +709,72 @@ struct Commit<'a> {
     roots: &'a [Root],
 }
 
+/// Every honest shard follows the same path: one that says it reached more or less than
+/// another is not of this run (or not honest).
+fn same_common_path(parts: &[Partial], side: Side, at: &str) -> Result<(), MergeError> {
+    let first: BTreeSet<&Known> = side.known(&parts[0]).iter().collect();
+    for part in &parts[1..] {
+        if side.known(part).iter().collect::<BTreeSet<_>>() != first {
+            return Err(MergeError(format!(
+                "shard {} and shard {} reached different Applications or ApplicationSets at {} on the path every shard follows: one run's partials only",
+                label(parts[0].shard),
+                label(part.shard),
+                at
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the repository's files declare, where: a held Application that says it was declared
+/// in a file must be that file's (a made-up parent cannot pass for a root), with the file's
+/// spec.
+fn declared_as_the_files_say(
+    parts: &[Partial],
+    side: Side,
+    roots: &[Root],
+    at: &str,
+) -> Result<(), MergeError> {
+    let declared: HashMap<(&str, usize), &Root> = roots
+        .iter()
+        .filter(|root| root.known.kind == "Application")
+        .map(|root| ((root.path.as_str(), root.document), root))
+        .collect();
+    for part in parts {
+        for app in side.applications(part) {
+            if let render::Origin::File { path, document } = &app.origin {
+                let root = declared.get(&(path.as_str(), *document)).filter(|root| {
+                    (root.known.namespace.as_str(), root.known.name.as_str())
+                        == (app.namespace.as_str(), app.name.as_str())
+                });
+                let Some(root) = root else {
+                    return Err(MergeError(format!(
+                        "shard {} holds Application {}/{} at {} as declared in file {}, which does not declare it there: a partial holds only what the repository holds",
+                        label(part.shard),
+                        app.namespace,
+                        app.name,
+                        at,
+                        path.chars().take(200).collect::<String>()
+                    )));
+                };
+                if root.object != app.manifest
+                    || render::stored_application(&root.object) != app.stored
+                {
+                    return Err(MergeError(format!(
+                        "shard {} holds Application {}/{} at {} as declared in file {}, with another spec than the file's: a partial holds only what the repository holds",
+                        label(part.shard),
+                        app.namespace,
+                        app.name,
+                        at,
+                        path.chars().take(200).collect::<String>()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Binds the partials to the repository and to each other at one commit, before anything is
 /// judged:
 ///
@@ -795,59 +861,8 @@ fn bind(
             )));
         }
     }
-    // Every honest shard follows the same path: one that says it reached more or less than
-    // another is not of this run (or not honest).
-    let first: BTreeSet<&Known> = side.known(&parts[0]).iter().collect();
-    for part in &parts[1..] {
-        if side.known(part).iter().collect::<BTreeSet<_>>() != first {
-            return Err(MergeError(format!(
-                "shard {} and shard {} reached different Applications or ApplicationSets at {} on the path every shard follows: one run's partials only",
-                label(parts[0].shard),
-                label(part.shard),
-                at()
-            )));
-        }
-    }
-    // What the repository's files declare, where: a held Application that says it was
-    // declared in a file must be that file's (a made-up parent cannot pass for a root), with
-    // the file's spec.
-    let declared: HashMap<(&str, usize), &Root> = roots
-        .iter()
-        .filter(|root| root.known.kind == "Application")
-        .map(|root| ((root.path.as_str(), root.document), root))
-        .collect();
-    for part in parts {
-        for app in side.applications(part) {
-            if let render::Origin::File { path, document } = &app.origin {
-                let root = declared.get(&(path.as_str(), *document)).filter(|root| {
-                    (root.known.namespace.as_str(), root.known.name.as_str())
-                        == (app.namespace.as_str(), app.name.as_str())
-                });
-                let Some(root) = root else {
-                    return Err(MergeError(format!(
-                        "shard {} holds Application {}/{} at {} as declared in file {}, which does not declare it there: a partial holds only what the repository holds",
-                        label(part.shard),
-                        app.namespace,
-                        app.name,
-                        at(),
-                        path.chars().take(200).collect::<String>()
-                    )));
-                };
-                if root.object != app.manifest
-                    || render::stored_application(&root.object) != app.stored
-                {
-                    return Err(MergeError(format!(
-                        "shard {} holds Application {}/{} at {} as declared in file {}, with another spec than the file's: a partial holds only what the repository holds",
-                        label(part.shard),
-                        app.namespace,
-                        app.name,
-                        at(),
-                        path.chars().take(200).collect::<String>()
-                    )));
-                }
-            }
-        }
-    }
+    same_common_path(parts, side, &at())?;
+    declared_as_the_files_say(parts, side, roots, &at())?;
     let repos = RepoResolver::new(
         snapshot.clone(),
         repo_url.map(str::to_string),
@@ -1088,41 +1103,118 @@ fn bind_merge_base(
 /// ([`MergeOptions`]). Refuses (one line) partials of different runs, commits or
 /// inventories, a shard missing or given twice, partials of another merge base, a partial
 /// that leaves out, adds or shadows an Application of another shard.
-pub fn merge_with(
-    parts: Vec<Partial>,
-    repo: &Path,
-    options: &MergeOptions,
-) -> Result<GateResult, MergeError> {
-    validate(&parts)?;
-    let base = parts[0].base.clone();
-    let head = parts[0].head.clone();
-    let confinement = confinement_of(&parts);
-    if parts.iter().any(|p| p.undecided.is_some()) {
-        let lines = |pick: fn(&Undecided) -> &Vec<String>| {
-            let mut lines: Vec<String> = parts
-                .iter()
-                .filter_map(|p| p.undecided.as_ref())
-                .flat_map(|u| pick(u).iter().cloned())
-                .collect();
-            lines.sort();
-            lines.dedup();
-            lines
-        };
-        let mut errors = lines(|u| &u.head);
-        errors.extend(lines(|u| &u.base));
-        let result = GateResult {
-            confinement,
-            ..check::undecided(base, head, errors)
-        };
-        result.assert_consistent();
-        return Ok(result);
+/// The merged answer when a shard could not decide: every shard's reasons, once each.
+fn undecided(
+    parts: &[Partial],
+    base: String,
+    head: String,
+    confinement: Option<Confinement>,
+) -> GateResult {
+    let lines = |pick: fn(&Undecided) -> &Vec<String>| {
+        let mut lines: Vec<String> = parts
+            .iter()
+            .filter_map(|p| p.undecided.as_ref())
+            .flat_map(|u| pick(u).iter().cloned())
+            .collect();
+        lines.sort();
+        lines.dedup();
+        lines
+    };
+    let mut errors = lines(|u| &u.head);
+    errors.extend(lines(|u| &u.base));
+    let result = GateResult {
+        confinement,
+        ..check::undecided(base, head, errors)
+    };
+    result.assert_consistent();
+    result
+}
+
+/// A moved chart's own change is isolated only when one shard held its Application at both
+/// commits: refused when its parent moved it from one shard to another.
+fn refuse_split_moves(
+    base_rendering: &Rendering,
+    head_rendering: &Rendering,
+    base_shards: &BTreeMap<AppKey, usize>,
+    head_shards: &BTreeMap<AppKey, usize>,
+) -> Result<(), MergeError> {
+    // A moved chart's own change is rendered by the shard holding the Application at both
+    // commits; one whose shard changed between them (its parent moved) has none.
+    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
+        .applications
+        .iter()
+        .map(|a| (diff::key_of(a), a))
+        .collect();
+    for after in &head_rendering.applications {
+        let key = diff::key_of(after);
+        if let Some(before) = base_by_key.get(&key)
+            && base_shards.get(&key) != head_shards.get(&key)
+            && !diff::chart_moves(before, after).is_empty()
+        {
+            return Err(MergeError(format!(
+                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
+            )));
+        }
     }
-    let confinement = confinement
-        .ok_or_else(|| MergeError("a shard rendered nothing and said not why".into()))?;
-    let store = render::parsed::ParsedStore::default();
-    let head_snapshot = snapshot_of(&store, repo, Side::Head, &head)?;
-    let base_snapshot = snapshot_of(&store, repo, Side::Base, &base)?;
-    bind_merge_base(repo, &base, &head, options)?;
+    Ok(())
+}
+
+/// The renders of moved charts' old versions (each shard's for the Applications it holds at
+/// the head) and the charts' changed defaults, which every shard must give alike.
+#[allow(clippy::type_complexity)]
+fn old_versions_and_defaults(
+    parts: &mut [Partial],
+    own_old_versions: &[HashSet<(String, String)>],
+) -> Result<
+    (
+        BTreeMap<AppKey, RenderedApplication>,
+        HashMap<(String, String, String, String), ChartDefaults>,
+    ),
+    MergeError,
+> {
+    let mut old_versions = BTreeMap::new();
+    let mut defaults: HashMap<(String, String, String, String), ChartDefaults> = HashMap::new();
+    for (part, own) in parts.iter_mut().zip(own_old_versions) {
+        for app in std::mem::take(&mut part.old_versions) {
+            if !own.contains(&(app.namespace.clone(), app.name.clone())) {
+                continue;
+            }
+            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
+            old_versions.insert(diff::key_of(&app), app);
+        }
+        for d in std::mem::take(&mut part.chart_defaults) {
+            let key = (
+                d.repo_url.clone(),
+                d.chart.clone(),
+                d.from.clone(),
+                d.to.clone(),
+            );
+            // One chart's move is read from one mirror: two shards saying otherwise are not
+            // one run's (or one of them is not honest). Why a chart could not be read may
+            // name a runner's own folder.
+            let same = |a: &ChartDefaults, b: &ChartDefaults| {
+                (&a.changes, a.more, a.unreadable.is_some())
+                    == (&b.changes, b.more, b.unreadable.is_some())
+            };
+            if defaults.get(&key).is_some_and(|other| !same(other, &d)) {
+                return Err(MergeError(format!(
+                    "two shards give different default values for the chart move {} {} -> {}",
+                    d.chart, d.from, d.to
+                )));
+            }
+            defaults.insert(key, d);
+        }
+    }
+    Ok((old_versions, defaults))
+}
+
+/// Binds every partial to the repository at the merge base and at the head: the
+/// Applications the repository's own files list, each held by the shard its key names.
+fn bind_at_both_commits(
+    parts: &[Partial],
+    [(base, base_snapshot), (head, head_snapshot)]: [(&String, &Arc<crate::git::Snapshot>); 2],
+    git_mirrors: &[(String, std::path::PathBuf)],
+) -> Result<(), MergeError> {
     let roots_at = |side: Side, commit: &str, snapshot: &crate::git::Snapshot| {
         render::roots(snapshot).map_err(|d| {
             MergeError(format!(
@@ -1133,18 +1225,18 @@ pub fn merge_with(
             ))
         })
     };
-    let base_roots = roots_at(Side::Base, &base, &base_snapshot)?;
-    let head_roots = roots_at(Side::Head, &head, &head_snapshot)?;
-    let head_keys = common_keys(&parts, Side::Head, &head_roots);
-    let base_keys = common_keys(&parts, Side::Base, &base_roots);
+    let base_roots = roots_at(Side::Base, base, base_snapshot)?;
+    let head_roots = roots_at(Side::Head, head, head_snapshot)?;
+    let head_keys = common_keys(parts, Side::Head, &head_roots);
+    let base_keys = common_keys(parts, Side::Base, &base_roots);
     let count = parts[0].shard.count;
     let repo_url = parts[0].repo_url.clone();
     for (at, own) in [
         (
             Commit {
                 side: Side::Base,
-                commit: &base,
-                snapshot: &base_snapshot,
+                commit: base,
+                snapshot: base_snapshot,
                 roots: &base_roots,
             },
             &base_keys,
@@ -1152,8 +1244,8 @@ pub fn merge_with(
         (
             Commit {
                 side: Side::Head,
-                commit: &head,
-                snapshot: &head_snapshot,
+                commit: head,
+                snapshot: head_snapshot,
                 roots: &head_roots,
             },
             &head_keys,
@@ -1165,14 +1257,34 @@ pub fn merge_with(
             head: &head_keys,
             own,
         };
-        bind(
-            &parts,
-            &at,
-            &owners,
-            repo_url.as_deref(),
-            &options.git_mirrors,
-        )?;
+        bind(parts, &at, &owners, repo_url.as_deref(), git_mirrors)?;
     }
+    Ok(())
+}
+
+pub fn merge_with(
+    parts: Vec<Partial>,
+    repo: &Path,
+    options: &MergeOptions,
+) -> Result<GateResult, MergeError> {
+    validate(&parts)?;
+    let base = parts[0].base.clone();
+    let head = parts[0].head.clone();
+    let confinement = confinement_of(&parts);
+    if parts.iter().any(|p| p.undecided.is_some()) {
+        return Ok(undecided(&parts, base, head, confinement));
+    }
+    let confinement = confinement
+        .ok_or_else(|| MergeError("a shard rendered nothing and said not why".into()))?;
+    let store = render::parsed::ParsedStore::default();
+    let head_snapshot = snapshot_of(&store, repo, Side::Head, &head)?;
+    let base_snapshot = snapshot_of(&store, repo, Side::Base, &base)?;
+    bind_merge_base(repo, &base, &head, options)?;
+    bind_at_both_commits(
+        &parts,
+        [(&base, &base_snapshot), (&head, &head_snapshot)],
+        &options.git_mirrors,
+    )?;
     // A shard's renders at a moved chart's old version count for the Applications it holds
     // at the head, never for another shard's (they would stand in for that shard's own).
     let own_old_versions: Vec<HashSet<(String, String)>> = parts
@@ -1221,57 +1333,8 @@ pub fn merge_with(
         reassemble(&base, with_tables(base_apps, false), "the merge base")?;
     let (head_rendering, head_shards) =
         reassemble(&head, with_tables(head_apps, true), "the head")?;
-    // A moved chart's own change is rendered by the shard holding the Application at both
-    // commits; one whose shard changed between them (its parent moved) has none.
-    let base_by_key: BTreeMap<AppKey, &RenderedApplication> = base_rendering
-        .applications
-        .iter()
-        .map(|a| (diff::key_of(a), a))
-        .collect();
-    for after in &head_rendering.applications {
-        let key = diff::key_of(after);
-        if let Some(before) = base_by_key.get(&key)
-            && base_shards.get(&key) != head_shards.get(&key)
-            && !diff::chart_moves(before, after).is_empty()
-        {
-            return Err(MergeError(format!(
-                "Application {key}'s chart moved and a different shard rendered it at each commit (its parent changed): its chart's own change cannot be isolated; check this pull request unsharded"
-            )));
-        }
-    }
-    let mut old_versions = BTreeMap::new();
-    let mut defaults: HashMap<(String, String, String, String), ChartDefaults> = HashMap::new();
-    for (part, own) in parts.iter_mut().zip(&own_old_versions) {
-        for app in std::mem::take(&mut part.old_versions) {
-            if !own.contains(&(app.namespace.clone(), app.name.clone())) {
-                continue;
-            }
-            let app = unwire(app, &part.objects, part.shard).map_err(MergeError)?;
-            old_versions.insert(diff::key_of(&app), app);
-        }
-        for d in std::mem::take(&mut part.chart_defaults) {
-            let key = (
-                d.repo_url.clone(),
-                d.chart.clone(),
-                d.from.clone(),
-                d.to.clone(),
-            );
-            // One chart's move is read from one mirror: two shards saying otherwise are not
-            // one run's (or one of them is not honest). Why a chart could not be read may
-            // name a runner's own folder.
-            let same = |a: &ChartDefaults, b: &ChartDefaults| {
-                (&a.changes, a.more, a.unreadable.is_some())
-                    == (&b.changes, b.more, b.unreadable.is_some())
-            };
-            if defaults.get(&key).is_some_and(|other| !same(other, &d)) {
-                return Err(MergeError(format!(
-                    "two shards give different default values for the chart move {} {} -> {}",
-                    d.chart, d.from, d.to
-                )));
-            }
-            defaults.insert(key, d);
-        }
-    }
+    refuse_split_moves(&base_rendering, &head_rendering, &base_shards, &head_shards)?;
+    let (old_versions, defaults) = old_versions_and_defaults(&mut parts, &own_old_versions)?;
     let missing: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let result = check::judge(
         Judged {
