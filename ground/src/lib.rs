@@ -87,10 +87,12 @@ pub struct Options {
     pub faults: FaultPlan,
     /// Print transcript lines as they happen.
     pub echo: bool,
-    /// One render cache for the CI job's gate and the Argo CD double of every ground that
-    /// names it (a test binary playing many stories); `None`: each ground keeps its own, as
-    /// `cargo xtask demo` does. Sharing is sound because entries are content-addressed (the
-    /// render key digests every input, the chart's bytes among them).
+    /// A folder of render caches shared by every ground that names it (a test binary playing
+    /// many stories): `ci/` for the CI jobs' gates and `argocd/` for the Argo CD doubles,
+    /// never one for both, so the double stays a second reading of what the gate renders.
+    /// `None`: each ground keeps its own, as `cargo xtask demo` does. Sharing is sound
+    /// because entries are content-addressed (the render key digests every input, the
+    /// chart's bytes among them).
     pub render_cache: Option<PathBuf>,
 }
 

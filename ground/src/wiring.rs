@@ -286,7 +286,7 @@ async fn start_chart_repositories(
 }
 
 /// What Argo CD's render reads: the forge's bare repository, the scenario's inventory, the
-/// chart mirror, the pinned tools and a cache of its own.
+/// chart mirror, the pinned tools and a cache apart from the gate's.
 fn argocd_render_config(
     scenario: &Scenario,
     options: &Options,
@@ -307,8 +307,8 @@ fn argocd_render_config(
         &options.tools,
         options
             .render_cache
-            .clone()
-            .unwrap_or_else(|| dir.join("argocd-cache")),
+            .as_ref()
+            .map_or_else(|| dir.join("argocd-cache"), |shared| shared.join("argocd")),
     ))
 }
 
@@ -470,7 +470,7 @@ fn start_ci(
         dir.join("ci"),
     );
     if let Some(shared) = &options.render_cache {
-        ci.cache = shared.clone();
+        ci.cache = shared.join("ci");
     }
     ci.chart_repo_mirrors = chart_repositories
         .iter()

@@ -283,9 +283,10 @@ pub fn sample_render_config(repo: &Path, cache: &Path) -> gitops_loop::render::R
     }
 }
 
-/// One render cache for every ground a test binary plays (`ground::Options::render_cache`):
-/// the stories repeat the same renders, and entries are content-addressed, so a later story
-/// reads what an earlier one rendered. Emptied once per process, so a run starts cold.
+/// The render caches every ground a test binary plays shares (`ground::Options::render_cache`:
+/// the gates' apart from the Argo CD doubles'): the stories repeat the same renders, and
+/// entries are content-addressed, so a later story reads what an earlier one rendered.
+/// Emptied once per process, so a run starts cold.
 pub fn shared_render_cache(binary: &str) -> PathBuf {
     static SHARED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     SHARED

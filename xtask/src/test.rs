@@ -257,8 +257,12 @@ fn lanes(sh: &Shell) -> Result<()> {
         .run()
         .and_then(|()| cmd!(sh, "cargo test --workspace --doc").run());
     let demo_status = demo.wait()?;
-    println!("test: the {OWN_LANE} lane, run beside the others:");
-    print!("{}", std::fs::read_to_string(&log_path).unwrap_or_default());
+    println!(
+        "test: the {OWN_LANE} lane, run beside the others (also kept in {}):",
+        log_path.display()
+    );
+    // Lossy: a test's output may hold any byte, and a failure must still show its log.
+    print!("{}", String::from_utf8_lossy(&std::fs::read(&log_path)?));
     rest?;
     anyhow::ensure!(
         demo_status.success(),

@@ -172,7 +172,12 @@ pub fn parse(
         .and_then(|p| p.get("path_with_namespace"))
         .and_then(Value::as_str)
         .ok_or_else(|| HookError::NotAString("project.path_with_namespace".into()))?;
-    let Some(project) = known(&project_path(path)?) else {
+    // Listed repositories passed the same check when bosun.yaml was read, and the check does
+    // not depend on case: a path it refuses names no listed repository. Such a project is
+    // another project of a group hook (GitLab's older paths allow what today's refuse), so it
+    // is answered as one, never as a failure that would count towards GitLab disabling the
+    // hook for the projects Bosun does list.
+    let Some(project) = project_path(path).ok().and_then(|slug| known(&slug)) else {
         return Ok(Event::OtherProject(format!(
             "project {path:?} is not a repository of bosun.yaml"
         )));
@@ -451,9 +456,17 @@ mod tests {
             json!(vec!["g"; crate::forge::gitlab::MAX_SEGMENTS + 1].join("/")),
             json!("platform"),
             json!(format!("platform/{}", "a".repeat(300))),
-            json!(7),
-            Value::Null,
         ] {
+            // No listed repository: another project, answered so, never triaged.
+            let b = body(path.clone(), 3.into(), "open", HEAD);
+            assert!(
+                matches!(hook(&b), Ok(Event::OtherProject(_))),
+                "{path}: {:?}",
+                hook(&b)
+            );
+            assert!(project_path(path.as_str().unwrap()).is_err(), "{path}");
+        }
+        for path in [json!(7), Value::Null] {
             let b = body(path.clone(), 3.into(), "open", HEAD);
             assert!(hook(&b).is_err(), "{path}");
         }
@@ -485,7 +498,7 @@ mod tests {
             assert!(hook(shape.as_bytes()).is_err(), "{shape}");
         }
         // Every refusal is one line.
-        let b = body("platform/gitops\nX".into(), 3.into(), "open", HEAD);
+        let b = body("platform/gitops".into(), 3.into(), "open", "abc\nX");
         assert!(!hook(&b).unwrap_err().to_string().contains('\n'));
     }
 
