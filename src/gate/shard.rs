@@ -509,6 +509,21 @@ fn one_line(text: &str) -> String {
 /// is held with. Computed by the merge, never read from a partial.
 type Keys = HashMap<(String, String), String>;
 
+/// The Applications (namespace, name) the repository's files declare at a commit and every
+/// shard reached on the path all shards follow.
+fn common_applications<'a>(
+    parts: &'a [Partial],
+    side: Side,
+    roots: &'a [Root],
+) -> impl Iterator<Item = (&'a str, &'a str)> {
+    roots
+        .iter()
+        .map(|root| &root.known)
+        .chain(parts.iter().flat_map(move |part| side.known(part)))
+        .filter(|known| known.kind == "Application")
+        .map(|known| (known.namespace.as_str(), known.name.as_str()))
+}
+
 fn common_keys(parts: &[Partial], side: Side, roots: &[Root]) -> Keys {
     let mut keys = Keys::new();
     for root in roots.iter().filter(|r| r.known.kind == "Application") {
@@ -517,13 +532,7 @@ fn common_keys(parts: &[Partial], side: Side, roots: &[Root]) -> Keys {
             render::shard_key(&root.object),
         );
     }
-    let common: HashSet<(&str, &str)> = roots
-        .iter()
-        .map(|root| &root.known)
-        .chain(parts.iter().flat_map(|part| side.known(part)))
-        .filter(|known| known.kind == "Application")
-        .map(|known| (known.namespace.as_str(), known.name.as_str()))
-        .collect();
+    let common: HashSet<(&str, &str)> = common_applications(parts, side, roots).collect();
     let held = || parts.iter().flat_map(|part| side.applications(part));
     let as_declared: HashSet<(&str, &str)> = held()
         .filter(|app| matches!(app.origin, Origin::File { .. }))
@@ -836,13 +845,7 @@ fn bind(
             }
         }
     }
-    let required: BTreeSet<(&str, &str)> = roots
-        .iter()
-        .map(|root| &root.known)
-        .chain(parts.iter().flat_map(|part| side.known(part)))
-        .filter(|known| known.kind == "Application")
-        .map(|known| (known.namespace.as_str(), known.name.as_str()))
-        .collect();
+    let required: BTreeSet<(&str, &str)> = common_applications(parts, side, roots).collect();
     for &(namespace, name) in &required {
         let Some(owner) = owners.of(namespace, name, None) else {
             return Err(MergeError(format!(
