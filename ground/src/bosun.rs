@@ -59,6 +59,10 @@ pub struct Launch<'a> {
     pub poll: u64,
     /// Environment variables for the process (the model double's key).
     pub env: Vec<(String, String)>,
+    /// A render cache shared with other processes (`ground::Options::render_cache`): Bosun's
+    /// own (`workdir/render-cache`) is made a link to it, so Bosun reads the renders the
+    /// gate already made of the same head (entries are content-addressed).
+    pub render_cache: Option<PathBuf>,
 }
 
 pub(crate) fn merge(base: &mut Value, over: &Value) {
@@ -77,6 +81,13 @@ impl BosunProcess {
     pub async fn start(launch: Launch<'_>) -> Result<BosunProcess> {
         let workdir = launch.dir.join("bosun");
         std::fs::create_dir_all(&workdir)?;
+        if let Some(shared) = &launch.render_cache {
+            let own = workdir.join("render-cache");
+            if std::fs::symlink_metadata(&own).is_err() {
+                std::fs::create_dir_all(shared)?;
+                std::os::unix::fs::symlink(shared, &own)?;
+            }
+        }
         let mut config = json!({
             "forge": {
                 "apiUrl": launch.forge_url,

@@ -88,8 +88,8 @@ pub struct Options {
     /// Print transcript lines as they happen.
     pub echo: bool,
     /// A folder of render caches shared by every ground that names it (a test binary playing
-    /// many stories): `ci/` for the CI jobs' gates and `argocd/` for the Argo CD doubles,
-    /// never one for both, so the double stays a second reading of what the gate renders.
+    /// many stories): `ci/` for the CI jobs' gates and Bosun (which renders the heads the
+    /// gate runner rendered) and `argocd/` for the Argo CD doubles, never one for both, so the double stays a second reading of what the gate renders.
     /// `None`: each ground keeps its own, as `cargo xtask demo` does. Sharing is sound
     /// because entries are content-addressed (the render key digests every input, the
     /// chart's bytes among them).

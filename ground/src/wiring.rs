@@ -562,6 +562,11 @@ async fn start_bosun(
         gitlab: scenario.forge == crate::scenario::Face::Gitlab,
         poll: spec.poll,
         env,
+        // Bosun renders the heads the gate runner renders: one cache for both.
+        render_cache: options
+            .render_cache
+            .as_ref()
+            .map(|shared| shared.join("ci")),
     })
     .await?;
     kargo

@@ -108,17 +108,39 @@ fn run_phases(phases: &mut Phases, real_asked: bool, extra: &[String]) -> Result
         sh.push_env("GATE_ALLOW_UNCONFINED", "1")
     });
     phases.time("fmt", || Ok(cmd!(sh, "cargo fmt --all -- --check").run()?))?;
-    phases.time("clippy", || {
-        Ok(cmd!(
-            sh,
-            "cargo clippy --workspace --all-targets --quiet -- -D warnings"
-        )
-        .run()?)
-    })?;
-    // Building apart from running makes each figure honest: the test phase is only tests.
-    phases.time("build", || {
-        Ok(cmd!(sh, "cargo test --workspace --no-run --quiet").run()?)
-    })?;
+    // Clippy lints while the build compiles: the workspace's crates go through clippy-driver
+    // (as `cargo clippy` runs them, with `-D warnings`), so the dependencies are compiled
+    // once, not checked once for clippy and compiled again for the tests. Every cargo after
+    // this one (the tests, the real tier) sees the same wrapper, so none rebuilds.
+    match lint_while_building() {
+        Some(lint) => {
+            for (key, value) in &lint {
+                sh.set_var(key, value);
+            }
+            // Building apart from running makes each figure honest: the test phase is only
+            // tests. `--no-run` builds every target `cargo clippy --all-targets` lints (the
+            // workspace has no benches or examples).
+            phases.time("build and clippy", || {
+                Ok(cmd!(sh, "cargo test --workspace --no-run --quiet").run()?)
+            })?;
+        }
+        None => {
+            println!(
+                "test: no clippy-driver beside cargo ({}): clippy runs as a phase of its own",
+                std::env::var("CARGO").unwrap_or_default()
+            );
+            phases.time("clippy", || {
+                Ok(cmd!(
+                    sh,
+                    "cargo clippy --workspace --all-targets --quiet -- -D warnings"
+                )
+                .run()?)
+            })?;
+            phases.time("build", || {
+                Ok(cmd!(sh, "cargo test --workspace --no-run --quiet").run()?)
+            })?;
+        }
+    }
     // Everything but the real tier, whose tests skip here (they say so) without the cluster.
     phases.time("tests", || {
         let _real = sh.push_env("GITOPS_LOOP_REAL", "0");
@@ -164,6 +186,32 @@ fn run_phases(phases: &mut Phases, real_asked: bool, extra: &[String]) -> Result
     })?;
     println!("test: ran {REAL_TESTS}");
     Ok(())
+}
+
+/// The environment that makes a build lint as `cargo clippy --workspace --all-targets -- -D
+/// warnings` does, when the toolchain's clippy-driver sits beside the cargo running this
+/// (`$CARGO`): cargo runs the workspace's own crates through `RUSTC_WORKSPACE_WRAPPER`
+/// (dependencies stay plain rustc), and clippy-driver reads its arguments from `CLIPPY_ARGS`,
+/// separated by `__CLIPPY_HACKERY__` — which is how `cargo clippy` itself drives it.
+fn lint_while_building() -> Option<[(&'static str, String); 2]> {
+    let cargo = std::path::PathBuf::from(std::env::var_os("CARGO")?);
+    let driver = cargo.with_file_name(format!("clippy-driver{}", std::env::consts::EXE_SUFFIX));
+    driver.is_file().then(|| {
+        [
+            (
+                "RUSTC_WORKSPACE_WRAPPER",
+                driver.to_string_lossy().into_owned(),
+            ),
+            ("CLIPPY_ARGS", clippy_args(&["-D", "warnings"])),
+        ]
+    })
+}
+
+/// `CLIPPY_ARGS` as cargo-clippy writes it: each argument followed by the separator.
+fn clippy_args(args: &[&str]) -> String {
+    args.iter()
+        .map(|a| format!("{a}__CLIPPY_HACKERY__"))
+        .collect()
 }
 
 /// The test binary that runs in a lane of its own: the recorded stories, each on a ground
@@ -305,6 +353,58 @@ mod tests {
             Some(std::path::PathBuf::from("/t/debug/deps/demo-1"))
         );
         assert_eq!(executable_of(&lines, "check_cases"), None);
+    }
+
+    #[test]
+    fn the_build_lints_with_the_arguments_cargo_clippy_would_pass() {
+        assert_eq!(
+            clippy_args(&["-D", "warnings"]),
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+        );
+    }
+
+    /// The wrapper's environment makes a warning a build failure, as `cargo clippy -- -D
+    /// warnings` does (clippy-driver run as cargo runs a workspace wrapper: rustc's path first).
+    #[test]
+    fn a_build_through_the_wrapper_fails_on_a_clippy_warning() {
+        let Some(lint) = lint_while_building() else {
+            panic!(
+                "no clippy-driver beside $CARGO: the test command would lint in a phase of its own"
+            );
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("lib.rs");
+        // `needless_return`: a style lint, a warning unless -D warnings.
+        std::fs::write(&source, "pub fn one() -> u8 {\n    return 1;\n}\n").unwrap();
+        let build = |args: Option<&str>| {
+            let mut command = std::process::Command::new(&lint[0].1);
+            command
+                .args([
+                    "rustc",
+                    "--edition",
+                    "2024",
+                    "--crate-type",
+                    "lib",
+                    "--emit=metadata",
+                ])
+                .arg("--out-dir")
+                .arg(dir.path())
+                .arg(&source)
+                .env_remove("CLIPPY_ARGS");
+            if let Some(args) = args {
+                command.env("CLIPPY_ARGS", args);
+            }
+            command.output().unwrap()
+        };
+        let warned = build(None);
+        assert!(warned.status.success());
+        assert!(String::from_utf8_lossy(&warned.stderr).contains("needless_return"));
+        let denied = build(Some(&lint[1].1));
+        assert!(
+            !denied.status.success(),
+            "-D warnings through CLIPPY_ARGS fails the build"
+        );
+        assert!(String::from_utf8_lossy(&denied.stderr).contains("implied by `-D warnings`"));
     }
 
     #[test]
