@@ -14,7 +14,7 @@ use super::applier::Rewrite;
 use super::classify::Handoff;
 use crate::gate::report;
 use crate::model::{Refusal as ModelRefusal, Reply};
-use crate::render::HelmFailure;
+use crate::render::{HelmFailure, HelmRunError};
 use crate::render::source::HelmJob;
 
 mod harness;
@@ -104,13 +104,13 @@ pub type Step = super::repair::Step<Prepared>;
 
 /// Decides the migration from the plan and the model's replies so far (one per migration, in
 /// order). `render` runs the real helm on a job with the proposed values files substituted
-/// (its error is the renderer's message, `render::run_helm`'s, of which the harness quotes
-/// the first line).
+/// (its error is the renderer's, `render::run_helm`'s, of which the harness quotes the first
+/// line).
 pub fn decide(
     migrations: &[Migration],
     model_configured: bool,
     replies: &[Result<Reply, ModelRefusal>],
-    render: &dyn Fn(&HelmJob) -> Result<(), String>,
+    render: &dyn Fn(&HelmJob) -> Result<(), HelmRunError>,
 ) -> Step {
     let open = migrations
         .iter()
@@ -213,7 +213,8 @@ pub fn decide(
                     detail: format!(
                         "{}: helm does not render the chart with it ({})",
                         failure.application,
-                        e.lines()
+                        e.to_string()
+                            .lines()
                             .next()
                             .unwrap_or("")
                             .chars()
