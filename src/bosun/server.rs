@@ -279,6 +279,60 @@ pub struct Server {
 
 type Shared = Arc<Server>;
 
+/// The run of a triage that ended in an error: dropped (nothing to triage, now or later) or
+/// failed (it may be tried again).
+fn failed_run(slug: &RepoSlug, number: u64, e: super::runner::TriageError) -> Run {
+    // A definite answer: nothing to triage, now or later.
+    let dropped = matches!(
+        e,
+        super::runner::TriageError::UnknownRepository(_)
+            | super::runner::TriageError::NoSuchPullRequest { .. }
+    );
+    if dropped {
+        tracing::warn!(repository = %slug, pr = number, "delivery dropped: {e}");
+    } else {
+        tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
+    }
+    Run {
+        repository: slug.to_string(),
+        pull_request: number,
+        path: if dropped {
+            RunPath::Dropped
+        } else {
+            RunPath::Error
+        },
+        lines: vec![format!(
+            "{}: {e}",
+            if dropped {
+                "delivery dropped"
+            } else {
+                "triage failed"
+            }
+        )],
+        ..Run::default()
+    }
+}
+
+/// A triage that judged its pull request: its failures forgotten, the last head (the one
+/// Bosun pushed, if any) followed and seen. Returns what the journal follows: (head, since).
+fn track_judged(jobs: &mut Jobs, run: &Run, key: &(String, u64), now: u64) -> (String, u64) {
+    jobs.failures.remove(key);
+    let last_head = run.pushed.last().unwrap_or(&run.head).clone();
+    let track = jobs
+        .tracked
+        .entry(key.clone())
+        .or_insert_with(|| Track::new(&last_head, now));
+    if track.seen_head != last_head {
+        track.seen_head = last_head.clone();
+        track.since = now;
+    }
+    track.head = last_head.clone();
+    let since = track.since;
+    // A head Bosun itself produced and judged is not a new delivery.
+    jobs.seen.insert((key.0.clone(), key.1, last_head.clone()));
+    (last_head, since)
+}
+
 fn lock(server: &Server) -> MutexGuard<'_, Jobs> {
     server
         .jobs
@@ -587,37 +641,7 @@ impl Server {
         let started = std::time::Instant::now();
         let run = match self.bosun.triage(slug, number).await {
             Ok(run) => run,
-            Err(e) => {
-                // A definite answer: nothing to triage, now or later.
-                let dropped = matches!(
-                    e,
-                    super::runner::TriageError::UnknownRepository(_)
-                        | super::runner::TriageError::NoSuchPullRequest { .. }
-                );
-                if dropped {
-                    tracing::warn!(repository = %slug, pr = number, "delivery dropped: {e}");
-                } else {
-                    tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
-                }
-                Run {
-                    repository: slug.to_string(),
-                    pull_request: number,
-                    path: if dropped {
-                        RunPath::Dropped
-                    } else {
-                        RunPath::Error
-                    },
-                    lines: vec![format!(
-                        "{}: {e}",
-                        if dropped {
-                            "delivery dropped"
-                        } else {
-                            "triage failed"
-                        }
-                    )],
-                    ..Run::default()
-                }
-            }
+            Err(e) => failed_run(slug, number, e),
         };
         self.metrics
             .duration
@@ -644,68 +668,14 @@ impl Server {
         let tracked = match run.path {
             // A failed triage (the forge or git failing) may be delivered again; it stays in
             // the journal (a restart replays it) and is followed, so the poller tries again.
-            RunPath::Error => {
-                jobs.seen
-                    .remove(&(repository.clone(), number, delivered_head.clone()));
-                let track = jobs
-                    .tracked
-                    .entry(key.clone())
-                    .or_insert_with(|| Track::new("", now));
-                track.head = String::new();
-                let since = track.since;
-                let failures = record_failure(&mut jobs, &key, &delivered_head);
-                if failures <= RETRIES_AFTER_FAILURE {
-                    let delay = retry_delay(failures);
-                    jobs.retrying += 1;
-                    let server = self.clone();
-                    let slug = slug.clone();
-                    let key = key.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let mut jobs = lock(&server);
-                        jobs.retrying -= 1;
-                        // Decided and queued under one lock: nothing can slip in between.
-                        if retry_stands(&jobs, &key, failures) {
-                            tracing::info!(repository = %slug, pr = number, "trying a failed triage again");
-                            match server.enqueue_locked(jobs, &slug, number, &delivered_head) {
-                                Enqueued::Accepted | Enqueued::Duplicate => {}
-                                Enqueued::Full => tracing::warn!(
-                                    "cannot queue {slug}#{number} again: the queue is full; the poller or a new delivery will"
-                                ),
-                                Enqueued::Quarantined => {}
-                                Enqueued::NotRecorded(e) => {
-                                    tracing::warn!("cannot queue {slug}#{number} again: {e}")
-                                }
-                            }
-                        }
-                    });
-                }
-                Some((String::new(), since))
-            }
+            RunPath::Error => Some(self.track_failed(&mut jobs, slug, number, delivered_head, now)),
             // Nothing more arrives for a closed pull request, nor for one the forge does not
             // have or a repository Bosun does not serve: forget its deliveries.
             RunPath::Closed | RunPath::Dropped => {
                 self.forget(&mut jobs, &repository, number);
                 None
             }
-            _ => {
-                jobs.failures.remove(&key);
-                let last_head = run.pushed.last().unwrap_or(&run.head).clone();
-                let track = jobs
-                    .tracked
-                    .entry(key.clone())
-                    .or_insert_with(|| Track::new(&last_head, now));
-                if track.seen_head != last_head {
-                    track.seen_head = last_head.clone();
-                    track.since = now;
-                }
-                track.head = last_head.clone();
-                let since = track.since;
-                // A head Bosun itself produced and judged is not a new delivery.
-                jobs.seen
-                    .insert((repository.clone(), number, last_head.clone()));
-                Some((last_head, since))
-            }
+            _ => Some(track_judged(&mut jobs, &run, &key, now)),
         };
         // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
         // Decided and removed under the lock `enqueue` journals under: no delivery accepted in
@@ -727,7 +697,7 @@ impl Server {
             && let Err(e) = self.journal.put(
                 journal::Kind::Tracked,
                 &journal::Entry {
-                    repository: repository.clone(),
+                    repository,
                     pull_request: number,
                     head,
                     since,
@@ -737,6 +707,61 @@ impl Server {
         {
             tracing::warn!("journal: {e}");
         }
+    }
+
+    /// A failed triage: its delivery may come again, the pull request is followed with no
+    /// head judged, and while the failures in a row allow, the triage is queued again after a
+    /// delay. Returns what the journal follows: (head, since).
+    fn track_failed(
+        self: &Arc<Self>,
+        jobs: &mut Jobs,
+        slug: &RepoSlug,
+        number: u64,
+        delivered_head: String,
+        now: u64,
+    ) -> (String, u64) {
+        let key = (slug.to_string(), number);
+        jobs.seen
+            .remove(&(key.0.clone(), number, delivered_head.clone()));
+        let track = jobs
+            .tracked
+            .entry(key.clone())
+            .or_insert_with(|| Track::new("", now));
+        track.head = String::new();
+        let since = track.since;
+        let failures = record_failure(jobs, &key, &delivered_head);
+        if failures <= RETRIES_AFTER_FAILURE {
+            jobs.retrying += 1;
+            self.retry_later(slug.clone(), number, delivered_head, failures);
+        }
+        (String::new(), since)
+    }
+
+    /// Queues a failed triage again after the delay its `failures` in a row earn, unless
+    /// something else came first (see `retry_stands`).
+    fn retry_later(self: &Arc<Self>, slug: RepoSlug, number: u64, head: String, failures: u32) {
+        let delay = retry_delay(failures);
+        let server = self.clone();
+        let key = (slug.to_string(), number);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut jobs = lock(&server);
+            jobs.retrying -= 1;
+            // Decided and queued under one lock: nothing can slip in between.
+            if retry_stands(&jobs, &key, failures) {
+                tracing::info!(repository = %slug, pr = number, "trying a failed triage again");
+                match server.enqueue_locked(jobs, &slug, number, &head) {
+                    Enqueued::Accepted | Enqueued::Duplicate => {}
+                    Enqueued::Full => tracing::warn!(
+                        "cannot queue {slug}#{number} again: the queue is full; the poller or a new delivery will"
+                    ),
+                    Enqueued::Quarantined => {}
+                    Enqueued::NotRecorded(e) => {
+                        tracing::warn!("cannot queue {slug}#{number} again: {e}")
+                    }
+                }
+            }
+        });
     }
 
     fn count(&self, result: &'static str) {
