@@ -382,13 +382,31 @@ impl Server {
             journal,
             wake: Notify::new(),
         });
+        server.restore()?;
+        server.spawn_worker();
+        let mut router = Router::new()
+            .route("/intake", post(intake))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/metrics", get(metrics))
+            .route("/jobs", get(jobs));
+        if server.gitlab_token.is_some() {
+            router = router.route(gitlab::ROUTE, post(gitlab::webhook));
+        }
+        let router = router.with_state(server.clone());
+        Ok((server, router))
+    }
+
+    /// What an earlier process journaled: its crashed attempts (quarantined past the limit),
+    /// the pull requests it tracked and quarantined (announced where it did not), and the
+    /// deliveries it accepted, replayed (those a process died in last).
+    fn restore(self: &Arc<Self>) -> std::io::Result<()> {
         let now = unix_now();
-        for attempt in server.journal.load(journal::Kind::Attempt)? {
+        for attempt in self.journal.load(journal::Kind::Attempt)? {
             if attempt.attempts >= journal::CRASHES_BEFORE_QUARANTINE {
-                server.quarantine(&attempt)?;
+                self.quarantine(&attempt)?;
             }
         }
-        let suspects: HashSet<(String, u64, String)> = server
+        let suspects: HashSet<(String, u64, String)> = self
             .journal
             .load(journal::Kind::Attempt)?
             .into_iter()
@@ -396,9 +414,9 @@ impl Server {
             .collect();
         let mut unannounced = Vec::new();
         {
-            let tracked = server.journal.load(journal::Kind::Tracked)?;
-            let quarantined = server.journal.load(journal::Kind::Quarantined)?;
-            let mut jobs = lock(&server);
+            let tracked = self.journal.load(journal::Kind::Tracked)?;
+            let quarantined = self.journal.load(journal::Kind::Quarantined)?;
+            let mut jobs = lock(self);
             for entry in tracked {
                 let since = if entry.since == 0 { now } else { entry.since };
                 let mut track = Track::new(&entry.head, since);
@@ -413,7 +431,7 @@ impl Server {
                     "quarantined: the triage of {} stopped Bosun {} times; not replayed (delete {} to release it)",
                     entry.head,
                     entry.attempts,
-                    server
+                    self
                         .journal
                         .file(journal::Kind::Quarantined, &entry.repository, entry.pull_request)
                         .display()
@@ -428,7 +446,7 @@ impl Server {
             }
         }
         // Deliveries a process died in go last: every other delivery is triaged first.
-        let (mut replay, suspect): (Vec<_>, Vec<_>) = server
+        let (mut replay, suspect): (Vec<_>, Vec<_>) = self
             .journal
             .load(journal::Kind::Pending)?
             .into_iter()
@@ -437,61 +455,31 @@ impl Server {
             });
         replay.extend(suspect);
         for entry in replay {
-            match server.slug_of(&entry.repository) {
+            match self.slug_of(&entry.repository) {
                 Ok(slug) => {
                     tracing::info!(repository = %slug, pr = entry.pull_request, "replaying an accepted delivery");
-                    server.enqueue(&slug, entry.pull_request, &entry.head);
+                    self.enqueue(&slug, entry.pull_request, &entry.head);
                 }
                 Err(e) => tracing::warn!("journal entry {entry:?}: {e}"),
             }
         }
         if !unannounced.is_empty() {
-            let announcer = server.clone();
+            let announcer = self.clone();
             tokio::spawn(async move {
                 for entry in unannounced {
                     announcer.announce_quarantine(entry).await;
                 }
             });
         }
-        let worker = server.clone();
+        Ok(())
+    }
+
+    /// The worker: one triage at a time, in the queue's order, woken when the queue was empty.
+    fn spawn_worker(self: &Arc<Self>) {
+        let worker = self.clone();
         tokio::spawn(async move {
             loop {
-                let next = {
-                    let mut jobs = lock(&worker);
-                    let next = jobs.queue.pop_front();
-                    if let Some(key) = &next {
-                        let head = jobs.heads.remove(key).unwrap_or_default();
-                        // The attempt is on disk before the triage starts (and before /jobs
-                        // says it runs): a process that dies in it leaves it behind.
-                        let before = worker
-                            .journal
-                            .get(journal::Kind::Attempt, &key.0, key.1)
-                            .filter(|a| a.head == head)
-                            .map_or(0, |a| a.attempts);
-                        if let Err(e) = worker.journal.put(
-                            journal::Kind::Attempt,
-                            &journal::Entry {
-                                repository: key.0.clone(),
-                                pull_request: key.1,
-                                head: head.clone(),
-                                attempts: before + 1,
-                                ..journal::Entry::default()
-                            },
-                        ) {
-                            tracing::error!(
-                                "cannot journal the attempt on {}#{}: {e}",
-                                key.0,
-                                key.1
-                            );
-                        }
-                        jobs.running = Some(key.clone());
-                        jobs.running_attempt = Some((head.clone(), before));
-                        Some((key.clone(), head))
-                    } else {
-                        None
-                    }
-                };
-                let Some(((repository, number), delivered_head)) = next else {
+                let Some(((repository, number), delivered_head)) = worker.next_job() else {
                     worker.wake.notified().await;
                     continue;
                 };
@@ -501,16 +489,35 @@ impl Server {
                 Server::work(&worker, &slug, number, delivered_head).await;
             }
         });
-        let mut router = Router::new()
-            .route("/intake", post(intake))
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/metrics", get(metrics))
-            .route("/jobs", get(jobs));
-        if server.gitlab_token.is_some() {
-            router = router.route(gitlab::ROUTE, post(gitlab::webhook));
+    }
+
+    /// The next queued pull request and the head delivered for it, marked running, its
+    /// attempt on disk before the triage starts (and before /jobs says it runs): a process
+    /// that dies in it leaves it behind.
+    fn next_job(&self) -> Option<((String, u64), String)> {
+        let mut jobs = lock(self);
+        let key = jobs.queue.pop_front()?;
+        let head = jobs.heads.remove(&key).unwrap_or_default();
+        let before = self
+            .journal
+            .get(journal::Kind::Attempt, &key.0, key.1)
+            .filter(|a| a.head == head)
+            .map_or(0, |a| a.attempts);
+        if let Err(e) = self.journal.put(
+            journal::Kind::Attempt,
+            &journal::Entry {
+                repository: key.0.clone(),
+                pull_request: key.1,
+                head: head.clone(),
+                attempts: before + 1,
+                ..journal::Entry::default()
+            },
+        ) {
+            tracing::error!("cannot journal the attempt on {}#{}: {e}", key.0, key.1);
         }
-        let router = router.with_state(server.clone());
-        Ok((server, router))
+        jobs.running = Some(key.clone());
+        jobs.running_attempt = Some((head.clone(), before));
+        Some((key, head))
     }
 
     /// Sets a delivery aside for good: journaled as quarantined, its pending entry and its
