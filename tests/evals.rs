@@ -793,7 +793,7 @@ fn migration_evals() {
 
     let cache = tempfile::tempdir().unwrap();
     let render_config = config(&common::sample_dir().join("repo"), cache.path());
-    let render = |job: &HelmJob| -> Result<(), String> {
+    let render = |job: &HelmJob| -> Result<(), gitops_loop::render::HelmRunError> {
         gitops_loop::render::run_helm(&render_config, job).map(|_| ())
     };
     let root = common::project_root().join("evals/values-migration");
@@ -850,7 +850,9 @@ fn migration_evals() {
             skip_schema_validation: false,
         };
         // The case as a triage meets it: helm refuses the original values.
-        let refused = render(&job).expect_err("the chart refuses the original values");
+        let refused = render(&job)
+            .expect_err("the chart refuses the original values")
+            .to_string();
         let m = Migration {
             chart: case_name.clone(),
             error: refused.clone(),

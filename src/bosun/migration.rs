@@ -12,10 +12,11 @@ use serde_json::Value;
 
 use super::applier::Rewrite;
 use super::classify::Handoff;
+use super::repair::Refusal;
 use crate::gate::report;
 use crate::model::{Refusal as ModelRefusal, Reply};
-use crate::render::HelmFailure;
 use crate::render::source::HelmJob;
+use crate::render::{HelmFailure, HelmRunError};
 
 mod harness;
 mod key_edits;
@@ -104,49 +105,63 @@ pub type Step = super::repair::Step<Prepared>;
 
 /// Decides the migration from the plan and the model's replies so far (one per migration, in
 /// order). `render` runs the real helm on a job with the proposed values files substituted
-/// (its error is the renderer's message, `render::run_helm`'s, of which the harness quotes
-/// the first line).
+/// (its error is the renderer's, `render::run_helm`'s, of which the harness quotes the first
+/// line).
 pub fn decide(
     migrations: &[Migration],
     model_configured: bool,
     replies: &[Result<Reply, ModelRefusal>],
-    render: &dyn Fn(&HelmJob) -> Result<(), String>,
+    render: &dyn Fn(&HelmJob) -> Result<(), HelmRunError>,
 ) -> Step {
-    let open = migrations
-        .iter()
-        .map(Migration::open)
-        .collect::<Vec<_>>()
-        .join(", ");
+    if let Some(refusal) = precheck(migrations, model_configured) {
+        return Step::Done(Err(refusal));
+    }
+    let mut prepared = Prepared {
+        rewrites: Vec::new(),
+        lines: Vec::new(),
+    };
+    for (index, m) in migrations.iter().enumerate() {
+        let Some(reply) = replies.get(index) else {
+            return Step::Ask(migrations[index..].iter().map(|m| m.request().0).collect());
+        };
+        if let Err(refusal) = migrate(m, reply, render, &mut prepared) {
+            return Step::Done(Err(refusal));
+        }
+    }
+    Step::Done(Ok(prepared))
+}
+
+/// What refuses before any model call: a required key nothing supplies (for the first chart
+/// with one), then no model configured.
+fn precheck(migrations: &[Migration], model_configured: bool) -> Option<Refusal> {
     for m in migrations {
         let missing = unsuppliable(m);
         if !missing.is_empty() {
-            return Step::Done(Err((
+            let missing = missing
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Some((
                 Handoff {
                     open: m.open(),
-                    choice: format!(
-                        "what to set for {}",
-                        missing
-                            .iter()
-                            .map(String::as_str)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
+                    choice: format!("what to set for {missing}"),
                     fact: format!(
-                        "{} requires {} and nothing supplies a value (no default, not in its values.yaml, not in the old values), so no model was asked",
+                        "{} requires {missing} and nothing supplies a value (no default, not in its values.yaml, not in the old values), so no model was asked",
                         m.chart,
-                        missing
-                            .iter()
-                            .map(String::as_str)
-                            .collect::<Vec<_>>()
-                            .join(", ")
                     ),
                 },
                 vec![],
-            )));
+            ));
         }
     }
     if !model_configured {
-        return Step::Done(Err((
+        let open = migrations
+            .iter()
+            .map(Migration::open)
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Some((
             handoff(
                 open,
                 format!(
@@ -158,146 +173,179 @@ pub fn decide(
                 ),
             ),
             vec![],
-        )));
+        ));
     }
-    let mut rewrites = Vec::new();
-    let mut lines = Vec::new();
-    for (index, m) in migrations.iter().enumerate() {
-        let (_, held) = m.request();
-        let Some(reply) = replies.get(index) else {
-            return Step::Ask(migrations[index..].iter().map(|m| m.request().0).collect());
-        };
-        let refused = |fact: String, details: Vec<String>| {
-            Step::Done(Err((handoff(m.open(), fact), details)))
-        };
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(refusal) => {
-                return refused(
-                    format!(
-                        "the model's values migration for {} was refused ({refusal}); nothing was pushed",
-                        m.chart
-                    ),
-                    vec![],
-                );
-            }
-        };
-        let harness = check_reply(m, &reply.value, &held, &[]).and_then(|accepted| {
-            let mut written = Vec::new();
-            for a in &accepted {
-                let Some(file) = m.files.iter().find(|f| f.path == a.path) else {
-                    continue;
-                };
-                if a.values == file.value {
-                    continue;
-                }
-                written.push(Rewrite {
-                    path: a.path.clone(),
-                    before: file.text.clone(),
-                    after: rewrite(&a.path, &file.text, &file.value, &a.values)?,
-                });
-            }
-            // (d) The real helm renders the new chart with the bytes that would land.
-            for failure in &m.failures {
-                let mut job = failure.job.clone();
-                for input in &mut job.values {
-                    if let Some(place) = &input.file
-                        && let Some(file) = m.files.iter().find(|f| &f.place == place)
-                        && let Some(w) = written.iter().find(|w| w.path == file.path)
-                    {
-                        input.content = w.after.clone().into_bytes();
-                    }
-                }
-                render(&job).map_err(|e| Refused {
-                    rule: rule::RENDERS,
-                    detail: format!(
-                        "{}: helm does not render the chart with it ({})",
-                        failure.application,
-                        e.lines()
-                            .next()
-                            .unwrap_or("")
-                            .chars()
-                            .take(200)
-                            .collect::<String>()
-                    ),
-                })?;
-            }
-            Ok((accepted, written))
-        });
-        let (accepted, written) = match harness {
-            Ok(done) => done,
-            Err(refused_by) => {
-                return refused(
-                    format!(
-                        "the harness refused the model's values migration for {} (rule {}); nothing was pushed",
-                        m.chart, refused_by.rule
-                    ),
-                    vec![format!("the proposal was refused by {refused_by}")],
-                );
-            }
-        };
-        if written.is_empty() {
-            return refused(
+    None
+}
+
+/// One chart's migration from the model's reply: the harness's verdict, the rewrites added to
+/// `prepared` (a file two charts' migrations rewrite is refused) and the comment's lines.
+fn migrate(
+    m: &Migration,
+    reply: &Result<Reply, ModelRefusal>,
+    render: &dyn Fn(&HelmJob) -> Result<(), HelmRunError>,
+    prepared: &mut Prepared,
+) -> Result<(), Refusal> {
+    let (_, held) = m.request();
+    let refused = |fact: String, details: Vec<String>| (handoff(m.open(), fact), details);
+    let reply = reply.as_ref().map_err(|refusal| {
+        refused(
+            format!(
+                "the model's values migration for {} was refused ({refusal}); nothing was pushed",
+                m.chart
+            ),
+            vec![],
+        )
+    })?;
+    let (accepted, written) = check_and_write(m, &reply.value, &held, render).map_err(|by| {
+        refused(
+            format!(
+                "the harness refused the model's values migration for {} (rule {}); nothing was pushed",
+                m.chart, by.rule
+            ),
+            vec![format!("the proposal was refused by {by}")],
+        )
+    })?;
+    if written.is_empty() {
+        return Err(refused(
+            format!(
+                "the model's values migration for {} changes nothing, and the chart refuses the values as they are",
+                m.chart
+            ),
+            vec![],
+        ));
+    }
+    for w in written {
+        if prepared.rewrites.iter().any(|r| r.path == w.path) {
+            return Err(refused(
                 format!(
-                    "the model's values migration for {} changes nothing, and the chart refuses the values as they are",
-                    m.chart
+                    "{} is layered by two charts' migrations; a person decides",
+                    w.path
                 ),
                 vec![],
-            );
+            ));
         }
-        for w in written {
-            if rewrites.iter().any(|r: &Rewrite| r.path == w.path) {
-                return refused(
-                    format!(
-                        "{} is layered by two charts' migrations; a person decides",
-                        w.path
-                    ),
-                    vec![],
-                );
-            }
-            rewrites.push(w);
-        }
-        // A sensitive value is named, never shown (the comment and the commit message are
-        // read by more people than the file).
-        let shown = |path: &str, value: &Value| {
-            if path.split('.').any(|k| m.redaction.key(k)) || held.shows_held(value) {
-                "(a sensitive value, not shown)".to_string()
-            } else {
-                report::text(&short(value))
-            }
+        prepared.rewrites.push(w);
+    }
+    prepared.lines.extend(comment_lines(m, &held, &accepted));
+    Ok(())
+}
+
+/// The harness on a reply: its rules (`check_reply`), the files rewritten on their own lines,
+/// and (d) the real helm rendering the new chart with the bytes that would land.
+fn check_and_write(
+    m: &Migration,
+    reply: &Value,
+    held: &crate::model::Held,
+    render: &dyn Fn(&HelmJob) -> Result<(), HelmRunError>,
+) -> Result<(Vec<AcceptedFile>, Vec<Rewrite>), Refused> {
+    let accepted = check_reply(m, reply, held, &[])?;
+    let written = rewrites(m, &accepted)?;
+    renders(m, &written, render)?;
+    Ok((accepted, written))
+}
+
+/// The rewrite of each file the accepted proposal changes.
+fn rewrites(m: &Migration, accepted: &[AcceptedFile]) -> Result<Vec<Rewrite>, Refused> {
+    let mut written = Vec::new();
+    for a in accepted {
+        let Some(file) = m.files.iter().find(|f| f.path == a.path) else {
+            continue;
         };
-        for a in &accepted {
-            let mut parts = Vec::new();
-            for (from, to, value) in &a.moved {
-                parts.push(format!(
-                    "moved {} = {} to {}",
-                    report::code(from),
-                    shown(from, value),
-                    report::code(to)
-                ));
+        if a.values == file.value {
+            continue;
+        }
+        written.push(Rewrite {
+            path: a.path.clone(),
+            before: file.text.clone(),
+            after: rewrite(&a.path, &file.text, &file.value, &a.values)?,
+        });
+    }
+    Ok(written)
+}
+
+/// The rule `renders`: every failing run of the chart, its values files as `written` leaves
+/// them, renders.
+fn renders(
+    m: &Migration,
+    written: &[Rewrite],
+    render: &dyn Fn(&HelmJob) -> Result<(), HelmRunError>,
+) -> Result<(), Refused> {
+    for failure in &m.failures {
+        let mut job = failure.job.clone();
+        for input in &mut job.values {
+            if let Some(place) = &input.file
+                && let Some(file) = m.files.iter().find(|f| &f.place == place)
+                && let Some(w) = written.iter().find(|w| w.path == file.path)
+            {
+                input.content = w.after.clone().into_bytes();
             }
-            for (path, value) in &a.dropped {
-                parts.push(format!(
-                    "removed {} = {} (the new chart has no setting for it)",
-                    report::code(path),
-                    shown(path, value)
-                ));
-            }
-            for (path, value) in &a.set {
-                parts.push(format!(
-                    "set {} = {} (from the new chart)",
-                    report::code(path),
-                    shown(path, value)
-                ));
-            }
-            if !parts.is_empty() {
-                let mut line = String::new();
-                let _ = write!(line, "{}: {}", report::code(&a.path), parts.join("; "));
-                lines.push(line);
-            }
+        }
+        render(&job).map_err(|e| Refused {
+            rule: rule::RENDERS,
+            detail: format!(
+                "{}: helm does not render the chart with it ({})",
+                failure.application,
+                e.to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
+        })?;
+    }
+    Ok(())
+}
+
+/// The comment's line for each accepted file that changes: what moved, was removed or set. A
+/// sensitive value is named, never shown (the comment and the commit message are read by more
+/// people than the file).
+fn comment_lines(
+    m: &Migration,
+    held: &crate::model::Held,
+    accepted: &[AcceptedFile],
+) -> Vec<String> {
+    let shown = |path: &str, value: &Value| {
+        if path.split('.').any(|k| m.redaction.key(k)) || held.shows_held(value) {
+            "(a sensitive value, not shown)".to_string()
+        } else {
+            report::text(&short(value))
+        }
+    };
+    let mut lines = Vec::new();
+    for a in accepted {
+        let mut parts = Vec::new();
+        for (from, to, value) in &a.moved {
+            parts.push(format!(
+                "moved {} = {} to {}",
+                report::code(from),
+                shown(from, value),
+                report::code(to)
+            ));
+        }
+        for (path, value) in &a.dropped {
+            parts.push(format!(
+                "removed {} = {} (the new chart has no setting for it)",
+                report::code(path),
+                shown(path, value)
+            ));
+        }
+        for (path, value) in &a.set {
+            parts.push(format!(
+                "set {} = {} (from the new chart)",
+                report::code(path),
+                shown(path, value)
+            ));
+        }
+        if !parts.is_empty() {
+            let mut line = String::new();
+            let _ = write!(line, "{}: {}", report::code(&a.path), parts.join("; "));
+            lines.push(line);
         }
     }
-    Step::Done(Ok(Prepared { rewrites, lines }))
+    lines
 }
 
 #[cfg(test)]

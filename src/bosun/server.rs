@@ -279,6 +279,60 @@ pub struct Server {
 
 type Shared = Arc<Server>;
 
+/// The run of a triage that ended in an error: dropped (nothing to triage, now or later) or
+/// failed (it may be tried again).
+fn failed_run(slug: &RepoSlug, number: u64, e: super::runner::TriageError) -> Run {
+    // A definite answer: nothing to triage, now or later.
+    let dropped = matches!(
+        e,
+        super::runner::TriageError::UnknownRepository(_)
+            | super::runner::TriageError::NoSuchPullRequest { .. }
+    );
+    if dropped {
+        tracing::warn!(repository = %slug, pr = number, "delivery dropped: {e}");
+    } else {
+        tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
+    }
+    Run {
+        repository: slug.to_string(),
+        pull_request: number,
+        path: if dropped {
+            RunPath::Dropped
+        } else {
+            RunPath::Error
+        },
+        lines: vec![format!(
+            "{}: {e}",
+            if dropped {
+                "delivery dropped"
+            } else {
+                "triage failed"
+            }
+        )],
+        ..Run::default()
+    }
+}
+
+/// A triage that judged its pull request: its failures forgotten, the last head (the one
+/// Bosun pushed, if any) followed and seen. Returns what the journal follows: (head, since).
+fn track_judged(jobs: &mut Jobs, run: &Run, key: &(String, u64), now: u64) -> (String, u64) {
+    jobs.failures.remove(key);
+    let last_head = run.pushed.last().unwrap_or(&run.head).clone();
+    let track = jobs
+        .tracked
+        .entry(key.clone())
+        .or_insert_with(|| Track::new(&last_head, now));
+    if track.seen_head != last_head {
+        track.seen_head = last_head.clone();
+        track.since = now;
+    }
+    track.head = last_head.clone();
+    let since = track.since;
+    // A head Bosun itself produced and judged is not a new delivery.
+    jobs.seen.insert((key.0.clone(), key.1, last_head.clone()));
+    (last_head, since)
+}
+
 fn lock(server: &Server) -> MutexGuard<'_, Jobs> {
     server
         .jobs
@@ -328,13 +382,31 @@ impl Server {
             journal,
             wake: Notify::new(),
         });
+        server.restore()?;
+        server.spawn_worker();
+        let mut router = Router::new()
+            .route("/intake", post(intake))
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/metrics", get(metrics))
+            .route("/jobs", get(jobs));
+        if server.gitlab_token.is_some() {
+            router = router.route(gitlab::ROUTE, post(gitlab::webhook));
+        }
+        let router = router.with_state(server.clone());
+        Ok((server, router))
+    }
+
+    /// What an earlier process journaled: its crashed attempts (quarantined past the limit),
+    /// the pull requests it tracked and quarantined (announced where it did not), and the
+    /// deliveries it accepted, replayed (those a process died in last).
+    fn restore(self: &Arc<Self>) -> std::io::Result<()> {
         let now = unix_now();
-        for attempt in server.journal.load(journal::Kind::Attempt)? {
+        for attempt in self.journal.load(journal::Kind::Attempt)? {
             if attempt.attempts >= journal::CRASHES_BEFORE_QUARANTINE {
-                server.quarantine(&attempt)?;
+                self.quarantine(&attempt)?;
             }
         }
-        let suspects: HashSet<(String, u64, String)> = server
+        let suspects: HashSet<(String, u64, String)> = self
             .journal
             .load(journal::Kind::Attempt)?
             .into_iter()
@@ -342,9 +414,9 @@ impl Server {
             .collect();
         let mut unannounced = Vec::new();
         {
-            let tracked = server.journal.load(journal::Kind::Tracked)?;
-            let quarantined = server.journal.load(journal::Kind::Quarantined)?;
-            let mut jobs = lock(&server);
+            let tracked = self.journal.load(journal::Kind::Tracked)?;
+            let quarantined = self.journal.load(journal::Kind::Quarantined)?;
+            let mut jobs = lock(self);
             for entry in tracked {
                 let since = if entry.since == 0 { now } else { entry.since };
                 let mut track = Track::new(&entry.head, since);
@@ -359,7 +431,7 @@ impl Server {
                     "quarantined: the triage of {} stopped Bosun {} times; not replayed (delete {} to release it)",
                     entry.head,
                     entry.attempts,
-                    server
+                    self
                         .journal
                         .file(journal::Kind::Quarantined, &entry.repository, entry.pull_request)
                         .display()
@@ -374,7 +446,7 @@ impl Server {
             }
         }
         // Deliveries a process died in go last: every other delivery is triaged first.
-        let (mut replay, suspect): (Vec<_>, Vec<_>) = server
+        let (mut replay, suspect): (Vec<_>, Vec<_>) = self
             .journal
             .load(journal::Kind::Pending)?
             .into_iter()
@@ -383,61 +455,31 @@ impl Server {
             });
         replay.extend(suspect);
         for entry in replay {
-            match server.slug_of(&entry.repository) {
+            match self.slug_of(&entry.repository) {
                 Ok(slug) => {
                     tracing::info!(repository = %slug, pr = entry.pull_request, "replaying an accepted delivery");
-                    server.enqueue(&slug, entry.pull_request, &entry.head);
+                    self.enqueue(&slug, entry.pull_request, &entry.head);
                 }
                 Err(e) => tracing::warn!("journal entry {entry:?}: {e}"),
             }
         }
         if !unannounced.is_empty() {
-            let announcer = server.clone();
+            let announcer = self.clone();
             tokio::spawn(async move {
                 for entry in unannounced {
                     announcer.announce_quarantine(entry).await;
                 }
             });
         }
-        let worker = server.clone();
+        Ok(())
+    }
+
+    /// The worker: one triage at a time, in the queue's order, woken when the queue was empty.
+    fn spawn_worker(self: &Arc<Self>) {
+        let worker = self.clone();
         tokio::spawn(async move {
             loop {
-                let next = {
-                    let mut jobs = lock(&worker);
-                    let next = jobs.queue.pop_front();
-                    if let Some(key) = &next {
-                        let head = jobs.heads.remove(key).unwrap_or_default();
-                        // The attempt is on disk before the triage starts (and before /jobs
-                        // says it runs): a process that dies in it leaves it behind.
-                        let before = worker
-                            .journal
-                            .get(journal::Kind::Attempt, &key.0, key.1)
-                            .filter(|a| a.head == head)
-                            .map_or(0, |a| a.attempts);
-                        if let Err(e) = worker.journal.put(
-                            journal::Kind::Attempt,
-                            &journal::Entry {
-                                repository: key.0.clone(),
-                                pull_request: key.1,
-                                head: head.clone(),
-                                attempts: before + 1,
-                                ..journal::Entry::default()
-                            },
-                        ) {
-                            tracing::error!(
-                                "cannot journal the attempt on {}#{}: {e}",
-                                key.0,
-                                key.1
-                            );
-                        }
-                        jobs.running = Some(key.clone());
-                        jobs.running_attempt = Some((head.clone(), before));
-                        Some((key.clone(), head))
-                    } else {
-                        None
-                    }
-                };
-                let Some(((repository, number), delivered_head)) = next else {
+                let Some(((repository, number), delivered_head)) = worker.next_job() else {
                     worker.wake.notified().await;
                     continue;
                 };
@@ -447,16 +489,35 @@ impl Server {
                 Server::work(&worker, &slug, number, delivered_head).await;
             }
         });
-        let mut router = Router::new()
-            .route("/intake", post(intake))
-            .route("/healthz", get(|| async { "ok" }))
-            .route("/metrics", get(metrics))
-            .route("/jobs", get(jobs));
-        if server.gitlab_token.is_some() {
-            router = router.route(gitlab::ROUTE, post(gitlab::webhook));
+    }
+
+    /// The next queued pull request and the head delivered for it, marked running, its
+    /// attempt on disk before the triage starts (and before /jobs says it runs): a process
+    /// that dies in it leaves it behind.
+    fn next_job(&self) -> Option<((String, u64), String)> {
+        let mut jobs = lock(self);
+        let key = jobs.queue.pop_front()?;
+        let head = jobs.heads.remove(&key).unwrap_or_default();
+        let before = self
+            .journal
+            .get(journal::Kind::Attempt, &key.0, key.1)
+            .filter(|a| a.head == head)
+            .map_or(0, |a| a.attempts);
+        if let Err(e) = self.journal.put(
+            journal::Kind::Attempt,
+            &journal::Entry {
+                repository: key.0.clone(),
+                pull_request: key.1,
+                head: head.clone(),
+                attempts: before + 1,
+                ..journal::Entry::default()
+            },
+        ) {
+            tracing::error!("cannot journal the attempt on {}#{}: {e}", key.0, key.1);
         }
-        let router = router.with_state(server.clone());
-        Ok((server, router))
+        jobs.running = Some(key.clone());
+        jobs.running_attempt = Some((head.clone(), before));
+        Some((key, head))
     }
 
     /// Sets a delivery aside for good: journaled as quarantined, its pending entry and its
@@ -587,37 +648,7 @@ impl Server {
         let started = std::time::Instant::now();
         let run = match self.bosun.triage(slug, number).await {
             Ok(run) => run,
-            Err(e) => {
-                // A definite answer: nothing to triage, now or later.
-                let dropped = matches!(
-                    e,
-                    super::runner::TriageError::UnknownRepository(_)
-                        | super::runner::TriageError::NoSuchPullRequest { .. }
-                );
-                if dropped {
-                    tracing::warn!(repository = %slug, pr = number, "delivery dropped: {e}");
-                } else {
-                    tracing::error!(repository = %slug, pr = number, "triage failed: {e}");
-                }
-                Run {
-                    repository: slug.to_string(),
-                    pull_request: number,
-                    path: if dropped {
-                        RunPath::Dropped
-                    } else {
-                        RunPath::Error
-                    },
-                    lines: vec![format!(
-                        "{}: {e}",
-                        if dropped {
-                            "delivery dropped"
-                        } else {
-                            "triage failed"
-                        }
-                    )],
-                    ..Run::default()
-                }
-            }
+            Err(e) => failed_run(slug, number, e),
         };
         self.metrics
             .duration
@@ -644,68 +675,14 @@ impl Server {
         let tracked = match run.path {
             // A failed triage (the forge or git failing) may be delivered again; it stays in
             // the journal (a restart replays it) and is followed, so the poller tries again.
-            RunPath::Error => {
-                jobs.seen
-                    .remove(&(repository.clone(), number, delivered_head.clone()));
-                let track = jobs
-                    .tracked
-                    .entry(key.clone())
-                    .or_insert_with(|| Track::new("", now));
-                track.head = String::new();
-                let since = track.since;
-                let failures = record_failure(&mut jobs, &key, &delivered_head);
-                if failures <= RETRIES_AFTER_FAILURE {
-                    let delay = retry_delay(failures);
-                    jobs.retrying += 1;
-                    let server = self.clone();
-                    let slug = slug.clone();
-                    let key = key.clone();
-                    tokio::spawn(async move {
-                        tokio::time::sleep(delay).await;
-                        let mut jobs = lock(&server);
-                        jobs.retrying -= 1;
-                        // Decided and queued under one lock: nothing can slip in between.
-                        if retry_stands(&jobs, &key, failures) {
-                            tracing::info!(repository = %slug, pr = number, "trying a failed triage again");
-                            match server.enqueue_locked(jobs, &slug, number, &delivered_head) {
-                                Enqueued::Accepted | Enqueued::Duplicate => {}
-                                Enqueued::Full => tracing::warn!(
-                                    "cannot queue {slug}#{number} again: the queue is full; the poller or a new delivery will"
-                                ),
-                                Enqueued::Quarantined => {}
-                                Enqueued::NotRecorded(e) => {
-                                    tracing::warn!("cannot queue {slug}#{number} again: {e}")
-                                }
-                            }
-                        }
-                    });
-                }
-                Some((String::new(), since))
-            }
+            RunPath::Error => Some(self.track_failed(&mut jobs, slug, number, delivered_head, now)),
             // Nothing more arrives for a closed pull request, nor for one the forge does not
             // have or a repository Bosun does not serve: forget its deliveries.
             RunPath::Closed | RunPath::Dropped => {
                 self.forget(&mut jobs, &repository, number);
                 None
             }
-            _ => {
-                jobs.failures.remove(&key);
-                let last_head = run.pushed.last().unwrap_or(&run.head).clone();
-                let track = jobs
-                    .tracked
-                    .entry(key.clone())
-                    .or_insert_with(|| Track::new(&last_head, now));
-                if track.seen_head != last_head {
-                    track.seen_head = last_head.clone();
-                    track.since = now;
-                }
-                track.head = last_head.clone();
-                let since = track.since;
-                // A head Bosun itself produced and judged is not a new delivery.
-                jobs.seen
-                    .insert((repository.clone(), number, last_head.clone()));
-                Some((last_head, since))
-            }
+            _ => Some(track_judged(&mut jobs, &run, &key, now)),
         };
         // A newer delivery of the same pull request queued meanwhile keeps its journal entry.
         // Decided and removed under the lock `enqueue` journals under: no delivery accepted in
@@ -727,7 +704,7 @@ impl Server {
             && let Err(e) = self.journal.put(
                 journal::Kind::Tracked,
                 &journal::Entry {
-                    repository: repository.clone(),
+                    repository,
                     pull_request: number,
                     head,
                     since,
@@ -737,6 +714,61 @@ impl Server {
         {
             tracing::warn!("journal: {e}");
         }
+    }
+
+    /// A failed triage: its delivery may come again, the pull request is followed with no
+    /// head judged, and while the failures in a row allow, the triage is queued again after a
+    /// delay. Returns what the journal follows: (head, since).
+    fn track_failed(
+        self: &Arc<Self>,
+        jobs: &mut Jobs,
+        slug: &RepoSlug,
+        number: u64,
+        delivered_head: String,
+        now: u64,
+    ) -> (String, u64) {
+        let key = (slug.to_string(), number);
+        jobs.seen
+            .remove(&(key.0.clone(), number, delivered_head.clone()));
+        let track = jobs
+            .tracked
+            .entry(key.clone())
+            .or_insert_with(|| Track::new("", now));
+        track.head = String::new();
+        let since = track.since;
+        let failures = record_failure(jobs, &key, &delivered_head);
+        if failures <= RETRIES_AFTER_FAILURE {
+            jobs.retrying += 1;
+            self.retry_later(slug.clone(), number, delivered_head, failures);
+        }
+        (String::new(), since)
+    }
+
+    /// Queues a failed triage again after the delay its `failures` in a row earn, unless
+    /// something else came first (see `retry_stands`).
+    fn retry_later(self: &Arc<Self>, slug: RepoSlug, number: u64, head: String, failures: u32) {
+        let delay = retry_delay(failures);
+        let server = self.clone();
+        let key = (slug.to_string(), number);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let mut jobs = lock(&server);
+            jobs.retrying -= 1;
+            // Decided and queued under one lock: nothing can slip in between.
+            if retry_stands(&jobs, &key, failures) {
+                tracing::info!(repository = %slug, pr = number, "trying a failed triage again");
+                match server.enqueue_locked(jobs, &slug, number, &head) {
+                    Enqueued::Accepted | Enqueued::Duplicate => {}
+                    Enqueued::Full => tracing::warn!(
+                        "cannot queue {slug}#{number} again: the queue is full; the poller or a new delivery will"
+                    ),
+                    Enqueued::Quarantined => {}
+                    Enqueued::NotRecorded(e) => {
+                        tracing::warn!("cannot queue {slug}#{number} again: {e}")
+                    }
+                }
+            }
+        });
     }
 
     fn count(&self, result: &'static str) {

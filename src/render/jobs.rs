@@ -154,13 +154,27 @@ impl Engine<'_> {
     }
 }
 
+/// Why [`run_helm`] has no output: its message is the one a render would give.
+#[derive(Debug, thiserror::Error)]
+pub enum HelmRunError {
+    /// No scratch directory to run helm in.
+    #[error("scratch directory: {0}")]
+    Scratch(std::io::Error),
+    /// The job failed: the renderer's message (helm's first error line, the chart unreadable,
+    /// its output not UTF-8).
+    #[error("{0}")]
+    Render(String),
+}
+
 /// Runs one helm job on its own (confined like every render's helm), for a check outside a
 /// render: Bosun's values migration renders the chart with the values it proposes. Returns
 /// helm's output, or its error.
-pub fn run_helm(config: &RenderConfig, job: &source::HelmJob) -> Result<String, String> {
-    let work = crate::scratch::dir("helm").map_err(|e| format!("scratch directory: {e}"))?;
+pub fn run_helm(config: &RenderConfig, job: &source::HelmJob) -> Result<String, HelmRunError> {
+    let work = crate::scratch::dir("helm").map_err(HelmRunError::Scratch)?;
     let key = job.render_key();
-    run_job(config, work.path(), &key, &RenderJob::Helm(job.clone())).map(|(_, text)| text)
+    run_job(config, work.path(), &key, &RenderJob::Helm(job.clone()))
+        .map(|(_, text)| text)
+        .map_err(HelmRunError::Render)
 }
 
 /// Runs one helm or kustomize job; returns (label, stdout).

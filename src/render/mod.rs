@@ -31,7 +31,7 @@ mod util;
 pub use self::engine::{
     Root, render, render_applications, render_shard, render_shard_against, roots, shard_keys,
 };
-pub use self::jobs::run_helm;
+pub use self::jobs::{HelmRunError, run_helm};
 pub use self::planning::stored_application;
 pub use self::util::{object_sort_key, parallel_map, trace};
 

@@ -56,6 +56,38 @@ pub fn plan(
     commit: &str,
     old_schema: &dyn Fn(&HelmFailure) -> Option<Value>,
 ) -> Result<Vec<Migration>, Refusal> {
+    let refusals = schema_refusals(failure)?;
+    let mut by_chart: BTreeMap<String, Vec<&HelmFailure>> = BTreeMap::new();
+    for f in refusals {
+        by_chart
+            .entry(f.job.chart_digest.clone())
+            .or_default()
+            .push(f);
+    }
+    let mut migrations = Vec::new();
+    for failures in by_chart.into_values() {
+        let first = failures[0];
+        let chart = first.job.chart_label.clone();
+        let (new_schema, new_defaults) = new_chart(first, &chart)?;
+        let files = values_files(&failures, checkout, commit)?;
+        not_shared(failure, &failures, &files)?;
+        migrations.push(Migration {
+            chart,
+            error: first.message.clone(),
+            new_schema,
+            new_defaults,
+            old_schema: old_schema(first),
+            files,
+            failures: failures.into_iter().cloned().collect(),
+            redaction: Default::default(),
+        });
+    }
+    Ok(migrations)
+}
+
+/// The failing helm runs, when every error of the render is a values schema refusal of one
+/// of them; otherwise the handoff.
+fn schema_refusals(failure: &RenderFailure) -> Result<Vec<&HelmFailure>, Refusal> {
     let errors: Vec<_> = failure
         .diagnostics
         .iter()
@@ -87,131 +119,132 @@ pub fn plan(
             vec![],
         ));
     }
-    let mut by_chart: BTreeMap<String, Vec<&HelmFailure>> = BTreeMap::new();
-    for f in refusals {
-        by_chart
-            .entry(f.job.chart_digest.clone())
-            .or_default()
-            .push(f);
-    }
-    let mut migrations = Vec::new();
-    for failures in by_chart.into_values() {
-        let first = failures[0];
-        let chart = first.job.chart_label.clone();
-        let new_schema = chart_file(&first.job.chart, "values.schema.json")
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .ok_or_else(|| {
-                (
-                    handoff(
-                        chart.clone(),
-                        format!("{chart} has no readable values.schema.json"),
+    Ok(refusals)
+}
+
+/// The new chart's values.schema.json (required) and values.yaml (`{}` when it has none).
+fn new_chart(first: &HelmFailure, chart: &str) -> Result<(Value, Value), Refusal> {
+    let new_schema = chart_file(&first.job.chart, "values.schema.json")
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .ok_or_else(|| {
+            (
+                handoff(
+                    chart.to_string(),
+                    format!("{chart} has no readable values.schema.json"),
+                ),
+                vec![],
+            )
+        })?;
+    let new_defaults = match chart_file(&first.job.chart, "values.yaml") {
+        Some(bytes) => values_of(&bytes, &format!("{chart} values.yaml"))
+            .map_err(|e| (handoff(chart.to_string(), e.to_string()), vec![]))?,
+        None => json!({}),
+    };
+    Ok((new_schema, new_defaults))
+}
+
+/// The values files of this repository and commit the failing runs layer, each once; a run
+/// that also sets values inline, or layers none of this repository's, is a handoff.
+fn values_files(
+    failures: &[&HelmFailure],
+    checkout: &Path,
+    commit: &str,
+) -> Result<Vec<ValuesFile>, Refusal> {
+    let mut files: Vec<ValuesFile> = Vec::new();
+    for f in failures {
+        let inline = f
+            .job
+            .values
+            .iter()
+            .any(|v| v.file.is_none() && v.name.starts_with("helm."));
+        if inline
+            || !f.job.set.is_empty()
+            || !f.job.set_string.is_empty()
+            || !f.job.set_file.is_empty()
+        {
+            return Err((
+                handoff(
+                    format!(
+                        "the helm values of {} (inline in the Application)",
+                        f.application
                     ),
-                    vec![],
-                )
-            })?;
-        let new_defaults = match chart_file(&first.job.chart, "values.yaml") {
-            Some(bytes) => values_of(&bytes, &format!("{chart} values.yaml"))
-                .map_err(|e| (handoff(chart.clone(), e.to_string()), vec![]))?,
-            None => json!({}),
-        };
-        let mut files: Vec<ValuesFile> = Vec::new();
-        for f in &failures {
-            let inline = f
-                .job
-                .values
-                .iter()
-                .any(|v| v.file.is_none() && v.name.starts_with("helm."));
-            if inline
-                || !f.job.set.is_empty()
-                || !f.job.set_string.is_empty()
-                || !f.job.set_file.is_empty()
+                    format!(
+                        "{} also sets values inline (helm.values, valuesObject or parameters), which Bosun does not rewrite: {}",
+                        f.application, f.message
+                    ),
+                ),
+                vec![],
+            ));
+        }
+        let mut editable = 0;
+        for input in &f.job.values {
+            let Some(file) = &input.file else { continue };
+            if file.repo_dir != checkout || file.commit != commit {
+                continue;
+            }
+            editable += 1;
+            if files.iter().any(|v| v.path == file.path) {
+                continue;
+            }
+            let text = yaml::utf8(&input.content, &file.path)
+                .map_err(|e| (handoff(file.path.clone(), e), vec![]))?
+                .to_string();
+            let value = values_of(&input.content, &file.path)
+                .map_err(|e| (handoff(file.path.clone(), e.to_string()), vec![]))?;
+            files.push(ValuesFile {
+                path: file.path.clone(),
+                text,
+                value,
+                place: file.clone(),
+            });
+        }
+        if editable == 0 {
+            return Err((
+                handoff(
+                    format!(
+                        "the values of {} (inline in the Application, or in another repository)",
+                        f.application
+                    ),
+                    format!(
+                        "{} layers no values file of this repository, and Bosun migrates values files only: {}",
+                        f.application, f.message
+                    ),
+                ),
+                vec![],
+            ));
+        }
+    }
+    Ok(files)
+}
+
+/// A file another Application reads too (one that renders, or another chart) would change
+/// under it: a person decides.
+fn not_shared(
+    failure: &RenderFailure,
+    failures: &[&HelmFailure],
+    files: &[ValuesFile],
+) -> Result<(), Refusal> {
+    for file in files {
+        for (application, cluster, layered) in &failure.values_users {
+            if layered.contains(&file.path)
+                && !failures
+                    .iter()
+                    .any(|f| &f.application == application && &f.cluster == cluster)
             {
                 return Err((
                     handoff(
+                        file.path.clone(),
                         format!(
-                            "the helm values of {} (inline in the Application)",
-                            f.application
-                        ),
-                        format!(
-                            "{} also sets values inline (helm.values, valuesObject or parameters), which Bosun does not rewrite: {}",
-                            f.application, f.message
-                        ),
-                    ),
-                    vec![],
-                ));
-            }
-            let mut editable = 0;
-            for input in &f.job.values {
-                let Some(file) = &input.file else { continue };
-                if file.repo_dir != checkout || file.commit != commit {
-                    continue;
-                }
-                editable += 1;
-                if files.iter().any(|v| v.path == file.path) {
-                    continue;
-                }
-                let text = yaml::utf8(&input.content, &file.path)
-                    .map_err(|e| (handoff(file.path.clone(), e), vec![]))?
-                    .to_string();
-                let value = values_of(&input.content, &file.path)
-                    .map_err(|e| (handoff(file.path.clone(), e.to_string()), vec![]))?;
-                files.push(ValuesFile {
-                    path: file.path.clone(),
-                    text,
-                    value,
-                    place: file.clone(),
-                });
-            }
-            if editable == 0 {
-                return Err((
-                    handoff(
-                        format!(
-                            "the values of {} (inline in the Application, or in another repository)",
-                            f.application
-                        ),
-                        format!(
-                            "{} layers no values file of this repository, and Bosun migrates values files only: {}",
-                            f.application, f.message
+                            "{} is also layered by {application} on {cluster}, which this migration does not render; changing it could change that Application",
+                            file.path
                         ),
                     ),
                     vec![],
                 ));
             }
         }
-        // A file another Application reads too (one that renders, or another chart) would
-        // change under it: a person decides.
-        for file in &files {
-            for (application, cluster, layered) in &failure.values_users {
-                if layered.contains(&file.path)
-                    && !failures
-                        .iter()
-                        .any(|f| &f.application == application && &f.cluster == cluster)
-                {
-                    return Err((
-                        handoff(
-                            file.path.clone(),
-                            format!(
-                                "{} is also layered by {application} on {cluster}, which this migration does not render; changing it could change that Application",
-                                file.path
-                            ),
-                        ),
-                        vec![],
-                    ));
-                }
-            }
-        }
-        migrations.push(Migration {
-            chart,
-            error: first.message.clone(),
-            new_schema,
-            new_defaults,
-            old_schema: old_schema(first),
-            files,
-            failures: failures.into_iter().cloned().collect(),
-            redaction: Default::default(),
-        });
     }
-    Ok(migrations)
+    Ok(())
 }
 
 /// The keys the new schema requires that nothing can supply: not the layered values (the new

@@ -243,7 +243,7 @@ fn the_decision_asks_once_then_renders_then_writes_key_by_key() {
     assert!(prepared.lines[0].contains("removed `auth.apiToken` = (a sensitive value, not shown)"));
     // helm refusing the proposal: refused by `renders`, nothing written.
     let Step::Done(Err((handoff, _))) = decide(&migrations, true, &replies, &|_| {
-        Err("template failed".into())
+        Err(HelmRunError::Render("template failed".into()))
     }) else {
         panic!("expected a handoff");
     };

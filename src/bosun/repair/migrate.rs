@@ -7,7 +7,7 @@ use super::{CapHit, Comment, Prepared, Refusal, Renders, Repair, Step};
 use crate::bosun::applier::Policy;
 use crate::bosun::migration;
 use crate::model::Reply;
-use crate::render::RenderConfig;
+use crate::render::{HelmRunError, RenderConfig};
 
 /// Plans the values migration on `head_revision` of the checkout `head_config` renders:
 /// `Ok(None)` when the head renders after all. The base (the merge base the gate used) is
@@ -133,7 +133,7 @@ impl Repair for MigrationRepair {
 
     /// `migration::decide`, its harness's render check running the real helm.
     fn decide(&self, model: bool, replies: &[Result<Reply, crate::model::Refusal>]) -> Step {
-        let render = |job: &crate::render::source::HelmJob| -> Result<(), String> {
+        let render = |job: &crate::render::source::HelmJob| -> Result<(), HelmRunError> {
             crate::render::run_helm(&self.config, job).map(|_| ())
         };
         match migration::decide(&self.migrations, model, replies, &render) {

@@ -187,6 +187,10 @@ fn request(item: &Lossy, rules: &crate::model::Rules) -> Result<Request, NoSchem
     })
 }
 
+/// The choice a person is given when a reshape is needed and Bosun does not make it.
+const RESHAPE_CHOICE: &str =
+    "how to carry each listed value into the new version's shape (or decide to drop it)";
+
 /// Decides the repair from the plan and the model's replies so far (one per lossy document,
 /// in order). Every reply is checked by the harness; any refusal hands off.
 pub fn decide(
@@ -196,13 +200,6 @@ pub fn decide(
     replies: &[Result<crate::model::Reply, crate::model::Refusal>],
 ) -> Step<Swapped> {
     let swapped: usize = planned.plan.values().map(Vec::len).sum();
-    let choice =
-        "how to carry each listed value into the new version's shape (or decide to drop it)";
-    let handoff = |fact: String| Handoff {
-        open: planned.files(),
-        choice: choice.into(),
-        fact,
-    };
     if planned.lossy.is_empty() {
         return Step::Done(Ok(Swapped {
             rewrites: planned.rewrites.clone(),
@@ -210,166 +207,213 @@ pub fn decide(
             reshaped: Vec::new(),
         }));
     }
-    let count = planned.lossy.iter().map(|l| l.losses.len()).sum::<usize>();
     if !(model_configured && planned.reshapable()) {
-        let fact = if planned
-            .lossy
-            .iter()
-            .all(|l| l.losses.iter().all(|x| matches!(x, Loss::Unverifiable(_))))
-        {
-            format!(
-                "the schema check could not run on {count} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
-                crate::plural(count)
-            )
-        } else if model_configured {
-            format!(
-                "the destination schema would prune or reject {count} value{} the swap alone would lose, in a chart template or a document the check could not read, which Bosun does not reshape; nothing was pushed, not even the clean swaps",
-                crate::plural(count)
-            )
-        } else {
-            format!(
-                "the destination schema would prune or reject {count} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
-                crate::plural(count)
-            )
-        };
-        return Step::Done(Err((handoff(fact), planned.loss_lines())));
+        return Step::Done(Err((
+            planned.handoff(unreshaped_fact(planned, model_configured)),
+            planned.loss_lines(),
+        )));
     }
     let mut rewrites = planned.rewrites.clone();
     let mut lines = Vec::new();
     for (index, item) in planned.lossy.iter().enumerate() {
-        let doc = report::text(&item.document.to_string());
         let Some(reply) = replies.get(index) else {
-            // The rest need asking.
-            let requests: Result<Vec<Request>, NoSchema> = planned.lossy[index..]
-                .iter()
-                .map(|l| request(l, &planned.redaction))
-                .collect();
-            return match requests {
-                Ok(requests) => Step::Ask(requests),
-                Err(why) => Step::Done(Err((handoff(why.to_string()), vec![]))),
-            };
+            return planned.ask_from(index);
         };
-        let (_, held) = redaction(item, &planned.redaction);
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(refusal) => {
-                return Step::Done(Err((
-                    handoff(format!(
-                        "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
-                        item.document
-                    )),
-                    item.losses
-                        .iter()
-                        .map(|x| format!("{doc}: {}", x.scrubbed(&held)))
-                        .collect(),
-                )));
-            }
-        };
-        // Every placeholder the reply carries becomes the original's value it stands for: a
-        // held value is never taken from a reply, and the harness judges where it went.
-        let restored = held.restore(&reply.value);
-        let accepted = match reshape::check_proposal(
-            &item.object,
-            &restored,
-            &item.crd,
-            &item.source,
-            &item.version,
-        ) {
-            Ok(accepted) => accepted,
-            Err(mut refused) => {
-                refused.detail = held.scrub(&refused.detail);
-                let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
-                details.extend(
-                    item.losses
-                        .iter()
-                        .map(|x| format!("{doc}: {}", x.scrubbed(&held))),
-                );
-                return Step::Done(Err((
-                    handoff(format!(
-                        "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
-                        item.document, refused.rule
-                    )),
-                    details,
-                )));
-            }
-        };
-        let Some(rewrite) = rewrites.iter_mut().find(|r| r.path == item.document.file) else {
-            return Step::Done(Err((
-                handoff(format!(
-                    "{} is not among the rewritten files",
-                    item.document.file
-                )),
-                vec![],
-            )));
-        };
-        match reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml) {
-            Ok(after) => rewrite.after = after,
-            Err(why) => {
-                return Step::Done(Err((
-                    handoff(format!(
-                        "the reshaped {} cannot be written back: {why}; nothing was pushed, not even the clean swaps",
-                        item.document
-                    )),
-                    vec![],
-                )));
-            }
+        match reshape_one(planned, item, reply, &mut rewrites) {
+            Ok(line) => lines.push(line),
+            Err(refusal) => return Step::Done(Err(refusal)),
         }
-        // A value the prompt held back is named, never shown.
-        let shown = |value: &Value| {
-            if held.shows_held(value) {
-                "(a sensitive value, not shown)".to_string()
-            } else {
-                report::text(&value.to_string())
-            }
-        };
-        let mut parts = Vec::new();
-        for (from, to, value) in &accepted.moved {
-            parts.push(format!(
-                "moved {} = {} to {}",
-                report::code(from),
-                shown(value),
-                report::code(to)
-            ));
-        }
-        for (path, value) in &accepted.dropped {
-            parts.push(format!(
-                "dropped {} = {} (the {} schema has no field for it)",
-                report::code(path),
-                shown(value),
-                report::text(&item.version)
-            ));
-        }
-        let mut line = String::new();
-        let _ = write!(line, "{doc}: {}", parts.join("; "));
-        lines.push(line);
     }
-    // Belt and braces: the reshaped files lose nothing under the schema.
-    let left = reshape_losses(&rewrites, &planned.plan, dropped, &planned.rendering);
-    if !left.is_empty() {
-        return Step::Done(Err((
-            Handoff {
-                open: planned.files(),
-                choice: choice.into(),
-                fact: "the reshaped documents would still lose values; nothing was pushed, not even the clean swaps".into(),
-            },
-            left.iter()
-                .map(|(d, l)| {
-                    let held = planned
-                        .lossy
-                        .iter()
-                        .find(|x| &x.document == d)
-                        .map(|x| redaction(x, &planned.redaction).1)
-                        .unwrap_or_default();
-                    format!("{}: {}", report::text(&d.to_string()), l.scrubbed(&held))
-                })
-                .collect(),
-        )));
+    if let Err(refusal) = nothing_left(planned, dropped, &rewrites) {
+        return Step::Done(Err(refusal));
     }
     Step::Done(Ok(Swapped {
         rewrites,
         swapped,
         reshaped: lines,
     }))
+}
+
+impl Planned {
+    /// The handoff of a reshape Bosun does not make: the lossy documents' files.
+    fn handoff(&self, fact: String) -> Handoff {
+        Handoff {
+            open: self.files(),
+            choice: RESHAPE_CHOICE.into(),
+            fact,
+        }
+    }
+
+    /// The requests for the lossy documents from `index` on (not yet asked), or the handoff
+    /// when one has no prompt to make.
+    fn ask_from(&self, index: usize) -> Step<Swapped> {
+        let requests: Result<Vec<Request>, NoSchema> = self.lossy[index..]
+            .iter()
+            .map(|l| request(l, &self.redaction))
+            .collect();
+        match requests {
+            Ok(requests) => Step::Ask(requests),
+            Err(why) => Step::Done(Err((self.handoff(why.to_string()), vec![]))),
+        }
+    }
+}
+
+/// Why a lossy swap goes to a person without a model call.
+fn unreshaped_fact(planned: &Planned, model_configured: bool) -> String {
+    let count = planned.lossy.iter().map(|l| l.losses.len()).sum::<usize>();
+    if planned
+        .lossy
+        .iter()
+        .all(|l| l.losses.iter().all(|x| matches!(x, Loss::Unverifiable(_))))
+    {
+        format!(
+            "the schema check could not run on {count} document{}, and an unchecked swap may lose data; nothing was pushed, not even the clean swaps",
+            crate::plural(count)
+        )
+    } else if model_configured {
+        format!(
+            "the destination schema would prune or reject {count} value{} the swap alone would lose, in a chart template or a document the check could not read, which Bosun does not reshape; nothing was pushed, not even the clean swaps",
+            crate::plural(count)
+        )
+    } else {
+        format!(
+            "the destination schema would prune or reject {count} value{} the swap alone would lose, and a reshape needs a model, which is not configured; nothing was pushed, not even the clean swaps",
+            crate::plural(count)
+        )
+    }
+}
+
+/// One lossy document reshaped from the model's reply: the harness's verdict, written into
+/// its file's rewrite; returns the comment's line for it.
+fn reshape_one(
+    planned: &Planned,
+    item: &Lossy,
+    reply: &Result<crate::model::Reply, crate::model::Refusal>,
+    rewrites: &mut [Rewrite],
+) -> Result<String, Refusal> {
+    let doc = report::text(&item.document.to_string());
+    let (_, held) = redaction(item, &planned.redaction);
+    let losses = || {
+        item.losses
+            .iter()
+            .map(|x| format!("{doc}: {}", x.scrubbed(&held)))
+    };
+    let reply = reply.as_ref().map_err(|refusal| {
+        (
+            planned.handoff(format!(
+                "the model's reply for {} was refused ({refusal}); nothing was pushed, not even the clean swaps",
+                item.document
+            )),
+            losses().collect(),
+        )
+    })?;
+    // Every placeholder the reply carries becomes the original's value it stands for: a
+    // held value is never taken from a reply, and the harness judges where it went.
+    let restored = held.restore(&reply.value);
+    let accepted = reshape::check_proposal(
+        &item.object,
+        &restored,
+        &item.crd,
+        &item.source,
+        &item.version,
+    )
+    .map_err(|mut refused| {
+        refused.detail = held.scrub(&refused.detail);
+        let mut details = vec![format!("{doc}: the proposal was refused by {refused}")];
+        details.extend(losses());
+        (
+            planned.handoff(format!(
+                "the harness refused the model's reshape of {} (rule {}); nothing was pushed, not even the clean swaps",
+                item.document, refused.rule
+            )),
+            details,
+        )
+    })?;
+    let Some(rewrite) = rewrites.iter_mut().find(|r| r.path == item.document.file) else {
+        return Err((
+            planned.handoff(format!(
+                "{} is not among the rewritten files",
+                item.document.file
+            )),
+            vec![],
+        ));
+    };
+    rewrite.after = reshape::replace_document(&rewrite.after, &item.object, &accepted.yaml)
+        .map_err(|why| {
+            (
+                planned.handoff(format!(
+                    "the reshaped {} cannot be written back: {why}; nothing was pushed, not even the clean swaps",
+                    item.document
+                )),
+                vec![],
+            )
+        })?;
+    Ok(reshaped_line(&doc, &held, &accepted, &item.version))
+}
+
+/// The comment's line for a reshaped document: what moved, what was dropped. A value the
+/// prompt held back is named, never shown.
+fn reshaped_line(
+    doc: &str,
+    held: &crate::model::Held,
+    accepted: &reshape::Accepted,
+    version: &str,
+) -> String {
+    let shown = |value: &Value| {
+        if held.shows_held(value) {
+            "(a sensitive value, not shown)".to_string()
+        } else {
+            report::text(&value.to_string())
+        }
+    };
+    let mut parts = Vec::new();
+    for (from, to, value) in &accepted.moved {
+        parts.push(format!(
+            "moved {} = {} to {}",
+            report::code(from),
+            shown(value),
+            report::code(to)
+        ));
+    }
+    for (path, value) in &accepted.dropped {
+        parts.push(format!(
+            "dropped {} = {} (the {} schema has no field for it)",
+            report::code(path),
+            shown(value),
+            report::text(version)
+        ));
+    }
+    let mut line = String::new();
+    let _ = write!(line, "{doc}: {}", parts.join("; "));
+    line
+}
+
+/// Belt and braces: the reshaped files lose nothing under the schema.
+fn nothing_left(
+    planned: &Planned,
+    dropped: &[DroppedServedVersion],
+    rewrites: &[Rewrite],
+) -> Result<(), Refusal> {
+    let left = reshape_losses(rewrites, &planned.plan, dropped, &planned.rendering);
+    if left.is_empty() {
+        return Ok(());
+    }
+    Err((
+        planned.handoff(
+            "the reshaped documents would still lose values; nothing was pushed, not even the clean swaps".into(),
+        ),
+        left.iter()
+            .map(|(d, l)| {
+                let held = planned
+                    .lossy
+                    .iter()
+                    .find(|x| &x.document == d)
+                    .map(|x| redaction(x, &planned.redaction).1)
+                    .unwrap_or_default();
+                format!("{}: {}", report::text(&d.to_string()), l.scrubbed(&held))
+            })
+            .collect(),
+    ))
 }
 
 /// The swap as a [`Repair`]: the plan, the gate's evidence and the head's policy.

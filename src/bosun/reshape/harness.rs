@@ -1,5 +1,7 @@
 //! The harness: the rules a reshape proposal must pass, each refusing with a reason.
 
+use std::collections::{HashMap, HashSet};
+
 use serde_json::{Map, Value};
 
 use super::paths::{DocPath, Seg, leaf_paths, path_text};
@@ -47,10 +49,50 @@ pub fn check_proposal_without(
     disabled: &[&str],
 ) -> Result<Accepted, Refused> {
     let on = |rule: &str| !disabled.contains(&rule);
-    let refuse = |rule: &'static str, detail: String| Err(Refused { rule, detail });
+    let proposal = shaped(reply, on(rule::SHAPE))?;
+    if on(rule::IDENTITY) {
+        same_identity(original, proposal)?;
+    }
+    let Some(schema) = schema::version_schema(crd, version) else {
+        return refuse(
+            rule::SCHEMA,
+            format!("the CRD declares no schema for {version}"),
+        );
+    };
+    if on(rule::SCHEMA) {
+        fits_schema(proposal, schema, version)?;
+    }
+    let original_leaves = leaf_paths(original);
+    let kept = kept_paths(original, &original_leaves, schema);
+    let proposal_leaves = leaf_paths(proposal);
+    if on(rule::KEPT) {
+        keeps(&original_leaves, &kept, &proposal_leaves, version)?;
+    }
+    let accounting = Accounting {
+        original,
+        schema,
+        source_schema: schema::version_schema(crd, source),
+        enforce: on(rule::ACCOUNTED),
+    };
+    let (moved, dropped) = accounting.account(&original_leaves, &kept, &proposal_leaves)?;
+    let (document, yaml) = reads_back(original, proposal)?;
+    Ok(Accepted {
+        document,
+        yaml,
+        dropped,
+        moved,
+    })
+}
+
+fn refuse<T>(rule: &'static str, detail: String) -> Result<T, Refused> {
+    Err(Refused { rule, detail })
+}
+
+/// The rule `reply-shape`: the proposed document (`alone` off, other keys beside it pass).
+fn shaped(reply: &Value, alone: bool) -> Result<&Value, Refused> {
     let shaped = reply
         .as_object()
-        .filter(|o| o.len() == 1 || !on(rule::SHAPE))
+        .filter(|o| o.len() == 1 || !alone)
         .and_then(|o| o.get("document"))
         .filter(|d| d.is_object());
     let Some(proposal) = shaped else {
@@ -59,8 +101,13 @@ pub fn check_proposal_without(
             "the reply is not {\"document\": {...}} alone".into(),
         );
     };
+    Ok(proposal)
+}
+
+/// The rule `identity`: apiVersion, kind and metadata as the original has them.
+fn same_identity(original: &Value, proposal: &Value) -> Result<(), Refused> {
     for key in ["apiVersion", "kind", "metadata"] {
-        if on(rule::IDENTITY) && proposal.get(key) != original.get(key) {
+        if proposal.get(key) != original.get(key) {
             return refuse(
                 rule::IDENTITY,
                 format!(
@@ -71,17 +118,14 @@ pub fn check_proposal_without(
             );
         }
     }
-    let Some(schema) = schema::version_schema(crd, version) else {
-        return refuse(
-            rule::SCHEMA,
-            format!("the CRD declares no schema for {version}"),
-        );
-    };
+    Ok(())
+}
+
+/// The rule `schema`: the destination schema prunes nothing of the proposal, and it
+/// validates, every rule evaluated.
+fn fits_schema(proposal: &Value, schema: &Value, version: &str) -> Result<(), Refused> {
     let mut copy = proposal.clone();
-    let mut outcome = schema::prune_and_validate(&mut copy, schema);
-    if !on(rule::SCHEMA) {
-        outcome = Default::default();
-    }
+    let outcome = schema::prune_and_validate(&mut copy, schema);
     if let Some((path, value)) = outcome.pruned.first() {
         return refuse(
             rule::SCHEMA,
@@ -100,29 +144,40 @@ pub fn check_proposal_without(
             format!("{path}: a validation rule of the schema cannot be evaluated here"),
         );
     }
-    // What the destination prunes from the original: those values may move or go. Paths are
-    // compared as lists of keys and indexes, never as joined text (a key may hold a `.`).
+    Ok(())
+}
+
+/// The original's leaves the destination keeps (what it prunes may move or go). Paths are
+/// compared as lists of keys and indexes, never as joined text (a key may hold a `.`).
+fn kept_paths<'a>(
+    original: &Value,
+    original_leaves: &'a [(DocPath, Value)],
+    schema: &Value,
+) -> HashSet<&'a DocPath> {
     let mut pruned_original = original.clone();
     let _ = schema::prune_and_validate(&mut pruned_original, schema);
-    let original_leaves = leaf_paths(original);
-    let kept: std::collections::HashSet<&DocPath> = {
-        let survivors: std::collections::HashSet<DocPath> = leaf_paths(&pruned_original)
-            .into_iter()
-            .map(|(p, _)| p)
-            .collect();
-        original_leaves
-            .iter()
-            .filter(|(p, _)| survivors.contains(p))
-            .map(|(p, _)| p)
-            .collect()
-    };
-    let proposal_leaves = leaf_paths(proposal);
-    let proposal_at: std::collections::HashMap<&DocPath, &Value> =
+    let survivors: HashSet<DocPath> = leaf_paths(&pruned_original)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    original_leaves
+        .iter()
+        .filter(|(p, _)| survivors.contains(p))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// The rule `kept`: every value the destination keeps is in the proposal, unchanged.
+fn keeps(
+    original_leaves: &[(DocPath, Value)],
+    kept: &HashSet<&DocPath>,
+    proposal_leaves: &[(DocPath, Value)],
+    version: &str,
+) -> Result<(), Refused> {
+    let proposal_at: HashMap<&DocPath, &Value> =
         proposal_leaves.iter().map(|(p, v)| (p, v)).collect();
-    let original_at: std::collections::HashMap<&DocPath, &Value> =
-        original_leaves.iter().map(|(p, v)| (p, v)).collect();
-    for (path, value) in &original_leaves {
-        if !kept.contains(path) || !on(rule::KEPT) {
+    for (path, value) in original_leaves {
+        if !kept.contains(path) {
             continue;
         }
         match proposal_at.get(path) {
@@ -150,77 +205,107 @@ pub fn check_proposal_without(
             }
         }
     }
-    // Values the schema change displaced, each usable once. An empty object or list, or a
-    // null, carries nothing to move (an empty selector placed elsewhere means "everything").
-    let mut displaced: Vec<(&DocPath, &Value)> = original_leaves
-        .iter()
-        .filter(|(p, _)| !kept.contains(p))
-        .map(|(p, v)| (p, v))
-        .collect();
-    let movable = |v: &Value| match v {
-        Value::Null => false,
-        Value::Object(o) => !o.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        _ => true,
-    };
-    // A displaced value moves only to a field the destination schema names and the source
-    // schema does not have (a new field, not another existing setting such as another
-    // Secret's name), of a type that takes it. Without the source schema nothing is new.
-    let source_schema = schema::version_schema(crd, source);
-    let new_field = |path: &DocPath, value: &Value| {
-        source_schema.is_some_and(|old| matches!(schema_node(old, path), Node::Undeclared))
-            && matches!(schema_node(schema, path), Node::At(node) if takes(node, value))
-    };
-    let mut moved = Vec::new();
-    for (path, value) in &proposal_leaves {
-        if original_at.get(path) == Some(&value) {
-            continue;
-        }
-        if let Some(at) = displaced
+    Ok(())
+}
+
+/// Values moved (from, to, value) and values dropped (path, value).
+type Changes = (Vec<(String, String, Value)>, Vec<(String, Value)>);
+
+/// The rule `accounted`: where each value of the proposal comes from.
+struct Accounting<'a> {
+    original: &'a Value,
+    /// The destination version's schema.
+    schema: &'a Value,
+    /// The source version's schema: without it nothing is new.
+    source_schema: Option<&'a Value>,
+    /// Off (the evals), an unaccounted value passes.
+    enforce: bool,
+}
+
+impl Accounting<'_> {
+    /// Every value of the proposal is the original's at that path, a displaced value moved to
+    /// a new field, or dictated by the schema under a parent the original has; what was
+    /// displaced and not moved is dropped.
+    fn account(
+        &self,
+        original_leaves: &[(DocPath, Value)],
+        kept: &HashSet<&DocPath>,
+        proposal_leaves: &[(DocPath, Value)],
+    ) -> Result<Changes, Refused> {
+        let original_at: HashMap<&DocPath, &Value> =
+            original_leaves.iter().map(|(p, v)| (p, v)).collect();
+        // Values the schema change displaced, each usable once. An empty object or list, or a
+        // null, carries nothing to move (an empty selector placed elsewhere means "everything").
+        let mut displaced: Vec<(&DocPath, &Value)> = original_leaves
             .iter()
-            .position(|(_, v)| *v == value && movable(v) && new_field(path, value))
-        {
-            let (from, _) = displaced.remove(at);
-            moved.push((path_text(from), path_text(path), value.clone()));
-            continue;
+            .filter(|(p, _)| !kept.contains(p))
+            .map(|(p, v)| (p, v))
+            .collect();
+        let movable = |v: &Value| match v {
+            Value::Null => false,
+            Value::Object(o) => !o.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            _ => true,
+        };
+        let mut moved = Vec::new();
+        for (path, value) in proposal_leaves {
+            if original_at.get(path) == Some(&value) {
+                continue;
+            }
+            if let Some(at) = displaced
+                .iter()
+                .position(|(_, v)| *v == value && movable(v) && self.new_field(path, value))
+            {
+                let (from, _) = displaced.remove(at);
+                moved.push((path_text(from), path_text(path), value.clone()));
+                continue;
+            }
+            // A schema default (or one-value enum, const) may be written where the apiserver
+            // would write it anyway: under a parent the original has. A new parent (a new list
+            // item, a new optional object) would be an invention.
+            let parent_exists =
+                path.len() <= 1 || node_at(self.original, &path[..path.len() - 1]).is_some();
+            if (parent_exists && dictated(self.schema, path, value)) || !self.enforce {
+                continue;
+            }
+            return refuse(
+                rule::ACCOUNTED,
+                format!(
+                    "{} = {} is neither in the original, displaced by the schema change to a field only the destination has, nor dictated by the schema under a parent the original has",
+                    path_text(path),
+                    short(Some(value))
+                ),
+            );
         }
-        // A schema default (or one-value enum, const) may be written where the apiserver
-        // would write it anyway: under a parent the original has. A new parent (a new list
-        // item, a new optional object) would be an invention.
-        let parent_exists = path.len() <= 1 || node_at(original, &path[..path.len() - 1]).is_some();
-        if (parent_exists && dictated(schema, path, value)) || !on(rule::ACCOUNTED) {
-            continue;
-        }
-        return refuse(
-            rule::ACCOUNTED,
-            format!(
-                "{} = {} is neither in the original, displaced by the schema change to a field only the destination has, nor dictated by the schema under a parent the original has",
-                path_text(path),
-                short(Some(value))
-            ),
-        );
+        let dropped: Vec<(String, Value)> = displaced
+            .into_iter()
+            .map(|(p, v)| (path_text(p), v.clone()))
+            .collect();
+        Ok((moved, dropped))
     }
-    let dropped: Vec<(String, Value)> = displaced
-        .into_iter()
-        .map(|(p, v)| (path_text(p), v.clone()))
-        .collect();
+
+    /// A displaced value moves only to a field the destination schema names and the source
+    /// schema does not have (a new field, not another existing setting such as another
+    /// Secret's name), of a type that takes it.
+    fn new_field(&self, path: &DocPath, value: &Value) -> bool {
+        self.source_schema
+            .is_some_and(|old| matches!(schema_node(old, path), Node::Undeclared))
+            && matches!(schema_node(self.schema, path), Node::At(node) if takes(node, value))
+    }
+}
+
+/// The rule `read-back`: the accepted structure, keys in the original's order, serialised by
+/// our own writer, reads back as itself.
+fn reads_back(original: &Value, proposal: &Value) -> Result<(Value, String), Refused> {
     let document = order_like(original, proposal);
     let yaml = crate::yaml::to_string(&document);
     match crate::yaml::parse_document(&yaml, "reshaped document") {
-        Ok(back) if back == document => {}
-        _ => {
-            return refuse(
-                rule::READ_BACK,
-                "the serialised document does not read back as the accepted structure".into(),
-            );
-        }
+        Ok(back) if back == document => Ok((document, yaml)),
+        _ => refuse(
+            rule::READ_BACK,
+            "the serialised document does not read back as the accepted structure".into(),
+        ),
     }
-    Ok(Accepted {
-        document,
-        yaml,
-        dropped,
-        moved,
-    })
 }
 
 fn short(value: Option<&Value>) -> String {

@@ -138,6 +138,53 @@ pub struct Lossy {
     pub losses: Vec<Loss>,
 }
 
+/// The objects the head renders from a chart template the swap rewrites (the Applications
+/// whose source is that chart's folder), at the destination apiVersion.
+fn template_objects(rendering: &Rendering, path: &str, swap: &Swap) -> Vec<Value> {
+    let chart_dir = path
+        .rsplit_once("/templates/")
+        .map(|(dir, _)| dir.to_string())
+        .unwrap_or_default();
+    rendering
+        .applications
+        .iter()
+        .filter(|a| {
+            a.sources.iter().any(|s| {
+                s.get("path")
+                    .and_then(Value::as_str)
+                    .map(crate::paths::normalize)
+                    == Some(chart_dir.clone())
+            })
+        })
+        .flat_map(|a| a.objects.iter())
+        .filter(|o| {
+            o.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
+                && o.get("apiVersion").and_then(Value::as_str) == Some(swap.from.as_str())
+        })
+        .map(|o| {
+            let mut o = Value::clone(o);
+            o["apiVersion"] = swap.to.clone().into();
+            o
+        })
+        .collect()
+}
+
+/// The documents of a rewritten file the swap moved: its kind and name, at the destination.
+fn swapped_documents(documents: &[Value], swap: &Swap) -> Vec<Value> {
+    documents
+        .iter()
+        .filter(|d| {
+            d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
+                && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
+                && d.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    == swap.name
+        })
+        .cloned()
+        .collect()
+}
+
 /// Every document the swap would lose values of, with its object, CRD and losses.
 pub fn lossy_documents(
     rewrites: &[Rewrite],
@@ -186,48 +233,10 @@ pub fn lossy_documents(
                 continue;
             };
             let objects: Vec<Value> = if swap.template {
-                let chart_dir = rewrite
-                    .path
-                    .rsplit_once("/templates/")
-                    .map(|(dir, _)| dir.to_string())
-                    .unwrap_or_default();
-                rendering
-                    .applications
-                    .iter()
-                    .filter(|a| {
-                        a.sources.iter().any(|s| {
-                            s.get("path")
-                                .and_then(Value::as_str)
-                                .map(crate::paths::normalize)
-                                == Some(chart_dir.clone())
-                        })
-                    })
-                    .flat_map(|a| a.objects.iter())
-                    .filter(|o| {
-                        o.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
-                            && o.get("apiVersion").and_then(Value::as_str)
-                                == Some(swap.from.as_str())
-                    })
-                    .map(|o| {
-                        let mut o = Value::clone(o);
-                        o["apiVersion"] = swap.to.clone().into();
-                        o
-                    })
-                    .collect()
+                template_objects(rendering, &rewrite.path, swap)
             } else {
                 match &documents {
-                    Ok(documents) => documents
-                        .iter()
-                        .filter(|d| {
-                            d.get("apiVersion").and_then(Value::as_str) == Some(swap.to.as_str())
-                                && d.get("kind").and_then(Value::as_str) == Some(swap.kind.as_str())
-                                && d.pointer("/metadata/name")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("")
-                                    == swap.name
-                        })
-                        .cloned()
-                        .collect(),
+                    Ok(documents) => swapped_documents(documents, swap),
                     Err(e) => {
                         unverifiable(format!("the rewritten file does not parse: {e}"));
                         continue;

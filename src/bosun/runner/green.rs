@@ -6,7 +6,7 @@ use super::{Bosun, Run, RunPath, TriageError, model_calls, short};
 use crate::bosun::classify::Route;
 use crate::bosun::explain;
 use crate::bosun::green_summary;
-use crate::bosun::notes::{MAX_RELEASES, Notes, manual_step};
+use crate::bosun::notes::{MAX_RELEASES, Notes, Release, manual_step};
 use crate::forge::{PullRequest, RepoSlug};
 use crate::gate::report::{self, ParsedReport, Summary};
 
@@ -72,32 +72,7 @@ pub(super) async fn release_notes(
                 release.tag.clone(),
                 release.body.clone(),
             ));
-            let first: String = release
-                .body
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" ")
-                .chars()
-                .take(400)
-                .collect();
-            // A mention in a note must not notify anyone: a zero-width space after `@`.
-            let quiet = |t: &str| t.replace('@', "@\u{200b}");
-            lines.push(format!(
-                "- {} {}{}: {}{}",
-                report::code(&image.image),
-                report::code(&release.tag),
-                if release.url.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", report::text(&quiet(&release.url)))
-                },
-                report::text(&quiet(&first)),
-                if release.body.chars().count() > 400 {
-                    "…"
-                } else {
-                    ""
-                }
-            ));
+            lines.push(quoted_line(&image.image, release));
         }
         if found.releases.len() > MAX_RELEASES {
             lines.push(format!(
@@ -123,10 +98,57 @@ pub(super) async fn release_notes(
                 .replace('@', "@\u{200b}")
         })
         .collect();
+    let out = section(&lines, &unread);
+    run.say(format!(
+        "release notes: {} release{} read{}",
+        lines.len(),
+        crate::plural(lines.len()),
+        if unread.is_empty() {
+            String::new()
+        } else {
+            format!(", {} not read", unread.len())
+        }
+    ));
+    (out, manual, quoted)
+}
+
+/// One release quoted: the image, the tag, the link, the first 400 characters of its notes
+/// on one line, escaped.
+fn quoted_line(image: &str, release: &Release) -> String {
+    let first: String = release
+        .body
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .take(400)
+        .collect();
+    // A mention in a note must not notify anyone: a zero-width space after `@`.
+    let quiet = |t: &str| t.replace('@', "@\u{200b}");
+    format!(
+        "- {} {}{}: {}{}",
+        report::code(image),
+        report::code(&release.tag),
+        if release.url.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", report::text(&quiet(&release.url)))
+        },
+        report::text(&quiet(&first)),
+        if release.body.chars().count() > 400 {
+            "…"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The comment's section: the quoted releases, then what could not be read.
+fn section(lines: &[String], unread: &[String]) -> String {
     let mut out = String::new();
     if !lines.is_empty() {
         out.push_str("\nRelease notes (the maintainers' own, for the image tags this change moves; quoted, not checked):\n\n");
-        for line in &lines {
+        for line in lines {
             out.push_str(line);
             out.push('\n');
         }
@@ -142,17 +164,7 @@ pub(super) async fn release_notes(
                 .join("; ")
         );
     }
-    run.say(format!(
-        "release notes: {} release{} read{}",
-        lines.len(),
-        crate::plural(lines.len()),
-        if unread.is_empty() {
-            String::new()
-        } else {
-            format!(", {} not read", unread.len())
-        }
-    ));
-    (out, manual, quoted)
+    out
 }
 
 impl Bosun {

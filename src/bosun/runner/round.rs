@@ -8,7 +8,9 @@ use super::{Bosun, Run, RunPath, TriageError, scrubbed, short};
 use crate::bosun::classify::{self, Route, Situation};
 use crate::bosun::repair::Work;
 use crate::forge::{PullRequest, RepoSlug, StatusState};
+use crate::gate::check::Kept;
 use crate::gate::publish;
+use crate::gate::report::ParsedReport;
 use crate::gate::verdict::Outcome;
 use crate::render::RenderConfig;
 
@@ -131,53 +133,12 @@ impl Bosun {
     ) -> Result<Option<String>, TriageError> {
         let number = pr.number;
         let checkout = &config.repo_dir;
-        // The gate runner: exactly what `gate publish` does. When another identity runs the
-        // gate (forge.gateAuthor, e.g. a CI job), Bosun only reads that gate's report.
-        // The renders the gate made: the repair acts on the same head's render.
-        let mut kept = None;
-        let published = if self.config.gate_author(&self.me) == self.me {
-            let (fresh, result, published, renders) = publish::check_and_publish_keeping(
-                self.forge.as_ref(),
-                slug,
-                number,
-                &self.me,
-                config,
-                self.config.forge.check_mode(),
-            )
-            .await
-            .map_err(|e| TriageError::Gate(e.to_string()))?;
-            *pr = fresh;
-            kept = renders;
-            run.say(format!(
-                "gate on {}: {}",
-                short(&pr.head_sha),
-                publish::title(&result)
-            ));
-            Some(published.comment_id)
-        } else {
-            None
-        };
-        // Triage reads the verdict only from what was published, and judges it against the
-        // pull request as it is now (a person may have pushed meanwhile).
-        let author = self.config.gate_author(&self.me);
-        let found = published_report(self.forge.as_ref(), author, slug, number, published).await?;
-        *pr = self.forge.pull_request(slug, number).await?;
-        let checked = check_published(
-            self.forge.as_ref(),
-            author,
-            &self.me,
-            slug,
-            &pr.head_sha,
-            found.as_ref().map(|(_, d, _)| d.as_str()),
-            found
-                .as_ref()
-                .is_some_and(|(r, _, _)| r.verdict.outcome == Outcome::Green),
-        )
-        .await?;
-        let (report, body) = match found {
-            Some((report, _, body)) => (Some(report), body),
-            None => (None, String::new()),
-        };
+        let Judged {
+            kept,
+            report,
+            body,
+            checked,
+        } = self.judged(slug, config, pr, run).await?;
         let attempts = attempts_of(&pr.labels, &self.config.labels.attempt_prefix);
         let situation = Situation {
             report: report.as_ref().filter(|_| checked),
@@ -193,52 +154,7 @@ impl Bosun {
                 Ok(Some(format!("waiting: {why}")))
             }
             path @ (Route::Green | Route::WorthALook(_)) => {
-                // The maintainers' release notes for the images the change moves; notes that
-                // describe a manual step make a green gate worth a look.
-                let (notes, mut manual, quoted) =
-                    match report.as_ref().and_then(|r| r.summary.as_ref()) {
-                        Some(summary) => release_notes(self.notes.as_deref(), summary, run).await,
-                        None => (String::new(), Vec::new(), Vec::new()),
-                    };
-                // With a model: a short summary, checked against the report and the notes.
-                let short_summary = match report.as_ref() {
-                    // Not after a repair: the repair's comment is what a person reads then.
-                    // Known from the head itself, not only from this run: a triage tried
-                    // again after a fault, or after a restart, finds Bosun's own commit.
-                    Some(r)
-                        if self.model.is_some()
-                            && r.summary.is_some()
-                            && run.pushed.is_empty()
-                            && !self.checkouts().own_repair(checkout, &pr.head_sha) =>
-                    {
-                        self.model_summary(slug, number, &pr.head_sha, r, &quoted, run)
-                            .await?
-                    }
-                    _ => None,
-                };
-                let notes = match short_summary {
-                    Some((line, step)) => {
-                        // The model judged the notes to describe a step: worth a look (it can
-                        // only add the label, never block), beside the phrase rule.
-                        if step && !quoted.is_empty() {
-                            manual.push(
-                                "a model reading the release notes found a step to take around the merge"
-                                    .to_string(),
-                            );
-                        }
-                        format!("{notes}\n{line}\n")
-                    }
-                    None => notes,
-                };
-                let path = match path {
-                    Route::WorthALook(mut reasons) => {
-                        reasons.extend(manual);
-                        Route::WorthALook(reasons)
-                    }
-                    Route::Green if !manual.is_empty() => Route::WorthALook(manual),
-                    other => other,
-                };
-                self.green(slug, number, pr, report.as_ref(), path, &notes, run)
+                self.green_round(slug, checkout, pr, report.as_ref(), path, run)
                     .await
             }
             Route::Escalate(line) => {
@@ -281,4 +197,139 @@ impl Bosun {
             }
         }
     }
+
+    /// The gate's verdict on the head as published: the gate run first when Bosun is the
+    /// gate's author (exactly what `gate publish` does; when another identity runs the gate,
+    /// forge.gateAuthor, e.g. a CI job, Bosun only reads that gate's report). `pr` is read
+    /// again: the verdict is judged against the pull request as it is now (a person may have
+    /// pushed meanwhile).
+    async fn judged(
+        &self,
+        slug: &RepoSlug,
+        config: &RenderConfig,
+        pr: &mut PullRequest,
+        run: &mut Run,
+    ) -> Result<Judged, TriageError> {
+        let number = pr.number;
+        // The renders the gate made: the repair acts on the same head's render.
+        let mut kept = None;
+        let published = if self.config.gate_author(&self.me) == self.me {
+            let (fresh, result, published, renders) = publish::check_and_publish_keeping(
+                self.forge.as_ref(),
+                slug,
+                number,
+                &self.me,
+                config,
+                self.config.forge.check_mode(),
+            )
+            .await
+            .map_err(|e| TriageError::Gate(e.to_string()))?;
+            *pr = fresh;
+            kept = renders;
+            run.say(format!(
+                "gate on {}: {}",
+                short(&pr.head_sha),
+                publish::title(&result)
+            ));
+            Some(published.comment_id)
+        } else {
+            None
+        };
+        // Triage reads the verdict only from what was published.
+        let author = self.config.gate_author(&self.me);
+        let found = published_report(self.forge.as_ref(), author, slug, number, published).await?;
+        *pr = self.forge.pull_request(slug, number).await?;
+        let checked = check_published(
+            self.forge.as_ref(),
+            author,
+            &self.me,
+            slug,
+            &pr.head_sha,
+            found.as_ref().map(|(_, d, _)| d.as_str()),
+            found
+                .as_ref()
+                .is_some_and(|(r, _, _)| r.verdict.outcome == Outcome::Green),
+        )
+        .await?;
+        let (report, body) = match found {
+            Some((report, _, body)) => (Some(report), body),
+            None => (None, String::new()),
+        };
+        Ok(Judged {
+            kept,
+            report,
+            body,
+            checked,
+        })
+    }
+
+    /// A green (or worth a look) verdict: the maintainers' release notes for the images the
+    /// change moves (notes that describe a manual step make a green gate worth a look) and,
+    /// with a model, a short summary checked against the report and the notes.
+    async fn green_round(
+        &self,
+        slug: &RepoSlug,
+        checkout: &std::path::Path,
+        pr: &PullRequest,
+        report: Option<&ParsedReport>,
+        path: Route,
+        run: &mut Run,
+    ) -> Result<Option<String>, TriageError> {
+        let number = pr.number;
+        let (notes, mut manual, quoted) = match report.and_then(|r| r.summary.as_ref()) {
+            Some(summary) => release_notes(self.notes.as_deref(), summary, run).await,
+            None => (String::new(), Vec::new(), Vec::new()),
+        };
+        let short_summary = match report {
+            // Not after a repair: the repair's comment is what a person reads then.
+            // Known from the head itself, not only from this run: a triage tried
+            // again after a fault, or after a restart, finds Bosun's own commit.
+            Some(r)
+                if self.model.is_some()
+                    && r.summary.is_some()
+                    && run.pushed.is_empty()
+                    && !self.checkouts().own_repair(checkout, &pr.head_sha) =>
+            {
+                self.model_summary(slug, number, &pr.head_sha, r, &quoted, run)
+                    .await?
+            }
+            _ => None,
+        };
+        let notes = match short_summary {
+            Some((line, step)) => {
+                // The model judged the notes to describe a step: worth a look (it can
+                // only add the label, never block), beside the phrase rule.
+                if step && !quoted.is_empty() {
+                    manual.push(
+                        "a model reading the release notes found a step to take around the merge"
+                            .to_string(),
+                    );
+                }
+                format!("{notes}\n{line}\n")
+            }
+            None => notes,
+        };
+        let path = match path {
+            Route::WorthALook(mut reasons) => {
+                reasons.extend(manual);
+                Route::WorthALook(reasons)
+            }
+            Route::Green if !manual.is_empty() => Route::WorthALook(manual),
+            other => other,
+        };
+        self.green(slug, number, pr, report, path, &notes, run)
+            .await
+    }
+}
+
+/// What a round read of the gate's verdict.
+struct Judged {
+    /// The renders the gate made, when Bosun ran it.
+    kept: Option<Kept>,
+    /// The published report, if one parses.
+    report: Option<ParsedReport>,
+    /// The report comment's body.
+    body: String,
+    /// The gate author's `addons-gate` check on the head as it is now carries this report.
+    checked: bool,
 }

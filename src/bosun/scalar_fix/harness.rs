@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::inventory::version_shaped;
-use super::{Fix, MAX_EDITS, Refused, key_text, rule, value_at};
+use super::{Editable, Fix, MAX_EDITS, Refused, key_text, rule, value_at};
 use crate::yaml::edit::Segment;
 
 fn clip(text: &str, max: usize) -> String {
@@ -51,6 +51,54 @@ fn parse_key(value: &Value) -> Option<Vec<Segment>> {
 /// left out).
 pub fn check_reply(fix: &Fix, reply: &Value) -> Result<Vec<Edit>, Refused> {
     check_reply_without(fix, reply, &[])
+}
+
+/// The rule `sourced`: the value is one the inventory allows for this key (a default pinned
+/// back, the kind turned off, a version line put back or to the chart's move), of the type
+/// the file holds there; a version is also one the report's machine blocks name (a whole word
+/// of one of them), never one only its prose quotes.
+fn sourced(
+    fix: &Fix,
+    entry: &Editable,
+    file: &str,
+    key: &[Segment],
+    value: &Value,
+) -> Result<(), Refused> {
+    let same_type = entry
+        .current
+        .as_ref()
+        .is_none_or(|c| std::mem::discriminant(c) == std::mem::discriminant(value));
+    if !entry.allowed.contains(value) || !same_type {
+        return Err(Refused {
+            rule: rule::SOURCED,
+            detail: format!(
+                "{file}: {} would get a value Bosun does not allow there (allowed: {})",
+                key_text(key),
+                entry
+                    .allowed
+                    .iter()
+                    .map(|v| clip(&v.to_string(), 40))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    if version_shaped(key, value)
+        && let Some(text) = value.as_str()
+        && !fix
+            .versions
+            .iter()
+            .any(|named| named == text || whole_word_in(named, text))
+    {
+        return Err(Refused {
+            rule: rule::SOURCED,
+            detail: format!(
+                "{file}: {} would get a version the gate's report does not name",
+                key_text(key)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// `check_reply` with some rules switched off: only the evals use it, to show that each rule
@@ -106,47 +154,10 @@ pub fn check_reply_without(
                 ),
             );
         };
-        // The value is one the inventory allows for this key (a default pinned back, the
-        // kind turned off, a version line put back or to the chart's move), of the type the
-        // file holds there; a version is also one the report's machine blocks name (a whole
-        // word of one of them), never one only its prose quotes.
         if let Some(entry) = entry
             && on(rule::SOURCED)
         {
-            let same_type = entry
-                .current
-                .as_ref()
-                .is_none_or(|c| std::mem::discriminant(c) == std::mem::discriminant(value));
-            if !entry.allowed.contains(value) || !same_type {
-                return refuse(
-                    rule::SOURCED,
-                    format!(
-                        "{file}: {} would get a value Bosun does not allow there (allowed: {})",
-                        key_text(&key),
-                        entry
-                            .allowed
-                            .iter()
-                            .map(|v| clip(&v.to_string(), 40))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                );
-            }
-            if version_shaped(&key, value)
-                && let Some(text) = value.as_str()
-                && !fix
-                    .versions
-                    .iter()
-                    .any(|named| named == text || whole_word_in(named, text))
-            {
-                return refuse(
-                    rule::SOURCED,
-                    format!(
-                        "{file}: {} would get a version the gate's report does not name",
-                        key_text(&key)
-                    ),
-                );
-            }
+            sourced(fix, entry, file, &key, value)?;
         }
         // The file as it is at the head holds what the inventory saw.
         let now = fix

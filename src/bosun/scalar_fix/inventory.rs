@@ -249,27 +249,50 @@ pub fn build(
     shared: &std::collections::BTreeSet<String>,
     report: &str,
 ) -> Result<Fix, Refusal> {
-    let named: Vec<&str> = not_served
-        .iter()
-        .flat_map(|n| n.applications.iter().map(String::as_str))
-        .collect();
     let kinds: Vec<String> = not_served
         .iter()
         .map(|n| n.kind.to_ascii_lowercase())
         .collect();
-    let mut files: BTreeMap<String, String> = BTreeMap::new();
-    let mut inventory: Vec<Editable> = Vec::new();
-    let mut seen: std::collections::BTreeSet<(String, String)> = Default::default();
-    let mut defaults: Vec<ChangedDefault> = Vec::new();
-    let mut push = |inventory: &mut Vec<Editable>, entry: Editable| {
+    let mut found = Found::default();
+    for app in apps {
+        found.chart_defaults(app, shared, &kinds);
+    }
+    found.version_lines(changed_files);
+    found.finish(not_served, report)
+}
+
+/// The inventory as `build` gathers it.
+#[derive(Default)]
+struct Found {
+    /// The files an entry edits: path, text at the head.
+    files: BTreeMap<String, String>,
+    inventory: Vec<Editable>,
+    /// (file, key) of each entry, to keep the first.
+    seen: std::collections::BTreeSet<(String, String)>,
+    /// The chart defaults that changed, each once.
+    defaults: Vec<ChangedDefault>,
+}
+
+impl Found {
+    /// An entry, unless its key is a credential, it may take no value, or the file's key has
+    /// one already.
+    fn push(&mut self, entry: Editable) {
         if !sensitive(&entry.key)
             && !entry.allowed.is_empty()
-            && seen.insert((entry.file.clone(), key_text(&entry.key)))
+            && self.seen.insert((entry.file.clone(), key_text(&entry.key)))
         {
-            inventory.push(entry);
+            self.inventory.push(entry);
         }
-    };
-    for app in apps {
+    }
+
+    /// The chart defaults that changed under one Application, each settable in the values
+    /// files only it layers. `kinds`: the kinds the cluster does not serve, in lower case.
+    fn chart_defaults(
+        &mut self,
+        app: &AppInputs,
+        shared: &std::collections::BTreeSet<String>,
+        kinds: &[String],
+    ) {
         let mut own: Vec<(String, Value)> = Vec::new();
         for (path, text) in &app.values_files {
             if shared.contains(path) {
@@ -277,7 +300,7 @@ pub fn build(
             }
             let parsed = crate::yaml::parse_document(text, path).unwrap_or(Value::Null);
             own.push((path.clone(), parsed));
-            files.insert(path.clone(), text.clone());
+            self.files.insert(path.clone(), text.clone());
         }
         for change in &app.defaults {
             let segments = strings(&change.key);
@@ -294,108 +317,121 @@ pub fn build(
             {
                 continue;
             }
-            if !defaults.contains(change) {
-                defaults.push(change.clone());
+            if !self.defaults.contains(change) {
+                self.defaults.push(change.clone());
             }
-            let mut allowed = Vec::new();
-            if let Some(old) = change
-                .old
-                .as_ref()
-                .filter(|v| !v.is_array() && !v.is_object())
-            {
-                allowed.push(old.clone());
-            }
-            let names_kind = change.key.iter().any(|k| {
-                let k = k.to_ascii_lowercase();
-                k.len() >= 4
-                    && kinds
-                        .iter()
-                        .any(|kind| k.contains(kind.as_str()) || kind.contains(k.as_str()))
-            });
-            if change.new == Some(json!(true)) && names_kind && !allowed.contains(&json!(false)) {
-                allowed.push(json!(false));
-            }
+            let allowed = default_allowed(change, kinds);
             for (path, parsed) in &own {
-                push(
-                    &mut inventory,
-                    Editable {
-                        file: path.clone(),
-                        current: value_at(parsed, &segments).cloned(),
-                        key: segments.clone(),
-                        allowed: allowed.clone(),
-                    },
-                );
+                self.push(Editable {
+                    file: path.clone(),
+                    current: value_at(parsed, &segments).cloned(),
+                    key: segments.clone(),
+                    allowed: allowed.clone(),
+                });
             }
         }
     }
-    // The version lines the pull request changed: only to a version a chart moves to (a
-    // coupled pin), never back to the base (that would undo the promotion) or down.
-    let moves: Vec<Value> = defaults.iter().map(|d| json!(d.to)).collect();
-    for changed in changed_files {
-        let base: Vec<(Vec<Segment>, Value)> = changed
-            .base
-            .as_deref()
-            .map(|b| scalar_leaves(b, &changed.path))
-            .unwrap_or_default();
-        let mut any = false;
-        for (key, value) in scalar_leaves(&changed.text, &changed.path) {
-            let skip = matches!(key.last(), Some(Segment::Key(k)) if k == "apiVersion" || k == "kind" || k == "kubeVersion");
-            let before = base.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
-            if skip || !version_shaped(&key, &value) || before.as_ref() == Some(&value) {
-                continue;
-            }
-            let mut allowed: Vec<Value> = Vec::new();
-            for m in &moves {
-                if !allowed.contains(m)
-                    && Some(m) != before.as_ref()
-                    && *m != value
-                    && m.is_string() == value.is_string()
-                {
-                    allowed.push(m.clone());
+
+    /// The version lines the pull request changed: only to a version a chart moves to (a
+    /// coupled pin), never back to the base (that would undo the promotion) or down.
+    fn version_lines(&mut self, changed_files: &[ChangedFile]) {
+        let moves: Vec<Value> = self.defaults.iter().map(|d| json!(d.to)).collect();
+        for changed in changed_files {
+            let base: Vec<(Vec<Segment>, Value)> = changed
+                .base
+                .as_deref()
+                .map(|b| scalar_leaves(b, &changed.path))
+                .unwrap_or_default();
+            let mut any = false;
+            for (key, value) in scalar_leaves(&changed.text, &changed.path) {
+                let skip = matches!(key.last(), Some(Segment::Key(k)) if k == "apiVersion" || k == "kind" || k == "kubeVersion");
+                let before = base.iter().find(|(k, _)| *k == key).map(|(_, v)| v.clone());
+                if skip || !version_shaped(&key, &value) || before.as_ref() == Some(&value) {
+                    continue;
                 }
-            }
-            any = true;
-            push(
-                &mut inventory,
-                Editable {
+                let mut allowed: Vec<Value> = Vec::new();
+                for m in &moves {
+                    if !allowed.contains(m)
+                        && Some(m) != before.as_ref()
+                        && *m != value
+                        && m.is_string() == value.is_string()
+                    {
+                        allowed.push(m.clone());
+                    }
+                }
+                any = true;
+                self.push(Editable {
                     file: changed.path.clone(),
                     key,
                     current: Some(value),
                     allowed,
+                });
+            }
+            if any {
+                self.files
+                    .insert(changed.path.clone(), changed.text.clone());
+            }
+        }
+    }
+
+    /// The fix, or the handoff when the inventory is empty or over `MAX_INVENTORY`.
+    fn finish(self, not_served: &[NotServed], report: &str) -> Result<Fix, Refusal> {
+        let named: Vec<&str> = not_served
+            .iter()
+            .flat_map(|n| n.applications.iter().map(String::as_str))
+            .collect();
+        let stop = |fact: String| {
+            Err((
+                Handoff {
+                    open: named.join(", "),
+                    choice: "stop rendering the object there, or make the cluster serve it".into(),
+                    fact,
                 },
-            );
+                vec![],
+            ))
+        };
+        if self.inventory.len() > MAX_INVENTORY {
+            return stop(format!(
+                "the inventory of editable keys holds {} entries, over the {MAX_INVENTORY} Bosun asks a model about",
+                self.inventory.len()
+            ));
         }
-        if any {
-            files.insert(changed.path.clone(), changed.text.clone());
+        if self.inventory.is_empty() {
+            return stop("no key Bosun may set would stop it: no changed chart default that turns the kind on in a values file only those Applications read, and no version line of this change to put back".into());
         }
+        Ok(Fix {
+            not_served: not_served.to_vec(),
+            inventory: self.inventory,
+            defaults: self.defaults,
+            files: self.files,
+            versions: versions_named(report),
+            redaction: Default::default(),
+        })
     }
-    let stop = |fact: String| {
-        Err((
-            Handoff {
-                open: named.join(", "),
-                choice: "stop rendering the object there, or make the cluster serve it".into(),
-                fact,
-            },
-            vec![],
-        ))
-    };
-    if inventory.len() > MAX_INVENTORY {
-        return stop(format!(
-            "the inventory of editable keys holds {} entries, over the {MAX_INVENTORY} Bosun asks a model about",
-            inventory.len()
-        ));
+}
+
+/// The values a changed default may take: its old default (pinning it back); and `false` for a
+/// boolean the new version turned on whose key names a kind the cluster does not serve.
+fn default_allowed(change: &ChangedDefault, kinds: &[String]) -> Vec<Value> {
+    let mut allowed = Vec::new();
+    if let Some(old) = change
+        .old
+        .as_ref()
+        .filter(|v| !v.is_array() && !v.is_object())
+    {
+        allowed.push(old.clone());
     }
-    if inventory.is_empty() {
-        return stop("no key Bosun may set would stop it: no changed chart default that turns the kind on in a values file only those Applications read, and no version line of this change to put back".into());
+    let names_kind = change.key.iter().any(|k| {
+        let k = k.to_ascii_lowercase();
+        k.len() >= 4
+            && kinds
+                .iter()
+                .any(|kind| k.contains(kind.as_str()) || kind.contains(k.as_str()))
+    });
+    if change.new == Some(json!(true)) && names_kind && !allowed.contains(&json!(false)) {
+        allowed.push(json!(false));
     }
-    Ok(Fix {
-        not_served: not_served.to_vec(),
-        inventory,
-        defaults,
-        files,
-        versions: versions_named(report),
-        redaction: Default::default(),
-    })
+    allowed
 }
 
 /// The versions a gate report names in its machine blocks: the `summary` block's chart moves

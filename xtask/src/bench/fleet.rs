@@ -391,10 +391,52 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
     let root = tempfile::tempdir()?;
     let fleet = generate(root.path(), &layout)?;
     let runner = Runner {
-        gate: gate.clone(),
+        gate,
         time: gnu_time(),
         scratch: root.path().to_path_buf(),
     };
+    announce(&layout);
+    let bench = Bench {
+        runner: &runner,
+        fleet: &fleet,
+        layout: &layout,
+        scratch: root.path(),
+    };
+    let mut table = Table::default();
+    let single = bench.single(&mut table)?;
+    let check_args = |cache: &Path| bench.check_args(cache);
+    let remote = RemoteBench {
+        runner: &runner,
+        fleet: &fleet,
+        check_args: &check_args,
+        scratch: root.path(),
+        single_json: &single.json,
+        cold_ms: single.cold_ms,
+        warm_local_ms: single.warm_ms,
+        shards: shards.iter().copied().max().unwrap_or(1),
+    };
+    table.rows.extend(remote.rows()?);
+    let mut critical = Vec::new();
+    let mut equal_verdicts = true;
+    for &n in shards {
+        let sharded = bench.sharded(n, &single, &mut table)?;
+        equal_verdicts &= sharded.same;
+        critical.push((n, sharded.path_ms, sharded.merge_ms));
+    }
+    table.print(runner.time.is_none(), &critical, single.cold_ms);
+    println!("load average {} at the end", load_average());
+    if std::env::var_os("BENCH_KEEP").is_some() {
+        let kept = root.keep();
+        println!("kept {}", kept.display());
+    }
+    if !equal_verdicts {
+        bail!("a merged verdict differs from the single runner's (see the table)");
+    }
+    Ok(())
+}
+
+/// The bench's first line: the fleet's shape, the cores and the load.
+fn announce(layout: &Layout) {
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -411,104 +453,199 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
         layout.bumped_addons,
         load_average()
     );
-    let check_args = |cache: &Path| -> Vec<String> {
+}
+
+/// The table's rows and the notes printed under it.
+#[derive(Default)]
+struct Table {
+    rows: Vec<[String; 5]>,
+    notes: Vec<String>,
+}
+
+impl Table {
+    /// The table, the aims (`critical`: shard count, critical path and merge, in ms) and the
+    /// notes.
+    fn print(mut self, no_gnu_time: bool, critical: &[(usize, u128, u128)], cold_ms: u128) {
+        println!();
+        println!("| run | wall | gate peak RSS | largest process | notes |");
+        println!("| --- | ---: | ---: | ---: | --- |");
+        for row in &self.rows {
+            println!("| {} |", row.join(" | "));
+        }
+        println!();
+        if no_gnu_time {
+            self.notes.push(
+                "largest process: no GNU time at /usr/bin/time, so only the gate's own peak".into(),
+            );
+        }
+        for (n, path_ms, merge_ms) in critical {
+            if *n == 8 {
+                println!(
+                    "aim: 8 shards' cold critical path under a fifth of the single runner: {} ({} against {})",
+                    if *path_ms * 5 < cold_ms {
+                        "met"
+                    } else {
+                        "NOT met"
+                    },
+                    seconds(*path_ms),
+                    seconds(cold_ms / 5)
+                );
+            }
+            println!(
+                "aim: merge of {n} under 1 s: {} ({merge_ms} ms)",
+                if *merge_ms < 1000 { "met" } else { "NOT met" }
+            );
+        }
+        for note in self.notes {
+            println!("note: {note}");
+        }
+    }
+}
+
+/// A table row of one measured run.
+fn measured_row(label: &str, run: &Measured, notes: String) -> [String; 5] {
+    [
+        label.to_string(),
+        seconds(run.ms),
+        gate_mib(&run.gate_rss),
+        mib(run.tree_rss_kib),
+        notes,
+    ]
+}
+
+/// The arguments of `gate merge` of `parts` into `merged_json`.
+fn merge_args(parts: Vec<String>, repo: &Path, merged_json: &str) -> Vec<String> {
+    let mut args = vec!["merge".to_string()];
+    args.extend(parts);
+    args.extend([
+        "--repo".into(),
+        repo.display().to_string(),
+        "--default-branch".into(),
+        "main".into(),
+        "--json".into(),
+        merged_json.to_string(),
+    ]);
+    args
+}
+
+/// The fleet's runs on the local cache: one runner, then N shards merged.
+struct Bench<'a> {
+    runner: &'a Runner,
+    fleet: &'a Fleet,
+    layout: &'a Layout,
+    scratch: &'a Path,
+}
+
+/// The single runner's figures every other row is measured against.
+struct Single {
+    cold_ms: u128,
+    warm_ms: u128,
+    /// The distinct renders of the check (cache entries after the cold run).
+    renders: usize,
+    /// Its verdict JSON.
+    json: String,
+}
+
+/// One shard count's outcome.
+struct Sharded {
+    /// The longest shard plus the merge.
+    path_ms: u128,
+    merge_ms: u128,
+    /// The merged verdict equals the single runner's.
+    same: bool,
+}
+
+impl Bench<'_> {
+    /// `gate check` of the fleet's pull request on the cache folder `cache`.
+    fn check_args(&self, cache: &Path) -> Vec<String> {
         vec![
             "check".into(),
             "--repo-url".into(),
             REPO_URL.into(),
             "--repo".into(),
-            fleet.repo.display().to_string(),
+            self.fleet.repo.display().to_string(),
             "--head".into(),
             HEAD_BRANCH.into(),
             "--default-branch".into(),
             "main".into(),
             "--inventory".into(),
-            fleet.inventory.display().to_string(),
+            self.fleet.inventory.display().to_string(),
             "--charts".into(),
-            fleet.charts.display().to_string(),
+            self.fleet.charts.display().to_string(),
             "--cache-dir".into(),
             cache.display().to_string(),
         ]
-    };
-    let with = |mut args: Vec<String>, more: &[&str]| {
-        args.extend(more.iter().map(|s| s.to_string()));
-        args
-    };
-    let scratch = root.path();
-    let path = |name: &str| scratch.join(name).display().to_string();
-    let mut rows: Vec<[String; 5]> = Vec::new();
-    let mut notes: Vec<String> = Vec::new();
-
-    // One runner, empty cache: the figure every other row is measured against.
-    let cold_cache = scratch.join("cache-single");
-    let single_json = path("single.json");
-    let cold = runner.run(
-        "cold single runner",
-        &with(check_args(&cold_cache), &["--json", &single_json]),
-        &[0, 1],
-    )?;
-    let differ = figure_after(&cold.stderr, "ms (");
-    if differ != Some(bumped_applications) {
-        bail!(
-            "the cold check found {differ:?} Applications differing, not the {bumped_applications} the bump moves: {}",
-            cold.stderr.trim()
-        );
     }
-    let renders = cache_entries(&cold_cache);
-    rows.push([
-        "cold, single runner (empty cache)".into(),
-        seconds(cold.ms),
-        gate_mib(&cold.gate_rss),
-        mib(cold.tree_rss_kib),
-        format!(
-            "{renders} helm renders; exit {:?}; {bumped_applications} Applications differ",
-            cold.code.unwrap_or(-1)
-        ),
-    ]);
-    let warm = runner.run("warm single runner", &check_args(&cold_cache), &[0, 1])?;
-    rows.push([
-        "warm local cache, single runner".into(),
-        seconds(warm.ms),
-        gate_mib(&warm.gate_rss),
-        mib(warm.tree_rss_kib),
-        format!("{} helm renders", cache_entries(&cold_cache) - renders),
-    ]);
-    let remote = RemoteBench {
-        runner: &runner,
-        fleet: &fleet,
-        check_args: &check_args,
-        scratch,
-        single_json: &single_json,
-        cold_ms: cold.ms,
-        warm_local_ms: warm.ms,
-        shards: shards.iter().copied().max().unwrap_or(1),
-    };
-    rows.extend(remote.rows()?);
 
-    let mut critical = Vec::new();
-    let mut equal_verdicts = true;
-    for &n in shards {
+    fn path(&self, name: &str) -> String {
+        self.scratch.join(name).display().to_string()
+    }
+
+    /// One runner, empty cache (checked to find the Applications the bump moves), then warm.
+    fn single(&self, table: &mut Table) -> Result<Single> {
+        let bumped_applications = self.layout.bumped_addons * self.layout.clusters;
+        let cold_cache = self.scratch.join("cache-single");
+        let json = self.path("single.json");
+        let mut args = self.check_args(&cold_cache);
+        args.extend(["--json".to_string(), json.clone()]);
+        let cold = self.runner.run("cold single runner", &args, &[0, 1])?;
+        let differ = figure_after(&cold.stderr, "ms (");
+        if differ != Some(bumped_applications) {
+            bail!(
+                "the cold check found {differ:?} Applications differing, not the {bumped_applications} the bump moves: {}",
+                cold.stderr.trim()
+            );
+        }
+        let renders = cache_entries(&cold_cache);
+        table.rows.push(measured_row(
+            "cold, single runner (empty cache)",
+            &cold,
+            format!(
+                "{renders} helm renders; exit {:?}; {bumped_applications} Applications differ",
+                cold.code.unwrap_or(-1)
+            ),
+        ));
+        let warm = self
+            .runner
+            .run("warm single runner", &self.check_args(&cold_cache), &[0, 1])?;
+        table.rows.push(measured_row(
+            "warm local cache, single runner",
+            &warm,
+            format!("{} helm renders", cache_entries(&cold_cache) - renders),
+        ));
+        Ok(Single {
+            cold_ms: cold.ms,
+            warm_ms: warm.ms,
+            renders,
+            json,
+        })
+    }
+
+    /// `n` shards, each a runner with an empty cache, merged and compared with the single
+    /// runner's verdict.
+    fn sharded(&self, n: usize, single: &Single, table: &mut Table) -> Result<Sharded> {
         let mut parts = Vec::new();
         let mut longest = 0;
         let mut applications = 0;
         let mut most_renders = 0;
         for i in 1..=n {
-            let cache = scratch.join(format!("cache-{n}-{i}"));
-            let part = path(&format!("part-{n}-{i}.json"));
+            let cache = self.scratch.join(format!("cache-{n}-{i}"));
+            let part = self.path(&format!("part-{n}-{i}.json"));
             let shard = format!("{i}/{n}");
-            let run = runner.run(
-                &format!("shard {shard}"),
-                &with(check_args(&cache), &["--shard", &shard, "--partial", &part]),
-                &[0],
-            )?;
+            let mut args = self.check_args(&cache);
+            args.extend([
+                "--shard".to_string(),
+                shard.clone(),
+                "--partial".to_string(),
+                part.clone(),
+            ]);
+            let run = self.runner.run(&format!("shard {shard}"), &args, &[0])?;
             applications += figure_after(&run.stderr, "ms (").unwrap_or(0);
             longest = longest.max(run.ms);
             most_renders = most_renders.max(cache_entries(&cache));
-            rows.push([
-                format!("shard {shard}, cold (empty cache)"),
-                seconds(run.ms),
-                gate_mib(&run.gate_rss),
-                mib(run.tree_rss_kib),
+            table.rows.push(measured_row(
+                &format!("shard {shard}, cold (empty cache)"),
+                &run,
                 format!(
                     "{} helm renders; partial {} KiB",
                     cache_entries(&cache),
@@ -516,101 +653,54 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
                         .map(|m| m.len() / 1024)
                         .unwrap_or(0)
                 ),
-            ]);
+            ));
             parts.push(part);
         }
-        if applications != layout.applications() {
+        if applications != self.layout.applications() {
             bail!(
                 "{n} shards checked {applications} Applications at the head, not {}",
-                layout.applications()
+                self.layout.applications()
             );
         }
-        let merged_json = path(&format!("merged-{n}.json"));
-        let mut merge_args = vec!["merge".to_string()];
-        merge_args.extend(parts);
-        merge_args.extend([
-            "--repo".into(),
-            fleet.repo.display().to_string(),
-            "--default-branch".into(),
-            "main".into(),
-            "--json".into(),
-            merged_json.clone(),
-        ]);
-        let merge = runner.run(&format!("merge of {n}"), &merge_args, &[0, 1])?;
-        let same = std::fs::read(&merged_json)? == std::fs::read(&single_json)?;
-        equal_verdicts &= same;
-        rows.push([
-            format!("merge of {n} partials"),
-            seconds(merge.ms),
-            gate_mib(&merge.gate_rss),
-            mib(merge.tree_rss_kib),
+        let merged_json = self.path(&format!("merged-{n}.json"));
+        let merge = self.runner.run(
+            &format!("merge of {n}"),
+            &merge_args(parts, &self.fleet.repo, &merged_json),
+            &[0, 1],
+        )?;
+        let same = std::fs::read(&merged_json)? == std::fs::read(&single.json)?;
+        table.rows.push(measured_row(
+            &format!("merge of {n} partials"),
+            &merge,
             format!(
                 "verdict JSON {} the single runner's",
                 if same { "equals" } else { "DIFFERS from" }
             ),
-        ]);
+        ));
         let path_ms = longest + merge.ms;
-        rows.push([
+        table.rows.push([
             format!("{n} shard(s): critical path (longest shard + merge)"),
             seconds(path_ms),
             String::new(),
             String::new(),
             format!(
                 "{:.2}x the cold single runner",
-                path_ms as f64 / cold.ms as f64
+                path_ms as f64 / single.cold_ms as f64
             ),
         ]);
-        critical.push((n, path_ms, merge.ms));
         if n > 1 {
-            notes.push(format!(
-                "{n} shards: the busiest rendered {most_renders} of the {renders} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and the combinations fall in the shards by their hash, not by what they cost",
-                renders.div_ceil(n)
+            table.notes.push(format!(
+                "{n} shards: the busiest rendered {most_renders} of the {} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and the combinations fall in the shards by their hash, not by what they cost",
+                single.renders,
+                single.renders.div_ceil(n)
             ));
         }
+        Ok(Sharded {
+            path_ms,
+            merge_ms: merge.ms,
+            same,
+        })
     }
-
-    println!();
-    println!("| run | wall | gate peak RSS | largest process | notes |");
-    println!("| --- | ---: | ---: | ---: | --- |");
-    for row in &rows {
-        println!("| {} |", row.join(" | "));
-    }
-    println!();
-    if runner.time.is_none() {
-        notes.push(
-            "largest process: no GNU time at /usr/bin/time, so only the gate's own peak".into(),
-        );
-    }
-    for (n, path_ms, merge_ms) in &critical {
-        if *n == 8 {
-            println!(
-                "aim: 8 shards' cold critical path under a fifth of the single runner: {} ({} against {})",
-                if *path_ms * 5 < cold.ms {
-                    "met"
-                } else {
-                    "NOT met"
-                },
-                seconds(*path_ms),
-                seconds(cold.ms / 5)
-            );
-        }
-        println!(
-            "aim: merge of {n} under 1 s: {} ({merge_ms} ms)",
-            if *merge_ms < 1000 { "met" } else { "NOT met" }
-        );
-    }
-    for note in notes {
-        println!("note: {note}");
-    }
-    println!("load average {} at the end", load_average());
-    if std::env::var_os("BENCH_KEEP").is_some() {
-        let kept = root.keep();
-        println!("kept {}", kept.display());
-    }
-    if !equal_verdicts {
-        bail!("a merged verdict differs from the single runner's (see the table)");
-    }
-    Ok(())
 }
 
 /// The rows of the remote render cache, measured when this build's `gate check` takes
@@ -662,8 +752,17 @@ impl RemoteBench<'_> {
     }
 
     fn measure(&self, rows: &mut Vec<[String; 5]>) -> Result<()> {
-        const BUCKET: &str = "gate-cache";
-        let (server, s3_env) = start_s3(&self.scratch.join("s3"), BUCKET)?;
+        let (server, store) = self.store()?;
+        self.like_for_like(&store, rows)?;
+        self.as_ci(&store, rows)?;
+        drop(server);
+        Ok(())
+    }
+
+    /// An S3 server on loopback with the cache's bucket, and a key pair from `gate cache
+    /// keygen`.
+    fn store(&self) -> Result<(S3Child, Store)> {
+        let (server, s3_env) = start_s3(&self.scratch.join("s3"), Store::BUCKET)?;
         let keygen = Command::new(&self.runner.gate)
             .args(["cache", "keygen"])
             .output()?;
@@ -678,48 +777,49 @@ impl RemoteBench<'_> {
             key("GATE_CACHE_SIGNING_KEY")?,
             key("GATE_CACHE_PUBLIC_KEY")?,
         );
-        let remote = |prefix: &str, mut args: Vec<String>| {
-            args.extend([
-                "--cache-url".to_string(),
-                format!("s3://{BUCKET}/{prefix}"),
-                "--cache-public-key".to_string(),
-                public.clone(),
-            ]);
-            args
-        };
         let mut writer_env = s3_env.clone();
         writer_env.push(("GATE_CACHE_SIGNING_KEY".to_string(), signing));
-        let cache = |name: &str| self.scratch.join(name);
-        let measured = |label: &str, run: &Measured, notes: String| -> [String; 5] {
-            [
-                label.to_string(),
-                seconds(run.ms),
-                gate_mib(&run.gate_rss),
-                mib(run.tree_rss_kib),
-                notes,
-            ]
-        };
+        Ok((
+            server,
+            Store {
+                public,
+                reader_env: s3_env,
+                writer_env,
+            },
+        ))
+    }
 
-        // Like for like with the warm local cache: every render of the check in the store.
+    fn cache(&self, name: &str) -> PathBuf {
+        self.scratch.join(name)
+    }
+
+    /// Like for like with the warm local cache: every render of the check in the store.
+    fn like_for_like(&self, store: &Store, rows: &mut Vec<[String; 5]>) -> Result<()> {
         let writer = self.runner.run_with(
             "remote cache writer",
-            &remote("check", (self.check_args)(&cache("cache-remote-writer"))),
-            &writer_env,
+            &store.args(
+                "check",
+                (self.check_args)(&self.cache("cache-remote-writer")),
+            ),
+            &store.writer_env,
             &[0, 1],
         )?;
-        rows.push(measured(
+        rows.push(measured_row(
             "cold, single runner writing the remote cache (holds the signing key)",
             &writer,
             remote_summary(&writer.stderr),
         ));
         let reader = self.runner.run_with(
             "remote cache reader",
-            &remote("check", (self.check_args)(&cache("cache-remote-reader"))),
-            &s3_env,
+            &store.args(
+                "check",
+                (self.check_args)(&self.cache("cache-remote-reader")),
+            ),
+            &store.reader_env,
             &[0, 1],
         )?;
         let ratio = reader.ms as f64 / self.warm_local_ms.max(1) as f64;
-        rows.push(measured(
+        rows.push(measured_row(
             "warm remote cache, new runner (empty local cache)",
             &reader,
             format!(
@@ -728,8 +828,11 @@ impl RemoteBench<'_> {
                 remote_summary(&reader.stderr)
             ),
         ));
+        Ok(())
+    }
 
-        // As CI runs it: the default branch's render fills the store, pull requests read it.
+    /// As CI runs it: the default branch's render fills the store, pull requests read it.
+    fn as_ci(&self, store: &Store, rows: &mut Vec<[String; 5]>) -> Result<()> {
         let render = vec![
             "render".to_string(),
             "--repo-url".into(),
@@ -743,28 +846,28 @@ impl RemoteBench<'_> {
             "--charts".into(),
             self.fleet.charts.display().to_string(),
             "--cache-dir".into(),
-            cache("cache-main-writer").display().to_string(),
+            self.cache("cache-main-writer").display().to_string(),
             "--format".into(),
             "summary".into(),
         ];
         let main = self.runner.run_with(
             "the default branch's render",
-            &remote("main", render),
-            &writer_env,
+            &store.args("main", render),
+            &store.writer_env,
             &[0],
         )?;
-        rows.push(measured(
+        rows.push(measured_row(
             "the default branch's `gate render --revision main`, writing the remote cache",
             &main,
             remote_summary(&main.stderr),
         ));
         let pull_request = self.runner.run_with(
             "a pull request's runner",
-            &remote("main", (self.check_args)(&cache("cache-remote-pr"))),
-            &s3_env,
+            &store.args("main", (self.check_args)(&self.cache("cache-remote-pr"))),
+            &store.reader_env,
             &[0, 1],
         )?;
-        rows.push(measured(
+        rows.push(measured_row(
             "new runner on the remote cache the default branch filled (renders the head)",
             &pull_request,
             format!(
@@ -773,86 +876,105 @@ impl RemoteBench<'_> {
                 remote_summary(&pull_request.stderr)
             ),
         ));
+        if self.shards > 1 {
+            self.shards_on(store, rows)?;
+        }
+        Ok(())
+    }
+
+    /// The largest shard count again, each shard a new runner on the default branch's
+    /// remote cache, merged and compared with the single runner's verdict.
+    fn shards_on(&self, store: &Store, rows: &mut Vec<[String; 5]>) -> Result<()> {
         let n = self.shards;
-        if n > 1 {
-            let mut parts = Vec::new();
-            let mut longest = 0;
-            for i in 1..=n {
-                let part = self
-                    .scratch
-                    .join(format!("part-remote-{n}-{i}.json"))
-                    .display()
-                    .to_string();
-                let mut args = remote(
-                    "main",
-                    (self.check_args)(&cache(&format!("cache-remote-{n}-{i}"))),
-                );
-                args.extend([
-                    "--shard".to_string(),
-                    format!("{i}/{n}"),
-                    "--partial".to_string(),
-                    part.clone(),
-                ]);
-                let run = self.runner.run_with(
-                    &format!("shard {i}/{n} on the remote cache"),
-                    &args,
-                    &s3_env,
-                    &[0],
-                )?;
-                longest = longest.max(run.ms);
-                rows.push(measured(
-                    &format!("shard {i}/{n}, new runner on the default branch's remote cache"),
-                    &run,
-                    remote_summary(&run.stderr),
-                ));
-                parts.push(part);
-            }
-            let merged_json = self
+        let mut parts = Vec::new();
+        let mut longest = 0;
+        for i in 1..=n {
+            let part = self
                 .scratch
-                .join(format!("merged-remote-{n}.json"))
+                .join(format!("part-remote-{n}-{i}.json"))
                 .display()
                 .to_string();
-            let mut merge_args = vec!["merge".to_string()];
-            merge_args.extend(parts);
-            merge_args.extend([
-                "--repo".into(),
-                self.fleet.repo.display().to_string(),
-                "--default-branch".into(),
-                "main".into(),
-                "--json".into(),
-                merged_json.clone(),
+            let mut args = store.args(
+                "main",
+                (self.check_args)(&self.cache(&format!("cache-remote-{n}-{i}"))),
+            );
+            args.extend([
+                "--shard".to_string(),
+                format!("{i}/{n}"),
+                "--partial".to_string(),
+                part.clone(),
             ]);
-            let merge = self.runner.run(
-                &format!("merge of {n} on the remote cache"),
-                &merge_args,
-                &[0, 1],
+            let run = self.runner.run_with(
+                &format!("shard {i}/{n} on the remote cache"),
+                &args,
+                &store.reader_env,
+                &[0],
             )?;
-            let same = std::fs::read(&merged_json)? == std::fs::read(self.single_json)?;
-            rows.push(measured(
-                &format!("merge of those {n} partials"),
-                &merge,
-                format!(
-                    "verdict JSON {} the single runner's",
-                    if same { "equals" } else { "DIFFERS from" }
-                ),
+            longest = longest.max(run.ms);
+            rows.push(measured_row(
+                &format!("shard {i}/{n}, new runner on the default branch's remote cache"),
+                &run,
+                remote_summary(&run.stderr),
             ));
-            let path_ms = longest + merge.ms;
-            rows.push([
-                format!("{n} shards on the remote cache: critical path (longest shard + merge)"),
-                seconds(path_ms),
-                String::new(),
-                String::new(),
-                format!(
-                    "{:.2}x the cold single runner",
-                    path_ms as f64 / self.cold_ms.max(1) as f64
-                ),
-            ]);
-            if !same {
-                bail!("the merged verdict on the remote cache differs from the single runner's");
-            }
+            parts.push(part);
         }
-        drop(server);
+        let merged_json = self
+            .scratch
+            .join(format!("merged-remote-{n}.json"))
+            .display()
+            .to_string();
+        let merge = self.runner.run(
+            &format!("merge of {n} on the remote cache"),
+            &merge_args(parts, &self.fleet.repo, &merged_json),
+            &[0, 1],
+        )?;
+        let same = std::fs::read(&merged_json)? == std::fs::read(self.single_json)?;
+        rows.push(measured_row(
+            &format!("merge of those {n} partials"),
+            &merge,
+            format!(
+                "verdict JSON {} the single runner's",
+                if same { "equals" } else { "DIFFERS from" }
+            ),
+        ));
+        let path_ms = longest + merge.ms;
+        rows.push([
+            format!("{n} shards on the remote cache: critical path (longest shard + merge)"),
+            seconds(path_ms),
+            String::new(),
+            String::new(),
+            format!(
+                "{:.2}x the cold single runner",
+                path_ms as f64 / self.cold_ms.max(1) as f64
+            ),
+        ]);
+        if !same {
+            bail!("the merged verdict on the remote cache differs from the single runner's");
+        }
         Ok(())
+    }
+}
+
+/// The remote cache's store as the runs use it: its public key, and the environments of a
+/// reader and of a writer (which holds the signing key).
+struct Store {
+    public: String,
+    reader_env: Vec<(String, String)>,
+    writer_env: Vec<(String, String)>,
+}
+
+impl Store {
+    const BUCKET: &str = "gate-cache";
+
+    /// `args` on the store's objects under `prefix`.
+    fn args(&self, prefix: &str, mut args: Vec<String>) -> Vec<String> {
+        args.extend([
+            "--cache-url".to_string(),
+            format!("s3://{}/{prefix}", Self::BUCKET),
+            "--cache-public-key".to_string(),
+            self.public.clone(),
+        ]);
+        args
     }
 }
 
