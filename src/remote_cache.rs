@@ -1,7 +1,10 @@
 //! The remote render cache: the second level behind the disk cache
 //! (`render::cache::SecondLevel`), in object storage every runner shares (`gate --cache-url
-//! s3://bucket/prefix`, bosun.yaml `render.cacheUrl`). The render never sees it: it asks the
-//! trait, and this room answers from S3 (or an S3-compatible store) through `object_store`.
+//! s3://bucket/prefix`, `gs://bucket/prefix`, `az://container/prefix`; bosun.yaml
+//! `render.cacheUrl`). The render never sees it: it asks the trait, and this room answers from
+//! S3 (or an S3-compatible store), Google Cloud Storage or Azure Blob Storage through
+//! `object_store`. The three differ only in the client [`RemoteCache::open`] builds: the
+//! objects, their signatures and the degrade-on-unreachable behaviour are the same.
 //!
 //! An entry is one object, `<prefix>/render/<aa>/<entry>`, named by the disk cache's entry
 //! (`RenderCache::entry`: the render key, a digest of every input of the render, and the
@@ -38,6 +41,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use futures::StreamExt as _;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::path::Path as ObjectPath;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, ObjectStore, PutOptions, PutPayload, RetryConfig,
@@ -230,30 +235,116 @@ pub fn generate_keys() -> Result<(String, String), String> {
     Ok((B64.encode(seed), B64.encode(pair.public_key().as_ref())))
 }
 
-/// `s3://bucket/prefix`, checked: a bucket name S3 accepts, a prefix of plain path segments.
+/// The object store a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provider {
+    /// `s3://`: Amazon S3 or an S3-compatible store (`AWS_ENDPOINT_URL`).
+    S3,
+    /// `gs://`: Google Cloud Storage.
+    Gcs,
+    /// `az://` (or `azure://`): Azure Blob Storage, the account from `AZURE_STORAGE_ACCOUNT_NAME`.
+    Azure,
+}
+
+/// The URL forms taken, for messages.
+const URL_FORMS: &str = "s3://BUCKET/PREFIX (S3, or an S3-compatible store through AWS_ENDPOINT_URL), gs://BUCKET/PREFIX (Google Cloud Storage) or az://CONTAINER/PREFIX (Azure Blob Storage)";
+
+/// `s3://bucket/prefix`, `gs://bucket/prefix` or `az://container/prefix`, checked: a bucket
+/// (container) name its provider accepts, a prefix of plain path segments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
+    pub provider: Provider,
+    /// The scheme as written (`az` and `azure` name the same provider).
+    pub scheme: &'static str,
+    /// The bucket, or Azure's container.
     pub bucket: String,
     pub prefix: String,
 }
 
+/// A provider's naming rule for buckets (containers): what it asks, when a name breaks it.
+type NameRule = fn(&str) -> Result<(), &'static str>;
+
+/// S3's bucket rules: 3 to 63 lowercase letters, digits, dots and hyphens, a letter or digit
+/// at each end.
+fn s3_bucket(name: &str) -> Result<(), &'static str> {
+    let ok = (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(())
+    } else {
+        Err("3 to 63 lowercase letters, digits, dots and hyphens")
+    }
+}
+
+/// Google Cloud Storage's bucket rules (cloud.google.com/storage/docs/buckets#naming):
+/// lowercase letters, digits, hyphens, underscores and dots, a letter or digit at each end;
+/// 3 to 63 characters, or up to 222 with dots when no dot-separated part is over 63; not an IP
+/// address; not starting with "goog" nor holding "google".
+fn gcs_bucket(name: &str) -> Result<(), &'static str> {
+    let rule = "3 to 63 lowercase letters, digits, hyphens, underscores and dots (up to 222 with dots, 63 between them), a letter or digit at each end, not \"goog...\" nor holding \"google\"";
+    let charset = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_'));
+    let length = if name.contains('.') {
+        (3..=222).contains(&name.len()) && name.split('.').all(|part| part.len() <= 63)
+    } else {
+        (3..=63).contains(&name.len())
+    };
+    let ends = name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    let address = name.parse::<std::net::Ipv4Addr>().is_ok();
+    let google = name.starts_with("goog") || name.contains("google");
+    if charset && length && ends && !address && !google {
+        Ok(())
+    } else {
+        Err(rule)
+    }
+}
+
+/// Azure's container rules (learn.microsoft.com, "Naming and referencing containers"): 3 to 63
+/// lowercase letters, digits and hyphens, a letter or digit first, every hyphen between two
+/// letters or digits.
+fn azure_container(name: &str) -> Result<(), &'static str> {
+    let ok = (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && !name.contains("--");
+    if ok {
+        Ok(())
+    } else {
+        Err("3 to 63 lowercase letters, digits and single hyphens, a letter or digit at each end")
+    }
+}
+
 impl Location {
     pub fn parse(url: &str) -> Result<Location, String> {
-        let rest = url.strip_prefix("s3://").ok_or_else(|| {
-            format!("{url:?}: the remote cache takes s3://BUCKET/PREFIX (S3, or an S3-compatible store through AWS_ENDPOINT_URL)")
-        })?;
+        let (provider, scheme, rest) = [
+            (Provider::S3, "s3"),
+            (Provider::Gcs, "gs"),
+            (Provider::Azure, "az"),
+            (Provider::Azure, "azure"),
+        ]
+        .into_iter()
+        .find_map(|(provider, scheme)| {
+            url.strip_prefix(scheme)
+                .and_then(|r| r.strip_prefix("://"))
+                .map(|rest| (provider, scheme, rest))
+        })
+        .ok_or_else(|| format!("{url:?}: the remote cache takes {URL_FORMS}"))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let bucket_ok = (3..=63).contains(&bucket.len())
-            && bucket
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-            && bucket.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && bucket.ends_with(|c: char| c.is_ascii_alphanumeric());
-        if !bucket_ok {
-            return Err(format!(
-                "{url:?}: {bucket:?} is not a bucket name (3 to 63 lowercase letters, digits, dots and hyphens)"
-            ));
-        }
+        let (what, check): (&str, NameRule) = match provider {
+            Provider::S3 => ("an S3 bucket name", s3_bucket),
+            Provider::Gcs => ("a Cloud Storage bucket name", gcs_bucket),
+            Provider::Azure => ("an Azure container name", azure_container),
+        };
+        check(bucket).map_err(|rule| format!("{url:?}: {bucket:?} is not {what} ({rule})"))?;
         let prefix = prefix.trim_end_matches('/');
         let prefix_ok = prefix.is_empty()
             || prefix.split('/').all(|segment| {
@@ -270,6 +361,8 @@ impl Location {
             ));
         }
         Ok(Location {
+            provider,
+            scheme,
             bucket: bucket.to_string(),
             prefix: prefix.to_string(),
         })
@@ -289,9 +382,9 @@ impl Location {
 impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.prefix.is_empty() {
-            write!(f, "s3://{}", self.bucket)
+            write!(f, "{}://{}", self.scheme, self.bucket)
         } else {
-            write!(f, "s3://{}/{}", self.bucket, self.prefix)
+            write!(f, "{}://{}/{}", self.scheme, self.bucket, self.prefix)
         }
     }
 }
@@ -521,6 +614,16 @@ impl Shared {
     }
 }
 
+/// The process's variables whose names start with one of `prefixes`, names lowercased (the
+/// form object_store's configuration keys parse from), in the process's order.
+fn provider_env(prefixes: &[&str]) -> Vec<(String, String)> {
+    std::env::vars_os()
+        .filter_map(|(key, value)| Some((key.into_string().ok()?, value.into_string().ok()?)))
+        .filter(|(key, _)| prefixes.iter().any(|p| key.starts_with(p)))
+        .map(|(key, value)| (key.to_ascii_lowercase(), value))
+        .collect()
+}
+
 fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
@@ -557,11 +660,21 @@ impl Drop for RemoteCache {
 }
 
 impl RemoteCache {
-    /// The remote cache at `url` (`s3://bucket/prefix`): endpoint, region and credentials
-    /// from the usual AWS variables (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
-    /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ALLOW_HTTP`, web identity...).
-    /// Nothing is asked of the store yet. `max_object_bytes`: the largest object read (the
-    /// render output cap).
+    /// The remote cache at `url`, its client configured from the provider's usual variables
+    /// (object_store's `from_env` of each, read the same way):
+    ///
+    /// - `s3://bucket/prefix`: `AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
+    ///   `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_ALLOW_HTTP`, web identity...;
+    /// - `gs://bucket/prefix`: `GOOGLE_SERVICE_ACCOUNT` (a key file), `GOOGLE_SERVICE_ACCOUNT_KEY`
+    ///   (the key), `GOOGLE_APPLICATION_CREDENTIALS`, else the metadata server;
+    ///   `GOOGLE_BASE_URL` (an emulator's endpoint), `GOOGLE_ALLOW_HTTP`...;
+    /// - `az://container/prefix`: `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY`,
+    ///   a SAS (`AZURE_STORAGE_SAS_KEY`), a service principal, workload or managed identity;
+    ///   `AZURE_STORAGE_ENDPOINT`; `AZURE_STORAGE_USE_EMULATOR=true` for Azurite, at
+    ///   `AZURITE_BLOB_STORAGE_URL` (default `http://127.0.0.1:10000`).
+    ///
+    /// The bucket (container) is the URL's, whatever a variable says. Nothing is asked of the
+    /// store yet. `max_object_bytes`: the largest object read (the render output cap).
     pub fn open(
         url: &str,
         trust: Trust,
@@ -570,38 +683,85 @@ impl RemoteCache {
     ) -> Result<RemoteCache, String> {
         let location = Location::parse(url)?;
         crate::forge::github::install_crypto_provider();
-        let mut builder = AmazonS3Builder::new()
-            .with_client_options(
-                ClientOptions::new()
-                    .with_connect_timeout(Duration::from_secs(2))
-                    .with_timeout(Duration::from_secs(30)),
-            )
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(1),
-                    base: 2.0,
-                },
-                max_retries: 2,
-                retry_timeout: Duration::from_secs(10),
-            });
-        for (key, value) in std::env::vars_os() {
-            let (Some(key), Some(value)) = (key.to_str(), value.to_str()) else {
-                continue;
-            };
-            if !key.starts_with("AWS_") {
-                continue;
+        let client = ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(30));
+        let retry = RetryConfig {
+            backoff: BackoffConfig {
+                init_backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(1),
+                base: 2.0,
+            },
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(10),
+        };
+        let failed = |e: object_store::Error| {
+            format!("remote cache {location}: {}", one_line(&e.to_string()))
+        };
+        let store: Arc<dyn ObjectStore> = match location.provider {
+            Provider::S3 => {
+                let mut builder = AmazonS3Builder::new()
+                    .with_client_options(client)
+                    .with_retry(retry);
+                for (key, value) in provider_env(&["AWS_"]) {
+                    if let Ok(key) = key.parse::<AmazonS3ConfigKey>()
+                        && key != AmazonS3ConfigKey::Bucket
+                    {
+                        builder = builder.with_config(key, value);
+                    }
+                }
+                Arc::new(
+                    builder
+                        .with_bucket_name(&location.bucket)
+                        .build()
+                        .map_err(failed)?,
+                )
             }
-            if let Ok(key) = key.to_ascii_lowercase().parse::<AmazonS3ConfigKey>()
-                && key != AmazonS3ConfigKey::Bucket
-            {
-                builder = builder.with_config(key, value);
+            Provider::Gcs => {
+                let mut builder = GoogleCloudStorageBuilder::new()
+                    .with_client_options(client)
+                    .with_retry(retry);
+                // `SERVICE_ACCOUNT` too, as object_store's `from_env` reads it.
+                if let Ok(path) = std::env::var("SERVICE_ACCOUNT") {
+                    builder = builder.with_service_account_path(path);
+                }
+                for (key, value) in provider_env(&["GOOGLE_"]) {
+                    if let Ok(key) = key.parse::<GoogleConfigKey>()
+                        && key != GoogleConfigKey::Bucket
+                    {
+                        builder = builder.with_config(key, value);
+                    }
+                }
+                Arc::new(
+                    builder
+                        .with_bucket_name(&location.bucket)
+                        .build()
+                        .map_err(failed)?,
+                )
             }
-        }
-        let store = builder
-            .with_bucket_name(&location.bucket)
-            .build()
-            .map_err(|e| format!("remote cache {location}: {}", one_line(&e.to_string())))?;
+            Provider::Azure => {
+                let mut builder = MicrosoftAzureBuilder::new()
+                    .with_client_options(client)
+                    .with_retry(retry);
+                for (key, value) in provider_env(&["AZURE_"]) {
+                    if let Ok(key) = key.parse::<AzureConfigKey>()
+                        && key != AzureConfigKey::ContainerName
+                    {
+                        builder = builder.with_config(key, value);
+                    }
+                }
+                // The managed identity's endpoint, as object_store's `from_env` reads it.
+                if let Ok(endpoint) = std::env::var("IDENTITY_ENDPOINT") {
+                    builder = builder.with_msi_endpoint(endpoint);
+                }
+                Arc::new(
+                    builder
+                        .with_container_name(&location.bucket)
+                        .build()
+                        .map_err(failed)?,
+                )
+            }
+        };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("gate-remote-cache")
@@ -610,7 +770,7 @@ impl RemoteCache {
             .map_err(|e| format!("remote cache: no runtime: {e}"))?;
         Ok(RemoteCache {
             shared: Arc::new(Shared {
-                store: Arc::new(store),
+                store,
                 location,
                 trust,
                 max_object_bytes: max_object_bytes.saturating_add(1024),
@@ -832,10 +992,12 @@ mod tests {
     }
 
     #[test]
-    fn only_plain_s3_urls_are_taken() {
+    fn only_plain_s3_gcs_and_azure_urls_are_taken() {
         assert_eq!(
             Location::parse("s3://gate-cache/fleet/renders/").unwrap(),
             Location {
+                provider: Provider::S3,
+                scheme: "s3",
                 bucket: "gate-cache".into(),
                 prefix: "fleet/renders".into()
             }
@@ -851,20 +1013,66 @@ mod tests {
                 .to_string(),
             format!("p/render/0f/{ENTRY}")
         );
+        for (url, provider, bucket) in [
+            ("gs://gate-cache/fleet", Provider::Gcs, "gate-cache"),
+            (
+                "gs://gate_cache.example.com/x",
+                Provider::Gcs,
+                "gate_cache.example.com",
+            ),
+            ("az://gate-cache/fleet", Provider::Azure, "gate-cache"),
+            ("azure://gate-cache/fleet", Provider::Azure, "gate-cache"),
+        ] {
+            let location = Location::parse(url).unwrap();
+            assert_eq!(
+                (location.provider, location.bucket.as_str()),
+                (provider, bucket)
+            );
+            assert_eq!(location.to_string(), url, "said as written");
+        }
+        // A dotted Cloud Storage name may be longer than 63, each part not.
+        let long = format!("{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63));
+        assert!(Location::parse(&format!("gs://{long}")).is_ok());
+        assert!(Location::parse(&format!("s3://{long}")).is_err());
         for bad in [
             "https://bucket/prefix",
-            "gs://bucket",
+            "gcs://bucket",
+            "abfss://container@account.dfs.core.windows.net/x",
+            "S3://bucket",
             "s3://",
             "s3://ab",
             "s3://Bucket",
             "s3://-bucket",
+            "s3://under_score",
             "s3://user@bucket/x",
             "s3://bucket/../x",
             "s3://bucket/a//b",
             "s3://bucket/a?b",
             "s3://bucket/a b",
+            "gs://",
+            "gs://ab",
+            "gs://Bucket",
+            "gs://bucket-",
+            "gs://goog-cache",
+            "gs://my-google-cache",
+            "gs://192.168.5.4",
+            &format!("gs://{}", "a".repeat(64)),
+            &format!("gs://{}.b", "a".repeat(64)),
+            "gs://bucket/../x",
+            "az://",
+            "az://ab",
+            "az://Container",
+            "az://gate--cache",
+            "az://gate-cache-",
+            "az://gate.cache",
+            "az://gate_cache",
+            "az://$root",
+            "az://container/a?b",
+            "azure://container/..",
         ] {
-            assert!(Location::parse(bad).is_err(), "{bad}");
+            let err = Location::parse(bad).unwrap_err();
+            assert!(err.starts_with(&format!("{bad:?}: ")), "{bad}: {err}");
+            assert_eq!(err.lines().count(), 1, "{bad}: {err}");
         }
     }
 

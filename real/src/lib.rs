@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub mod argocd;
+pub mod cloud;
 mod pki;
 mod redis;
 
@@ -75,6 +76,12 @@ const PROGRAMS: &[Program] = &[
         ldflags: "-X sigs.k8s.io/kustomize/api/provenance.version=v5.6.0",
         packages: &[("sigs.k8s.io/kustomize/kustomize/v5", "kustomize")],
         role: "kustomize for Argo CD's repo-server (the version the pinned kubectl embeds)",
+    },
+    Program {
+        module: "fake-gcs-server",
+        ldflags: "",
+        packages: &[("github.com/fsouza/fake-gcs-server", "fake-gcs-server")],
+        role: "a Google Cloud Storage emulator for the remote render cache's tests",
     },
     Program {
         module: "argocd-programs",
@@ -426,7 +433,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// `n` distinct free loopback ports: every listener is held until all are chosen, so two picks
 /// cannot return the same port.
-fn free_ports<const N: usize>() -> Result<[u16; N]> {
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N]> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<std::io::Result<Vec<_>>>()?;

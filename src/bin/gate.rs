@@ -188,7 +188,10 @@ struct RenderArgs {
     no_cache: bool,
     /// A render cache in object storage that every runner shares, behind the local one:
     /// s3://BUCKET/PREFIX (S3, or an S3-compatible store through AWS_ENDPOINT_URL; region and
-    /// credentials from AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY...). Entries are
+    /// credentials from AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY...),
+    /// gs://BUCKET/PREFIX (Google Cloud Storage; GOOGLE_SERVICE_ACCOUNT,
+    /// GOOGLE_APPLICATION_CREDENTIALS...) or az://CONTAINER/PREFIX (Azure Blob Storage;
+    /// AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY...). Entries are
     /// believed only when signed: GATE_CACHE_SIGNING_KEY (default-branch runs) reads and
     /// writes, --cache-public-key alone reads.
     #[arg(long, env = "GATE_CACHE_URL", value_name = "URL", value_parser = parse_cache_url)]

@@ -172,8 +172,9 @@ pub struct RenderLimitsConfig {
     /// decide, never green).
     #[serde(default)]
     pub allow_unconfined: bool,
-    /// The remote render cache the gate's default-branch runs fill (`s3://bucket/prefix`;
-    /// endpoint, region and credentials from the AWS variables of Bosun's environment). Bosun
+    /// The remote render cache the gate's default-branch runs fill (`s3://bucket/prefix`,
+    /// `gs://bucket/prefix` or `az://container/prefix`; endpoint and credentials from the AWS,
+    /// GOOGLE or AZURE variables of Bosun's environment, as for the gate). Bosun
     /// only reads it: it renders pull requests, and never holds the signing key
     /// (docs/safety-model.md).
     #[serde(default)]

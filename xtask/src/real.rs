@@ -12,7 +12,8 @@ use crate::{project_root, tools};
 #[derive(Subcommand)]
 pub enum Command {
     /// Compile the pinned upstream programs into target/real/bin (nothing when the go.sum
-    /// digests match) and download the modules the CRDs are read from.
+    /// digests match), download the modules the CRDs are read from, and install Azurite
+    /// into target/tools/azurite (nothing when its lock is unchanged).
     Build,
     /// Start etcd, the control plane, kwok with one fake node and the upstream Kargo and Argo
     /// CD CRDs; write target/real/admin.kubeconfig.
@@ -30,7 +31,14 @@ pub fn layout() -> Layout {
 /// Builds what is missing; fails when a program the cluster cannot run without did not build.
 pub fn build() -> Result<()> {
     let started = Instant::now();
-    let report = real_cluster::build(&layout())?;
+    let mut report = real_cluster::build(&layout())?;
+    // Azurite, for the remote render cache's Azure tests, from npm (node, not Go).
+    let azurite = Instant::now();
+    match tools::install_azurite() {
+        Ok(true) => report.built.push(("azurite".into(), azurite.elapsed())),
+        Ok(false) => report.cached.push("azurite".into()),
+        Err(error) => report.failed.push(("azurite".into(), format!("{error:#}"))),
+    }
     for (module, took) in &report.built {
         println!("real: built {module} in {:.1}s", took.as_secs_f64());
     }

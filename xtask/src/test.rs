@@ -8,7 +8,7 @@ use xshell::{Shell, cmd};
 use crate::{project_root, real, tools};
 
 /// The tests that need the process cluster (real/), named in the summary when skipped.
-const REAL_TESTS: &str = "the real tier (tests/real_observer.rs, tests/real_pipelines.rs, tests/kube_agreement.rs and tests/real_argocd.rs: the observer, the observer chart's RBAC, the pipelines chart against the real Kargo CRDs, the Kubernetes double and the gate against real Argo CD, on upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and Argo CD built from real/go)";
+const REAL_TESTS: &str = "the real tier (tests/real_observer.rs, tests/real_pipelines.rs, tests/kube_agreement.rs, tests/real_argocd.rs and tests/remote_cache_cloud.rs: the observer, the observer chart's RBAC, the pipelines chart against the real Kargo CRDs, the Kubernetes double and the gate against real Argo CD, on upstream etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and Argo CD built from real/go; the remote render cache on fake-gcs-server built from real/go and on Azurite from npm)";
 
 /// Whether the run includes the real tier: asked for (`--real`, or GITOPS_LOOP_REAL_REQUIRED=1
 /// as CI sets it), or the Go toolchain is present.
@@ -22,11 +22,12 @@ fn real_tier(asked: bool) -> Result<bool> {
 
 /// The real tier's test binaries: run once more, on the process cluster, as a phase of their
 /// own after the rest (without the cluster they skip, saying so).
-const REAL_TARGETS: [&str; 4] = [
+const REAL_TARGETS: [&str; 5] = [
     "real_observer",
     "real_pipelines",
     "kube_agreement",
     "real_argocd",
+    "remote_cache_cloud",
 ];
 
 /// How long each phase took, printed as it ends and summed at the end: the test command's

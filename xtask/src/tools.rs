@@ -303,3 +303,51 @@ pub fn install_browser() -> Result<()> {
     }
     Ok(())
 }
+
+/// Azurite, the Azure Storage emulator the remote render cache's Azure tests run
+/// (tests/remote_cache_cloud.rs, the real tier): `npm ci` of the package and lock pinned in
+/// `real/node/azurite` (every package checked against the lock's SHA-512) into
+/// `target/tools/azurite`. A stamp keyed by the lock and the node version makes a second run a
+/// no-op. Returns whether it installed.
+pub fn install_azurite() -> Result<bool> {
+    let pinned = project_root().join("real/node/azurite");
+    let dir = tools_dir().join("azurite");
+    let sh = Shell::new()?;
+    let node = cmd!(sh, "node --version")
+        .quiet()
+        .read()
+        .context("Azurite needs node on PATH (`node --version` fails)")?;
+    let lock = std::fs::read(pinned.join("package-lock.json"))?;
+    let manifest = std::fs::read(pinned.join("package.json"))?;
+    let stamp = format!("{} {} {}\n", sha256(&lock), sha256(&manifest), node.trim());
+    let main = real_cluster::cloud::azurite_main(&project_root());
+    if main.is_file() && std::fs::read_to_string(dir.join(".stamp")).is_ok_and(|s| s == stamp) {
+        println!("tools: azurite already installed in {}", dir.display());
+        return Ok(false);
+    }
+    let started = std::time::Instant::now();
+    let _ = std::fs::remove_file(dir.join(".stamp"));
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("package.json"), &manifest)?;
+    std::fs::write(dir.join("package-lock.json"), &lock)?;
+    sh.change_dir(&dir);
+    // No install scripts: Azurite needs none (its packages are JavaScript).
+    cmd!(
+        sh,
+        "npm ci --ignore-scripts --no-audit --no-fund --omit=dev --loglevel=error"
+    )
+    .run()
+    .context("npm ci of real/node/azurite failed (is the npm registry reachable?)")?;
+    let version = cmd!(sh, "node {main} --version").quiet().read()?;
+    let expected = real_cluster::cloud::AZURITE_VERSION;
+    if version.trim() != expected {
+        bail!("Azurite reports {version:?}, expected {expected}");
+    }
+    std::fs::write(dir.join(".stamp"), stamp)?;
+    println!(
+        "tools: azurite {expected} installed in {} in {:.1} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(true)
+}

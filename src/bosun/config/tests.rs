@@ -154,7 +154,23 @@ fn a_remote_render_cache_needs_the_public_key_its_entries_are_signed_with() {
         config.render.cache_public_key.as_deref(),
         Some(public.as_str())
     );
+    for url in ["gs://gate-cache/fleet", "az://gate-cache/fleet"] {
+        let config = Config::parse(
+            &format!("{base}render: {{cacheUrl: '{url}', cachePublicKey: '{public}'}}\n"),
+            "b.yaml",
+        )
+        .unwrap();
+        assert_eq!(config.render.cache_url.as_deref(), Some(url));
+    }
     for (render, says) in [
+        (
+            "{cacheUrl: 'gs://goog-cache/fleet', cachePublicKey: 'x'}",
+            "not a Cloud Storage bucket name",
+        ),
+        (
+            "{cacheUrl: 'az://gate_cache/fleet', cachePublicKey: 'x'}",
+            "not an Azure container name",
+        ),
         (
             "{cacheUrl: 's3://gate-cache/fleet'}",
             "needs render.cachePublicKey",
