@@ -747,7 +747,7 @@ impl Config {
     /// `Err` when `text` is no repository the forge could have (one line, naming it), `None`
     /// when it is not listed here. On GitLab, which finds projects ignoring ASCII case, a path
     /// names the repository whatever its case, and the slug returned is this file's spelling.
-    pub fn named(&self, text: &str) -> Result<Option<RepoSlug>, String> {
+    pub fn named(&self, text: &str) -> Result<Option<RepoSlug>, crate::forge::SlugError> {
         let slug = RepoSlug::for_forge(self.forge.kind, text)?;
         Ok(self
             .repositories

@@ -1010,7 +1010,7 @@ async fn intake(State(server): State<Shared>, request: axum::extract::Request) -
         Ok(None) => return server.unknown_repository(&request.repository),
         Err(e) => {
             server.count("invalid");
-            return answer(StatusCode::BAD_REQUEST, json!({"error": e}));
+            return answer(StatusCode::BAD_REQUEST, json!({"error": e.to_string()}));
         }
     };
     let head = match request.head_sha {
@@ -1066,7 +1066,7 @@ impl Server {
 
     /// The repository a journal entry or a queue key names (bosun.yaml's spelling, written by
     /// this server), parsed as the forge names repositories.
-    fn slug_of(&self, repository: &str) -> Result<RepoSlug, String> {
+    fn slug_of(&self, repository: &str) -> Result<RepoSlug, crate::forge::SlugError> {
         RepoSlug::for_forge(self.bosun.config.forge.kind, repository)
     }
 

@@ -91,11 +91,12 @@ impl RepoSlug {
     /// The repository `text` names on a forge of `kind`: exactly `OWNER/NAME` on GitHub and
     /// Gitea; on GitLab a project's full path, `group/project` or `group/sub/.../project`
     /// ([`gitlab::project_path`]). The error is one line naming the text.
-    pub fn for_forge(kind: ForgeKind, text: &str) -> Result<RepoSlug, String> {
+    pub fn for_forge(kind: ForgeKind, text: &str) -> Result<RepoSlug, SlugError> {
         match kind {
             ForgeKind::Github | ForgeKind::Gitea => text.parse(),
             ForgeKind::Gitlab => gitlab::project_path(text),
         }
+        .map_err(SlugError)
     }
 
     /// Whether two slugs name the same repository on a forge that ignores ASCII case in names
@@ -104,6 +105,11 @@ impl RepoSlug {
         self.owner.eq_ignore_ascii_case(&other.owner) && self.name.eq_ignore_ascii_case(&other.name)
     }
 }
+
+/// Text that names no repository the forge could have: one line saying why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SlugError(pub String);
 
 impl std::fmt::Display for RepoSlug {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
