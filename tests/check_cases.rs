@@ -34,6 +34,10 @@ pub fn redact_shas(text: &str, shas: &[String]) -> String {
 #[test]
 fn check_cases() {
     let root = common::project_root().join("tests/check-cases");
+    // One render cache for every case (content-addressed): most cases share the sample's
+    // renders at the base. A hit can only make a case differ from its snapshot, recorded
+    // cold, so the sharing also checks that a render key misses no input.
+    let cache = tempfile::tempdir().expect("cache");
     insta::glob!(root.as_path(), "*/case.yaml", |case_path| {
         let case_dir = case_path.parent().expect("case dir");
         let case: Case = serde_saphyr::from_str(&std::fs::read_to_string(case_path).expect("read"))
@@ -44,7 +48,6 @@ fn check_cases() {
         }
         let base = repo.head();
         let head = repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
-        let cache = tempfile::tempdir().expect("cache");
         let out = tempfile::tempdir().expect("out");
         // The gate's temporary folders (render trees, checked-out commits) live here, and
         // nothing of them may outlive the process.

@@ -215,21 +215,27 @@ fn clippy_args(args: &[&str]) -> String {
         .collect()
 }
 
-/// The test binary that runs in a lane of its own: the recorded stories, each on a ground
-/// of its own, about half the suite's wall time.
-const OWN_LANE: &str = "demo";
+/// The test binaries that run in a lane of their own, one after the other: the recorded
+/// stories (each on a ground of its own, about half the suite's wall time), then one more so
+/// the two lanes end near together.
+const OWN_LANE: [&str; 2] = ["demo", "forge_contract"];
 
-/// Every test target but [`OWN_LANE`], from cargo's own metadata (so a new test file joins
+/// Every test target but [`OWN_LANE`]'s, from cargo's own metadata (so a new test file joins
 /// the other lane without being listed here).
 fn other_test_targets(sh: &Shell) -> Result<Vec<String>> {
     let metadata = cmd!(sh, "cargo metadata --no-deps --format-version 1 --quiet").read()?;
     let metadata: serde_json::Value = serde_json::from_str(&metadata)?;
     let targets = test_targets(&metadata);
-    anyhow::ensure!(
-        targets.iter().any(|t| t == OWN_LANE),
-        "cargo metadata lists no test target `{OWN_LANE}`: the lanes would skip it"
-    );
-    Ok(targets.into_iter().filter(|t| t != OWN_LANE).collect())
+    for own in OWN_LANE {
+        anyhow::ensure!(
+            targets.iter().any(|t| t == own),
+            "cargo metadata lists no test target `{own}`: the lanes would skip it"
+        );
+    }
+    Ok(targets
+        .into_iter()
+        .filter(|t| !OWN_LANE.contains(&t.as_str()))
+        .collect())
 }
 
 /// The built executable of test target `name` (the build phase built it: this only asks).
@@ -276,47 +282,64 @@ fn test_targets(metadata: &serde_json::Value) -> Vec<String> {
     names
 }
 
-/// Runs the suite in two lanes at once: tests/demo.rs in one, every other target after the
-/// other (one binary at a time, as `cargo test` does). On two cores one binary keeps the
-/// machine about three-quarters busy (it waits on helm, git and its doubles); two lanes fill
-/// it. The demo lane's output is kept in a file and printed whole when both lanes end, so the
-/// log reads one binary at a time. Both lanes use the workspace's feature set (`--workspace`),
+/// Runs the suite in two lanes at once: [`OWN_LANE`]'s binaries (tests/demo.rs first) in one,
+/// every other target after the other (one binary at a time, as `cargo test` does). On two
+/// cores one binary keeps the machine about three-quarters busy (it waits on helm, git and
+/// its doubles); two lanes fill it. The first lane's output is kept in a file and printed
+/// whole when both lanes end, so the log reads one binary at a time. Both lanes use the workspace's feature set (`--workspace`),
 /// so neither rebuilds what the build phase built.
 fn lanes(sh: &Shell) -> Result<()> {
     let others = other_test_targets(sh)?;
     let log_path = project_root().join("target/tmp/test-lane-demo.log");
     std::fs::create_dir_all(log_path.parent().expect("a parent"))?;
     let log = std::fs::File::create(&log_path)?;
-    // The binary itself, as `cargo test` would run it (from the package's folder), so the
-    // lane needs no second cargo beside the first.
-    let mut demo = std::process::Command::new(test_executable(sh, OWN_LANE)?);
-    demo.current_dir(project_root())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    // The Shell's pushed variables (INSTA_UPDATE, GITOPS_LOOP_REAL, GATE_ALLOW_UNCONFINED)
-    // are the shell's own: give the child the same.
-    for key in ["INSTA_UPDATE", "GITOPS_LOOP_REAL", "GATE_ALLOW_UNCONFINED"] {
-        if let Some(value) = sh.var_os(key) {
-            demo.env(key, value);
+    // The binaries themselves, as `cargo test` would run them (from the package's folder), so
+    // the lane needs no second cargo beside the first.
+    let mut own = Vec::new();
+    for name in OWN_LANE {
+        let mut command = std::process::Command::new(test_executable(sh, name)?);
+        command
+            .current_dir(project_root())
+            .stdout(log.try_clone()?)
+            .stderr(log.try_clone()?);
+        // The Shell's pushed variables (INSTA_UPDATE, GITOPS_LOOP_REAL, GATE_ALLOW_UNCONFINED)
+        // are the shell's own: give the child the same.
+        for key in ["INSTA_UPDATE", "GITOPS_LOOP_REAL", "GATE_ALLOW_UNCONFINED"] {
+            if let Some(value) = sh.var_os(key) {
+                command.env(key, value);
+            }
         }
+        own.push((name, command));
     }
-    let mut demo = demo.spawn()?;
+    // The lane runs its binaries one after the other, every one even after a failure (as
+    // `cargo test --no-fail-fast` would), and answers each one's status.
+    let lane = std::thread::spawn(move || {
+        own.into_iter()
+            .map(|(name, mut command)| (name, command.status()))
+            .collect::<Vec<_>>()
+    });
     let targets = others.iter().flat_map(|t| ["--test", t.as_str()]);
     let rest = cmd!(sh, "cargo test --workspace --lib --bins {targets...}")
         .run()
         .and_then(|()| cmd!(sh, "cargo test --workspace --doc").run());
-    let demo_status = demo.wait()?;
+    let statuses = lane
+        .join()
+        .map_err(|_| anyhow::anyhow!("the lane's thread panicked"))?;
     println!(
-        "test: the {OWN_LANE} lane, run beside the others (also kept in {}):",
+        "test: the lane of {}, run beside the others (also kept in {}):",
+        OWN_LANE.join(", "),
         log_path.display()
     );
     // Lossy: a test's output may hold any byte, and a failure must still show its log.
     print!("{}", String::from_utf8_lossy(&std::fs::read(&log_path)?));
     rest?;
-    anyhow::ensure!(
-        demo_status.success(),
-        "cargo test --test {OWN_LANE} failed ({demo_status}); its output is above"
-    );
+    for (name, status) in statuses {
+        let status = status.with_context(|| format!("cannot run the tests of {name}"))?;
+        anyhow::ensure!(
+            status.success(),
+            "cargo test --test {name} failed ({status}); its output is above"
+        );
+    }
     Ok(())
 }
 
