@@ -1259,6 +1259,16 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
     let read =
         |path: &Path| -> Partial { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
     let is_crd = |o: &serde_json::Value| o["kind"] == "CustomResourceDefinition";
+    fn serve_again(objects: &mut Vec<serde_json::Value>) {
+        for o in objects
+            .iter_mut()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+        {
+            for version in o["spec"]["versions"].as_array_mut().unwrap() {
+                version["served"] = serde_json::json!(true);
+            }
+        }
+    }
     type Forgery = (&'static str, bool, Box<dyn Fn(&mut Vec<serde_json::Value>)>);
     let forgeries: Vec<Forgery> = vec![
         // The CRD left out, at both commits (so no CRD was removed either).
@@ -1268,17 +1278,7 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
             Box::new(move |objects| objects.retain(|o| !is_crd(o))),
         ),
         // The CRD changed: v1alpha1 served again.
-        (
-            "widget-crds-0",
-            false,
-            Box::new(move |objects| {
-                for o in objects.iter_mut().filter(|o| is_crd(o)) {
-                    for version in o["spec"]["versions"].as_array_mut().unwrap() {
-                        version["served"] = serde_json::json!(true);
-                    }
-                }
-            }),
-        ),
+        ("widget-crds-0", false, Box::new(serve_again)),
         // The resource still declaring v1alpha1 left out.
         (
             "fleet-0",
@@ -1326,6 +1326,34 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
         );
         assert!(!written, "{name}: no verdict is written");
     }
+    // One shard holding every Application (the owner of all three CRD Applications) serves
+    // v1alpha1 again in each at the head: believed, the red change would merge green.
+    let whole = out.path().join("part-whole.json");
+    let output = common::gate_check_sample(cache.path(), repo.path())
+        .arg("--quiet")
+        .args(["--shard", "1/1", "--partial"])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let mut forged = read(&whole);
+    for name in ["widget-crds-0", "widget-crds-1", "widget-crds-2"] {
+        edit_objects(&mut forged, name, false, &serve_again);
+    }
+    std::fs::write(&whole, serde_json::to_vec(&forged).unwrap()).unwrap();
+    let (refused, written) = merge(std::slice::from_ref(&whole));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "one shard serving v1alpha1 again: {stderr}"
+    );
+    assert!(
+        stderr.contains("shard 1/1 holds Application argocd/widget-crds-")
+            && stderr.contains("with other objects than the plain manifests"),
+        "{stderr}"
+    );
+    assert!(!written, "no verdict is written");
 }
 
 /// The fleet with a copy of `fleet-0`'s file (a helm Application declared in a file) among

@@ -754,7 +754,7 @@ fn as_the_repository_renders(
     });
     // The first refusal in the partials' order, whichever thread found it.
     found.sort_by_key(|(index, _)| *index);
-    found.into_iter().map(|(_, result)| result).collect()
+    found.into_iter().try_for_each(|(_, result)| result)
 }
 
 /// [`as_the_repository_renders`] of one Application.

@@ -107,7 +107,7 @@ impl Engine<'_> {
                 RenderJob::Helm(h) => h.render_key(),
                 RenderJob::Kustomize(k) => k.render_key(),
                 RenderJob::Objects(objects) => {
-                    let key = objects_key(&objects);
+                    let key = objects_key(objects);
                     if !self.memo.contains_key(&key) {
                         let parsed = self.config.parsed.get(&key).unwrap_or_else(|| {
                             Ok(Arc::new(objects.iter().cloned().map(Arc::new).collect()))
