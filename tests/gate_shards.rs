@@ -1259,7 +1259,7 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
     let read =
         |path: &Path| -> Partial { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
     let is_crd = |o: &serde_json::Value| o["kind"] == "CustomResourceDefinition";
-    fn serve_again(objects: &mut Vec<serde_json::Value>) {
+    fn serve_again(objects: &mut [serde_json::Value]) {
         for o in objects
             .iter_mut()
             .filter(|o| o["kind"] == "CustomResourceDefinition")
@@ -1278,7 +1278,11 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
             Box::new(move |objects| objects.retain(|o| !is_crd(o))),
         ),
         // The CRD changed: v1alpha1 served again.
-        ("widget-crds-0", false, Box::new(serve_again)),
+        (
+            "widget-crds-0",
+            false,
+            Box::new(|objects| serve_again(objects)),
+        ),
         // The resource still declaring v1alpha1 left out.
         (
             "fleet-0",
@@ -1338,7 +1342,7 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
     assert!(output.status.success());
     let mut forged = read(&whole);
     for name in ["widget-crds-0", "widget-crds-1", "widget-crds-2"] {
-        edit_objects(&mut forged, name, false, &serve_again);
+        edit_objects(&mut forged, name, false, &|objects| serve_again(objects));
     }
     std::fs::write(&whole, serde_json::to_vec(&forged).unwrap()).unwrap();
     let (refused, written) = merge(std::slice::from_ref(&whole));
