@@ -891,7 +891,8 @@ fn holder(parts: &[Partial], pick: impl Fn(&shard::WireApp) -> bool) -> Option<(
 /// The review's leftover (a): a helm parent of the forging shard's own "deploys" another
 /// shard's file-declared Application. With another spec the forger's copy would have won the
 /// reassembly (a parent's copy wins over a file's in one render): refused. With the same spec
-/// and forged objects, the file's holder's objects count, as one render keeps the file's.
+/// and forged objects, the file's holder's objects count, as one render keeps the file's
+/// (and forged objects of plain manifests are refused whoever holds them).
 #[test]
 fn a_parents_copy_of_another_shards_file_declared_application_never_wins() {
     let mut found = None;
@@ -929,22 +930,26 @@ fn a_parents_copy_of_another_shards_file_declared_application_never_wins() {
     .unwrap();
     let target = &honest[x].head_applications[file_at];
     let parent = &honest[y].head_applications[parent_at];
-    let forge = |spec_changed: bool| {
+    let forge = |spec_changed: bool, objects_forged: bool| {
         let mut parts = again();
         let mut copy = copy_app(&honest[x], target, &mut parts[y]);
-        copy.objects.clear();
-        copy.render_keys = vec!["helm-forged".into()];
+        if objects_forged {
+            copy.objects.clear();
+            copy.render_keys = vec!["helm-forged".into()];
+        }
         copy.origin = render::Origin::Application {
             namespace: parent.namespace.clone(),
             name: parent.name.clone(),
         };
         if spec_changed {
             copy.manifest["spec"]["project"] = serde_json::json!("forged");
+            copy.stored["spec"]["project"] = serde_json::json!("forged");
+            copy.project = "forged".into();
         }
         parts[y].head_applications.push(copy);
         shard::merge(parts, repo.path())
     };
-    let refusal = forge(true).map(|_| ()).unwrap_err().to_string();
+    let refusal = forge(true, false).map(|_| ()).unwrap_err().to_string();
     assert!(
         refusal.contains(&format!(
             "Application {}/{} at the head is declared in",
@@ -954,8 +959,22 @@ fn a_parents_copy_of_another_shards_file_declared_application_never_wins() {
         "{refusal}"
     );
     assert!(!refusal.contains('\n'), "one line: {refusal}");
-    let merged = forge(false).unwrap();
+    let merged = forge(false, false).unwrap();
     assert_same(&honest_verdict, &merged);
+    // Forged objects: the file's holder's count when a render runs helm or kustomize for
+    // it; for plain manifests, the merge reads them itself and refuses the copy.
+    let plain = target.render_keys.iter().all(|k| k.starts_with("objects-"));
+    match forge(false, true) {
+        Ok(merged) if !plain => assert_same(&honest_verdict, &merged),
+        Err(refusal) if plain => assert!(
+            refusal
+                .to_string()
+                .contains("with other objects than the plain manifests"),
+            "{refusal}"
+        ),
+        Ok(_) => panic!("a forged copy of plain manifests merged"),
+        Err(refusal) => panic!("{refusal}"),
+    }
 }
 
 /// The review's leftover (b): whether a parent's render runs helm or kustomize (so that what
@@ -1109,4 +1128,393 @@ fn the_merge_computes_the_merge_base_itself() {
         ..Default::default()
     };
     assert!(shard::merge_with(again(), repo.path(), &other_branch).is_ok());
+}
+
+/// A fleet of plain manifests whose pull request stops serving `v1alpha1` of the Widget CRD
+/// (plain manifests: `fleet/crds`, one file-declared Application per cluster) while `fleet-0`
+/// (plain manifests, declared in a file) still holds a `v1alpha1` Widget: a red change, every
+/// Application on the path every shard follows, none rendered by helm.
+fn unserved_fleet() -> (common::TestRepo, String, String) {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let app = |cluster, version| {
+        Some(FleetApp {
+            cluster,
+            version,
+            under_parent: false,
+            helm: None,
+        })
+    };
+    let fleet = |served: Vec<bool>| Fleet {
+        apps: vec![app(0, 0), app(1, 2)],
+        served,
+    };
+    let base = commit_fleet(repo.path(), &fleet(vec![true, true, true]), "the fleet");
+    git(repo.path(), &["checkout", "-q", "-b", "pr"]);
+    let head = commit_fleet(
+        repo.path(),
+        &fleet(vec![false, true, true]),
+        "v1alpha1 no longer served",
+    );
+    (repo, base, head)
+}
+
+/// The objects of Application `name` in a partial, at the head (and the merge base when
+/// `base`), replaced by what `edit` makes of them: new entries of the partial's object table,
+/// so no other Application sharing one changes.
+fn edit_objects(
+    part: &mut Partial,
+    name: &str,
+    base: bool,
+    edit: &dyn Fn(&mut Vec<serde_json::Value>),
+) {
+    let Partial {
+        objects,
+        head_applications,
+        base_applications,
+        ..
+    } = part;
+    let sides: Vec<&mut Vec<shard::WireApp>> = if base {
+        vec![head_applications, base_applications]
+    } else {
+        vec![head_applications]
+    };
+    for apps in sides {
+        let app = apps.iter_mut().find(|a| a.name == name).unwrap();
+        let mut values: Vec<serde_json::Value> = app
+            .objects
+            .iter()
+            .map(|&at| serde_json::Value::clone(&objects[at]))
+            .collect();
+        edit(&mut values);
+        app.objects = values
+            .into_iter()
+            .map(|value| {
+                objects.push(std::sync::Arc::new(value));
+                objects.len() - 1
+            })
+            .collect();
+    }
+}
+
+/// The review's M2: the shard owning an Application of plain manifests on the path every
+/// shard follows could say it renders other objects than its manifests, and the merge
+/// believed it: leave out the CRD that stops serving a version, or the resource still
+/// declaring it, or serve the version again, and the red change merged green. The merge reads
+/// those manifests itself: each forgery, played against the binary, is one line, exit 2, and
+/// no verdict.
+#[test]
+fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
+    let (repo, _, _) = unserved_fleet();
+    let out = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let unsharded = common::gate_check_sample(cache.path(), repo.path())
+        .arg("--quiet")
+        .output()
+        .unwrap();
+    assert_eq!(
+        unsharded.status.code(),
+        Some(1),
+        "the change is red: {}",
+        String::from_utf8_lossy(&unsharded.stdout)
+    );
+    let count = 3;
+    let parts: Vec<std::path::PathBuf> = (1..=count)
+        .map(|index| {
+            let part = out.path().join(format!("part-{index}.json"));
+            let output = common::gate_check_sample(cache.path(), repo.path())
+                .arg("--quiet")
+                .args(["--shard", &format!("{index}/{count}"), "--partial"])
+                .arg(&part)
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            part
+        })
+        .collect();
+    let merge = |given: &[std::path::PathBuf]| {
+        let verdict = out.path().join("merged.json");
+        let _ = std::fs::remove_file(&verdict);
+        let output = common::gate(cache.path())
+            .args(["--quiet", "merge"])
+            .args(given)
+            .arg("--repo")
+            .arg(repo.path())
+            .arg("--json")
+            .arg(&verdict)
+            .output()
+            .unwrap();
+        (output, verdict.exists())
+    };
+    let (honest, _) = merge(&parts);
+    assert_eq!(
+        honest.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&honest.stderr)
+    );
+    let read =
+        |path: &Path| -> Partial { serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap() };
+    let is_crd = |o: &serde_json::Value| o["kind"] == "CustomResourceDefinition";
+    fn serve_again(objects: &mut [serde_json::Value]) {
+        for o in objects
+            .iter_mut()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+        {
+            for version in o["spec"]["versions"].as_array_mut().unwrap() {
+                version["served"] = serde_json::json!(true);
+            }
+        }
+    }
+    type Forgery = (&'static str, bool, Box<dyn Fn(&mut Vec<serde_json::Value>)>);
+    let forgeries: Vec<Forgery> = vec![
+        // The CRD left out, at both commits (so no CRD was removed either).
+        (
+            "widget-crds-0",
+            true,
+            Box::new(move |objects| objects.retain(|o| !is_crd(o))),
+        ),
+        // The CRD changed: v1alpha1 served again.
+        (
+            "widget-crds-0",
+            false,
+            Box::new(|objects| serve_again(objects)),
+        ),
+        // The resource still declaring v1alpha1 left out.
+        (
+            "fleet-0",
+            false,
+            Box::new(|objects| objects.retain(|o| o["kind"] != "Widget")),
+        ),
+        // An object added.
+        (
+            "fleet-0",
+            false,
+            Box::new(|objects| {
+                objects.push(serde_json::json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "added", "namespace": "widgets"},
+                }))
+            }),
+        ),
+    ];
+    for (name, both, edit) in &forgeries {
+        // The shard holding the Application at the head forges its own partial.
+        let owner = (0..count)
+            .find(|&i| {
+                read(&parts[i])
+                    .head_applications
+                    .iter()
+                    .any(|a| a.name == *name)
+            })
+            .unwrap();
+        let mut forged = read(&parts[owner]);
+        edit_objects(&mut forged, name, *both, edit.as_ref());
+        let path = out.path().join("forged.json");
+        std::fs::write(&path, serde_json::to_vec(&forged).unwrap()).unwrap();
+        let mut given = parts.clone();
+        given[owner] = path;
+        let (refused, written) = merge(&given);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{name}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "shard {}/{count} holds Application argocd/{name} at the ",
+                owner + 1
+            )) && stderr.contains("with other objects than the plain manifests"),
+            "{stderr}"
+        );
+        assert!(!written, "{name}: no verdict is written");
+    }
+    // One shard holding every Application (the owner of all three CRD Applications) serves
+    // v1alpha1 again in each at the head: believed, the red change would merge green.
+    let whole = out.path().join("part-whole.json");
+    let output = common::gate_check_sample(cache.path(), repo.path())
+        .arg("--quiet")
+        .args(["--shard", "1/1", "--partial"])
+        .arg(&whole)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let mut forged = read(&whole);
+    for name in ["widget-crds-0", "widget-crds-1", "widget-crds-2"] {
+        edit_objects(&mut forged, name, false, &|objects| serve_again(objects));
+    }
+    std::fs::write(&whole, serde_json::to_vec(&forged).unwrap()).unwrap();
+    let (refused, written) = merge(std::slice::from_ref(&whole));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "one shard serving v1alpha1 again: {stderr}"
+    );
+    assert!(
+        stderr.contains("shard 1/1 holds Application argocd/widget-crds-")
+            && stderr.contains("with other objects than the plain manifests"),
+        "{stderr}"
+    );
+    assert!(!written, "no verdict is written");
+}
+
+/// The fleet with a copy of `fleet-0`'s file (a helm Application declared in a file) among
+/// the helm parent's templates: the parent deploys the same Application with the same spec,
+/// so one render keeps the file's and credits the parent (a shard that does not render
+/// `fleet-0` says so in its credits).
+fn credited_fleet() -> (common::TestRepo, String, String) {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let app = |cluster, version, helm| {
+        Some(FleetApp {
+            cluster,
+            version,
+            under_parent: false,
+            helm,
+        })
+    };
+    let commit = |fleet: &Fleet, message: &str| {
+        commit_fleet(repo.path(), fleet, message);
+        let root = repo.path().join("fleet");
+        std::fs::copy(
+            root.join("roots/fleet-0.yaml"),
+            root.join("parent/templates/copy.yaml"),
+        )
+        .unwrap();
+        git(repo.path(), &["add", "-A"]);
+        git(repo.path(), &["commit", "-q", "-m", "the parent's copy"]);
+        git(repo.path(), &["rev-parse", "HEAD"])
+    };
+    let base = commit(
+        &Fleet {
+            apps: vec![app(0, 2, Some(1)), app(1, 2, Some(2)), app(2, 2, None)],
+            served: vec![true, true, true],
+        },
+        "the fleet",
+    );
+    git(repo.path(), &["checkout", "-q", "-b", "pr"]);
+    let head = commit(
+        &Fleet {
+            apps: vec![app(0, 2, Some(1)), app(1, 2, Some(1)), app(2, 1, None)],
+            served: vec![true, true, true],
+        },
+        "the fleet changes",
+    );
+    (repo, base, head)
+}
+
+/// The review's L1: a partial's credits (a parent credited with another shard's
+/// Application) changed that Application's origin, whatever the parent. A shard credits only
+/// a render it ran (an Application it holds, or one of plain manifests every shard renders)
+/// whose objects deploy that Application with its spec, or an ApplicationSet it expanded.
+#[test]
+fn a_partials_credits_name_only_its_own_renders() {
+    let (repo, base, head) = credited_fleet();
+    let config = config(repo.path(), cache());
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    assert_ne!(
+        unsharded.verdict.outcome,
+        gitops_loop::gate::verdict::Outcome::Undecided,
+        "{:?}",
+        unsharded.verdict.errors
+    );
+    let parts = |count: usize| -> Vec<Partial> {
+        (0..count)
+            .map(|index| {
+                let partial =
+                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+            })
+            .collect()
+    };
+    // Honest credits merge into the unsharded verdict.
+    let mut credited = None;
+    for count in 1..=6 {
+        let honest = parts(count);
+        let crediting = honest
+            .iter()
+            .position(|p| p.head_credits.contains_key("Application argocd/fleet-0"));
+        assert_same(&unsharded, &shard::merge(honest, repo.path()).unwrap());
+        if let Some(at) = crediting {
+            credited.get_or_insert((count, at));
+        }
+    }
+    let (count, at) = credited.expect("a shard that does not hold fleet-0 credits its parent");
+    let honest = parts(count);
+    assert_eq!(
+        honest[at].head_credits["Application argocd/fleet-0"],
+        render::Origin::Application {
+            namespace: "argocd".into(),
+            name: "fleet-parent".into()
+        }
+    );
+    let refusal = |edit: &dyn Fn(&mut Vec<Partial>)| {
+        let mut forged: Vec<Partial> = honest
+            .iter()
+            .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+            .collect();
+        edit(&mut forged);
+        let refusal = shard::merge(forged, repo.path())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(!refusal.contains('\n'), "one line: {refusal}");
+        refusal
+    };
+    let credit_to = |name: &str| {
+        let name = name.to_string();
+        move |parts: &mut Vec<Partial>| {
+            parts[at].head_credits.insert(
+                "Application argocd/fleet-0".into(),
+                render::Origin::Application {
+                    namespace: "argocd".into(),
+                    name: name.clone(),
+                },
+            );
+        }
+    };
+    // A parent of plain manifests every shard renders, which does not deploy fleet-0.
+    let message = refusal(&credit_to("widget-crds-0"));
+    assert!(
+        message.contains(&format!(
+            "shard {}/{count} credits Application argocd/fleet-0 at the head ",
+            at + 1
+        )) && message.contains(
+            "to Application argocd/widget-crds-0, whose render does not deploy it with that spec: a partial credits only its own renders"
+        ),
+        "{message}"
+    );
+    // A helm Application the crediting shard does not hold (fleet-1 is another shard's, or
+    // the crediting shard's own render does not deploy fleet-0).
+    let message = refusal(&credit_to("fleet-1"));
+    assert!(
+        message.contains("to Application argocd/fleet-1, ")
+            && message.contains("a partial credits only its own renders"),
+        "{message}"
+    );
+    // An ApplicationSet no shard expanded, and a file.
+    let message = refusal(&|parts| {
+        parts[at].head_credits.insert(
+            "Application argocd/fleet-0".into(),
+            render::Origin::ApplicationSet {
+                namespace: "argocd".into(),
+                name: "made-up".into(),
+            },
+        );
+    });
+    assert!(
+        message.contains("which shard") && message.contains("did not expand"),
+        "{message}"
+    );
+    let message = refusal(&|parts| {
+        parts[at].head_credits.insert(
+            "Application argocd/fleet-0".into(),
+            render::Origin::File {
+                path: "fleet/roots/fleet-1.yaml".into(),
+                document: 0,
+            },
+        );
+    });
+    assert!(message.contains("a file, not a parent"), "{message}");
 }

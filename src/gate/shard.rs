@@ -31,8 +31,13 @@
 //! one a shard says a file declares is that file's, with that file's spec; and every
 //! Application a shard holds is on that path and its key's, or a render only that shard runs
 //! deploys it (a parent whose sources the repository says are helm or kustomize, not the
-//! partial's word). A partial that leaves out, adds or shadows another shard's Application is
-//! refused; what a shard's own helm and kustomize renders hold is its word.
+//! partial's word). The merge also reads again, from each held Application's spec, the
+//! inventory and the repository, what needs no process ([`as_the_repository_renders`]): its
+//! identity, destination and stored form, and the objects of one of plain manifests; and a
+//! shard credits a parent only for a render it ran ([`credits_of_its_own_renders`]). A
+//! partial that leaves out, adds or shadows another shard's Application, or forges what
+//! plain manifests render, is refused; what a shard's own helm and kustomize renders hold is
+//! its word.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -612,19 +617,9 @@ impl<'a> Inheritance<'a> {
                 if !is_set {
                     continue;
                 }
-                // The namespace as the engine gives a child: its own, else the parent's
-                // destination namespace, else argocd.
-                let namespace = match object.pointer("/metadata/namespace") {
-                    Some(namespace) => namespace.as_str().unwrap_or("argocd").to_string(),
-                    None if app.destination_namespace.is_empty() => "argocd".to_string(),
-                    None => app.destination_namespace.clone(),
-                };
-                let name = object
-                    .pointer("/metadata/name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string();
-                sets.entry((namespace, name)).or_default().push(app);
+                sets.entry(child_identity(object, app))
+                    .or_default()
+                    .push(app);
             }
         }
         Inheritance {
@@ -708,6 +703,220 @@ impl<'a> Inheritance<'a> {
         self.memo.insert(key, Some(decided));
         Ok(decided)
     }
+}
+
+/// An Application's or ApplicationSet's identity as the engine gives a parent's child: its
+/// own namespace, else the parent's destination namespace, else argocd; and its name.
+fn child_identity(object: &Value, parent: &WireApp) -> (String, String) {
+    let namespace = match object.pointer("/metadata/namespace") {
+        Some(namespace) => namespace.as_str().unwrap_or("argocd").to_string(),
+        None if parent.destination_namespace.is_empty() => "argocd".to_string(),
+        None => parent.destination_namespace.clone(),
+    };
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    (namespace, name)
+}
+
+fn is_argo_kind(object: &Value, kind: &str) -> bool {
+    object.get("kind").and_then(Value::as_str) == Some(kind)
+        && object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|v| v.starts_with("argoproj.io/"))
+}
+
+/// What the merge reads itself of every Application a shard holds at one commit, from the
+/// Application's spec, the inventory and the repositories (no process): its name, project,
+/// destination and the Application as stored, for every one; and, when its destination is no
+/// cluster of the inventory or its sources are plain manifests (no chart, no kustomization:
+/// what every shard renders alike, [`render::replan`]), its sources, objects and render keys
+/// too. So a partial cannot leave out, change or add an object of an Application of plain
+/// manifests (the CRD that stops serving a version, a resource still using it): what a helm
+/// or kustomize render holds stays its shard's word.
+fn as_the_repository_renders(
+    parts: &[Partial],
+    side: Side,
+    repos: &RepoResolver,
+    at: &str,
+) -> Result<(), MergeError> {
+    let held: Vec<(usize, (&Partial, &WireApp))> = parts
+        .iter()
+        .flat_map(|part| side.applications(part).iter().map(move |app| (part, app)))
+        .enumerate()
+        .collect();
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut found = render::parallel_map(held, jobs, |(index, (part, app))| {
+        (index, as_replanned(part, app, repos, at))
+    });
+    // The first refusal in the partials' order, whichever thread found it.
+    found.sort_by_key(|(index, _)| *index);
+    found.into_iter().try_for_each(|(_, result)| result)
+}
+
+/// [`as_the_repository_renders`] of one Application.
+fn as_replanned(
+    part: &Partial,
+    app: &WireApp,
+    repos: &RepoResolver,
+    at: &str,
+) -> Result<(), MergeError> {
+    let who = || {
+        format!(
+            "shard {} holds Application {}/{} at {}",
+            label(part.shard),
+            app.namespace,
+            app.name,
+            at
+        )
+    };
+    let replanned = render::replan(&app.manifest, app.origin.clone(), &part.inventory, repos)
+        .map_err(|e| {
+            MergeError(format!(
+                "{}, whose sources the merge cannot read as the shards did (give it their --git-mirror): {}",
+                who(),
+                one_line(&e)
+            ))
+        })?;
+    let (expected, whole) = match replanned {
+        render::Replanned::Process(expected) => (expected, false),
+        render::Replanned::Whole(expected) => (expected, true),
+    };
+    let identity = (
+        (&expected.name, &expected.namespace, &expected.project),
+        (&expected.cluster, &expected.destination_namespace),
+        (&expected.stored, &expected.destination_unknown),
+    );
+    let held = (
+        (&app.name, &app.namespace, &app.project),
+        (&app.cluster, &app.destination_namespace),
+        (&app.stored, &app.destination_unknown),
+    );
+    if identity != held {
+        return Err(MergeError(format!(
+            "{} with a name, project, destination or stored Application its own spec does not give: a partial holds only what the repository holds",
+            who()
+        )));
+    }
+    if !whole {
+        return Ok(());
+    }
+    let same_objects = expected.objects.len() == app.objects.len()
+        && expected
+            .objects
+            .iter()
+            .zip(&app.objects)
+            .all(|(object, &index)| part.objects.get(index).is_some_and(|held| held == object));
+    if !same_objects
+        || expected.sources != app.sources
+        || expected.render_keys != app.render_keys
+        || expected.values_files != app.values_files
+    {
+        return Err(MergeError(format!(
+            "{} with other objects than the plain manifests its sources name in the repository (the merge reads them itself): a partial holds only what the repository holds",
+            who()
+        )));
+    }
+    Ok(())
+}
+
+/// A shard credits a parent with an Application of another shard (the same Application a
+/// file declares, reached from a parent: [`render::RenderStats::shard_credits`]) only for a
+/// render it ran: an Application it holds, or one of plain manifests on the path every shard
+/// follows (every shard renders it), whose objects deploy that Application with the spec it
+/// is held with; or an ApplicationSet on that path or one its own renders deploy. Otherwise a
+/// partial could change the origin (what the notes say) of any other shard's Application.
+fn credits_of_its_own_renders(
+    part: &Partial,
+    side: Side,
+    inheritance: &Inheritance<'_>,
+    held: &HashMap<(&str, &str), (&Partial, &WireApp)>,
+    at: &str,
+) -> Result<(), MergeError> {
+    let credits = match side {
+        Side::Base => &part.base_credits,
+        Side::Head => &part.head_credits,
+    };
+    let known: HashSet<&Known> = side.known(part).iter().collect();
+    let is_known = |kind: &str, namespace: &str, name: &str| {
+        known.contains(&Known {
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+    };
+    for (credited, origin) in credits {
+        let refused = |why: &str| {
+            MergeError(format!(
+                "shard {} credits {} at {at} to {origin}, {why}: a partial credits only its own renders",
+                label(part.shard),
+                credited.chars().take(200).collect::<String>(),
+            ))
+        };
+        let Some((namespace, name)) = credited
+            .strip_prefix("Application ")
+            .and_then(|id| id.split_once('/'))
+        else {
+            return Err(refused("which is no Application"));
+        };
+        match origin {
+            Origin::File { .. } => return Err(refused("a file, not a parent")),
+            Origin::ApplicationSet {
+                namespace: set_namespace,
+                name: set_name,
+            } => {
+                let expanded = is_known("ApplicationSet", set_namespace, set_name)
+                    || inheritance
+                        .sets
+                        .contains_key(&(set_namespace.clone(), set_name.clone()));
+                if !expanded {
+                    return Err(refused(&format!(
+                        "which shard {} did not expand",
+                        label(part.shard)
+                    )));
+                }
+            }
+            Origin::Application {
+                namespace: parent_namespace,
+                name: parent_name,
+            } => {
+                let id = (parent_namespace.as_str(), parent_name.as_str());
+                let parent = match inheritance.apps.get(&id) {
+                    Some(own) => Some((part, *own)),
+                    None => held.get(&id).copied().filter(|(_, parent)| {
+                        is_known("Application", parent_namespace, parent_name)
+                            && render::source::runs_a_process(&parent.manifest, inheritance.repos)
+                                == Ok(false)
+                    }),
+                };
+                let Some((holder, parent)) = parent else {
+                    return Err(refused(&format!(
+                        "which shard {} did not render",
+                        label(part.shard)
+                    )));
+                };
+                if let Some((_, app)) = held.get(&(namespace, name)) {
+                    let deploys = parent
+                        .objects
+                        .iter()
+                        .filter_map(|&index| holder.objects.get(index))
+                        .any(|object| {
+                            is_argo_kind(object, "Application")
+                                && child_identity(object, parent)
+                                    == (namespace.to_string(), name.to_string())
+                                && object.get("spec") == app.manifest.get("spec")
+                        });
+                    if !deploys {
+                        return Err(refused("whose render does not deploy it with that spec"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// One commit as the merge reads it: the commit, its snapshot, its roots.
@@ -802,7 +1011,10 @@ fn declared_as_the_files_say(
 ///   says the parent's sources are); each once. A partial cannot add an Application of
 ///   another shard, make one up, nor shadow one with a made-up parent or a parent of plain
 ///   manifests; a real helm or kustomize parent of its own whose chart it says deploys
-///   another Application is its word on its own render (trusted, see the docs).
+///   another Application is its word on its own render (trusted, see the docs);
+/// - a shard's credits name only renders it ran ([`credits_of_its_own_renders`]);
+/// - every held Application is what its spec, the inventory and the repository say, objects
+///   included for plain manifests ([`as_the_repository_renders`]).
 fn bind(
     parts: &[Partial],
     at_commit: &Commit<'_>,
@@ -872,6 +1084,13 @@ fn bind(
         git_mirrors.to_vec(),
     );
     let at_text = at();
+    let mut held: HashMap<(&str, &str), (&Partial, &WireApp)> = HashMap::new();
+    for part in parts {
+        for app in side.applications(part) {
+            held.entry((app.namespace.as_str(), app.name.as_str()))
+                .or_insert((part, app));
+        }
+    }
     for part in parts {
         let apps = side.applications(part);
         let mut inheritance = Inheritance::new(part, apps, &repos, &at_text);
@@ -908,8 +1127,9 @@ fn bind(
                 )));
             }
         }
+        credits_of_its_own_renders(part, side, &inheritance, &held, &at_text)?;
     }
-    Ok(())
+    as_the_repository_renders(parts, side, &repos, &at_text)
 }
 
 /// Each commit the partials name, read from the repository: a full commit id it holds.

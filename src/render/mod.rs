@@ -32,7 +32,7 @@ pub use self::engine::{
     Root, render, render_applications, render_shard, render_shard_against, roots, shard_keys,
 };
 pub use self::jobs::{HelmRunError, run_helm};
-pub use self::planning::stored_application;
+pub use self::planning::{Replanned, replan, stored_application};
 pub use self::util::{object_sort_key, parallel_map, trace};
 
 use std::collections::BTreeMap;

@@ -107,13 +107,7 @@ impl Engine<'_> {
                 RenderJob::Helm(h) => h.render_key(),
                 RenderJob::Kustomize(k) => k.render_key(),
                 RenderJob::Objects(objects) => {
-                    // Keyed by content, so equal directories share their objects.
-                    let key = format!(
-                        "objects-{}",
-                        crate::git::hex(&sha2::Sha256::digest(
-                            serde_json::to_vec(&objects).unwrap_or_default()
-                        ))
-                    );
+                    let key = objects_key(objects);
                     if !self.memo.contains_key(&key) {
                         let parsed = self.config.parsed.get(&key).unwrap_or_else(|| {
                             Ok(Arc::new(objects.iter().cloned().map(Arc::new).collect()))
@@ -159,13 +153,6 @@ impl Engine<'_> {
         sources: Vec<Value>,
         job_keys: Vec<String>,
     ) -> PendingApp {
-        let app = &item.object;
-        let text = |pointer: &str, default: &str| {
-            app.pointer(pointer)
-                .and_then(Value::as_str)
-                .unwrap_or(default)
-                .to_string()
-        };
         PendingApp {
             id: id.to_string(),
             depth: item.depth,
@@ -173,23 +160,139 @@ impl Engine<'_> {
             owner: 0,
             renders_alone: false,
             job_keys,
-            app: RenderedApplication {
-                name: text("/metadata/name", ""),
-                namespace: text("/metadata/namespace", "argocd"),
-                project: text("/spec/project", "default"),
-                origin: item.origin.clone(),
-                cluster,
-                destination_namespace: text("/spec/destination/namespace", ""),
-                sources,
-                objects: Vec::new(),
-                render_keys: Vec::new(),
-                manifest: app.clone(),
-                stored: stored_application(app),
-                destination_unknown: None,
-                values_files: Vec::new(),
-            },
+            app: application_of(&item.object, item.origin.clone(), cluster, sources),
         }
     }
+}
+
+/// The key of a plain job's objects: keyed by content, so equal directories share them.
+fn objects_key(objects: &[Value]) -> String {
+    format!(
+        "objects-{}",
+        crate::git::hex(&sha2::Sha256::digest(
+            serde_json::to_vec(objects).unwrap_or_default()
+        ))
+    )
+}
+
+/// A planned Application before its jobs ran: what its spec, origin, destination cluster and
+/// planned sources say.
+fn application_of(
+    app: &Value,
+    origin: crate::render::Origin,
+    cluster: ClusterRef,
+    sources: Vec<Value>,
+) -> RenderedApplication {
+    let text = |pointer: &str, default: &str| {
+        app.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or(default)
+            .to_string()
+    };
+    RenderedApplication {
+        name: text("/metadata/name", ""),
+        namespace: text("/metadata/namespace", "argocd"),
+        project: text("/spec/project", "default"),
+        origin,
+        cluster,
+        destination_namespace: text("/spec/destination/namespace", ""),
+        sources,
+        objects: Vec::new(),
+        render_keys: Vec::new(),
+        manifest: app.clone(),
+        stored: stored_application(app),
+        destination_unknown: None,
+        values_files: Vec::new(),
+    }
+}
+
+/// What the engine makes of one Application (the object as planned: `manifest`), read again
+/// without the engine's state (`gate merge` checks a partial against it).
+pub enum Replanned {
+    /// Its render runs helm or kustomize: only what its spec and the inventory give (its
+    /// identity, project, destination cluster and namespace, the Application as stored);
+    /// sources, objects, render keys and values files are left empty.
+    Process(RenderedApplication),
+    /// Its destination is no cluster of the inventory (nothing renders), or its sources are
+    /// plain manifests: everything the engine gives it, objects and render keys included,
+    /// read from the repositories alone (no process).
+    Whole(RenderedApplication),
+}
+
+/// [`Replanned`] of one Application, as the engine plans and renders it: an unknown
+/// destination first, then, when no source runs a process (`source::runs_a_process`, read
+/// from the repositories), its plain sources read and sorted as a render sorts them. An error
+/// is what planning it would say (a plugin, a path that does not exist, a repository with no
+/// mirror).
+pub fn replan(
+    manifest: &Value,
+    origin: crate::render::Origin,
+    inventory: &crate::render::inventory::Inventory,
+    repos: &crate::render::repos::RepoResolver,
+) -> Result<Replanned, String> {
+    let server = manifest
+        .pointer("/spec/destination/server")
+        .and_then(Value::as_str);
+    let cluster_name = manifest
+        .pointer("/spec/destination/name")
+        .and_then(Value::as_str);
+    let Some(cluster) = inventory.destination(server, cluster_name) else {
+        let destination = match (server, cluster_name) {
+            (Some(s), _) if !s.is_empty() => format!("server {s}"),
+            (_, Some(n)) if !n.is_empty() => format!("name {n}"),
+            _ => "(none set)".to_string(),
+        };
+        let mut app = application_of(
+            manifest,
+            origin,
+            ClusterRef {
+                name: UNKNOWN_CLUSTER.to_string(),
+                server: server.unwrap_or("").to_string(),
+            },
+            source::sources_of(manifest),
+        );
+        app.destination_unknown = Some(destination);
+        return Ok(Replanned::Whole(app));
+    };
+    let cluster_ref = ClusterRef {
+        name: cluster.name.clone(),
+        server: cluster.server.clone(),
+    };
+    if source::runs_a_process(manifest, repos)? {
+        return Ok(Replanned::Process(application_of(
+            manifest,
+            origin,
+            cluster_ref,
+            Vec::new(),
+        )));
+    }
+    let no_charts = |_: &Path| -> Result<String, String> { Err("no chart is read".into()) };
+    let ctx = PlanContext {
+        repos,
+        charts: None,
+        chart_digests: &no_charts,
+        pull: None,
+    };
+    let mut sources = Vec::new();
+    let mut render_keys = Vec::new();
+    let mut objects: Vec<crate::render::parsed::Object> = Vec::new();
+    for planned in source::plan(manifest, &cluster, &ctx)? {
+        sources.push(planned.source);
+        match planned.job {
+            None => {}
+            Some(RenderJob::Objects(read)) => {
+                render_keys.push(objects_key(&read));
+                objects.extend(read.into_iter().map(Arc::new));
+            }
+            // `runs_a_process` said none does: planning disagreeing is a bug, said as one.
+            Some(_) => return Err("planning runs a process its sources do not name".into()),
+        }
+    }
+    objects.sort_by_cached_key(|o| crate::render::object_sort_key(o));
+    let mut app = application_of(manifest, origin, cluster_ref, sources);
+    app.objects = objects;
+    app.render_keys = render_keys;
+    Ok(Replanned::Whole(app))
 }
 
 /// An Application as Argo CD stores it: what the generator or file wrote of its identity,
