@@ -55,6 +55,8 @@ async fn start_scenario(
         faults: ground::kube::FaultPlan::none(),
         echo: false,
         render_cache: Some(common::shared_render_cache("bosun_paths")),
+        // Bosun renders on its own cold cache here: its own render path runs.
+        bosun_shares_render_cache: false,
     };
     let mut ground = Ground::start(scenario, options).await.unwrap();
     for chart in [

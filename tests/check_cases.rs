@@ -34,10 +34,13 @@ pub fn redact_shas(text: &str, shas: &[String]) -> String {
 #[test]
 fn check_cases() {
     let root = common::project_root().join("tests/check-cases");
-    // One render cache for every case (content-addressed): most cases share the sample's
-    // renders at the base. A hit can only make a case differ from its snapshot, recorded
-    // cold, so the sharing also checks that a render key misses no input.
-    let cache = tempfile::tempdir().expect("cache");
+    // Where snapshots are only checked (`INSTA_UPDATE=no`, as the test command and CI run),
+    // one render cache for every case (content-addressed): most cases share the sample's
+    // renders at the base, and a hit can only make a case differ from its snapshot, so the
+    // sharing also checks that a render key misses no input. Where a snapshot may be written,
+    // each case renders cold, so none is recorded from another case's renders.
+    let shared = (std::env::var("INSTA_UPDATE").as_deref() == Ok("no"))
+        .then(|| tempfile::tempdir().expect("cache"));
     insta::glob!(root.as_path(), "*/case.yaml", |case_path| {
         let case_dir = case_path.parent().expect("case dir");
         let case: Case = serde_saphyr::from_str(&std::fs::read_to_string(case_path).expect("read"))
@@ -48,6 +51,10 @@ fn check_cases() {
         }
         let base = repo.head();
         let head = repo.commit_overlay(&case_dir.join("head"), "pr", "the pull request");
+        let own = shared
+            .is_none()
+            .then(|| tempfile::tempdir().expect("cache"));
+        let cache = shared.as_ref().or(own.as_ref()).expect("a cache");
         let out = tempfile::tempdir().expect("out");
         // The gate's temporary folders (render trees, checked-out commits) live here, and
         // nothing of them may outlive the process.

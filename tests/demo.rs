@@ -37,6 +37,9 @@ pub async fn play_kept(scenario: Scenario, faults: FaultPlan, ledger: bool) -> G
         faults,
         echo: false,
         render_cache: Some(common::shared_render_cache("demo")),
+        // The stories' Bosun reads the gates' renders; tests/bosun_paths.rs keeps Bosun's
+        // own render path cold.
+        bosun_shares_render_cache: true,
     };
     let mut ground = Ground::start(scenario, options).await.unwrap();
     if ledger {

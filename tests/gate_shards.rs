@@ -1080,6 +1080,38 @@ fn a_files_application_held_with_another_spec_is_refused() {
         refusal.contains("with another spec than the file's"),
         "{refusal}"
     );
+    // The same forgery under another claimed origin (a parent nobody holds, an
+    // ApplicationSet): a file's Application is held with a file's spec whatever its origin,
+    // so a claimed origin cannot free it from its file (nor move its shard key).
+    for origin in [
+        render::Origin::Application {
+            namespace: "argocd".into(),
+            name: "ghost".into(),
+        },
+        render::Origin::ApplicationSet {
+            namespace: "argocd".into(),
+            name: "addons".into(),
+        },
+    ] {
+        let mut parts: Vec<Partial> = honest
+            .iter()
+            .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+            .collect();
+        let app = &mut parts[x].head_applications[at];
+        app.origin = origin.clone();
+        // A spec consistent in itself (what the merge reads again from it agrees).
+        app.manifest["spec"]["project"] = serde_json::json!("forged");
+        app.stored = render::stored_application(&app.manifest);
+        app.project = "forged".into();
+        let refusal = shard::merge(parts, repo.path())
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refusal.contains("with another spec than the file that declares it"),
+            "{origin}: {refusal}"
+        );
+    }
 }
 
 /// The review's leftover (c): the merge computes the merge base itself. Partials that all

@@ -88,12 +88,17 @@ pub struct Options {
     /// Print transcript lines as they happen.
     pub echo: bool,
     /// A folder of render caches shared by every ground that names it (a test binary playing
-    /// many stories): `ci/` for the CI jobs' gates and Bosun (which renders the heads the
-    /// gate runner rendered) and `argocd/` for the Argo CD doubles, never one for both, so the double stays a second reading of what the gate renders.
+    /// many stories): `ci/` for the CI jobs' gates (and Bosun, when
+    /// [`Options::bosun_shares_render_cache`]) and `argocd/` for the Argo CD doubles, never one
+    /// for both, so the double stays a second reading of what the gate renders.
     /// `None`: each ground keeps its own, as `cargo xtask demo` does. Sharing is sound
     /// because entries are content-addressed (the render key digests every input, the
     /// chart's bytes among them).
     pub render_cache: Option<PathBuf>,
+    /// Bosun reads and writes the gates' cache of [`Options::render_cache`] too (it renders
+    /// the heads the gate runner rendered). Off, Bosun keeps its own, cold, so its own render
+    /// path (confinement, tools, environment) runs on every story (tests/bosun_paths.rs).
+    pub bosun_shares_render_cache: bool,
 }
 
 pub struct Ground {

@@ -114,6 +114,7 @@ fn options(common: &Common) -> Options {
         faults,
         echo: true,
         render_cache: None,
+        bosun_shares_render_cache: false,
     }
 }
 

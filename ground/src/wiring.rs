@@ -562,10 +562,11 @@ async fn start_bosun(
         gitlab: scenario.forge == crate::scenario::Face::Gitlab,
         poll: spec.poll,
         env,
-        // Bosun renders the heads the gate runner renders: one cache for both.
+        // Bosun renders the heads the gate runner renders: one cache for both, when asked.
         render_cache: options
             .render_cache
             .as_ref()
+            .filter(|_| options.bosun_shares_render_cache)
             .map(|shared| shared.join("ci")),
     })
     .await?;

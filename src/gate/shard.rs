@@ -1091,10 +1091,35 @@ fn bind(
                 .or_insert((part, app));
         }
     }
+    let by_name: HashMap<(&str, &str), Vec<&Root>> = roots
+        .iter()
+        .filter(|root| root.known.kind == "Application")
+        .fold(HashMap::new(), |mut by_name, root| {
+            by_name
+                .entry((root.known.namespace.as_str(), root.known.name.as_str()))
+                .or_default()
+                .push(root);
+            by_name
+        });
+    // The Applications some shard holds as declared in a file (checked against that file).
+    let from_files: HashSet<(&str, &str)> = parts
+        .iter()
+        .flat_map(|part| side.applications(part))
+        .filter(|app| matches!(app.origin, render::Origin::File { .. }))
+        .map(|app| (app.namespace.as_str(), app.name.as_str()))
+        .collect();
     for part in parts {
         let apps = side.applications(part);
         let mut inheritance = Inheritance::new(part, apps, &repos, &at_text);
         for app in apps {
+            file_spec_whatever_the_origin(
+                part,
+                app,
+                &by_name,
+                &from_files,
+                &inheritance,
+                &at_text,
+            )?;
             let id = (app.namespace.as_str(), app.name.as_str());
             let owner = owners
                 .of(&app.namespace, &app.name, Some(&app.manifest))
@@ -1130,6 +1155,50 @@ fn bind(
         credits_of_its_own_renders(part, side, &inheritance, &held, &at_text)?;
     }
     as_the_repository_renders(parts, side, &repos, &at_text)
+}
+
+/// An Application a file declares, held under another origin (a parent, an ApplicationSet),
+/// is held with a file's spec: a claimed origin must not free a file's Application from its
+/// file (its spec, and with it its shard key and objects). The one exception is a copy a
+/// parent of the same shard deploys, whose sources the repository says helm or kustomize
+/// renders, while a shard holds the file's own copy (checked against the file): which copy
+/// counts then rests on that render, and the reassembly refuses it ("check this pull
+/// request unsharded").
+fn file_spec_whatever_the_origin(
+    part: &Partial,
+    app: &WireApp,
+    by_name: &HashMap<(&str, &str), Vec<&Root>>,
+    from_files: &HashSet<(&str, &str)>,
+    inheritance: &Inheritance<'_>,
+    at: &str,
+) -> Result<(), MergeError> {
+    if matches!(app.origin, render::Origin::File { .. }) {
+        return Ok(()); // `declared_as_the_files_say`
+    }
+    let Some(files) = by_name.get(&(app.namespace.as_str(), app.name.as_str())) else {
+        return Ok(());
+    };
+    if files.iter().any(|root| {
+        root.object == app.manifest && render::stored_application(&root.object) == app.stored
+    }) {
+        return Ok(());
+    }
+    if let render::Origin::Application { namespace, name } = &app.origin
+        && from_files.contains(&(app.namespace.as_str(), app.name.as_str()))
+        && let Some(parent) = inheritance.apps.get(&(namespace.as_str(), name.as_str()))
+        && inheritance.renders_alone(parent)?
+    {
+        return Ok(());
+    }
+    Err(MergeError(format!(
+        "shard {} holds Application {}/{} at {} as deployed by {}, with another spec than the file that declares it ({}): a file's Application is held with its file's spec (a partial holds only what the repository holds; if the repository declares it twice, check this pull request unsharded)",
+        label(part.shard),
+        app.namespace,
+        app.name,
+        at,
+        app.origin,
+        files[0].path.chars().take(200).collect::<String>()
+    )))
 }
 
 /// Each commit the partials name, read from the repository: a full commit id it holds.
