@@ -27,9 +27,11 @@
 //! and logged, and the render runs as if the store were empty.
 //!
 //! The store is reached on a runtime of this room's own (one worker thread), so neither the
-//! render nor the gate's binary needs async: a lookup is one batch, answered over a channel;
-//! a write is handed to the runtime and the caller goes on; [`RemoteCache::finish`] waits for
-//! the writes a bounded time before the process exits. A store that cannot be reached (refused
+//! render nor the gate's binary needs async: a lookup is one batch, read [`CONCURRENCY`]
+//! objects at a time, each object checked as its bytes arrive and its answer handed over a
+//! channel as soon as it is known (the render parses it while the rest arrive); a write, and
+//! the local disk's copy of what was read, are handed to the runtime and the caller goes on;
+//! [`RemoteCache::finish`] waits for them a bounded time before the process exits. A store that cannot be reached (refused
 //! connection, timeout, credentials refused) turns the remote cache off with one warning line:
 //! the run goes on with the disk cache only, and is retried after [`DEGRADED_FOR`].
 
@@ -51,7 +53,7 @@ use ring::signature::{ED25519, Ed25519KeyPair, KeyPair as _, UnparsedPublicKey};
 use sha2::{Digest as _, Sha256};
 
 use crate::git::hex;
-use crate::render::cache::SecondLevel;
+use crate::render::cache::{Answers, SecondLevel};
 
 /// The first line of every object.
 const MAGIC: &str = "gitops-gate render cache v1";
@@ -163,61 +165,164 @@ impl Trust {
 
     /// The output an object holds for `entry`, when it is whole, its own and signed by the
     /// trusted key; otherwise why not.
+    #[cfg(test)]
     fn open(&self, entry: &str, object: &[u8]) -> Result<String, &'static str> {
-        // The header is six short lines: found without reading the output as text.
-        let mut lines = Vec::with_capacity(6);
-        let mut starts = Vec::with_capacity(6);
-        let mut at = 0;
-        while lines.len() < 6 {
-            let end = object[at..]
-                .iter()
-                .take(512)
-                .position(|b| *b == b'\n')
-                .ok_or("not an entry of the gate's render cache")?;
-            starts.push(at);
-            lines.push(&object[at..at + end]);
-            at += end + 1;
+        let mut opening = Opening::new(self, entry, object.len());
+        opening.push(object)?;
+        opening.finish()
+    }
+}
+
+/// The most a header may take: six lines of at most 512 bytes before their newline.
+const HEADER_MAX: usize = 6 * 513;
+
+/// An object's header, read.
+struct Header {
+    /// The first four lines, as written: what the signature covers.
+    signed: Vec<u8>,
+    digest: String,
+    size: Option<usize>,
+    signature: String,
+}
+
+/// An object being read, piece by piece as the store sends it: its header checked once
+/// whole, its output digested and kept as it arrives (one copy, in one buffer of the stated
+/// size), and nothing believed before [`Opening::finish`] has checked the size, the digest
+/// and the signature ([`Trust::open`] on a whole object is the same with one piece).
+struct Opening<'a> {
+    trust: &'a Trust,
+    entry: &'a str,
+    /// The object's length as the store states it: the output's buffer is never larger.
+    length: usize,
+    /// The bytes so far, while the header is incomplete.
+    start: Vec<u8>,
+    header: Option<Header>,
+    output: Vec<u8>,
+    hasher: Sha256,
+}
+
+impl<'a> Opening<'a> {
+    fn new(trust: &'a Trust, entry: &'a str, length: usize) -> Opening<'a> {
+        Opening {
+            trust,
+            entry,
+            length,
+            start: Vec::new(),
+            header: None,
+            output: Vec::new(),
+            hasher: Sha256::new(),
         }
-        fn text(line: &[u8]) -> &str {
-            std::str::from_utf8(line).unwrap_or("")
+    }
+
+    /// The next bytes of the object; an error as soon as it cannot be believed.
+    fn push(&mut self, piece: &[u8]) -> Result<(), &'static str> {
+        if self.header.is_some() {
+            return self.take_output(piece);
         }
-        let field = |line: &[u8], name: &str| -> Option<String> {
-            text(line)
-                .strip_prefix(name)
-                .and_then(|v| v.strip_prefix(' '))
-                .map(str::to_string)
+        self.start.extend_from_slice(piece);
+        let Some(at) = header_end(&self.start)? else {
+            return Ok(());
         };
-        if text(lines[0]) != MAGIC || !lines[5].is_empty() {
-            return Err("not an entry of the gate's render cache");
-        }
-        let (Some(stated_entry), Some(digest), Some(size), Some(signature)) = (
-            field(lines[1], "entry"),
-            field(lines[2], "sha256"),
-            field(lines[3], "size"),
-            field(lines[4], "signature"),
-        ) else {
-            return Err("not an entry of the gate's render cache");
-        };
-        if stated_entry != entry {
-            return Err("stored under another entry's name");
-        }
-        let output = &object[at..];
-        if size.parse::<usize>().ok() != Some(output.len()) {
+        let header = read_header(self.entry, &self.start[..at])?;
+        let rest = self.start.split_off(at);
+        self.start = Vec::new();
+        // The stated size, but never more than the object holds (a header may lie).
+        let capacity = header.size.unwrap_or(0).min(self.length.saturating_sub(at));
+        self.output = Vec::with_capacity(capacity);
+        self.header = Some(header);
+        self.take_output(&rest)
+    }
+
+    fn take_output(&mut self, piece: &[u8]) -> Result<(), &'static str> {
+        let size = self.header.as_ref().and_then(|h| h.size);
+        if size.is_some_and(|size| self.output.len() + piece.len() > size) {
             return Err("its size differs from its header's (truncated?)");
         }
-        if hex(&Sha256::digest(output)) != digest {
+        self.hasher.update(piece);
+        self.output.extend_from_slice(piece);
+        Ok(())
+    }
+
+    /// The output, when the whole object holds.
+    fn finish(self) -> Result<String, &'static str> {
+        let Some(header) = self.header else {
+            return Err("not an entry of the gate's render cache");
+        };
+        if header.size != Some(self.output.len()) {
+            return Err("its size differs from its header's (truncated?)");
+        }
+        if hex(&self.hasher.finalize()) != header.digest {
             return Err("its digest differs from its header's (corrupted?)");
         }
         let signature = B64
-            .decode(signature)
+            .decode(header.signature)
             .map_err(|_| "its signature is not base64")?;
-        // The first four lines, as written.
-        let signed = &object[..starts[4]];
-        UnparsedPublicKey::new(&ED25519, &self.public)
-            .verify(signed, &signature)
+        UnparsedPublicKey::new(&ED25519, &self.trust.public)
+            .verify(&header.signed, &signature)
             .map_err(|_| "not signed by the trusted key")?;
-        String::from_utf8(output.to_vec()).map_err(|_| "its output is not UTF-8")
+        String::from_utf8(self.output).map_err(|_| "its output is not UTF-8")
     }
+}
+
+/// Where the header's six lines end in `start` (the output's first byte), `None` while they
+/// may still come; an error when a line runs past 512 bytes.
+fn header_end(start: &[u8]) -> Result<Option<usize>, &'static str> {
+    let mut at = 0;
+    for _ in 0..6 {
+        let window = &start[at..start.len().min(at + 512)];
+        match window.iter().position(|b| *b == b'\n') {
+            Some(end) => at += end + 1,
+            None if window.len() == 512 || start.len() > HEADER_MAX => {
+                return Err("not an entry of the gate's render cache");
+            }
+            None => return Ok(None),
+        }
+    }
+    Ok(Some(at))
+}
+
+/// The header of an object for `entry`: `header` is its six lines, whole.
+fn read_header(entry: &str, header: &[u8]) -> Result<Header, &'static str> {
+    let not_an_entry = "not an entry of the gate's render cache";
+    let lines: Vec<&[u8]> = header
+        .strip_suffix(b"\n")
+        .unwrap_or(header)
+        .split(|b| *b == b'\n')
+        .collect();
+    if lines.len() != 6 {
+        return Err(not_an_entry);
+    }
+    fn text(line: &[u8]) -> &str {
+        std::str::from_utf8(line).unwrap_or("")
+    }
+    let field = |line: &[u8], name: &str| -> Option<String> {
+        text(line)
+            .strip_prefix(name)
+            .and_then(|v| v.strip_prefix(' '))
+            .map(str::to_string)
+    };
+    if text(lines[0]) != MAGIC || !lines[5].is_empty() {
+        return Err(not_an_entry);
+    }
+    let (Some(stated_entry), Some(digest), Some(size), Some(signature)) = (
+        field(lines[1], "entry"),
+        field(lines[2], "sha256"),
+        field(lines[3], "size"),
+        field(lines[4], "signature"),
+    ) else {
+        return Err(not_an_entry);
+    };
+    if stated_entry != entry {
+        return Err("stored under another entry's name");
+    }
+    // The first four lines, as written.
+    let signed_end: usize = lines[..4].iter().map(|l| l.len() + 1).sum();
+    Ok(Header {
+        signed: header[..signed_end].to_vec(),
+        digest,
+        size: size.parse::<usize>().ok(),
+        signature,
+    })
 }
 
 /// The lines a signature covers.
@@ -525,13 +630,23 @@ impl Shared {
             return miss();
         }
         let path = self.location.object(&entry);
+        // The body is checked as it arrives (`Opening`): one copy into one buffer, its digest
+        // taken on the way, and nothing believed before the whole object holds.
         let got = tokio::time::timeout(READ_DEADLINE, async {
             // The trait's own methods: their futures are Send (the runtime's tasks need it).
             let got = self.store.get_opts(&path, GetOptions::default()).await?;
             if got.meta.size > self.max_object_bytes {
-                return Ok(None);
+                return Ok(Err("larger than a render may be"));
             }
-            got.bytes().await.map(Some)
+            let length = usize::try_from(got.meta.size).unwrap_or(usize::MAX);
+            let mut opening = Opening::new(&self.trust, &entry, length);
+            let mut body = got.into_stream();
+            while let Some(piece) = body.next().await {
+                if let Err(why) = opening.push(&piece?) {
+                    return Ok(Err(why));
+                }
+            }
+            Ok::<_, object_store::Error>(opening.finish())
         })
         .await;
         match got {
@@ -548,20 +663,14 @@ impl Shared {
                 self.degrade(&error.to_string());
                 miss()
             }
-            Ok(Ok(None)) => {
-                self.reject(&entry, "larger than a render may be");
+            Ok(Ok(Ok(output))) => {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                Some(output)
+            }
+            Ok(Ok(Err(why))) => {
+                self.reject(&entry, why);
                 None
             }
-            Ok(Ok(Some(object))) => match self.trust.open(&entry, &object) {
-                Ok(output) => {
-                    self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                    Some(output)
-                }
-                Err(why) => {
-                    self.reject(&entry, why);
-                    None
-                }
-            },
         }
     }
 
@@ -790,8 +899,9 @@ impl RemoteCache {
         self.shared.location.to_string()
     }
 
-    /// Waits at most `within` for the writes handed over so far; those still running then are
-    /// counted as failures (an object is written whole or not at all). The counts so far.
+    /// Waits at most `within` for the writes handed over so far (to the store, and to the local
+    /// disk: [`SecondLevel::in_background`]); store writes still running then are counted as
+    /// failures (an object is written whole or not at all). The counts so far.
     pub fn finish(&self, within: Duration) -> Summary {
         let writes = self
             .writes
@@ -841,21 +951,59 @@ impl RemoteCache {
 
 impl SecondLevel for RemoteCache {
     fn fetch(&self, entries: &[String]) -> Vec<Option<String>> {
+        let mut found: Vec<Option<String>> = entries.iter().map(|_| None).collect();
+        self.fetch_each(entries, &mut |answers| {
+            for (i, answer) in answers {
+                found[i] = answer;
+            }
+        });
+        found
+    }
+
+    /// [`CONCURRENCY`] reads at a time, each answer handed over as soon as it is believed (or
+    /// not), whatever the order: the caller parses while the rest arrive.
+    fn fetch_each(&self, entries: &[String], each: &mut dyn FnMut(Answers<String>)) {
         if entries.is_empty() {
-            return Vec::new();
+            return;
         }
         let (tx, rx) = std::sync::mpsc::channel();
         let shared = self.shared.clone();
         let asked = entries.to_vec();
         self.handle.spawn(async move {
-            let found: Vec<Option<String>> =
-                futures::stream::iter(asked.into_iter().map(|entry| shared.clone().read(entry)))
-                    .buffered(CONCURRENCY)
-                    .collect()
-                    .await;
-            let _ = tx.send(found);
+            let mut reads =
+                futures::stream::iter(asked.into_iter().enumerate().map(|(i, entry)| {
+                    let shared = shared.clone();
+                    async move { (i, shared.read(entry).await) }
+                }))
+                .buffer_unordered(CONCURRENCY);
+            while let Some(answer) = reads.next().await {
+                if tx.send(answer).is_err() {
+                    break;
+                }
+            }
         });
-        rx.recv().unwrap_or_else(|_| vec![None; entries.len()])
+        let mut unanswered: Vec<bool> = vec![true; entries.len()];
+        let mut left = entries.len();
+        while left > 0 {
+            let Ok(first) = rx.recv() else { break };
+            let answers: Answers<String> = std::iter::once(first).chain(rx.try_iter()).collect();
+            for (i, _) in &answers {
+                unanswered[*i] = false;
+            }
+            left -= answers.len();
+            each(answers);
+        }
+        // The runtime gone before every answer (it cannot be, short of a panic): misses.
+        if left > 0 {
+            each(
+                unanswered
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, u)| **u)
+                    .map(|(i, _)| (i, None))
+                    .collect(),
+            );
+        }
     }
 
     fn offer(&self, entry: &str, text: String) {
@@ -882,6 +1030,16 @@ impl SecondLevel for RemoteCache {
         let task = self
             .handle
             .spawn(shared.clone().write(entry.to_string(), text));
+        if let Ok(mut writes) = self.writes.lock() {
+            writes.retain(|w| !w.is_finished());
+            writes.push(task);
+        }
+    }
+
+    /// The disk's copy of this cache's answers, on the runtime's blocking threads: waited for
+    /// by [`RemoteCache::finish`], as the writes to the store are.
+    fn in_background(&self, work: Box<dyn FnOnce() + Send>) {
+        let task = self.handle.spawn_blocking(work);
         if let Ok(mut writes) = self.writes.lock() {
             writes.retain(|w| !w.is_finished());
             writes.push(task);
@@ -970,6 +1128,78 @@ mod tests {
         // Not an entry at all.
         assert!(reader.open(ENTRY, b"kind: ConfigMap\n").is_err());
         assert!(reader.open(ENTRY, &[0xff; 2000]).is_err());
+    }
+
+    #[test]
+    fn an_object_read_piece_by_piece_is_judged_as_it_is_whole() {
+        let (trust, public) = writer();
+        let reader = Trust::from_keys(Some(&public), None).unwrap();
+        let output = "kind: ConfigMap\nmetadata:\n  name: a\n".repeat(300);
+        let sealed = object(&trust, ENTRY, &output);
+        let mut corrupted = sealed.clone();
+        let last = corrupted.len() - 2;
+        corrupted[last] = b'b';
+        let (attacker, _) = writer();
+        // What is read, how, under which entry, and the judgement.
+        type Case<'a> = (&'a str, &'a [u8], &'a str, Result<String, &'static str>);
+        let cases: Vec<Case> = vec![
+            ("whole", &sealed, ENTRY, Ok(output.clone())),
+            (
+                "foreign",
+                &sealed,
+                OTHER,
+                Err("stored under another entry's name"),
+            ),
+            (
+                "corrupted",
+                &corrupted,
+                ENTRY,
+                Err("its digest differs from its header's (corrupted?)"),
+            ),
+            (
+                "truncated",
+                &sealed[..sealed.len() - 5],
+                ENTRY,
+                Err("its size differs from its header's (truncated?)"),
+            ),
+            (
+                "header cut",
+                &sealed[..100],
+                ENTRY,
+                Err("not an entry of the gate's render cache"),
+            ),
+            (
+                "no header",
+                &[b'x'; 2000],
+                ENTRY,
+                Err("not an entry of the gate's render cache"),
+            ),
+        ];
+        let forged = object(&attacker, ENTRY, &output);
+        let longer = [sealed.as_slice(), b"more"].concat();
+        let cases = cases.into_iter().chain([
+            (
+                "forged",
+                forged.as_slice(),
+                ENTRY,
+                Err("not signed by the trusted key"),
+            ),
+            (
+                "longer",
+                longer.as_slice(),
+                ENTRY,
+                Err("its size differs from its header's (truncated?)"),
+            ),
+        ]);
+        for (what, bytes, entry, expected) in cases {
+            assert_eq!(reader.open(entry, bytes), expected, "{what}, whole");
+            for piece in [1, 7, 64, 4096] {
+                let mut opening = Opening::new(&reader, entry, bytes.len());
+                let pushed = bytes.chunks(piece).try_for_each(|p| opening.push(p));
+                let judged = pushed.and_then(|()| opening.finish());
+                assert_eq!(judged, expected, "{what}, in pieces of {piece}");
+            }
+        }
     }
 
     #[test]

@@ -17,9 +17,22 @@ pub trait SecondLevel: Send + Sync + std::fmt::Debug {
     /// The stored outputs of these entries ([`RenderCache::entry`]), in their order; `None`
     /// where it has none it believes.
     fn fetch(&self, entries: &[String]) -> Vec<Option<String>>;
+    /// [`SecondLevel::fetch`], its answers handed to `each` as they arrive, a batch at a time:
+    /// (the entry's index in `entries`, the answer), every entry once. By default in one batch.
+    fn fetch_each(&self, entries: &[String], each: &mut dyn FnMut(Answers<String>)) {
+        each(self.fetch(entries).into_iter().enumerate().collect())
+    }
     /// The output of a render that ran afresh under `entry`; returns at once.
     fn offer(&self, entry: &str, text: String);
+    /// Runs `work` (the disk's copy of what this level answered) off the render's path, to
+    /// be waited for before the process exits, as its writes are; by default at once.
+    fn in_background(&self, work: Box<dyn FnOnce() + Send>) {
+        work()
+    }
 }
+
+/// Answers by the index of their entry in what was asked.
+pub type Answers<T> = Vec<(usize, Option<T>)>;
 
 /// Which level answered a lookup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,29 +107,76 @@ impl RenderCache {
     /// disk first; what it lacks is asked of the second level in one batch, and what that
     /// answers is written to the disk.
     pub fn lookup(&self, entries: &[String]) -> Vec<Option<(String, Level)>> {
-        let mut found: Vec<Option<(String, Level)>> = entries
-            .iter()
-            .map(|entry| self.get(entry).map(|text| (text, Level::Disk)))
-            .collect();
-        let Some(second) = &self.second else {
-            return found;
-        };
-        let (missing, asked): (Vec<usize>, Vec<String>) = found
-            .iter()
-            .enumerate()
-            .filter(|(_, f)| f.is_none())
-            .map(|(i, _)| (i, entries[i].clone()))
-            .unzip();
-        if asked.is_empty() {
-            return found;
-        }
-        for (i, text) in missing.into_iter().zip(second.fetch(&asked)) {
-            if let Some(text) = text {
-                self.put(&entries[i], &text);
-                found[i] = Some((text, Level::Second));
+        let found = self.find(entries);
+        for (entry, found) in entries.iter().zip(&found) {
+            if let Some((text, Level::Second)) = found {
+                self.put(entry, text);
             }
         }
         found
+    }
+
+    /// [`RenderCache::lookup`] without the disk's copy of the second level's answers: the
+    /// caller hands them to [`RenderCache::keep`] once it is done with them, so the render
+    /// neither waits for those writes nor copies the outputs for them.
+    pub fn find(&self, entries: &[String]) -> Vec<Option<(String, Level)>> {
+        let mut found: Vec<Option<(String, Level)>> = entries.iter().map(|_| None).collect();
+        self.find_each(entries, &mut |answers| {
+            for (i, answer) in answers {
+                found[i] = answer;
+            }
+        });
+        found
+    }
+
+    /// [`RenderCache::find`], each answer handed to `each` as it comes: the disk's in one
+    /// batch, then the second level's (asked in one batch for what the disk lacks) as they
+    /// arrive; every entry once.
+    pub fn find_each(&self, entries: &[String], each: &mut dyn FnMut(Answers<(String, Level)>)) {
+        let mut disk = Vec::new();
+        let mut missing = Vec::new();
+        for (i, entry) in entries.iter().enumerate() {
+            match self.get(entry) {
+                Some(text) => disk.push((i, Some((text, Level::Disk)))),
+                None => missing.push(i),
+            }
+        }
+        let Some(second) = self.second.as_ref().filter(|_| !missing.is_empty()) else {
+            disk.extend(missing.into_iter().map(|i| (i, None)));
+            each(disk);
+            return;
+        };
+        if !disk.is_empty() {
+            each(disk);
+        }
+        let asked: Vec<String> = missing.iter().map(|&i| entries[i].clone()).collect();
+        second.fetch_each(&asked, &mut |answers| {
+            each(
+                answers
+                    .into_iter()
+                    .filter_map(|(j, text)| {
+                        Some((*missing.get(j)?, text.map(|text| (text, Level::Second))))
+                    })
+                    .collect(),
+            )
+        });
+    }
+
+    /// Writes the second level's answers ([`RenderCache::find`]: entry, output) to the disk,
+    /// off the caller's path ([`SecondLevel::in_background`]).
+    pub fn keep(&self, answers: Vec<(String, String)>) {
+        let (Some(second), Some(dir)) = (&self.second, &self.dir) else {
+            return;
+        };
+        if answers.is_empty() {
+            return;
+        }
+        let disk = RenderCache::at(dir.clone());
+        second.in_background(Box::new(move || {
+            for (entry, text) in answers {
+                disk.put(&entry, &text);
+            }
+        }));
     }
 
     /// Stores a render that ran afresh: on the disk, and offered to the second level.
@@ -275,6 +335,35 @@ mod tests {
             vec![Some(("kind: A\n".to_string(), Level::Disk))]
         );
         assert_eq!(remote.asked.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn answers_come_as_they_arrive_each_once_and_are_kept_on_the_disk_when_handed_back() {
+        let remote = Arc::new(Remote::default());
+        remote.offer("a", "kind: A\n".into());
+        remote.offer("c", "kind: C\n".into());
+        let disk = tempfile::tempdir().unwrap();
+        let cache = RenderCache::at(disk.path().to_path_buf()).with_second_level(remote.clone());
+        cache.put("b", "kind: B\n");
+        let entries = ["a", "b", "c", "d"].map(String::from);
+        let mut batches = Vec::new();
+        cache.find_each(&entries, &mut |answers| batches.push(answers));
+        assert_eq!(
+            batches,
+            vec![
+                vec![(1, Some(("kind: B\n".to_string(), Level::Disk)))],
+                vec![
+                    (0, Some(("kind: A\n".to_string(), Level::Second))),
+                    (2, Some(("kind: C\n".to_string(), Level::Second))),
+                    (3, None)
+                ],
+            ],
+            "the disk's first, then the second level's, each entry once"
+        );
+        // `find` leaves the disk to `keep`.
+        assert_eq!(cache.find(&entries)[0].as_ref().unwrap().1, Level::Second);
+        cache.keep(vec![("a".into(), "kind: A\n".into())]);
+        assert_eq!(cache.get("a").as_deref(), Some("kind: A\n"));
     }
 
     #[test]

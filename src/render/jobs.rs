@@ -51,7 +51,6 @@ impl Engine<'_> {
         self.stats.unique_renders += unique.len();
         progress::planned(unique.len());
         let mut to_run = Vec::new();
-        let mut to_parse = Vec::new();
         let mut theirs = Vec::new();
         let mut guard = parsed::ClaimGuard::new(&self.config.parsed);
         let mut mine = Vec::new();
@@ -71,26 +70,58 @@ impl Engine<'_> {
             let entry = RenderCache::entry(&key, &self.tools_of(&job));
             mine.push((key, entry, job));
         }
-        // The disk, then (one batch for the wave) the second level for what the disk lacks.
+        // The disk, then (one batch for the wave) the second level for what the disk lacks;
+        // each answer parsed as it comes, while the rest arrive. The second level's answers go
+        // to the disk once parsed (`keep`), off the render's path.
         let entries: Vec<String> = mine.iter().map(|(_, entry, _)| entry.clone()).collect();
-        let found = self.config.cache.lookup(&entries);
-        for ((key, entry, job), found) in mine.into_iter().zip(found) {
-            match found {
-                Some((text, level)) => {
-                    self.stats.cache_hits += 1;
-                    if level == Level::Second {
-                        self.stats.remote_hits += 1;
+        let mut mine: Vec<Option<(String, String, RenderJob)>> =
+            mine.into_iter().map(Some).collect();
+        let mut answers = Vec::new();
+        {
+            let config = self.config;
+            let jobs = config.jobs.max(1);
+            let (memo, stats) = (&mut self.memo, &mut self.stats);
+            config.cache.find_each(&entries, &mut |batch| {
+                let mut to_parse = Vec::new();
+                let mut from_second = Vec::new();
+                for (i, found) in batch {
+                    let Some((key, entry, job)) = mine.get_mut(i).and_then(Option::take) else {
+                        continue;
+                    };
+                    match found {
+                        Some((text, level)) => {
+                            stats.cache_hits += 1;
+                            if level == Level::Second {
+                                stats.remote_hits += 1;
+                            }
+                            from_second.push((level == Level::Second).then_some(entry));
+                            progress::cache_hit();
+                            to_parse.push(parsed::Output {
+                                key,
+                                label: "cached render".into(),
+                                text,
+                            });
+                        }
+                        None => to_run.push((key, entry, job)),
                     }
-                    progress::cache_hit();
-                    to_parse.push(parsed::Output {
-                        key,
-                        label: "cached render".into(),
-                        text,
-                    });
                 }
-                None => to_run.push((key, entry, job)),
-            }
+                if to_parse.is_empty() {
+                    return;
+                }
+                for (key, parsed) in config.parsed.parse(&to_parse, jobs) {
+                    memo.insert(key, parsed);
+                }
+                answers.extend(
+                    to_parse
+                        .into_iter()
+                        .zip(from_second)
+                        .filter_map(|(output, entry)| Some((entry?, output.text))),
+                );
+            });
         }
+        // Every entry is answered once; one left unanswered is rendered.
+        to_run.extend(mine.into_iter().flatten());
+        self.config.cache.keep(answers);
         for (_, _, job) in &to_run {
             match job {
                 RenderJob::Helm(_) => self.stats.helm_runs += 1,
@@ -139,9 +170,6 @@ impl Engine<'_> {
             }
         });
         for (key, parsed) in results {
-            self.memo.insert(key, parsed);
-        }
-        for (key, parsed) in self.config.parsed.parse(&to_parse, jobs) {
             self.memo.insert(key, parsed);
         }
         drop(guard);
