@@ -41,9 +41,11 @@ pub fn rev_parse(dir: &Path, reference: &str) -> Option<String> {
     // The doubles ask for their branches' heads on nearly every request (about 190 times a
     // story): read the ref as git stores it rather than start a process each time. Anything
     // the reader is not sure of (not found, a symbolic or odd ref) goes to git itself.
-    if let Some(commit) = read_branch_ref(dir, reference) {
-        return Some(commit);
-    }
+    read_branch_ref(dir, reference).or_else(|| git_rev_parse(dir, reference))
+}
+
+/// The commit `reference` names, as `git rev-parse` answers.
+fn git_rev_parse(dir: &Path, reference: &str) -> Option<String> {
     git(
         dir,
         &[
@@ -171,20 +173,6 @@ pub fn merge_into(
 mod tests {
     use super::*;
 
-    fn git_says(dir: &Path, reference: &str) -> Option<String> {
-        git(
-            dir,
-            &[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("{reference}^{{commit}}"),
-            ],
-        )
-        .ok()
-        .filter(|s| !s.is_empty())
-    }
-
     #[test]
     fn a_branch_is_read_as_git_reads_it_loose_or_packed_and_odd_names_go_to_git() {
         let content = tempfile_dir().unwrap();
@@ -196,7 +184,7 @@ mod tests {
         for name in ["refs/heads/main", "refs/heads/feature/x"] {
             assert_eq!(
                 read_branch_ref(&bare, name),
-                git_says(&bare, name),
+                git_rev_parse(&bare, name),
                 "{name}"
             );
             assert_eq!(read_branch_ref(&bare, name).as_deref(), Some(main.as_str()));

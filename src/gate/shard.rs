@@ -721,14 +721,6 @@ fn child_identity(object: &Value, parent: &WireApp) -> (String, String) {
     (namespace, name)
 }
 
-fn is_argo_kind(object: &Value, kind: &str) -> bool {
-    object.get("kind").and_then(Value::as_str) == Some(kind)
-        && object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .is_some_and(|v| v.starts_with("argoproj.io/"))
-}
-
 /// What the merge reads itself of every Application a shard holds at one commit, from the
 /// Application's spec, the inventory and the repositories (no process): its name, project,
 /// destination and the Application as stored, for every one; and, when its destination is no
@@ -904,7 +896,7 @@ fn credits_of_its_own_renders(
                         .iter()
                         .filter_map(|&index| holder.objects.get(index))
                         .any(|object| {
-                            is_argo_kind(object, "Application")
+                            render::is_argo_kind(object, "Application")
                                 && child_identity(object, parent)
                                     == (namespace.to_string(), name.to_string())
                                 && object.get("spec") == app.manifest.get("spec")

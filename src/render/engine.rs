@@ -52,7 +52,8 @@ fn known(kind: &str, object: &Value) -> Known {
     }
 }
 
-fn is_argo_kind(object: &Value, kind: &str) -> bool {
+/// Whether `object` is Argo CD's `kind` (any `argoproj.io/` version).
+pub fn is_argo_kind(object: &Value, kind: &str) -> bool {
     object.get("kind").and_then(Value::as_str) == Some(kind)
         && object
             .get("apiVersion")

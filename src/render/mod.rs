@@ -29,7 +29,8 @@ mod planning;
 mod util;
 
 pub use self::engine::{
-    Root, render, render_applications, render_shard, render_shard_against, roots, shard_keys,
+    Root, is_argo_kind, render, render_applications, render_shard, render_shard_against, roots,
+    shard_keys,
 };
 pub use self::jobs::{HelmRunError, run_helm};
 pub use self::planning::{Replanned, replan, stored_application};
