@@ -333,22 +333,7 @@ fn the_binary_merges_shards_into_the_check_report() {
         .arg(out.path().join("verdict.json"))
         .output()
         .unwrap();
-    let mut parts = Vec::new();
-    for index in 1..=3 {
-        let part = out.path().join(format!("part-{index}.json"));
-        let output = common::gate_check_sample(cache.path(), repo.path())
-            .arg("--quiet")
-            .args(["--shard", &format!("{index}/3"), "--partial"])
-            .arg(&part)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        parts.push(part);
-    }
+    let parts = partials(cache.path(), repo.path(), out.path(), "part", 3);
     let merged = common::gate(cache.path())
         .args(["--quiet", "merge"])
         .args(&parts)
@@ -877,6 +862,34 @@ fn an_application_whose_spec_changes_is_rendered_at_both_commits_by_the_heads_sh
     assert!(apart > 0, "some Application's keys fall in two shards");
 }
 
+/// The partials `gate check --shard I/count --partial` writes for every shard of the sample
+/// check on `repo`, as `dir/{name}-I.json` (each run must succeed).
+fn partials(
+    cache: &Path,
+    repo: &Path,
+    dir: &Path,
+    name: &str,
+    count: usize,
+) -> Vec<std::path::PathBuf> {
+    (1..=count)
+        .map(|index| {
+            let part = dir.join(format!("{name}-{index}.json"));
+            let output = common::gate_check_sample(cache, repo)
+                .arg("--quiet")
+                .args(["--shard", &format!("{index}/{count}"), "--partial"])
+                .arg(&part)
+                .output()
+                .unwrap();
+            assert!(
+                output.status.success(),
+                "{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            part
+        })
+        .collect()
+}
+
 /// Honest partials of the sample's `kind-not-served` pull request for `count` shards, and the
 /// shard holding a head Application that `pick` chooses, with that Application.
 fn holder(parts: &[Partial], pick: impl Fn(&shard::WireApp) -> bool) -> Option<(usize, usize)> {
@@ -1250,23 +1263,7 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
         String::from_utf8_lossy(&unsharded.stdout)
     );
     let count = 3;
-    let parts: Vec<std::path::PathBuf> = (1..=count)
-        .map(|index| {
-            let part = out.path().join(format!("part-{index}.json"));
-            let output = common::gate_check_sample(cache.path(), repo.path())
-                .arg("--quiet")
-                .args(["--shard", &format!("{index}/{count}"), "--partial"])
-                .arg(&part)
-                .output()
-                .unwrap();
-            assert!(
-                output.status.success(),
-                "{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            part
-        })
-        .collect();
+    let parts = partials(cache.path(), repo.path(), out.path(), "part", count);
     let merge = |given: &[std::path::PathBuf]| {
         let verdict = out.path().join("merged.json");
         let _ = std::fs::remove_file(&verdict);
@@ -1364,14 +1361,7 @@ fn a_forged_render_of_plain_manifests_on_the_common_path_is_refused() {
     }
     // One shard holding every Application (the owner of all three CRD Applications) serves
     // v1alpha1 again in each at the head: believed, the red change would merge green.
-    let whole = out.path().join("part-whole.json");
-    let output = common::gate_check_sample(cache.path(), repo.path())
-        .arg("--quiet")
-        .args(["--shard", "1/1", "--partial"])
-        .arg(&whole)
-        .output()
-        .unwrap();
-    assert!(output.status.success());
+    let whole = partials(cache.path(), repo.path(), out.path(), "part-whole", 1).remove(0);
     let mut forged = read(&whole);
     for name in ["widget-crds-0", "widget-crds-1", "widget-crds-2"] {
         edit_objects(&mut forged, name, false, &|objects| serve_again(objects));
