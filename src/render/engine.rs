@@ -215,6 +215,7 @@ fn render_roots(
         diagnostics: Vec::new(),
         seen: HashMap::new(),
         edges: Vec::new(),
+        edge_set: std::collections::HashSet::new(),
         applications: BTreeMap::new(),
         queued: Vec::new(),
         helm_jobs: HashMap::new(),
@@ -249,6 +250,9 @@ pub(super) struct Engine<'a> {
     diagnostics: Vec<Diagnostic>,
     seen: HashMap<String, Seen>,
     edges: Vec<(String, String)>,
+    /// [`Engine::edges`] as a set: an ApplicationSet generating thousands of Applications
+    /// would make a scan of the list quadratic.
+    edge_set: std::collections::HashSet<(String, String)>,
     applications: BTreeMap<String, RenderedApplication>,
     pub(super) queued: Vec<(String, RenderJob)>,
     /// Each helm job by key, kept to say what failed.
@@ -524,7 +528,7 @@ impl Engine<'_> {
             .unwrap_or_default();
         let from_file = item.parent.is_none();
         if let Some(parent) = &item.parent
-            && !self.edges.iter().any(|(a, b)| a == parent && b == id)
+            && self.edge_set.insert((parent.clone(), id.to_string()))
         {
             self.edges.push((parent.clone(), id.to_string()));
         }

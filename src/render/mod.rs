@@ -262,39 +262,91 @@ impl Shard {
 /// clusters agree on versions). SHA-256, not a process-seeded hash: every runner agrees.
 pub fn shard_key(app: &Value) -> String {
     use sha2::Digest as _;
-    let sources: Vec<Value> = source::sources_of(app)
-        .into_iter()
-        .map(|mut source| {
-            if let Some(fields) = source.as_object_mut() {
-                fields.remove("targetRevision");
-            }
-            sorted_keys(&source)
-        })
-        .collect();
+    let sources: &[Value] = match app.pointer("/spec/sources").and_then(Value::as_array) {
+        Some(sources) if !sources.is_empty() => sources,
+        _ => app
+            .pointer("/spec/source")
+            .map_or(&[], std::slice::from_ref),
+    };
     let named = sources.iter().any(release_may_be_the_name);
     let text = |pointer: &str| app.pointer(pointer).and_then(Value::as_str).unwrap_or("");
-    let input = serde_json::json!({
-        "sources": sources,
-        "namespace": text("/spec/destination/namespace"),
-        "name": if named { text("/metadata/name") } else { "" },
-    });
-    crate::git::hex(&sha2::Sha256::digest(input.to_string().as_bytes()))
+    // Written as the JSON object {"sources", "namespace", "name"} with each source's keys
+    // sorted, straight from the Application (no copy of its sources).
+    #[derive(serde::Serialize)]
+    struct Input<'a> {
+        sources: Vec<Sorted<'a>>,
+        namespace: &'a str,
+        name: &'a str,
+    }
+    let input = Input {
+        sources: sources
+            .iter()
+            .map(|source| Sorted {
+                value: source,
+                without: Some("targetRevision"),
+            })
+            .collect(),
+        namespace: text("/spec/destination/namespace"),
+        name: if named { text("/metadata/name") } else { "" },
+    };
+    let mut hasher = sha2::Sha256::new();
+    // Serializing borrowed JSON values into a hasher cannot fail.
+    let _ = serde_json::to_writer(HashWriter(&mut hasher), &input);
+    crate::git::hex(&hasher.finalize())
 }
 
-/// A JSON value with every object's keys in order (`serde_json` keeps them as written).
-fn sorted_keys(value: &Value) -> Value {
-    match value {
-        Value::Object(fields) => {
-            let mut keys: Vec<&String> = fields.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted_keys(&fields[k])))
-                    .collect(),
-            )
+/// A JSON value written with every object's keys in order (`serde_json` keeps them as
+/// written), leaving out the top object's key `without`.
+struct Sorted<'a> {
+    value: &'a Value,
+    without: Option<&'static str>,
+}
+
+impl serde::Serialize for Sorted<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap as _, SerializeSeq as _};
+        match self.value {
+            Value::Object(fields) => {
+                let mut keys: Vec<&String> = fields
+                    .keys()
+                    .filter(|k| Some(k.as_str()) != self.without)
+                    .collect();
+                keys.sort();
+                let mut map = serializer.serialize_map(Some(keys.len()))?;
+                for key in keys {
+                    let value = Sorted {
+                        value: &fields[key],
+                        without: None,
+                    };
+                    map.serialize_entry(key, &value)?;
+                }
+                map.end()
+            }
+            Value::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&Sorted {
+                        value: item,
+                        without: None,
+                    })?;
+                }
+                seq.end()
+            }
+            other => other.serialize(serializer),
         }
-        Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
-        other => other.clone(),
+    }
+}
+
+/// Bytes written into a SHA-256.
+struct HashWriter<'a>(&'a mut sha2::Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        sha2::Digest::update(self.0, bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -441,5 +493,98 @@ mod tests {
         assert!(!named(
             json!({"repoURL": url, "path": "manifests", "directory": {"recurse": true}})
         ));
+    }
+    /// A JSON value with every object's keys in order: the reference the key's writer is
+    /// checked against.
+    fn sorted_keys(value: &Value) -> Value {
+        match value {
+            Value::Object(fields) => {
+                let mut keys: Vec<&String> = fields.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), sorted_keys(&fields[k])))
+                        .collect(),
+                )
+            }
+            Value::Array(items) => Value::Array(items.iter().map(sorted_keys).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// The key as a copy of the Application's sources, each without `targetRevision` and
+    /// with its keys sorted, written as one JSON object.
+    fn shard_key_by_copy(app: &Value) -> String {
+        use sha2::Digest as _;
+        let sources: Vec<Value> = source::sources_of(app)
+            .into_iter()
+            .map(|mut source| {
+                if let Some(fields) = source.as_object_mut() {
+                    fields.remove("targetRevision");
+                }
+                sorted_keys(&source)
+            })
+            .collect();
+        let named = sources.iter().any(release_may_be_the_name);
+        let text = |pointer: &str| app.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+        let input = serde_json::json!({
+            "sources": sources,
+            "namespace": text("/spec/destination/namespace"),
+            "name": if named { text("/metadata/name") } else { "" },
+        });
+        crate::git::hex(&sha2::Sha256::digest(input.to_string().as_bytes()))
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z\\\"\u{e9}\u{1F600} ]{0,6}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+                proptest::collection::vec(
+                    (
+                        prop_oneof![
+                            Just("targetRevision".to_string()),
+                            Just("chart".to_string()),
+                            Just("helm".to_string()),
+                            "[a-zA-Z]{1,5}"
+                        ],
+                        inner
+                    ),
+                    0..5
+                )
+                .prop_map(|fields| Value::Object(fields.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The key written straight from the Application is the key of the copy it
+        /// replaced (the shards of one fleet do not move with the writer).
+        #[test]
+        fn the_shard_key_is_written_without_a_copy(
+            sources in proptest::collection::vec(json_value(), 0..4),
+            single in proptest::option::of(json_value()),
+            namespace in proptest::option::of("[a-z-]{0,8}"),
+            name in "[a-z0-9-]{1,8}",
+        ) {
+            let mut spec = serde_json::Map::new();
+            if !sources.is_empty() || single.is_none() {
+                spec.insert("sources".into(), Value::from(sources));
+            }
+            if let Some(single) = single {
+                spec.insert("source".into(), single);
+            }
+            if let Some(namespace) = namespace {
+                spec.insert("destination".into(), serde_json::json!({"namespace": namespace}));
+            }
+            let app = serde_json::json!({"metadata": {"name": name}, "spec": spec});
+            proptest::prop_assert_eq!(shard_key(&app), shard_key_by_copy(&app));
+        }
     }
 }
