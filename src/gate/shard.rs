@@ -368,18 +368,18 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
         }
     };
     partial.confinement = Some(confinement);
-    // The merge base's render needs where the head puts each Application: the head's common
-    // path is followed once more (no process) beside the head's own render.
+    // Where each Application goes is read from the head's common path first (no process):
+    // the stripes deal its keys out over the shards, at both commits, and the merge base's
+    // render puts an Application the head holds where the head's spec puts it. Where the
+    // head's path fails, so does the head's render: the partial is undecided whatever the
+    // merge base's render does.
+    let head_keys = Arc::new(render::shard_keys(config, &head).unwrap_or_default());
+    let stripes = Arc::new(render::Stripes::new(head_keys.values(), shard.count));
     let (head_rendering, base_rendering) = check::render_pair(
         &head,
         &base,
-        || render::render_shard(config, &head, shard),
-        || {
-            // Where the head's path fails, so does the head's render: the partial is
-            // undecided whatever the merge base's render does.
-            let head_keys = render::shard_keys(config, &head).unwrap_or_default();
-            render::render_shard_against(config, &base, shard, Arc::new(head_keys))
-        },
+        || render::render_shard_striped(config, &head, shard, stripes.clone()),
+        || render::render_shard_against(config, &base, shard, head_keys.clone(), stripes.clone()),
     );
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
@@ -612,10 +612,11 @@ fn common_keys(parts: &[Partial], side: Side, roots: &[Root]) -> Keys {
 /// this commit's key of an Application on its common path; else the key of the spec it is
 /// held with.
 struct Owners<'a> {
-    count: usize,
     side: Side,
     head: &'a Keys,
     own: &'a Keys,
+    /// The head's keys dealt out over the shards, as every shard deals them.
+    stripes: &'a render::Stripes,
 }
 
 impl Owners<'_> {
@@ -626,8 +627,8 @@ impl Owners<'_> {
             Side::Head => self.own.get(&id),
         };
         match key {
-            Some(key) => Some(Shard::of_key(key, self.count)),
-            None => held.map(|spec| Shard::of(spec, self.count)),
+            Some(key) => Some(self.stripes.of(key)),
+            None => held.map(|spec| self.stripes.of(&render::shard_key(spec))),
         }
     }
 }
@@ -1120,7 +1121,6 @@ fn bind(
             )));
         }
     }
-    same_common_path(parts, side, &at())?;
     declared_as_the_files_say(parts, side, roots, &at())?;
     let repos = RepoResolver::new(
         snapshot.clone(),
@@ -1564,9 +1564,14 @@ fn bind_at_both_commits(
     };
     let base_roots = roots_at(Side::Base, base, base_snapshot)?;
     let head_roots = roots_at(Side::Head, head, head_snapshot)?;
+    // Every shard followed one path at each commit (the head's keys, and with them where
+    // every Application goes, are read from it).
+    same_common_path(parts, Side::Base, &format!("{} {base}", Side::Base.name()))?;
+    same_common_path(parts, Side::Head, &format!("{} {head}", Side::Head.name()))?;
     let head_keys = common_keys(parts, Side::Head, &head_roots);
     let base_keys = common_keys(parts, Side::Base, &base_roots);
     let count = parts[0].shard.count;
+    let stripes = render::Stripes::new(head_keys.values(), count);
     let repo_url = parts[0].repo_url.clone();
     for (at, own) in [
         (
@@ -1589,9 +1594,9 @@ fn bind_at_both_commits(
         ),
     ] {
         let owners = Owners {
-            count,
             side: at.side,
             head: &head_keys,
+            stripes: &stripes,
             own,
         };
         bind(parts, &at, &owners, repo_url.as_deref(), git_mirrors)?;

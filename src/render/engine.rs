@@ -2,7 +2,7 @@
 //! Applications and ApplicationSets, admission of repeats, and the finish (cycles, stats).
 
 use crate::render::planning::PendingApp;
-use crate::render::{Shard, shard_key};
+use crate::render::{Shard, Stripes, shard_key};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -79,20 +79,34 @@ pub fn render_shard(
     revision: &str,
     shard: Shard,
 ) -> Result<Rendering, RenderFailure> {
-    render_roots(config, revision, None, Some(Sharding::own(shard)))
+    let keys = shard_keys(config, revision)?;
+    let stripes = Arc::new(Stripes::new(keys.values(), shard.count));
+    render_shard_striped(config, revision, shard, stripes)
+}
+
+/// [`render_shard`] of the head, its Applications dealt out by `stripes` (of the head's
+/// [`shard_keys`]).
+pub fn render_shard_striped(
+    config: &RenderConfig,
+    revision: &str,
+    shard: Shard,
+    stripes: Arc<Stripes>,
+) -> Result<Rendering, RenderFailure> {
+    render_roots(config, revision, None, Some(Sharding::own(shard, stripes)))
 }
 
 /// [`render_shard`] of the merge base, against the head: an Application the head's common
 /// path holds (`head_keys`, [`shard_keys`] of the head) goes where the head's spec puts it,
 /// so that one shard renders both sides of its diff whatever else its source changed; one
-/// the head does not hold goes where its own spec puts it.
+/// the head does not hold goes where its own spec puts it (`stripes`, the head's).
 pub fn render_shard_against(
     config: &RenderConfig,
     revision: &str,
     shard: Shard,
     head_keys: Arc<BTreeMap<String, String>>,
+    stripes: Arc<Stripes>,
 ) -> Result<Rendering, RenderFailure> {
-    let mut sharding = Sharding::own(shard);
+    let mut sharding = Sharding::own(shard, stripes);
     sharding.head_keys = Some(head_keys);
     render_roots(config, revision, None, Some(sharding))
 }
@@ -109,6 +123,7 @@ pub fn shard_keys(
         shard: Shard { index: 0, count: 1 },
         owns_nothing: true,
         head_keys: None,
+        stripes: Arc::default(),
     };
     Ok(render_roots(config, revision, None, Some(sharding))?
         .stats
@@ -132,14 +147,17 @@ struct Sharding {
     owns_nothing: bool,
     /// The merge base's render: the head's keys ([`render_shard_against`]).
     head_keys: Option<Arc<BTreeMap<String, String>>>,
+    /// Which shard each key goes to.
+    stripes: Arc<Stripes>,
 }
 
 impl Sharding {
-    fn own(shard: Shard) -> Sharding {
+    fn own(shard: Shard, stripes: Arc<Stripes>) -> Sharding {
         Sharding {
             shard,
             owns_nothing: false,
             head_keys: None,
+            stripes,
         }
     }
 }
@@ -427,12 +445,11 @@ impl Engine<'_> {
         if let Some(owner) = item.owner {
             return owner;
         }
-        let count = sharding.shard.count;
         if let Some(head) = sharding.head_keys.as_ref().and_then(|keys| keys.get(id)) {
-            return Shard::of_key(head, count);
+            return sharding.stripes.of(head);
         }
         let key = shard_key(&item.object);
-        let owner = Shard::of_key(&key, count);
+        let owner = sharding.stripes.of(&key);
         if sharding.owns_nothing {
             self.keys.insert(id.to_string(), key);
         }

@@ -29,8 +29,8 @@ mod planning;
 mod util;
 
 pub use self::engine::{
-    Root, is_argo_kind, render, render_applications, render_shard, render_shard_against, roots,
-    shard_keys,
+    Root, is_argo_kind, render, render_applications, render_shard, render_shard_against,
+    render_shard_striped, roots, shard_keys,
 };
 pub use self::jobs::{HelmRunError, run_helm};
 pub use self::planning::{Replanned, replan, stored_application};
@@ -237,15 +237,61 @@ impl Shard {
         Shard::of_key(&shard_key(app), count)
     }
 
-    /// The shard a [`shard_key`] falls in: its first 64 bits modulo `count`.
+    /// The shard a [`shard_key`] falls in by its hash: the first 64 bits of its render's
+    /// digest (after the chart's) modulo `count`. What [`Stripes`] gives a key the head's
+    /// common path does not hold.
     pub fn of_key(key: &str, count: usize) -> usize {
         let first = key
-            .get(..16)
+            .get(GROUP_HEX..GROUP_HEX + 16)
             .and_then(|hex| u64::from_str_radix(hex, 16).ok())
             .unwrap_or(0);
         (first % count.max(1) as u64) as usize
     }
 }
+
+/// Where a sharded check's Applications go: the distinct [`shard_key`]s of the head's common
+/// path in order, the i-th in shard i modulo the count. A key begins with its chart's
+/// digest, so one chart's chart/values combinations sit side by side and are dealt out over
+/// the shards like cards, whatever their hashes: the shards share each chart's renders (a
+/// CRD-heavy chart costs ten times a small one) instead of drawing them by hash. Computed
+/// alike by every shard (from the head's common path, which every shard follows) and by
+/// `gate merge` (from the repository and the partials), never read from a partial. A key the
+/// head's path does not hold (an Application only the merge base holds, or one a helm or
+/// kustomize render deploys) goes by its hash ([`Shard::of_key`]).
+#[derive(Debug, Default)]
+pub struct Stripes {
+    count: usize,
+    of: std::collections::HashMap<String, usize>,
+}
+
+impl Stripes {
+    pub fn new<'a>(keys: impl IntoIterator<Item = &'a String>, count: usize) -> Stripes {
+        let mut keys: Vec<&String> = keys.into_iter().collect();
+        keys.sort();
+        keys.dedup();
+        let count = count.max(1);
+        Stripes {
+            count,
+            of: keys
+                .into_iter()
+                .enumerate()
+                .map(|(rank, key)| (key.clone(), rank % count))
+                .collect(),
+        }
+    }
+
+    /// The shard of a [`shard_key`].
+    pub fn of(&self, key: &str) -> usize {
+        match self.of.get(key) {
+            Some(shard) => *shard,
+            None => Shard::of_key(key, self.count),
+        }
+    }
+}
+
+/// The hex digits of a [`shard_key`] that name its chart (the sources' repositories and
+/// charts or paths): 64 bits.
+const GROUP_HEX: usize = 16;
 
 /// The shard key of an Application: SHA-256 of what its renders depend on, read from its
 /// spec alone (every shard, and the merge, computes it from the object; no file is read):
@@ -260,6 +306,9 @@ impl Shard {
 /// Not its destination cluster: the Applications of one chart and values on many clusters
 /// share one key, so one shard renders them (and helm runs once for them all where the
 /// clusters agree on versions). SHA-256, not a process-seeded hash: every runner agrees.
+///
+/// The key is hex: 16 digits of the chart's digest (each source's `repoURL` and `chart` or
+/// `path`: what [`Stripes`] deals out by), then the 64 of the whole.
 pub fn shard_key(app: &Value) -> String {
     use sha2::Digest as _;
     let sources: &[Value] = match app.pointer("/spec/sources").and_then(Value::as_array) {
@@ -292,7 +341,17 @@ pub fn shard_key(app: &Value) -> String {
     let mut hasher = sha2::Sha256::new();
     // Serializing borrowed JSON values into a hasher cannot fail.
     let _ = serde_json::to_writer(HashWriter(&mut hasher), &input);
-    crate::git::hex(&hasher.finalize())
+    let mut chart = sha2::Sha256::new();
+    for source in sources {
+        for field in ["repoURL", "chart", "path"] {
+            let text = source.get(field).and_then(Value::as_str).unwrap_or("");
+            chart.update(text.as_bytes());
+            chart.update([0]);
+        }
+    }
+    let mut key = crate::git::hex(&chart.finalize()[..GROUP_HEX / 2]);
+    key.push_str(&crate::git::hex(&hasher.finalize()));
+    key
 }
 
 /// A JSON value written with every object's keys in order (`serde_json` keeps them as
@@ -465,6 +524,41 @@ mod tests {
         assert!((0..50).all(|count| Shard::of(&one, count + 1) < count + 1));
     }
 
+    /// A chart's combinations are dealt out over the shards: each shard holds its share of
+    /// every chart (within one), whatever the keys' hashes; a key the head does not hold
+    /// goes by its hash.
+    #[test]
+    fn stripes_deal_each_charts_combinations_over_the_shards() {
+        let app = |chart: &str, values: usize| {
+            serde_json::json!({"metadata": {"name": "a"}, "spec": {
+                "destination": {"namespace": "n"},
+                "source": {"repoURL": "https://charts.example.test", "chart": chart,
+                           "targetRevision": "1.0.0",
+                           "helm": {"releaseName": "r", "valueFiles": [format!("v{values}.yaml")]}}}})
+        };
+        let charts = ["heavy", "light", "other"];
+        let keys: Vec<String> = charts
+            .iter()
+            .flat_map(|chart| (0..10).map(move |v| shard_key(&app(chart, v))))
+            .collect();
+        for count in 1..=8 {
+            let stripes = Stripes::new(&keys, count);
+            for chart in charts {
+                let mut held = vec![0; count];
+                for v in 0..10 {
+                    held[stripes.of(&shard_key(&app(chart, v)))] += 1;
+                }
+                let (least, most) = (held.iter().min().unwrap(), held.iter().max().unwrap());
+                assert!(most - least <= 1, "{chart} over {count}: {held:?}");
+            }
+            let elsewhere = shard_key(&app("heavy", 99));
+            assert_eq!(stripes.of(&elsewhere), Shard::of_key(&elsewhere, count));
+        }
+        // Keys of one chart begin alike, another chart's do not.
+        assert_eq!(keys[0][..GROUP_HEX], keys[1][..GROUP_HEX]);
+        assert_ne!(keys[0][..GROUP_HEX], keys[10][..GROUP_HEX]);
+    }
+
     /// The name counts where it may be helm's release: a helm source without a
     /// `releaseName`, or a git path naming no type; not for a kustomize or directory source.
     #[test]
@@ -584,7 +678,8 @@ mod tests {
                 spec.insert("destination".into(), serde_json::json!({"namespace": namespace}));
             }
             let app = serde_json::json!({"metadata": {"name": name}, "spec": spec});
-            proptest::prop_assert_eq!(shard_key(&app), shard_key_by_copy(&app));
+            let key = shard_key(&app);
+            proptest::prop_assert_eq!(&key[GROUP_HEX..], shard_key_by_copy(&app));
         }
     }
 }

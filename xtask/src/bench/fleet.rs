@@ -690,7 +690,7 @@ impl Bench<'_> {
         ]);
         if n > 1 {
             table.notes.push(format!(
-                "{n} shards: the busiest rendered {most_renders} of the {} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and the combinations fall in the shards by their hash, not by what they cost",
+                "{n} shards: the busiest rendered {most_renders} of the {} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and each chart's combinations are dealt out over the shards (`render::Stripes`)",
                 single.renders,
                 single.renders.div_ceil(n)
             ));
