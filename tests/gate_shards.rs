@@ -1563,3 +1563,477 @@ fn a_partials_credits_name_only_its_own_renders() {
     });
     assert!(message.contains("a file, not a parent"), "{message}");
 }
+
+/// Partials again, each through its JSON form (a forgery edits its own copy).
+fn through_json(parts: &[Partial]) -> Vec<Partial> {
+    parts
+        .iter()
+        .map(|p| serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap())
+        .collect()
+}
+
+/// An Application's spec forged "consistent in itself": `edit` applied to it, and what the
+/// merge reads again from the spec (the Application as stored, its project, destination
+/// cluster and namespace) made to agree, so that only the spec itself is false.
+fn respec(
+    app: &mut shard::WireApp,
+    inventory: &render::inventory::Inventory,
+    edit: &dyn Fn(&mut serde_json::Value),
+) {
+    edit(&mut app.manifest);
+    app.stored = render::stored_application(&app.manifest);
+    let text = |pointer: &str| {
+        app.manifest
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+    };
+    app.project = text("/spec/project").unwrap_or_default();
+    app.destination_namespace = text("/spec/destination/namespace").unwrap_or_default();
+    let cluster = inventory
+        .destination(
+            text("/spec/destination/server").as_deref(),
+            text("/spec/destination/name").as_deref(),
+        )
+        .unwrap();
+    app.cluster = render::ClusterRef {
+        name: cluster.name.clone(),
+        server: cluster.server.clone(),
+    };
+}
+
+/// Application `name` in `part`, forged with [`respec`] at the head (and the merge base when
+/// `base`).
+fn forge_spec(part: &mut Partial, name: &str, base: bool, edit: &dyn Fn(&mut serde_json::Value)) {
+    let inventory = part.inventory.clone();
+    let mut sides = vec![&mut part.head_applications];
+    if base {
+        sides.push(&mut part.base_applications);
+    }
+    for apps in sides {
+        let app = apps.iter_mut().find(|a| a.name == name).unwrap();
+        respec(app, &inventory, edit);
+    }
+}
+
+fn refusal_of(parts: Vec<Partial>, repo: &Path) -> String {
+    let refusal = shard::merge(parts, repo)
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(!refusal.contains('\n'), "one line: {refusal}");
+    refusal
+}
+
+/// Issue 34 (a): an Application an ApplicationSet generates is on the path every shard
+/// follows, but only its holder held it, and the merge believed the spec it was held with (the
+/// merge does not expand ApplicationSets). Every shard records the digest of each Application
+/// it keeps on that path; all must agree, and the holder holds it with that spec: another
+/// chart version, another destination namespace, another destination cluster (which hid a
+/// kind prod-us does not serve: one blocking finding fewer) are refused, and so is a partial
+/// that also rewrites its own digests.
+#[test]
+fn a_generated_applications_spec_is_the_one_every_shard_generates() {
+    let generated = |a: &shard::WireApp| {
+        matches!(a.origin, render::Origin::ApplicationSet { .. })
+            && a.manifest.pointer("/spec/sources/0/chart").is_some()
+    };
+    // A shard count and a generated Application whose other destination namespace (another
+    // shard key) still falls in its holder's shard: only the spec tells the forgery.
+    let (count, repo, honest, x, name) = (2..=6)
+        .find_map(|count| {
+            let (repo, honest) = honest_parts(count);
+            let found = honest.iter().enumerate().find_map(|(x, part)| {
+                part.head_applications
+                    .iter()
+                    .filter(|a| generated(a))
+                    .find(|a| {
+                        let mut moved = a.manifest.clone();
+                        moved["spec"]["destination"]["namespace"] = serde_json::json!("elsewhere");
+                        Shard::of(&moved, count) == x
+                    })
+                    .map(|a| (x, a.name.clone()))
+            });
+            found.map(|(x, name)| (count, repo, honest, x, name))
+        })
+        .expect("a generated Application whose forged namespace keeps its shard");
+    let honest_verdict = shard::merge(through_json(&honest), repo.path()).unwrap();
+    let who = |at: &str| {
+        format!(
+            "shard {}/{count} holds Application argocd/{name} at {at}",
+            x + 1
+        )
+    };
+    let kept =
+        "with another spec than every shard's render keeps for it on the path every shard follows";
+
+    // Another chart version, at both commits (no chart move to account for).
+    let other_version = |m: &mut serde_json::Value| {
+        m["spec"]["sources"][0]["targetRevision"] = serde_json::json!("0.0.1");
+    };
+    let mut parts = through_json(&honest);
+    forge_spec(&mut parts[x], &name, true, &other_version);
+    let refusal = refusal_of(parts, repo.path());
+    assert!(
+        refusal.contains(&who("the merge base")) && refusal.contains(kept),
+        "{refusal}"
+    );
+
+    // Another destination namespace, at the head.
+    let mut parts = through_json(&honest);
+    forge_spec(&mut parts[x], &name, false, &|m| {
+        m["spec"]["destination"]["namespace"] = serde_json::json!("elsewhere");
+    });
+    let refusal = refusal_of(parts, repo.path());
+    assert!(
+        refusal.contains(&who("the head")) && refusal.contains(kept),
+        "{refusal}"
+    );
+
+    // The Application the pull request adds on prod-us, which does not serve its
+    // ServiceMonitor, sent to prod-eu, which does: one blocking finding fewer.
+    let monitoring = "team-monitoring-prod-us";
+    let y = holder(&honest, |a| a.name == monitoring).unwrap().0;
+    let mut parts = through_json(&honest);
+    forge_spec(&mut parts[y], monitoring, false, &|m| {
+        m["spec"]["destination"]["server"] = serde_json::json!("https://prod-eu.k8s.example.test");
+    });
+    let refusal = refusal_of(parts, repo.path());
+    assert!(
+        refusal.contains(&format!(
+            "shard {}/{count} holds Application argocd/{monitoring} at the head",
+            y + 1
+        )) && refusal.contains(kept),
+        "{refusal}"
+    );
+
+    // The holder also records the forged spec's digest as the one it kept: the other shards
+    // kept another.
+    let mut parts = through_json(&honest);
+    forge_spec(&mut parts[x], &name, true, &other_version);
+    let id = format!("Application argocd/{name}");
+    let forged = parts[x]
+        .head_applications
+        .iter()
+        .find(|a| a.name == name)
+        .map(|a| render::application_digest(&a.manifest))
+        .unwrap();
+    let part = &mut parts[x];
+    for specs in [&mut part.base_common_specs, &mut part.head_common_specs] {
+        assert!(specs.insert(id.clone(), forged.clone()).is_some());
+    }
+    let refusal = refusal_of(parts, repo.path());
+    assert!(
+        refusal.contains("kept different specs for the Applications at the merge base")
+            && refusal.contains("on the path every shard follows: one run's partials only"),
+        "{refusal}"
+    );
+
+    // The honest partials still merge into the same verdict.
+    assert_same(
+        &honest_verdict,
+        &shard::merge(through_json(&honest), repo.path()).unwrap(),
+    );
+}
+
+/// The sample repository with a parent of plain manifests (`family`, a root file) whose
+/// directory deploys, in JSON (not the repository's own Applications), `family-child` (a
+/// chart) and `family-redeployed`, which a file also declares with another destination
+/// cluster (the parent's wins, as in Argo CD's one Application per name). The pull request
+/// changes the ConfigMap `family-redeployed` deploys.
+fn family_repo() -> (common::TestRepo, String, String) {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let url = common::SAMPLE_REPO_URL;
+    let root = repo.path().join("family");
+    std::fs::create_dir_all(root.join("children")).unwrap();
+    std::fs::create_dir_all(root.join("config")).unwrap();
+    std::fs::write(
+        root.join("root.yaml"),
+        format!(
+            "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: family\n  namespace: argocd\nspec:\n  project: default\n  source:\n    repoURL: {url}\n    targetRevision: HEAD\n    path: family/children\n  destination:\n    name: in-cluster\n    namespace: argocd\n"
+        ),
+    )
+    .unwrap();
+    let redeployed = |cluster: &str| {
+        serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": "family-redeployed", "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "source": {"repoURL": url, "targetRevision": "HEAD", "path": "family/config"},
+                "destination": {"name": cluster, "namespace": "family"},
+            },
+        })
+    };
+    std::fs::write(
+        root.join("redeployed.yaml"),
+        // JSON is YAML: the repository's own Application.
+        redeployed("prod-eu").to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("children/redeployed.json"),
+        redeployed("staging").to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("children/child.json"),
+        serde_json::json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": "family-child", "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "source": {
+                    "repoURL": "https://charts.example.test/stable",
+                    "chart": "cert-manager-lite",
+                    "targetRevision": "1.19.2",
+                },
+                "destination": {"name": "prod-eu", "namespace": "family"},
+            },
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let config = |data: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: family\ndata:\n  value: \"{data}\"\n"
+        )
+    };
+    std::fs::write(root.join("config/config.yaml"), config("base")).unwrap();
+    git(repo.path(), &["add", "-A"]);
+    git(repo.path(), &["commit", "-q", "-m", "the family"]);
+    let base = repo.head();
+    git(repo.path(), &["checkout", "-q", "-b", "pr"]);
+    std::fs::write(root.join("config/config.yaml"), config("head")).unwrap();
+    git(
+        repo.path(),
+        &["commit", "-q", "-am", "the family's config changes"],
+    );
+    let head = repo.head();
+    (repo, base, head)
+}
+
+/// Issue 34 (a), the other way onto the path every shard follows: an Application a parent of
+/// plain manifests deploys (every shard renders the parent) was held with its holder's word
+/// on its spec. Another destination cluster is refused. And a file's Application that such a
+/// parent deploys with another spec (the parent's wins in one render) merges as the
+/// unsharded check (the merge refused it, as held with another spec than its file's), while
+/// held with its file's spec under the parent's name it is refused.
+#[test]
+fn an_application_a_plain_parent_deploys_is_held_with_the_spec_every_shard_renders() {
+    let (repo, base, head) = family_repo();
+    let config = config(repo.path(), cache());
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    assert_ne!(
+        unsharded.verdict.outcome,
+        gitops_loop::gate::verdict::Outcome::Undecided,
+        "{:?}",
+        unsharded.verdict.errors
+    );
+    let at_head = render::render(&config, &head).unwrap();
+    let redeployed = at_head
+        .applications
+        .iter()
+        .find(|a| a.name == "family-redeployed")
+        .unwrap();
+    assert_eq!(
+        (redeployed.cluster.name.as_str(), &redeployed.origin),
+        (
+            "staging",
+            &render::Origin::Application {
+                namespace: "argocd".into(),
+                name: "family".into()
+            }
+        ),
+        "the parent's copy wins"
+    );
+    let parts = |count: usize| -> Vec<Partial> {
+        (0..count)
+            .map(|index| {
+                let partial =
+                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+            })
+            .collect()
+    };
+    for count in 1..=4 {
+        let merged = shard::merge(parts(count), repo.path())
+            .unwrap_or_else(|e| panic!("{count} shards: {e}"));
+        assert_same(&unsharded, &merged);
+    }
+    let count = 3;
+    let honest = parts(count);
+    let holder_of = |name: &str| holder(&honest, |a| a.name == name).unwrap().0;
+    let kept =
+        "with another spec than every shard's render keeps for it on the path every shard follows";
+
+    // The chart child sent to another cluster, at the head.
+    let x = holder_of("family-child");
+    let mut forged = through_json(&honest);
+    forge_spec(&mut forged[x], "family-child", false, &|m| {
+        m["spec"]["destination"]["name"] = serde_json::json!("staging");
+    });
+    let refusal = refusal_of(forged, repo.path());
+    assert!(
+        refusal.contains(&format!(
+            "shard {}/{count} holds Application argocd/family-child at the head",
+            x + 1
+        )) && refusal.contains(kept),
+        "{refusal}"
+    );
+
+    // The file's Application held with its file's spec, under the parent's name.
+    let x = holder_of("family-redeployed");
+    let mut forged = through_json(&honest);
+    forge_spec(&mut forged[x], "family-redeployed", true, &|m| {
+        m["spec"]["destination"]["name"] = serde_json::json!("prod-eu");
+    });
+    let refusal = refusal_of(forged, repo.path());
+    assert!(
+        refusal.contains(&format!(
+            "shard {}/{count} holds Application argocd/family-redeployed at the merge base",
+            x + 1
+        )) && refusal.contains(kept),
+        "{refusal}"
+    );
+}
+
+/// The fleet of [`unserved_fleet`] with each CRD Application mixed: the chart
+/// `local-charts/ingress-lite` and, beside it, the directory `fleet/crds` (plain manifests).
+fn mixed_fleet() -> (common::TestRepo, String, String) {
+    let repo = common::TestRepo::from_fixture(&common::sample_dir().join("repo"));
+    let app = |cluster, version| {
+        Some(FleetApp {
+            cluster,
+            version,
+            under_parent: false,
+            helm: None,
+        })
+    };
+    let commit = |served: Vec<bool>, message: &str| {
+        let fleet = Fleet {
+            apps: vec![app(0, 0), app(1, 2)],
+            served,
+        };
+        commit_fleet(repo.path(), &fleet, message);
+        for (cluster, name) in CLUSTERS.iter().enumerate() {
+            std::fs::write(
+                repo.path().join(format!("fleet/roots/crds-{name}.yaml")),
+                format!(
+                    "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: widget-crds-{cluster}\n  namespace: argocd\nspec:\n  project: default\n  sources:\n    - repoURL: {url}\n      targetRevision: HEAD\n      path: local-charts/ingress-lite\n    - repoURL: {url}\n      targetRevision: HEAD\n      path: fleet/crds\n  destination:\n    name: {name}\n    namespace: widgets\n",
+                    url = common::SAMPLE_REPO_URL
+                ),
+            )
+            .unwrap();
+        }
+        git(
+            repo.path(),
+            &["commit", "-q", "-am", "the CRDs beside a chart"],
+        );
+        git(repo.path(), &["rev-parse", "HEAD"])
+    };
+    let base = commit(vec![true, true, true], "the fleet");
+    git(repo.path(), &["checkout", "-q", "-b", "pr"]);
+    let head = commit(vec![false, true, true], "v1alpha1 no longer served");
+    (repo, base, head)
+}
+
+/// Issue 34 (b): the plain sources of an Application that also has a helm or kustomize source
+/// were read with that render, as its shard's word: beside a chart, the CRD that stops serving
+/// a version could be left out or serve it again, and the red change merged green. The merge
+/// reads those directories itself: each of their objects must be among the Application's, as
+/// it is. What the chart renders stays the shard's word.
+#[test]
+fn the_plain_sources_beside_a_chart_are_read_again() {
+    let (repo, base, head) = mixed_fleet();
+    let config = config(repo.path(), cache());
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    assert_eq!(
+        unsharded.verdict.outcome,
+        gitops_loop::gate::verdict::Outcome::Blocked,
+        "the change is red: {:?}",
+        unsharded.verdict.errors
+    );
+    let parts = |count: usize| -> Vec<Partial> {
+        (0..count)
+            .map(|index| {
+                let partial =
+                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+            })
+            .collect()
+    };
+    for count in 1..=3 {
+        assert_same(
+            &unsharded,
+            &shard::merge(parts(count), repo.path()).unwrap(),
+        );
+    }
+    let count = 3;
+    let honest = parts(count);
+    let x = holder(&honest, |a| a.name == "widget-crds-0").unwrap().0;
+    let held = &honest[x].head_applications[holder(&honest[x..=x], |a| a.name == "widget-crds-0")
+        .unwrap()
+        .1];
+    assert!(
+        held.render_keys.iter().any(|k| k.starts_with("objects-"))
+            && held.render_keys.iter().any(|k| !k.starts_with("objects-")),
+        "a chart and a directory: {:?}",
+        held.render_keys
+    );
+    let is_crd = |o: &serde_json::Value| o["kind"] == "CustomResourceDefinition";
+    let serve_again = move |objects: &mut Vec<serde_json::Value>| {
+        for o in objects.iter_mut().filter(|o| is_crd(o)) {
+            for version in o["spec"]["versions"].as_array_mut().unwrap() {
+                version["served"] = serde_json::json!(true);
+            }
+        }
+    };
+    type Forgery = (&'static str, bool, Box<dyn Fn(&mut Vec<serde_json::Value>)>);
+    let forgeries: Vec<Forgery> = vec![
+        (
+            "the CRD left out, at both commits",
+            true,
+            Box::new(move |objects| objects.retain(|o| !is_crd(o))),
+        ),
+        ("v1alpha1 served again", false, Box::new(serve_again)),
+    ];
+    for (what, both, edit) in &forgeries {
+        let mut forged = through_json(&honest);
+        edit_objects(&mut forged[x], "widget-crds-0", *both, edit.as_ref());
+        let refusal = refusal_of(forged, repo.path());
+        assert!(
+            refusal.contains(&format!(
+                "shard {}/{count} holds Application argocd/widget-crds-0 at the ",
+                x + 1
+            )) && refusal
+                .contains("without each object of the plain manifests its directory sources name"),
+            "{what}: {refusal}"
+        );
+    }
+    // One shard holding every Application serves v1alpha1 again beside each chart, at the
+    // head: believed, the red change would merge green.
+    let mut whole = parts(1);
+    for name in ["widget-crds-0", "widget-crds-1", "widget-crds-2"] {
+        edit_objects(&mut whole[0], name, false, &serve_again);
+    }
+    let refusal = refusal_of(whole, repo.path());
+    assert!(
+        refusal.contains("shard 1/1 holds Application argocd/widget-crds-")
+            && refusal.contains("without each object of the plain manifests"),
+        "{refusal}"
+    );
+    // What the chart renders is the shard's word: an object of it left out, or one added,
+    // merges.
+    let mut forged = through_json(&honest);
+    edit_objects(&mut forged[x], "widget-crds-0", false, &|objects| {
+        objects.retain(|o| o["kind"] != "Service");
+        objects.push(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "added", "namespace": "widgets"},
+        }));
+    });
+    assert!(shard::merge(forged, repo.path()).is_ok());
+}

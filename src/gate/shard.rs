@@ -31,13 +31,19 @@
 //! one a shard says a file declares is that file's, with that file's spec; and every
 //! Application a shard holds is on that path and its key's, or a render only that shard runs
 //! deploys it (a parent whose sources the repository says are helm or kustomize, not the
-//! partial's word). The merge also reads again, from each held Application's spec, the
-//! inventory and the repository, what needs no process ([`as_the_repository_renders`]): its
-//! identity, destination and stored form, and the objects of one of plain manifests; and a
-//! shard credits a parent only for a render it ran ([`credits_of_its_own_renders`]). A
-//! partial that leaves out, adds or shadows another shard's Application, or forges what
-//! plain manifests render, is refused; what a shard's own helm and kustomize renders hold is
-//! its word.
+//! partial's word). Every shard records the digest of each Application on that path as its
+//! render keeps it ([`render::RenderStats::shard_common_specs`]: what an ApplicationSet
+//! generates, what a parent of plain manifests deploys, what a file declares); every shard
+//! must give the same, and the shard holding one holds it with that spec (the merge does not
+//! expand ApplicationSets itself: a goTemplate one runs helm's engine). The merge also reads
+//! again, from each held Application's spec, the inventory and the repository, what needs no
+//! process ([`as_the_repository_renders`]): its identity, destination and stored form, the
+//! objects of one of plain manifests, and for one with a helm or kustomize source beside
+//! directories of manifests, each object of those directories among its own; and a shard
+//! credits a parent only for a render it ran ([`credits_of_its_own_renders`]). A partial
+//! that leaves out, adds or shadows another shard's Application, gives one on the common
+//! path another spec, or forges what plain manifests render, beside a chart or not, is
+//! refused; what a shard's own helm and kustomize renders hold is its word.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
@@ -59,7 +65,7 @@ use crate::render::{
 };
 
 /// The partial result's format, written in every partial and checked by the merge.
-pub const FORMAT: &str = "gitops-gate/check-partial/v3";
+pub const FORMAT: &str = "gitops-gate/check-partial/v4";
 
 /// One shard's part of a check.
 #[derive(Debug, Serialize, Deserialize)]
@@ -100,6 +106,13 @@ pub struct Partial {
     pub base_known: Vec<Known>,
     #[serde(default)]
     pub head_known: Vec<Known>,
+    /// The digest ([`render::application_digest`]) of every Application on that path as this
+    /// shard's render keeps it ([`render::RenderStats::shard_common_specs`]), by identity, at
+    /// each commit: every shard gives the same, and the Application's holder holds it so.
+    #[serde(default)]
+    pub base_common_specs: BTreeMap<String, String>,
+    #[serde(default)]
+    pub head_common_specs: BTreeMap<String, String>,
     /// This shard's head Applications whose chart moved, rendered at the base's versions.
     #[serde(default)]
     pub old_versions: Vec<WireApp>,
@@ -314,6 +327,8 @@ impl Partial {
             head_credits: BTreeMap::new(),
             base_known: Vec::new(),
             head_known: Vec::new(),
+            base_common_specs: BTreeMap::new(),
+            head_common_specs: BTreeMap::new(),
             old_versions: Vec::new(),
             chart_defaults: Vec::new(),
         }
@@ -430,6 +445,8 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     partial.head_credits = head_rendering.stats.shard_credits.clone();
     partial.base_known = base_rendering.stats.shard_known.iter().cloned().collect();
     partial.head_known = head_rendering.stats.shard_known.iter().cloned().collect();
+    partial.base_common_specs = base_rendering.stats.shard_common_specs.clone();
+    partial.head_common_specs = head_rendering.stats.shard_common_specs.clone();
     partial
 }
 
@@ -550,6 +567,13 @@ impl Side {
         match self {
             Side::Base => &part.base_known,
             Side::Head => &part.head_known,
+        }
+    }
+
+    fn common_specs(self, part: &Partial) -> &BTreeMap<String, String> {
+        match self {
+            Side::Base => &part.base_common_specs,
+            Side::Head => &part.head_common_specs,
         }
     }
 }
@@ -775,17 +799,22 @@ fn child_identity(object: &Value, parent: &WireApp) -> (String, String) {
 }
 
 /// What the merge reads itself of every Application a shard holds at one commit, from the
-/// Application's spec, the inventory and the repositories (no process): its name, project,
-/// destination and the Application as stored, for every one; and, when its destination is no
-/// cluster of the inventory or its sources are plain manifests (no chart, no kustomization:
-/// what every shard renders alike, [`render::replan`]), its sources, objects and render keys
-/// too. So a partial cannot leave out, change or add an object of an Application of plain
-/// manifests (the CRD that stops serving a version, a resource still using it): what a helm
-/// or kustomize render holds stays its shard's word.
+/// Application's spec, the inventory and the repositories (no process): its spec, when it is
+/// on the path every shard follows, is the one every shard's render keeps for it ([`Kept`]);
+/// its name, project, destination and the Application as stored, for every one; when its
+/// destination is no cluster of the inventory or its sources are plain manifests (no chart,
+/// no kustomization: what every shard renders alike, [`render::replan`]), its sources,
+/// objects and render keys too; and when it has a helm or kustomize source beside
+/// directories of manifests, each object of those directories is among its objects. So a
+/// partial cannot give an Application an ApplicationSet generates, or a parent of plain
+/// manifests deploys, another spec, nor leave out, change or add an object of plain manifests
+/// (the CRD that stops serving a version, a resource still using it), beside a chart or not:
+/// what a helm or kustomize render holds stays its shard's word.
 fn as_the_repository_renders(
     parts: &[Partial],
     side: Side,
     repos: &RepoResolver,
+    kept: &Kept<'_>,
     at: &str,
 ) -> Result<(), MergeError> {
     let held: Vec<(usize, (&Partial, &WireApp))> = parts
@@ -795,7 +824,10 @@ fn as_the_repository_renders(
         .collect();
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut found = render::parallel_map(held, jobs, |(index, (part, app))| {
-        (index, as_replanned(part, app, repos, at))
+        (
+            index,
+            as_replanned(part, app, kept.spec_of(part, app), repos, at),
+        )
     });
     // The first refusal in the partials' order, whichever thread found it.
     found.sort_by_key(|(index, _)| *index);
@@ -806,6 +838,7 @@ fn as_the_repository_renders(
 fn as_replanned(
     part: &Partial,
     app: &WireApp,
+    kept: Option<&str>,
     repos: &RepoResolver,
     at: &str,
 ) -> Result<(), MergeError> {
@@ -818,6 +851,12 @@ fn as_replanned(
             at
         )
     };
+    if kept.is_some_and(|kept| kept != render::application_digest(&app.manifest)) {
+        return Err(MergeError(format!(
+            "{} with another spec than every shard's render keeps for it on the path every shard follows (what its ApplicationSet generates, its parent of plain manifests deploys or its file declares): a partial holds only what the repository holds",
+            who()
+        )));
+    }
     let replanned = render::replan(&app.manifest, app.origin.clone(), &part.inventory, repos)
         .map_err(|e| {
             MergeError(format!(
@@ -826,9 +865,9 @@ fn as_replanned(
                 one_line(&e)
             ))
         })?;
-    let (expected, whole) = match replanned {
-        render::Replanned::Process(expected) => (expected, false),
-        render::Replanned::Whole(expected) => (expected, true),
+    let (expected, plain) = match replanned {
+        render::Replanned::Process { app, plain_objects } => (app, Some(plain_objects)),
+        render::Replanned::Whole(expected) => (expected, None),
     };
     let identity = (
         (&expected.name, &expected.namespace, &expected.project),
@@ -846,7 +885,15 @@ fn as_replanned(
             who()
         )));
     }
-    if !whole {
+    if let Some(plain) = plain {
+        // A helm or kustomize render is its shard's word; the plain sources beside it are
+        // not: each of their objects is among the Application's, as it is.
+        if !holds_each(part, app, &plain) {
+            return Err(MergeError(format!(
+                "{} without each object of the plain manifests its directory sources name in the repository, as they are there (the merge reads them itself): a partial holds only what the repository holds",
+                who()
+            )));
+        }
         return Ok(());
     }
     let same_objects = expected.objects.len() == app.objects.len()
@@ -866,6 +913,39 @@ fn as_replanned(
         )));
     }
     Ok(())
+}
+
+/// Whether `app`'s objects hold each of `plain`, as many times as `plain` does (a multiset:
+/// objects compared within their kind and name).
+fn holds_each(part: &Partial, app: &WireApp, plain: &[Value]) -> bool {
+    if plain.is_empty() {
+        return true;
+    }
+    fn key(object: &Value) -> (&str, &str) {
+        (
+            object.get("kind").and_then(Value::as_str).unwrap_or(""),
+            object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        )
+    }
+    let mut held: HashMap<(&str, &str), Vec<&Value>> = HashMap::new();
+    for object in app.objects.iter().filter_map(|&at| part.objects.get(at)) {
+        held.entry(key(object)).or_default().push(object);
+    }
+    plain.iter().all(|object| {
+        let Some(candidates) = held.get_mut(&key(object)) else {
+            return false;
+        };
+        match candidates.iter().position(|held| *held == object) {
+            Some(at) => {
+                candidates.swap_remove(at);
+                true
+            }
+            None => false,
+        }
+    })
 }
 
 /// A shard credits a parent with an Application of another shard (the same Application a
@@ -973,13 +1053,23 @@ struct Commit<'a> {
 }
 
 /// Every honest shard follows the same path: one that says it reached more or less than
-/// another is not of this run (or not honest).
+/// another, or kept another spec for an Application on it, is not of this run (or not
+/// honest).
 fn same_common_path(parts: &[Partial], side: Side, at: &str) -> Result<(), MergeError> {
     let first: BTreeSet<&Known> = side.known(&parts[0]).iter().collect();
+    let specs = side.common_specs(&parts[0]);
     for part in &parts[1..] {
         if side.known(part).iter().collect::<BTreeSet<_>>() != first {
             return Err(MergeError(format!(
                 "shard {} and shard {} reached different Applications or ApplicationSets at {} on the path every shard follows: one run's partials only",
+                label(parts[0].shard),
+                label(part.shard),
+                at
+            )));
+        }
+        if side.common_specs(part) != specs {
+            return Err(MergeError(format!(
+                "shard {} and shard {} kept different specs for the Applications at {} on the path every shard follows: one run's partials only",
                 label(parts[0].shard),
                 label(part.shard),
                 at
@@ -1044,7 +1134,8 @@ fn declared_as_the_files_say(
 /// - every shard read every Application and ApplicationSet of the repository's files (the
 ///   merge lists them itself: read, not rendered), so no partial is of another commit or
 ///   another repository; and every shard reached the same Applications and ApplicationSets
-///   on the path every shard follows (honest shards all follow it);
+///   on the path every shard follows, and kept the same specs for its Applications (honest
+///   shards all follow it);
 /// - every Application those files declare, or the shards reached on that path, is held by
 ///   the shard of its key ([`Owners`]): a partial that left one out is refused, whichever
 ///   shard noticed;
@@ -1058,8 +1149,13 @@ fn declared_as_the_files_say(
 ///   manifests; a real helm or kustomize parent of its own whose chart it says deploys
 ///   another Application is its word on its own render (trusted, see the docs);
 /// - a shard's credits name only renders it ran ([`credits_of_its_own_renders`]);
+/// - every held Application on the path every shard follows has the spec every shard's render
+///   keeps for it (the digests every partial gives alike; a file's Application that a parent
+///   of plain manifests on that path deploys with another spec has the parent's, as in one
+///   render);
 /// - every held Application is what its spec, the inventory and the repository say, objects
-///   included for plain manifests ([`as_the_repository_renders`]).
+///   included for plain manifests, and the plain manifests beside a helm or kustomize source
+///   among its objects ([`as_the_repository_renders`]).
 fn bind(
     parts: &[Partial],
     at_commit: &Commit<'_>,
@@ -1152,18 +1248,19 @@ fn bind(
         .filter(|app| matches!(app.origin, render::Origin::File { .. }))
         .map(|app| (app.namespace.as_str(), app.name.as_str()))
         .collect();
+    // The digest of each Application on the common path as every shard's render keeps it
+    // (the same in every partial: `same_common_path`).
+    let specs = side.common_specs(&parts[0]);
+    let mut copies: HashSet<(usize, &str, &str)> = HashSet::new();
     for part in parts {
         let apps = side.applications(part);
         let mut inheritance = Inheritance::new(part, apps, &repos, &at_text);
         for app in apps {
-            file_spec_whatever_the_origin(
-                part,
-                app,
-                &by_name,
-                &from_files,
-                &inheritance,
-                &at_text,
-            )?;
+            let copy = parents_own_copy(app, &from_files, &inheritance)?;
+            if copy {
+                copies.insert((part.shard.index, app.namespace.as_str(), app.name.as_str()));
+            }
+            file_spec_whatever_the_origin(part, app, &by_name, specs, copy, &at_text)?;
             let id = (app.namespace.as_str(), app.name.as_str());
             let owner = owners
                 .of(&app.namespace, &app.name, Some(&app.manifest))
@@ -1199,22 +1296,64 @@ fn bind(
         credits_of_its_own_renders(part, side, &inheritance, &held, &at_text)?;
     }
     render::trace("merge", "held Applications bound to their shards");
-    as_the_repository_renders(parts, side, &repos, &at_text)
+    let kept = Kept { specs, copies };
+    as_the_repository_renders(parts, side, &repos, &kept, &at_text)
+}
+
+/// What the shards' common path keeps of each Application on it ([`Partial::head_common_specs`]),
+/// and the held copies whose spec the reassembly decides instead ([`parents_own_copy`]).
+struct Kept<'a> {
+    specs: &'a BTreeMap<String, String>,
+    copies: HashSet<(usize, &'a str, &'a str)>,
+}
+
+impl Kept<'_> {
+    /// The digest `app`, held by `part`, must have: that of the spec every shard's render
+    /// keeps for it on the path every shard follows, if it is on that path.
+    fn spec_of(&self, part: &Partial, app: &WireApp) -> Option<&str> {
+        if self
+            .copies
+            .contains(&(part.shard.index, app.namespace.as_str(), app.name.as_str()))
+        {
+            return None;
+        }
+        self.specs
+            .get(&format!("Application {}/{}", app.namespace, app.name))
+            .map(String::as_str)
+    }
+}
+
+/// Whether `app` is a copy of a file's Application that a parent of the same shard deploys,
+/// whose sources the repository says helm or kustomize renders, while a shard holds the
+/// file's own copy (checked against the file): which copy counts then rests on that render,
+/// and the reassembly refuses two specs ("check this pull request unsharded").
+fn parents_own_copy(
+    app: &WireApp,
+    from_files: &HashSet<(&str, &str)>,
+    inheritance: &Inheritance<'_>,
+) -> Result<bool, MergeError> {
+    if let render::Origin::Application { namespace, name } = &app.origin
+        && from_files.contains(&(app.namespace.as_str(), app.name.as_str()))
+        && let Some(parent) = inheritance.apps.get(&(namespace.as_str(), name.as_str()))
+    {
+        return inheritance.renders_alone(parent);
+    }
+    Ok(false)
 }
 
 /// An Application a file declares, held under another origin (a parent, an ApplicationSet),
 /// is held with a file's spec: a claimed origin must not free a file's Application from its
-/// file (its spec, and with it its shard key and objects). The one exception is a copy a
-/// parent of the same shard deploys, whose sources the repository says helm or kustomize
-/// renders, while a shard holds the file's own copy (checked against the file): which copy
-/// counts then rests on that render, and the reassembly refuses it ("check this pull
-/// request unsharded").
+/// file (its spec, and with it its shard key and objects). Two exceptions: the spec every
+/// shard's render keeps for it (`kept`: what a parent of plain manifests on the path every
+/// shard follows deploys under that name wins over the file, as in one render); and a copy a
+/// helm or kustomize parent of the same shard deploys while a shard holds the file's own
+/// copy ([`parents_own_copy`]).
 fn file_spec_whatever_the_origin(
     part: &Partial,
     app: &WireApp,
     by_name: &HashMap<(&str, &str), Vec<&Root>>,
-    from_files: &HashSet<(&str, &str)>,
-    inheritance: &Inheritance<'_>,
+    kept: &BTreeMap<String, String>,
+    copy: bool,
     at: &str,
 ) -> Result<(), MergeError> {
     if matches!(app.origin, render::Origin::File { .. }) {
@@ -1228,11 +1367,8 @@ fn file_spec_whatever_the_origin(
     }) {
         return Ok(());
     }
-    if let render::Origin::Application { namespace, name } = &app.origin
-        && from_files.contains(&(app.namespace.as_str(), app.name.as_str()))
-        && let Some(parent) = inheritance.apps.get(&(namespace.as_str(), name.as_str()))
-        && inheritance.renders_alone(parent)?
-    {
+    let kept = kept.get(&format!("Application {}/{}", app.namespace, app.name));
+    if copy || kept.is_some_and(|kept| *kept == render::application_digest(&app.manifest)) {
         return Ok(());
     }
     Err(MergeError(format!(

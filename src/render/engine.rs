@@ -61,6 +61,16 @@ pub fn is_argo_kind(object: &Value, kind: &str) -> bool {
             .is_some_and(|v| v.starts_with("argoproj.io/"))
 }
 
+/// SHA-256 of an Application object's JSON form: how a sharded render records the spec it
+/// keeps for an Application every shard reaches ([`RenderStats::shard_common_specs`]), and how
+/// `gate merge` checks the one a partial holds against it.
+pub fn application_digest(object: &Value) -> String {
+    use sha2::Digest as _;
+    crate::git::hex(&sha2::Sha256::digest(
+        serde_json::to_vec(object).unwrap_or_default(),
+    ))
+}
+
 /// Renders everything the repository deploys at `revision` (a branch, tag or commit of
 /// `config.repo_dir`).
 pub fn render(config: &RenderConfig, revision: &str) -> Result<Rendering, RenderFailure> {
@@ -244,6 +254,7 @@ fn render_roots(
         credits: BTreeMap::new(),
         known: std::collections::BTreeSet::new(),
         keys: BTreeMap::new(),
+        common_specs: BTreeMap::new(),
     };
     trace(revision, "tools asked");
     engine.run(roots);
@@ -289,6 +300,9 @@ pub(super) struct Engine<'a> {
     /// [`shard_keys`]: the shard key of each Application on that path
     /// ([`RenderStats::shard_keys`]).
     keys: BTreeMap<String, String>,
+    /// A sharded render: the digest of each Application on that path as the render keeps it
+    /// ([`RenderStats::shard_common_specs`]).
+    common_specs: BTreeMap<String, String>,
 }
 
 impl Engine<'_> {
@@ -538,6 +552,21 @@ impl Engine<'_> {
     /// Decides whether an object is new (true) or a repeat of one already expanded, and
     /// records where it came from. Two different definitions of one name are an error.
     fn admit(&mut self, id: &str, item: &Item) -> bool {
+        let admitted = self.admit_once(id, item);
+        // A sharded render: an Application reached on the path every shard follows, as this
+        // render keeps it (a parent's over a file's; the first of two with one spec).
+        if admitted
+            && self.shard.is_some()
+            && item.owner.is_none()
+            && !is_argo_kind(&item.object, "ApplicationSet")
+        {
+            self.common_specs
+                .insert(id.to_string(), application_digest(&item.object));
+        }
+        admitted
+    }
+
+    fn admit_once(&mut self, id: &str, item: &Item) -> bool {
         let spec = item
             .object
             .get("spec")
@@ -619,6 +648,7 @@ impl Engine<'_> {
                 shard_credits: self.credits,
                 shard_known: self.known,
                 shard_keys: self.keys,
+                shard_common_specs: self.common_specs,
                 ..self.stats
             },
         })

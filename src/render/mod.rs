@@ -29,8 +29,8 @@ mod planning;
 mod util;
 
 pub use self::engine::{
-    Root, is_argo_kind, render, render_applications, render_shard, render_shard_against,
-    render_shard_striped, roots, shard_keys,
+    Root, application_digest, is_argo_kind, render, render_applications, render_shard,
+    render_shard_against, render_shard_striped, roots, shard_keys,
 };
 pub use self::jobs::{HelmRunError, run_helm};
 pub use self::planning::{Replanned, replan, stored_application};
@@ -206,6 +206,11 @@ pub struct RenderStats {
     /// (`Application namespace/name`), from the spec the render kept (a parent's over a
     /// file's): at the head, where each goes at both commits ([`render_shard_against`]).
     pub shard_keys: BTreeMap<String, String>,
+    /// A sharded render: [`application_digest`] of every Application it admitted on that path,
+    /// as the render keeps it (what a parent of plain manifests deploys replaces a file's; of
+    /// two with one spec, the first stays), by identity (`Application namespace/name`): what
+    /// honest shards all give, and what the Application's holder holds.
+    pub shard_common_specs: BTreeMap<String, String>,
 }
 
 /// An Application or an ApplicationSet by its identity as Argo CD knows it.
@@ -411,10 +416,7 @@ impl std::io::Write for HashWriter<'_> {
 
 /// Whether a source may render with helm under the Application's name as its release.
 fn release_may_be_the_name(source: &Value) -> bool {
-    let values_only = source.get("ref").is_some()
-        && source.get("path").is_none()
-        && source.get("chart").is_none();
-    if values_only {
+    if source::is_values_only(source) {
         return false;
     }
     let helm = source.get("helm");

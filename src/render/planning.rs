@@ -209,10 +209,15 @@ fn application_of(
 /// What the engine makes of one Application (the object as planned: `manifest`), read again
 /// without the engine's state (`gate merge` checks a partial against it).
 pub enum Replanned {
-    /// Its render runs helm or kustomize: only what its spec and the inventory give (its
-    /// identity, project, destination cluster and namespace, the Application as stored);
-    /// sources, objects, render keys and values files are left empty.
-    Process(RenderedApplication),
+    /// Its render runs helm or kustomize: what its spec and the inventory give (its identity,
+    /// project, destination cluster and namespace, the Application as stored; sources,
+    /// objects, render keys and values files left empty), and the objects of its plain
+    /// sources (directories of manifests beside a chart: [`source::plain_objects`]), which
+    /// every render of it holds among the rest.
+    Process {
+        app: RenderedApplication,
+        plain_objects: Vec<Value>,
+    },
     /// Its destination is no cluster of the inventory (nothing renders), or its sources are
     /// plain manifests: everything the engine gives it, objects and render keys included,
     /// read from the repositories alone (no process).
@@ -221,9 +226,9 @@ pub enum Replanned {
 
 /// [`Replanned`] of one Application, as the engine plans and renders it: an unknown
 /// destination first, then, when no source runs a process (`source::runs_a_process`, read
-/// from the repositories), its plain sources read and sorted as a render sorts them. An error
-/// is what planning it would say (a plugin, a path that does not exist, a repository with no
-/// mirror).
+/// from the repositories), its plain sources read and sorted as a render sorts them; when one
+/// does, its plain sources alone. An error is what planning it would say (a plugin, a path
+/// that does not exist, a repository with no mirror).
 pub fn replan(
     manifest: &Value,
     origin: crate::render::Origin,
@@ -258,14 +263,6 @@ pub fn replan(
         name: cluster.name.clone(),
         server: cluster.server.clone(),
     };
-    if source::runs_a_process(manifest, repos)? {
-        return Ok(Replanned::Process(application_of(
-            manifest,
-            origin,
-            cluster_ref,
-            Vec::new(),
-        )));
-    }
     let no_charts = |_: &Path| -> Result<String, String> { Err("no chart is read".into()) };
     let ctx = PlanContext {
         repos,
@@ -273,6 +270,12 @@ pub fn replan(
         chart_digests: &no_charts,
         pull: None,
     };
+    if source::runs_a_process(manifest, repos)? {
+        return Ok(Replanned::Process {
+            app: application_of(manifest, origin, cluster_ref, Vec::new()),
+            plain_objects: source::plain_objects(manifest, &cluster, &ctx)?,
+        });
+    }
     let mut sources = Vec::new();
     let mut render_keys = Vec::new();
     let mut objects: Vec<crate::render::parsed::Object> = Vec::new();
@@ -317,4 +320,111 @@ pub fn stored_application(app: &Value) -> Value {
         "metadata": metadata,
         "spec": app.get("spec").cloned().unwrap_or(Value::Null),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::git::Snapshot;
+    use crate::render::inventory::Inventory;
+    use crate::render::repos::RepoResolver;
+
+    const URL: &str = "https://git.example.test/platform/gitops.git";
+
+    fn app(sources: Vec<Value>) -> Value {
+        json!({
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Application",
+            "metadata": {"name": "mixed", "namespace": "argocd"},
+            "spec": {
+                "project": "default",
+                "sources": sources,
+                "destination": {"server": "https://kubernetes.default.svc", "namespace": "x"},
+            },
+        })
+    }
+
+    fn path(path: &str) -> Value {
+        json!({"repoURL": URL, "targetRevision": "HEAD", "path": path})
+    }
+
+    fn names(objects: impl IntoIterator<Item = Value>) -> Vec<String> {
+        objects
+            .into_iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    /// An Application with a helm or kustomize source beside directories of manifests: the
+    /// merge reads those directories alone (no process), each source's type told as planning
+    /// tells it; one of plain manifests only is read whole.
+    #[test]
+    fn the_plain_sources_beside_a_process_are_read_alone() {
+        let files: BTreeMap<String, Vec<u8>> = [
+            ("chart/Chart.yaml", "apiVersion: v2\nname: c\nversion: 0.1.0\n"),
+            ("chart/templates/cm.yaml", "kind: ConfigMap\n"),
+            ("base/kustomization.yaml", "resources: []\n"),
+            (
+                "crds/crd.yaml",
+                "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.test\n",
+            ),
+            (
+                "more/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: more\n",
+            ),
+        ]
+        .into_iter()
+        .map(|(p, t)| (p.to_string(), t.as_bytes().to_vec()))
+        .collect();
+        let repos = RepoResolver::new(
+            Arc::new(Snapshot::from_files("c0", files)),
+            Some(URL.into()),
+            Vec::new(),
+        );
+        let origin = crate::render::Origin::File {
+            path: "app.yaml".into(),
+            document: 0,
+        };
+        let inventory = Inventory::default();
+        let chart = json!({"repoURL": "https://charts.example.test", "chart": "c", "targetRevision": "1.0.0"});
+        let values = json!({"repoURL": URL, "targetRevision": "HEAD", "ref": "values"});
+        for (process, expected) in [
+            (chart, vec!["widgets.example.test", "more"]),
+            (path("chart"), vec!["widgets.example.test", "more"]),
+            (path("base"), vec!["widgets.example.test", "more"]),
+        ] {
+            let mixed = app(vec![
+                process.clone(),
+                values.clone(),
+                path("crds"),
+                path("more"),
+            ]);
+            match replan(&mixed, origin.clone(), &inventory, &repos).unwrap() {
+                Replanned::Process { app, plain_objects } => {
+                    assert_eq!(app.name, "mixed");
+                    assert!(app.objects.is_empty());
+                    assert_eq!(names(plain_objects), expected, "{process}");
+                }
+                Replanned::Whole(_) => panic!("{process} runs a process"),
+            }
+        }
+        match replan(
+            &app(vec![path("crds"), path("more")]),
+            origin,
+            &inventory,
+            &repos,
+        )
+        .unwrap()
+        {
+            Replanned::Whole(app) => assert_eq!(
+                names(app.objects.iter().map(|o| Value::clone(o))),
+                ["more", "widgets.example.test"]
+            ),
+            Replanned::Process { .. } => panic!("plain manifests run no process"),
+        }
+    }
 }

@@ -147,10 +147,7 @@ pub fn plan(
     }
     let mut planned = Vec::new();
     for (index, source) in sources.iter().enumerate() {
-        let is_values_only = source.get("ref").is_some()
-            && source.get("path").is_none()
-            && source.get("chart").is_none();
-        if is_values_only {
+        if is_values_only(source) {
             planned.push(PlannedSource {
                 source: source.clone(),
                 job: None,
@@ -340,37 +337,90 @@ fn git_source(
 }
 
 /// Whether rendering an Application runs a process (helm or kustomize) for one of its
-/// sources, each source's type decided as planning decides it: a `chart` is helm; a git
-/// source's type is the one it names (after the `.argocd-source*.yaml` overrides), else helm
-/// for a `Chart.yaml`, kustomize for a kustomization, else a directory of manifests read
-/// without a process. Reads the sources' repositories through `repos` (the repository under
-/// test at the commit being read; any other through its mirror). Its destination is not
-/// looked at. An error is why a source's type cannot be told (planning would fail on it too).
+/// sources ([`source_runs_a_process`]). Reads the sources' repositories through `repos` (the
+/// repository under test at the commit being read; any other through its mirror). Its
+/// destination is not looked at. An error is why a source's type cannot be told (planning
+/// would fail on it too).
 pub fn runs_a_process(app: &Value, repos: &RepoResolver) -> Result<bool, String> {
     let name = str_at(app, "/metadata/name");
     for source in sources_of(app) {
-        let values_only = source.get("ref").is_some()
-            && source.get("path").is_none()
-            && source.get("chart").is_none();
-        if values_only {
-            continue;
-        }
-        if str_at(&source, "/repoURL").is_empty() {
-            return Err("source has no repoURL".to_string());
-        }
-        if source.get("chart").and_then(Value::as_str).is_some() {
+        if source_runs_a_process(name, &source, repos)? {
             return Ok(true);
-        }
-        let (snapshot, path, source) = git_source(name, &source, repos)?;
-        match source_type(&source, &snapshot, &path)? {
-            "helm" | "kustomize" => return Ok(true),
-            "directory" => {}
-            _ => {
-                return Err("config management plugins are not supported by the gate: it cannot run a plugin sidecar".to_string());
-            }
         }
     }
     Ok(false)
+}
+
+/// Whether one source of Application `app_name` renders with a process, its type decided as
+/// planning decides it: a `chart` is helm; a git source's type is the one it names (after the
+/// `.argocd-source*.yaml` overrides), else helm for a `Chart.yaml`, kustomize for a
+/// kustomization, else a directory of manifests read without a process. A values-only `ref`
+/// source renders nothing.
+pub fn source_runs_a_process(
+    app_name: &str,
+    source: &Value,
+    repos: &RepoResolver,
+) -> Result<bool, String> {
+    if is_values_only(source) {
+        return Ok(false);
+    }
+    if str_at(source, "/repoURL").is_empty() {
+        return Err("source has no repoURL".to_string());
+    }
+    if source.get("chart").and_then(Value::as_str).is_some() {
+        return Ok(true);
+    }
+    let (snapshot, path, source) = git_source(app_name, source, repos)?;
+    match source_type(&source, &snapshot, &path)? {
+        "helm" | "kustomize" => Ok(true),
+        "directory" => Ok(false),
+        _ => Err("config management plugins are not supported by the gate: it cannot run a plugin sidecar".to_string()),
+    }
+}
+
+/// A `ref` source that only exposes its repository to the others' value files.
+pub(crate) fn is_values_only(source: &Value) -> bool {
+    source.get("ref").is_some() && source.get("path").is_none() && source.get("chart").is_none()
+}
+
+/// The objects of an Application's plain sources alone (directories of manifests, no
+/// process), each read as [`plan`] reads it, in source order: what every render of the
+/// Application holds besides what its helm and kustomize sources render. Its other sources
+/// are left out.
+pub fn plain_objects(
+    app: &Value,
+    cluster: &Cluster,
+    ctx: &PlanContext,
+) -> Result<Vec<Value>, String> {
+    let name = str_at(app, "/metadata/name");
+    let sources = sources_of(app);
+    let mut objects = Vec::new();
+    for (index, source) in sources.iter().enumerate() {
+        let context = |e: String| {
+            if sources.len() > 1 {
+                format!("sources[{index}]: {e}")
+            } else {
+                e
+            }
+        };
+        if is_values_only(source)
+            || source_runs_a_process(name, source, ctx.repos).map_err(context)?
+        {
+            continue;
+        }
+        // A directory's plan reads no `$ref`: only helm's value files do.
+        let planned =
+            plan_git_source(app, name, source, cluster, &BTreeMap::new(), ctx).map_err(context)?;
+        match planned.job {
+            Some(RenderJob::Objects(read)) => objects.extend(read),
+            _ => {
+                return Err(context(
+                    "planning runs a process for a source of plain manifests".into(),
+                ));
+            }
+        }
+    }
+    Ok(objects)
 }
 
 /// A git source's type, as Argo CD tells it: the one it names (two are an error), else helm
