@@ -254,6 +254,7 @@ fn render_roots(
         credits: BTreeMap::new(),
         known: std::collections::BTreeSet::new(),
         keys: BTreeMap::new(),
+        common_seen: HashMap::new(),
         common_specs: BTreeMap::new(),
     };
     trace(revision, "tools asked");
@@ -301,8 +302,9 @@ pub(super) struct Engine<'a> {
     /// ([`RenderStats::shard_keys`]).
     keys: BTreeMap<String, String>,
     /// A sharded render: the digest of each Application on that path as the render keeps it
-    /// ([`RenderStats::shard_common_specs`]).
+    /// ([`RenderStats::shard_common_specs`]), and what [`Engine::admit`] saw of it there.
     common_specs: BTreeMap<String, String>,
+    common_seen: HashMap<String, Seen>,
 }
 
 impl Engine<'_> {
@@ -552,26 +554,44 @@ impl Engine<'_> {
     /// Decides whether an object is new (true) or a repeat of one already expanded, and
     /// records where it came from. Two different definitions of one name are an error.
     fn admit(&mut self, id: &str, item: &Item) -> bool {
-        let admitted = self.admit_once(id, item);
-        // A sharded render: an Application reached on the path every shard follows, as this
-        // render keeps it (a parent's over a file's; the first of two with one spec).
-        if admitted
-            && self.shard.is_some()
-            && item.owner.is_none()
-            && !is_argo_kind(&item.object, "ApplicationSet")
-        {
-            self.common_specs
-                .insert(id.to_string(), application_digest(&item.object));
-        }
-        admitted
-    }
-
-    fn admit_once(&mut self, id: &str, item: &Item) -> bool {
         let spec = item
             .object
             .get("spec")
             .map(Value::to_string)
             .unwrap_or_default();
+        if self.shard.is_some()
+            && item.owner.is_none()
+            && !is_argo_kind(&item.object, "ApplicationSet")
+        {
+            self.keep_common(id, item, &spec);
+        }
+        self.admit_once(id, item, spec)
+    }
+
+    /// A sharded render: an Application reached on the path every shard follows, kept as
+    /// [`Engine::admit`] keeps it among that path's objects alone (a parent's over a file's;
+    /// of two with one spec, the first), so that a render only this shard runs, reaching the
+    /// same name first, changes nothing every shard records.
+    fn keep_common(&mut self, id: &str, item: &Item, spec: &str) {
+        let from_file = item.parent.is_none();
+        let replaces = match self.common_seen.get(id) {
+            None => true,
+            Some(previous) => previous.spec != spec && previous.from_file && !from_file,
+        };
+        if replaces {
+            self.common_seen.insert(
+                id.to_string(),
+                Seen {
+                    spec: spec.to_string(),
+                    from_file,
+                },
+            );
+            self.common_specs
+                .insert(id.to_string(), application_digest(&item.object));
+        }
+    }
+
+    fn admit_once(&mut self, id: &str, item: &Item, spec: String) -> bool {
         let from_file = item.parent.is_none();
         if let Some(parent) = &item.parent
             && self.edge_set.insert((parent.clone(), id.to_string()))

@@ -206,10 +206,11 @@ pub struct RenderStats {
     /// (`Application namespace/name`), from the spec the render kept (a parent's over a
     /// file's): at the head, where each goes at both commits ([`render_shard_against`]).
     pub shard_keys: BTreeMap<String, String>,
-    /// A sharded render: [`application_digest`] of every Application it admitted on that path,
-    /// as the render keeps it (what a parent of plain manifests deploys replaces a file's; of
-    /// two with one spec, the first stays), by identity (`Application namespace/name`): what
-    /// honest shards all give, and what the Application's holder holds.
+    /// A sharded render: [`application_digest`] of every Application it reached on that path,
+    /// as a render keeps it among that path's objects (what a parent of plain manifests
+    /// deploys replaces a file's; of two with one spec, the first stays; what a render only
+    /// one shard runs deploys counts for nothing), by identity (`Application namespace/name`):
+    /// what honest shards all give, and what the Application's holder holds.
     pub shard_common_specs: BTreeMap<String, String>,
 }
 
