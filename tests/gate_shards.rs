@@ -1630,33 +1630,19 @@ fn refusal_of(parts: Vec<Partial>, repo: &Path) -> String {
 /// merge does not expand ApplicationSets). Every shard records the digest of each Application
 /// it keeps on that path; all must agree, and the holder holds it with that spec: another
 /// chart version, another destination namespace, another destination cluster (which hid a
-/// kind prod-us does not serve: one blocking finding fewer) are refused, and so is a partial
-/// that also rewrites its own digests.
+/// kind prod-us does not serve: one blocking finding fewer) are refused, before the merge
+/// reads the Application's shard key from its spec; and so is a partial that also rewrites
+/// its own digests.
 #[test]
 fn a_generated_applications_spec_is_the_one_every_shard_generates() {
     let generated = |a: &shard::WireApp| {
         matches!(a.origin, render::Origin::ApplicationSet { .. })
             && a.manifest.pointer("/spec/sources/0/chart").is_some()
     };
-    // A shard count and a generated Application whose other destination namespace (another
-    // shard key) still falls in its holder's shard: only the spec tells the forgery.
-    let (count, repo, honest, x, name) = (2..=6)
-        .find_map(|count| {
-            let (repo, honest) = honest_parts(count);
-            let found = honest.iter().enumerate().find_map(|(x, part)| {
-                part.head_applications
-                    .iter()
-                    .filter(|a| generated(a))
-                    .find(|a| {
-                        let mut moved = a.manifest.clone();
-                        moved["spec"]["destination"]["namespace"] = serde_json::json!("elsewhere");
-                        Shard::of(&moved, count) == x
-                    })
-                    .map(|a| (x, a.name.clone()))
-            });
-            found.map(|(x, name)| (count, repo, honest, x, name))
-        })
-        .expect("a generated Application whose forged namespace keeps its shard");
+    let count = 3;
+    let (repo, honest) = honest_parts(count);
+    let (x, at) = holder(&honest, generated).unwrap();
+    let name = honest[x].head_applications[at].name.clone();
     let honest_verdict = shard::merge(through_json(&honest), repo.path()).unwrap();
     let who = |at: &str| {
         format!(
@@ -1895,7 +1881,9 @@ fn an_application_a_plain_parent_deploys_is_held_with_the_spec_every_shard_rende
         refusal.contains(&format!(
             "shard {}/{count} holds Application argocd/family-redeployed at the merge base",
             x + 1
-        )) && refusal.contains(kept),
+        )) && refusal.contains(
+            "with its file's spec (family/redeployed.yaml), which a parent of plain manifests every shard renders replaces"
+        ),
         "{refusal}"
     );
 }
@@ -2145,8 +2133,13 @@ fn what_a_shards_own_chart_deploys_first_leaves_the_common_path_as_every_shard_s
             .unwrap()
     };
     let (parent, child) = (spec("edge-helm"), spec("edge-a"));
+    let head_keys = render::shard_keys(&config, &head).unwrap();
     let together: Vec<usize> = (2..=8)
-        .filter(|&count| Shard::of(&parent, count) == Shard::of(&child, count))
+        .filter(|&count| {
+            let stripes = render::Stripes::new(head_keys.values(), count);
+            let shard_of = |app| stripes.of(&render::shard_key(app));
+            shard_of(&parent) == shard_of(&child)
+        })
         .collect();
     assert!(!together.is_empty(), "a count puts both in one shard");
     for count in std::iter::once(1).chain(together) {

@@ -799,22 +799,19 @@ fn child_identity(object: &Value, parent: &WireApp) -> (String, String) {
 }
 
 /// What the merge reads itself of every Application a shard holds at one commit, from the
-/// Application's spec, the inventory and the repositories (no process): its spec, when it is
-/// on the path every shard follows, is the one every shard's render keeps for it ([`Kept`]);
-/// its name, project, destination and the Application as stored, for every one; when its
+/// Application's spec, the inventory and the repositories (no process): its name, project,
+/// destination and the Application as stored, for every one; when its
 /// destination is no cluster of the inventory or its sources are plain manifests (no chart,
 /// no kustomization: what every shard renders alike, [`render::replan`]), its sources,
 /// objects and render keys too; and when it has a helm or kustomize source beside
 /// directories of manifests, each object of those directories is among its objects. So a
-/// partial cannot give an Application an ApplicationSet generates, or a parent of plain
-/// manifests deploys, another spec, nor leave out, change or add an object of plain manifests
-/// (the CRD that stops serving a version, a resource still using it), beside a chart or not:
-/// what a helm or kustomize render holds stays its shard's word.
+/// partial cannot leave out, change or add an object of plain manifests (the CRD that stops
+/// serving a version, a resource still using it), beside a chart or not: what a helm or
+/// kustomize render holds stays its shard's word.
 fn as_the_repository_renders(
     parts: &[Partial],
     side: Side,
     repos: &RepoResolver,
-    kept: &Kept<'_>,
     at: &str,
 ) -> Result<(), MergeError> {
     let held: Vec<(usize, (&Partial, &WireApp))> = parts
@@ -824,10 +821,7 @@ fn as_the_repository_renders(
         .collect();
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut found = render::parallel_map(held, jobs, |(index, (part, app))| {
-        (
-            index,
-            as_replanned(part, app, kept.spec_of(part, app), repos, at),
-        )
+        (index, as_replanned(part, app, repos, at))
     });
     // The first refusal in the partials' order, whichever thread found it.
     found.sort_by_key(|(index, _)| *index);
@@ -838,7 +832,6 @@ fn as_the_repository_renders(
 fn as_replanned(
     part: &Partial,
     app: &WireApp,
-    kept: Option<&str>,
     repos: &RepoResolver,
     at: &str,
 ) -> Result<(), MergeError> {
@@ -851,12 +844,6 @@ fn as_replanned(
             at
         )
     };
-    if kept.is_some_and(|kept| kept != render::application_digest(&app.manifest)) {
-        return Err(MergeError(format!(
-            "{} with another spec than every shard's render keeps for it on the path every shard follows (what its ApplicationSet generates, its parent of plain manifests deploys or its file declares): a partial holds only what the repository holds",
-            who()
-        )));
-    }
     let replanned = render::replan(&app.manifest, app.origin.clone(), &part.inventory, repos)
         .map_err(|e| {
             MergeError(format!(
@@ -1052,6 +1039,48 @@ struct Commit<'a> {
     roots: &'a [Root],
 }
 
+/// Every Application on the path every shard follows that no file declares (what an
+/// ApplicationSet generates, what a parent of plain manifests deploys) is held with the spec
+/// every shard's render keeps for it (the digests every partial gives alike:
+/// [`same_common_path`]), before its shard key is read from that spec: the merge does not
+/// expand ApplicationSets itself (a goTemplate one runs helm's engine). A file's Application
+/// is bound by its file ([`file_spec_whatever_the_origin`], [`declared_as_the_files_say`]).
+fn as_every_shard_keeps(
+    parts: &[Partial],
+    side: Side,
+    roots: &[Root],
+    at: &str,
+) -> Result<(), MergeError> {
+    let declared: HashSet<(&str, &str)> = roots
+        .iter()
+        .filter(|root| root.known.kind == "Application")
+        .map(|root| (root.known.namespace.as_str(), root.known.name.as_str()))
+        .collect();
+    let specs = side.common_specs(&parts[0]);
+    let held: Vec<(usize, (&Partial, &WireApp))> = parts
+        .iter()
+        .flat_map(|part| side.applications(part).iter().map(move |app| (part, app)))
+        .filter(|(_, app)| !declared.contains(&(app.namespace.as_str(), app.name.as_str())))
+        .enumerate()
+        .collect();
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut found = render::parallel_map(held, jobs, |(index, (part, app))| {
+        let kept = specs.get(&format!("Application {}/{}", app.namespace, app.name));
+        let refused = kept.is_some_and(|kept| *kept != render::application_digest(&app.manifest));
+        (index, refused.then_some((part, app)))
+    });
+    found.sort_by_key(|(index, _)| *index);
+    match found.into_iter().find_map(|(_, refused)| refused) {
+        Some((part, app)) => Err(MergeError(format!(
+            "shard {} holds Application {}/{} at {at} with another spec than every shard's render keeps for it on the path every shard follows (what its ApplicationSet generates or its parent of plain manifests deploys): a partial holds only what the repository holds",
+            label(part.shard),
+            app.namespace,
+            app.name
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Every honest shard follows the same path: one that says it reached more or less than
 /// another, or kept another spec for an Application on it, is not of this run (or not
 /// honest).
@@ -1149,10 +1178,10 @@ fn declared_as_the_files_say(
 ///   manifests; a real helm or kustomize parent of its own whose chart it says deploys
 ///   another Application is its word on its own render (trusted, see the docs);
 /// - a shard's credits name only renders it ran ([`credits_of_its_own_renders`]);
-/// - every held Application on the path every shard follows has the spec every shard's render
-///   keeps for it (the digests every partial gives alike; a file's Application that a parent
-///   of plain manifests on that path deploys with another spec has the parent's, as in one
-///   render);
+/// - a file's Application held under another origin has the spec every shard's render keeps
+///   for it: its file's, or what a parent of plain manifests on that path deploys under its
+///   name, as in one render ([`file_spec_whatever_the_origin`]; one no file declares is bound
+///   to that spec before its key is read, [`as_every_shard_keeps`]);
 /// - every held Application is what its spec, the inventory and the repository say, objects
 ///   included for plain manifests, and the plain manifests beside a helm or kustomize source
 ///   among its objects ([`as_the_repository_renders`]).
@@ -1251,16 +1280,19 @@ fn bind(
     // The digest of each Application on the common path as every shard's render keeps it
     // (the same in every partial: `same_common_path`).
     let specs = side.common_specs(&parts[0]);
-    let mut copies: HashSet<(usize, &str, &str)> = HashSet::new();
     for part in parts {
         let apps = side.applications(part);
         let mut inheritance = Inheritance::new(part, apps, &repos, &at_text);
         for app in apps {
-            let copy = parents_own_copy(app, &from_files, &inheritance)?;
-            if copy {
-                copies.insert((part.shard.index, app.namespace.as_str(), app.name.as_str()));
-            }
-            file_spec_whatever_the_origin(part, app, &by_name, specs, copy, &at_text)?;
+            file_spec_whatever_the_origin(
+                part,
+                app,
+                &by_name,
+                specs,
+                &from_files,
+                &inheritance,
+                &at_text,
+            )?;
             let id = (app.namespace.as_str(), app.name.as_str());
             let owner = owners
                 .of(&app.namespace, &app.name, Some(&app.manifest))
@@ -1296,31 +1328,7 @@ fn bind(
         credits_of_its_own_renders(part, side, &inheritance, &held, &at_text)?;
     }
     render::trace("merge", "held Applications bound to their shards");
-    let kept = Kept { specs, copies };
-    as_the_repository_renders(parts, side, &repos, &kept, &at_text)
-}
-
-/// What the shards' common path keeps of each Application on it ([`Partial::head_common_specs`]),
-/// and the held copies whose spec the reassembly decides instead ([`parents_own_copy`]).
-struct Kept<'a> {
-    specs: &'a BTreeMap<String, String>,
-    copies: HashSet<(usize, &'a str, &'a str)>,
-}
-
-impl Kept<'_> {
-    /// The digest `app`, held by `part`, must have: that of the spec every shard's render
-    /// keeps for it on the path every shard follows, if it is on that path.
-    fn spec_of(&self, part: &Partial, app: &WireApp) -> Option<&str> {
-        if self
-            .copies
-            .contains(&(part.shard.index, app.namespace.as_str(), app.name.as_str()))
-        {
-            return None;
-        }
-        self.specs
-            .get(&format!("Application {}/{}", app.namespace, app.name))
-            .map(String::as_str)
-    }
+    as_the_repository_renders(parts, side, &repos, &at_text)
 }
 
 /// Whether `app` is a copy of a file's Application that a parent of the same shard deploys,
@@ -1342,18 +1350,19 @@ fn parents_own_copy(
 }
 
 /// An Application a file declares, held under another origin (a parent, an ApplicationSet),
-/// is held with a file's spec: a claimed origin must not free a file's Application from its
-/// file (its spec, and with it its shard key and objects). Two exceptions: the spec every
-/// shard's render keeps for it (`kept`: what a parent of plain manifests on the path every
-/// shard follows deploys under that name wins over the file, as in one render); and a copy a
-/// helm or kustomize parent of the same shard deploys while a shard holds the file's own
-/// copy ([`parents_own_copy`]).
+/// is held with the spec every shard's render keeps for it on the path every shard follows
+/// (its file's, or what a parent of plain manifests on that path deploys under that name,
+/// which wins over the file as in one render; without that digest, a file's spec): a claimed
+/// origin must not free a file's Application from its file (its spec, and with it its shard
+/// key and objects). The one exception is a copy a helm or kustomize parent of the same shard
+/// deploys while a shard holds the file's own copy ([`parents_own_copy`]).
 fn file_spec_whatever_the_origin(
     part: &Partial,
     app: &WireApp,
     by_name: &HashMap<(&str, &str), Vec<&Root>>,
     kept: &BTreeMap<String, String>,
-    copy: bool,
+    from_files: &HashSet<(&str, &str)>,
+    inheritance: &Inheritance<'_>,
     at: &str,
 ) -> Result<(), MergeError> {
     if matches!(app.origin, render::Origin::File { .. }) {
@@ -1362,23 +1371,32 @@ fn file_spec_whatever_the_origin(
     let Some(files) = by_name.get(&(app.namespace.as_str(), app.name.as_str())) else {
         return Ok(());
     };
-    if files.iter().any(|root| {
+    let as_a_file = files.iter().any(|root| {
         root.object == app.manifest && render::stored_application(&root.object) == app.stored
-    }) {
-        return Ok(());
-    }
+    });
     let kept = kept.get(&format!("Application {}/{}", app.namespace, app.name));
-    if copy || kept.is_some_and(|kept| *kept == render::application_digest(&app.manifest)) {
+    let held = match kept {
+        Some(kept) => *kept == render::application_digest(&app.manifest),
+        None => as_a_file,
+    };
+    if held || parents_own_copy(app, from_files, inheritance)? {
         return Ok(());
     }
+    let file = files[0].path.chars().take(200).collect::<String>();
+    let why = if as_a_file {
+        format!(
+            "with its file's spec ({file}), which a parent of plain manifests every shard renders replaces"
+        )
+    } else {
+        format!("with another spec than the file that declares it ({file})")
+    };
     Err(MergeError(format!(
-        "shard {} holds Application {}/{} at {} as deployed by {}, with another spec than the file that declares it ({}): a file's Application is held with its file's spec (a partial holds only what the repository holds; if the repository declares it twice, check this pull request unsharded)",
+        "shard {} holds Application {}/{} at {} as deployed by {}, {why}: a file's Application is held with the spec every shard's render keeps for it (a partial holds only what the repository holds; if the repository declares it twice, check this pull request unsharded)",
         label(part.shard),
         app.namespace,
         app.name,
         at,
         app.origin,
-        files[0].path.chars().take(200).collect::<String>()
     )))
 }
 
@@ -1702,8 +1720,12 @@ fn bind_at_both_commits(
     let head_roots = roots_at(Side::Head, head, head_snapshot)?;
     // Every shard followed one path at each commit (the head's keys, and with them where
     // every Application goes, are read from it).
-    same_common_path(parts, Side::Base, &format!("{} {base}", Side::Base.name()))?;
-    same_common_path(parts, Side::Head, &format!("{} {head}", Side::Head.name()))?;
+    let base_at = format!("{} {base}", Side::Base.name());
+    let head_at = format!("{} {head}", Side::Head.name());
+    same_common_path(parts, Side::Base, &base_at)?;
+    same_common_path(parts, Side::Head, &head_at)?;
+    as_every_shard_keeps(parts, Side::Base, &base_roots, &base_at)?;
+    as_every_shard_keeps(parts, Side::Head, &head_roots, &head_at)?;
     let head_keys = common_keys(parts, Side::Head, &head_roots);
     let base_keys = common_keys(parts, Side::Base, &base_roots);
     let count = parts[0].shard.count;
