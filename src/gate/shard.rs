@@ -800,11 +800,11 @@ fn child_identity(object: &Value, parent: &WireApp) -> (String, String) {
 
 /// What the merge reads itself of every Application a shard holds at one commit, from the
 /// Application's spec, the inventory and the repositories (no process): its name, project,
-/// destination and the Application as stored, for every one; when its
-/// destination is no cluster of the inventory or its sources are plain manifests (no chart,
-/// no kustomization: what every shard renders alike, [`render::replan`]), its sources,
-/// objects and render keys too; and when it has a helm or kustomize source beside
-/// directories of manifests, each object of those directories is among its objects. So a
+/// destination and the Application as stored, for every one; when its destination is no
+/// cluster of the inventory or its sources are plain manifests (no chart, no kustomization:
+/// what every shard renders alike, [`render::replan`]), its sources, objects and render keys
+/// too; and when it has a helm or kustomize source beside directories of manifests, each
+/// object of those directories is among its objects. So a
 /// partial cannot leave out, change or add an object of plain manifests (the CRD that stops
 /// serving a version, a resource still using it), beside a chart or not: what a helm or
 /// kustomize render holds stays its shard's word.
