@@ -1113,7 +1113,8 @@ fn a_files_application_held_with_another_spec_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        refusal.contains("with another spec than the file's"),
+        refusal.contains("with another spec than the file's")
+            || refusal.contains("with another spec than every shard's render keeps for it"),
         "{refusal}"
     );
     // The same forgery under another claimed origin (a parent nobody holds, an
@@ -1884,6 +1885,33 @@ fn an_application_a_plain_parent_deploys_is_held_with_the_spec_every_shard_rende
         )) && refusal.contains(
             "with its file's spec (family/redeployed.yaml), which a parent of plain manifests every shard renders replaces"
         ),
+        "{refusal}"
+    );
+
+    // The same, but under the file's own origin (this stop's review, H1): the file's spec,
+    // stored form, cluster and plain objects, all as the file alone gives them; only the
+    // digest every shard keeps tells that the parent's copy replaces it.
+    let mut forged = through_json(&honest);
+    forge_spec(&mut forged[x], "family-redeployed", true, &|m| {
+        m["spec"]["destination"]["name"] = serde_json::json!("prod-eu");
+    });
+    let part = &mut forged[x];
+    for apps in [&mut part.head_applications, &mut part.base_applications] {
+        let app = apps
+            .iter_mut()
+            .find(|a| a.name == "family-redeployed")
+            .unwrap();
+        app.origin = render::Origin::File {
+            path: "family/redeployed.yaml".into(),
+            document: 0,
+        };
+    }
+    let refusal = refusal_of(forged, repo.path());
+    assert!(
+        refusal.contains(&format!(
+            "shard {}/{count} holds Application argocd/family-redeployed at the merge base",
+            x + 1
+        )) && refusal.contains(kept),
         "{refusal}"
     );
 }

@@ -5,7 +5,9 @@
 //! A shard ([`render::render_shard`]) renders the Applications whose shard key falls in it
 //! ([`render::shard_key`]: the Application's sources without `targetRevision`, its destination
 //! namespace, its name where it may be helm's release name), so the Applications that share
-//! one render share one shard and a chart bump moves none. Both sides of an Application's diff
+//! one render share one shard and a chart bump moves none; the head's keys are dealt out over
+//! the shards chart by chart ([`render::Stripes`], read by each shard and by the merge from
+//! the head's common path, never from a partial). Both sides of an Application's diff
 //! are rendered by one shard: an Application the head holds goes where the head's spec puts
 //! it at both commits ([`render::render_shard_against`]), one only the merge base holds where
 //! its base spec puts it. The children a helm or kustomize render of the shard produces stay in
@@ -166,10 +168,16 @@ impl Partial {
     /// A partial from its file's bytes; its objects are shared through `shared` with the
     /// other partials read with it (each parsed once).
     pub fn from_slice(bytes: &[u8], shared: &Arc<SharedObjects>) -> serde_json::Result<Partial> {
+        /// Clears this thread's sharing however the read ends (a panic included).
+        struct Reset;
+        impl Drop for Reset {
+            fn drop(&mut self) {
+                SHARING.with(|s| *s.borrow_mut() = None);
+            }
+        }
         SHARING.with(|s| *s.borrow_mut() = Some(shared.clone()));
-        let read = serde_json::from_slice(bytes);
-        SHARING.with(|s| *s.borrow_mut() = None);
-        read
+        let _reset = Reset;
+        serde_json::from_slice(bytes)
     }
 }
 
@@ -386,9 +394,19 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     // Where each Application goes is read from the head's common path first (no process):
     // the stripes deal its keys out over the shards, at both commits, and the merge base's
     // render puts an Application the head holds where the head's spec puts it. Where the
-    // head's path fails, so does the head's render: the partial is undecided whatever the
-    // merge base's render does.
-    let head_keys = Arc::new(render::shard_keys(config, &head).unwrap_or_default());
+    // head's path fails, the partial is undecided with its errors (the head's render would
+    // fail on them too).
+    let head_keys = match render::shard_keys(config, &head) {
+        Ok(keys) => Arc::new(keys),
+        Err(failure) => {
+            // Every shard deals the same stripes or none: undecided, never dealt by hash.
+            partial.undecided = Some(Undecided {
+                head: check::error_lines(Some(&failure), None),
+                base: Vec::new(),
+            });
+            return partial;
+        }
+    };
     let stripes = Arc::new(render::Stripes::new(head_keys.values(), shard.count));
     let (head_rendering, base_rendering) = check::render_pair(
         &head,
@@ -1040,11 +1058,13 @@ struct Commit<'a> {
 }
 
 /// Every Application on the path every shard follows that no file declares (what an
-/// ApplicationSet generates, what a parent of plain manifests deploys) is held with the spec
-/// every shard's render keeps for it (the digests every partial gives alike:
-/// [`same_common_path`]), before its shard key is read from that spec: the merge does not
-/// expand ApplicationSets itself (a goTemplate one runs helm's engine). A file's Application
-/// is bound by its file ([`file_spec_whatever_the_origin`], [`declared_as_the_files_say`]).
+/// ApplicationSet generates, what a parent of plain manifests deploys), and every one held as
+/// its file's, is held with the spec every shard's render keeps for it (the digests every
+/// partial gives alike: [`same_common_path`]), before its shard key is read from that spec:
+/// the merge does not expand ApplicationSets itself (a goTemplate one runs helm's engine).
+/// A file's Application held under a parent's origin is bound by
+/// [`file_spec_whatever_the_origin`], one held as its file's also by
+/// [`declared_as_the_files_say`].
 fn as_every_shard_keeps(
     parts: &[Partial],
     side: Side,
@@ -1060,7 +1080,15 @@ fn as_every_shard_keeps(
     let held: Vec<(usize, (&Partial, &WireApp))> = parts
         .iter()
         .flat_map(|part| side.applications(part).iter().map(move |app| (part, app)))
-        .filter(|(_, app)| !declared.contains(&(app.namespace.as_str(), app.name.as_str())))
+        // A copy held as its file's too: a parent every shard renders may replace the file's
+        // spec (the parent's wins), and then the file's spec under the file's origin is not
+        // what the repository deploys. A file's Application held under a parent's origin is
+        // left to `file_spec_whatever_the_origin` (a helm parent of the holder's own may hold
+        // the copy that counts).
+        .filter(|(_, app)| {
+            matches!(app.origin, Origin::File { .. })
+                || !declared.contains(&(app.namespace.as_str(), app.name.as_str()))
+        })
         .enumerate()
         .collect();
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1072,7 +1100,7 @@ fn as_every_shard_keeps(
     found.sort_by_key(|(index, _)| *index);
     match found.into_iter().find_map(|(_, refused)| refused) {
         Some((part, app)) => Err(MergeError(format!(
-            "shard {} holds Application {}/{} at {at} with another spec than every shard's render keeps for it on the path every shard follows (what its ApplicationSet generates or its parent of plain manifests deploys): a partial holds only what the repository holds",
+            "shard {} holds Application {}/{} at {at} with another spec than every shard's render keeps for it on the path every shard follows: a partial holds only what the repository holds",
             label(part.shard),
             app.namespace,
             app.name
