@@ -565,14 +565,23 @@ fn copy_app(from: &Partial, app: &shard::WireApp, to: &mut Partial) -> shard::Wi
 fn honest_parts(count: usize) -> (common::TestRepo, Vec<Partial>) {
     let (repo, base, head) = case_repo("kind-not-served");
     let config = config(repo.path(), cache());
-    let parts = (0..count)
+    let parts = shard_parts(&config, &base, &head, count);
+    (repo, parts)
+}
+
+/// Every shard's partial of one check, through JSON (as `gate merge` reads them).
+fn shard_parts(config: &RenderConfig, base: &str, head: &str, count: usize) -> Vec<Partial> {
+    (0..count)
         .map(|index| {
-            let partial =
-                shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
+            let partial = shard::check_shard(
+                config,
+                base.to_string(),
+                head.to_string(),
+                Shard { index, count },
+            );
             serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
         })
-        .collect();
-    (repo, parts)
+        .collect()
 }
 
 /// The attack of a forged (or misconfigured) shard: its partial holds an Application of
@@ -1465,15 +1474,7 @@ fn a_partials_credits_name_only_its_own_renders() {
         "{:?}",
         unsharded.verdict.errors
     );
-    let parts = |count: usize| -> Vec<Partial> {
-        (0..count)
-            .map(|index| {
-                let partial =
-                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
-                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
-            })
-            .collect()
-    };
+    let parts = |count: usize| shard_parts(&config, &base, &head, count);
     // Honest credits merge into the unsharded verdict.
     let mut credited = None;
     for count in 1..=6 {
@@ -1836,15 +1837,7 @@ fn an_application_a_plain_parent_deploys_is_held_with_the_spec_every_shard_rende
         ),
         "the parent's copy wins"
     );
-    let parts = |count: usize| -> Vec<Partial> {
-        (0..count)
-            .map(|index| {
-                let partial =
-                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
-                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
-            })
-            .collect()
-    };
+    let parts = |count: usize| shard_parts(&config, &base, &head, count);
     for count in 1..=4 {
         let merged = shard::merge(parts(count), repo.path())
             .unwrap_or_else(|e| panic!("{count} shards: {e}"));
@@ -1972,15 +1965,7 @@ fn the_plain_sources_beside_a_chart_are_read_again() {
         "the change is red: {:?}",
         unsharded.verdict.errors
     );
-    let parts = |count: usize| -> Vec<Partial> {
-        (0..count)
-            .map(|index| {
-                let partial =
-                    shard::check_shard(&config, base.clone(), head.clone(), Shard { index, count });
-                serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
-            })
-            .collect()
-    };
+    let parts = |count: usize| shard_parts(&config, &base, &head, count);
     for count in 1..=3 {
         assert_same(
             &unsharded,
