@@ -396,6 +396,39 @@ fn the_binary_merges_shards_into_the_check_report() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("left it out"), "{stderr}");
     assert!(!out.path().join("forged-verdict.json").exists());
+    // A partial over the cap (sparse: no disk used) is refused before it is read, in one
+    // line; so is one that is no regular file (a device: endless).
+    let huge = out.path().join("huge.json");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(shard::MAX_PARTIAL_BYTES + 1)
+        .unwrap();
+    for given in [huge.as_path(), Path::new("/dev/zero")] {
+        let refused = common::gate(cache.path())
+            .args(["merge"])
+            .arg(&parts[0])
+            .arg(given)
+            .arg(&parts[2])
+            .arg("--repo")
+            .arg(repo.path())
+            .arg("--json")
+            .arg(out.path().join("forged-verdict.json"))
+            .output()
+            .unwrap();
+        assert_ne!(refused.status.code(), Some(0));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let why = if given == huge {
+            "is over the 2048 MiB a partial may be"
+        } else {
+            "is not a regular file"
+        };
+        assert!(
+            stderr.contains(&format!("partial {} {why}", given.display())),
+            "{stderr}"
+        );
+        assert!(!out.path().join("forged-verdict.json").exists());
+    }
 }
 
 /// The work is split: with no cache, each of three shards runs fewer helm and kustomize

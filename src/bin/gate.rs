@@ -897,8 +897,33 @@ fn read_partial(
     path: &std::path::Path,
     shared: &Arc<gate::shard::SharedObjects>,
 ) -> Result<gate::shard::Partial> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("cannot read partial {}", path.display()))?;
+    use std::io::Read as _;
+    let cannot = || format!("cannot read partial {}", path.display());
+    let over = || {
+        anyhow::anyhow!(
+            "partial {} is over the {} MiB a partial may be: not a partial of this gate",
+            path.display(),
+            gate::shard::MAX_PARTIAL_BYTES >> 20
+        )
+    };
+    // A regular file within the cap, read no further than the cap (a file that grows while
+    // it is read included): another job's file never exhausts the merge's memory.
+    let mut file = std::fs::File::open(path).with_context(cannot)?;
+    let metadata = file.metadata().with_context(cannot)?;
+    if !metadata.is_file() {
+        anyhow::bail!("partial {} is not a regular file", path.display());
+    }
+    if metadata.len() > gate::shard::MAX_PARTIAL_BYTES {
+        return Err(over());
+    }
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    (&mut file)
+        .take(gate::shard::MAX_PARTIAL_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(cannot)?;
+    if bytes.len() as u64 > gate::shard::MAX_PARTIAL_BYTES {
+        return Err(over());
+    }
     gate::shard::Partial::from_slice(&bytes, shared)
         .with_context(|| format!("{} is not a partial check result", path.display()))
 }

@@ -468,6 +468,10 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     partial
 }
 
+/// The largest partial `gate merge` reads: 2 GiB (one shard of a 5,000-Application fleet
+/// with CRD-heavy charts writes 11-30 MB).
+pub const MAX_PARTIAL_BYTES: u64 = 2 << 30;
+
 /// The most shards a check is split into (a CI matrix is far smaller).
 pub const MAX_SHARDS: usize = 1024;
 
