@@ -1104,7 +1104,7 @@ fn as_every_shard_keeps(
     found.sort_by_key(|(index, _)| *index);
     match found.into_iter().find_map(|(_, refused)| refused) {
         Some((part, app)) => Err(MergeError(format!(
-            "shard {} holds Application {}/{} at {at} with another spec than every shard's render keeps for it on the path every shard follows: a partial holds only what the repository holds",
+            "shard {} holds Application {}/{} at {at} with another spec than every shard's render keeps for it on the path every shard follows: a partial holds only what the repository holds (if no partial was tampered with, a render of the holder's own deploys it first with other metadata: check this pull request unsharded)",
             label(part.shard),
             app.namespace,
             app.name
@@ -1130,7 +1130,7 @@ fn same_common_path(parts: &[Partial], side: Side, at: &str) -> Result<(), Merge
         }
         if side.common_specs(part) != specs {
             return Err(MergeError(format!(
-                "shard {} and shard {} kept different specs for the Applications at {} on the path every shard follows: one run's partials only",
+                "shard {} and shard {} kept different specs for the Applications at {} on the path every shard follows: one run's partials only (a generator reading another repository's moving branch can differ between runners: check this pull request unsharded)",
                 label(parts[0].shard),
                 label(part.shard),
                 at
