@@ -317,12 +317,7 @@ const GROUP_HEX: usize = 16;
 /// `path`: what [`Stripes`] deals out by), then the 64 of the whole.
 pub fn shard_key(app: &Value) -> String {
     use sha2::Digest as _;
-    let sources: &[Value] = match app.pointer("/spec/sources").and_then(Value::as_array) {
-        Some(sources) if !sources.is_empty() => sources,
-        _ => app
-            .pointer("/spec/source")
-            .map_or(&[], std::slice::from_ref),
-    };
+    let sources = source::source_slice(app);
     let named = sources.iter().any(release_may_be_the_name);
     let text = |pointer: &str| app.pointer(pointer).and_then(Value::as_str).unwrap_or("");
     // Written as the JSON object {"sources", "namespace", "name"} with each source's keys

@@ -28,32 +28,16 @@ pub(super) struct PendingApp {
 impl Engine<'_> {
     pub(super) fn plan_application(&mut self, id: &str, item: &Item) -> Result<PendingApp, String> {
         let app = &item.object;
-        let server = app
-            .pointer("/spec/destination/server")
-            .and_then(Value::as_str);
-        let cluster_name = app
-            .pointer("/spec/destination/name")
-            .and_then(Value::as_str);
-        let Some(cluster) = self.config.inventory.destination(server, cluster_name) else {
-            // Argo CD generates it and marks it "cluster not found": the rest of the render
-            // goes on, and the gate's rules decide what this one means.
-            let destination = match (server, cluster_name) {
-                (Some(s), _) if !s.is_empty() => format!("server {s}"),
-                (_, Some(n)) if !n.is_empty() => format!("name {n}"),
-                _ => "(none set)".to_string(),
-            };
-            let mut pending = self.pending_app(
-                id,
-                item,
-                ClusterRef {
-                    name: UNKNOWN_CLUSTER.to_string(),
-                    server: server.unwrap_or("").to_string(),
-                },
-                source::sources_of(app),
-                Vec::new(),
-            );
-            pending.app.destination_unknown = Some(destination);
-            return Ok(pending);
+        let cluster = match destination_of(app, &self.config.inventory) {
+            Ok(cluster) => cluster,
+            Err((cluster, destination)) => {
+                // Argo CD generates it and marks it "cluster not found": the rest of the
+                // render goes on, and the gate's rules decide what this one means.
+                let mut pending =
+                    self.pending_app(id, item, cluster, source::sources_of(app), Vec::new());
+                pending.app.destination_unknown = Some(destination);
+                return Ok(pending);
+            }
         };
         let digests = |dir: &Path| -> Result<String, String> {
             let mut cache = self.chart_digests.lock().unwrap_or_else(|p| p.into_inner());
@@ -165,6 +149,33 @@ impl Engine<'_> {
     }
 }
 
+/// An Application's destination cluster in the inventory; where the inventory has none of
+/// that server or name, the cluster as the Application names it and its destination in words
+/// (what `destination_unknown` says).
+fn destination_of<'i>(
+    app: &Value,
+    inventory: &'i crate::render::inventory::Inventory,
+) -> Result<std::borrow::Cow<'i, crate::render::inventory::Cluster>, (ClusterRef, String)> {
+    let server = app
+        .pointer("/spec/destination/server")
+        .and_then(Value::as_str);
+    let name = app
+        .pointer("/spec/destination/name")
+        .and_then(Value::as_str);
+    inventory.destination(server, name).ok_or_else(|| {
+        let destination = match (server, name) {
+            (Some(s), _) if !s.is_empty() => format!("server {s}"),
+            (_, Some(n)) if !n.is_empty() => format!("name {n}"),
+            _ => "(none set)".to_string(),
+        };
+        let cluster = ClusterRef {
+            name: UNKNOWN_CLUSTER.to_string(),
+            server: server.unwrap_or("").to_string(),
+        };
+        (cluster, destination)
+    })
+}
+
 /// The key of a plain job's objects: keyed by content, so equal directories share them.
 fn objects_key(objects: &[Value]) -> String {
     format!(
@@ -235,29 +246,13 @@ pub fn replan(
     inventory: &crate::render::inventory::Inventory,
     repos: &crate::render::repos::RepoResolver,
 ) -> Result<Replanned, String> {
-    let server = manifest
-        .pointer("/spec/destination/server")
-        .and_then(Value::as_str);
-    let cluster_name = manifest
-        .pointer("/spec/destination/name")
-        .and_then(Value::as_str);
-    let Some(cluster) = inventory.destination(server, cluster_name) else {
-        let destination = match (server, cluster_name) {
-            (Some(s), _) if !s.is_empty() => format!("server {s}"),
-            (_, Some(n)) if !n.is_empty() => format!("name {n}"),
-            _ => "(none set)".to_string(),
-        };
-        let mut app = application_of(
-            manifest,
-            origin,
-            ClusterRef {
-                name: UNKNOWN_CLUSTER.to_string(),
-                server: server.unwrap_or("").to_string(),
-            },
-            source::sources_of(manifest),
-        );
-        app.destination_unknown = Some(destination);
-        return Ok(Replanned::Whole(app));
+    let cluster = match destination_of(manifest, inventory) {
+        Ok(cluster) => cluster,
+        Err((cluster, destination)) => {
+            let mut app = application_of(manifest, origin, cluster, source::sources_of(manifest));
+            app.destination_unknown = Some(destination);
+            return Ok(Replanned::Whole(app));
+        }
     };
     let cluster_ref = ClusterRef {
         name: cluster.name.clone(),

@@ -105,9 +105,25 @@ pub struct PlanContext<'a> {
 
 /// The sources of an Application: `spec.sources` when set, else `spec.source`.
 pub fn sources_of(app: &Value) -> Vec<Value> {
+    source_slice(app).to_vec()
+}
+
+/// [`sources_of`], borrowed.
+pub(crate) fn source_slice(app: &Value) -> &[Value] {
     match app.pointer("/spec/sources").and_then(Value::as_array) {
-        Some(sources) if !sources.is_empty() => sources.clone(),
-        _ => app.pointer("/spec/source").cloned().into_iter().collect(),
+        Some(sources) if !sources.is_empty() => sources,
+        _ => app
+            .pointer("/spec/source")
+            .map_or(&[], std::slice::from_ref),
+    }
+}
+
+/// An error of source `index` of `count`, named as such when there are several.
+fn of_source(count: usize, index: usize, error: String) -> String {
+    if count > 1 {
+        format!("sources[{index}]: {error}")
+    } else {
+        error
     }
 }
 
@@ -154,13 +170,7 @@ pub fn plan(
             });
             continue;
         }
-        let context = |e: String| {
-            if sources.len() > 1 {
-                format!("sources[{index}]: {e}")
-            } else {
-                e
-            }
-        };
+        let context = |e: String| of_source(sources.len(), index, e);
         planned.push(plan_source(app, &name, source, cluster, &refs, ctx).map_err(context)?);
     }
     Ok(planned)
@@ -396,13 +406,7 @@ pub fn plain_objects(
     let sources = sources_of(app);
     let mut objects = Vec::new();
     for (index, source) in sources.iter().enumerate() {
-        let context = |e: String| {
-            if sources.len() > 1 {
-                format!("sources[{index}]: {e}")
-            } else {
-                e
-            }
-        };
+        let context = |e: String| of_source(sources.len(), index, e);
         if is_values_only(source)
             || source_runs_a_process(name, source, ctx.repos).map_err(context)?
         {
