@@ -396,6 +396,32 @@ fn the_binary_merges_shards_into_the_check_report() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("left it out"), "{stderr}");
     assert!(!out.path().join("forged-verdict.json").exists());
+    // A forged partial whose Application's name carries a newline and a terminal escape: the
+    // refusal quotes it on one line of printable characters (no forged log line, no escape).
+    let mut part: Partial = serde_json::from_slice(&std::fs::read(&parts[1]).unwrap()).unwrap();
+    let mut app: shard::WireApp = serde_json::from_value(
+        serde_json::to_value(part.head_applications.first().expect("shard 2/3 holds one")).unwrap(),
+    )
+    .unwrap();
+    app.name = "evil\n\u{1b}[2Kaddons-gate: green\r".into();
+    part.head_applications.push(app);
+    let path = out.path().join("escaped.json");
+    std::fs::write(&path, serde_json::to_vec(&part).unwrap()).unwrap();
+    let refused = common::gate(cache.path())
+        .args(["merge"])
+        .args([&parts[0], &path, &parts[2]])
+        .arg("--repo")
+        .arg(repo.path())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("evil ?[2Kaddons-gate: green"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
     // A partial over the cap (sparse: no disk used) is refused before it is read, in one
     // line; so is one that is no regular file (a device: endless).
     let huge = out.path().join("huge.json");

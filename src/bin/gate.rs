@@ -964,7 +964,10 @@ fn merge_command(
             finish_check(&result, report, json, (html, &links), quiet, started)
         }
         Err(refusal) => {
-            eprintln!("gate: cannot merge: {refusal}");
+            eprintln!(
+                "gate: cannot merge: {}",
+                gate::shard::one_line(&refusal.to_string())
+            );
             Ok(ExitCode::from(2))
         }
     }

@@ -601,8 +601,16 @@ impl Side {
 }
 
 /// One line of any text (a git or file error may hold several).
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+/// `text` on one line of printable characters: whitespace runs (newlines included) one space,
+/// any other control character (a terminal escape) a `?`. A refusal quotes names a partial
+/// gives; the CI log that shows it gets no line and no escape of the partial's making.
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
 }
 
 /// The shard key of each Application on one commit's common path (the repository's files and
