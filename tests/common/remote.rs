@@ -264,10 +264,10 @@ pub fn a_corrupted_truncated_or_foreign_object_is_a_miss_and_rendered_again(flee
     let objects = entries(fleet);
     assert!(objects.len() >= 4, "{objects:?}");
     let store = &fleet.store;
-    // One byte of the output changed.
+    // One byte of the (compressed) output changed.
     let mut corrupted = store.read(&objects[0]);
     let last = corrupted.len() - 2;
-    corrupted[last] ^= 0x01;
+    corrupted[last] ^= 0x5a;
     store.write(&objects[0], &corrupted);
     // The last bytes cut off.
     let truncated = store.read(&objects[1]);
@@ -293,8 +293,8 @@ pub fn a_corrupted_truncated_or_foreign_object_is_a_miss_and_rendered_again(flee
         run.stderr
     );
     for (key, why) in [
-        (&objects[0], "digest differs"),
-        (&objects[1], "size differs"),
+        (&objects[0], "corrupted?"),
+        (&objects[1], "truncated"),
         (&objects[2], "another entry's name"),
     ] {
         assert!(
@@ -330,21 +330,23 @@ pub fn a_corrupted_truncated_or_foreign_object_is_a_miss_and_rendered_again(flee
 }
 
 /// An object as someone who can write the bucket but holds no trusted key would make it:
-/// `forge`'s output under the honest header's entry, with its own digest and size, and the
-/// signature line `sign` gives for the four signed lines.
+/// `forge`'s output under the honest header's entry, with its own digest and size, compressed
+/// as the gate writes it, and the signature line `sign` gives for the five signed lines.
 fn forged(honest: &[u8], forge: impl Fn(&str) -> String, sign: impl Fn(&str) -> String) -> Vec<u8> {
     use sha2::Digest as _;
-    let text = String::from_utf8(honest.to_vec()).expect("UTF-8");
-    let (header, output) = text.split_once("\n\n").expect("a header");
-    let mut lines = header.lines();
-    let (magic, entry) = (
-        lines.next().expect("magic"),
-        lines.next().expect("the entry"),
-    );
-    let honest_signature = header.lines().nth(4).expect("a signature").to_string();
-    let output = forge(output);
+    let body_at = honest
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .expect("a header")
+        + 2;
+    let header = std::str::from_utf8(&honest[..body_at]).expect("a text header");
+    let lines: Vec<&str> = header.lines().collect();
+    let (magic, entry, encoding) = (lines[0], lines[1], lines[4]);
+    let honest_signature = lines[5].to_string();
+    let honest_output = zstd::bulk::decompress(&honest[body_at..], 1 << 30).expect("a zstd frame");
+    let output = forge(std::str::from_utf8(&honest_output).expect("UTF-8"));
     let signed = format!(
-        "{magic}\n{entry}\nsha256 {}\nsize {}\n",
+        "{magic}\n{entry}\nsha256 {}\nsize {}\n{encoding}\n",
         hex::encode(sha2::Sha256::digest(output.as_bytes())),
         output.len()
     );
@@ -352,7 +354,9 @@ fn forged(honest: &[u8], forge: impl Fn(&str) -> String, sign: impl Fn(&str) -> 
         s if s.is_empty() => honest_signature,
         s => format!("signature {s}"),
     };
-    format!("{signed}{signature}\n\n{output}").into_bytes()
+    let mut object = format!("{signed}{signature}\n\n").into_bytes();
+    object.extend_from_slice(&zstd::bulk::compress(output.as_bytes(), 3).expect("zstd"));
+    object
 }
 
 /// A pull request's run (no signing key) writes nothing, and objects planted by whoever can
