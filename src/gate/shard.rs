@@ -9,7 +9,7 @@
 //! the shards chart by chart ([`render::Stripes`], read by each shard and by the merge from
 //! the head's common path, never from a partial). Both sides of an Application's diff
 //! are rendered by one shard: an Application the head holds goes where the head's spec puts
-//! it at both commits ([`render::render_shard_against`]), one only the merge base holds where
+//! it at both commits ([`render::render_shard_dealt`], against the head), one only the merge base holds where
 //! its base spec puts it. The children a helm or kustomize render of the shard produces stay in
 //! it; every shard expands every ApplicationSet and renders every Application of plain
 //! manifests (no process: how each shard finds its own).
@@ -391,29 +391,42 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
         }
     };
     partial.confinement = Some(confinement);
-    // Where each Application goes is read from the head's common path first (no process):
-    // the stripes deal its keys out over the shards, at both commits, and the merge base's
-    // render puts an Application the head holds where the head's spec puts it. Where the
-    // head's path fails, the partial is undecided with its errors (the head's render would
-    // fail on them too).
-    let head_keys = match render::shard_keys(config, &head) {
-        Ok(keys) => Arc::new(keys),
-        Err(failure) => {
-            // Every shard deals the same stripes or none: undecided, never dealt by hash.
-            partial.undecided = Some(Undecided {
-                head: check::error_lines(Some(&failure), None),
-                base: Vec::new(),
-            });
-            return partial;
-        }
-    };
-    let stripes = Arc::new(render::Stripes::new(head_keys.values(), shard.count));
+    // Where each Application goes is read from the head's common path (no process): the
+    // stripes deal its keys out over the shards, at both commits, and the merge base's render
+    // puts an Application the head holds where the head's spec puts it. The head's render
+    // reads them first (its ApplicationSets expanded once for both), the merge base's plans
+    // meanwhile and waits for them where it first places an Application. Where the head's
+    // path fails, the partial is undecided with its errors (the head's render would fail on
+    // them too), never dealt by hash: every shard deals the same stripes or none.
+    let expansions = Arc::new(render::Expansions::default());
+    let dealing = Arc::new(render::Dealing::of_head(
+        config,
+        &head,
+        shard.count,
+        expansions.clone(),
+    ));
     let (head_rendering, base_rendering) = check::render_pair(
         &head,
         &base,
-        || render::render_shard_striped(config, &head, shard, stripes.clone()),
-        || render::render_shard_against(config, &base, shard, head_keys.clone(), stripes.clone()),
+        || {
+            render::render_shard_dealt(
+                config,
+                &head,
+                shard,
+                dealing.clone(),
+                Some(expansions),
+                false,
+            )
+        },
+        || render::render_shard_dealt(config, &base, shard, dealing.clone(), None, true),
     );
+    if let Err(failure) = dealing.dealt() {
+        partial.undecided = Some(Undecided {
+            head: check::error_lines(Some(failure), None),
+            base: Vec::new(),
+        });
+        return partial;
+    }
     let (base_rendering, head_rendering) = match (base_rendering, head_rendering) {
         (Ok(b), Ok(h)) => (b, h),
         (b, h) => {

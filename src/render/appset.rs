@@ -256,37 +256,51 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
             .generate(generator, &Params::new(), 0)
             .map_err(|e| format!("generators[{index}]: {e}"))?;
         // Group parameter sets by their template so each template is rendered in one batch.
+        // A set without a template override takes the ApplicationSet's own template, under
+        // the empty key (no template's JSON is empty): neither copied nor written out per set
+        // (an ApplicationSet of thousands of Applications has thousands of sets).
         let mut by_template: BTreeMap<String, (Value, Vec<Params>)> = BTreeMap::new();
         let mut order = Vec::new();
         for set in sets {
-            let mut effective = template.clone();
-            if let Some(Value::Object(override_map)) = &set.template_override
-                && let Value::Object(base) = &mut effective
-            {
-                merge_generator_template(base, override_map);
-            }
-            let key = effective.to_string();
-            order.push((
-                key.clone(),
-                by_template.get(&key).map(|(_, p)| p.len()).unwrap_or(0),
-            ));
-            by_template
-                .entry(key)
-                .or_insert_with(|| (effective, Vec::new()))
-                .1
-                .push(set.params);
+            let key = match &set.template_override {
+                Some(Value::Object(override_map)) if template.is_object() => {
+                    let mut effective = template.clone();
+                    if let Value::Object(base) = &mut effective {
+                        merge_generator_template(base, override_map);
+                    }
+                    let key = effective.to_string();
+                    by_template
+                        .entry(key.clone())
+                        .or_insert_with(|| (effective, Vec::new()));
+                    key
+                }
+                _ => {
+                    by_template
+                        .entry(String::new())
+                        .or_insert_with(|| (template.clone(), Vec::new()));
+                    String::new()
+                }
+            };
+            let sets_of = &mut by_template.get_mut(&key).expect("just inserted").1;
+            order.push((key, sets_of.len()));
+            sets_of.push(set.params);
         }
-        let mut rendered_by_template: HashMap<String, Vec<Value>> = HashMap::new();
+        // Each rendered template taken once, by its position.
+        let mut rendered_by_template: HashMap<String, Vec<Option<Value>>> = HashMap::new();
         for (key, (effective, param_sets)) in &by_template {
             let mut with_patch = effective.clone();
             if let Some(patch) = template_patch {
                 with_patch["__templatePatch"] = Value::String(patch.to_string());
             }
             let rendered = expander.render_value(&with_patch, param_sets)?;
-            rendered_by_template.insert(key.clone(), rendered);
+            rendered_by_template.insert(key.clone(), rendered.into_iter().map(Some).collect());
         }
         for (key, position) in order {
-            let mut rendered = rendered_by_template[&key][position].clone();
+            let mut rendered = rendered_by_template
+                .get_mut(&key)
+                .and_then(|r| r.get_mut(position))
+                .and_then(Option::take)
+                .unwrap_or(Value::Null);
             let patch = rendered
                 .as_object_mut()
                 .and_then(|m| m.remove("__templatePatch"));
@@ -298,11 +312,18 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
             if unparameterised {
                 rendered = effective.clone();
             }
+            let mut part = |name: &str| {
+                rendered
+                    .as_object_mut()
+                    .and_then(|m| m.remove(name))
+                    .unwrap_or(json!({}))
+            };
+            let (metadata, spec) = (part("metadata"), part("spec"));
             let mut application = json!({
                 "apiVersion": "argoproj.io/v1alpha1",
                 "kind": "Application",
-                "metadata": rendered.get("metadata").cloned().unwrap_or(json!({})),
-                "spec": rendered.get("spec").cloned().unwrap_or(json!({})),
+                "metadata": metadata,
+                "spec": spec,
             });
             if !unparameterised {
                 add_resources_finalizer(&mut application, preserve_resources);

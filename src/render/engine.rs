@@ -89,51 +89,67 @@ pub fn render_shard(
     revision: &str,
     shard: Shard,
 ) -> Result<Rendering, RenderFailure> {
-    let keys = shard_keys(config, revision)?;
-    let stripes = Arc::new(Stripes::new(keys.values(), shard.count));
-    render_shard_striped(config, revision, shard, stripes)
+    let expansions = Arc::new(Expansions::default());
+    let dealing = Arc::new(Dealing::of_head(
+        config,
+        revision,
+        shard.count,
+        expansions.clone(),
+    ));
+    render_shard_dealt(config, revision, shard, dealing, Some(expansions), false)
 }
 
-/// [`render_shard`] of the head, its Applications dealt out by `stripes` (of the head's
-/// [`shard_keys`]).
-pub fn render_shard_striped(
-    config: &RenderConfig,
-    revision: &str,
+/// [`render_shard`] with the head's [`Dealing`] (computed by whichever render asks first).
+///
+/// - The head's render (`against_head` false) takes the head's [`Expansions`]: the
+///   ApplicationSets the dealing expanded are not expanded again.
+/// - The merge base's render (`against_head` true): an Application the head's common path
+///   holds goes where the head's spec puts it, so that one shard renders both sides of its
+///   diff whatever else its source changed; one the head does not hold goes where its own
+///   spec puts it. It plans until it first places an Application before it waits for the
+///   dealing: its ApplicationSets expand while the head's keys are read.
+pub fn render_shard_dealt<'a>(
+    config: &'a RenderConfig,
+    revision: &'a str,
     shard: Shard,
-    stripes: Arc<Stripes>,
+    dealing: Arc<Dealing<'a>>,
+    expansions: Option<Arc<Expansions>>,
+    against_head: bool,
 ) -> Result<Rendering, RenderFailure> {
-    render_roots(config, revision, None, Some(Sharding::own(shard, stripes)))
-}
-
-/// [`render_shard`] of the merge base, against the head: an Application the head's common
-/// path holds (`head_keys`, [`shard_keys`] of the head) goes where the head's spec puts it,
-/// so that one shard renders both sides of its diff whatever else its source changed; one
-/// the head does not hold goes where its own spec puts it (`stripes`, the head's).
-pub fn render_shard_against(
-    config: &RenderConfig,
-    revision: &str,
-    shard: Shard,
-    head_keys: Arc<BTreeMap<String, String>>,
-    stripes: Arc<Stripes>,
-) -> Result<Rendering, RenderFailure> {
-    let mut sharding = Sharding::own(shard, stripes);
-    sharding.head_keys = Some(head_keys);
+    if !against_head && let Err(failure) = dealing.dealt() {
+        return Err(failure.clone());
+    }
+    let sharding = Sharding {
+        shard,
+        owns_nothing: false,
+        against_head,
+        dealing: Some(dealing),
+        expansions,
+    };
     render_roots(config, revision, None, Some(sharding))
 }
 
 /// The [`shard_key`] of every Application on the path every shard follows at `revision`
 /// (the repository's files, what their ApplicationSets generate, what Applications of plain
-/// manifests deploy), by identity: what [`render_shard_against`] takes. Renders nothing that
-/// runs a process.
+/// manifests deploy), by identity. Renders nothing that runs a process.
 pub fn shard_keys(
     config: &RenderConfig,
     revision: &str,
 ) -> Result<BTreeMap<String, String>, RenderFailure> {
+    keys_expanding(config, revision, None)
+}
+
+fn keys_expanding(
+    config: &RenderConfig,
+    revision: &str,
+    expansions: Option<Arc<Expansions>>,
+) -> Result<BTreeMap<String, String>, RenderFailure> {
     let sharding = Sharding {
         shard: Shard { index: 0, count: 1 },
         owns_nothing: true,
-        head_keys: None,
-        stripes: Arc::default(),
+        against_head: false,
+        dealing: None,
+        expansions,
     };
     Ok(render_roots(config, revision, None, Some(sharding))?
         .stats
@@ -150,33 +166,115 @@ pub fn render_applications(
     render_roots(config, revision, Some(applications), None)
 }
 
-/// How a sharded render picks its Applications.
-struct Sharding {
-    shard: Shard,
-    /// [`shard_keys`]: this render owns no Application (it follows the common path only).
-    owns_nothing: bool,
-    /// The merge base's render: the head's keys ([`render_shard_against`]).
-    head_keys: Option<Arc<BTreeMap<String, String>>>,
-    /// Which shard each key goes to.
-    stripes: Arc<Stripes>,
-}
+/// What an ApplicationSet generated, by the ApplicationSet's JSON text, for the renders of
+/// one revision in one process: a sharded check follows its head twice (its keys, then its
+/// shard), and the second takes what the first expanded (an ApplicationSet of 5,000
+/// Applications is a third of a shard's planning). Each answer is taken once.
+#[derive(Default)]
+pub struct Expansions(Mutex<HashMap<String, Result<Vec<Value>, String>>>);
 
-impl Sharding {
-    fn own(shard: Shard, stripes: Arc<Stripes>) -> Sharding {
-        Sharding {
-            shard,
-            owns_nothing: false,
-            head_keys: None,
-            stripes,
+impl Expansions {
+    fn expand(
+        &self,
+        appset: &Value,
+        expand: impl FnOnce() -> Result<Vec<Value>, String>,
+    ) -> Result<Vec<Value>, String> {
+        let Ok(text) = serde_json::to_string(appset) else {
+            return expand();
+        };
+        if let Some(known) = self.0.lock().ok().and_then(|mut m| m.remove(&text)) {
+            return known;
         }
+        let generated = expand();
+        if let Ok(mut known) = self.0.lock() {
+            known.insert(text, generated.clone());
+        }
+        generated
     }
 }
 
-fn render_roots(
-    config: &RenderConfig,
-    revision: &str,
+type Dealt = Result<(BTreeMap<String, String>, Stripes), RenderFailure>;
+type ReadKeys<'a> =
+    Box<dyn FnOnce() -> Result<BTreeMap<String, String>, RenderFailure> + Send + 'a>;
+
+/// Where a sharded check's Applications go: the head's common path's [`shard_keys`] and the
+/// [`Stripes`] dealt from them, computed once by whichever render asks first while the
+/// other waits (the merge base's render expands its ApplicationSets meanwhile).
+pub struct Dealing<'a> {
+    count: usize,
+    keys: Mutex<Option<ReadKeys<'a>>>,
+    dealt: std::sync::OnceLock<Dealt>,
+}
+
+impl<'a> Dealing<'a> {
+    /// The dealing of `head` over `count` shards, its ApplicationSets' expansions kept in
+    /// `expansions` for the head's own render.
+    pub fn of_head(
+        config: &'a RenderConfig,
+        head: &'a str,
+        count: usize,
+        expansions: Arc<Expansions>,
+    ) -> Dealing<'a> {
+        Dealing::with(count, move || {
+            keys_expanding(config, head, Some(expansions))
+        })
+    }
+
+    fn with(
+        count: usize,
+        keys: impl FnOnce() -> Result<BTreeMap<String, String>, RenderFailure> + Send + 'a,
+    ) -> Dealing<'a> {
+        Dealing {
+            count,
+            keys: Mutex::new(Some(Box::new(keys))),
+            dealt: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The head's keys and stripes, computed on the first call (the others wait for it), or
+    /// why the head's common path fails.
+    pub fn dealt(&self) -> Result<(&BTreeMap<String, String>, &Stripes), &RenderFailure> {
+        let dealt = self.dealt.get_or_init(|| {
+            let keys = self.keys.lock().ok().and_then(|mut k| k.take());
+            let Some(keys) = keys else {
+                return Err(RenderFailure {
+                    revision: String::new(),
+                    diagnostics: vec![Diagnostic {
+                        severity: Severity::Error,
+                        subject: "render".into(),
+                        message: "the shard's dealing stopped unexpectedly".into(),
+                    }],
+                    helm_failures: Vec::new(),
+                    values_users: Vec::new(),
+                });
+            };
+            let keys = keys()?;
+            let stripes = Stripes::new(keys.values(), self.count);
+            Ok((keys, stripes))
+        });
+        dealt.as_ref().map(|(keys, stripes)| (keys, stripes))
+    }
+}
+
+/// How a sharded render picks its Applications.
+struct Sharding<'a> {
+    shard: Shard,
+    /// [`shard_keys`]: this render owns no Application (it follows the common path only).
+    owns_nothing: bool,
+    /// The merge base's render: an Application the head's keys hold goes where the head's
+    /// key puts it.
+    against_head: bool,
+    /// Which shard each key goes to (none for [`shard_keys`] itself).
+    dealing: Option<Arc<Dealing<'a>>>,
+    /// ApplicationSets another render of this revision expanded.
+    expansions: Option<Arc<Expansions>>,
+}
+
+fn render_roots<'a>(
+    config: &'a RenderConfig,
+    revision: &'a str,
     given: Option<Vec<Value>>,
-    shard: Option<Sharding>,
+    shard: Option<Sharding<'a>>,
 ) -> Result<Rendering, RenderFailure> {
     let failure = |revision: &str, subject: &str, message: String| RenderFailure {
         revision: revision.to_string(),
@@ -290,7 +388,7 @@ pub(super) struct Engine<'a> {
     helm_failures: Vec<HelmFailure>,
     pub(super) values_users: Vec<(String, String, Vec<String>)>,
     /// Set for a sharded render: only this shard's Applications are rendered and kept.
-    shard: Option<Sharding>,
+    shard: Option<Sharding<'a>>,
     /// The Applications (by identity) this shard owns.
     owned: std::collections::HashSet<String>,
     /// Origins credited to a parent for Applications this shard did not render.
@@ -368,7 +466,13 @@ impl Engine<'_> {
                     helm: &self.config.helm,
                     work: &self.work.join(format!("appset-{}", self.seen.len())),
                 };
-                match appset::expand(&item.object, &ctx) {
+                let expanded = match self.shard.as_ref().and_then(|s| s.expansions.as_ref()) {
+                    Some(known) => {
+                        known.expand(&item.object, || appset::expand(&item.object, &ctx))
+                    }
+                    None => appset::expand(&item.object, &ctx),
+                };
+                match expanded {
                     Ok(generated) => {
                         let namespace = item
                             .object
@@ -461,15 +565,24 @@ impl Engine<'_> {
         if let Some(owner) = item.owner {
             return owner;
         }
-        if let Some(head) = sharding.head_keys.as_ref().and_then(|keys| keys.get(id)) {
-            return sharding.stripes.of(head);
+        let Some(dealing) = &sharding.dealing else {
+            // [`shard_keys`]: every Application's key, owned by none.
+            self.keys.insert(id.to_string(), shard_key(&item.object));
+            return 0;
+        };
+        match dealing.dealt() {
+            Ok((head_keys, stripes)) => {
+                if sharding.against_head
+                    && let Some(head) = head_keys.get(id)
+                {
+                    return stripes.of(head);
+                }
+                stripes.of(&shard_key(&item.object))
+            }
+            // The head's path fails: the check is undecided, this render is not used; it
+            // owns nothing.
+            Err(_) => usize::MAX,
         }
-        let key = shard_key(&item.object);
-        let owner = sharding.stripes.of(&key);
-        if sharding.owns_nothing {
-            self.keys.insert(id.to_string(), key);
-        }
-        owner
     }
 
     /// Each planned Application with the objects its jobs rendered (sorted), kept among the
@@ -870,4 +983,68 @@ fn refused_application(app: &Value) -> Option<String> {
         return Some("has a destination with neither server nor name (Argo CD: the destination server or name is required)".into());
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The head's keys are read once for both renders of a sharded check, whichever asks
+    /// first, and the other waits for them (a shard read them twice, and the merge base's
+    /// render could not start before they were read).
+    #[test]
+    fn a_dealing_reads_the_heads_keys_once_for_both_renders() {
+        let reads = AtomicUsize::new(0);
+        let dealing = Dealing::with(3, || {
+            reads.fetch_add(1, Ordering::SeqCst);
+            Ok(["k1", "k2", "k3", "k4"]
+                .iter()
+                .map(|k| (format!("Application argocd/{k}"), format!("{k:0>80}")))
+                .collect())
+        });
+        let dealt: Vec<Vec<usize>> = std::thread::scope(|scope| {
+            let askers: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let (keys, stripes) = dealing.dealt().expect("dealt");
+                        keys.values().map(|k| stripes.of(k)).collect()
+                    })
+                })
+                .collect();
+            askers.into_iter().map(|a| a.join().unwrap()).collect()
+        });
+        assert_eq!(reads.load(Ordering::SeqCst), 1);
+        assert!(dealt.iter().all(|d| *d == vec![0, 1, 2, 0]), "{dealt:?}");
+        // A head whose common path fails fails every asker alike.
+        let failing = Dealing::with(2, || {
+            Err(RenderFailure {
+                revision: "head".into(),
+                diagnostics: Vec::new(),
+                helm_failures: Vec::new(),
+                values_users: Vec::new(),
+            })
+        });
+        assert!(failing.dealt().is_err() && failing.dealt().is_err());
+    }
+
+    /// What the keys' pass expanded, the head's render takes once; the next asker (an
+    /// ApplicationSet twice in one render) expands again.
+    #[test]
+    fn an_expansion_is_taken_once() {
+        let expansions = Expansions::default();
+        let appset = serde_json::json!({"kind": "ApplicationSet", "metadata": {"name": "a"}});
+        let other = serde_json::json!({"kind": "ApplicationSet", "metadata": {"name": "b"}});
+        let runs = AtomicUsize::new(0);
+        let expand = || {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(vec![serde_json::json!({"kind": "Application"})])
+        };
+        let first = expansions.expand(&appset, expand);
+        assert_eq!(expansions.expand(&appset, expand), first);
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        expansions.expand(&other, expand).unwrap();
+        expansions.expand(&appset, expand).unwrap();
+        assert_eq!(runs.load(Ordering::SeqCst), 3);
+    }
 }

@@ -29,8 +29,8 @@ mod planning;
 mod util;
 
 pub use self::engine::{
-    Root, application_digest, is_argo_kind, render, render_applications, render_shard,
-    render_shard_against, render_shard_striped, roots, shard_keys,
+    Dealing, Expansions, Root, application_digest, is_argo_kind, render, render_applications,
+    render_shard, render_shard_dealt, roots, shard_keys,
 };
 pub use self::jobs::{HelmRunError, run_helm};
 pub use self::planning::{Replanned, replan, stored_application};
@@ -204,7 +204,7 @@ pub struct RenderStats {
     pub shard_known: std::collections::BTreeSet<Known>,
     /// [`shard_keys`]: the [`shard_key`] of every Application on that path, by identity
     /// (`Application namespace/name`), from the spec the render kept (a parent's over a
-    /// file's): at the head, where each goes at both commits ([`render_shard_against`]).
+    /// file's): at the head, where each goes at both commits ([`render_shard_dealt`]).
     pub shard_keys: BTreeMap<String, String>,
     /// A sharded render: [`application_digest`] of every Application it reached on that path,
     /// as a render keeps it among that path's objects (what a parent of plain manifests

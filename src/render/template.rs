@@ -72,7 +72,7 @@ pub fn map_strings(
                 .collect::<Result<_, _>>()?,
         ),
         Value::Object(object) => {
-            let mut out = Map::new();
+            let mut out = Map::with_capacity(object.len());
             for (k, v) in object {
                 out.insert(f(k)?, map_strings(v, f)?);
             }
