@@ -199,26 +199,35 @@ struct Header {
     /// The first five lines, as written: what the signature covers.
     signed: Vec<u8>,
     digest: String,
-    size: Option<usize>,
+    size: usize,
     signature: String,
 }
 
 /// An object being read, piece by piece as the store sends it: its header checked once
 /// whole (its signature included), its compressed output kept as it arrives (one buffer, no
-/// larger than the object), and nothing believed before [`Opening::finish`] has decompressed
-/// it to at most the signed size and checked that size and the digest ([`Trust::open`] on a
+/// longer than zstd's bound for the signed size: padding is refused as it arrives), and
+/// nothing believed before [`decode`] has decompressed it (one zstd frame spanning the body,
+/// to at most the signed size) and checked that size and the digest ([`Trust::open`] on a
 /// whole object is the same with one piece).
 struct Opening<'a> {
     trust: &'a Trust,
     entry: &'a str,
-    /// The object's length as the store states it: the compressed output's buffer is never
-    /// larger.
+    /// The object's length as the store states it.
     length: usize,
     /// The largest output believed: a render's cap.
     max_output: usize,
     /// The bytes so far, while the header is incomplete.
     start: Vec<u8>,
     header: Option<Header>,
+    /// The longest body the signed size allows (`ZSTD_compressBound`).
+    bound: usize,
+    compressed: Vec<u8>,
+}
+
+/// An object's body behind a header the trusted key signed: what [`decode`] checks.
+struct Body {
+    size: usize,
+    digest: String,
     compressed: Vec<u8>,
 }
 
@@ -231,6 +240,7 @@ impl<'a> Opening<'a> {
             max_output,
             start: Vec::new(),
             header: None,
+            bound: 0,
             compressed: Vec::new(),
         }
     }
@@ -238,8 +248,7 @@ impl<'a> Opening<'a> {
     /// The next bytes of the object; an error as soon as it cannot be believed.
     fn push(&mut self, piece: &[u8]) -> Result<(), &'static str> {
         if self.header.is_some() {
-            self.compressed.extend_from_slice(piece);
-            return Ok(());
+            return self.take_body(piece);
         }
         self.start.extend_from_slice(piece);
         let Some(at) = header_end(&self.start)? else {
@@ -252,37 +261,64 @@ impl<'a> Opening<'a> {
         UnparsedPublicKey::new(&ED25519, &self.trust.public)
             .verify(&header.signed, &signature)
             .map_err(|_| "not signed by the trusted key")?;
-        if header.size.is_none_or(|size| size > self.max_output) {
+        if header.size > self.max_output {
             return Err("larger than a render may be");
         }
         let rest = self.start.split_off(at);
         self.start = Vec::new();
-        self.compressed = Vec::with_capacity(self.length.saturating_sub(at).max(rest.len()));
-        self.compressed.extend_from_slice(&rest);
+        self.bound = zstd::compress_bound(header.size);
+        self.compressed = Vec::with_capacity(self.length.saturating_sub(at).min(self.bound));
         self.header = Some(header);
+        self.take_body(&rest)
+    }
+
+    fn take_body(&mut self, piece: &[u8]) -> Result<(), &'static str> {
+        if self.compressed.len() + piece.len() > self.bound {
+            return Err("its body is longer than its output compressed may be (padded?)");
+        }
+        self.compressed.extend_from_slice(piece);
         Ok(())
     }
 
-    /// The output, when the whole object holds.
-    fn finish(self) -> Result<String, &'static str> {
+    /// The body, when the whole header held; [`decode`] judges the rest.
+    fn into_body(self) -> Result<Body, &'static str> {
         let Some(header) = self.header else {
             return Err("not an entry of the gate's render cache");
         };
-        let size = header.size.unwrap_or(0);
-        // Never more than the signed size: a longer output fails to fit, whatever the frame
-        // claims of itself.
-        let mut output = Vec::with_capacity(size);
-        zstd::bulk::Decompressor::new()
-            .and_then(|mut d| d.decompress_to_buffer(&self.compressed, &mut output))
-            .map_err(|_| "its output does not decompress (truncated or corrupted?)")?;
-        if output.len() != size {
-            return Err("its size differs from its header's (truncated?)");
-        }
-        if hex(&Sha256::digest(&output)) != header.digest {
-            return Err("its digest differs from its header's (corrupted?)");
-        }
-        String::from_utf8(output).map_err(|_| "its output is not UTF-8")
+        Ok(Body {
+            size: header.size,
+            digest: header.digest,
+            compressed: self.compressed,
+        })
     }
+
+    #[cfg(test)]
+    fn finish(self) -> Result<String, &'static str> {
+        self.into_body().and_then(decode)
+    }
+}
+
+/// The output a body holds: one zstd frame spanning the whole body (nothing before or after
+/// it, skippable frames included), decompressed to no more than the signed size, of that
+/// size and digest. Milliseconds a megabyte: run off the runtime's one worker.
+fn decode(body: Body) -> Result<String, &'static str> {
+    let spans = zstd::zstd_safe::find_frame_compressed_size(&body.compressed);
+    if spans != Ok(body.compressed.len()) {
+        return Err("its output is not one whole zstd frame (truncated, padded or corrupted?)");
+    }
+    // Never more than the signed size: a longer output fails to fit, whatever the frame
+    // claims of itself.
+    let mut output = Vec::with_capacity(body.size);
+    zstd::bulk::Decompressor::new()
+        .and_then(|mut d| d.decompress_to_buffer(&body.compressed, &mut output))
+        .map_err(|_| "its output does not decompress (truncated or corrupted?)")?;
+    if output.len() != body.size {
+        return Err("its size differs from its header's (truncated?)");
+    }
+    if hex(&Sha256::digest(&output)) != body.digest {
+        return Err("its digest differs from its header's (corrupted?)");
+    }
+    String::from_utf8(output).map_err(|_| "its output is not UTF-8")
 }
 
 /// Where the header's lines end in `start` (the output's first byte), `None` while they may
@@ -328,7 +364,7 @@ fn read_header(entry: &str, header: &[u8]) -> Result<Header, &'static str> {
     let (Some(stated_entry), Some(digest), Some(size), Some(signature)) = (
         field(lines[1], "entry"),
         field(lines[2], "sha256"),
-        field(lines[3], "size"),
+        field(lines[3], "size").and_then(|size| size.parse::<usize>().ok()),
         field(lines[5], "signature"),
     ) else {
         return Err(not_an_entry);
@@ -341,7 +377,7 @@ fn read_header(entry: &str, header: &[u8]) -> Result<Header, &'static str> {
     Ok(Header {
         signed: header[..signed_end].to_vec(),
         digest,
-        size: size.parse::<usize>().ok(),
+        size,
         signature,
     })
 }
@@ -575,7 +611,10 @@ struct Shared {
     store: Arc<dyn ObjectStore>,
     location: Location,
     trust: Trust,
+    /// The largest object read: zstd's bound for the largest output, and a header.
     max_object_bytes: u64,
+    /// The largest output believed (the render output cap).
+    max_output: usize,
     counters: Counters,
     /// Until when the store counts as unreachable.
     degraded_until: Mutex<Option<Instant>>,
@@ -660,36 +699,45 @@ impl Shared {
                 return Ok(Err("larger than a render may be"));
             }
             let length = usize::try_from(got.meta.size).unwrap_or(usize::MAX);
-            let max_output = usize::try_from(self.max_object_bytes).unwrap_or(usize::MAX);
-            let mut opening = Opening::new(&self.trust, &entry, length, max_output);
+            let mut opening = Opening::new(&self.trust, &entry, length, self.max_output);
             let mut body = got.into_stream();
             while let Some(piece) = body.next().await {
                 if let Err(why) = opening.push(&piece?) {
                     return Ok(Err(why));
                 }
             }
-            Ok::<_, object_store::Error>(opening.finish())
+            Ok::<_, object_store::Error>(opening.into_body())
         })
         .await;
-        match got {
+        let body = match got {
             Err(_) => {
                 self.degrade(&format!("no answer in {} s", READ_DEADLINE.as_secs()));
-                miss()
+                return miss();
             }
             // S3 answers 403, not 404, for a missing key to a role without s3:ListBucket:
             // a least-privilege reader's miss, not a store to stop asking.
             Ok(Err(
                 object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. },
-            )) => miss(),
+            )) => return miss(),
             Ok(Err(error)) => {
                 self.degrade(&error.to_string());
-                miss()
+                return miss();
             }
-            Ok(Ok(Ok(output))) => {
+            Ok(Ok(Err(why))) => {
+                self.reject(&entry, why);
+                return None;
+            }
+            Ok(Ok(Ok(body))) => body,
+        };
+        // Decompressed and digested on a blocking thread: a large render must not hold the
+        // other reads' streams and deadlines on the runtime's one worker.
+        let decoded = tokio::task::spawn_blocking(move || decode(body)).await;
+        match decoded.unwrap_or(Err("its check stopped unexpectedly")) {
+            Ok(output) => {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
                 Some(output)
             }
-            Ok(Ok(Err(why))) => {
+            Err(why) => {
                 self.reject(&entry, why);
                 None
             }
@@ -910,7 +958,12 @@ impl RemoteCache {
                 store,
                 location,
                 trust,
-                max_object_bytes: max_object_bytes.saturating_add(1024),
+                max_object_bytes: u64::try_from(zstd::compress_bound(
+                    usize::try_from(max_object_bytes).unwrap_or(usize::MAX),
+                ))
+                .unwrap_or(u64::MAX)
+                .saturating_add(HEADER_MAX as u64),
+                max_output: usize::try_from(max_object_bytes).unwrap_or(usize::MAX),
                 counters: Counters::default(),
                 degraded_until: Mutex::new(None),
                 was_unreachable: Default::default(),
@@ -1122,7 +1175,7 @@ mod tests {
         // Truncated, in the output or in the header.
         assert_eq!(
             reader.open(ENTRY, &sealed[..sealed.len() - 5]),
-            Err("its output does not decompress (truncated or corrupted?)")
+            Err("its output is not one whole zstd frame (truncated, padded or corrupted?)")
         );
         for cut in [0, 10, 100] {
             assert!(reader.open(ENTRY, &sealed[..cut]).is_err(), "{cut}");
@@ -1169,30 +1222,59 @@ mod tests {
         );
     }
 
-    /// The decoder writes no more than the signed size, whatever the body decompresses to:
-    /// the honest header of a small output over a body that expands to 64 MiB is refused
-    /// after that size, and a header signing a size past the render's cap is refused before
-    /// a byte is decompressed.
+    /// Behind an honest header (bucket writers can copy one), the body is bounded by the
+    /// signed size: one that expands past it is refused at that size, one longer than the
+    /// output compressed may be is refused as it arrives (before it is held whole), and one
+    /// frame must span the body (a skippable frame padding an honest object is refused, so
+    /// a writer heals it). A header signing a size past the render's cap is refused before a
+    /// byte is decompressed.
     #[test]
     fn a_body_never_decompresses_past_its_signed_size() {
         let (trust, public) = writer();
         let reader = Trust::from_keys(Some(&public), None).unwrap();
-        let sealed = object(&trust, ENTRY, "kind: ConfigMap\n");
+        let output = "x".repeat(4096);
+        let sealed = object(&trust, ENTRY, &output);
         let body_at = sealed.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
-        let bomb = zstd::bulk::compress(&vec![b'a'; 64 << 20], 1).unwrap();
-        assert!(bomb.len() < 1 << 20, "{}", bomb.len());
-        let forged = [&sealed[..body_at], bomb.as_slice()].concat();
+        let header = &sealed[..body_at];
+        // 64 MiB in a few KiB.
+        let bomb = zstd::bulk::compress(&vec![b'a'; 64 << 20], 19).unwrap();
+        assert!(bomb.len() < zstd::compress_bound(4096), "{}", bomb.len());
         assert_eq!(
-            reader.open(ENTRY, &forged),
+            reader.open(ENTRY, &[header, bomb.as_slice()].concat()),
             Err("its output does not decompress (truncated or corrupted?)")
         );
-        let big = "x".repeat(4096);
-        let sealed = object(&trust, ENTRY, &big);
+        // Padded with a skippable frame, a little or past the bound.
+        let skippable = |n: usize| {
+            let mut frame = vec![0x50, 0x2a, 0x4d, 0x18];
+            frame.extend_from_slice(&u32::try_from(n).unwrap().to_le_bytes());
+            frame.resize(8 + n, 0);
+            frame
+        };
+        assert_eq!(
+            reader.open(ENTRY, &[sealed.as_slice(), &skippable(16)].concat()),
+            Err("its output is not one whole zstd frame (truncated, padded or corrupted?)")
+        );
+        assert_eq!(
+            reader.open(
+                ENTRY,
+                &[header, &skippable(16), &sealed[body_at..]].concat()
+            ),
+            Err("its output is not one whole zstd frame (truncated, padded or corrupted?)")
+        );
+        let padded = [sealed.as_slice(), &skippable(1 << 20)].concat();
+        let mut opening = Opening::new(&reader, ENTRY, padded.len(), 1 << 30);
+        let pushed = padded.chunks(4096).try_for_each(|p| opening.push(p));
+        assert_eq!(
+            pushed,
+            Err("its body is longer than its output compressed may be (padded?)")
+        );
+        assert!(opening.compressed.capacity() <= zstd::compress_bound(4096));
+        // The signed size against the render's cap.
         let mut opening = Opening::new(&reader, ENTRY, sealed.len(), 4095);
         assert_eq!(opening.push(&sealed), Err("larger than a render may be"));
         let mut opening = Opening::new(&reader, ENTRY, sealed.len(), 4096);
         opening.push(&sealed).unwrap();
-        assert_eq!(opening.finish(), Ok(big));
+        assert_eq!(opening.finish(), Ok(output));
     }
 
     #[test]
@@ -1227,7 +1309,7 @@ mod tests {
                 "truncated",
                 &sealed[..sealed.len() - 5],
                 ENTRY,
-                Err("its output does not decompress (truncated or corrupted?)"),
+                Err("its output is not one whole zstd frame (truncated, padded or corrupted?)"),
             ),
             (
                 "header cut",
@@ -1255,7 +1337,7 @@ mod tests {
                 "longer",
                 longer.as_slice(),
                 ENTRY,
-                Err("its output does not decompress (truncated or corrupted?)"),
+                Err("its output is not one whole zstd frame (truncated, padded or corrupted?)"),
             ),
         ]);
         for (what, bytes, entry, expected) in cases {

@@ -255,10 +255,12 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
         let sets = expander
             .generate(generator, &Params::new(), 0)
             .map_err(|e| format!("generators[{index}]: {e}"))?;
-        // Group parameter sets by their template so each template is rendered in one batch.
-        // A set without a template override takes the ApplicationSet's own template, under
-        // the empty key (no template's JSON is empty): neither copied nor written out per set
-        // (an ApplicationSet of thousands of Applications has thousands of sets).
+        // Group parameter sets by their template so each template is rendered in one batch
+        // (groups in the order of their template's JSON text, as a set with an override that
+        // changes nothing joins the ApplicationSet's own template). A set without an override
+        // takes the ApplicationSet's own template: neither copied nor written out per set (an
+        // ApplicationSet of thousands of Applications has thousands of sets).
+        let own_key = template.to_string();
         let mut by_template: BTreeMap<String, (Value, Vec<Params>)> = BTreeMap::new();
         let mut order = Vec::new();
         for set in sets {
@@ -276,9 +278,9 @@ pub fn expand(appset: &Value, ctx: &ExpandContext) -> Result<Vec<Value>, String>
                 }
                 _ => {
                     by_template
-                        .entry(String::new())
+                        .entry(own_key.clone())
                         .or_insert_with(|| (template.clone(), Vec::new()));
-                    String::new()
+                    own_key.clone()
                 }
             };
             let sets_of = &mut by_template.get_mut(&key).expect("just inserted").1;

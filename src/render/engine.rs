@@ -168,15 +168,18 @@ pub fn render_applications(
 
 /// What an ApplicationSet generated, by the ApplicationSet's JSON text, for the renders of
 /// one revision in one process: a sharded check follows its head twice (its keys, then its
-/// shard), and the second takes what the first expanded (an ApplicationSet of 5,000
+/// shard), and the second takes what the first kept (an ApplicationSet of 5,000
 /// Applications is a third of a shard's planning). Each answer is taken once.
 #[derive(Default)]
 pub struct Expansions(Mutex<HashMap<String, Result<Vec<Value>, String>>>);
 
 impl Expansions {
+    /// `expand`'s answer for `appset`: taken from what the first pass kept, else computed
+    /// (and kept for the second pass when `keep`: only the first pass keeps).
     fn expand(
         &self,
         appset: &Value,
+        keep: bool,
         expand: impl FnOnce() -> Result<Vec<Value>, String>,
     ) -> Result<Vec<Value>, String> {
         let Ok(text) = serde_json::to_string(appset) else {
@@ -186,7 +189,7 @@ impl Expansions {
             return known;
         }
         let generated = expand();
-        if let Ok(mut known) = self.0.lock() {
+        if keep && let Ok(mut known) = self.0.lock() {
             known.insert(text, generated.clone());
         }
         generated
@@ -201,6 +204,8 @@ type ReadKeys<'a> =
 /// [`Stripes`] dealt from them, computed once by whichever render asks first while the
 /// other waits (the merge base's render expands its ApplicationSets meanwhile).
 pub struct Dealing<'a> {
+    /// The head, as the caller named it (for a failure's revision).
+    head: String,
     count: usize,
     keys: Mutex<Option<ReadKeys<'a>>>,
     dealt: std::sync::OnceLock<Dealt>,
@@ -215,16 +220,18 @@ impl<'a> Dealing<'a> {
         count: usize,
         expansions: Arc<Expansions>,
     ) -> Dealing<'a> {
-        Dealing::with(count, move || {
+        Dealing::with(head, count, move || {
             keys_expanding(config, head, Some(expansions))
         })
     }
 
     fn with(
+        head: &str,
         count: usize,
         keys: impl FnOnce() -> Result<BTreeMap<String, String>, RenderFailure> + Send + 'a,
     ) -> Dealing<'a> {
         Dealing {
+            head: head.to_string(),
             count,
             keys: Mutex::new(Some(Box::new(keys))),
             dealt: std::sync::OnceLock::new(),
@@ -238,7 +245,7 @@ impl<'a> Dealing<'a> {
             let keys = self.keys.lock().ok().and_then(|mut k| k.take());
             let Some(keys) = keys else {
                 return Err(RenderFailure {
-                    revision: String::new(),
+                    revision: self.head.clone(),
                     diagnostics: vec![Diagnostic {
                         severity: Severity::Error,
                         subject: "render".into(),
@@ -466,9 +473,15 @@ impl Engine<'_> {
                     helm: &self.config.helm,
                     work: &self.work.join(format!("appset-{}", self.seen.len())),
                 };
-                let expanded = match self.shard.as_ref().and_then(|s| s.expansions.as_ref()) {
-                    Some(known) => {
-                        known.expand(&item.object, || appset::expand(&item.object, &ctx))
+                let memo = self
+                    .shard
+                    .as_ref()
+                    .and_then(|s| Some((s.expansions.as_ref()?, s)));
+                let expanded = match memo {
+                    Some((known, sharding)) => {
+                        known.expand(&item.object, sharding.owns_nothing, || {
+                            appset::expand(&item.object, &ctx)
+                        })
                     }
                     None => appset::expand(&item.object, &ctx),
                 };
@@ -996,7 +1009,7 @@ mod tests {
     #[test]
     fn a_dealing_reads_the_heads_keys_once_for_both_renders() {
         let reads = AtomicUsize::new(0);
-        let dealing = Dealing::with(3, || {
+        let dealing = Dealing::with("head", 3, || {
             reads.fetch_add(1, Ordering::SeqCst);
             Ok(["k1", "k2", "k3", "k4"]
                 .iter()
@@ -1017,7 +1030,7 @@ mod tests {
         assert_eq!(reads.load(Ordering::SeqCst), 1);
         assert!(dealt.iter().all(|d| *d == vec![0, 1, 2, 0]), "{dealt:?}");
         // A head whose common path fails fails every asker alike.
-        let failing = Dealing::with(2, || {
+        let failing = Dealing::with("head", 2, || {
             Err(RenderFailure {
                 revision: "head".into(),
                 diagnostics: Vec::new(),
@@ -1029,7 +1042,7 @@ mod tests {
     }
 
     /// What the keys' pass expanded, the head's render takes once; the next asker (an
-    /// ApplicationSet twice in one render) expands again.
+    /// ApplicationSet twice in one render) expands again; the head's render keeps nothing.
     #[test]
     fn an_expansion_is_taken_once() {
         let expansions = Expansions::default();
@@ -1040,11 +1053,15 @@ mod tests {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok(vec![serde_json::json!({"kind": "Application"})])
         };
-        let first = expansions.expand(&appset, expand);
-        assert_eq!(expansions.expand(&appset, expand), first);
+        let first = expansions.expand(&appset, true, expand);
+        assert_eq!(expansions.expand(&appset, false, expand), first);
         assert_eq!(runs.load(Ordering::SeqCst), 1);
-        expansions.expand(&other, expand).unwrap();
-        expansions.expand(&appset, expand).unwrap();
+        expansions.expand(&other, false, expand).unwrap();
+        expansions.expand(&appset, false, expand).unwrap();
         assert_eq!(runs.load(Ordering::SeqCst), 3);
+        assert!(
+            expansions.0.lock().unwrap().is_empty(),
+            "kept by the second pass"
+        );
     }
 }
