@@ -1754,6 +1754,19 @@ fn old_versions_and_defaults(
 
 /// Binds every partial to the repository at the merge base and at the head: the
 /// Applications the repository's own files list, each held by the shard its key names.
+/// `a` and `b` at once: `b` on a thread of its own, `a` on this one.
+fn both<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
+    std::thread::scope(|scope| {
+        let b = scope.spawn(b);
+        let a = a();
+        (
+            a,
+            b.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+        )
+    })
+}
+
 fn bind_at_both_commits(
     parts: &[Partial],
     [(base, base_snapshot), (head, head_snapshot)]: [(&String, &Arc<crate::git::Snapshot>); 2],
@@ -1769,49 +1782,58 @@ fn bind_at_both_commits(
             ))
         })
     };
-    let base_roots = roots_at(Side::Base, base, base_snapshot)?;
-    let head_roots = roots_at(Side::Head, head, head_snapshot)?;
+    // Each step at both commits at once (two cores), the merge base's error first, as one
+    // after the other would say.
+    let (base_roots, head_roots) = both(
+        || roots_at(Side::Base, base, base_snapshot),
+        || roots_at(Side::Head, head, head_snapshot),
+    );
+    let (base_roots, head_roots) = (base_roots?, head_roots?);
     // Every shard followed one path at each commit (the head's keys, and with them where
     // every Application goes, are read from it).
     let base_at = format!("{} {base}", Side::Base.name());
     let head_at = format!("{} {head}", Side::Head.name());
-    same_common_path(parts, Side::Base, &base_at)?;
-    same_common_path(parts, Side::Head, &head_at)?;
-    as_every_shard_keeps(parts, Side::Base, &base_roots, &base_at)?;
-    as_every_shard_keeps(parts, Side::Head, &head_roots, &head_at)?;
-    let head_keys = common_keys(parts, Side::Head, &head_roots);
-    let base_keys = common_keys(parts, Side::Base, &base_roots);
+    let (at_base, at_head) = both(
+        || same_common_path(parts, Side::Base, &base_at),
+        || same_common_path(parts, Side::Head, &head_at),
+    );
+    at_base?;
+    at_head?;
+    let (at_base, at_head) = both(
+        || as_every_shard_keeps(parts, Side::Base, &base_roots, &base_at),
+        || as_every_shard_keeps(parts, Side::Head, &head_roots, &head_at),
+    );
+    at_base?;
+    at_head?;
+    let (head_keys, base_keys) = both(
+        || common_keys(parts, Side::Head, &head_roots),
+        || common_keys(parts, Side::Base, &base_roots),
+    );
     let count = parts[0].shard.count;
     let stripes = render::Stripes::new(head_keys.values(), count);
     let repo_url = parts[0].repo_url.clone();
-    for (at, own) in [
-        (
-            Commit {
-                side: Side::Base,
-                commit: base,
-                snapshot: base_snapshot,
-                roots: &base_roots,
-            },
-            &base_keys,
-        ),
-        (
-            Commit {
-                side: Side::Head,
-                commit: head,
-                snapshot: head_snapshot,
-                roots: &head_roots,
-            },
-            &head_keys,
-        ),
-    ] {
+    let bind_at = |side: Side| {
+        let (commit, snapshot, roots, own) = match side {
+            Side::Base => (base, base_snapshot, &base_roots, &base_keys),
+            Side::Head => (head, head_snapshot, &head_roots, &head_keys),
+        };
+        let at = Commit {
+            side,
+            commit,
+            snapshot,
+            roots,
+        };
         let owners = Owners {
-            side: at.side,
+            side,
             head: &head_keys,
             stripes: &stripes,
             own,
         };
-        bind(parts, &at, &owners, repo_url.as_deref(), git_mirrors)?;
-    }
+        bind(parts, &at, &owners, repo_url.as_deref(), git_mirrors)
+    };
+    let (at_base, at_head) = both(|| bind_at(Side::Base), || bind_at(Side::Head));
+    at_base?;
+    at_head?;
     Ok(())
 }
 
