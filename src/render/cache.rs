@@ -220,6 +220,22 @@ pub fn digest_dir(dir: &Path) -> Result<String, String> {
     Ok(hex(&hasher.finalize()))
 }
 
+/// The bytes of the files below `dir` (symbolic links not followed, unreadable entries
+/// counted as empty): what a render of the chart there costs, roughly.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => dir_bytes(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}
+
 /// The files below `dir`; a symbolic link anywhere is refused (helm would follow it out of
 /// the chart, to any file on the machine).
 fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String> {

@@ -129,6 +129,7 @@ impl Engine<'_> {
                 RenderJob::Objects(_) => {}
             }
         }
+        longest_first(&mut to_run);
         let config = self.config;
         let work = self.work.clone();
         let jobs = config.jobs.max(1);
@@ -137,6 +138,7 @@ impl Engine<'_> {
         let results = parallel_map(to_run, jobs, |(key, entry, job)| {
             let output = {
                 let _slot = config.parsed.slot(jobs);
+                trace(&key[..8], "job started");
                 let started = std::time::Instant::now();
                 let output = run_job(config, &work, &key, &job);
                 let label = match (&output, &job) {
@@ -302,4 +304,80 @@ fn utf8_owned(bytes: Vec<u8>, label: &str) -> Result<String, String> {
         Err(message) => message,
         Ok(_) => format!("{label}: not UTF-8 text"),
     })
+}
+
+/// The renders of a wave, the costliest first, so that the process slots do not end on one
+/// long render while the others idle (a CRD-heavy chart takes ten times a small one): a helm
+/// render's cost is its chart's bytes (a mirror's chart directory; a chart in a repository,
+/// whose files are not on disk, counts as small), the others' none. Stable: equal costs keep
+/// their order.
+fn longest_first(to_run: &mut [(String, String, RenderJob)]) {
+    let mut sized: std::collections::HashMap<std::path::PathBuf, u64> = Default::default();
+    to_run.sort_by_cached_key(|(_, _, job)| {
+        let bytes = match job {
+            RenderJob::Helm(helm) => match &helm.chart {
+                source::ChartLocation::Mirror(dir) => *sized
+                    .entry(dir.clone())
+                    .or_insert_with(|| super::cache::dir_bytes(dir)),
+                source::ChartLocation::Git { .. } => 0,
+            },
+            RenderJob::Kustomize(_) | RenderJob::Objects(_) => 0,
+        };
+        std::cmp::Reverse(bytes)
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::source::{ChartLocation, HelmJob};
+
+    #[test]
+    fn the_largest_charts_render_first() {
+        let charts = tempfile::tempdir().unwrap();
+        let chart = |name: &str, bytes: usize| {
+            let dir = charts.path().join(name);
+            std::fs::create_dir_all(dir.join("templates/crds")).unwrap();
+            std::fs::write(dir.join("Chart.yaml"), "name: x\n").unwrap();
+            std::fs::write(dir.join("templates/crds/a.yaml"), "x".repeat(bytes)).unwrap();
+            dir
+        };
+        let job = |key: &str, dir: std::path::PathBuf| {
+            let job = RenderJob::Helm(HelmJob {
+                chart: ChartLocation::Mirror(dir),
+                chart_label: key.into(),
+                chart_digest: "d".into(),
+                release: "r".into(),
+                namespace: "n".into(),
+                kube_version: None,
+                api_versions: vec![],
+                values: vec![],
+                set: vec![],
+                set_string: vec![],
+                set_file: vec![],
+                include_crds: true,
+                skip_tests: false,
+                skip_schema_validation: false,
+            });
+            (key.to_string(), String::new(), job)
+        };
+        let (small, heavy, middle) = (
+            chart("small", 10),
+            chart("heavy", 40_000),
+            chart("mid", 900),
+        );
+        let mut to_run = vec![
+            job("small-1", small.clone()),
+            job("heavy-1", heavy.clone()),
+            job("small-2", small),
+            job("middle", middle),
+            job("heavy-2", heavy),
+        ];
+        longest_first(&mut to_run);
+        let order: Vec<&str> = to_run.iter().map(|(k, _, _)| k.as_str()).collect();
+        assert_eq!(
+            order,
+            ["heavy-1", "heavy-2", "middle", "small-1", "small-2"]
+        );
+    }
 }
