@@ -1752,8 +1752,6 @@ fn old_versions_and_defaults(
     Ok((old_versions, defaults))
 }
 
-/// Binds every partial to the repository at the merge base and at the head: the
-/// Applications the repository's own files list, each held by the shard its key names.
 /// `a` and `b` at once: `b` on a thread of its own, `a` on this one.
 fn both<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + Send) -> (A, B) {
     std::thread::scope(|scope| {
@@ -1767,6 +1765,8 @@ fn both<A: Send, B: Send>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B + 
     })
 }
 
+/// Binds every partial to the repository at the merge base and at the head: the
+/// Applications the repository's own files list, each held by the shard its key names.
 fn bind_at_both_commits(
     parts: &[Partial],
     [(base, base_snapshot), (head, head_snapshot)]: [(&String, &Arc<crate::git::Snapshot>); 2],

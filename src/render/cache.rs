@@ -233,7 +233,7 @@ pub fn dir_bytes(dir: &Path) -> u64 {
             Ok(kind) if kind.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
             _ => 0,
         })
-        .sum()
+        .fold(0, u64::saturating_add)
 }
 
 /// The files below `dir`; a symbolic link anywhere is refused (helm would follow it out of

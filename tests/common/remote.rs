@@ -330,8 +330,9 @@ pub fn a_corrupted_truncated_or_foreign_object_is_a_miss_and_rendered_again(flee
 }
 
 /// An object as someone who can write the bucket but holds no trusted key would make it:
-/// `forge`'s output under the honest header's entry, with its own digest and size, compressed
-/// as the gate writes it, and the signature line `sign` gives for the five signed lines.
+/// `forge`'s output under the honest header's entry, compressed as the gate writes it, with
+/// its body's digest and its size, and the signature line `sign` gives for the five signed
+/// lines.
 fn forged(honest: &[u8], forge: impl Fn(&str) -> String, sign: impl Fn(&str) -> String) -> Vec<u8> {
     use sha2::Digest as _;
     let body_at = honest
@@ -345,9 +346,10 @@ fn forged(honest: &[u8], forge: impl Fn(&str) -> String, sign: impl Fn(&str) -> 
     let honest_signature = lines[5].to_string();
     let honest_output = zstd::bulk::decompress(&honest[body_at..], 1 << 30).expect("a zstd frame");
     let output = forge(std::str::from_utf8(&honest_output).expect("UTF-8"));
+    let body = zstd::bulk::compress(output.as_bytes(), 3).expect("zstd");
     let signed = format!(
         "{magic}\n{entry}\nsha256 {}\nsize {}\n{encoding}\n",
-        hex::encode(sha2::Sha256::digest(output.as_bytes())),
+        hex::encode(sha2::Sha256::digest(&body)),
         output.len()
     );
     let signature = match sign(&signed) {
@@ -355,7 +357,7 @@ fn forged(honest: &[u8], forge: impl Fn(&str) -> String, sign: impl Fn(&str) -> 
         s => format!("signature {s}"),
     };
     let mut object = format!("{signed}{signature}\n\n").into_bytes();
-    object.extend_from_slice(&zstd::bulk::compress(output.as_bytes(), 3).expect("zstd"));
+    object.extend_from_slice(&body);
     object
 }
 
