@@ -12,7 +12,7 @@
 //! one zstd frame:
 //!
 //! ```text
-//! gitops-gate render cache v2
+//! gitops-gate render cache v3
 //! entry <the entry: 64 hex digits>
 //! sha256 <SHA-256 of the body below, the compressed output: 64 hex digits>
 //! size <the output's length in bytes>
@@ -34,9 +34,9 @@
 //! byte is decompressed: the zstd decoder only ever reads bytes the default branch signed
 //! (hashing the compressed body is also a tenth of the work of hashing the output), and it
 //! never writes more than the signed size. Anything else is a miss, counted and logged, and
-//! the render runs as if the store were empty. Objects of the first format (`v1`,
-//! uncompressed) are not an entry of this one: misses, written again by the next
-//! default-branch run.
+//! the render runs as if the store were empty. Objects of earlier formats (`v1`,
+//! uncompressed; `v2`, a zstd frame under a digest of the output) are not an entry of this
+//! one: misses, written again by the next default-branch run.
 //!
 //! The store is reached on a runtime of this room's own (one worker thread), so neither the
 //! render nor the gate's binary needs async: a lookup is one batch, read [`CONCURRENCY`]
@@ -68,7 +68,7 @@ use crate::git::hex;
 use crate::render::cache::{Answers, SecondLevel};
 
 /// The first line of every object.
-const MAGIC: &str = "gitops-gate render cache v2";
+const MAGIC: &str = "gitops-gate render cache v3";
 /// The zstd level objects are written with (zstd's default: the writer is the default
 /// branch's run, and its writes are off the verdict's path).
 const ZSTD_LEVEL: i32 = 3;
@@ -322,14 +322,14 @@ fn decode(body: Body) -> Result<String, &'static str> {
 }
 
 /// Where the header's lines end in `start` (the output's first byte), `None` while they may
-/// still come; an error when a line runs past 512 bytes.
+/// still come; an error when a line runs past 512 bytes before its newline.
 fn header_end(start: &[u8]) -> Result<Option<usize>, &'static str> {
     let mut at = 0;
     for _ in 0..HEADER_LINES {
-        let window = &start[at..start.len().min(at + 512)];
+        let window = &start[at..start.len().min(at + 513)];
         match window.iter().position(|b| *b == b'\n') {
             Some(end) => at += end + 1,
-            None if window.len() == 512 || start.len() > HEADER_MAX => {
+            None if window.len() == 513 => {
                 return Err("not an entry of the gate's render cache");
             }
             None => return Ok(None),
@@ -731,10 +731,11 @@ impl Shared {
             }
             Ok(Ok(Ok(body))) => body,
         };
-        // Decompressed and digested on a blocking thread: a large render must not hold the
-        // other reads' streams and deadlines on the runtime's one worker.
+        // Decompressed on a blocking thread (the body was digested as it arrived): a large
+        // render must not hold the other reads' streams and deadlines on the runtime's one
+        // worker.
         let Ok(decoded) = tokio::task::spawn_blocking(move || decode(body)).await else {
-            // The runtime shutting down (or the decoder panicking): nothing said of the object.
+            // The decoder panicked: nothing said of the object.
             return miss();
         };
         match decoded {
@@ -1079,8 +1080,13 @@ impl SecondLevel for RemoteCache {
             left -= answers.len();
             each(answers);
         }
-        // The runtime gone before every answer (it cannot be, short of a panic): misses.
+        // The runtime gone before every answer (it cannot be, short of a panic): misses,
+        // counted.
         if left > 0 {
+            self.shared
+                .counters
+                .misses
+                .fetch_add(left, Ordering::Relaxed);
             each(
                 unanswered
                     .iter()

@@ -465,12 +465,6 @@ mod tests {
     #[test]
     fn inputs_that_differ_never_share_a_render_key() {
         let job = |api: &[&str], values: &[&[u8]]| HelmJob {
-            chart: ChartLocation::Mirror(PathBuf::from("/c")),
-            chart_label: "c".into(),
-            chart_digest: "d".into(),
-            release: "r".into(),
-            namespace: "n".into(),
-            kube_version: None,
             api_versions: api.iter().map(|s| s.to_string()).collect(),
             values: values
                 .iter()
@@ -480,12 +474,7 @@ mod tests {
                     file: None,
                 })
                 .collect(),
-            set: vec![],
-            set_string: vec![],
-            set_file: vec![],
-            include_crds: true,
-            skip_tests: false,
-            skip_schema_validation: false,
+            ..HelmJob::of_chart(ChartLocation::Mirror(PathBuf::from("/c")))
         };
         let key = |j: HelmJob| j.render_key();
         assert_ne!(

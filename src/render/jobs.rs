@@ -344,20 +344,8 @@ mod tests {
         };
         let job = |key: &str, dir: std::path::PathBuf| {
             let job = RenderJob::Helm(HelmJob {
-                chart: ChartLocation::Mirror(dir),
                 chart_label: key.into(),
-                chart_digest: "d".into(),
-                release: "r".into(),
-                namespace: "n".into(),
-                kube_version: None,
-                api_versions: vec![],
-                values: vec![],
-                set: vec![],
-                set_string: vec![],
-                set_file: vec![],
-                include_crds: true,
-                skip_tests: false,
-                skip_schema_validation: false,
+                ..HelmJob::of_chart(ChartLocation::Mirror(dir))
             });
             (key.to_string(), String::new(), job)
         };

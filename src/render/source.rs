@@ -66,6 +66,30 @@ pub struct HelmJob {
     pub skip_schema_validation: bool,
 }
 
+#[cfg(test)]
+impl HelmJob {
+    /// A helm job of the chart at `chart` with every other input empty (tests set what they
+    /// read).
+    pub(crate) fn of_chart(chart: ChartLocation) -> HelmJob {
+        HelmJob {
+            chart,
+            chart_label: "c".into(),
+            chart_digest: "d".into(),
+            release: "r".into(),
+            namespace: "n".into(),
+            kube_version: None,
+            api_versions: vec![],
+            values: vec![],
+            set: vec![],
+            set_string: vec![],
+            set_file: vec![],
+            include_crds: true,
+            skip_tests: false,
+            skip_schema_validation: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct KustomizeJob {
     pub snapshot: Arc<Snapshot>,

@@ -29,13 +29,7 @@ fn schema() -> Value {
 fn migration(text: &str, schema: Value) -> Migration {
     let value = values_of(text.as_bytes(), "v.yaml").unwrap();
     let job = HelmJob {
-        chart: ChartLocation::Mirror("/nowhere/c/2.0.0".into()),
         chart_label: "chart c version 2.0.0".into(),
-        chart_digest: "d".into(),
-        release: "r".into(),
-        namespace: "n".into(),
-        kube_version: None,
-        api_versions: vec![],
         values: vec![ValuesInput {
             name: "$values/v.yaml".into(),
             content: text.as_bytes().to_vec(),
@@ -45,12 +39,7 @@ fn migration(text: &str, schema: Value) -> Migration {
                 path: "v.yaml".into(),
             }),
         }],
-        set: vec![],
-        set_string: vec![],
-        set_file: vec![],
-        include_crds: true,
-        skip_tests: false,
-        skip_schema_validation: false,
+        ..HelmJob::of_chart(ChartLocation::Mirror("/nowhere/c/2.0.0".into()))
     };
     Migration {
         chart: "chart c version 2.0.0".into(),
