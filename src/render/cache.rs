@@ -206,34 +206,26 @@ impl RenderCache {
 
 /// A digest of every file below `dir` (relative paths and contents).
 pub fn digest_dir(dir: &Path) -> Result<String, String> {
+    digest_and_bytes(dir).map(|(digest, _)| digest)
+}
+
+/// [`digest_dir`], and the bytes of the files it read: what a render of the chart there
+/// costs, roughly (`jobs::longest_first`).
+pub fn digest_and_bytes(dir: &Path) -> Result<(String, u64), String> {
     let mut files = Vec::new();
     collect(dir, dir, &mut files)?;
     files.sort();
     let mut hasher = Sha256::new();
+    let mut bytes: u64 = 0;
     for relative in files {
         let content = std::fs::read(dir.join(&relative)).unwrap_or_default();
         hasher.update(relative.as_bytes());
         hasher.update([0]);
         hasher.update((content.len() as u64).to_le_bytes());
         hasher.update(&content);
+        bytes = bytes.saturating_add(content.len() as u64);
     }
-    Ok(hex(&hasher.finalize()))
-}
-
-/// The bytes of the files below `dir` (symbolic links not followed, unreadable entries
-/// counted as empty): what a render of the chart there costs, roughly.
-pub fn dir_bytes(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|entry| match entry.file_type() {
-            Ok(kind) if kind.is_dir() => dir_bytes(&entry.path()),
-            Ok(kind) if kind.is_file() => entry.metadata().map(|m| m.len()).unwrap_or(0),
-            _ => 0,
-        })
-        .fold(0, u64::saturating_add)
+    Ok((hex(&hasher.finalize()), bytes))
 }
 
 /// The files below `dir`; a symbolic link anywhere is refused (helm would follow it out of

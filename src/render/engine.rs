@@ -373,13 +373,17 @@ struct Seen {
     from_file: bool,
 }
 
+/// A mirrored chart's digest and bytes, or why it has none.
+pub(super) type ChartDigest = Result<(String, u64), String>;
+
 pub(super) struct Engine<'a> {
     pub(super) config: &'a RenderConfig,
     /// The revision being rendered, as the caller named it (for traces).
     revision: &'a str,
     pub(super) repos: RepoResolver,
     pub(super) work: PathBuf,
-    pub(super) chart_digests: Mutex<HashMap<PathBuf, Result<String, String>>>,
+    /// Each mirrored chart's digest and bytes ([`cache::digest_and_bytes`]), by directory.
+    pub(super) chart_digests: Mutex<HashMap<PathBuf, ChartDigest>>,
     pub(super) memo: HashMap<String, parsed::Parsed>,
     pub(super) stats: RenderStats,
     diagnostics: Vec<Diagnostic>,

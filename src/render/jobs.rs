@@ -129,7 +129,13 @@ impl Engine<'_> {
                 RenderJob::Objects(_) => {}
             }
         }
-        longest_first(&mut to_run);
+        longest_first(&mut to_run, |dir| {
+            let digests = self.chart_digests.lock().unwrap_or_else(|p| p.into_inner());
+            match digests.get(dir) {
+                Some(Ok((_, bytes))) => *bytes,
+                _ => 0,
+            }
+        });
         let config = self.config;
         let work = self.work.clone();
         let jobs = config.jobs.max(1);
@@ -308,17 +314,14 @@ fn utf8_owned(bytes: Vec<u8>, label: &str) -> Result<String, String> {
 
 /// The renders of a wave, the costliest first, so that the process slots do not end on one
 /// long render while the others idle (a CRD-heavy chart takes ten times a small one): a helm
-/// render's cost is its chart's bytes (a mirror's chart directory; a chart in a repository,
-/// whose files are not on disk, counts as small), the others' none. Stable: equal costs keep
-/// their order.
-fn longest_first(to_run: &mut [(String, String, RenderJob)]) {
-    let mut sized: std::collections::HashMap<std::path::PathBuf, u64> = Default::default();
+/// render's cost is its chart's bytes (`bytes_of` a mirror's chart directory, as its digest
+/// read them; a chart in a repository, whose files are not on disk, counts as small), the
+/// others' none. Stable: equal costs keep their order.
+fn longest_first(to_run: &mut [(String, String, RenderJob)], bytes_of: impl Fn(&Path) -> u64) {
     to_run.sort_by_cached_key(|(_, _, job)| {
         let bytes = match job {
             RenderJob::Helm(helm) => match &helm.chart {
-                source::ChartLocation::Mirror(dir) => *sized
-                    .entry(dir.clone())
-                    .or_insert_with(|| super::cache::dir_bytes(dir)),
+                source::ChartLocation::Mirror(dir) => bytes_of(dir),
                 source::ChartLocation::Git { .. } => 0,
             },
             RenderJob::Kustomize(_) | RenderJob::Objects(_) => 0,
@@ -361,7 +364,9 @@ mod tests {
             job("middle", middle),
             job("heavy-2", heavy),
         ];
-        longest_first(&mut to_run);
+        longest_first(&mut to_run, |dir| {
+            crate::render::cache::digest_and_bytes(dir).map_or(0, |(_, bytes)| bytes)
+        });
         let order: Vec<&str> = to_run.iter().map(|(k, _, _)| k.as_str()).collect();
         assert_eq!(
             order,

@@ -43,8 +43,9 @@ impl Engine<'_> {
             let mut cache = self.chart_digests.lock().unwrap_or_else(|p| p.into_inner());
             cache
                 .entry(dir.to_path_buf())
-                .or_insert_with(|| cache::digest_dir(dir))
+                .or_insert_with(|| cache::digest_and_bytes(dir))
                 .clone()
+                .map(|(digest, _)| digest)
         };
         let pull = |chart: &charts::ChartRef| -> Result<(), String> {
             self.config.chart_pulls.check(&chart.repo_url)?;
