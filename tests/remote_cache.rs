@@ -81,6 +81,11 @@ fn a_corrupted_truncated_or_foreign_object_is_a_miss_and_rendered_again() {
 }
 
 #[test]
+fn an_honest_header_over_another_body_is_a_miss() {
+    remote::an_honest_header_over_another_body_is_a_miss(&fleet());
+}
+
+#[test]
 fn a_pull_request_run_cannot_poison_the_cache() {
     remote::a_pull_request_run_cannot_poison_the_cache(&fleet());
 }

@@ -186,6 +186,13 @@ macro_rules! stories {
             }
 
             #[test]
+            fn an_honest_header_over_another_body_is_a_miss() {
+                if super::real_tier(concat!(stringify!($provider), "::another body")) {
+                    super::remote::an_honest_header_over_another_body_is_a_miss(&super::$provider());
+                }
+            }
+
+            #[test]
             fn a_pull_request_run_cannot_poison_the_cache() {
                 if super::real_tier(concat!(stringify!($provider), "::poison")) {
                     super::remote::a_pull_request_run_cannot_poison_the_cache(&super::$provider());

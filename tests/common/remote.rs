@@ -329,6 +329,84 @@ pub fn a_corrupted_truncated_or_foreign_object_is_a_miss_and_rendered_again(flee
     assert_eq!(healed.verdict, cold.verdict);
 }
 
+/// Whoever can write the bucket copies an honest header over another body: one that expands
+/// to 64 MiB, or the honest body padded with a skippable zstd frame (a little, and past what
+/// the output compressed may be). Each is a miss, named, and rendered again, the verdict
+/// unchanged: the decoder never reads a byte the signature does not cover, and the padding
+/// is refused as it arrives.
+pub fn an_honest_header_over_another_body_is_a_miss(fleet: &Fleet) {
+    let cold = check(
+        fleet,
+        empty_dir().path(),
+        Runner::Writer(&fleet.signing),
+        &[],
+    );
+    let store = &fleet.store;
+    let body_at = |object: &[u8]| {
+        object
+            .windows(2)
+            .position(|w| w == b"\n\n")
+            .expect("a header")
+            + 2
+    };
+    let signed_size = |object: &[u8]| -> usize {
+        let header = std::str::from_utf8(&object[..body_at(object)]).expect("a text header");
+        header
+            .lines()
+            .find_map(|l| l.strip_prefix("size "))
+            .and_then(|n| n.parse().ok())
+            .expect("a size line")
+    };
+    // The largest output first: the bomb must fit what its header's size allows.
+    let mut objects: Vec<(String, Vec<u8>)> = entries(fleet)
+        .into_iter()
+        .map(|key| {
+            let object = store.read(&key);
+            (key, object)
+        })
+        .collect();
+    objects.sort_by_key(|(_, object)| std::cmp::Reverse(signed_size(object)));
+    assert!(objects.len() >= 3, "{}", objects.len());
+    let skippable = |n: usize| {
+        let mut frame = vec![0x50, 0x2a, 0x4d, 0x18];
+        frame.extend_from_slice(&u32::try_from(n).expect("a u32").to_le_bytes());
+        frame.resize(8 + n, 0);
+        frame
+    };
+    let bomb = zstd::bulk::compress(&vec![0u8; 64 << 20], 19).expect("zstd");
+    let (largest, honest) = &objects[0];
+    assert!(signed_size(honest) >= bomb.len(), "{}", bomb.len());
+    store.write(largest, &[&honest[..body_at(honest)], &bomb].concat());
+    let (padded, honest) = &objects[1];
+    store.write(padded, &[honest.as_slice(), &skippable(16)].concat());
+    let (overlong, honest) = &objects[2];
+    store.write(overlong, &[honest.as_slice(), &skippable(4 << 20)].concat());
+
+    let run = check(
+        fleet,
+        empty_dir().path(),
+        Runner::Reader(&fleet.public),
+        &[],
+    );
+    assert_eq!(run.code, cold.code);
+    assert_eq!(run.verdict, cold.verdict, "the verdict unchanged");
+    let total = objects.len();
+    assert_eq!(run.remote(), (total - 3, 3, 3, None), "{}", run.stderr);
+    for (key, why) in [
+        (largest, "digest differs"),
+        (padded, "digest differs"),
+        (overlong, "longer than its output compressed may be"),
+    ] {
+        assert!(
+            run.stderr
+                .lines()
+                .any(|l| l.contains(&format!("{key} not believed")) && l.contains(why)),
+            "{key}: {why}: {}",
+            run.stderr
+        );
+    }
+}
+
 /// An object as someone who can write the bucket but holds no trusted key would make it:
 /// `forge`'s output under the honest header's entry, compressed as the gate writes it, with
 /// its body's digest and its size, and the signature line `sign` gives for the five signed
