@@ -317,6 +317,74 @@ fn the_merge_refuses_partials_that_are_not_every_shard_of_one_check() {
     }
 }
 
+/// The shards deal the head's keys by what their renders cost, read from the chart mirror
+/// each is given: a shard given another mirror (each chart a byte larger) deals the fleet
+/// otherwise, and the merge refuses the partials in one line naming both shards, before it
+/// binds a single Application (one could be held twice, or by none). Given one mirror, each
+/// key's cost is its chart's bytes and a process's start.
+#[test]
+fn shards_given_different_chart_mirrors_are_refused() {
+    let (repo, base, head) = case_repo("kind-not-served");
+    let config = config(repo.path(), cache());
+    let part = |config: &RenderConfig, index: usize| -> Partial {
+        let partial = shard::check_shard(
+            config,
+            base.clone(),
+            head.clone(),
+            Shard { index, count: 2 },
+        );
+        serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
+    };
+    let honest = part(&config, 0);
+    assert!(
+        honest
+            .head_weights
+            .values()
+            .any(|&w| w > render::PROCESS_WEIGHT),
+        "a mirrored chart weighs its bytes: {:?}",
+        honest.head_weights
+    );
+    assert_eq!(honest.head_weights, part(&config, 1).head_weights);
+    let mirror = tempfile::tempdir().unwrap();
+    common::copy_tree(config.charts.as_deref().unwrap(), mirror.path());
+    for chart_yaml in walk_files(mirror.path())
+        .into_iter()
+        .filter(|p| p.ends_with("Chart.yaml"))
+    {
+        let mut grown = std::fs::read(&chart_yaml).unwrap();
+        grown.push(b'\n');
+        std::fs::write(&chart_yaml, grown).unwrap();
+    }
+    let elsewhere = RenderConfig {
+        charts: Some(mirror.path().to_path_buf()),
+        ..config.clone()
+    };
+    let other = part(&elsewhere, 1);
+    assert_ne!(honest.head_weights, other.head_weights);
+    let refusal = shard::merge(vec![honest, other], repo.path())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refusal.contains("shard 1/2 and shard 2/2 weighed the head's renders differently")
+            && refusal.contains("give every shard the same --charts")
+            && !refusal.contains('\n'),
+        "{refusal}"
+    );
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.file_type().unwrap().is_dir() {
+            files.extend(walk_files(&entry.path()));
+        } else {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    files
+}
+
 /// The binary: `check --shard I/N --partial` per shard, then `merge`, writes the report and
 /// the JSON `check` writes, with its exit code; `publish --result` is exercised in
 /// tests/github_action.rs' style elsewhere.
@@ -591,10 +659,10 @@ fn what_an_app_of_apps_under_a_helm_parent_deploys_stays_in_the_parents_shard() 
             .unwrap()
     };
     let (parent, leaf) = (spec("nest-parent"), spec("nest-leaf-helm"));
-    let head_keys = render::shard_keys(&config, &head).unwrap();
+    let (head_keys, weights) = render::shard_keys_weighed(&config, &head).unwrap();
     let mut apart = 0;
     for count in 1..=6 {
-        let stripes = render::Stripes::new(head_keys.values(), count);
+        let stripes = render::Stripes::weighted(head_keys.values(), &weights, count);
         let shard_of = |app| stripes.of(&render::shard_key(app));
         if shard_of(&parent) != shard_of(&leaf) {
             apart += 1;
@@ -920,10 +988,10 @@ fn an_application_whose_spec_changes_is_rendered_at_both_commits_by_the_heads_sh
             .collect()
     };
     let (before, after) = (manifests(&base), manifests(&head));
-    let head_keys = render::shard_keys(&config, &head).unwrap();
+    let (head_keys, weights) = render::shard_keys_weighed(&config, &head).unwrap();
     let mut apart = 0;
     for count in 1..=6 {
-        let stripes = render::Stripes::new(head_keys.values(), count);
+        let stripes = render::Stripes::weighted(head_keys.values(), &weights, count);
         let shard_of = |app| stripes.of(&render::shard_key(app));
         for (name, spec) in &after {
             let (_, old) = before.iter().find(|(n, _)| n == name).unwrap();
@@ -2205,10 +2273,10 @@ fn what_a_shards_own_chart_deploys_first_leaves_the_common_path_as_every_shard_s
             .unwrap()
     };
     let (parent, child) = (spec("edge-helm"), spec("edge-a"));
-    let head_keys = render::shard_keys(&config, &head).unwrap();
+    let (head_keys, weights) = render::shard_keys_weighed(&config, &head).unwrap();
     let together: Vec<usize> = (2..=8)
         .filter(|&count| {
-            let stripes = render::Stripes::new(head_keys.values(), count);
+            let stripes = render::Stripes::weighted(head_keys.values(), &weights, count);
             let shard_of = |app| stripes.of(&render::shard_key(app));
             shard_of(&parent) == shard_of(&child)
         })

@@ -136,14 +136,23 @@ pub fn shard_keys(
     config: &RenderConfig,
     revision: &str,
 ) -> Result<BTreeMap<String, String>, RenderFailure> {
+    keys_expanding(config, revision, None).map(|(keys, _)| keys)
+}
+
+/// [`shard_keys`], and what rendering each key costs ([`RenderStats::shard_weights`]): the
+/// [`Stripes::weighted`] every shard deals.
+pub fn shard_keys_weighed(config: &RenderConfig, revision: &str) -> Result<Weighed, RenderFailure> {
     keys_expanding(config, revision, None)
 }
+
+/// Shard keys by identity, and their costs by key.
+pub type Weighed = (BTreeMap<String, String>, BTreeMap<String, u64>);
 
 fn keys_expanding(
     config: &RenderConfig,
     revision: &str,
     expansions: Option<Arc<Expansions>>,
-) -> Result<BTreeMap<String, String>, RenderFailure> {
+) -> Result<Weighed, RenderFailure> {
     let sharding = Sharding {
         shard: Shard { index: 0, count: 1 },
         owns_nothing: true,
@@ -151,9 +160,8 @@ fn keys_expanding(
         dealing: None,
         expansions,
     };
-    Ok(render_roots(config, revision, None, Some(sharding))?
-        .stats
-        .shard_keys)
+    let stats = render_roots(config, revision, None, Some(sharding))?.stats;
+    Ok((stats.shard_keys, stats.shard_weights))
 }
 
 /// Renders the given Applications (not the repository's own roots) at `revision`: the gate
@@ -196,9 +204,8 @@ impl Expansions {
     }
 }
 
-type Dealt = Result<(BTreeMap<String, String>, Stripes), RenderFailure>;
-type ReadKeys<'a> =
-    Box<dyn FnOnce() -> Result<BTreeMap<String, String>, RenderFailure> + Send + 'a>;
+type Dealt = Result<(Weighed, Stripes), RenderFailure>;
+type ReadKeys<'a> = Box<dyn FnOnce() -> Result<Weighed, RenderFailure> + Send + 'a>;
 
 /// Where a sharded check's Applications go: the head's common path's [`shard_keys`] and the
 /// [`Stripes`] dealt from them, computed once by whichever render asks first while the
@@ -228,7 +235,7 @@ impl<'a> Dealing<'a> {
     fn with(
         head: &str,
         count: usize,
-        keys: impl FnOnce() -> Result<BTreeMap<String, String>, RenderFailure> + Send + 'a,
+        keys: impl FnOnce() -> Result<Weighed, RenderFailure> + Send + 'a,
     ) -> Dealing<'a> {
         Dealing {
             head: head.to_string(),
@@ -255,11 +262,20 @@ impl<'a> Dealing<'a> {
                     values_users: Vec::new(),
                 });
             };
-            let keys = keys()?;
-            let stripes = Stripes::new(keys.values(), self.count);
-            Ok((keys, stripes))
+            let (keys, weights) = keys()?;
+            let stripes = Stripes::weighted(keys.values(), &weights, self.count);
+            Ok(((keys, weights), stripes))
         });
-        dealt.as_ref().map(|(keys, stripes)| (keys, stripes))
+        dealt.as_ref().map(|((keys, _), stripes)| (keys, stripes))
+    }
+
+    /// What each of the head's keys costs, as the dealing weighed them (None when the head's
+    /// common path fails): a partial carries them for the merge.
+    pub fn weights(&self) -> Option<&BTreeMap<String, u64>> {
+        match self.dealt.get() {
+            Some(Ok(((_, weights), _))) => Some(weights),
+            _ => None,
+        }
     }
 }
 
@@ -359,6 +375,8 @@ fn render_roots<'a>(
         credits: BTreeMap::new(),
         known: std::collections::BTreeSet::new(),
         keys: BTreeMap::new(),
+        weights: BTreeMap::new(),
+        chart_bytes: HashMap::new(),
         common_seen: HashMap::new(),
         common_specs: BTreeMap::new(),
     };
@@ -410,6 +428,10 @@ pub(super) struct Engine<'a> {
     /// [`shard_keys`]: the shard key of each Application on that path
     /// ([`RenderStats::shard_keys`]).
     keys: BTreeMap<String, String>,
+    /// [`shard_keys`]: what rendering each key costs ([`RenderStats::shard_weights`]), and
+    /// the bytes of each mirrored chart it read for them.
+    weights: BTreeMap<String, u64>,
+    chart_bytes: HashMap<PathBuf, u64>,
     /// A sharded render: the digest of each Application on that path as the render keeps it
     /// ([`RenderStats::shard_common_specs`]), and what [`Engine::admit`] saw of it there.
     common_specs: BTreeMap<String, String>,
@@ -583,8 +605,18 @@ impl Engine<'_> {
             return owner;
         }
         let Some(dealing) = &sharding.dealing else {
-            // [`shard_keys`]: every Application's key, owned by none.
-            self.keys.insert(id.to_string(), shard_key(&item.object));
+            // [`shard_keys`]: every Application's key and what it costs, owned by none. Two
+            // specs of one key (its charts at two versions) cost the dearer.
+            let key = shard_key(&item.object);
+            let chart_bytes = &mut self.chart_bytes;
+            let weight = super::key_weight(&item.object, self.config.charts.as_deref(), |dir| {
+                *chart_bytes
+                    .entry(dir.to_path_buf())
+                    .or_insert_with(|| super::cache::dir_bytes(dir))
+            });
+            let known = self.weights.entry(key.clone()).or_insert(weight);
+            *known = (*known).max(weight);
+            self.keys.insert(id.to_string(), key);
             return 0;
         };
         match dealing.dealt() {
@@ -798,6 +830,7 @@ impl Engine<'_> {
                 shard_credits: self.credits,
                 shard_known: self.known,
                 shard_keys: self.keys,
+                shard_weights: self.weights,
                 shard_common_specs: self.common_specs,
                 ..self.stats
             },
@@ -1015,10 +1048,13 @@ mod tests {
         let reads = AtomicUsize::new(0);
         let dealing = Dealing::with("head", 3, || {
             reads.fetch_add(1, Ordering::SeqCst);
-            Ok(["k1", "k2", "k3", "k4"]
-                .iter()
-                .map(|k| (format!("Application argocd/{k}"), format!("{k:0>80}")))
-                .collect())
+            Ok((
+                ["k1", "k2", "k3", "k4"]
+                    .iter()
+                    .map(|k| (format!("Application argocd/{k}"), format!("{k:0>80}")))
+                    .collect(),
+                BTreeMap::new(),
+            ))
         });
         let dealt: Vec<Vec<usize>> = std::thread::scope(|scope| {
             let askers: Vec<_> = (0..4)

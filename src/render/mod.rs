@@ -29,8 +29,8 @@ mod planning;
 mod util;
 
 pub use self::engine::{
-    Dealing, Expansions, Root, application_digest, is_argo_kind, render, render_applications,
-    render_shard, render_shard_dealt, roots, shard_keys,
+    Dealing, Expansions, Root, Weighed, application_digest, is_argo_kind, render,
+    render_applications, render_shard, render_shard_dealt, roots, shard_keys, shard_keys_weighed,
 };
 pub use self::jobs::{HelmRunError, run_helm};
 pub use self::planning::{Replanned, replan, stored_application};
@@ -206,6 +206,9 @@ pub struct RenderStats {
     /// (`Application namespace/name`), from the spec the render kept (a parent's over a
     /// file's): at the head, where each goes at both commits ([`render_shard_dealt`]).
     pub shard_keys: BTreeMap<String, String>,
+    /// [`shard_keys`]: what rendering each of those keys costs ([`key_weight`]), by key:
+    /// how [`Stripes::weighted`] deals them.
+    pub shard_weights: BTreeMap<String, u64>,
     /// A sharded render: [`application_digest`] of every Application it reached on that path,
     /// as a render keeps it among that path's objects (what a parent of plain manifests
     /// deploys replaces a file's; of two with one spec, the first stays; what a render only
@@ -256,14 +259,18 @@ impl Shard {
 }
 
 /// Where a sharded check's Applications go: the distinct [`shard_key`]s of the head's common
-/// path in order, the i-th in shard i modulo the count. A key begins with its chart's
-/// digest, so one chart's chart/values combinations sit side by side and are dealt out over
-/// the shards like cards, whatever their hashes: the shards share each chart's renders (a
-/// CRD-heavy chart costs ten times a small one) instead of drawing them by hash. Computed
-/// alike by every shard (from the head's common path, which every shard follows) and by
-/// `gate merge` (from the repository and the partials), never read from a partial. A key the
-/// head's path does not hold (an Application only the merge base holds, or one a helm or
-/// kustomize render deploys) goes by its hash ([`Shard::of_key`]).
+/// path dealt out over the shards by what their renders cost, the costliest first, each to the
+/// shard with the least cost so far (the lowest index among equals): the longest shard, the
+/// check's critical path, is as short as the costs allow. A key's cost ([`key_weight`]) is read
+/// from its Application's spec and the chart mirror (the bytes of each mirrored chart it
+/// renders, and a process's start for each source), never by running anything. Keys of equal
+/// cost go in their order, the i-th in shard i modulo the count: a key begins with its chart's
+/// digest, so one chart's chart/values combinations sit side by side and are dealt out like
+/// cards, whatever their hashes. Computed alike by every shard (from the head's common path,
+/// which every shard follows, and the mirror every shard is given) and by `gate merge` (the
+/// keys from the repository and the partials, the costs from the partials, which must agree).
+/// A key the head's path does not hold (an Application only the merge base holds, or one a
+/// helm or kustomize render deploys) goes by its hash ([`Shard::of_key`]).
 #[derive(Debug, Default)]
 pub struct Stripes {
     count: usize,
@@ -271,19 +278,34 @@ pub struct Stripes {
 }
 
 impl Stripes {
+    /// Every key at one cost: the i-th key in order in shard i modulo the count.
     pub fn new<'a>(keys: impl IntoIterator<Item = &'a String>, count: usize) -> Stripes {
-        let mut keys: Vec<&String> = keys.into_iter().collect();
-        keys.sort();
-        keys.dedup();
+        Stripes::weighted(keys, &BTreeMap::new(), count)
+    }
+
+    /// `keys` dealt by their costs in `weights` (a key it lacks costs [`UNKNOWN_WEIGHT`]).
+    pub fn weighted<'a>(
+        keys: impl IntoIterator<Item = &'a String>,
+        weights: &BTreeMap<String, u64>,
+        count: usize,
+    ) -> Stripes {
+        use std::cmp::Reverse;
+        let weight = |key: &str| weights.get(key).copied().unwrap_or(UNKNOWN_WEIGHT);
+        let mut keys: Vec<(u64, &String)> = keys.into_iter().map(|k| (weight(k), k)).collect();
+        keys.sort_by(|a, b| (Reverse(a.0), a.1).cmp(&(Reverse(b.0), b.1)));
+        keys.dedup_by(|a, b| a.1 == b.1);
         let count = count.max(1);
-        Stripes {
-            count,
-            of: keys
-                .into_iter()
-                .enumerate()
-                .map(|(rank, key)| (key.clone(), rank % count))
-                .collect(),
+        let mut loads: std::collections::BinaryHeap<Reverse<(u64, usize)>> =
+            (0..count).map(|shard| Reverse((0, shard))).collect();
+        let mut of = std::collections::HashMap::with_capacity(keys.len());
+        for (weight, key) in keys {
+            let Some(Reverse((load, shard))) = loads.pop() else {
+                break;
+            };
+            of.insert(key.clone(), shard);
+            loads.push(Reverse((load.saturating_add(weight), shard)));
         }
+        Stripes { count, of }
     }
 
     /// The shard of a [`shard_key`].
@@ -293,6 +315,52 @@ impl Stripes {
             None => Shard::of_key(key, self.count),
         }
     }
+}
+
+/// What starting a render's process costs, in the unit of [`key_weight`] (bytes of chart):
+/// helm takes about 40 ms to start on this project's 2-core machines, and a CRD-heavy chart's
+/// template renders at about 10 MB a second, so a start weighs as 400 KB of chart.
+pub const PROCESS_WEIGHT: u64 = 400_000;
+
+/// The cost of a key no weight was given for (every key, when none is).
+pub const UNKNOWN_WEIGHT: u64 = PROCESS_WEIGHT;
+
+/// What rendering an Application costs, roughly, for [`Stripes::weighted`], from its spec and
+/// the chart mirror alone (nothing runs, nothing is pulled): for each source naming a chart,
+/// a process's start and the bytes of that chart's directory in the mirror (`bytes_of`; a
+/// chart the mirror lacks counts for its start alone); for each source naming a path (helm,
+/// Kustomize or plain manifests: not read here), a process's start; a source that only lends
+/// its files (`ref` without a path) nothing. At least 1.
+pub fn key_weight(
+    app: &Value,
+    mirror: Option<&std::path::Path>,
+    mut bytes_of: impl FnMut(&std::path::Path) -> u64,
+) -> u64 {
+    let text = |source: &Value, key: &str| {
+        source
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut weight: u64 = 0;
+    for source in source::source_slice(app) {
+        let cost = if let Some(chart) = source.get("chart").and_then(Value::as_str) {
+            let chart = charts::ChartRef {
+                repo_url: text(source, "repoURL"),
+                chart: chart.to_string(),
+                version: text(source, "targetRevision"),
+            };
+            let bytes = charts::locate(mirror, &chart).map_or(0, |dir| bytes_of(&dir));
+            PROCESS_WEIGHT.saturating_add(bytes)
+        } else if source.get("ref").is_some() && source.get("path").is_none() {
+            0
+        } else {
+            PROCESS_WEIGHT
+        };
+        weight = weight.saturating_add(cost);
+    }
+    weight.max(1)
 }
 
 /// The hex digits of a [`shard_key`] that name its chart (the sources' repositories and
@@ -653,6 +721,84 @@ mod tests {
                 .prop_map(|fields| Value::Object(fields.into_iter().collect())),
             ]
         })
+    }
+
+    /// The costliest keys go first, each to the shard with the least cost so far: a fleet of
+    /// two CRD-heavy charts (one bumped, so dearer at the head) and small ones over 8 shards
+    /// gives each shard 5 of the 40 heavy keys and their costs within one key of each other;
+    /// dealt by order alone, the heavy keys of both charts can pile up on the same shards.
+    #[test]
+    fn stripes_deal_the_costliest_keys_first_to_the_shard_with_the_least() {
+        let key = |group: &str, i: usize| format!("{group}{i:0>70}");
+        let mut weights = BTreeMap::new();
+        // In key order: 20 heavy, 4 small, 20 heavy, 156 small. Dealt by order alone, both
+        // heavy charts' odd keys fall on shards 1-4: 6 heavy keys each there, 4 elsewhere.
+        for i in 0..20 {
+            weights.insert(key("a", i), PROCESS_WEIGHT + 3_800_000);
+            weights.insert(key("c", i), PROCESS_WEIGHT + 2_200_000);
+        }
+        for i in 0..4 {
+            weights.insert(key("b", i), PROCESS_WEIGHT + 9_000);
+        }
+        for i in 0..156 {
+            weights.insert(key("d", i), PROCESS_WEIGHT + 9_000);
+        }
+        let stripes = Stripes::weighted(weights.keys(), &weights, 8);
+        let mut loads = [0u64; 8];
+        let mut heavy = [0usize; 8];
+        for (key, weight) in &weights {
+            let shard = stripes.of(key);
+            loads[shard] += weight;
+            if key.starts_with(['a', 'c']) {
+                heavy[shard] += 1;
+            }
+        }
+        assert!(heavy.iter().all(|&h| h == 5), "{heavy:?}");
+        let (least, most) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+        assert!(most - least <= PROCESS_WEIGHT + 3_800_000, "{loads:?}");
+        // A key no weight names costs a process's start; a key the dealing never saw goes by
+        // its hash.
+        let unweighed = Stripes::weighted(weights.keys(), &BTreeMap::new(), 8);
+        let ranks: Vec<usize> = weights.keys().map(|k| unweighed.of(k)).collect();
+        assert!(
+            ranks
+                .iter()
+                .enumerate()
+                .all(|(rank, &shard)| shard == rank % 8)
+        );
+        let elsewhere = key("z", 1);
+        assert_eq!(stripes.of(&elsewhere), Shard::of_key(&elsewhere, 8));
+    }
+
+    /// A key's cost: a process's start and the mirrored chart's bytes for a chart source (its
+    /// start alone when the mirror lacks the chart), a start for a path, nothing for a source
+    /// that only lends its files; at least 1.
+    #[test]
+    fn a_keys_weight_is_its_charts_bytes_and_its_processes() {
+        let mirror = tempfile::tempdir().unwrap();
+        let chart = mirror.path().join("charts.example.test/addon/1.0.0");
+        std::fs::create_dir_all(chart.join("templates")).unwrap();
+        std::fs::write(chart.join("Chart.yaml"), "name: addon\n").unwrap();
+        std::fs::write(chart.join("templates/crd.yaml"), "x".repeat(5_000)).unwrap();
+        let bytes = 12 + 5_000;
+        let app = addon("a", "https://a", "1.0.0", "v.yaml");
+        let weigh = |app: &Value| key_weight(app, Some(mirror.path()), cache::dir_bytes);
+        assert_eq!(weigh(&app), PROCESS_WEIGHT + bytes);
+        // Not in the mirror, or no mirror: the start alone.
+        assert_eq!(
+            weigh(&addon("a", "https://a", "2.0.0", "v.yaml")),
+            PROCESS_WEIGHT
+        );
+        assert_eq!(key_weight(&app, None, cache::dir_bytes), PROCESS_WEIGHT);
+        let path =
+            json!({"spec": {"source": {"repoURL": "https://git.example.test/x.git", "path": "p"}}});
+        assert_eq!(weigh(&path), PROCESS_WEIGHT);
+        let lends = json!({"spec": {"sources": [{"repoURL": "https://git.example.test/x.git", "ref": "v"}]}});
+        assert_eq!(weigh(&lends), 1);
+        assert_eq!(weigh(&json!({"spec": {}})), 1);
+        // A chart name or version that is a path reads nothing outside the mirror.
+        let outside = json!({"spec": {"source": {"repoURL": "https://charts.example.test", "chart": "..", "targetRevision": "addon"}}});
+        assert_eq!(weigh(&outside), PROCESS_WEIGHT);
     }
 
     proptest::proptest! {

@@ -421,7 +421,7 @@ pub fn run(size: Size, shards: &[usize]) -> Result<()> {
     for &n in shards {
         let sharded = bench.sharded(n, &single, &mut table)?;
         equal_verdicts &= sharded.same;
-        critical.push((n, sharded.path_ms, sharded.merge_ms));
+        critical.push((n, sharded.longest_ms, sharded.merge_ms));
     }
     table.print(runner.time.is_none(), &critical, single.cold_ms);
     println!("load average {} at the end", load_average());
@@ -463,7 +463,7 @@ struct Table {
 }
 
 impl Table {
-    /// The table, the aims (`critical`: shard count, critical path and merge, in ms) and the
+    /// The table, the aims (`critical`: shard count, longest shard and merge, in ms) and the
     /// notes.
     fn print(mut self, no_gnu_time: bool, critical: &[(usize, u128, u128)], cold_ms: u128) {
         println!();
@@ -478,16 +478,24 @@ impl Table {
                 "largest process: no GNU time at /usr/bin/time, so only the gate's own peak".into(),
             );
         }
-        for (n, path_ms, merge_ms) in critical {
+        for (n, longest_ms, merge_ms) in critical {
             if *n == 8 {
+                let met = |ms: u128| if ms * 5 < cold_ms { "met" } else { "NOT met" };
                 println!(
-                    "aim: 8 shards' cold critical path under a fifth of the single runner: {} ({} against {})",
-                    if *path_ms * 5 < cold_ms {
-                        "met"
+                    "aim: 8 shards' cold critical path (the longest shard) under a fifth of the single runner: {} ({} against {})",
+                    met(*longest_ms),
+                    seconds(*longest_ms),
+                    seconds(cold_ms / 5)
+                );
+                let end_to_end = longest_ms + merge_ms;
+                println!(
+                    "beside the aim: the longest shard, then the merge, end to end: {} a fifth ({} against {})",
+                    if end_to_end * 5 < cold_ms {
+                        "under"
                     } else {
-                        "NOT met"
+                        "NOT under"
                     },
-                    seconds(*path_ms),
+                    seconds(end_to_end),
                     seconds(cold_ms / 5)
                 );
             }
@@ -548,8 +556,9 @@ struct Single {
 
 /// One shard count's outcome.
 struct Sharded {
-    /// The longest shard plus the merge.
-    path_ms: u128,
+    /// The longest shard: the critical path as issue 34 defines it (the merge is measured,
+    /// and has an aim, of its own).
+    longest_ms: u128,
     merge_ms: u128,
     /// The merged verdict equals the single runner's.
     same: bool,
@@ -679,7 +688,17 @@ impl Bench<'_> {
         ));
         let path_ms = longest + merge.ms;
         table.rows.push([
-            format!("{n} shard(s): critical path (longest shard + merge)"),
+            format!("{n} shard(s): critical path (the longest shard)"),
+            seconds(longest),
+            String::new(),
+            String::new(),
+            format!(
+                "{:.2}x the cold single runner",
+                longest as f64 / single.cold_ms as f64
+            ),
+        ]);
+        table.rows.push([
+            format!("{n} shard(s): end to end (the longest shard, then the merge)"),
             seconds(path_ms),
             String::new(),
             String::new(),
@@ -690,13 +709,13 @@ impl Bench<'_> {
         ]);
         if n > 1 {
             table.notes.push(format!(
-                "{n} shards: the busiest rendered {most_renders} of the {} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and each chart's combinations are dealt out over the shards (`render::Stripes`)",
+                "{n} shards: the busiest rendered {most_renders} of the {} distinct renders (an even split would be {}): the shard key keeps the Applications of one chart/values combination in one shard, and the combinations are dealt out over the shards by what they cost, the costliest first (`render::Stripes`: a mirrored chart's bytes and a process's start), so the shards' renders differ in number but not much in cost",
                 single.renders,
                 single.renders.div_ceil(n)
             ));
         }
         Ok(Sharded {
-            path_ms,
+            longest_ms: longest,
             merge_ms: merge.ms,
             same,
         })
@@ -939,7 +958,9 @@ impl RemoteBench<'_> {
         ));
         let path_ms = longest + merge.ms;
         rows.push([
-            format!("{n} shards on the remote cache: critical path (longest shard + merge)"),
+            format!(
+                "{n} shards on the remote cache: end to end (the longest shard, then the merge)"
+            ),
             seconds(path_ms),
             String::new(),
             String::new(),
