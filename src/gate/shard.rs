@@ -105,16 +105,16 @@ pub struct Partial {
     /// Every Application and ApplicationSet this shard reached on a path every shard follows
     /// ([`render::RenderStats::shard_known`]), whoever owns it, at each commit.
     #[serde(default)]
-    pub base_known: Vec<Known>,
+    pub base_known: Shared<Vec<Known>>,
     #[serde(default)]
-    pub head_known: Vec<Known>,
+    pub head_known: Shared<Vec<Known>>,
     /// The digest ([`render::application_digest`]) of every Application on that path as this
     /// shard's render keeps it ([`render::RenderStats::shard_common_specs`]), by identity, at
     /// each commit: every shard gives the same, and the Application's holder holds it so.
     #[serde(default)]
-    pub base_common_specs: BTreeMap<String, String>,
+    pub base_common_specs: Shared<BTreeMap<String, String>>,
     #[serde(default)]
-    pub head_common_specs: BTreeMap<String, String>,
+    pub head_common_specs: Shared<BTreeMap<String, String>>,
     /// What rendering each of the head's shard keys costs ([`render::key_weight`]: read from
     /// the specs and this shard's chart mirror), as this shard dealt them: every shard gives
     /// the same, and the merge deals the keys by them ([`render::Stripes::weighted`]).
@@ -131,9 +131,87 @@ pub struct Partial {
 /// The objects of partials read together ([`Partial::from_slice`]), by their JSON text: an
 /// object several partials hold (one chart's CRDs, which many shards render) is parsed once
 /// and shared. Eight shards of a fleet with CRD-heavy charts hold about 52 MB of objects,
-/// 7 MB of them distinct.
+/// 7 MB of them distinct. So are the parts every shard writes alike ([`Shared`]).
 #[derive(Default)]
-pub struct SharedObjects(Mutex<HashMap<Box<str>, Object>>);
+pub struct SharedObjects {
+    objects: Mutex<HashMap<Box<str>, Object, TextHash>>,
+    parts: Mutex<HashMap<std::any::TypeId, PartsByText>>,
+}
+
+/// Texts of megabytes are hashed with foldhash (seeded per process), not SipHash: a third of
+/// the hashing's time in a merge of 8.
+type TextHash = foldhash::fast::RandomState;
+type SharedPart = Arc<dyn std::any::Any + Send + Sync>;
+/// The parts of one type read so far, by their JSON text.
+type PartsByText = HashMap<Box<str>, SharedPart, TextHash>;
+
+/// A part of a partial every honest shard writes alike, byte for byte (what the path every
+/// shard follows reaches, and the digests of its Applications: 2 MB of a fleet of 5,000):
+/// partials read together ([`Partial::from_slice`]) whose text of it is the same share one
+/// parse of it (one text, one value). Read and written as its value; changed in place
+/// (a test's forgery) on a copy of its own.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Shared<T>(Arc<T>);
+
+impl<T> std::ops::Deref for Shared<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Clone> std::ops::DerefMut for Shared<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl<T> From<T> for Shared<T> {
+    fn from(value: T) -> Shared<T> {
+        Shared(Arc::new(value))
+    }
+}
+
+impl<T: Serialize> Serialize for Shared<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de, T> Deserialize<'de> for Shared<T>
+where
+    T: serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text: Box<serde_json::value::RawValue> = Deserialize::deserialize(deserializer)?;
+        let parse = |text: &str| {
+            serde_json::from_str::<T>(text)
+                .map(|value| Arc::new(value))
+                .map_err(serde::de::Error::custom)
+        };
+        let Some(shared) = SHARING.with(|s| s.borrow().clone()) else {
+            return parse(text.get()).map(Shared);
+        };
+        let kind = std::any::TypeId::of::<T>();
+        let lock = || shared.parts.lock().unwrap_or_else(|p| p.into_inner());
+        let known = lock()
+            .get(&kind)
+            .and_then(|texts| texts.get(text.get()))
+            .cloned()
+            .and_then(|part| part.downcast::<T>().ok());
+        if let Some(value) = known {
+            return Ok(Shared(value));
+        }
+        let value = parse(text.get())?;
+        let kept: SharedPart = value.clone();
+        lock()
+            .entry(kind)
+            .or_default()
+            .entry(text.into())
+            .or_insert(kept);
+        Ok(Shared(value))
+    }
+}
 
 thread_local! {
     /// The [`SharedObjects`] of the partial this thread is reading, if any.
@@ -156,7 +234,7 @@ fn shared_objects<'de, D: serde::Deserializer<'de>>(
     let Some(shared) = sharing else {
         return texts.iter().map(|text| parse(text.get())).collect();
     };
-    let lock = || shared.0.lock().unwrap_or_else(|p| p.into_inner());
+    let lock = || shared.objects.lock().unwrap_or_else(|p| p.into_inner());
     texts
         .into_iter()
         .map(|text| {
@@ -194,9 +272,12 @@ pub struct Undecided {
     pub base: Vec<String>,
 }
 
-/// A rendered Application as a partial holds it: every field, its objects by index.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+/// A rendered Application as a partial holds it: every field, its objects by index. On the
+/// wire its stored form and its sources are left out where they are the manifest's (its
+/// stored form is, for an Application generated or declared in stored form; its sources are
+/// its spec's whenever it rendered): a third of a partial's Applications' bytes, and of the
+/// merge's parsing of them. Absent, each is read as the manifest's.
+#[derive(Debug)]
 pub struct WireApp {
     pub name: String,
     pub namespace: String,
@@ -209,10 +290,98 @@ pub struct WireApp {
     pub render_keys: Vec<String>,
     pub manifest: Value,
     pub stored: Value,
-    #[serde(default)]
     pub destination_unknown: Option<String>,
-    #[serde(default)]
     pub values_files: Vec<String>,
+}
+
+/// [`WireApp`] as written: its stored form and sources only where they are not the
+/// manifest's.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct WireOut<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    project: &'a str,
+    origin: &'a Origin,
+    cluster: &'a ClusterRef,
+    destination_namespace: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sources: Option<&'a [Value]>,
+    objects: &'a [usize],
+    render_keys: &'a [String],
+    manifest: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stored: Option<&'a Value>,
+    destination_unknown: &'a Option<String>,
+    values_files: &'a [String],
+}
+
+/// [`WireApp`] as read: a stored form or sources left out are the manifest's.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct WireIn {
+    name: String,
+    namespace: String,
+    project: String,
+    origin: Origin,
+    cluster: ClusterRef,
+    destination_namespace: String,
+    #[serde(default)]
+    sources: Option<Vec<Value>>,
+    objects: Vec<usize>,
+    render_keys: Vec<String>,
+    manifest: Value,
+    #[serde(default)]
+    stored: Option<Value>,
+    #[serde(default)]
+    destination_unknown: Option<String>,
+    #[serde(default)]
+    values_files: Vec<String>,
+}
+
+impl Serialize for WireApp {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let own_sources = self.sources[..] != *render::source::source_slice(&self.manifest);
+        WireOut {
+            name: &self.name,
+            namespace: &self.namespace,
+            project: &self.project,
+            origin: &self.origin,
+            cluster: &self.cluster,
+            destination_namespace: &self.destination_namespace,
+            sources: own_sources.then_some(&self.sources[..]),
+            objects: &self.objects,
+            render_keys: &self.render_keys,
+            manifest: &self.manifest,
+            stored: (self.stored != self.manifest).then_some(&self.stored),
+            destination_unknown: &self.destination_unknown,
+            values_files: &self.values_files,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for WireApp {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = WireIn::deserialize(deserializer)?;
+        Ok(WireApp {
+            sources: wire
+                .sources
+                .unwrap_or_else(|| render::source::source_slice(&wire.manifest).to_vec()),
+            stored: wire.stored.unwrap_or_else(|| wire.manifest.clone()),
+            name: wire.name,
+            namespace: wire.namespace,
+            project: wire.project,
+            origin: wire.origin,
+            cluster: wire.cluster,
+            destination_namespace: wire.destination_namespace,
+            objects: wire.objects,
+            render_keys: wire.render_keys,
+            manifest: wire.manifest,
+            destination_unknown: wire.destination_unknown,
+            values_files: wire.values_files,
+        })
+    }
 }
 
 /// The object table a partial is written with: each shared object once.
@@ -338,10 +507,10 @@ impl Partial {
             head_applications: Vec::new(),
             base_credits: BTreeMap::new(),
             head_credits: BTreeMap::new(),
-            base_known: Vec::new(),
-            head_known: Vec::new(),
-            base_common_specs: BTreeMap::new(),
-            head_common_specs: BTreeMap::new(),
+            base_known: Shared::default(),
+            head_known: Shared::default(),
+            base_common_specs: Shared::default(),
+            head_common_specs: Shared::default(),
             head_weights: BTreeMap::new(),
             old_versions: Vec::new(),
             chart_defaults: Vec::new(),
@@ -481,10 +650,24 @@ pub fn check_shard(config: &RenderConfig, base: String, head: String, shard: Sha
     partial.objects = table.objects;
     partial.base_credits = base_rendering.stats.shard_credits.clone();
     partial.head_credits = head_rendering.stats.shard_credits.clone();
-    partial.base_known = base_rendering.stats.shard_known.iter().cloned().collect();
-    partial.head_known = head_rendering.stats.shard_known.iter().cloned().collect();
-    partial.base_common_specs = base_rendering.stats.shard_common_specs.clone();
-    partial.head_common_specs = head_rendering.stats.shard_common_specs.clone();
+    partial.base_known = Shared::from(
+        base_rendering
+            .stats
+            .shard_known
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    partial.head_known = Shared::from(
+        head_rendering
+            .stats
+            .shard_known
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    partial.base_common_specs = base_rendering.stats.shard_common_specs.clone().into();
+    partial.head_common_specs = head_rendering.stats.shard_common_specs.clone().into();
     partial
 }
 
@@ -2029,5 +2212,89 @@ mod tests {
         assert!(!Arc::ptr_eq(&first.objects[0], &alone.objects[1]));
         assert_eq!(alone.objects[1], first.objects[0]);
         assert!(Partial::from_slice(b"{\"format\": 1}", &shared).is_err());
+    }
+
+    /// What every shard writes alike (the common path's lists and digests) is parsed once
+    /// for partials read together, where its text is the same; another text is its own.
+    #[test]
+    fn partials_read_together_share_what_every_shard_writes_alike() {
+        let with_specs = |specs: &[(&str, &str)]| {
+            let mut partial = Partial::new(
+                Shard { index: 0, count: 2 },
+                "base",
+                "head",
+                &Inventory::default(),
+                None,
+            );
+            partial.head_common_specs = specs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+                .into();
+            serde_json::to_vec(&partial).unwrap()
+        };
+        let shared = Arc::new(SharedObjects::default());
+        let one = Partial::from_slice(&with_specs(&[("a", "1")]), &shared).unwrap();
+        let two = Partial::from_slice(&with_specs(&[("a", "1")]), &shared).unwrap();
+        let other = Partial::from_slice(&with_specs(&[("a", "2")]), &shared).unwrap();
+        assert!(Arc::ptr_eq(
+            &one.head_common_specs.0,
+            &two.head_common_specs.0
+        ));
+        assert!(!Arc::ptr_eq(
+            &one.head_common_specs.0,
+            &other.head_common_specs.0
+        ));
+        assert_eq!(other.head_common_specs["a"], "2");
+        assert_ne!(one.head_common_specs, other.head_common_specs);
+        // A part changed in place (a forgery in a test) changes that partial's alone.
+        let mut changed = Partial::from_slice(&with_specs(&[("a", "1")]), &shared).unwrap();
+        changed.head_common_specs.insert("b".into(), "3".into());
+        assert_eq!(one.head_common_specs.len(), 1);
+        assert_eq!(changed.head_common_specs.len(), 2);
+    }
+
+    /// An Application's stored form and sources are left out of the wire where they are its
+    /// manifest's, and read back as the manifest's; where they differ they are written.
+    #[test]
+    fn a_wire_app_leaves_out_what_its_manifest_gives() {
+        let manifest = serde_json::json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+            "metadata": {"name": "a", "namespace": "argocd"},
+            "spec": {"sources": [{"repoURL": "https://charts.example.test", "chart": "c", "targetRevision": "1.0.0"}]}});
+        let app = |stored: Value, sources: Vec<Value>| WireApp {
+            name: "a".into(),
+            namespace: "argocd".into(),
+            project: "default".into(),
+            origin: Origin::File {
+                path: "apps.yaml".into(),
+                document: 0,
+            },
+            cluster: ClusterRef {
+                name: "in-cluster".into(),
+                server: "https://kubernetes.default.svc".into(),
+            },
+            destination_namespace: "x".into(),
+            sources,
+            objects: vec![0],
+            render_keys: vec!["k".into()],
+            manifest: manifest.clone(),
+            stored,
+            destination_unknown: None,
+            values_files: Vec::new(),
+        };
+        let own_sources = manifest["spec"]["sources"].as_array().unwrap().clone();
+        let same = serde_json::to_value(app(manifest.clone(), own_sources.clone())).unwrap();
+        assert!(
+            same.get("stored").is_none() && same.get("sources").is_none(),
+            "{same}"
+        );
+        let read: WireApp = serde_json::from_value(same).unwrap();
+        assert_eq!((read.stored, read.sources), (manifest.clone(), own_sources));
+        let stored = serde_json::json!({"kind": "Application", "spec": {}});
+        let differs = serde_json::to_value(app(stored.clone(), Vec::new())).unwrap();
+        assert_eq!(differs["stored"], stored);
+        assert_eq!(differs["sources"], serde_json::json!([]));
+        let read: WireApp = serde_json::from_value(differs).unwrap();
+        assert_eq!((read.stored, read.sources), (stored, Vec::new()));
     }
 }
