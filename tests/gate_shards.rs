@@ -318,33 +318,49 @@ fn the_merge_refuses_partials_that_are_not_every_shard_of_one_check() {
 }
 
 /// The shards deal the head's keys by what their renders cost, read from the chart mirror
-/// each is given: a shard given another mirror (each chart a byte larger) deals the fleet
-/// otherwise, and the merge refuses the partials in one line naming both shards, before it
-/// binds a single Application (one could be held twice, or by none). Given one mirror, each
-/// key's cost is its chart's bytes and a process's start.
+/// each is given (a chart's bytes and a process's start): each shard holds the head's
+/// Applications the weighted stripes give it, which for some shard count is not where
+/// dealing in turn would put them. Partials whose costs put an Application in another shard
+/// are refused in one line naming it and both shards, before anything is bound (it could be
+/// held by two shards, or none); a mirror whose charts are each a byte larger weighs alike
+/// (bytes are rounded up to 64 KiB), and costs that differ but deal alike merge into the
+/// unsharded verdict.
 #[test]
-fn shards_given_different_chart_mirrors_are_refused() {
+fn shards_deal_by_cost_and_partials_that_deal_otherwise_are_refused() {
     let (repo, base, head) = case_repo("kind-not-served");
     let config = config(repo.path(), cache());
-    let part = |config: &RenderConfig, index: usize| -> Partial {
-        let partial = shard::check_shard(
-            config,
-            base.clone(),
-            head.clone(),
-            Shard { index, count: 2 },
-        );
+    let part = |config: &RenderConfig, index: usize, count: usize| -> Partial {
+        let partial =
+            shard::check_shard(config, base.clone(), head.clone(), Shard { index, count });
         serde_json::from_slice(&serde_json::to_vec(&partial).unwrap()).unwrap()
     };
-    let honest = part(&config, 0);
+    let (head_keys, weights) = render::shard_keys_weighed(&config, &head).unwrap();
     assert!(
-        honest
-            .head_weights
-            .values()
-            .any(|&w| w > render::PROCESS_WEIGHT),
-        "a mirrored chart weighs its bytes: {:?}",
-        honest.head_weights
+        weights.values().any(|&w| w > render::PROCESS_WEIGHT),
+        "a mirrored chart weighs its bytes: {weights:?}"
     );
-    assert_eq!(honest.head_weights, part(&config, 1).head_weights);
+    let count = (2..=6)
+        .find(|&count| {
+            let (by_cost, in_turn) = (
+                render::Stripes::weighted(head_keys.values(), &weights, count),
+                render::Stripes::new(head_keys.values(), count),
+            );
+            head_keys.values().any(|k| by_cost.of(k) != in_turn.of(k))
+        })
+        .expect("for some count the costs deal otherwise than in turn");
+    let stripes = render::Stripes::weighted(head_keys.values(), &weights, count);
+    for index in 0..count {
+        let partial = part(&config, index, count);
+        assert_eq!(partial.head_weights, weights);
+        for app in &partial.head_applications {
+            let id = format!("Application {}/{}", app.namespace, app.name);
+            if let Some(key) = head_keys.get(&id) {
+                assert_eq!(stripes.of(key), index, "{id} over {count}");
+            }
+        }
+    }
+    // Another mirror, each chart a byte larger: a chart's bytes are rounded up to 64 KiB,
+    // so the same costs, and the verdict is the unsharded one.
     let mirror = tempfile::tempdir().unwrap();
     common::copy_tree(config.charts.as_deref().unwrap(), mirror.path());
     for chart_yaml in walk_files(mirror.path())
@@ -359,16 +375,57 @@ fn shards_given_different_chart_mirrors_are_refused() {
         charts: Some(mirror.path().to_path_buf()),
         ..config.clone()
     };
-    let other = part(&elsewhere, 1);
-    assert_ne!(honest.head_weights, other.head_weights);
-    let refusal = shard::merge(vec![honest, other], repo.path())
+    let honest = part(&config, 0, 2);
+    let other = part(&elsewhere, 1, 2);
+    assert_eq!(honest.head_weights, other.head_weights);
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    let merged = shard::merge(vec![part(&config, 0, 2), other], repo.path()).unwrap();
+    assert_same(&unsharded, &merged);
+    // Other costs that deal alike (every cost doubled) merge.
+    let mut costlier = part(&config, 1, 2);
+    for weight in costlier.head_weights.values_mut() {
+        *weight *= 2;
+    }
+    assert_ne!(costlier.head_weights, weights);
+    let merged = shard::merge(vec![part(&config, 0, 2), costlier], repo.path()).unwrap();
+    assert_same(&unsharded, &merged);
+    // Costs that move an Application: the lightest key of shard 2/2 made the costliest.
+    let two = render::Stripes::weighted(head_keys.values(), &weights, 2);
+    let (_, moved_key) = head_keys
+        .iter()
+        .filter(|(_, key)| two.of(key) == 1)
+        .min_by_key(|(_, key)| weights[*key])
+        .unwrap();
+    let mut forged = part(&config, 1, 2);
+    forged.head_weights.insert(moved_key.clone(), u64::MAX / 4);
+    let refusal = shard::merge(vec![honest, forged], repo.path())
         .unwrap_err()
         .to_string();
-    assert!(
-        refusal.contains("shard 1/2 and shard 2/2 weighed the head's renders differently")
-            && refusal.contains("give every shard the same --charts")
-            && !refusal.contains('\n'),
-        "{refusal}"
+    // The first Application (by name) the two dealings place apart is named.
+    let forged_stripes = render::Stripes::weighted(
+        head_keys.values(),
+        &std::collections::BTreeMap::from_iter(
+            weights
+                .iter()
+                .map(|(k, &w)| (k.clone(), if k == moved_key { u64::MAX / 4 } else { w })),
+        ),
+        2,
+    );
+    let (first_moved, _) = head_keys
+        .iter()
+        .filter(|(_, key)| two.of(key) != forged_stripes.of(key))
+        .min_by(|a, b| a.0.cmp(b.0))
+        .unwrap();
+    let first_moved = first_moved.trim_start_matches("Application ");
+    let (from, to) = (
+        two.of(&head_keys[&format!("Application {first_moved}")]) + 1,
+        forged_stripes.of(&head_keys[&format!("Application {first_moved}")]) + 1,
+    );
+    assert_eq!(
+        refusal,
+        format!(
+            "shard 1/2 deals Application {first_moved} to shard {from}/2 and shard 2/2 deals it to shard {to}/2: their chart mirrors give the head's charts other sizes (give every shard the same --charts)"
+        )
     );
 }
 

@@ -67,7 +67,7 @@ use crate::render::{
 };
 
 /// The partial result's format, written in every partial and checked by the merge.
-pub const FORMAT: &str = "gitops-gate/check-partial/v5";
+pub const FORMAT: &str = "gitops-gate/check-partial/v6";
 
 /// One shard's part of a check.
 #[derive(Debug, Serialize, Deserialize)]
@@ -766,21 +766,44 @@ fn validate(parts: &[Partial]) -> Result<(), MergeError> {
     Ok(())
 }
 
-/// Every decided shard dealt the head's keys by the same costs: a cost is read from the chart
-/// mirror, so shards given different mirrors deal the fleet differently (an Application
-/// could be held by two shards, or none).
-fn same_weights(parts: &[Partial]) -> Result<(), MergeError> {
-    let Some(first) = parts.first() else {
-        return Ok(());
-    };
-    match parts.iter().find(|p| p.head_weights != first.head_weights) {
-        Some(other) => Err(MergeError(format!(
-            "shard {} and shard {} weighed the head's renders differently (their chart mirrors differ): give every shard the same --charts",
-            label(first.shard),
-            label(other.shard)
-        ))),
-        None => Ok(()),
+/// The head's keys dealt as every shard dealt them: by the costs the partials give
+/// ([`render::Stripes::weighted`]). A cost is read from a shard's chart mirror, so shards
+/// given mirrors whose charts differ in size may deal the fleet differently (an Application
+/// held by two shards, or by none): partials whose costs put any of the head's Applications
+/// in another shard are refused, naming the first; costs that differ but deal alike (a
+/// chart's README edited in one mirror) are not.
+fn dealt_alike(
+    parts: &[Partial],
+    head_keys: &Keys,
+    count: usize,
+) -> Result<render::Stripes, MergeError> {
+    let stripes = render::Stripes::weighted(head_keys.values(), &parts[0].head_weights, count);
+    for part in parts.iter().skip(1) {
+        if part.head_weights == parts[0].head_weights {
+            continue;
+        }
+        let other = render::Stripes::weighted(head_keys.values(), &part.head_weights, count);
+        let moved = head_keys
+            .iter()
+            .filter(|(_, key)| stripes.of(key) != other.of(key))
+            .min_by(|a, b| a.0.cmp(b.0));
+        if let Some(((namespace, name), key)) = moved {
+            return Err(MergeError(format!(
+                "shard {} deals Application {namespace}/{name} to shard {} and shard {} deals it to shard {}: their chart mirrors give the head's charts other sizes (give every shard the same --charts)",
+                label(parts[0].shard),
+                label(Shard {
+                    index: stripes.of(key),
+                    count
+                }),
+                label(part.shard),
+                label(Shard {
+                    index: other.of(key),
+                    count
+                }),
+            )));
+        }
     }
+    Ok(stripes)
 }
 
 /// One of the two commits a partial holds Applications of.
@@ -2017,7 +2040,7 @@ fn bind_at_both_commits(
         || common_keys(parts, Side::Base, &base_roots),
     );
     let count = parts[0].shard.count;
-    let stripes = render::Stripes::weighted(head_keys.values(), &parts[0].head_weights, count);
+    let stripes = dealt_alike(parts, &head_keys, count)?;
     let repo_url = parts[0].repo_url.clone();
     let bind_at = |side: Side| {
         let (commit, snapshot, roots, own) = match side {
@@ -2059,7 +2082,6 @@ pub fn merge_with(
     }
     let confinement = confinement
         .ok_or_else(|| MergeError("a shard rendered nothing and said not why".into()))?;
-    same_weights(&parts)?;
     let store = render::parsed::ParsedStore::default();
     let head_snapshot = snapshot_of(&store, repo, Side::Head, &head)?;
     let base_snapshot = snapshot_of(&store, repo, Side::Base, &base)?;

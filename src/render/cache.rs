@@ -273,6 +273,20 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(), String>
 mod tests {
     use super::*;
 
+    /// A chart's bytes are its files' sizes, read from their metadata; a chart with a
+    /// symbolic link inside (which its digest refuses) weighs nothing.
+    #[test]
+    fn a_charts_bytes_are_its_files_and_nothing_through_a_link() {
+        let chart = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(chart.path().join("templates")).unwrap();
+        std::fs::write(chart.path().join("Chart.yaml"), "x".repeat(100)).unwrap();
+        std::fs::write(chart.path().join("templates/a.yaml"), "y".repeat(50)).unwrap();
+        assert_eq!(dir_bytes(chart.path()), 150);
+        std::os::unix::fs::symlink("/etc/hostname", chart.path().join("templates/l")).unwrap();
+        assert_eq!(dir_bytes(chart.path()), 0);
+        assert_eq!(dir_bytes(&chart.path().join("absent")), 0);
+    }
+
     #[test]
     fn an_entry_changes_with_the_tools_and_keeps_its_fields_apart() {
         let key = "0123abcd";

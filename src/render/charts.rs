@@ -51,7 +51,7 @@ pub fn is_oci(repo_url: &str) -> bool {
     repo_url.starts_with("oci://") || !repo_url.contains("://")
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ChartRef {
     pub repo_url: String,
     pub chart: String,
@@ -97,6 +97,21 @@ pub fn locate(mirror: Option<&Path>, chart: &ChartRef) -> Result<PathBuf, String
             dir.display()
         ))
     }
+}
+
+/// The bytes of a chart's directory in the mirror, rounded up to 64 KiB (0 when the mirror
+/// lacks it, or has no chart by that name and version there): what rendering it costs,
+/// roughly, for the shards' dealing ([`super::key_weight`]). Rounded, so that charts of
+/// about one size weigh the same (and are dealt in turn) and a mirror whose copy of a chart
+/// differs by a README line deals alike. Only a name and version [`locate`] accepts are
+/// looked up, so nothing outside the mirror is read.
+pub fn mirrored_bytes(mirror: Option<&Path>, chart: &ChartRef) -> u64 {
+    const UNIT: u64 = 64 << 10;
+    locate(mirror, chart).map_or(0, |dir| {
+        super::cache::dir_bytes(&dir)
+            .div_ceil(UNIT)
+            .saturating_mul(UNIT)
+    })
 }
 
 /// A chart's default values (its values.yaml) from the mirror: `{}` when it has none; an

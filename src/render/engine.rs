@@ -431,7 +431,7 @@ pub(super) struct Engine<'a> {
     /// [`shard_keys`]: what rendering each key costs ([`RenderStats::shard_weights`]), and
     /// the bytes of each mirrored chart it read for them.
     weights: BTreeMap<String, u64>,
-    chart_bytes: HashMap<PathBuf, u64>,
+    chart_bytes: HashMap<super::charts::ChartRef, u64>,
     /// A sharded render: the digest of each Application on that path as the render keeps it
     /// ([`RenderStats::shard_common_specs`]), and what [`Engine::admit`] saw of it there.
     common_specs: BTreeMap<String, String>,
@@ -608,12 +608,23 @@ impl Engine<'_> {
             // [`shard_keys`]: every Application's key and what it costs, owned by none. Two
             // specs of one key (its charts at two versions) cost the dearer.
             let key = shard_key(&item.object);
+            let (mirror, repos) = (self.config.charts.as_deref(), &self.repos);
             let chart_bytes = &mut self.chart_bytes;
-            let weight = super::key_weight(&item.object, self.config.charts.as_deref(), |dir| {
-                *chart_bytes
-                    .entry(dir.to_path_buf())
-                    .or_insert_with(|| super::cache::dir_bytes(dir))
-            });
+            let name = item
+                .object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let weight = super::key_weight(
+                &item.object,
+                |chart| {
+                    *chart_bytes
+                        .entry(chart.clone())
+                        .or_insert_with(|| super::charts::mirrored_bytes(mirror, chart))
+                },
+                // A source planning cannot type (it will say why) is weighed as a process.
+                |source| super::source::source_runs_a_process(name, source, repos).unwrap_or(true),
+            );
             let known = self.weights.entry(key.clone()).or_insert(weight);
             *known = (*known).max(weight);
             self.keys.insert(id.to_string(), key);

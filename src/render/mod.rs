@@ -259,18 +259,20 @@ impl Shard {
 }
 
 /// Where a sharded check's Applications go: the distinct [`shard_key`]s of the head's common
-/// path dealt out over the shards by what their renders cost, the costliest first, each to the
-/// shard with the least cost so far (the lowest index among equals): the longest shard, the
-/// check's critical path, is as short as the costs allow. A key's cost ([`key_weight`]) is read
-/// from its Application's spec and the chart mirror (the bytes of each mirrored chart it
-/// renders, and a process's start for each source), never by running anything. Keys of equal
-/// cost go in their order, the i-th in shard i modulo the count: a key begins with its chart's
-/// digest, so one chart's chart/values combinations sit side by side and are dealt out like
-/// cards, whatever their hashes. Computed alike by every shard (from the head's common path,
-/// which every shard follows, and the mirror every shard is given) and by `gate merge` (the
-/// keys from the repository and the partials, the costs from the partials, which must agree).
-/// A key the head's path does not hold (an Application only the merge base holds, or one a
-/// helm or kustomize render deploys) goes by its hash ([`Shard::of_key`]).
+/// path dealt out over the shards by what their renders cost, greedily: the costliest first,
+/// each to the shard with the least cost so far (the lowest index among equals), which keeps
+/// the longest shard, the check's critical path, within 4/3 of the best split of those
+/// costs. A key's cost ([`key_weight`]) is read from its Application's spec, the repository
+/// and the chart mirror (a mirrored chart's bytes, rounded up to 64 KiB, and a process's
+/// start), never by running anything. Where every key costs the same they go in order, the
+/// i-th in shard i modulo the count: a key begins with its chart's digest, so one chart's
+/// chart/values combinations sit side by side and are dealt out like cards (keys of one
+/// cost among dearer ones fill whichever shards are lightest). Computed alike by every
+/// shard (from the head's common path, which every shard follows, and the mirror every
+/// shard is given) and by `gate merge` (the keys from the repository and the partials, the
+/// costs from the partials: partials whose costs deal any key elsewhere are refused). A key
+/// the head's path does not hold (an Application only the merge base holds, or one a helm
+/// or kustomize render deploys) goes by its hash ([`Shard::of_key`]).
 #[derive(Debug, Default)]
 pub struct Stripes {
     count: usize,
@@ -325,16 +327,18 @@ pub const PROCESS_WEIGHT: u64 = 400_000;
 /// The cost of a key no weight was given for (every key, when none is).
 pub const UNKNOWN_WEIGHT: u64 = PROCESS_WEIGHT;
 
-/// What rendering an Application costs, roughly, for [`Stripes::weighted`], from its spec and
-/// the chart mirror alone (nothing runs, nothing is pulled): for each source naming a chart,
-/// a process's start and the bytes of that chart's directory in the mirror (`bytes_of`; a
-/// chart the mirror lacks counts for its start alone); for each source naming a path (helm,
-/// Kustomize or plain manifests: not read here), a process's start; a source that only lends
+/// What rendering an Application costs, roughly, for [`Stripes::weighted`], from its spec,
+/// the repository and the chart mirror alone (nothing runs, nothing is pulled): for each
+/// source naming a chart, a process's start and the bytes of that chart in the mirror
+/// (`chart_bytes`: [`charts::mirrored_bytes`]; a chart the mirror lacks counts for its start
+/// alone); for each source naming a path, a process's start where it runs one
+/// (`runs_a_process`: helm or Kustomize, as planning decides), else nothing (plain
+/// manifests: every shard reads them whoever owns the Application); a source that only lends
 /// its files (`ref` without a path) nothing. At least 1.
 pub fn key_weight(
     app: &Value,
-    mirror: Option<&std::path::Path>,
-    mut bytes_of: impl FnMut(&std::path::Path) -> u64,
+    mut chart_bytes: impl FnMut(&charts::ChartRef) -> u64,
+    mut runs_a_process: impl FnMut(&Value) -> bool,
 ) -> u64 {
     let text = |source: &Value, key: &str| {
         source
@@ -351,12 +355,13 @@ pub fn key_weight(
                 chart: chart.to_string(),
                 version: text(source, "targetRevision"),
             };
-            let bytes = charts::locate(mirror, &chart).map_or(0, |dir| bytes_of(&dir));
-            PROCESS_WEIGHT.saturating_add(bytes)
+            PROCESS_WEIGHT.saturating_add(chart_bytes(&chart))
         } else if source.get("ref").is_some() && source.get("path").is_none() {
             0
-        } else {
+        } else if runs_a_process(source) {
             PROCESS_WEIGHT
+        } else {
+            0
         };
         weight = weight.saturating_add(cost);
     }
@@ -771,8 +776,9 @@ mod tests {
     }
 
     /// A key's cost: a process's start and the mirrored chart's bytes for a chart source (its
-    /// start alone when the mirror lacks the chart), a start for a path, nothing for a source
-    /// that only lends its files; at least 1.
+    /// start alone when the mirror lacks the chart), a start for a path that runs a process
+    /// and nothing for one of plain manifests, nothing for a source that only lends its
+    /// files; at least 1.
     #[test]
     fn a_keys_weight_is_its_charts_bytes_and_its_processes() {
         let mirror = tempfile::tempdir().unwrap();
@@ -780,25 +786,60 @@ mod tests {
         std::fs::create_dir_all(chart.join("templates")).unwrap();
         std::fs::write(chart.join("Chart.yaml"), "name: addon\n").unwrap();
         std::fs::write(chart.join("templates/crd.yaml"), "x".repeat(5_000)).unwrap();
-        let bytes = 12 + 5_000;
+        let bytes = 64 << 10; // 12 + 5,000 bytes, rounded up to 64 KiB
         let app = addon("a", "https://a", "1.0.0", "v.yaml");
-        let weigh = |app: &Value| key_weight(app, Some(mirror.path()), cache::dir_bytes);
-        assert_eq!(weigh(&app), PROCESS_WEIGHT + bytes);
+        let weigh = |app: &Value, runs: bool| {
+            key_weight(
+                app,
+                |c| charts::mirrored_bytes(Some(mirror.path()), c),
+                |_| runs,
+            )
+        };
+        assert_eq!(weigh(&app, true), PROCESS_WEIGHT + bytes);
         // Not in the mirror, or no mirror: the start alone.
         assert_eq!(
-            weigh(&addon("a", "https://a", "2.0.0", "v.yaml")),
+            weigh(&addon("a", "https://a", "2.0.0", "v.yaml"), true),
             PROCESS_WEIGHT
         );
-        assert_eq!(key_weight(&app, None, cache::dir_bytes), PROCESS_WEIGHT);
+        assert_eq!(
+            key_weight(&app, |c| charts::mirrored_bytes(None, c), |_| true),
+            PROCESS_WEIGHT
+        );
         let path =
             json!({"spec": {"source": {"repoURL": "https://git.example.test/x.git", "path": "p"}}});
-        assert_eq!(weigh(&path), PROCESS_WEIGHT);
+        assert_eq!(weigh(&path, true), PROCESS_WEIGHT);
+        assert_eq!(weigh(&path, false), 1);
         let lends = json!({"spec": {"sources": [{"repoURL": "https://git.example.test/x.git", "ref": "v"}]}});
-        assert_eq!(weigh(&lends), 1);
-        assert_eq!(weigh(&json!({"spec": {}})), 1);
-        // A chart name or version that is a path reads nothing outside the mirror.
-        let outside = json!({"spec": {"source": {"repoURL": "https://charts.example.test", "chart": "..", "targetRevision": "addon"}}});
-        assert_eq!(weigh(&outside), PROCESS_WEIGHT);
+        assert_eq!(weigh(&lends, true), 1);
+        assert_eq!(weigh(&json!({"spec": {}}), true), 1);
+    }
+
+    /// A chart name or version that is a path reads nothing outside the mirror: a chart in
+    /// the folder above it, reached through `..` as the name and version, weighs nothing.
+    #[test]
+    fn a_keys_weight_reads_nothing_outside_the_mirror() {
+        let root = tempfile::tempdir().unwrap();
+        let mirror = root.path().join("mirror");
+        std::fs::create_dir_all(mirror.join("charts.example.test")).unwrap();
+        std::fs::write(root.path().join("Chart.yaml"), "name: outside\n").unwrap();
+        std::fs::write(root.path().join("secret"), "x".repeat(9_000)).unwrap();
+        let outside = charts::ChartRef {
+            repo_url: "https://charts.example.test".into(),
+            chart: "..".into(),
+            version: "..".into(),
+        };
+        assert_eq!(
+            charts::chart_dir(&mirror, &outside)
+                .join("Chart.yaml")
+                .canonicalize()
+                .unwrap(),
+            root.path().join("Chart.yaml").canonicalize().unwrap(),
+            "the path would lead out of the mirror"
+        );
+        assert_eq!(charts::mirrored_bytes(Some(&mirror), &outside), 0);
+        let app = json!({"spec": {"source": {"repoURL": "https://charts.example.test", "chart": "..", "targetRevision": ".."}}});
+        let weight = key_weight(&app, |c| charts::mirrored_bytes(Some(&mirror), c), |_| true);
+        assert_eq!(weight, PROCESS_WEIGHT);
     }
 
     proptest::proptest! {
