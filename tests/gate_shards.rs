@@ -318,13 +318,14 @@ fn the_merge_refuses_partials_that_are_not_every_shard_of_one_check() {
 }
 
 /// The shards deal the head's keys by what their renders cost, read from the chart mirror
-/// each is given (a chart's bytes and a process's start): each shard holds the head's
-/// Applications the weighted stripes give it, which for some shard count is not where
-/// dealing in turn would put them. Partials whose costs put an Application in another shard
-/// are refused in one line naming it and both shards, before anything is bound (it could be
-/// held by two shards, or none); a mirror whose charts are each a byte larger weighs alike
-/// (bytes are rounded up to 64 KiB), and costs that differ but deal alike merge into the
-/// unsharded verdict.
+/// each is given (a chart's bytes and a process's start): at a shard count where that is not
+/// where dealing in turn would put them, each shard holds the head's Applications the
+/// weighted stripes give it (some of them elsewhere than in turn), and the merge binds them
+/// so. Partials whose costs put an Application in another shard are refused in one line
+/// naming it and both shards, before any Application is bound to its shard (it could be held
+/// by two shards, or none); a mirror whose charts are each a byte larger weighs alike (bytes
+/// are rounded up to 64 KiB), and costs that differ but deal alike merge into the unsharded
+/// verdict.
 #[test]
 fn shards_deal_by_cost_and_partials_that_deal_otherwise_are_refused() {
     let (repo, base, head) = case_repo("kind-not-served");
@@ -349,18 +350,25 @@ fn shards_deal_by_cost_and_partials_that_deal_otherwise_are_refused() {
         })
         .expect("for some count the costs deal otherwise than in turn");
     let stripes = render::Stripes::weighted(head_keys.values(), &weights, count);
-    for index in 0..count {
-        let partial = part(&config, index, count);
+    let in_turn = render::Stripes::new(head_keys.values(), count);
+    let honest: Vec<Partial> = (0..count).map(|i| part(&config, i, count)).collect();
+    let mut elsewhere_than_in_turn = 0;
+    for (index, partial) in honest.iter().enumerate() {
         assert_eq!(partial.head_weights, weights);
         for app in &partial.head_applications {
             let id = format!("Application {}/{}", app.namespace, app.name);
             if let Some(key) = head_keys.get(&id) {
                 assert_eq!(stripes.of(key), index, "{id} over {count}");
+                elsewhere_than_in_turn += usize::from(in_turn.of(key) != index);
             }
         }
     }
-    // Another mirror, each chart a byte larger: a chart's bytes are rounded up to 64 KiB,
-    // so the same costs, and the verdict is the unsharded one.
+    assert!(elsewhere_than_in_turn > 0);
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    let merged = shard::merge(honest, repo.path()).unwrap();
+    assert_same(&unsharded, &merged);
+    // Another mirror for every shard but the first, each chart a byte larger: a chart's
+    // bytes are rounded up to 64 KiB, so the same costs, and the verdict is the unsharded one.
     let mirror = tempfile::tempdir().unwrap();
     common::copy_tree(config.charts.as_deref().unwrap(), mirror.path());
     for chart_yaml in walk_files(mirror.path())
@@ -375,56 +383,47 @@ fn shards_deal_by_cost_and_partials_that_deal_otherwise_are_refused() {
         charts: Some(mirror.path().to_path_buf()),
         ..config.clone()
     };
-    let honest = part(&config, 0, 2);
-    let other = part(&elsewhere, 1, 2);
-    assert_eq!(honest.head_weights, other.head_weights);
-    let unsharded = check::check_commits(&config, base.clone(), head.clone());
-    let merged = shard::merge(vec![part(&config, 0, 2), other], repo.path()).unwrap();
-    assert_same(&unsharded, &merged);
-    // Other costs that deal alike (every cost doubled) merge.
-    let mut costlier = part(&config, 1, 2);
-    for weight in costlier.head_weights.values_mut() {
+    let mixed: Vec<Partial> = (0..count)
+        .map(|i| part(if i == 0 { &config } else { &elsewhere }, i, count))
+        .collect();
+    assert!(mixed.iter().all(|p| p.head_weights == weights));
+    assert_same(&unsharded, &shard::merge(mixed, repo.path()).unwrap());
+    // Other costs that deal alike (every cost doubled in the last partial) merge.
+    let mut doubled: Vec<Partial> = (0..count).map(|i| part(&config, i, count)).collect();
+    for weight in doubled[count - 1].head_weights.values_mut() {
         *weight *= 2;
     }
-    assert_ne!(costlier.head_weights, weights);
-    let merged = shard::merge(vec![part(&config, 0, 2), costlier], repo.path()).unwrap();
-    assert_same(&unsharded, &merged);
-    // Costs that move an Application: the lightest key of shard 2/2 made the costliest.
-    let two = render::Stripes::weighted(head_keys.values(), &weights, 2);
+    assert_same(&unsharded, &shard::merge(doubled, repo.path()).unwrap());
+    // Costs that move an Application: in the last partial, the lightest key of the last
+    // shard made the costliest (it goes to the first shard).
     let (_, moved_key) = head_keys
         .iter()
-        .filter(|(_, key)| two.of(key) == 1)
+        .filter(|(_, key)| stripes.of(key) == count - 1)
         .min_by_key(|(_, key)| weights[*key])
         .unwrap();
-    let mut forged = part(&config, 1, 2);
-    forged.head_weights.insert(moved_key.clone(), u64::MAX / 4);
-    let refusal = shard::merge(vec![honest, forged], repo.path())
-        .unwrap_err()
-        .to_string();
-    // The first Application (by name) the two dealings place apart is named.
-    let forged_stripes = render::Stripes::weighted(
-        head_keys.values(),
-        &std::collections::BTreeMap::from_iter(
-            weights
-                .iter()
-                .map(|(k, &w)| (k.clone(), if k == moved_key { u64::MAX / 4 } else { w })),
-        ),
-        2,
+    let mut forged: Vec<Partial> = (0..count).map(|i| part(&config, i, count)).collect();
+    forged[count - 1]
+        .head_weights
+        .insert(moved_key.clone(), u64::MAX / 4);
+    let refusal = shard::merge(forged, repo.path()).unwrap_err().to_string();
+    // The first Application (by namespace and name) the two dealings place apart is named.
+    let forged_weights = std::collections::BTreeMap::from_iter(
+        weights
+            .iter()
+            .map(|(k, &w)| (k.clone(), if k == moved_key { u64::MAX / 4 } else { w })),
     );
-    let (first_moved, _) = head_keys
+    let forged_stripes = render::Stripes::weighted(head_keys.values(), &forged_weights, count);
+    let (first_moved, key) = head_keys
         .iter()
-        .filter(|(_, key)| two.of(key) != forged_stripes.of(key))
+        .filter(|(_, key)| stripes.of(key) != forged_stripes.of(key))
         .min_by(|a, b| a.0.cmp(b.0))
         .unwrap();
     let first_moved = first_moved.trim_start_matches("Application ");
-    let (from, to) = (
-        two.of(&head_keys[&format!("Application {first_moved}")]) + 1,
-        forged_stripes.of(&head_keys[&format!("Application {first_moved}")]) + 1,
-    );
+    let (from, to) = (stripes.of(key) + 1, forged_stripes.of(key) + 1);
     assert_eq!(
         refusal,
         format!(
-            "shard 1/2 deals Application {first_moved} to shard {from}/2 and shard 2/2 deals it to shard {to}/2: their chart mirrors give the head's charts other sizes (give every shard the same --charts)"
+            "shard 1/{count} deals Application {first_moved} to shard {from}/{count} and shard {count}/{count} deals it to shard {to}/{count}: their chart or git mirrors give the head's renders other costs (give every shard the same --charts and --git-mirror)"
         )
     );
 }

@@ -770,8 +770,7 @@ fn validate(parts: &[Partial]) -> Result<(), MergeError> {
 /// ([`render::Stripes::weighted`]). A cost is read from a shard's chart mirror, so shards
 /// given mirrors whose charts differ in size may deal the fleet differently (an Application
 /// held by two shards, or by none): partials whose costs put any of the head's Applications
-/// in another shard are refused, naming the first; costs that differ but deal alike (a
-/// chart's README edited in one mirror) are not.
+/// in another shard are refused, naming the first; costs that differ but deal alike are not.
 fn dealt_alike(
     parts: &[Partial],
     head_keys: &Keys,
@@ -789,7 +788,7 @@ fn dealt_alike(
             .min_by(|a, b| a.0.cmp(b.0));
         if let Some(((namespace, name), key)) = moved {
             return Err(MergeError(format!(
-                "shard {} deals Application {namespace}/{name} to shard {} and shard {} deals it to shard {}: their chart mirrors give the head's charts other sizes (give every shard the same --charts)",
+                "shard {} deals Application {namespace}/{name} to shard {} and shard {} deals it to shard {}: their chart or git mirrors give the head's renders other costs (give every shard the same --charts and --git-mirror)",
                 label(parts[0].shard),
                 label(Shard {
                     index: stripes.of(key),
@@ -2204,14 +2203,18 @@ pub fn merge_with(
 mod tests {
     use super::*;
 
-    fn partial_with(objects: &[Value]) -> Vec<u8> {
-        let mut partial = Partial::new(
+    fn empty_partial() -> Partial {
+        Partial::new(
             Shard { index: 0, count: 2 },
             "base",
             "head",
             &Inventory::default(),
             None,
-        );
+        )
+    }
+
+    fn partial_with(objects: &[Value]) -> Vec<u8> {
+        let mut partial = empty_partial();
         partial.objects = objects.iter().cloned().map(Arc::new).collect();
         serde_json::to_vec(&partial).unwrap()
     }
@@ -2241,13 +2244,7 @@ mod tests {
     #[test]
     fn partials_read_together_share_what_every_shard_writes_alike() {
         let with_specs = |specs: &[(&str, &str)]| {
-            let mut partial = Partial::new(
-                Shard { index: 0, count: 2 },
-                "base",
-                "head",
-                &Inventory::default(),
-                None,
-            );
+            let mut partial = empty_partial();
             partial.head_common_specs = specs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))

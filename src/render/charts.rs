@@ -102,9 +102,10 @@ pub fn locate(mirror: Option<&Path>, chart: &ChartRef) -> Result<PathBuf, String
 /// The bytes of a chart's directory in the mirror, rounded up to 64 KiB (0 when the mirror
 /// lacks it, or has no chart by that name and version there): what rendering it costs,
 /// roughly, for the shards' dealing ([`super::key_weight`]). Rounded, so that charts of
-/// about one size weigh the same (and are dealt in turn) and a mirror whose copy of a chart
-/// differs by a README line deals alike. Only a name and version [`locate`] accepts are
-/// looked up, so nothing outside the mirror is read.
+/// about one size weigh the same (and are dealt in turn); a mirror whose copy of a chart
+/// differs in size deals otherwise only where the difference crosses a multiple of 64 KiB.
+/// Only a name and version [`locate`] accepts are looked up, so nothing outside the mirror
+/// is read.
 pub fn mirrored_bytes(mirror: Option<&Path>, chart: &ChartRef) -> u64 {
     const UNIT: u64 = 64 << 10;
     locate(mirror, chart).map_or(0, |dir| {
