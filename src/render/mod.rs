@@ -340,21 +340,9 @@ pub fn key_weight(
     mut chart_bytes: impl FnMut(&charts::ChartRef) -> u64,
     mut runs_a_process: impl FnMut(&Value) -> bool,
 ) -> u64 {
-    let text = |source: &Value, key: &str| {
-        source
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
     let mut weight: u64 = 0;
     for source in source::source_slice(app) {
-        let cost = if let Some(chart) = source.get("chart").and_then(Value::as_str) {
-            let chart = charts::ChartRef {
-                repo_url: text(source, "repoURL"),
-                chart: chart.to_string(),
-                version: text(source, "targetRevision"),
-            };
+        let cost = if let Some(chart) = source::chart_ref(source) {
             PROCESS_WEIGHT.saturating_add(chart_bytes(&chart))
         } else if source.get("ref").is_some() && source.get("path").is_none() {
             0

@@ -155,6 +155,17 @@ pub(crate) fn str_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
     value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
+/// The chart a source names (`chart`, at its `repoURL` and `targetRevision`), if it names
+/// one: a source helm renders from a chart repository.
+pub(crate) fn chart_ref(source: &Value) -> Option<ChartRef> {
+    let chart = source.get("chart").and_then(Value::as_str)?;
+    Some(ChartRef {
+        repo_url: str_at(source, "/repoURL").to_string(),
+        chart: chart.to_string(),
+        version: str_at(source, "/targetRevision").to_string(),
+    })
+}
+
 pub(crate) fn non_empty(value: Option<&Value>) -> bool {
     match value {
         None | Some(Value::Null) => false,
@@ -212,13 +223,7 @@ fn plan_source(
     if repo_url.is_empty() {
         return Err("source has no repoURL".to_string());
     }
-    let target_revision = str_at(source, "/targetRevision");
-    if let Some(chart) = source.get("chart").and_then(Value::as_str) {
-        let chart_ref = ChartRef {
-            repo_url: repo_url.to_string(),
-            chart: chart.to_string(),
-            version: target_revision.to_string(),
-        };
+    if let Some(chart_ref) = chart_ref(source) {
         let job = plan_chart_source(app, app_name, source, cluster, refs, ctx, chart_ref)?;
         return Ok(PlannedSource {
             source: source.clone(),
