@@ -428,6 +428,68 @@ fn shards_deal_by_cost_and_partials_that_deal_otherwise_are_refused() {
     );
 }
 
+/// A pull request adds an Application naming `..` as its chart and its version, with a chart
+/// planted in the folder above the shards' chart mirror (what `..` twice would reach): the
+/// shards' cost of its key reads nothing there (a process's start alone, as for a chart the
+/// mirror lacks), planning refuses the chart, and the sharded check is the unsharded one:
+/// undecided, never green, the chart named.
+#[test]
+fn a_chart_named_as_a_path_costs_nothing_outside_the_mirror() {
+    let (repo, base, _) = case_repo("kind-not-served");
+    let root = tempfile::tempdir().unwrap();
+    let mirror = root.path().join("mirror");
+    common::copy_tree(
+        common::sample_render_config(repo.path(), cache())
+            .charts
+            .as_deref()
+            .unwrap(),
+        &mirror,
+    );
+    std::fs::write(
+        root.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: outside\nversion: 1.0.0\n",
+    )
+    .unwrap();
+    std::fs::write(root.path().join("outside.yaml"), "x".repeat(1 << 20)).unwrap();
+    let overlay = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(overlay.path().join("apps")).unwrap();
+    std::fs::write(
+        overlay.path().join("apps/escape.yaml"),
+        "apiVersion: argoproj.io/v1alpha1\nkind: Application\nmetadata:\n  name: escape\n  namespace: argocd\nspec:\n  project: default\n  destination:\n    name: prod-eu\n    namespace: escape\n  source:\n    repoURL: https://charts.example.test\n    chart: \"..\"\n    targetRevision: \"..\"\n",
+    )
+    .unwrap();
+    let head = repo.commit_overlay(overlay.path(), "pr", "a chart named as a path");
+    // Joined as the mirror joins a chart, `..` as name and version reaches the planted chart.
+    let planted = mirror.join("charts.example.test").join("..").join("..");
+    assert_eq!(
+        planted.join("Chart.yaml").canonicalize().unwrap(),
+        root.path().join("Chart.yaml").canonicalize().unwrap()
+    );
+    let config = RenderConfig {
+        charts: Some(mirror),
+        ..config(repo.path(), cache())
+    };
+    let (head_keys, weights) = render::shard_keys_weighed(&config, &head).unwrap();
+    let key = &head_keys["Application argocd/escape"];
+    assert_eq!(weights[key], render::PROCESS_WEIGHT, "{weights:?}");
+    let unsharded = check::check_commits(&config, base.clone(), head.clone());
+    assert_ne!(
+        unsharded.verdict.outcome,
+        gitops_loop::gate::verdict::Outcome::Green
+    );
+    assert!(
+        unsharded
+            .verdict
+            .errors
+            .iter()
+            .any(|e| e.contains("not a chart name")),
+        "{:?}",
+        unsharded.verdict.errors
+    );
+    let merged = sharded(&config, &base, &head, 2).unwrap();
+    assert_same(&unsharded, &merged);
+}
+
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
