@@ -246,6 +246,24 @@ impl BosunProcess {
         }
     }
 
+    /// Waits (in real time, at most `at_most`) until Bosun has nothing queued or running: a
+    /// triage is one job from Kargo's POST to its last write (every round, the gate runs
+    /// inside it), so the ground lets it finish before the tick ends and its writes land at
+    /// the tick that set it off, however long it took. Retries after a failed triage wait on
+    /// Bosun's own timer (seconds), so they do not hold the tick.
+    pub async fn finish_work(&self, at_most: std::time::Duration) {
+        let until = std::time::Instant::now() + at_most;
+        while std::time::Instant::now() < until {
+            let Ok(jobs) = self.jobs().await else {
+                return;
+            };
+            if jobs["pending"].as_u64().unwrap_or(0) == 0 && jobs["running"].is_null() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// Puts finished triages in the transcript (with the diff of anything pushed). True when
     /// there was something new.
     pub async fn tick(&mut self, transcript: &Transcript) -> bool {

@@ -14,6 +14,10 @@ use crate::scenario::Service;
 use crate::wiring::admin;
 use crate::{Ground, argocd, invariants, kube};
 
+/// Real time Bosun may take without changing anything before the ground moves on: each round
+/// of a triage renders twice.
+const BOSUN_BUDGET: Duration = Duration::from_secs(120);
+
 impl Ground {
     /// Every invariant the ground's state breaks now (see `invariants`).
     pub fn violations(&self) -> Vec<String> {
@@ -99,7 +103,12 @@ impl Ground {
         let argocd = self.argocd.tick(&self.kube, &self.transcript).await;
         let rollouts = self.rollouts.tick(&self.kube, &self.transcript).await;
         let bosun = match &mut self.bosun {
-            Some(bosun) => bosun.tick(&self.transcript).await,
+            Some(bosun) => {
+                // Bosun's triage runs in real time: the tick ends when it has, so its writes
+                // land at the tick that set it off (bounded by its budget).
+                bosun.finish_work(BOSUN_BUDGET).await;
+                bosun.tick(&self.transcript).await
+            }
             None => false,
         };
         kargo || ci || argocd || rollouts || bosun
@@ -118,9 +127,7 @@ impl Ground {
     pub async fn settle(&mut self) -> Result<()> {
         let mut quiet = 0;
         let mut waiting = 0;
-        // Bosun's budget: 120 s of real time without a change, as each round of its work may
-        // take a while.
-        let budget = Duration::from_secs(120);
+        let budget = BOSUN_BUDGET;
         let mut bosun_deadline = std::time::Instant::now() + budget;
         loop {
             let changed = self.tick().await;
