@@ -1041,6 +1041,38 @@ async fn a_delivery_that_kills_bosun_twice_is_quarantined_and_the_one_beside_it_
     );
 }
 
+/// The poller leaves a pull request alone while its triage is queued or running (the triage
+/// reads it itself): here the forge holds the triage's read of the pull request while the
+/// poller, every second, runs three times; the forge is asked once, then the triage ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_poller_does_not_ask_about_a_pull_request_being_triaged() {
+    let mut ground = start_polling(json!({}), 1).await;
+    let (number, head) = pull(&ground, "polled", "check-cases/patch-bump-green/head").await;
+    let held = format!("/repos/{SLUG}/pulls/{number}");
+    ground.forge.hold(&held);
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let body = json!({"repository": SLUG, "pullRequest": number, "headSha": head});
+    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
+    assert_eq!(status, 202, "{answer}");
+    wait_for("the triage reaches the forge", || gets(&ground, &held) == 1).await;
+    let polls = bosun_jobs(&ground).await["polls"].as_u64().unwrap();
+    // A poll that asked would wait on the held read too: it would never count.
+    wait_until("three more polls, or a second read", async || {
+        gets(&ground, &held) > 1
+            || bosun_jobs(&ground).await["polls"].as_u64().unwrap() >= polls + 3
+    })
+    .await;
+    assert_eq!(
+        gets(&ground, &held),
+        1,
+        "only the triage read the pull request"
+    );
+    ground.forge.release(&held);
+    ground.settle().await.unwrap();
+    let (state, description) = bosun_status(&ground, "polled");
+    assert_eq!(state, "success", "{description}");
+}
+
 /// A delivery for a pull request the forge does not have is dropped at the forge's first 404:
 /// no retries, not followed by the poller; one for a repository no longer in bosun.yaml
 /// (journaled by an earlier configuration) is dropped without asking the forge at all.

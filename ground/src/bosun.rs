@@ -186,9 +186,11 @@ impl BosunProcess {
         Ok(process)
     }
 
-    /// Waits until /healthz answers (bounded; the process may also have exited).
+    /// Waits until /healthz answers (bounded by a minute, as a loaded machine may take
+    /// seconds to start it and replay its journal; the process may also have exited).
     async fn await_healthy(&mut self) -> Result<()> {
-        for _ in 0..400 {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < until {
             if let Ok(response) = crate::http::client()
                 .get(format!("{}/healthz", self.url))
                 .send()

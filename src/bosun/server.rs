@@ -254,6 +254,13 @@ fn retry_stands(jobs: &Jobs, key: &(String, u64), scheduled: u32) -> bool {
         && jobs.running.as_ref() != Some(key)
 }
 
+/// Whether the poller asks the forge about a followed pull request at `now`: its pause is
+/// over and no triage of it is queued or running (that triage reads the pull request itself;
+/// a poll beside it would only ask the forge twice).
+fn poll_due(jobs: &Jobs, key: &(String, u64), track: &Track, now: u64) -> bool {
+    track.next_poll <= now && !jobs.heads.contains_key(key) && jobs.running.as_ref() != Some(key)
+}
+
 /// The most pull requests of one repository waiting for the worker; a delivery past it is
 /// answered 429 (Kargo's step retries), never silently dropped.
 pub const MAX_QUEUED_PER_REPOSITORY: usize = 64;
@@ -882,12 +889,14 @@ impl Server {
 
     /// `poll` at `now` (Unix seconds).
     pub async fn poll_at(&self, now: u64) {
-        let tracked: Vec<((String, u64), Track)> = lock(self)
-            .tracked
-            .iter()
-            .filter(|(_, t)| t.next_poll <= now)
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        let tracked: Vec<((String, u64), Track)> = {
+            let jobs = lock(self);
+            jobs.tracked
+                .iter()
+                .filter(|(k, t)| poll_due(&jobs, k, t, now))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
         for ((repository, number), mut track) in tracked {
             let slug = match self.bosun.config.named(&repository) {
                 Ok(Some(slug)) if slug.to_string() == repository => slug,
@@ -1296,6 +1305,27 @@ mod retry_tests {
 mod poll_tests {
     use super::*;
     use crate::forge::{ForgeError, PullRequest};
+
+    #[test]
+    fn a_pull_request_queued_or_being_triaged_is_not_polled() {
+        let key = ("o/r".to_string(), 1);
+        let mut jobs = Jobs::default();
+        let track = Track::new("", 100);
+        assert!(poll_due(&jobs, &key, &track, 100));
+        jobs.heads.insert(key.clone(), "aaa".into());
+        assert!(!poll_due(&jobs, &key, &track, 100), "queued");
+        jobs.heads.clear();
+        jobs.running = Some(key.clone());
+        assert!(!poll_due(&jobs, &key, &track, 100), "running");
+        jobs.running = Some(("o/r".to_string(), 2));
+        assert!(poll_due(&jobs, &key, &track, 100), "another one running");
+        let later = Track {
+            next_poll: 160,
+            ..track
+        };
+        assert!(!poll_due(&jobs, &key, &later, 100), "pausing");
+        assert!(poll_due(&jobs, &key, &later, 160));
+    }
 
     fn pr(head: &str, state: &str) -> PullRequest {
         PullRequest {
