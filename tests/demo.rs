@@ -166,6 +166,28 @@ async fn under_seeded_model_timeouts_bosun_hands_off_and_the_run_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_bosun_kill_drawn_for_the_tick_of_kargos_post_lands_part_way_through_the_triage() {
+    // A tick ends when Bosun's triage has (the ledgers compare tick for tick), so a Bosun
+    // restart drawn for a tick lands at a seeded moment into that tick's triage instead:
+    // seed 7958 draws one for tick 4, when Kargo POSTs the pull request, 189 ms in (the
+    // triage's checkout and first render take seconds), and none other before tick 150. The
+    // restarted Bosun finds the attempt it had journaled, triages again, and the story ends
+    // as without the kill.
+    let faults = FaultPlan {
+        seed: 7958,
+        restart: 20,
+        ..FaultPlan::none()
+    };
+    let ground = play_with("triage", faults).await;
+    let text = ground.transcript.text();
+    assert!(text.contains("tick 4: bosun killed"), "{text}");
+    // Killed before its triage ended: the delivery was still journaled, and is replayed.
+    let log = std::fs::read_to_string(&ground.bosun.as_ref().unwrap().log).unwrap();
+    assert!(log.contains("replaying an accepted delivery"), "{log}");
+    assert!(text.contains("[forge] alice merged #1"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn regression_chaos_observer_restart_seed_2_leader_election_meets_a_500() {
     // Found by `cargo xtask ground chaos`: the observer's first Lease request met an injected
     // 500 and the process exited ("cannot set up leader election"), so no replica ever became

@@ -133,6 +133,9 @@ pub struct Ground {
     observer_args: Vec<Vec<String>>,
     /// Ticks played so far (what an invariant violation names).
     ticks: u64,
+    /// Bosun was killed in the tick under way by a fault (the kill's outcome); `after_tick`
+    /// starts it again.
+    bosun_killed: Option<std::result::Result<(), String>>,
     /// The fault seed, when the run is under a chaos schedule.
     seed: Option<u64>,
     /// Invariants a test breaks on purpose.

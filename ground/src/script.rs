@@ -63,10 +63,10 @@ impl Ground {
             );
             self.start_observer(&args)?;
         }
-        if let Some(bosun) = &mut self.bosun
-            && self.kube.faults().restart("bosun", tick)
+        if let Some(killed) = self.bosun_killed.take()
+            && let Some(bosun) = &mut self.bosun
         {
-            bosun.kill()?;
+            killed.map_err(|e| anyhow::anyhow!("cannot kill bosun: {e}"))?;
             self.transcript.say(
                 "chaos",
                 format!("tick {tick}: bosun killed (SIGKILL), started again"),
@@ -102,12 +102,25 @@ impl Ground {
         let ci = self.ci.tick(&self.forge, &self.transcript).await;
         let argocd = self.argocd.tick(&self.kube, &self.transcript).await;
         let rollouts = self.rollouts.tick(&self.kube, &self.transcript).await;
+        let tick = self.ticks + 1;
         let bosun = match &mut self.bosun {
             Some(bosun) => {
-                // Bosun's triage runs in real time: the tick ends when it has, so its writes
-                // land at the tick that set it off (bounded by its budget).
-                bosun.finish_work(BOSUN_BUDGET).await;
-                bosun.tick(&self.transcript).await
+                // Under a fault schedule, a kill drawn for this tick lands at a seeded moment
+                // into the tick's triage (or once it is over, if sooner): part-way through a
+                // round, after a push, or idle. `after_tick` starts Bosun again.
+                let faults = self.kube.faults();
+                if faults.restart("bosun", tick) {
+                    bosun
+                        .finish_work(faults.restart_moment("bosun", tick))
+                        .await;
+                    self.bosun_killed = Some(bosun.kill().map_err(|e| format!("{e:#}")));
+                    false
+                } else {
+                    // Bosun's triage runs in real time: the tick ends when it has, so its
+                    // writes land at the tick that set it off (at most `BOSUN_BUDGET`).
+                    bosun.finish_work(BOSUN_BUDGET).await;
+                    bosun.tick(&self.transcript).await
+                }
             }
             None => false,
         };

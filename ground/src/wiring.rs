@@ -174,6 +174,7 @@ impl Ground {
             observers: Vec::new(),
             observer_starts: 0,
             ticks: 0,
+            bosun_killed: None,
             exemptions: Default::default(),
             ledger: None,
             observer_args: Vec::new(),

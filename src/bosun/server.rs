@@ -908,9 +908,13 @@ impl Server {
                     continue;
                 }
             };
+            let key = (repository.clone(), number);
+            // Asked again just before the forge is: a delivery may have queued it since.
+            if !poll_due(&lock(self), &key, &track, now) {
+                continue;
+            }
             let answer = self.bosun.forge.pull_request(&slug, number).await;
             let step = poll_step(&mut track, answer.as_ref(), now);
-            let key = (repository.clone(), number);
             let mut jobs = lock(self);
             match step {
                 PollStep::Forget(why) => {

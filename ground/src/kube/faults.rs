@@ -232,6 +232,19 @@ impl Faults {
         false
     }
 
+    /// How far into the tick's work (real time, under 4 s) a restart of `process` drawn at
+    /// `tick` lands: a triage that takes longer is killed part-way, one that ends sooner is
+    /// killed idle.
+    pub fn restart_moment(&self, process: &str, tick: u64) -> Duration {
+        let seed = self.plan().seed;
+        let draw = self
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .next(seed, &format!("restart {process} at {tick}: moment"));
+        Duration::from_millis(draw % 4000)
+    }
+
     /// Whether a resuming watch answers 410 Gone.
     pub fn gone(&self, path: &str) -> bool {
         if self.roll(&format!("gone {path}"), self.plan().gone) {
