@@ -14,8 +14,9 @@ use crate::scenario::Service;
 use crate::wiring::admin;
 use crate::{Ground, argocd, invariants, kube};
 
-/// Real time Bosun may take without changing anything before the ground moves on: each round
-/// of a triage renders twice.
+/// Real time the ground gives Bosun's work: at most this long at the end of a tick for the
+/// triage under way (`finish_work`), and this long without a change while settling. Each
+/// round of a triage renders twice; a triage past it spills into later ticks.
 const BOSUN_BUDGET: Duration = Duration::from_secs(120);
 
 impl Ground {
