@@ -1041,6 +1041,54 @@ async fn a_delivery_that_kills_bosun_twice_is_quarantined_and_the_one_beside_it_
     );
 }
 
+/// A pull request quarantined before any triage of it ended is still followed: the hand-off
+/// says a new commit releases it, and a person's push (no delivery: only the poller sees it)
+/// is triaged.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_commit_releases_a_quarantined_pull_request_without_a_delivery() {
+    let mut ground = start_polling(json!({}), 1).await;
+    let (poison, poison_head) = pull(&ground, "poison", "check-cases/patch-bump-green/head").await;
+    let held = format!("/repos/{SLUG}/pulls/{poison}");
+    ground.forge.hold(&held);
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let body = json!({"repository": SLUG, "pullRequest": poison, "headSha": poison_head});
+    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
+    assert_eq!(status, 202, "{answer}");
+    for deaths in 1..=2 {
+        wait_for("the triage reaches the forge", || {
+            gets(&ground, &held) == deaths
+        })
+        .await;
+        ground.bosun.as_mut().unwrap().kill().unwrap();
+        if deaths == 2 {
+            ground.forge.release(&held);
+        }
+        ground.bosun.as_mut().unwrap().restart().await.unwrap();
+    }
+    wait_for("the hand-off comment", || {
+        bosun_comment(&ground, poison).is_some_and(|c| c.contains("or push a new commit"))
+    })
+    .await;
+    let pushed = ground
+        .commit_overlay(
+            "poison",
+            "poison",
+            &case("bosun-cases/person-push"),
+            "a fix",
+        )
+        .unwrap();
+    wait_for("Bosun to judge the pushed head", || {
+        ground
+            .forge
+            .statuses(SLUG, &pushed)
+            .iter()
+            .any(|(c, s, _)| c == "bosun" && s == "success")
+    })
+    .await;
+    let jobs = bosun_jobs(&ground).await;
+    assert_eq!(jobs["quarantined"], json!([]), "{jobs}");
+}
+
 /// The poller leaves a pull request alone while its triage is queued or running (the triage
 /// reads it itself): here the forge holds the triage's read of the pull request while the
 /// poller, every second, runs three times; the forge is asked once, then the triage ends.

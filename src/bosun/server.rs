@@ -545,6 +545,25 @@ impl Server {
                 ..attempt.clone()
             },
         )?;
+        // Followed from here on, the quarantined head as judged: the hand-off tells a person
+        // that a new commit releases it, and a triage that never ended journaled no
+        // `Tracked` entry, so without this no poll would ever see that commit.
+        if self
+            .journal
+            .get(journal::Kind::Tracked, repository, number)
+            .is_none()
+        {
+            self.journal.put(
+                journal::Kind::Tracked,
+                &journal::Entry {
+                    repository: repository.clone(),
+                    pull_request: number,
+                    head: attempt.head.clone(),
+                    since: unix_now(),
+                    ..journal::Entry::default()
+                },
+            )?;
+        }
         if self
             .journal
             .get(journal::Kind::Pending, repository, number)
