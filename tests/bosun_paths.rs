@@ -1041,19 +1041,26 @@ async fn a_delivery_that_kills_bosun_twice_is_quarantined_and_the_one_beside_it_
     );
 }
 
+/// Opens a green pull request from `branch`, has the forge hold every read of it, and
+/// delivers it to Bosun (accepted): its number and the held path.
+async fn deliver_held(ground: &Ground, branch: &str) -> (u64, String) {
+    let (number, head) = pull(ground, branch, "check-cases/patch-bump-green/head").await;
+    let held = format!("/repos/{SLUG}/pulls/{number}");
+    ground.forge.hold(&held);
+    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
+    let body = json!({"repository": SLUG, "pullRequest": number, "headSha": head});
+    let (status, answer) = deliver(ground, &body, Some(&secret)).await;
+    assert_eq!(status, 202, "{answer}");
+    (number, held)
+}
+
 /// A pull request quarantined before any triage of it ended is still followed: the hand-off
 /// says a new commit releases it, and a person's push (no delivery: only the poller sees it)
 /// is triaged.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_commit_releases_a_quarantined_pull_request_without_a_delivery() {
     let mut ground = start_polling(json!({}), 1).await;
-    let (poison, poison_head) = pull(&ground, "poison", "check-cases/patch-bump-green/head").await;
-    let held = format!("/repos/{SLUG}/pulls/{poison}");
-    ground.forge.hold(&held);
-    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
-    let body = json!({"repository": SLUG, "pullRequest": poison, "headSha": poison_head});
-    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
-    assert_eq!(status, 202, "{answer}");
+    let (poison, held) = deliver_held(&ground, "poison").await;
     for deaths in 1..=2 {
         wait_for("the triage reaches the forge", || {
             gets(&ground, &held) == deaths
@@ -1095,13 +1102,7 @@ async fn a_new_commit_releases_a_quarantined_pull_request_without_a_delivery() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_poller_does_not_ask_about_a_pull_request_being_triaged() {
     let mut ground = start_polling(json!({}), 1).await;
-    let (number, head) = pull(&ground, "polled", "check-cases/patch-bump-green/head").await;
-    let held = format!("/repos/{SLUG}/pulls/{number}");
-    ground.forge.hold(&held);
-    let secret = format!("Bearer {}", ground::bosun::WEBHOOK_SECRET);
-    let body = json!({"repository": SLUG, "pullRequest": number, "headSha": head});
-    let (status, answer) = deliver(&ground, &body, Some(&secret)).await;
-    assert_eq!(status, 202, "{answer}");
+    let (_, held) = deliver_held(&ground, "polled").await;
     wait_for("the triage reaches the forge", || gets(&ground, &held) == 1).await;
     let polls = bosun_jobs(&ground).await["polls"].as_u64().unwrap();
     // A poll that asked would wait on the held read too: it would never count.

@@ -610,11 +610,7 @@ impl Engine<'_> {
             let key = shard_key(&item.object);
             let (mirror, repos) = (self.config.charts.as_deref(), &self.repos);
             let chart_bytes = &mut self.chart_bytes;
-            let name = item
-                .object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or("");
+            let name = super::source::str_at(&item.object, "/metadata/name");
             let weight = super::key_weight(
                 &item.object,
                 |chart| {

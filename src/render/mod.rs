@@ -344,7 +344,7 @@ pub fn key_weight(
     for source in source::source_slice(app) {
         let cost = if let Some(chart) = source::chart_ref(source) {
             PROCESS_WEIGHT.saturating_add(chart_bytes(&chart))
-        } else if source.get("ref").is_some() && source.get("path").is_none() {
+        } else if source::is_values_only(source) {
             0
         } else if runs_a_process(source) {
             PROCESS_WEIGHT
